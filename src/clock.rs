@@ -1,0 +1,48 @@
+//! Wall-clock time for the I/O edges, derived from tokio's monotonic clock.
+//!
+//! The readiness core takes time as an argument ([`crate::readiness::Millis`], ms since the UNIX
+//! epoch). The edges read it here: the wall time at start plus tokio's monotonic elapsed time, so
+//! a wall-clock step (NTP) cannot move a `for` clock mid-run, and tests under
+//! `tokio::time::pause` see virtual time advance consistently.
+
+use crate::readiness::Millis;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::Instant;
+
+/// A clock anchored at one wall-clock reading.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    wall_at_start: Millis,
+    mono_at_start: Instant,
+}
+
+impl Clock {
+    /// Anchor a clock now.
+    pub fn start() -> Self {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+            .as_millis() as Millis;
+        Clock {
+            wall_at_start: wall,
+            mono_at_start: Instant::now(),
+        }
+    }
+
+    /// Milliseconds since the UNIX epoch.
+    pub fn now_ms(&self) -> Millis {
+        self.wall_at_start + self.mono_at_start.elapsed().as_millis() as Millis
+    }
+
+    /// The wall time of a monotonic instant taken on this clock.
+    pub fn at(&self, instant: Instant) -> Millis {
+        let d = instant.saturating_duration_since(self.mono_at_start);
+        self.wall_at_start + d.as_millis() as Millis
+    }
+}
+
+/// Format ms since the epoch as RFC 3339 UTC with milliseconds.
+pub fn rfc3339(ms: Millis) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}

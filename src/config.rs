@@ -1,0 +1,1250 @@
+//! Configuration: strict TOML parsing (raw stage) and validation into [`Config`] (checked stage).
+//!
+//! Stage one deserialises into `Raw*` structs that reject unknown keys. Stage two resolves defaults
+//! and checks the cross-field rules of the readiness contract (DESIGN.md): threshold ordering, a
+//! window that can hold `min_attempts` at the probe interval, an attempt timeout shorter than the
+//! interval, and a branch endpoint that is not the stable name. Every error names the file, the
+//! line and the dotted key, and all errors are reported at once.
+
+use crate::readiness::{Condition, Policy, ReadinessState};
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// CloudWatch limit: a namespace is 1–255 characters.
+const MAX_NAMESPACE_LEN: usize = 255;
+/// CloudWatch limit: a dimension value is 1–1024 characters.
+const MAX_DIMENSION_VALUE_LEN: usize = 1024;
+/// Width of the `prober_id` and `branch` columns of the canary table (probes/mysql-canary.sql).
+const MAX_CANARY_ID_LEN: usize = 64;
+
+// ---------------------------------------------------------------------------------------------
+// Raw stage
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    prober_id: Option<String>,
+    state_dir: Option<PathBuf>,
+    service: RawService,
+    #[serde(default)]
+    readiness: RawReadiness,
+    #[serde(default)]
+    publish: RawPublish,
+    #[serde(default)]
+    evidence: RawEvidence,
+    #[serde(default)]
+    dns: RawDns,
+    probe: RawProbe,
+    #[serde(default)]
+    branch: Vec<RawBranch>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawService {
+    name: String,
+    stable_name: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReadiness {
+    window: Option<HumanDuration>,
+    min_attempts: Option<u32>,
+    declare_unready: Option<RawUnready>,
+    declare_ready: Option<RawReady>,
+    initial: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUnready {
+    success_rate_below: Option<f64>,
+    #[serde(rename = "for")]
+    for_: Option<HumanDuration>,
+    window: Option<HumanDuration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReady {
+    success_rate_at_or_above: Option<f64>,
+    #[serde(rename = "for")]
+    for_: Option<HumanDuration>,
+    window: Option<HumanDuration>,
+    approval: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPublish {
+    interval: Option<HumanDuration>,
+    namespace: Option<String>,
+    sinks: Option<Vec<String>>,
+    #[serde(default)]
+    cloudwatch: RawCloudWatch,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCloudWatch {
+    region: Option<String>,
+    endpoint_url: Option<String>,
+    operation_timeout: Option<HumanDuration>,
+    max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvidence {
+    path: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDns {
+    nameservers: Option<Vec<String>>,
+    resolv_conf: Option<PathBuf>,
+    timeout: Option<HumanDuration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProbe {
+    kind: String,
+    interval: Option<HumanDuration>,
+    timeout: Option<HumanDuration>,
+    jitter: Option<HumanDuration>,
+    #[serde(default)]
+    step_timeout: RawStepTimeouts,
+    mysql: Option<RawMysql>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStepTimeouts {
+    resolve: Option<HumanDuration>,
+    connect: Option<HumanDuration>,
+    tls: Option<HumanDuration>,
+    auth: Option<HumanDuration>,
+    write: Option<HumanDuration>,
+    verify: Option<HumanDuration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMysql {
+    port: Option<u16>,
+    user: String,
+    password: RawSecret,
+    database: Option<String>,
+    table: Option<String>,
+    ssl_mode: Option<String>,
+    ssl_ca: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSecret {
+    env: Option<String>,
+    file: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBranch {
+    name: String,
+    role: String,
+    endpoint: String,
+    port: Option<u16>,
+}
+
+/// A duration written as a string with a unit (`"500ms"`, `"5s"`, `"3m"`), parsed by humantime.
+#[derive(Debug, Clone, Copy)]
+struct HumanDuration(Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map(HumanDuration).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "invalid duration {s:?}: {e} (write a number and a unit, e.g. \"500ms\", \"5s\", \"3m\")"
+            ))
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checked stage
+// ---------------------------------------------------------------------------------------------
+
+/// A validated configuration: defaults resolved, cross-field rules checked.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was read from.
+    pub source: PathBuf,
+    /// This prober instance's id: the canary row key and the `prober` field of evidence.
+    /// Default: the host name (an ECS task's host name is unique per task).
+    pub prober_id: String,
+    /// Directory of the readiness state file (`state-<service>.json`). Default `./state`.
+    pub state_dir: PathBuf,
+    /// The failed-over service.
+    pub service: Service,
+    /// The readiness policy shared by all branches.
+    pub policy: Policy,
+    /// Publishing settings.
+    pub publish: Publish,
+    /// Evidence JSON-lines file. Default `<state_dir>/evidence.jsonl`.
+    pub evidence_path: PathBuf,
+    /// DNS settings of the `resolve` step.
+    pub dns: Dns,
+    /// The probe run against every branch.
+    pub probe: Probe,
+    /// The branches, in config order.
+    pub branches: Vec<Branch>,
+    /// Non-fatal findings (e.g. a policy where one failure crosses a threshold).
+    pub warnings: Vec<String>,
+}
+
+/// The service being failed over.
+#[derive(Debug, Clone)]
+pub struct Service {
+    /// Service name, the `Service` metric dimension (e.g. `orders-db`).
+    pub name: String,
+    /// The failover record name; branch probes never resolve it.
+    pub stable_name: String,
+}
+
+/// Where and how readiness is published.
+#[derive(Debug, Clone)]
+pub struct Publish {
+    /// Publish tick. Default 60 s (CloudWatch standard resolution).
+    pub interval: Duration,
+    /// CloudWatch namespace. Default `Readyprobe`.
+    pub namespace: String,
+    /// Metric sinks. Default `[emf]` (EMF JSON on stdout).
+    pub sinks: Vec<SinkKind>,
+    /// CloudWatch sink settings.
+    pub cloudwatch: CloudWatch,
+}
+
+/// A metric sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkKind {
+    /// `PutMetricData` through the AWS SDK.
+    CloudWatch,
+    /// CloudWatch Embedded Metric Format JSON lines on stdout.
+    Emf,
+}
+
+/// Settings of the CloudWatch sink.
+#[derive(Debug, Clone)]
+pub struct CloudWatch {
+    /// Region; default from the AWS chain (`AWS_REGION`, profile, ECS metadata).
+    pub region: Option<String>,
+    /// Endpoint override (e.g. an emulator or a VPC interface endpoint).
+    pub endpoint_url: Option<String>,
+    /// Operation timeout of one `PutMetricData` call including SDK retries. Default 10 s,
+    /// capped at the publish interval so one tick's publish never overlaps the next.
+    pub operation_timeout: Duration,
+    /// SDK attempts per call (first try included). Default 3.
+    pub max_attempts: u32,
+}
+
+/// Settings of the `resolve` step.
+#[derive(Debug, Clone)]
+pub struct Dns {
+    /// Explicit nameservers (`ip` or `ip:port`); `None` = read `resolv_conf`.
+    pub nameservers: Option<Vec<SocketAddr>>,
+    /// resolv.conf path used when `nameservers` is absent. Default `/etc/resolv.conf`.
+    pub resolv_conf: PathBuf,
+    /// Timeout of one query to one nameserver. Default 1 s.
+    pub timeout: Duration,
+}
+
+/// The probe run against each branch.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// Time between attempt starts of one branch. Default 2 s.
+    pub interval: Duration,
+    /// Deadline of one whole attempt; must be shorter than `interval`. Default 80 % of the interval.
+    pub timeout: Duration,
+    /// Random delay added to each branch's first attempt, spreading branches apart. Default 10 %
+    /// of the interval, at most 1 s.
+    pub jitter: Duration,
+    /// Per-step deadlines; each is also capped by what is left of the attempt deadline.
+    pub step_timeouts: StepTimeouts,
+    /// The kind-specific settings.
+    pub kind: ProbeKind,
+}
+
+/// Per-step deadlines.
+#[derive(Debug, Clone, Copy)]
+pub struct StepTimeouts {
+    /// `resolve` step deadline.
+    pub resolve: Duration,
+    /// `connect` step deadline.
+    pub connect: Duration,
+    /// `tls` step deadline.
+    pub tls: Duration,
+    /// `auth` step deadline.
+    pub auth: Duration,
+    /// `write` step deadline.
+    pub write: Duration,
+    /// `verify` step deadline.
+    pub verify: Duration,
+}
+
+/// Kind-specific probe settings; one variant per probe kind.
+#[derive(Debug, Clone)]
+pub enum ProbeKind {
+    /// The MySQL/MariaDB writer probe.
+    Mysql(MysqlProbe),
+}
+
+impl ProbeKind {
+    /// The kind's config name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ProbeKind::Mysql(_) => "mysql",
+        }
+    }
+}
+
+/// Settings of the `mysql` probe kind.
+#[derive(Debug, Clone)]
+pub struct MysqlProbe {
+    /// Default server port (3306); a branch may override it.
+    pub port: u16,
+    /// The probe identity.
+    pub user: String,
+    /// The probe identity's password, by reference.
+    pub password: SecretRef,
+    /// Database of the canary table. Default `readyprobe`.
+    pub database: String,
+    /// Canary table. Default `canary`.
+    pub table: String,
+    /// MySQL ssl-mode semantics. Default `verify_identity`.
+    pub ssl_mode: SslMode,
+    /// PEM CA bundle that signs the server certificates (required for `verify_ca`/`verify_identity`).
+    pub ssl_ca: Option<PathBuf>,
+}
+
+/// TLS policy with MySQL's `--ssl-mode` meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslMode {
+    /// No TLS.
+    Disabled,
+    /// TLS required, certificate not checked.
+    Required,
+    /// TLS required, certificate must chain to `ssl_ca`; name not checked.
+    VerifyCa,
+    /// TLS required, certificate must chain to `ssl_ca` and be valid for the endpoint name.
+    VerifyIdentity,
+}
+
+impl SslMode {
+    /// Config name (`disabled`, `required`, `verify_ca`, `verify_identity`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disabled => "disabled",
+            SslMode::Required => "required",
+            SslMode::VerifyCa => "verify_ca",
+            SslMode::VerifyIdentity => "verify_identity",
+        }
+    }
+}
+
+/// A secret given by reference; the value itself never appears in config, logs or evidence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretRef {
+    /// Read from an environment variable (e.g. injected by ECS `secrets`).
+    Env(String),
+    /// Read from a file; one trailing newline is stripped.
+    File(PathBuf),
+}
+
+impl SecretRef {
+    /// Read the secret.
+    ///
+    /// # Errors
+    /// [`SecretError`] naming the variable or file when it is unset, unreadable or empty.
+    pub fn resolve(&self) -> Result<String, SecretError> {
+        let value = match self {
+            SecretRef::Env(var) => std::env::var(var).map_err(|_| SecretError {
+                reference: self.to_string(),
+                reason: "the environment variable is not set (or not valid UTF-8)".into(),
+            })?,
+            SecretRef::File(path) => {
+                let mut v = std::fs::read_to_string(path).map_err(|e| SecretError {
+                    reference: self.to_string(),
+                    reason: e.to_string(),
+                })?;
+                if v.ends_with('\n') {
+                    v.pop();
+                    if v.ends_with('\r') {
+                        v.pop();
+                    }
+                }
+                v
+            }
+        };
+        if value.is_empty() {
+            return Err(SecretError {
+                reference: self.to_string(),
+                reason: "the secret is empty".into(),
+            });
+        }
+        Ok(value)
+    }
+}
+
+impl fmt::Display for SecretRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SecretRef::Env(v) => write!(f, "environment variable {v}"),
+            SecretRef::File(p) => write!(f, "file {}", p.display()),
+        }
+    }
+}
+
+/// A secret could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("secret from {reference} is unavailable: {reason}")]
+pub struct SecretError {
+    /// Which reference (never the value).
+    pub reference: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Route 53 failover role of a branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `PRIMARY` failover record.
+    Primary,
+    /// `SECONDARY` failover record.
+    Secondary,
+}
+
+impl Role {
+    /// Route 53 spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Primary => "PRIMARY",
+            Role::Secondary => "SECONDARY",
+        }
+    }
+}
+
+/// One failover branch.
+#[derive(Debug, Clone)]
+pub struct Branch {
+    /// Branch name, the `Branch` metric dimension (e.g. `primary`).
+    pub name: String,
+    /// Route 53 failover role.
+    pub role: Role,
+    /// The branch-specific endpoint name, resolved on every attempt.
+    pub endpoint: String,
+    /// Server port.
+    pub port: u16,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// One problem found in a config file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Issue {
+    /// Dotted key path, e.g. `readiness.declare_ready.for` or `branch[1].endpoint`.
+    pub key: String,
+    /// 1-based line of the key in the file, when it appears there.
+    pub line: Option<usize>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+/// Every problem found in a config file.
+#[derive(Debug, Clone)]
+pub struct ConfigError {
+    /// The file.
+    pub path: PathBuf,
+    /// The problems, in file order where known.
+    pub issues: Vec<Issue>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.issues.len();
+        write!(
+            f,
+            "{}: {n} error{}",
+            self.path.display(),
+            if n == 1 { "" } else { "s" }
+        )?;
+        for i in &self.issues {
+            match i.line {
+                Some(l) => write!(f, "\n  {}:{l}: {}: {}", self.path.display(), i.key, i.message)?,
+                None => write!(f, "\n  {}: {}: {}", self.path.display(), i.key, i.message)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------------------------
+
+/// Read and validate a config file.
+///
+/// # Errors
+/// [`ConfigError`] with every problem found: unreadable file, TOML syntax, unknown keys, wrong
+/// types, bad durations and violated cross-field rules, each with line and key.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        path: path.to_owned(),
+        issues: vec![Issue {
+            key: "(file)".into(),
+            line: None,
+            message: format!("cannot read the config file: {e}"),
+        }],
+    })?;
+    parse(path, &text)
+}
+
+/// Validate config text; `path` is used in messages and to resolve relative paths.
+///
+/// # Errors
+/// As [`load`].
+pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
+        path: path.to_owned(),
+        issues: vec![toml_issue(text, &e)],
+    })?;
+    let mut v = Validator {
+        text,
+        doc: toml_edit::Document::parse(text.to_owned()).ok(),
+        issues: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let cfg = v.validate(path, raw);
+    if v.issues.is_empty() {
+        let mut cfg = cfg.expect("a config is built when no issue was found");
+        cfg.warnings = v.warnings;
+        Ok(cfg)
+    } else {
+        let mut issues = v.issues;
+        issues.sort_by_key(|i| i.line.unwrap_or(usize::MAX));
+        Err(ConfigError {
+            path: path.to_owned(),
+            issues,
+        })
+    }
+}
+
+fn toml_issue(text: &str, e: &toml::de::Error) -> Issue {
+    let line = e.span().map(|s| line_of(text, s.start));
+    // toml's message holds a rendered snippet; keep its first line, which says what is wrong.
+    let msg = e.message().to_string();
+    let key = e
+        .span()
+        .and_then(|s| key_at(text, s.start))
+        .unwrap_or_else(|| "(syntax)".into());
+    Issue {
+        key,
+        line,
+        message: msg,
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// Best-effort name of the key whose line contains `offset`: the table header in force plus the
+/// key at the start of that line.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let line_no = line_of(text, offset);
+    let mut table = String::new();
+    let mut found = None;
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            table = t.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+        }
+        if i + 1 == line_no {
+            if t.starts_with('[') {
+                found = Some(table.clone());
+            } else {
+                let k = t.split('=').next().unwrap_or("").trim();
+                found = Some(if table.is_empty() {
+                    k.to_string()
+                } else if k.is_empty() {
+                    table.clone()
+                } else {
+                    format!("{table}.{k}")
+                });
+            }
+            break;
+        }
+    }
+    found
+}
+
+struct Validator<'a> {
+    text: &'a str,
+    doc: Option<toml_edit::Document<String>>,
+    issues: Vec<Issue>,
+    warnings: Vec<String>,
+}
+
+impl Validator<'_> {
+    /// Line of a dotted key path (`a.b[1].c`) in the document, if present.
+    fn line(&self, key: &str) -> Option<usize> {
+        let doc = self.doc.as_ref()?;
+        let mut item: &toml_edit::Item = doc.as_item();
+        let mut span = None;
+        for part in key.split('.') {
+            let (name, index) = match part.split_once('[') {
+                Some((n, rest)) => (n, rest.trim_end_matches(']').parse::<usize>().ok()),
+                None => (part, None),
+            };
+            let (k, next) = item.as_table_like()?.get_key_value(name)?;
+            span = k.span().or(span);
+            item = next;
+            if let Some(ix) = index {
+                match item {
+                    toml_edit::Item::ArrayOfTables(a) => {
+                        let t = a.get(ix)?;
+                        span = t.span().or(span);
+                        // `[[branch]]` tables carry their span on the header.
+                        return self.line_in_table(t, key, span);
+                    }
+                    toml_edit::Item::Value(toml_edit::Value::Array(a)) => {
+                        let v = a.get(ix)?;
+                        span = v.span().or(span);
+                        return span.map(|s| line_of(self.text, s.start));
+                    }
+                    _ => return span.map(|s| line_of(self.text, s.start)),
+                }
+            }
+        }
+        span.map(|s| line_of(self.text, s.start))
+    }
+
+    fn line_in_table(
+        &self,
+        t: &toml_edit::Table,
+        key: &str,
+        header: Option<std::ops::Range<usize>>,
+    ) -> Option<usize> {
+        // The remainder after `name[ix].`
+        let rest = key.split_once("].").map(|(_, r)| r);
+        if let Some(rest) = rest {
+            let mut item: Option<&toml_edit::Item> = None;
+            let mut span = header.clone();
+            let mut table_like: &dyn toml_edit::TableLike = t;
+            for part in rest.split('.') {
+                let Some((k, next)) = table_like.get_key_value(part) else {
+                    break;
+                };
+                span = k.span().or(span);
+                item = Some(next);
+                match next.as_table_like() {
+                    Some(tl) => table_like = tl,
+                    None => break,
+                }
+            }
+            let _ = item;
+            return span.map(|s| line_of(self.text, s.start));
+        }
+        header.map(|s| line_of(self.text, s.start))
+    }
+
+    fn error(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        let key = key.into();
+        let line = self.line(&key);
+        self.issues.push(Issue {
+            key,
+            line,
+            message: message.into(),
+        });
+    }
+
+    fn validate(&mut self, path: &Path, raw: RawConfig) -> Option<Config> {
+        let base = path.parent().unwrap_or(Path::new("."));
+        let rel = |p: PathBuf| if p.is_relative() { base.join(p) } else { p };
+
+        // Service
+        let service = Service {
+            name: raw.service.name.trim().to_string(),
+            stable_name: normalise_name(&raw.service.stable_name),
+        };
+        self.check_dimension("service.name", &service.name);
+        if service.stable_name.is_empty() {
+            self.error("service.stable_name", "must be the failover record name");
+        }
+
+        let prober_id = raw.prober_id.unwrap_or_else(default_prober_id);
+        if prober_id.is_empty() || prober_id.len() > MAX_CANARY_ID_LEN {
+            self.error(
+                "prober_id",
+                format!("must be 1–{MAX_CANARY_ID_LEN} characters (canary table column width)"),
+            );
+        }
+        let state_dir = rel(raw.state_dir.unwrap_or_else(|| PathBuf::from("state")));
+        let evidence_path = raw
+            .evidence
+            .path
+            .map(&rel)
+            .unwrap_or_else(|| state_dir.join("evidence.jsonl"));
+
+        // Probe
+        let interval = raw
+            .probe
+            .interval
+            .map(|d| d.0)
+            .unwrap_or(Duration::from_secs(2));
+        if interval < Duration::from_millis(100) {
+            self.error("probe.interval", "must be at least 100ms");
+        }
+        let timeout = raw.probe.timeout.map(|d| d.0).unwrap_or(interval * 4 / 5);
+        if timeout >= interval {
+            self.error(
+                "probe.timeout",
+                format!(
+                    "the attempt timeout ({}) must be shorter than probe.interval ({}) so that at most one attempt per branch is in flight",
+                    fmt_dur(timeout),
+                    fmt_dur(interval)
+                ),
+            );
+        }
+        if timeout.is_zero() {
+            self.error("probe.timeout", "must be greater than 0");
+        }
+        let jitter = raw
+            .probe
+            .jitter
+            .map(|d| d.0)
+            .unwrap_or_else(|| (interval / 10).min(Duration::from_secs(1)));
+        if jitter >= interval {
+            self.error("probe.jitter", "must be shorter than probe.interval");
+        }
+        let st = &raw.probe.step_timeout;
+        let step = |d: Option<HumanDuration>| d.map(|d| d.0).unwrap_or(timeout);
+        let step_timeouts = StepTimeouts {
+            resolve: step(st.resolve),
+            connect: step(st.connect),
+            tls: step(st.tls),
+            auth: step(st.auth),
+            write: step(st.write),
+            verify: step(st.verify),
+        };
+        for (k, d) in [
+            ("resolve", st.resolve),
+            ("connect", st.connect),
+            ("tls", st.tls),
+            ("auth", st.auth),
+            ("write", st.write),
+            ("verify", st.verify),
+        ] {
+            if let Some(d) = d {
+                if d.0.is_zero() {
+                    self.error(format!("probe.step_timeout.{k}"), "must be greater than 0");
+                } else if d.0 > timeout {
+                    self.warnings.push(format!(
+                        "probe.step_timeout.{k} ({}) is longer than probe.timeout ({}); the attempt deadline applies first",
+                        fmt_dur(d.0),
+                        fmt_dur(timeout)
+                    ));
+                }
+            }
+        }
+
+        let kind = match raw.probe.kind.as_str() {
+            "mysql" => match raw.probe.mysql {
+                Some(m) => self.mysql(m, &rel).map(ProbeKind::Mysql),
+                None => {
+                    self.error(
+                        "probe.kind",
+                        "kind \"mysql\" needs a [probe.mysql] table (user, password, ...)",
+                    );
+                    None
+                }
+            },
+            other => {
+                self.error(
+                    "probe.kind",
+                    format!("unknown probe kind {other:?}; supported: \"mysql\""),
+                );
+                None
+            }
+        };
+        let default_port = match &kind {
+            Some(ProbeKind::Mysql(m)) => m.port,
+            None => 3306,
+        };
+
+        // Branches
+        if raw.branch.is_empty() {
+            self.error(
+                "branch",
+                "at least one [[branch]] is required (usually a PRIMARY and a SECONDARY)",
+            );
+        }
+        let mut branches = Vec::new();
+        let mut names = BTreeSet::new();
+        let mut roles = BTreeSet::new();
+        for (i, b) in raw.branch.into_iter().enumerate() {
+            let name = b.name.trim().to_string();
+            self.check_dimension(&format!("branch[{i}].name"), &name);
+            if name.len() > MAX_CANARY_ID_LEN {
+                self.error(
+                    format!("branch[{i}].name"),
+                    format!("must be at most {MAX_CANARY_ID_LEN} characters (canary table column width)"),
+                );
+            }
+            if !names.insert(name.clone()) {
+                self.error(
+                    format!("branch[{i}].name"),
+                    format!("duplicate branch name {name:?}"),
+                );
+            }
+            let role = match b.role.to_ascii_uppercase().as_str() {
+                "PRIMARY" => Some(Role::Primary),
+                "SECONDARY" => Some(Role::Secondary),
+                _ => {
+                    self.error(
+                        format!("branch[{i}].role"),
+                        format!(
+                            "unknown role {:?}; Route 53 failover roles are PRIMARY and SECONDARY",
+                            b.role
+                        ),
+                    );
+                    None
+                }
+            };
+            if let Some(r) = role
+                && !roles.insert(r.as_str())
+            {
+                self.error(
+                    format!("branch[{i}].role"),
+                    format!(
+                        "a second {} branch; a failover record set has one of each",
+                        r.as_str()
+                    ),
+                );
+            }
+            let endpoint = normalise_name(&b.endpoint);
+            if endpoint.is_empty() {
+                self.error(format!("branch[{i}].endpoint"), "must not be empty");
+            } else if endpoint.eq_ignore_ascii_case(&service.stable_name) {
+                self.error(
+                    format!("branch[{i}].endpoint"),
+                    format!(
+                        "{endpoint:?} is the service's stable name; a branch probe must use its branch-specific name, or it would measure whatever Route 53 answers (a circular control loop)"
+                    ),
+                );
+            }
+            if let Some(r) = role {
+                branches.push(Branch {
+                    name,
+                    role: r,
+                    endpoint,
+                    port: b.port.unwrap_or(default_port),
+                });
+            }
+        }
+
+        let policy = self.policy(&raw.readiness, interval);
+
+        // Publish
+        let publish_interval = raw
+            .publish
+            .interval
+            .map(|d| d.0)
+            .unwrap_or(Duration::from_secs(60));
+        if publish_interval < Duration::from_secs(1) {
+            self.error("publish.interval", "must be at least 1s");
+        }
+        let namespace = raw
+            .publish
+            .namespace
+            .unwrap_or_else(|| "Readyprobe".into());
+        if namespace.is_empty()
+            || namespace.len() > MAX_NAMESPACE_LEN
+            || namespace.starts_with("AWS/")
+            || namespace.starts_with(':')
+            || !namespace.is_ascii()
+        {
+            self.error(
+                "publish.namespace",
+                "CloudWatch namespaces are 1–255 ASCII characters, must not start with \"AWS/\" or ':'",
+            );
+        }
+        let mut sinks = Vec::new();
+        for (i, s) in raw
+            .publish
+            .sinks
+            .unwrap_or_else(|| vec!["emf".into()])
+            .iter()
+            .enumerate()
+        {
+            match s.as_str() {
+                "emf" => sinks.push(SinkKind::Emf),
+                "cloudwatch" => sinks.push(SinkKind::CloudWatch),
+                other => self.error(
+                    format!("publish.sinks[{i}]"),
+                    format!("unknown sink {other:?}; supported: \"cloudwatch\", \"emf\""),
+                ),
+            }
+        }
+        sinks.dedup();
+        let cw = raw.publish.cloudwatch;
+        let op_timeout = cw
+            .operation_timeout
+            .map(|d| d.0)
+            .unwrap_or(Duration::from_secs(10))
+            .min(publish_interval);
+        let max_attempts = cw.max_attempts.unwrap_or(3);
+        if max_attempts == 0 || max_attempts > 10 {
+            self.error("publish.cloudwatch.max_attempts", "must be 1–10");
+        }
+        if sinks.contains(&SinkKind::CloudWatch) && publish_interval < Duration::from_secs(60) {
+            self.warnings.push(format!(
+                "publish.interval is {}; CloudWatch standard resolution stores one value per 60 s, so a shorter tick only adds samples to the same minute",
+                fmt_dur(publish_interval)
+            ));
+        }
+
+        // DNS
+        let mut nameservers = None;
+        if let Some(list) = raw.dns.nameservers {
+            let mut out = Vec::new();
+            for (i, ns) in list.iter().enumerate() {
+                match parse_nameserver(ns) {
+                    Some(a) => out.push(a),
+                    None => self.error(
+                        format!("dns.nameservers[{i}]"),
+                        format!("{ns:?} is not an IP address or IP:port"),
+                    ),
+                }
+            }
+            if out.is_empty() {
+                self.error(
+                    "dns.nameservers",
+                    "must list at least one nameserver (or remove the key to use resolv.conf)",
+                );
+            }
+            nameservers = Some(out);
+        }
+        let dns = Dns {
+            nameservers,
+            resolv_conf: raw
+                .dns
+                .resolv_conf
+                .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf")),
+            timeout: raw
+                .dns
+                .timeout
+                .map(|d| d.0)
+                .unwrap_or(Duration::from_secs(1)),
+        };
+
+        if !self.issues.is_empty() {
+            return None;
+        }
+        Some(Config {
+            source: path.to_owned(),
+            prober_id,
+            state_dir,
+            service,
+            policy: policy?,
+            publish: Publish {
+                interval: publish_interval,
+                namespace,
+                sinks,
+                cloudwatch: CloudWatch {
+                    region: cw.region,
+                    endpoint_url: cw.endpoint_url,
+                    operation_timeout: op_timeout,
+                    max_attempts,
+                },
+            },
+            evidence_path,
+            dns,
+            probe: Probe {
+                interval,
+                timeout,
+                jitter,
+                step_timeouts,
+                kind: kind?,
+            },
+            branches,
+            warnings: Vec::new(),
+        })
+    }
+
+    fn check_dimension(&mut self, key: &str, value: &str) {
+        if value.is_empty() || value.len() > MAX_DIMENSION_VALUE_LEN {
+            self.error(
+                key,
+                "must be 1–1024 characters (it is a CloudWatch dimension value)",
+            );
+        }
+    }
+
+    fn mysql(&mut self, m: RawMysql, rel: &dyn Fn(PathBuf) -> PathBuf) -> Option<MysqlProbe> {
+        let password = match (m.password.env, m.password.file) {
+            (Some(v), None) if !v.is_empty() => Some(SecretRef::Env(v)),
+            (None, Some(f)) => Some(SecretRef::File(rel(f))),
+            _ => {
+                self.error(
+                    "probe.mysql.password",
+                    "give exactly one reference: { env = \"VAR\" } or { file = \"/run/secrets/x\" } (secrets are never written inline)",
+                );
+                None
+            }
+        };
+        let ssl_mode = match m.ssl_mode.as_deref().unwrap_or("verify_identity") {
+            "disabled" => Some(SslMode::Disabled),
+            "required" => Some(SslMode::Required),
+            "verify_ca" => Some(SslMode::VerifyCa),
+            "verify_identity" => Some(SslMode::VerifyIdentity),
+            other => {
+                self.error(
+                    "probe.mysql.ssl_mode",
+                    format!(
+                        "unknown ssl_mode {other:?}; MySQL ssl-mode values: disabled, required, verify_ca, verify_identity"
+                    ),
+                );
+                None
+            }
+        };
+        let ssl_ca = m.ssl_ca.map(rel);
+        if matches!(ssl_mode, Some(SslMode::VerifyCa | SslMode::VerifyIdentity)) {
+            match &ssl_ca {
+                None => self.error(
+                    "probe.mysql.ssl_ca",
+                    format!(
+                        "ssl_mode {} needs ssl_ca, the PEM bundle of the CA that signs the server certificates",
+                        ssl_mode.map(SslMode::as_str).unwrap_or_default()
+                    ),
+                ),
+                Some(p) if !p.is_file() => self.error(
+                    "probe.mysql.ssl_ca",
+                    format!("{} is not a readable file", p.display()),
+                ),
+                Some(_) => {}
+            }
+        }
+        if ssl_mode == Some(SslMode::Disabled) {
+            self.warnings.push(
+                "probe.mysql.ssl_mode is \"disabled\": the probe does not exercise TLS, which the application may depend on".into(),
+            );
+        }
+        let ident_ok = |s: &str| {
+            !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        let database = m.database.unwrap_or_else(|| "readyprobe".into());
+        if !ident_ok(&database) {
+            self.error(
+                "probe.mysql.database",
+                "must be 1–64 characters of [A-Za-z0-9_]",
+            );
+        }
+        let table = m.table.unwrap_or_else(|| "canary".into());
+        if !ident_ok(&table) {
+            self.error("probe.mysql.table", "must be 1–64 characters of [A-Za-z0-9_]");
+        }
+        if m.user.is_empty() {
+            self.error("probe.mysql.user", "must not be empty");
+        }
+        Some(MysqlProbe {
+            port: m.port.unwrap_or(3306),
+            user: m.user,
+            password: password?,
+            database,
+            table,
+            ssl_mode: ssl_mode?,
+            ssl_ca,
+        })
+    }
+
+    fn policy(&mut self, r: &RawReadiness, interval: Duration) -> Option<Policy> {
+        let window = r.window.map(|d| d.0).unwrap_or(Duration::from_secs(60));
+        let min_attempts = r.min_attempts.unwrap_or(10);
+        if min_attempts == 0 {
+            self.error("readiness.min_attempts", "must be at least 1");
+        }
+        let (u_thr, u_for, u_win) = match &r.declare_unready {
+            Some(u) => (u.success_rate_below, u.for_, u.window),
+            None => (None, None, None),
+        };
+        let unready = Condition {
+            threshold_percent: u_thr.unwrap_or(95.0),
+            for_: u_for.map(|d| d.0).unwrap_or(Duration::from_secs(180)),
+            window: u_win.map(|d| d.0).unwrap_or(window),
+        };
+        let (r_thr, r_for, r_win, approval) = match &r.declare_ready {
+            Some(x) => (x.success_rate_at_or_above, x.for_, x.window, x.approval.clone()),
+            None => (None, None, None, None),
+        };
+        let ready = Condition {
+            threshold_percent: r_thr.unwrap_or(99.0),
+            for_: r_for.map(|d| d.0).unwrap_or(Duration::from_secs(600)),
+            window: r_win.map(|d| d.0).unwrap_or(window),
+        };
+        let approval_required = match approval.as_deref().unwrap_or("none") {
+            "required" => true,
+            "none" => false,
+            other => {
+                self.error(
+                    "readiness.declare_ready.approval",
+                    format!("unknown value {other:?}; use \"required\" or \"none\""),
+                );
+                false
+            }
+        };
+        let initial = match r.initial.as_deref().unwrap_or("unknown") {
+            "unknown" => ReadinessState::Unknown,
+            "ready" => ReadinessState::Ready,
+            "unready" => ReadinessState::Unready,
+            other => {
+                self.error(
+                    "readiness.initial",
+                    format!("unknown value {other:?}; use \"unknown\", \"ready\" or \"unready\""),
+                );
+                ReadinessState::Unknown
+            }
+        };
+        for (key, thr) in [
+            ("readiness.declare_unready.success_rate_below", unready.threshold_percent),
+            (
+                "readiness.declare_ready.success_rate_at_or_above",
+                ready.threshold_percent,
+            ),
+        ] {
+            if !(0.0..=100.0).contains(&thr) || !thr.is_finite() {
+                self.error(key, "is a percentage: 0–100");
+            }
+        }
+        if ready.threshold_percent < unready.threshold_percent {
+            self.error(
+                "readiness.declare_ready.success_rate_at_or_above",
+                format!(
+                    "the ready threshold ({}%) is below the unready threshold ({}%): a branch could be declared ready at a rate that declares it unready",
+                    ready.threshold_percent, unready.threshold_percent
+                ),
+            );
+        }
+        for (key, c, name) in [
+            ("readiness.declare_unready", &unready, "unready"),
+            ("readiness.declare_ready", &ready, "ready"),
+        ] {
+            let wkey = if (name == "unready" && u_win.is_some()) || (name == "ready" && r_win.is_some()) {
+                format!("{key}.window")
+            } else {
+                "readiness.window".to_string()
+            };
+            let fits = attempts_in(c.window, interval);
+            if fits < u64::from(min_attempts) {
+                self.error(
+                    wkey,
+                    format!(
+                        "a {} window holds at most {fits} attempts at probe.interval {}, fewer than readiness.min_attempts ({min_attempts}): the {name} condition could never hold",
+                        fmt_dur(c.window),
+                        fmt_dur(interval)
+                    ),
+                );
+            } else if fits > 0 {
+                let one_fail = (fits - 1) as f64 / fits as f64 * 100.0;
+                let crosses = one_fail < c.threshold_percent;
+                if crosses {
+                    self.warnings.push(format!(
+                        "{key}: one failure among {fits} attempts in the {} window gives {one_fail:.1}%, which {} the {}% threshold",
+                        fmt_dur(c.window),
+                        if name == "unready" { "already falls below" } else { "already misses" },
+                        c.threshold_percent
+                    ));
+                }
+            }
+        }
+        Some(Policy {
+            min_attempts,
+            declare_unready: unready,
+            declare_ready: ready,
+            approval_required,
+            initial,
+        })
+    }
+}
+
+/// How many attempts finish in `window` at one attempt per `interval` (at least).
+pub fn attempts_in(window: Duration, interval: Duration) -> u64 {
+    if interval.is_zero() {
+        return 0;
+    }
+    (window.as_millis() / interval.as_millis().max(1)) as u64
+}
+
+/// What one failed attempt does to a condition's success rate, as a sentence for `check`.
+pub fn one_failure_effect(c: &Condition, interval: Duration, unready: bool) -> String {
+    let n = attempts_in(c.window, interval);
+    if n == 0 {
+        return "window holds no attempt".into();
+    }
+    let rate = (n - 1) as f64 / n as f64 * 100.0;
+    let crosses = rate < c.threshold_percent;
+    let verdict = match (unready, crosses) {
+        (true, true) => "below the threshold: a single failure starts the unready `for` clock",
+        (true, false) => "still above the threshold",
+        (false, true) => "misses the threshold: the ready condition demands zero failures",
+        (false, false) => "still meets the threshold",
+    };
+    format!(
+        "{n} attempts per {} window; one failure → {rate:.1}% ({verdict})",
+        fmt_dur(c.window)
+    )
+}
+
+fn normalise_name(s: &str) -> String {
+    s.trim().trim_end_matches('.').to_ascii_lowercase()
+}
+
+fn parse_nameserver(s: &str) -> Option<SocketAddr> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Some(a);
+    }
+    s.parse::<std::net::IpAddr>()
+        .ok()
+        .map(|ip| SocketAddr::new(ip, 53))
+}
+
+fn default_prober_id() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .filter(|h| !h.is_empty())
+        .map(|h| h.chars().take(MAX_CANARY_ID_LEN).collect())
+        .unwrap_or_else(|| "readyprobe".into())
+}
+
+/// Format a duration the way config files write them (`1m30s`, `500ms`).
+pub fn fmt_dur(d: Duration) -> String {
+    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
+}

@@ -1,0 +1,10 @@
+//! readyprobe: probes each Route 53 failover branch by its own name, folds the attempts into one
+//! 0/1 readiness metric per branch with asymmetric hysteresis, and publishes it for the CloudWatch
+//! alarm that drives the failover health check. See ARCHITECTURE.md for the code map.
+
+pub mod clock;
+pub mod config;
+pub mod failure;
+pub mod probe;
+pub mod readiness;
+pub mod sink;

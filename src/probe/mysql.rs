@@ -1,0 +1,424 @@
+//! The `mysql` probe kind: the MySQL protocol prelude for the `tls` step, then `auth`, the marked
+//! `write` and the `verify` read-back through mysql_async; and the one place MySQL errors are
+//! classified.
+//!
+//! The `tls` step reads the server greeting on the connection opened by `connect`, sends an
+//! SSLRequest and performs the handshake itself, so the step has its own duration and exact TLS
+//! failure classes. `mysql_async` owns its connection, so `auth` opens a second one (with the same
+//! TLS policy, the certificate checked against the endpoint name via a hostname override); its
+//! duration therefore includes that connection's TCP and TLS set-up.
+
+use crate::config::{MysqlProbe, SslMode};
+use crate::failure::{FailureClass, Step};
+use mysql_async::prelude::Queryable;
+use mysql_async::{OptsBuilder, SslOpts};
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{Deadline, StepError, Steps};
+
+/// Server identity read by the `verify` step.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ServerIdentity {
+    /// `@@hostname`.
+    pub hostname: String,
+    /// `@@server_id`.
+    pub server_id: u64,
+    /// `@@read_only`.
+    pub read_only: bool,
+    /// Server version from the greeting.
+    pub version: String,
+}
+
+/// A prepared mysql probe for one branch: settings plus the secret and TLS config read at start.
+#[derive(Clone)]
+pub struct MysqlTarget {
+    /// Settings from the config.
+    pub settings: MysqlProbe,
+    /// The resolved password (never logged).
+    pub password: String,
+    /// rustls client configuration for the `tls` step (`None` when ssl_mode is disabled).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for MysqlTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MysqlTarget")
+            .field("settings", &self.settings)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+const CLIENT_LONG_PASSWORD: u32 = 0x0000_0001;
+const CLIENT_PROTOCOL_41: u32 = 0x0000_0200;
+const CLIENT_SSL: u32 = 0x0000_0800;
+const CLIENT_SECURE_CONNECTION: u32 = 0x0000_8000;
+const UTF8MB4_GENERAL_CI: u8 = 45;
+
+/// Run `tls` (when enabled), `auth`, `write` and `verify` after `connect` succeeded.
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    target: &MysqlTarget,
+    steps: &mut Steps,
+    deadline: &Deadline,
+    stream: TcpStream,
+    addr: SocketAddr,
+    endpoint: &str,
+    prober_id: &str,
+    branch: &str,
+    seq: u64,
+    marker: &str,
+    observed_at: &str,
+    tls_out: &mut Option<super::tls::TlsInfo>,
+) -> Result<ServerIdentity, (Step, StepError)> {
+    let s = &target.settings;
+    // tls: greeting, SSLRequest, handshake.
+    let version = match &target.tls {
+        Some(cfg) => {
+            let cfg = cfg.clone();
+            steps
+                .run(Step::Tls, deadline.step(Step::Tls), async move {
+                    let mut stream = stream;
+                    let greeting = read_greeting(&mut stream).await?;
+                    if greeting.capabilities & CLIENT_SSL == 0 {
+                        return Err(StepError {
+                            class: FailureClass::TlsNotOffered,
+                            message: "the server does not offer TLS (no CLIENT_SSL capability)"
+                                .into(),
+                        });
+                    }
+                    let caps = CLIENT_LONG_PASSWORD
+                        | CLIENT_PROTOCOL_41
+                        | CLIENT_SSL
+                        | CLIENT_SECURE_CONNECTION;
+                    let mut pkt = Vec::with_capacity(36);
+                    pkt.extend_from_slice(&32u32.to_le_bytes()[..3]);
+                    pkt.push(1); // sequence id
+                    pkt.extend_from_slice(&caps.to_le_bytes());
+                    pkt.extend_from_slice(&(16u32 * 1024 * 1024).to_le_bytes());
+                    pkt.push(UTF8MB4_GENERAL_CI);
+                    pkt.extend_from_slice(&[0u8; 23]);
+                    stream.write_all(&pkt).await.map_err(io_err)?;
+                    let (mut tls, info) = super::tls::handshake(cfg, endpoint, stream).await?;
+                    // Close politely; the server logs an aborted connection otherwise.
+                    let _ = tls.shutdown().await;
+                    Ok((greeting.version, info))
+                })
+                .await
+                .map(|(v, info)| {
+                    *tls_out = Some(info);
+                    v
+                })
+                .map_err(|e| (Step::Tls, e))?
+        }
+        None => {
+            drop(stream);
+            String::new()
+        }
+    };
+
+    // auth: a mysql_async connection with the same TLS policy.
+    let opts = conn_opts(target, addr, endpoint);
+    let mut conn = steps
+        .run(Step::Auth, deadline.step(Step::Auth), async {
+            mysql_async::Conn::new(opts)
+                .await
+                
+                .map_err(|e| classify_mysql(&e))
+        })
+        .await
+        .map_err(|e| (Step::Auth, e))?;
+
+    let table = format!("`{}`.`{}`", s.database, s.table);
+    let result = async {
+        steps
+            .run(Step::Write, deadline.step(Step::Write), async {
+                conn.exec_drop(
+                    format!(
+                        "INSERT INTO {table} (prober_id, branch, marker, seq, observed_at) \
+                         VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE \
+                         marker = VALUES(marker), seq = VALUES(seq), observed_at = VALUES(observed_at)"
+                    ),
+                    (prober_id, branch, marker, seq, observed_at),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| classify_mysql(&e))
+            })
+            .await
+            .map_err(|e| (Step::Write, e))?;
+        let row: Option<(String, u64, String, u64, u8)> = steps
+            .run(Step::Verify, deadline.step(Step::Verify), async {
+                conn.exec_first(
+                    format!(
+                        "SELECT marker, seq, @@hostname, @@server_id, @@read_only \
+                         FROM {table} WHERE prober_id = ? AND branch = ?"
+                    ),
+                    (prober_id, branch),
+                )
+                .await
+                
+                .map_err(|e| classify_mysql(&e))
+            })
+            .await
+            .map_err(|e| (Step::Verify, e))?;
+        let Some((got_marker, got_seq, hostname, server_id, read_only)) = row else {
+            return Err((
+                Step::Verify,
+                StepError {
+                    class: FailureClass::VerifyMismatch,
+                    message: "the canary row written by this attempt is not there".into(),
+                },
+            ));
+        };
+        let identity = ServerIdentity {
+            hostname,
+            server_id,
+            read_only: read_only != 0,
+            version: version.clone(),
+        };
+        if got_marker != marker || got_seq != seq {
+            steps.fail_last(FailureClass::VerifyMismatch);
+            return Err((
+                Step::Verify,
+                StepError {
+                    class: FailureClass::VerifyMismatch,
+                    message: format!(
+                        "read back marker {got_marker} seq {got_seq}, wrote {marker} seq {seq} (server {})",
+                        identity.hostname
+                    ),
+                },
+            ));
+        }
+        Ok(identity)
+    }
+    .await;
+    // Disconnect outside every step, bounded so a dead server cannot hold the attempt.
+    let _ = tokio::time::timeout(Duration::from_millis(500), conn.disconnect()).await;
+    result
+}
+
+fn io_err(e: std::io::Error) -> StepError {
+    StepError {
+        class: super::connect::classify_io(&e),
+        message: e.to_string(),
+    }
+}
+
+struct Greeting {
+    version: String,
+    capabilities: u32,
+}
+
+/// Read the server's initial handshake packet (protocol 10) or its error packet.
+async fn read_greeting(stream: &mut TcpStream) -> Result<Greeting, StepError> {
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header).await.map_err(io_err)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+    if len == 0 || len > 64 * 1024 {
+        return Err(protocol(format!("greeting of {len} bytes")));
+    }
+    let mut p = vec![0u8; len];
+    stream.read_exact(&mut p).await.map_err(io_err)?;
+    parse_greeting(&p)
+}
+
+fn protocol(msg: String) -> StepError {
+    StepError {
+        class: FailureClass::ProtocolError,
+        message: msg,
+    }
+}
+
+fn parse_greeting(p: &[u8]) -> Result<Greeting, StepError> {
+    if p[0] == 0xff {
+        // ERR packet: 0xff, code u16, message (no SQL state before auth).
+        let code = if p.len() >= 3 {
+            u16::from_le_bytes([p[1], p[2]])
+        } else {
+            0
+        };
+        let message = String::from_utf8_lossy(p.get(3..).unwrap_or_default()).to_string();
+        let e = mysql_async::Error::Server(mysql_async::ServerError {
+            code,
+            message: message.clone(),
+            state: String::new(),
+        });
+        return Err(StepError {
+            class: classify_mysql(&e).class,
+            message: format!("server refused the connection: ERROR {code}: {message}"),
+        });
+    }
+    if p[0] != 10 {
+        return Err(protocol(format!("unsupported protocol version {}", p[0])));
+    }
+    let nul = p[1..]
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or_else(|| protocol("greeting without server version".into()))?;
+    let version = String::from_utf8_lossy(&p[1..1 + nul]).to_string();
+    let mut i = 1 + nul + 1 + 4 + 8 + 1; // version NUL, connection id, auth data 1, filler
+    let lower = p
+        .get(i..i + 2)
+        .ok_or_else(|| protocol("short greeting".into()))?;
+    let mut caps = u16::from_le_bytes([lower[0], lower[1]]) as u32;
+    i += 2 + 1 + 2; // lower flags, charset, status
+    if let Some(upper) = p.get(i..i + 2) {
+        caps |= (u16::from_le_bytes([upper[0], upper[1]]) as u32) << 16;
+    }
+    Ok(Greeting {
+        version,
+        capabilities: caps,
+    })
+}
+
+fn conn_opts(target: &MysqlTarget, addr: SocketAddr, endpoint: &str) -> OptsBuilder {
+    let s = &target.settings;
+    let mut b = OptsBuilder::default()
+        .ip_or_hostname(addr.ip().to_string())
+        .tcp_port(addr.port())
+        .user(Some(s.user.clone()))
+        .pass(Some(target.password.clone()))
+        .db_name(Some(s.database.clone()))
+        .prefer_socket(false)
+        .stmt_cache_size(0);
+    let ssl = match s.ssl_mode {
+        SslMode::Disabled => None,
+        SslMode::Required => Some(
+            SslOpts::default()
+                .with_danger_accept_invalid_certs(true)
+                .with_danger_skip_domain_validation(true),
+        ),
+        SslMode::VerifyCa | SslMode::VerifyIdentity => {
+            let mut o = SslOpts::default()
+                .with_disable_built_in_roots(true)
+                .with_root_certs(
+                    s.ssl_ca
+                        .iter()
+                        .map(|p: &PathBuf| p.clone().into())
+                        .collect(),
+                )
+                .with_danger_tls_hostname_override(Some(endpoint.to_string()));
+            if s.ssl_mode == SslMode::VerifyCa {
+                o = o.with_danger_skip_domain_validation(true);
+            }
+            Some(o)
+        }
+    };
+    b = b.ssl_opts(ssl);
+    b
+}
+
+/// Map a mysql_async error to a failure class. The one place MySQL errors are classified.
+pub fn classify_mysql(e: &mysql_async::Error) -> StepError {
+    use mysql_async::{DriverError, Error, IoError};
+    let class = match e {
+        Error::Server(s) => classify_server_code(s.code),
+        Error::Io(IoError::Io(io)) => {
+            match io
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            {
+                Some(r) => super::tls::classify_tls(r),
+                None => super::connect::classify_io(io),
+            }
+        }
+        #[allow(unreachable_patterns)]
+        Error::Io(_) => FailureClass::TlsHandshake,
+        Error::Driver(DriverError::ConnectionClosed) => FailureClass::ServerGoneAway,
+        Error::Driver(_) | Error::Url(_) | Error::Other(_) => FailureClass::ProtocolError,
+    };
+    StepError {
+        class,
+        message: e.to_string(),
+    }
+}
+
+/// Map a MySQL/MariaDB server error code to a failure class.
+pub fn classify_server_code(code: u16) -> FailureClass {
+    match code {
+        1290 | 1836 => FailureClass::ServerReadOnly,
+        1044 | 1045 | 1142 | 1143 | 1698 | 3159 => FailureClass::AuthDenied,
+        1040 | 1203 => FailureClass::TooManyConnections,
+        1205 | 1213 => FailureClass::LockWaitTimeout,
+        1053 | 1927 | 2006 | 2013 => FailureClass::ServerGoneAway,
+        _ => FailureClass::ServerError,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: u16) -> mysql_async::Error {
+        mysql_async::Error::Server(mysql_async::ServerError {
+            code,
+            message: "m".into(),
+            state: "HY000".into(),
+        })
+    }
+
+    #[test]
+    fn classify_table() {
+        let cases = [
+            (server(1290), FailureClass::ServerReadOnly),
+            (server(1836), FailureClass::ServerReadOnly),
+            (server(1045), FailureClass::AuthDenied),
+            (server(3159), FailureClass::AuthDenied),
+            (server(1040), FailureClass::TooManyConnections),
+            (server(1205), FailureClass::LockWaitTimeout),
+            (server(1213), FailureClass::LockWaitTimeout),
+            (server(2006), FailureClass::ServerGoneAway),
+            (server(1146), FailureClass::ServerError),
+            (
+                mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed),
+                FailureClass::ServerGoneAway,
+            ),
+            (
+                mysql_async::Error::Io(mysql_async::IoError::Io(std::io::Error::from(
+                    std::io::ErrorKind::ConnectionRefused,
+                ))),
+                FailureClass::TcpRefused,
+            ),
+            (
+                mysql_async::Error::Io(mysql_async::IoError::Io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+                ))),
+                FailureClass::TlsUntrusted,
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(classify_mysql(&e).class, want, "{e}");
+        }
+    }
+
+    #[test]
+    fn greeting_parse() {
+        let mut p = vec![10u8];
+        p.extend_from_slice(b"10.11.19-MariaDB\0");
+        p.extend_from_slice(&[1, 0, 0, 0]);
+        p.extend_from_slice(&[0; 8]);
+        p.push(0);
+        p.extend_from_slice(&(CLIENT_SSL as u16 | 0x200).to_le_bytes());
+        p.push(45);
+        p.extend_from_slice(&[2, 0]);
+        p.extend_from_slice(&[0xff, 0x81]);
+        let g = parse_greeting(&p).unwrap();
+        assert_eq!(g.version, "10.11.19-MariaDB");
+        assert_ne!(g.capabilities & CLIENT_SSL, 0);
+        let mut err = vec![0xffu8];
+        err.extend_from_slice(&1040u16.to_le_bytes());
+        err.extend_from_slice(b"Too many connections");
+        assert_eq!(
+            parse_greeting(&err).err().unwrap().class,
+            FailureClass::TooManyConnections
+        );
+    }
+}

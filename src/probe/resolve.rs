@@ -1,0 +1,254 @@
+//! The `resolve` step: a fresh lookup of the branch-specific endpoint name on every attempt.
+//!
+//! Caching is off (`cache_size = 0`), the hosts file is never consulted, and names are absolute
+//! (no search-list expansion), so each attempt sees what the authoritative data says now.
+
+use crate::config::Dns;
+use crate::failure::FailureClass;
+use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::net::{DnsError, NetError};
+use hickory_resolver::proto::op::ResponseCode;
+use hickory_resolver::proto::rr::{Name, RData, RecordType};
+use hickory_resolver::TokioResolver;
+use serde::Serialize;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use super::StepError;
+
+/// One record of the answer chain, as seen on this attempt.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Answer {
+    /// Owner name (absolute, with trailing dot).
+    pub name: String,
+    /// `A`, `AAAA` or `CNAME`.
+    #[serde(rename = "type")]
+    pub rtype: String,
+    /// Address or CNAME target.
+    pub data: String,
+    /// TTL in seconds as served.
+    pub ttl: u32,
+}
+
+/// What the resolve step found.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Resolution {
+    /// Full answer chain, CNAMEs included.
+    pub answers: Vec<Answer>,
+    /// Addresses to connect to, in answer order.
+    pub addresses: Vec<IpAddr>,
+}
+
+/// Why a resolver could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolverSetupError {
+    /// resolv.conf could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// resolv.conf has no usable nameserver line.
+    #[error("{path} lists no nameserver; set dns.nameservers in the config")]
+    NoNameserver {
+        /// The file.
+        path: String,
+    },
+    /// resolv.conf could not be parsed.
+    #[error("cannot parse {path}: {reason}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// Parser message.
+        reason: String,
+    },
+}
+
+/// Build the uncached resolver from the `[dns]` settings.
+///
+/// # Errors
+/// [`ResolverSetupError`] when resolv.conf is needed and is missing, unparsable or lists no
+/// nameserver.
+pub fn build_resolver(dns: &Dns) -> Result<TokioResolver, ResolverSetupError> {
+    let servers: Vec<NameServerConfig> = match &dns.nameservers {
+        Some(list) => list
+            .iter()
+            .map(|a| {
+                let mut ns = NameServerConfig::udp_and_tcp(a.ip());
+                for c in &mut ns.connections {
+                    c.port = a.port();
+                }
+                ns
+            })
+            .collect(),
+        None => {
+            let path = dns.resolv_conf.display().to_string();
+            let data = std::fs::read(&dns.resolv_conf).map_err(|source| ResolverSetupError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let (conf, _opts) = hickory_resolver::system_conf::parse_resolv_conf(data).map_err(
+                |e| ResolverSetupError::Parse {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                },
+            )?;
+            let (_, _, servers) = conf.into_parts();
+            servers
+        }
+    };
+    if servers.is_empty() {
+        return Err(ResolverSetupError::NoNameserver {
+            path: dns.resolv_conf.display().to_string(),
+        });
+    }
+    let mut opts = ResolverOpts::default();
+    opts.cache_size = 0;
+    opts.use_hosts_file = ResolveHosts::Never;
+    opts.timeout = dns.timeout;
+    opts.attempts = 1;
+    opts.ndots = 0;
+    opts.preserve_intermediates = true;
+    let config = ResolverConfig::from_parts(None, vec![], servers);
+    let mut builder = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default());
+    *builder.options_mut() = opts;
+    Ok(builder
+        .build()
+        .expect("a resolver with explicit nameservers and no TLS always builds"))
+}
+
+/// Resolve `endpoint` (absolute): A first, AAAA when the name has no A record.
+///
+/// # Errors
+/// A [`StepError`] with a DNS failure class; see [`classify_dns`].
+pub async fn resolve(resolver: &TokioResolver, endpoint: &str) -> Result<Resolution, StepError> {
+    let mut name = Name::from_str(endpoint).map_err(|e| StepError {
+        class: FailureClass::DnsError,
+        message: format!("invalid name {endpoint:?}: {e}"),
+    })?;
+    name.set_fqdn(true);
+    let lookup = match resolver.lookup(name.clone(), RecordType::A).await {
+        Ok(l) => l,
+        Err(e) if classify_dns(&e) == FailureClass::DnsNodata => resolver
+            .lookup(name, RecordType::AAAA)
+            .await
+            .map_err(to_step_error)?,
+        Err(e) => return Err(to_step_error(e)),
+    };
+    let mut out = Resolution::default();
+    for r in lookup.answers() {
+        let (rtype, data) = match &r.data {
+            RData::A(a) => {
+                out.addresses.push(IpAddr::V4(a.0));
+                ("A", a.0.to_string())
+            }
+            RData::AAAA(a) => {
+                out.addresses.push(IpAddr::V6(a.0));
+                ("AAAA", a.0.to_string())
+            }
+            RData::CNAME(c) => ("CNAME", c.0.to_string()),
+            other => {
+                out.answers.push(Answer {
+                    name: r.name.to_string(),
+                    rtype: other.record_type().to_string(),
+                    data: other.to_string(),
+                    ttl: r.ttl,
+                });
+                continue;
+            }
+        };
+        out.answers.push(Answer {
+            name: r.name.to_string(),
+            rtype: rtype.to_string(),
+            data,
+            ttl: r.ttl,
+        });
+    }
+    if out.addresses.is_empty() {
+        return Err(StepError {
+            class: FailureClass::DnsNodata,
+            message: format!("{endpoint} has no A or AAAA record"),
+        });
+    }
+    Ok(out)
+}
+
+fn to_step_error(e: NetError) -> StepError {
+    StepError {
+        class: classify_dns(&e),
+        message: e.to_string(),
+    }
+}
+
+/// Map a hickory error to a failure class. The one place DNS errors are classified.
+pub fn classify_dns(e: &NetError) -> FailureClass {
+    match e {
+        NetError::Dns(DnsError::NoRecordsFound(nr)) => {
+            if nr.response_code == ResponseCode::NXDomain {
+                FailureClass::DnsNxdomain
+            } else {
+                FailureClass::DnsNodata
+            }
+        }
+        NetError::Dns(DnsError::ResponseCode(code)) => classify_rcode(*code),
+        NetError::Timeout => FailureClass::DnsTimeout,
+        NetError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => FailureClass::DnsTimeout,
+        _ => {
+            // Exhausted nameserver pools report the last server's error as text.
+            let s = e.to_string().to_ascii_lowercase();
+            if s.contains("timed out") || s.contains("timeout") {
+                FailureClass::DnsTimeout
+            } else {
+                FailureClass::DnsError
+            }
+        }
+    }
+}
+
+/// Map a DNS response code to a failure class.
+pub fn classify_rcode(code: ResponseCode) -> FailureClass {
+    match code {
+        ResponseCode::NXDomain => FailureClass::DnsNxdomain,
+        ResponseCode::ServFail => FailureClass::DnsServfail,
+        ResponseCode::Refused => FailureClass::DnsRefused,
+        _ => FailureClass::DnsError,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_resolver::net::NoRecords;
+    use hickory_resolver::proto::op::Query;
+
+    #[test]
+    fn classify_table() {
+        let q = || Query::query(Name::from_str("x.example.").unwrap(), RecordType::A);
+        let cases: Vec<(NetError, FailureClass)> = vec![
+            (
+                NetError::Dns(DnsError::NoRecordsFound(NoRecords::new(q(), ResponseCode::NXDomain))),
+                FailureClass::DnsNxdomain,
+            ),
+            (
+                NetError::Dns(DnsError::NoRecordsFound(NoRecords::new(q(), ResponseCode::NoError))),
+                FailureClass::DnsNodata,
+            ),
+            (
+                NetError::Dns(DnsError::ResponseCode(ResponseCode::ServFail)),
+                FailureClass::DnsServfail,
+            ),
+            (
+                NetError::Dns(DnsError::ResponseCode(ResponseCode::Refused)),
+                FailureClass::DnsRefused,
+            ),
+            (NetError::Timeout, FailureClass::DnsTimeout),
+            (NetError::Message("garbage"), FailureClass::DnsError),
+        ];
+        for (e, want) in cases {
+            assert_eq!(classify_dns(&e), want, "{e}");
+        }
+    }
+}

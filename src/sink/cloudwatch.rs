@@ -1,0 +1,257 @@
+//! The `cloudwatch` sink: `PutMetricData` through the AWS SDK, with the pure encoder and batcher
+//! kept apart from sending.
+//!
+//! Limits enforced here come from the PutMetricData API: at most 1000 datums and 1 MB of request
+//! payload per call; values must be finite; `StorageResolution` is 60 (standard resolution, the
+//! only kind a Route 53 health check's alarm may use).
+
+use super::{Datum, SendFuture, Sink, SinkError, Value};
+use crate::config::CloudWatch as CwConfig;
+use aws_sdk_cloudwatch::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_cloudwatch::primitives::DateTime;
+use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit, StatisticSet};
+use std::time::Duration;
+
+/// PutMetricData limit: datums per request.
+pub const MAX_DATUMS_PER_REQUEST: usize = 1000;
+/// PutMetricData limit: request payload, bytes.
+pub const MAX_REQUEST_BYTES: usize = 1_000_000;
+
+/// Encode one datum (pure). `None` for a non-finite datum.
+pub fn encode(d: &Datum) -> Option<MetricDatum> {
+    if !d.is_finite() {
+        return None;
+    }
+    let mut b = MetricDatum::builder()
+        .metric_name(d.metric)
+        .timestamp(DateTime::from_millis(d.timestamp))
+        .storage_resolution(60)
+        .unit(match d.unit {
+            super::Unit::None => StandardUnit::None,
+            super::Unit::Percent => StandardUnit::Percent,
+            super::Unit::Count => StandardUnit::Count,
+            super::Unit::Milliseconds => StandardUnit::Milliseconds,
+        });
+    for (k, v) in &d.dimensions {
+        b = b.dimensions(Dimension::builder().name(*k).value(v).build());
+    }
+    b = match &d.value {
+        Value::Single(v) => b.value(*v),
+        Value::Samples(s) => {
+            let sum: f64 = s.iter().sum();
+            let min = s.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            b.statistic_values(
+                StatisticSet::builder()
+                    .sample_count(s.len() as f64)
+                    .sum(sum)
+                    .minimum(min)
+                    .maximum(max)
+                    .build(),
+            )
+        }
+    };
+    Some(b.build())
+}
+
+/// A conservative upper bound of one datum's size on the wire, bytes.
+pub fn estimated_size(d: &Datum) -> usize {
+    // Fixed fields (name, unit, timestamp, resolution, value or statistic set) plus dimensions;
+    // CBOR is more compact than this, so the bound errs on the safe side.
+    200 + d.metric.len()
+        + d.dimensions
+            .iter()
+            .map(|(k, v)| 16 + k.len() + v.len())
+            .sum::<usize>()
+}
+
+/// Split datums into requests within the PutMetricData limits (pure). Non-finite datums are left
+/// out; their count is returned second.
+pub fn batches(datums: &[Datum]) -> (Vec<Vec<&Datum>>, usize) {
+    let mut out: Vec<Vec<&Datum>> = Vec::new();
+    let mut skipped = 0;
+    let mut cur: Vec<&Datum> = Vec::new();
+    let mut bytes = 0;
+    for d in datums {
+        if !d.is_finite() {
+            skipped += 1;
+            continue;
+        }
+        let sz = estimated_size(d);
+        if !cur.is_empty() && (cur.len() == MAX_DATUMS_PER_REQUEST || bytes + sz > MAX_REQUEST_BYTES)
+        {
+            out.push(std::mem::take(&mut cur));
+            bytes = 0;
+        }
+        bytes += sz;
+        cur.push(d);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    (out, skipped)
+}
+
+/// Sends to CloudWatch.
+#[derive(Debug, Clone)]
+pub struct CloudWatchSink {
+    client: aws_sdk_cloudwatch::Client,
+    namespace: String,
+}
+
+impl CloudWatchSink {
+    /// Build the client from the default AWS chain plus the config's region, endpoint,
+    /// operation timeout (capped by `publish_interval`) and SDK attempt count.
+    pub async fn new(cfg: &CwConfig, namespace: &str, publish_interval: Duration) -> Self {
+        let op_timeout = cfg.operation_timeout.min(publish_interval);
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .operation_timeout(op_timeout)
+                    .operation_attempt_timeout(op_timeout / cfg.max_attempts.max(1))
+                    .connect_timeout(Duration::from_secs(3).min(op_timeout))
+                    .build(),
+            )
+            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(cfg.max_attempts));
+        if let Some(r) = &cfg.region {
+            loader = loader.region(aws_config::Region::new(r.clone()));
+        }
+        if let Some(e) = &cfg.endpoint_url {
+            loader = loader.endpoint_url(e);
+        }
+        let shared = loader.load().await;
+        CloudWatchSink {
+            client: aws_sdk_cloudwatch::Client::new(&shared),
+            namespace: namespace.to_string(),
+        }
+    }
+}
+
+/// Decide whether a failed call may succeed later (throttling, timeouts, transport, 5xx).
+pub fn classify_error<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
+    e: &SdkError<E, R>,
+) -> SinkError {
+    let retryable = match e {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        SdkError::ServiceError(s) => matches!(
+            s.err().code(),
+            Some("Throttling" | "ThrottlingException" | "InternalServiceError" | "InternalFailure" | "ServiceUnavailable")
+        ),
+        _ => false,
+    };
+    let detail = match e {
+        SdkError::ServiceError(s) => format!(
+            "{}: {}",
+            s.err().code().unwrap_or("unknown"),
+            s.err().message().unwrap_or("")
+        ),
+        other => format!("{}", aws_smithy_types::error::display::DisplayErrorContext(other)),
+    };
+    SinkError {
+        message: format!("PutMetricData failed: {detail}"),
+        retryable,
+    }
+}
+
+impl Sink for CloudWatchSink {
+    fn name(&self) -> &'static str {
+        "cloudwatch"
+    }
+
+    fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a> {
+        Box::pin(async move {
+            let (reqs, _skipped) = batches(datums);
+            let mut sent = 0;
+            for req in reqs {
+                let data: Vec<MetricDatum> = req.iter().filter_map(|d| encode(d)).collect();
+                let n = data.len();
+                self.client
+                    .put_metric_data()
+                    .namespace(&self.namespace)
+                    .set_metric_data(Some(data))
+                    .send()
+                    .await
+                    .map_err(|e| classify_error(&e))?;
+                sent += n;
+            }
+            Ok(sent)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::Unit;
+
+    fn datum(i: usize) -> Datum {
+        Datum {
+            metric: "Attempts",
+            dimensions: vec![("Service", "s".into()), ("Branch", format!("b{i}"))],
+            value: Value::Single(i as f64),
+            unit: Unit::Count,
+            timestamp: 1_700_000_000_000,
+        }
+    }
+
+    #[test]
+    fn encodes_exact_datum() {
+        let m = encode(&Datum {
+            metric: "StepDuration",
+            dimensions: vec![
+                ("Service", "orders-db".into()),
+                ("Branch", "primary".into()),
+                ("Step", "write".into()),
+            ],
+            value: Value::Samples(vec![2.0, 4.0, 3.0]),
+            unit: Unit::Milliseconds,
+            timestamp: 1_700_000_000_123,
+        })
+        .unwrap();
+        assert_eq!(m.metric_name(), Some("StepDuration"));
+        assert_eq!(m.storage_resolution(), Some(60));
+        assert_eq!(m.unit(), Some(&StandardUnit::Milliseconds));
+        assert_eq!(m.timestamp().unwrap().to_millis().unwrap(), 1_700_000_000_123);
+        let s = m.statistic_values().unwrap();
+        assert_eq!(
+            (s.sample_count(), s.sum(), s.minimum(), s.maximum()),
+            (Some(3.0), Some(9.0), Some(2.0), Some(4.0))
+        );
+        let dims: Vec<_> = m
+            .dimensions()
+            .iter()
+            .map(|d| (d.name().unwrap(), d.value().unwrap()))
+            .collect();
+        assert_eq!(dims, [("Service", "orders-db"), ("Branch", "primary"), ("Step", "write")]);
+        assert!(m.value().is_none());
+    }
+
+    #[test]
+    fn batches_respect_count_limit_and_skip_non_finite() {
+        let mut ds: Vec<Datum> = (0..2500).map(datum).collect();
+        ds[7].value = Value::Single(f64::NAN);
+        ds[8].value = Value::Single(f64::INFINITY);
+        let (b, skipped) = batches(&ds);
+        assert_eq!(skipped, 2);
+        assert_eq!(b.iter().map(|b| b.len()).collect::<Vec<_>>(), [1000, 1000, 498]);
+        for batch in &b {
+            assert!(batch.iter().map(|d| estimated_size(d)).sum::<usize>() <= MAX_REQUEST_BYTES);
+        }
+    }
+
+    #[test]
+    fn batches_respect_size_limit() {
+        let big = Datum {
+            dimensions: vec![("Service", "x".repeat(1024)), ("Branch", "y".repeat(1024))],
+            ..datum(0)
+        };
+        let ds = vec![big; 900];
+        let (b, _) = batches(&ds);
+        assert!(b.len() > 1);
+        for batch in &b {
+            assert!(batch.iter().map(|d| estimated_size(d)).sum::<usize>() <= MAX_REQUEST_BYTES);
+        }
+    }
+}
