@@ -490,7 +490,13 @@ impl fmt::Display for ConfigError {
         )?;
         for i in &self.issues {
             match i.line {
-                Some(l) => write!(f, "\n  {}:{l}: {}: {}", self.path.display(), i.key, i.message)?,
+                Some(l) => write!(
+                    f,
+                    "\n  {}:{l}: {}: {}",
+                    self.path.display(),
+                    i.key,
+                    i.message
+                )?,
                 None => write!(f, "\n  {}: {}: {}", self.path.display(), i.key, i.message)?,
             }
         }
@@ -810,7 +816,9 @@ impl Validator<'_> {
             if name.len() > MAX_CANARY_ID_LEN {
                 self.error(
                     format!("branch[{i}].name"),
-                    format!("must be at most {MAX_CANARY_ID_LEN} characters (canary table column width)"),
+                    format!(
+                        "must be at most {MAX_CANARY_ID_LEN} characters (canary table column width)"
+                    ),
                 );
             }
             if !names.insert(name.clone()) {
@@ -876,10 +884,7 @@ impl Validator<'_> {
         if publish_interval < Duration::from_secs(1) {
             self.error("publish.interval", "must be at least 1s");
         }
-        let namespace = raw
-            .publish
-            .namespace
-            .unwrap_or_else(|| "Readyprobe".into());
+        let namespace = raw.publish.namespace.unwrap_or_else(|| "Readyprobe".into());
         if namespace.is_empty()
             || namespace.len() > MAX_NAMESPACE_LEN
             || namespace.starts_with("AWS/")
@@ -1053,7 +1058,9 @@ impl Validator<'_> {
             );
         }
         let ident_ok = |s: &str| {
-            !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            !s.is_empty()
+                && s.len() <= 64
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         };
         let database = m.database.unwrap_or_else(|| "readyprobe".into());
         if !ident_ok(&database) {
@@ -1064,7 +1071,10 @@ impl Validator<'_> {
         }
         let table = m.table.unwrap_or_else(|| "canary".into());
         if !ident_ok(&table) {
-            self.error("probe.mysql.table", "must be 1–64 characters of [A-Za-z0-9_]");
+            self.error(
+                "probe.mysql.table",
+                "must be 1–64 characters of [A-Za-z0-9_]",
+            );
         }
         if m.user.is_empty() {
             self.error("probe.mysql.user", "must not be empty");
@@ -1096,7 +1106,12 @@ impl Validator<'_> {
             window: u_win.map(|d| d.0).unwrap_or(window),
         };
         let (r_thr, r_for, r_win, approval) = match &r.declare_ready {
-            Some(x) => (x.success_rate_at_or_above, x.for_, x.window, x.approval.clone()),
+            Some(x) => (
+                x.success_rate_at_or_above,
+                x.for_,
+                x.window,
+                x.approval.clone(),
+            ),
             None => (None, None, None, None),
         };
         let ready = Condition {
@@ -1128,7 +1143,10 @@ impl Validator<'_> {
             }
         };
         for (key, thr) in [
-            ("readiness.declare_unready.success_rate_below", unready.threshold_percent),
+            (
+                "readiness.declare_unready.success_rate_below",
+                unready.threshold_percent,
+            ),
             (
                 "readiness.declare_ready.success_rate_at_or_above",
                 ready.threshold_percent,
@@ -1151,11 +1169,12 @@ impl Validator<'_> {
             ("readiness.declare_unready", &unready, "unready"),
             ("readiness.declare_ready", &ready, "ready"),
         ] {
-            let wkey = if (name == "unready" && u_win.is_some()) || (name == "ready" && r_win.is_some()) {
-                format!("{key}.window")
-            } else {
-                "readiness.window".to_string()
-            };
+            let wkey =
+                if (name == "unready" && u_win.is_some()) || (name == "ready" && r_win.is_some()) {
+                    format!("{key}.window")
+                } else {
+                    "readiness.window".to_string()
+                };
             let fits = attempts_in(c.window, interval);
             if fits < u64::from(min_attempts) {
                 self.error(

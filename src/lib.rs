@@ -2,9 +2,13 @@
 //! 0/1 readiness metric per branch with asymmetric hysteresis, and publishes it for the CloudWatch
 //! alarm that drives the failover health check. See ARCHITECTURE.md for the code map.
 
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod failure;
 pub mod probe;
 pub mod readiness;
+pub mod runner;
+pub mod scheduler;
 pub mod sink;
+pub mod state;

@@ -99,9 +99,13 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         drop(l);
-        let e = connect(&["127.0.0.1".parse().unwrap()], port, Duration::from_secs(1))
-            .await
-            .unwrap_err();
+        let e = connect(
+            &["127.0.0.1".parse().unwrap()],
+            port,
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(e.class, FailureClass::TcpRefused);
     }
 }

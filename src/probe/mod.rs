@@ -10,7 +10,7 @@ pub mod mysql;
 pub mod resolve;
 pub mod tls;
 
-use crate::clock::{rfc3339, Clock};
+use crate::clock::{Clock, rfc3339};
 use crate::config::{Branch, Config, ProbeKind, StepTimeouts};
 use crate::failure::{FailureClass, Step};
 use crate::readiness::{AttemptRecord, Millis};

@@ -129,7 +129,6 @@ pub async fn run(
         .run(Step::Auth, deadline.step(Step::Auth), async {
             mysql_async::Conn::new(opts)
                 .await
-                
                 .map_err(|e| classify_mysql(&e))
         })
         .await
@@ -163,7 +162,6 @@ pub async fn run(
                     (prober_id, branch),
                 )
                 .await
-                
                 .map_err(|e| classify_mysql(&e))
             })
             .await

@@ -5,12 +5,12 @@
 
 use crate::config::Dns;
 use crate::failure::FailureClass;
+use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::net::{DnsError, NetError};
 use hickory_resolver::proto::op::ResponseCode;
 use hickory_resolver::proto::rr::{Name, RData, RecordType};
-use hickory_resolver::TokioResolver;
 use serde::Serialize;
 use std::net::IpAddr;
 use std::str::FromStr;
@@ -73,33 +73,34 @@ pub enum ResolverSetupError {
 /// [`ResolverSetupError`] when resolv.conf is needed and is missing, unparsable or lists no
 /// nameserver.
 pub fn build_resolver(dns: &Dns) -> Result<TokioResolver, ResolverSetupError> {
-    let servers: Vec<NameServerConfig> = match &dns.nameservers {
-        Some(list) => list
-            .iter()
-            .map(|a| {
-                let mut ns = NameServerConfig::udp_and_tcp(a.ip());
-                for c in &mut ns.connections {
-                    c.port = a.port();
-                }
-                ns
-            })
-            .collect(),
-        None => {
-            let path = dns.resolv_conf.display().to_string();
-            let data = std::fs::read(&dns.resolv_conf).map_err(|source| ResolverSetupError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            let (conf, _opts) = hickory_resolver::system_conf::parse_resolv_conf(data).map_err(
-                |e| ResolverSetupError::Parse {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                },
-            )?;
-            let (_, _, servers) = conf.into_parts();
-            servers
-        }
-    };
+    let servers: Vec<NameServerConfig> =
+        match &dns.nameservers {
+            Some(list) => list
+                .iter()
+                .map(|a| {
+                    let mut ns = NameServerConfig::udp_and_tcp(a.ip());
+                    for c in &mut ns.connections {
+                        c.port = a.port();
+                    }
+                    ns
+                })
+                .collect(),
+            None => {
+                let path = dns.resolv_conf.display().to_string();
+                let data =
+                    std::fs::read(&dns.resolv_conf).map_err(|source| ResolverSetupError::Read {
+                        path: path.clone(),
+                        source,
+                    })?;
+                let (conf, _opts) = hickory_resolver::system_conf::parse_resolv_conf(data)
+                    .map_err(|e| ResolverSetupError::Parse {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?;
+                let (_, _, servers) = conf.into_parts();
+                servers
+            }
+        };
     if servers.is_empty() {
         return Err(ResolverSetupError::NoNameserver {
             path: dns.resolv_conf.display().to_string(),
@@ -229,11 +230,17 @@ mod tests {
         let q = || Query::query(Name::from_str("x.example.").unwrap(), RecordType::A);
         let cases: Vec<(NetError, FailureClass)> = vec![
             (
-                NetError::Dns(DnsError::NoRecordsFound(NoRecords::new(q(), ResponseCode::NXDomain))),
+                NetError::Dns(DnsError::NoRecordsFound(NoRecords::new(
+                    q(),
+                    ResponseCode::NXDomain,
+                ))),
                 FailureClass::DnsNxdomain,
             ),
             (
-                NetError::Dns(DnsError::NoRecordsFound(NoRecords::new(q(), ResponseCode::NoError))),
+                NetError::Dns(DnsError::NoRecordsFound(NoRecords::new(
+                    q(),
+                    ResponseCode::NoError,
+                ))),
                 FailureClass::DnsNodata,
             ),
             (

@@ -6,12 +6,14 @@
 
 use crate::config::SslMode;
 use crate::failure::FailureClass;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
 use serde::Serialize;
 use std::path::Path;
 use std::sync::Arc;
@@ -69,9 +71,7 @@ pub fn client_config(
                     .with_custom_certificate_verifier(Arc::new(IgnoreName(webpki)))
                     .with_no_client_auth()
             } else {
-                builder
-                    .with_webpki_verifier(webpki)
-                    .with_no_client_auth()
+                builder.with_webpki_verifier(webpki).with_no_client_auth()
             }
         }
     };

@@ -78,7 +78,8 @@ pub fn batches(datums: &[Datum]) -> (Vec<Vec<&Datum>>, usize) {
             continue;
         }
         let sz = estimated_size(d);
-        if !cur.is_empty() && (cur.len() == MAX_DATUMS_PER_REQUEST || bytes + sz > MAX_REQUEST_BYTES)
+        if !cur.is_empty()
+            && (cur.len() == MAX_DATUMS_PER_REQUEST || bytes + sz > MAX_REQUEST_BYTES)
         {
             out.push(std::mem::take(&mut cur));
             bytes = 0;
@@ -112,7 +113,9 @@ impl CloudWatchSink {
                     .connect_timeout(Duration::from_secs(3).min(op_timeout))
                     .build(),
             )
-            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(cfg.max_attempts));
+            .retry_config(
+                aws_config::retry::RetryConfig::standard().with_max_attempts(cfg.max_attempts),
+            );
         if let Some(r) = &cfg.region {
             loader = loader.region(aws_config::Region::new(r.clone()));
         }
@@ -137,7 +140,13 @@ pub fn classify_error<E: ProvideErrorMetadata + std::error::Error + 'static, R: 
         }
         SdkError::ServiceError(s) => matches!(
             s.err().code(),
-            Some("Throttling" | "ThrottlingException" | "InternalServiceError" | "InternalFailure" | "ServiceUnavailable")
+            Some(
+                "Throttling"
+                    | "ThrottlingException"
+                    | "InternalServiceError"
+                    | "InternalFailure"
+                    | "ServiceUnavailable"
+            )
         ),
         _ => false,
     };
@@ -147,7 +156,10 @@ pub fn classify_error<E: ProvideErrorMetadata + std::error::Error + 'static, R: 
             s.err().code().unwrap_or("unknown"),
             s.err().message().unwrap_or("")
         ),
-        other => format!("{}", aws_smithy_types::error::display::DisplayErrorContext(other)),
+        other => format!(
+            "{}",
+            aws_smithy_types::error::display::DisplayErrorContext(other)
+        ),
     };
     SinkError {
         message: format!("PutMetricData failed: {detail}"),
@@ -213,7 +225,10 @@ mod tests {
         assert_eq!(m.metric_name(), Some("StepDuration"));
         assert_eq!(m.storage_resolution(), Some(60));
         assert_eq!(m.unit(), Some(&StandardUnit::Milliseconds));
-        assert_eq!(m.timestamp().unwrap().to_millis().unwrap(), 1_700_000_000_123);
+        assert_eq!(
+            m.timestamp().unwrap().to_millis().unwrap(),
+            1_700_000_000_123
+        );
         let s = m.statistic_values().unwrap();
         assert_eq!(
             (s.sample_count(), s.sum(), s.minimum(), s.maximum()),
@@ -224,7 +239,14 @@ mod tests {
             .iter()
             .map(|d| (d.name().unwrap(), d.value().unwrap()))
             .collect();
-        assert_eq!(dims, [("Service", "orders-db"), ("Branch", "primary"), ("Step", "write")]);
+        assert_eq!(
+            dims,
+            [
+                ("Service", "orders-db"),
+                ("Branch", "primary"),
+                ("Step", "write")
+            ]
+        );
         assert!(m.value().is_none());
     }
 
@@ -235,7 +257,10 @@ mod tests {
         ds[8].value = Value::Single(f64::INFINITY);
         let (b, skipped) = batches(&ds);
         assert_eq!(skipped, 2);
-        assert_eq!(b.iter().map(|b| b.len()).collect::<Vec<_>>(), [1000, 1000, 498]);
+        assert_eq!(
+            b.iter().map(|b| b.len()).collect::<Vec<_>>(),
+            [1000, 1000, 498]
+        );
         for batch in &b {
             assert!(batch.iter().map(|d| estimated_size(d)).sum::<usize>() <= MAX_REQUEST_BYTES);
         }

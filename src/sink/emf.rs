@@ -3,7 +3,7 @@
 //! One line per datum, so a reader (or the CloudWatch Logs agent) never has to split groups.
 
 use super::{Datum, SendFuture, Sink, Value};
-use serde_json::{json, Map};
+use serde_json::{Map, json};
 use std::io::Write;
 
 /// Encode one datum as an EMF line (pure). `None` for a non-finite datum.
@@ -87,7 +87,10 @@ mod tests {
     fn golden_readiness_line() {
         let d = Datum {
             metric: "Readiness",
-            dimensions: vec![("Service", "orders-db".into()), ("Branch", "primary".into())],
+            dimensions: vec![
+                ("Service", "orders-db".into()),
+                ("Branch", "primary".into()),
+            ],
             value: Value::Single(1.0),
             unit: Unit::None,
             timestamp: 1_700_000_000_000,

@@ -51,7 +51,12 @@ impl EvidenceWriter {
     ///
     /// # Errors
     /// The I/O error.
-    pub fn write(&mut self, kind: &str, at: Millis, fields: impl serde::Serialize) -> io::Result<()> {
+    pub fn write(
+        &mut self,
+        kind: &str,
+        at: Millis,
+        fields: impl serde::Serialize,
+    ) -> io::Result<()> {
         let line = encode(kind, at, &self.service, &self.prober, fields);
         self.file.write_all(line.as_bytes())?;
         self.written += 1;
@@ -69,7 +74,13 @@ impl EvidenceWriter {
 }
 
 /// Encode one evidence line, newline included (pure).
-pub fn encode(kind: &str, at: Millis, service: &str, prober: &str, fields: impl serde::Serialize) -> String {
+pub fn encode(
+    kind: &str,
+    at: Millis,
+    service: &str,
+    prober: &str,
+    fields: impl serde::Serialize,
+) -> String {
     let mut m = Map::new();
     m.insert("at".into(), Value::String(rfc3339(at)));
     m.insert("at_ms".into(), Value::from(at));
@@ -97,7 +108,13 @@ mod tests {
 
     #[test]
     fn line_shape() {
-        let l = encode("stop", 0, "svc", "p1", serde_json::json!({"reason": "sigterm"}));
+        let l = encode(
+            "stop",
+            0,
+            "svc",
+            "p1",
+            serde_json::json!({"reason": "sigterm"}),
+        );
         let v: Value = serde_json::from_str(l.trim_end()).unwrap();
         assert_eq!(v["kind"], "stop");
         assert_eq!(v["at"], "1970-01-01T00:00:00.000Z");

@@ -174,7 +174,10 @@ pub fn tick_datums(service: &str, branches: &[BranchTick], now: Millis) -> Vec<D
 pub fn transition_datum(service: &str, branch: &str, value: f64, now: Millis) -> Datum {
     Datum {
         metric: "Readiness",
-        dimensions: vec![("Service", service.to_string()), ("Branch", branch.to_string())],
+        dimensions: vec![
+            ("Service", service.to_string()),
+            ("Branch", branch.to_string()),
+        ],
         value: Value::Single(value),
         unit: Unit::None,
         timestamp: now,
@@ -256,7 +259,10 @@ mod tests {
             ..Default::default()
         };
         let d = tick_datums("s", &[mk("a"), mk("b")], 0);
-        let f = d.iter().find(|d| d.metric == "BothBranchesUnready").unwrap();
+        let f = d
+            .iter()
+            .find(|d| d.metric == "BothBranchesUnready")
+            .unwrap();
         assert_eq!(f.value, Value::Single(1.0));
     }
 }

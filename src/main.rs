@@ -1,0 +1,5 @@
+//! The `readyprobe` binary: everything lives in the library; see `cli.rs`.
+
+fn main() -> std::process::ExitCode {
+    readyprobe::cli::main()
+}

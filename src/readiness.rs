@@ -1,0 +1,1569 @@
+//! Readiness core: owns the rule that turns one branch's finished probe attempts into its readiness
+//! state (`unknown` / `ready` / `unready` / `pending_approval`) and the 0/1 value published for it.
+//!
+//! This module is pure: it does no I/O, never reads a clock and never spawns. Every instant is an
+//! argument, in [`Millis`] (milliseconds since the UNIX epoch, wall clock supplied by the caller).
+//!
+//! # Rules
+//!
+//! * A condition's window holds the attempts whose `finished_at` lies in `(now - window, now]`.
+//!   Its success rate is `successes / finished * 100` (percent).
+//! * A condition *holds* at an evaluation only if the window has at least
+//!   [`Policy::min_attempts`] finished attempts **and** the rate meets the threshold
+//!   (unready: `rate < success_rate_below`; ready: `rate >= success_rate_at_or_above`).
+//!   Fewer attempts is "no evidence": neither condition holds.
+//! * `for` has Prometheus alerting semantics: a condition's clock (`holding_since`) starts at the
+//!   first evaluation where it holds and is cleared by any evaluation where it does not. The
+//!   condition *fires* at an evaluation where it holds and `now - holding_since >= for`.
+//! * Transitions: `ready → unready` when the unready condition fires; `unready → ready` (or
+//!   `→ pending_approval` when approval is required) when the ready condition fires;
+//!   `pending_approval → ready` only by [`Readiness::approve`]; `pending_approval → unready` when
+//!   the unready condition fires; `unknown` leaves by the same two firing rules. When both fire in
+//!   one evaluation, unready wins.
+//! * Every transition clears both holding clocks: the evidence for the next transition is gathered
+//!   in the new state only.
+//! * Published value: `ready` = 1, `unready` and `pending_approval` = 0, `unknown` = no datum.
+
+use crate::failure::FailureClass;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// An instant: milliseconds since the UNIX epoch (wall clock, supplied by the caller).
+pub type Millis = i64;
+
+/// Readiness of one failover branch. Serialises to the snake_case names used in evidence and in
+/// the `initial` config key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadinessState {
+    /// No verdict yet: nothing is published.
+    Unknown,
+    /// The branch may take traffic: publishes 1.
+    Ready,
+    /// The branch must not take traffic: publishes 0.
+    Unready,
+    /// The ready condition fired but an operator must approve before it publishes 1; publishes 0.
+    PendingApproval,
+}
+
+impl ReadinessState {
+    /// All states.
+    pub const ALL: [ReadinessState; 4] = [
+        ReadinessState::Unknown,
+        ReadinessState::Ready,
+        ReadinessState::Unready,
+        ReadinessState::PendingApproval,
+    ];
+
+    /// Stable snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadinessState::Unknown => "unknown",
+            ReadinessState::Ready => "ready",
+            ReadinessState::Unready => "unready",
+            ReadinessState::PendingApproval => "pending_approval",
+        }
+    }
+
+    /// The metric value for this state: `Some(1.0)` for ready, `Some(0.0)` for unready and
+    /// pending_approval, `None` (publish no datum) for unknown.
+    pub fn published_value(self) -> Option<f64> {
+        match self {
+            ReadinessState::Ready => Some(1.0),
+            ReadinessState::Unready | ReadinessState::PendingApproval => Some(0.0),
+            ReadinessState::Unknown => None,
+        }
+    }
+}
+
+impl fmt::Display for ReadinessState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One transition condition (`declare_unready` or `declare_ready`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Condition {
+    /// Threshold in percent (0–100). For `declare_unready` the condition holds when the success
+    /// rate is strictly below it; for `declare_ready` when the rate is at or above it.
+    pub threshold_percent: f64,
+    /// How long the condition must hold at every evaluation, without interruption, before it
+    /// fires. Zero fires at the first evaluation where it holds.
+    pub for_: Duration,
+    /// Trailing window over which the success rate is computed: attempts finished in
+    /// `(now - window, now]`.
+    pub window: Duration,
+}
+
+/// The readiness policy of a branch (parsed and validated by the config module).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Minimum number of finished attempts in a condition's window for that condition to hold at
+    /// all. Fewer is "no evidence".
+    pub min_attempts: u32,
+    /// Condition that declares the branch unready (rate `<` threshold).
+    pub declare_unready: Condition,
+    /// Condition that declares the branch ready (rate `>=` threshold).
+    pub declare_ready: Condition,
+    /// When true, the ready condition firing leads to `pending_approval`, and only
+    /// [`Readiness::approve`] leads on to `ready`.
+    pub approval_required: bool,
+    /// State before any evidence (and after a fresh start without a saved snapshot).
+    pub initial: ReadinessState,
+}
+
+impl Policy {
+    /// The larger of the two condition windows: how long attempts must be retained.
+    pub fn retention(&self) -> Duration {
+        self.declare_unready.window.max(self.declare_ready.window)
+    }
+}
+
+/// Counts over one trailing window, as used by a condition and reported as transition evidence.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WindowStats {
+    /// Window length in milliseconds.
+    pub window_ms: u64,
+    /// Attempts finished in the window.
+    pub finished: u32,
+    /// Of those, how many failed.
+    pub failed: u32,
+    /// `(finished - failed) / finished * 100`, in percent; `None` when `finished == 0`.
+    pub success_rate_percent: Option<f64>,
+    /// Failed attempts per failure class, sorted by count descending, then by class. Failures that
+    /// carry no class are counted in `failed` only.
+    pub failure_classes: Vec<(FailureClass, u32)>,
+}
+
+/// A change of readiness state, with the evidence that caused it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Transition {
+    /// State left.
+    pub from: ReadinessState,
+    /// State entered.
+    pub to: ReadinessState,
+    /// Instant of the evaluation (or approval) that made the transition, ms since the epoch.
+    pub at: Millis,
+    /// Human-readable sentence explaining the transition.
+    pub reason: String,
+    /// Since when the firing condition had held (ms since the epoch); `None` for an approval.
+    pub held_since: Option<Millis>,
+    /// Statistics of the unready condition's window at `at`.
+    pub unready_window: WindowStats,
+    /// Statistics of the ready condition's window at `at`.
+    pub ready_window: WindowStats,
+}
+
+/// Everything needed to continue a [`Readiness`] in a later process (scheduled-task runs).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Snapshot {
+    /// Current state.
+    pub state: ReadinessState,
+    /// When the current state was entered (ms since the epoch); `None` if it is the initial state.
+    pub since: Option<Millis>,
+    /// Since when the unready condition has held without interruption (ms since the epoch).
+    pub unready_holding_since: Option<Millis>,
+    /// Since when the ready condition has held without interruption (ms since the epoch).
+    pub ready_holding_since: Option<Millis>,
+    /// Retained attempts, sorted by `finished_at`.
+    pub attempts: Vec<AttemptRecord>,
+}
+
+/// The outcome of one finished probe attempt.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct AttemptRecord {
+    /// When the attempt finished, ms since the epoch.
+    pub finished_at: Millis,
+    /// Whether the attempt succeeded.
+    pub success: bool,
+    /// Why it failed (ignored for successful attempts).
+    pub class: Option<FailureClass>,
+}
+
+/// [`Readiness::approve`] was called outside `pending_approval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("approval applies only in state pending_approval, but readiness is {state}")]
+pub struct ApprovalError {
+    /// The state readiness was in when approval was requested.
+    pub state: ReadinessState,
+}
+
+/// The readiness state machine of one branch.
+///
+/// Feed it every finished attempt with [`record`](Self::record) and call
+/// [`evaluate`](Self::evaluate) on every publish tick. Attempts are retained only for
+/// [`Policy::retention`] (pruned at every evaluation), so memory is bounded by the attempt rate
+/// times the largest window.
+///
+/// Evaluation time never goes backwards: an evaluation (or approval) whose `now` is earlier than
+/// the latest instant already evaluated is performed at that latest instant instead. Attempts that
+/// arrive out of `finished_at` order are inserted in order.
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    policy: Policy,
+    state: ReadinessState,
+    since: Option<Millis>,
+    unready_holding_since: Option<Millis>,
+    ready_holding_since: Option<Millis>,
+    /// Sorted by `finished_at` (stable for equal instants).
+    attempts: VecDeque<AttemptRecord>,
+    /// Latest instant evaluated or approved at; not persisted (rebuilt on restore).
+    clock: Option<Millis>,
+}
+
+/// Duration in whole milliseconds, saturating at `i64::MAX`.
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Formats an instant as RFC 3339 with milliseconds (UTC), or as raw ms if out of range.
+fn fmt_instant(ms: Millis) -> String {
+    u64::try_from(ms)
+        .ok()
+        .and_then(|m| UNIX_EPOCH.checked_add(Duration::from_millis(m)))
+        .map(|t| humantime::format_rfc3339_millis(t).to_string())
+        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
+}
+
+/// Formats a millisecond span as a human duration (`3m`, `10m 2s`).
+fn fmt_span(ms: i64) -> String {
+    humantime::format_duration(Duration::from_millis(u64::try_from(ms).unwrap_or(0))).to_string()
+}
+
+/// Formats a percentage with two decimals, trimming a trailing zero (`80.0`, `96.67`).
+fn fmt_percent(p: f64) -> String {
+    let s = format!("{p:.2}");
+    match s.strip_suffix('0') {
+        Some(t) if !t.ends_with('.') => t.to_string(),
+        _ => s,
+    }
+}
+
+fn describe_window(w: &WindowStats) -> String {
+    let mut s = format!(
+        "over the last {} ({} attempts, {} failed",
+        fmt_span(i64::try_from(w.window_ms).unwrap_or(i64::MAX)),
+        w.finished,
+        w.failed
+    );
+    if !w.failure_classes.is_empty() {
+        let top: Vec<String> = w
+            .failure_classes
+            .iter()
+            .take(3)
+            .map(|(c, n)| format!("{c}={n}"))
+            .collect();
+        s.push_str(": ");
+        s.push_str(&top.join(", "));
+        if w.failure_classes.len() > 3 {
+            s.push_str(", ...");
+        }
+    }
+    s.push(')');
+    s
+}
+
+impl Readiness {
+    /// A fresh state machine in `policy.initial`, with no attempts, no holding clocks and
+    /// `since = None`.
+    pub fn new(policy: Policy) -> Self {
+        let state = policy.initial;
+        Readiness {
+            policy,
+            state,
+            since: None,
+            unready_holding_since: None,
+            ready_holding_since: None,
+            attempts: VecDeque::new(),
+            clock: None,
+        }
+    }
+
+    /// Continues a saved state (e.g. across scheduled-task runs): state, `since`, both holding
+    /// clocks and the attempts are taken from `snapshot` as they are (attempts are re-sorted by
+    /// `finished_at`). Attempts outside the policy's windows are pruned at the next evaluation.
+    pub fn restore(policy: Policy, snapshot: Snapshot) -> Self {
+        let mut attempts = snapshot.attempts;
+        attempts.sort_by_key(|a| a.finished_at);
+        // The evaluation clock is not persisted; every instant the snapshot carries was reached by
+        // an evaluation, so their maximum is a lower bound of it.
+        let clock = [
+            snapshot.since,
+            snapshot.unready_holding_since,
+            snapshot.ready_holding_since,
+            attempts.last().map(|a| a.finished_at),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
+        Readiness {
+            policy,
+            state: snapshot.state,
+            since: snapshot.since,
+            unready_holding_since: snapshot.unready_holding_since,
+            ready_holding_since: snapshot.ready_holding_since,
+            attempts: attempts.into(),
+            clock,
+        }
+    }
+
+    /// The persistent part of the state machine, for [`restore`](Self::restore).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            state: self.state,
+            since: self.since,
+            unready_holding_since: self.unready_holding_since,
+            ready_holding_since: self.ready_holding_since,
+            attempts: self.attempts.iter().copied().collect(),
+        }
+    }
+
+    /// Records a finished attempt, then evaluates at `attempt.finished_at` (or at the latest
+    /// instant already evaluated, if that is later). Returns the transition this caused, if any.
+    pub fn record(&mut self, attempt: AttemptRecord) -> Option<Transition> {
+        let idx = self
+            .attempts
+            .partition_point(|a| a.finished_at <= attempt.finished_at);
+        self.attempts.insert(idx, attempt);
+        self.evaluate(attempt.finished_at)
+    }
+
+    /// Evaluates both conditions at `now` (ms since the epoch), updates their holding clocks, and
+    /// makes at most one transition according to the module rules. Both holding clocks are cleared
+    /// on a transition, so evidence for the next one is gathered in the new state.
+    pub fn evaluate(&mut self, now: Millis) -> Option<Transition> {
+        let now = self.advance_clock(now);
+        self.prune(now);
+        let uw = self.window_stats(now, self.policy.declare_unready.window);
+        let rw = self.window_stats(now, self.policy.declare_ready.window);
+        let min = self.policy.min_attempts;
+        let u_holds = uw.finished >= min
+            && uw
+                .success_rate_percent
+                .is_some_and(|r| r < self.policy.declare_unready.threshold_percent);
+        let r_holds = rw.finished >= min
+            && rw
+                .success_rate_percent
+                .is_some_and(|r| r >= self.policy.declare_ready.threshold_percent);
+        self.unready_holding_since = u_holds.then(|| self.unready_holding_since.unwrap_or(now));
+        self.ready_holding_since = r_holds.then(|| self.ready_holding_since.unwrap_or(now));
+        let fires = |since: Option<Millis>, for_: Duration| {
+            since.is_some_and(|s| now.saturating_sub(s) >= duration_ms(for_))
+        };
+        let u_fires = fires(self.unready_holding_since, self.policy.declare_unready.for_);
+        let r_fires = fires(self.ready_holding_since, self.policy.declare_ready.for_);
+        let ready_target = if self.policy.approval_required {
+            ReadinessState::PendingApproval
+        } else {
+            ReadinessState::Ready
+        };
+        let to = match self.state {
+            ReadinessState::Ready | ReadinessState::PendingApproval => {
+                u_fires.then_some(ReadinessState::Unready)
+            }
+            ReadinessState::Unready => (r_fires && !u_fires).then_some(ready_target),
+            ReadinessState::Unknown => {
+                if u_fires {
+                    Some(ReadinessState::Unready)
+                } else if r_fires {
+                    Some(ready_target)
+                } else {
+                    None
+                }
+            }
+        }?;
+        let (held_since, reason) = if to == ReadinessState::Unready {
+            let c = &self.policy.declare_unready;
+            let hs = self.unready_holding_since.unwrap_or(now);
+            let reason = format!(
+                "success rate {}% < {}% {} held for {} (required {}, since {})",
+                fmt_percent(uw.success_rate_percent.unwrap_or(0.0)),
+                fmt_percent(c.threshold_percent),
+                describe_window(&uw),
+                fmt_span(now.saturating_sub(hs)),
+                fmt_span(duration_ms(c.for_)),
+                fmt_instant(hs),
+            );
+            (hs, reason)
+        } else {
+            let c = &self.policy.declare_ready;
+            let hs = self.ready_holding_since.unwrap_or(now);
+            let mut reason = format!(
+                "success rate {}% >= {}% {} held for {} (required {}, since {})",
+                fmt_percent(rw.success_rate_percent.unwrap_or(0.0)),
+                fmt_percent(c.threshold_percent),
+                describe_window(&rw),
+                fmt_span(now.saturating_sub(hs)),
+                fmt_span(duration_ms(c.for_)),
+                fmt_instant(hs),
+            );
+            if to == ReadinessState::PendingApproval {
+                reason.push_str("; operator approval required");
+            }
+            (hs, reason)
+        };
+        Some(self.transition(to, now, reason, Some(held_since), uw, rw))
+    }
+
+    /// Operator approval: `pending_approval → ready` at `now` (ms since the epoch), clearing both
+    /// holding clocks. In any other state nothing changes and the error names the state.
+    pub fn approve(&mut self, now: Millis) -> Result<Transition, ApprovalError> {
+        if self.state != ReadinessState::PendingApproval {
+            return Err(ApprovalError { state: self.state });
+        }
+        let now = self.advance_clock(now);
+        let uw = self.window_stats(now, self.policy.declare_unready.window);
+        let rw = self.window_stats(now, self.policy.declare_ready.window);
+        let reason = match self.since {
+            Some(s) => format!(
+                "operator approved readiness (pending approval since {})",
+                fmt_instant(s)
+            ),
+            None => "operator approved readiness".to_string(),
+        };
+        Ok(self.transition(ReadinessState::Ready, now, reason, None, uw, rw))
+    }
+
+    /// Current state.
+    pub fn state(&self) -> ReadinessState {
+        self.state
+    }
+
+    /// When the current state was entered (ms since the epoch); `None` while still in the initial
+    /// state of a fresh start.
+    pub fn since(&self) -> Option<Millis> {
+        self.since
+    }
+
+    /// The value to publish: `Some(1.0)` ready, `Some(0.0)` unready or pending_approval, `None`
+    /// (no datum) unknown.
+    pub fn published_value(&self) -> Option<f64> {
+        self.state.published_value()
+    }
+
+    /// Statistics of the retained attempts finished in `(now - window, now]` (`now` in ms since the
+    /// epoch). Only attempts within [`Policy::retention`] of the latest evaluation are retained, so
+    /// a longer `window` sees no more than that.
+    pub fn window_stats(&self, now: Millis, window: Duration) -> WindowStats {
+        let window_ms = duration_ms(window);
+        let lo = now.saturating_sub(window_ms);
+        let start = self.attempts.partition_point(|a| a.finished_at <= lo);
+        let end = self
+            .attempts
+            .partition_point(|a| a.finished_at <= now)
+            .max(start);
+        let mut finished: u32 = 0;
+        let mut failed: u32 = 0;
+        let mut classes: BTreeMap<FailureClass, u32> = BTreeMap::new();
+        for a in self.attempts.range(start..end) {
+            finished = finished.saturating_add(1);
+            if !a.success {
+                failed = failed.saturating_add(1);
+                if let Some(c) = a.class {
+                    *classes.entry(c).or_insert(0) += 1;
+                }
+            }
+        }
+        let success_rate_percent =
+            (finished > 0).then(|| f64::from(finished - failed) * 100.0 / f64::from(finished));
+        let mut failure_classes: Vec<(FailureClass, u32)> = classes.into_iter().collect();
+        failure_classes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        WindowStats {
+            window_ms: u64::try_from(window_ms).unwrap_or(0),
+            finished,
+            failed,
+            success_rate_percent,
+            failure_classes,
+        }
+    }
+
+    /// `(unready_holding_since, ready_holding_since)`, ms since the epoch: since when each
+    /// condition has held at every evaluation, or `None` if it did not hold at the latest one.
+    pub fn holding(&self) -> (Option<Millis>, Option<Millis>) {
+        (self.unready_holding_since, self.ready_holding_since)
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Moves the evaluation clock to `max(clock, now)` and returns it.
+    fn advance_clock(&mut self, now: Millis) -> Millis {
+        let now = self.clock.map_or(now, |c| c.max(now));
+        self.clock = Some(now);
+        now
+    }
+
+    /// Drops attempts no window can see any more at `now`.
+    fn prune(&mut self, now: Millis) {
+        let horizon = now.saturating_sub(duration_ms(self.policy.retention()));
+        while self
+            .attempts
+            .front()
+            .is_some_and(|a| a.finished_at <= horizon)
+        {
+            self.attempts.pop_front();
+        }
+    }
+
+    fn transition(
+        &mut self,
+        to: ReadinessState,
+        at: Millis,
+        reason: String,
+        held_since: Option<Millis>,
+        unready_window: WindowStats,
+        ready_window: WindowStats,
+    ) -> Transition {
+        let from = self.state;
+        self.state = to;
+        self.since = Some(at);
+        self.unready_holding_since = None;
+        self.ready_holding_since = None;
+        Transition {
+            from,
+            to,
+            at,
+            reason,
+            held_since,
+            unready_window,
+            ready_window,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const S: i64 = 1000;
+
+    /// Offset of the scenario clock: scenario times are relative to this instant.
+    const BASE: Millis = 1_700_000_000_000;
+
+    /// The example policy of the contract, but starting `ready` without approval.
+    fn default_policy() -> Policy {
+        Policy {
+            min_attempts: 10,
+            declare_unready: Condition {
+                threshold_percent: 95.0,
+                for_: Duration::from_secs(180),
+                window: Duration::from_secs(60),
+            },
+            declare_ready: Condition {
+                threshold_percent: 99.0,
+                for_: Duration::from_secs(600),
+                window: Duration::from_secs(300),
+            },
+            approval_required: false,
+            initial: ReadinessState::Ready,
+        }
+    }
+
+    fn parse_state(s: &str) -> ReadinessState {
+        serde_json::from_str(&format!("\"{s}\"")).unwrap_or_else(|e| panic!("state {s:?}: {e}"))
+    }
+
+    fn parse_class(s: &str) -> FailureClass {
+        serde_json::from_str(&format!("\"{s}\"")).unwrap_or_else(|e| panic!("class {s:?}: {e}"))
+    }
+
+    /// `3m24s` → ms.
+    fn parse_span(s: &str) -> i64 {
+        let d = humantime::parse_duration(s).unwrap_or_else(|e| panic!("duration {s:?}: {e}"));
+        duration_ms(d)
+    }
+
+    /// `95%/3m/60s` → condition (threshold, for, window).
+    fn parse_condition(s: &str) -> Condition {
+        let parts: Vec<&str> = s.split('/').collect();
+        assert_eq!(
+            parts.len(),
+            3,
+            "condition {s:?}: want THRESHOLD%/FOR/WINDOW"
+        );
+        Condition {
+            threshold_percent: parts[0].trim_end_matches('%').parse().expect("threshold"),
+            for_: humantime::parse_duration(parts[1]).expect("for"),
+            window: humantime::parse_duration(parts[2]).expect("window"),
+        }
+    }
+
+    /// `ok` | `fail` | `fail CLASS`, optionally followed by `*N` (repetition inside a cycle).
+    fn parse_outcome(s: &str) -> (bool, Option<FailureClass>, usize) {
+        let (body, n) = match s.rsplit_once('*') {
+            Some((b, n)) => (b.trim(), n.trim().parse().expect("repetition")),
+            None => (s.trim(), 1),
+        };
+        let mut words = body.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some("ok"), None, None) => (true, None, n),
+            (Some("fail"), c, None) => (false, c.map(parse_class), n),
+            _ => panic!("outcome {s:?}: want `ok` or `fail [CLASS]`"),
+        }
+    }
+
+    /// Runs a scenario script. One command per line; `#` starts a comment. Times (`t=`) are
+    /// relative to [`BASE`].
+    ///
+    /// ```text
+    /// policy initial=unknown approval=required min_attempts=10 unready=95%/3m/60s ready=99%/10m/5m
+    /// t=12s ok                         record one attempt
+    /// t=14s fail server_read_only      record one failed attempt (class optional)
+    /// t=0s..3m/2s ok                   attempts every 2s in [0s, 3m)
+    /// t=0s..3m/2s [ok*4, fail tcp_reset]   ... cycling through outcomes
+    /// t=60s tick                       evaluate
+    /// t=60s approve                    approval must succeed
+    /// t=60s approve -> error unready   approval must fail, naming the state
+    /// restart                          snapshot → JSON → restore
+    /// expect unready                   current state
+    /// expect value 1|0|none            published value
+    /// expect holding unready|ready since 2m|none
+    /// expect transition ready -> unready at 3m18s   next unchecked transition
+    /// expect no transition             no unchecked transition
+    /// expect evidence unready|ready finished=30 failed=24 classes=a:18,b:6   of the last transition
+    /// expect reason contains TEXT      of the last transition
+    /// ```
+    ///
+    /// Every transition must be checked by an `expect transition` line before the script ends.
+    fn check(script: &str) {
+        let mut policy = default_policy();
+        let mut rd: Option<Readiness> = None;
+        let mut unchecked: VecDeque<Transition> = VecDeque::new();
+        let mut last: Option<Transition> = None;
+        for (n, raw) in script.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let ctx = format!("line {}: `{line}`", n + 1);
+            if let Some(rest) = line.strip_prefix("policy ") {
+                assert!(rd.is_none(), "{ctx}: policy must come first");
+                for kv in rest.split_whitespace() {
+                    let (k, v) = kv.split_once('=').expect("policy key=value");
+                    match k {
+                        "initial" => policy.initial = parse_state(v),
+                        "approval" => policy.approval_required = v == "required",
+                        "min_attempts" => policy.min_attempts = v.parse().expect("min_attempts"),
+                        "unready" => policy.declare_unready = parse_condition(v),
+                        "ready" => policy.declare_ready = parse_condition(v),
+                        _ => panic!("{ctx}: unknown policy key {k}"),
+                    }
+                }
+                continue;
+            }
+            let r = rd.get_or_insert_with(|| Readiness::new(policy.clone()));
+            let mut push = |t: Option<Transition>| {
+                if let Some(t) = t {
+                    unchecked.push_back(t.clone());
+                    last = Some(t);
+                }
+            };
+            if let Some(rest) = line.strip_prefix("t=") {
+                let (when, what) = rest.split_once(' ').expect("t=TIME COMMAND");
+                let what = what.trim();
+                if let Some((a, b)) = when.split_once("..") {
+                    let (b, step) = b.split_once('/').expect("t=A..B/STEP");
+                    let (a, b, step) = (parse_span(a), parse_span(b), parse_span(step));
+                    let cycle: Vec<(bool, Option<FailureClass>)> =
+                        match what.strip_prefix('[').and_then(|w| w.strip_suffix(']')) {
+                            Some(items) => items
+                                .split(',')
+                                .flat_map(|i| {
+                                    let (ok, c, n) = parse_outcome(i);
+                                    std::iter::repeat_n((ok, c), n)
+                                })
+                                .collect(),
+                            None => {
+                                let (ok, c, _) = parse_outcome(what);
+                                vec![(ok, c)]
+                            }
+                        };
+                    let mut t = a;
+                    let mut i = 0;
+                    while t < b {
+                        let (success, class) = cycle[i % cycle.len()];
+                        push(r.record(AttemptRecord {
+                            finished_at: BASE + t,
+                            success,
+                            class,
+                        }));
+                        t += step;
+                        i += 1;
+                    }
+                    continue;
+                }
+                let at = BASE + parse_span(when);
+                if what == "tick" {
+                    push(r.evaluate(at));
+                } else if what == "approve" {
+                    let res = r.approve(at);
+                    push(Some(res.unwrap_or_else(|e| panic!("{ctx}: {e}"))));
+                } else if let Some(state) = what.strip_prefix("approve -> error ") {
+                    let err = r.approve(at).expect_err(&ctx);
+                    assert_eq!(err.state, parse_state(state), "{ctx}");
+                    assert!(err.to_string().contains(state), "{ctx}: {err}");
+                } else {
+                    let (success, class, _) = parse_outcome(what);
+                    push(r.record(AttemptRecord {
+                        finished_at: at,
+                        success,
+                        class,
+                    }));
+                }
+                continue;
+            }
+            if line == "restart" {
+                let json = serde_json::to_string(&r.snapshot()).expect("serialise");
+                let snap: Snapshot = serde_json::from_str(&json).expect("deserialise");
+                *r = Readiness::restore(policy.clone(), snap);
+                continue;
+            }
+            let rest = line
+                .strip_prefix("expect ")
+                .unwrap_or_else(|| panic!("{ctx}: unknown command"));
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            match words.as_slice() {
+                ["value", v] => {
+                    let want = match *v {
+                        "none" => None,
+                        v => Some(v.parse::<f64>().expect("value")),
+                    };
+                    assert_eq!(r.published_value(), want, "{ctx}");
+                }
+                ["holding", which, rest @ ..] => {
+                    let (u, rd_) = r.holding();
+                    let got = if *which == "unready" { u } else { rd_ };
+                    let want = match rest {
+                        ["none"] => None,
+                        ["since", t] => Some(BASE + parse_span(t)),
+                        _ => panic!("{ctx}: want `since T` or `none`"),
+                    };
+                    assert_eq!(got, want, "{ctx}");
+                }
+                ["transition", from, "->", to, "at", t] => {
+                    let tr = unchecked
+                        .pop_front()
+                        .unwrap_or_else(|| panic!("{ctx}: no transition happened"));
+                    let got = (tr.from, tr.to, tr.at - BASE);
+                    let want = (parse_state(from), parse_state(to), parse_span(t));
+                    assert_eq!(got, want, "{ctx}: {tr:#?}");
+                }
+                ["no", "transition"] => {
+                    assert!(unchecked.is_empty(), "{ctx}: unexpected {unchecked:#?}");
+                }
+                ["evidence", which, fields @ ..] => {
+                    let tr = last
+                        .as_ref()
+                        .unwrap_or_else(|| panic!("{ctx}: no transition"));
+                    let w = if *which == "unready" {
+                        &tr.unready_window
+                    } else {
+                        &tr.ready_window
+                    };
+                    for f in fields {
+                        let (k, v) = f.split_once('=').expect("evidence key=value");
+                        match k {
+                            "finished" => assert_eq!(w.finished.to_string(), v, "{ctx}"),
+                            "failed" => assert_eq!(w.failed.to_string(), v, "{ctx}"),
+                            "rate" => assert_eq!(
+                                w.success_rate_percent,
+                                Some(v.parse::<f64>().expect("rate")),
+                                "{ctx}"
+                            ),
+                            "classes" => {
+                                let want: Vec<(FailureClass, u32)> = v
+                                    .split(',')
+                                    .map(|c| {
+                                        let (c, n) = c.split_once(':').expect("class:count");
+                                        (parse_class(c), n.parse().expect("count"))
+                                    })
+                                    .collect();
+                                assert_eq!(w.failure_classes, want, "{ctx}");
+                            }
+                            _ => panic!("{ctx}: unknown evidence key {k}"),
+                        }
+                    }
+                }
+                ["reason", "contains", ..] => {
+                    let text = rest.trim_start_matches("reason contains").trim();
+                    let tr = last
+                        .as_ref()
+                        .unwrap_or_else(|| panic!("{ctx}: no transition"));
+                    assert!(tr.reason.contains(text), "{ctx}: reason = {:?}", tr.reason);
+                }
+                [state] => assert_eq!(r.state(), parse_state(state), "{ctx}"),
+                _ => panic!("{ctx}: unknown expectation"),
+            }
+        }
+        assert!(
+            unchecked.is_empty(),
+            "script ended with unchecked transitions: {unchecked:#?}"
+        );
+    }
+
+    // ---------------------------------------------------------------- scenarios
+
+    #[test]
+    fn healthy_stays_ready() {
+        check(
+            "
+            t=0s..30m/2s ok
+            t=30m tick
+            expect ready
+            expect value 1
+            expect holding unready none
+            # sparse noise: one failure every 2 minutes never brings a 60s window below 95%
+            t=30m..60m/2s [ok*59, fail tcp_reset]
+            t=60m tick
+            expect ready
+            expect value 1
+            expect holding unready none
+            expect no transition
+            ",
+        );
+    }
+
+    #[test]
+    fn read_only_primary_goes_unready_only_after_full_for() {
+        check(
+            "
+            t=0s..10m/2s ok
+            # from 10m2s the 60s window holds 2 failures of 30: 93.3% < 95%
+            t=10m..13m2s/2s fail server_read_only
+            expect ready
+            expect value 1
+            expect holding unready since 10m2s
+            t=13m2s fail server_read_only
+            expect transition ready -> unready at 13m2s
+            expect unready
+            expect value 0
+            expect holding unready none
+            expect reason contains success rate 0.0% < 95.0% over the last 1m (30 attempts, 30 failed: server_read_only=30) held for 3m (required 3m, since 2023-11-14T22:23:22.000Z)
+            ",
+        );
+    }
+
+    #[test]
+    fn one_good_evaluation_resets_the_for_clock() {
+        check(
+            "
+            policy min_attempts=3 unready=95%/3m/10s
+            t=0s..2m/2s fail server_read_only
+            expect holding unready since 4s
+            t=2m..2m8s/2s ok      # the 10s windows still hold failures
+            expect holding unready since 4s
+            t=2m8s ok             # window (1m58s, 2m8s] holds successes only
+            expect holding unready none
+            t=2m10s..5m10s/2s fail server_read_only
+            expect ready          # would have fired at 3m4s without the reset
+            expect holding unready since 2m10s
+            t=5m10s fail server_read_only
+            expect transition ready -> unready at 5m10s
+            ",
+        );
+    }
+
+    #[test]
+    fn no_evidence_evaluation_resets_the_for_clock() {
+        check(
+            "
+            t=0s..2m/2s fail server_read_only
+            expect holding unready since 18s
+            # the probe stalls; a publish tick sees 4 attempts < min_attempts
+            t=2m50s tick
+            expect holding unready none
+            t=2m50s..6m8s/2s fail server_read_only
+            expect ready
+            expect holding unready since 3m8s
+            t=6m8s fail server_read_only
+            expect transition ready -> unready at 6m8s
+            ",
+        );
+    }
+
+    #[test]
+    fn min_attempts_not_met_means_no_transition() {
+        check(
+            "
+            # 6 attempts per 60s window < min_attempts 10
+            t=0s..30m/10s fail server_gone_away
+            t=30m tick
+            expect ready
+            expect holding unready none
+            expect no transition
+            ",
+        );
+        check(
+            "
+            policy initial=unknown
+            # at most 8 attempts per 5m window
+            t=0s..30m/40s ok
+            t=30m tick
+            expect unknown
+            expect value none
+            expect holding ready none
+            ",
+        );
+    }
+
+    /// Shared prefix: ready, then unready at 3m18s, then successes.
+    const OUTAGE: &str = "
+        t=0s..3m18s/2s fail tcp_timeout
+        t=3m18s fail tcp_timeout
+        expect transition ready -> unready at 3m18s
+        expect holding ready none
+    ";
+
+    #[test]
+    fn recovery_to_ready_only_after_ready_for() {
+        check(&format!(
+            "{OUTAGE}
+            # from 8m16s the 5m window holds 1 failure of 150: 99.3% >= 99%
+            t=3m20s..18m16s/2s ok
+            expect unready
+            expect value 0
+            expect holding ready since 8m16s
+            t=18m16s ok
+            expect transition unready -> ready at 18m16s
+            expect value 1
+            expect evidence ready finished=150 failed=0 rate=100
+            expect reason contains success rate 100.0% >= 99.0% over the last 5m (150 attempts, 0 failed) held for 10m
+            "
+        ));
+    }
+
+    #[test]
+    fn approval_required_goes_pending_then_approve_makes_ready() {
+        check(&format!(
+            "policy approval=required
+            {OUTAGE}
+            t=3m20s..18m16s/2s ok
+            t=18m16s ok
+            expect transition unready -> pending_approval at 18m16s
+            expect pending_approval
+            expect value 0
+            expect reason contains operator approval required
+            t=18m18s..30m/2s ok
+            expect pending_approval
+            expect no transition
+            t=30m approve
+            expect transition pending_approval -> ready at 30m
+            expect ready
+            expect value 1
+            expect holding ready none
+            expect reason contains operator approved readiness (pending approval since 2023-11-14T22:31:36.000Z)
+            t=30m..40m/2s ok
+            expect ready
+            "
+        ));
+    }
+
+    #[test]
+    fn approve_outside_pending_approval_is_an_error() {
+        check(
+            "
+            t=0s..1m/2s ok
+            t=1m approve -> error ready
+            t=1m..4m2s/2s fail server_read_only
+            t=4m2s fail server_read_only
+            expect transition ready -> unready at 4m2s
+            t=4m3s approve -> error unready
+            expect unready
+            ",
+        );
+        check(
+            "
+            policy initial=unknown approval=required
+            t=0s approve -> error unknown
+            expect unknown
+            ",
+        );
+    }
+
+    #[test]
+    fn pending_approval_falls_back_to_unready() {
+        check(&format!(
+            "policy approval=required
+            {OUTAGE}
+            t=3m20s..18m16s/2s ok
+            t=18m16s ok
+            expect transition unready -> pending_approval at 18m16s
+            t=18m18s..20m/2s ok
+            expect holding unready none
+            t=20m..23m2s/2s fail server_read_only
+            expect pending_approval
+            expect holding unready since 20m2s
+            t=23m2s fail server_read_only
+            expect transition pending_approval -> unready at 23m2s
+            t=23m4s approve -> error unready
+            "
+        ));
+    }
+
+    #[test]
+    fn unknown_to_ready() {
+        check(
+            "
+            policy initial=unknown
+            t=0s..10m18s/2s ok
+            expect unknown
+            expect value none
+            expect holding ready since 18s
+            t=10m18s ok
+            expect transition unknown -> ready at 10m18s
+            expect value 1
+            ",
+        );
+    }
+
+    #[test]
+    fn unknown_to_unready() {
+        check(
+            "
+            policy initial=unknown approval=required
+            t=0s..3m18s/2s fail dns_servfail
+            expect unknown
+            expect value none
+            t=3m18s fail dns_servfail
+            expect transition unknown -> unready at 3m18s
+            expect value 0
+            ",
+        );
+    }
+
+    #[test]
+    fn both_conditions_fire_unready_wins() {
+        check(
+            "
+            policy initial=unknown min_attempts=4 unready=99%/0s/60s ready=50%/0s/60s
+            t=0s..6s/2s ok
+            expect unknown
+            t=6s fail server_error           # 75%: both conditions hold and fire
+            expect transition unknown -> unready at 6s
+            t=8s..1m6s/2s ok                 # both hold; in unready, unready still wins
+            expect unready
+            t=1m6s ok                        # the failure left the window
+            expect transition unready -> ready at 1m6s
+            ",
+        );
+    }
+
+    #[test]
+    fn transition_evidence_lists_dominant_failure_classes() {
+        check(
+            "
+            t=0s..3m20s/2s [fail server_read_only*3, fail tcp_reset, ok]
+            expect transition ready -> unready at 3m18s
+            expect evidence unready finished=30 failed=24 rate=20 classes=server_read_only:18,tcp_reset:6
+            expect evidence ready finished=100 failed=80 classes=server_read_only:60,tcp_reset:20
+            expect reason contains success rate 20.0% < 95.0% over the last 1m (30 attempts, 24 failed: server_read_only=18, tcp_reset=6)
+            ",
+        );
+    }
+
+    #[test]
+    fn restore_from_snapshot_continues_the_for_clock() {
+        check(
+            "
+            t=0s..2m/2s fail server_read_only
+            expect holding unready since 18s
+            restart
+            expect ready
+            expect holding unready since 18s
+            t=2m..3m18s/2s fail server_read_only
+            restart
+            expect holding unready since 18s
+            t=3m18s fail server_read_only
+            expect transition ready -> unready at 3m18s
+            restart
+            expect unready
+            expect value 0
+            t=3m20s approve -> error unready
+            ",
+        );
+    }
+
+    // ---------------------------------------------------------------- unit tests
+
+    fn attempt(t: Millis, class: Option<FailureClass>) -> AttemptRecord {
+        AttemptRecord {
+            finished_at: t,
+            success: class.is_none(),
+            class,
+        }
+    }
+
+    #[test]
+    fn window_stats_bounds_and_class_order() {
+        let mut r = Readiness::new(default_policy());
+        let c = FailureClass::TcpReset;
+        let d = FailureClass::DnsTimeout;
+        for (t, class) in [
+            (0, None),
+            (1, Some(c)),
+            (2, Some(d)),
+            (3, None),
+            (4, Some(c)),
+            (5, Some(d)),
+            (6, None),
+        ] {
+            r.record(attempt(BASE + t * S, class));
+        }
+        // (0s, 6s]: excludes the attempt at 0s, includes the one at 6s.
+        let w = r.window_stats(BASE + 6 * S, Duration::from_secs(6));
+        assert_eq!(w.window_ms, 6000);
+        assert_eq!((w.finished, w.failed), (6, 4));
+        // Equal counts: ordered by class (DnsTimeout is declared before TcpReset).
+        assert_eq!(w.failure_classes, vec![(d, 2), (c, 2)]);
+        let rate = w.success_rate_percent.expect("rate");
+        assert!((rate - 100.0 / 3.0).abs() < 1e-9, "{rate}");
+        let empty = r.window_stats(BASE + 100 * S, Duration::from_secs(10));
+        assert_eq!((empty.finished, empty.success_rate_percent), (0, None));
+        // A failure without a class counts as failed but lists no class.
+        r.record(AttemptRecord {
+            finished_at: BASE + 7 * S,
+            success: false,
+            class: None,
+        });
+        let w = r.window_stats(BASE + 7 * S, Duration::from_millis(500));
+        assert_eq!((w.finished, w.failed, w.failure_classes.len()), (1, 1, 0));
+    }
+
+    #[test]
+    fn out_of_order_attempts_are_sorted_and_time_never_goes_back() {
+        let mut r = Readiness::new(default_policy());
+        r.record(attempt(BASE + 10 * S, None));
+        r.record(attempt(BASE + 5 * S, Some(FailureClass::TcpReset)));
+        r.evaluate(BASE); // earlier than the latest evaluation: evaluated at 10s
+        let snap = r.snapshot();
+        let times: Vec<Millis> = snap.attempts.iter().map(|a| a.finished_at - BASE).collect();
+        assert_eq!(times, vec![5 * S, 10 * S]);
+        // An attempt older than every window is dropped at once.
+        r.record(attempt(BASE - 3600 * S, None));
+        assert_eq!(r.snapshot().attempts.len(), 2);
+    }
+
+    #[test]
+    fn attempts_are_pruned_to_the_largest_window() {
+        let mut r = Readiness::new(default_policy());
+        for i in 0..10_000 {
+            r.record(attempt(BASE + i * S, None));
+        }
+        // Ready window 5m at 1 attempt/s.
+        assert_eq!(r.snapshot().attempts.len(), 300);
+        r.evaluate(BASE + 20_000 * S);
+        assert!(r.snapshot().attempts.is_empty());
+    }
+
+    #[test]
+    fn published_values_and_names() {
+        for s in ReadinessState::ALL {
+            let mut p = default_policy();
+            p.initial = s;
+            let r = Readiness::new(p);
+            assert_eq!((r.state(), r.since()), (s, None));
+            let json = serde_json::to_string(&s).expect("json");
+            assert_eq!(json, format!("\"{}\"", s.as_str()));
+            assert_eq!(s.to_string(), s.as_str());
+        }
+        assert_eq!(ReadinessState::Ready.published_value(), Some(1.0));
+        assert_eq!(ReadinessState::Unready.published_value(), Some(0.0));
+        assert_eq!(ReadinessState::PendingApproval.published_value(), Some(0.0));
+        assert_eq!(ReadinessState::Unknown.published_value(), None);
+        assert_eq!(fmt_percent(80.0), "80.0");
+        assert_eq!(fmt_percent(100.0 * 29.0 / 30.0), "96.67");
+        assert_eq!(fmt_percent(95.5), "95.5");
+    }
+
+    #[test]
+    fn threshold_boundaries_are_exact() {
+        // 99 of 100 is exactly 99% (ready holds); 19 of 20 is exactly 95% (unready does not).
+        let mut p = default_policy();
+        p.initial = ReadinessState::Unknown;
+        p.declare_ready.for_ = Duration::ZERO;
+        p.declare_unready.for_ = Duration::ZERO;
+        p.declare_unready.window = Duration::from_secs(20);
+        p.declare_ready.window = Duration::from_secs(100);
+        let mut r = Readiness::new(p);
+        let mut last = None;
+        for i in 0..100 {
+            let class = (i == 50).then_some(FailureClass::ServerError);
+            last = r.record(attempt(BASE + i * S + S, class)).or(last);
+            assert_ne!(r.state(), ReadinessState::Unready, "at {i}");
+        }
+        let t = last.expect("unknown -> ready");
+        assert_eq!((t.to, t.at), (ReadinessState::Ready, BASE + 10 * S));
+        // At 99s the ready window holds 98 of 99 (98.99%); at 100s 99 of 100, exactly 99%.
+        assert_eq!(r.holding(), (None, Some(BASE + 100 * S)));
+        let w = r.window_stats(BASE + 100 * S, Duration::from_secs(100));
+        assert_eq!(w.success_rate_percent, Some(99.0));
+    }
+
+    // ---------------------------------------------------------------- properties
+
+    const CLASSES: [FailureClass; 4] = [
+        FailureClass::ServerReadOnly,
+        FailureClass::TcpTimeout,
+        FailureClass::DnsServfail,
+        FailureClass::AuthDenied,
+    ];
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Ev {
+        Attempt(AttemptRecord),
+        Tick(Millis),
+        Approve(Millis),
+    }
+
+    /// A stretch of attempts at a fixed interval with a fixed failure pattern.
+    #[derive(Debug, Clone)]
+    struct Phase {
+        count: u16,
+        gap_ms: i64,
+        /// 0: never fails; k: every k-th attempt fails.
+        fail_every: u16,
+        class: usize,
+        /// 0: no ticks; k: a publish tick after every k-th attempt.
+        tick_every: u16,
+        approve_at_end: bool,
+    }
+
+    fn arb_phase() -> impl Strategy<Value = Phase> {
+        (
+            1u16..40,
+            500i64..5000,
+            prop::sample::select(vec![0u16, 0, 1, 1, 2, 3, 5, 10, 20, 50]),
+            0..CLASSES.len(),
+            0u16..4,
+            prop::bool::weighted(0.3),
+        )
+            .prop_map(
+                |(count, gap_ms, fail_every, class, tick_every, approve_at_end)| Phase {
+                    count,
+                    gap_ms,
+                    fail_every,
+                    class,
+                    tick_every,
+                    approve_at_end,
+                },
+            )
+    }
+
+    fn ev_time(ev: &Ev) -> Millis {
+        match ev {
+            Ev::Attempt(a) => a.finished_at,
+            Ev::Tick(t) | Ev::Approve(t) => *t,
+        }
+    }
+
+    /// Events at nondecreasing times starting after `start`.
+    fn expand(phases: &[Phase], start: Millis) -> Vec<Ev> {
+        let mut evs = Vec::new();
+        let mut t = start;
+        // Latest event time so far: a tick lies after its attempt, so the next phase's first
+        // attempt may not come before it.
+        let mut floor = start;
+        for p in phases {
+            for i in 0..p.count {
+                t = (t + p.gap_ms).max(floor);
+                floor = t;
+                let fail = p.fail_every > 0 && i % p.fail_every == 0;
+                evs.push(Ev::Attempt(AttemptRecord {
+                    finished_at: t,
+                    success: !fail,
+                    class: fail.then_some(CLASSES[p.class]),
+                }));
+                if p.tick_every > 0 && i % p.tick_every == 0 {
+                    floor = t + p.gap_ms / 2;
+                    evs.push(Ev::Tick(floor));
+                }
+            }
+            if p.approve_at_end {
+                evs.push(Ev::Approve(floor));
+            }
+        }
+        evs
+    }
+
+    fn arb_condition() -> impl Strategy<Value = Condition> {
+        (
+            prop::sample::select(vec![50.0, 66.0, 75.0, 90.0, 95.0, 99.0, 100.0]),
+            0u64..90,
+            1u64..60,
+        )
+            .prop_map(|(threshold_percent, f, w)| Condition {
+                threshold_percent,
+                for_: Duration::from_secs(f),
+                window: Duration::from_secs(w),
+            })
+    }
+
+    fn arb_policy() -> impl Strategy<Value = Policy> {
+        (
+            1u32..12,
+            arb_condition(),
+            arb_condition(),
+            any::<bool>(),
+            prop::sample::select(ReadinessState::ALL.to_vec()),
+        )
+            .prop_map(
+                |(min_attempts, declare_unready, declare_ready, approval_required, initial)| {
+                    Policy {
+                        min_attempts,
+                        declare_unready,
+                        declare_ready,
+                        approval_required,
+                        initial,
+                    }
+                },
+            )
+    }
+
+    /// Brute force over every attempt ever recorded: does `c` hold at `now`?
+    fn brute_holds(
+        all: &[AttemptRecord],
+        now: Millis,
+        c: &Condition,
+        min: u32,
+        unready: bool,
+    ) -> bool {
+        let lo = now - duration_ms(c.window);
+        let in_w: Vec<&AttemptRecord> = all
+            .iter()
+            .filter(|a| a.finished_at > lo && a.finished_at <= now)
+            .collect();
+        if in_w.is_empty() || in_w.len() < min as usize {
+            return false;
+        }
+        let ok = in_w.iter().filter(|a| a.success).count();
+        let rate = ok as f64 * 100.0 / in_w.len() as f64;
+        if unready {
+            rate < c.threshold_percent
+        } else {
+            rate >= c.threshold_percent
+        }
+    }
+
+    /// Start of the uninterrupted run of holding evaluations ending at the latest one.
+    fn run_start(history: &[(Millis, bool)]) -> Option<Millis> {
+        let (_, holds_now) = history.last()?;
+        if !holds_now {
+            return None;
+        }
+        let first = history.iter().rposition(|(_, h)| !h).map_or(0, |i| i + 1);
+        Some(history[first].0)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// (a) A transition happens exactly when, by brute force over all evaluations since the
+        /// previous transition, its condition has held at every evaluation for its full `for`:
+        /// never earlier (and `held_since` is where that run began), and not missed.
+        #[test]
+        fn transitions_only_after_full_for(
+            policy in arb_policy(),
+            phases in prop::collection::vec(arb_phase(), 1..12),
+        ) {
+            let mut r = Readiness::new(policy.clone());
+            let mut all: Vec<AttemptRecord> = Vec::new();
+            let mut hist_u: Vec<(Millis, bool)> = Vec::new();
+            let mut hist_r: Vec<(Millis, bool)> = Vec::new();
+            let for_u = duration_ms(policy.declare_unready.for_);
+            let for_r = duration_ms(policy.declare_ready.for_);
+            let ready_target = if policy.approval_required {
+                ReadinessState::PendingApproval
+            } else {
+                ReadinessState::Ready
+            };
+            for ev in expand(&phases, BASE) {
+                let before = r.state();
+                let (now, got) = match ev {
+                    Ev::Approve(t) => {
+                        let res = r.approve(t);
+                        if before == ReadinessState::PendingApproval {
+                            let tr = res.expect("approve in pending_approval");
+                            prop_assert_eq!(
+                                (tr.from, tr.to, tr.at, tr.held_since),
+                                (before, ReadinessState::Ready, t, None)
+                            );
+                            hist_u.clear();
+                            hist_r.clear();
+                        } else {
+                            prop_assert_eq!(res, Err(ApprovalError { state: before }));
+                        }
+                        continue;
+                    }
+                    Ev::Tick(t) => (t, r.evaluate(t)),
+                    Ev::Attempt(a) => {
+                        all.push(a);
+                        (a.finished_at, r.record(a))
+                    }
+                };
+                let min = policy.min_attempts;
+                hist_u.push((now, brute_holds(&all, now, &policy.declare_unready, min, true)));
+                hist_r.push((now, brute_holds(&all, now, &policy.declare_ready, min, false)));
+                let start_u = run_start(&hist_u);
+                let start_r = run_start(&hist_r);
+                if got.is_none() {
+                    prop_assert_eq!(r.holding(), (start_u, start_r));
+                }
+                let fires_u = start_u.is_some_and(|s| now - s >= for_u);
+                let fires_r = start_r.is_some_and(|s| now - s >= for_r);
+                let want = match before {
+                    ReadinessState::Ready | ReadinessState::PendingApproval => {
+                        fires_u.then_some(ReadinessState::Unready)
+                    }
+                    ReadinessState::Unready => (fires_r && !fires_u).then_some(ready_target),
+                    ReadinessState::Unknown => {
+                        if fires_u {
+                            Some(ReadinessState::Unready)
+                        } else if fires_r {
+                            Some(ready_target)
+                        } else {
+                            None
+                        }
+                    }
+                };
+                prop_assert_eq!(got.as_ref().map(|t| t.to), want);
+                if let Some(tr) = got {
+                    let (start, for_ms) = if tr.to == ReadinessState::Unready {
+                        (start_u, for_u)
+                    } else {
+                        (start_r, for_r)
+                    };
+                    let hs = tr.held_since.expect("held_since");
+                    prop_assert_eq!(Some(hs), start);
+                    prop_assert!(now - hs >= for_ms);
+                    prop_assert_eq!((tr.from, tr.at, r.since()), (before, now, Some(now)));
+                    prop_assert_eq!(r.holding(), (None, None));
+                    hist_u.clear();
+                    hist_r.clear();
+                }
+            }
+        }
+
+        /// (b) Starting ready, attempts every 2s whose failures are at least 60s apart and start
+        /// after 20 attempts never drop the 60s window below 95%, whatever `for` is: no flip.
+        #[test]
+        fn sparse_noise_never_flips_to_unready(
+            first in 20usize..100,
+            gaps in prop::collection::vec(30usize..200, 0..12),
+            for_s in 0u64..300,
+            ticks in prop::collection::vec(any::<bool>(), 700),
+            class in 0..CLASSES.len(),
+        ) {
+            let mut policy = default_policy();
+            policy.declare_unready.for_ = Duration::from_secs(for_s);
+            let mut fails = vec![first];
+            for g in gaps {
+                fails.push(fails.last().copied().unwrap_or(0) + g);
+            }
+            let n = fails.last().copied().unwrap_or(0) + 100;
+            let mut r = Readiness::new(policy.clone());
+            let mut all = Vec::new();
+            for i in 0..n {
+                let t = BASE + i as i64 * 2 * S;
+                let fail = fails.contains(&i);
+                let a = AttemptRecord {
+                    finished_at: t,
+                    success: !fail,
+                    class: fail.then_some(CLASSES[class]),
+                };
+                all.push(a);
+                prop_assert!(!brute_holds(&all, t, &policy.declare_unready, 10, true));
+                prop_assert_eq!(r.record(a), None);
+                if ticks[i % ticks.len()] {
+                    prop_assert_eq!(r.evaluate(t + S), None);
+                }
+                prop_assert_eq!(r.state(), ReadinessState::Ready);
+                prop_assert_eq!(r.holding().0, None);
+                prop_assert_eq!(r.published_value(), Some(1.0));
+            }
+        }
+
+        /// (c) Whatever arrives, in whatever order: the published value is 1, 0 or no datum and
+        /// agrees with the state; retained attempts stay sorted and within the largest window.
+        #[test]
+        fn published_value_is_always_zero_one_or_none(
+            policy in arb_policy(),
+            raw in prop::collection::vec((0i64..600_000, 0u8..4, any::<bool>(), 0..CLASSES.len()), 0..300),
+        ) {
+            let mut r = Readiness::new(policy.clone());
+            let retention = duration_ms(policy.retention());
+            let mut max_seen = i64::MIN;
+            for (t, kind, success, class) in raw {
+                let t = BASE + t;
+                if kind != 3 {
+                    max_seen = max_seen.max(t);
+                }
+                match kind {
+                    0 | 1 => {
+                        r.record(AttemptRecord {
+                            finished_at: t,
+                            success,
+                            class: (!success).then_some(CLASSES[class]),
+                        });
+                    }
+                    2 => {
+                        r.evaluate(t);
+                    }
+                    _ => {
+                        if r.approve(t).is_ok() {
+                            max_seen = max_seen.max(t);
+                        }
+                    }
+                }
+                let v = r.published_value();
+                prop_assert!(matches!(v, None | Some(0.0) | Some(1.0)), "{:?}", v);
+                prop_assert_eq!(v.is_none(), r.state() == ReadinessState::Unknown);
+                prop_assert_eq!(v == Some(1.0), r.state() == ReadinessState::Ready);
+                let snap = r.snapshot();
+                prop_assert!(snap.attempts.windows(2).all(|w| w[0].finished_at <= w[1].finished_at));
+                if kind != 3 {
+                    prop_assert!(snap.attempts.iter().all(|a| a.finished_at > max_seen - retention));
+                }
+            }
+        }
+
+        /// (d) Snapshot → JSON → restore, then the same events: identical results and snapshots.
+        #[test]
+        fn snapshot_restore_behaves_like_the_original(
+            policy in arb_policy(),
+            before in prop::collection::vec(arb_phase(), 0..6),
+            after in prop::collection::vec(arb_phase(), 1..6),
+        ) {
+            let mut a = Readiness::new(policy.clone());
+            let prefix = expand(&before, BASE);
+            let end = prefix.iter().map(ev_time).max().unwrap_or(BASE);
+            for ev in &prefix {
+                let _ = apply(&mut a, *ev);
+            }
+            let json = serde_json::to_string(&a.snapshot()).expect("serialise");
+            let mut b = Readiness::restore(policy.clone(), serde_json::from_str(&json).expect("json"));
+            prop_assert_eq!(a.snapshot(), b.snapshot());
+            for ev in expand(&after, end) {
+                prop_assert_eq!(apply(&mut a, ev), apply(&mut b, ev));
+                prop_assert_eq!(a.snapshot(), b.snapshot());
+                prop_assert_eq!(a.published_value(), b.published_value());
+            }
+        }
+    }
+
+    fn apply(r: &mut Readiness, ev: Ev) -> Result<Option<Transition>, ApprovalError> {
+        match ev {
+            Ev::Attempt(a) => Ok(r.record(a)),
+            Ev::Tick(t) => Ok(r.evaluate(t)),
+            Ev::Approve(t) => r.approve(t).map(Some),
+        }
+    }
+}

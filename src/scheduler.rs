@@ -1,0 +1,87 @@
+//! Per-branch attempt loops: a fixed interval with a little jitter on the first attempt, no
+//! drift (ticks are scheduled from the start, missed ticks skipped, never bunched), at most one
+//! attempt in flight per branch, branches independent of one another.
+
+use crate::clock::Clock;
+use crate::probe::{Attempt, BranchProbe, run_attempt};
+use hickory_resolver::TokioResolver;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior, interval_at};
+
+/// What a branch loop reports.
+#[derive(Debug)]
+pub enum BranchEvent {
+    /// A finished attempt.
+    Attempt(Box<Attempt>),
+    /// An attempt cut off by shutdown after the grace period; it does not count.
+    Abandoned {
+        /// Branch name.
+        branch: String,
+        /// Its sequence number.
+        seq: u64,
+    },
+}
+
+/// Timing of a branch loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    /// Between attempt starts.
+    pub interval: Duration,
+    /// Upper bound of the random delay before the first attempt.
+    pub jitter: Duration,
+    /// How long an in-flight attempt may still run after shutdown is requested.
+    pub grace: Duration,
+}
+
+/// Run attempts against one branch until `stop` turns true. Returns the last sequence number.
+pub async fn branch_loop(
+    probe: BranchProbe,
+    resolver: TokioResolver,
+    clock: Clock,
+    schedule: Schedule,
+    tx: mpsc::Sender<BranchEvent>,
+    mut stop: watch::Receiver<bool>,
+) -> u64 {
+    let jitter = if schedule.jitter.is_zero() {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(rand::random_range(0..=schedule.jitter.as_millis() as u64))
+    };
+    let mut ticker = interval_at(Instant::now() + jitter, schedule.interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut seq = 0u64;
+    loop {
+        tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => break,
+            _ = ticker.tick() => {}
+        }
+        seq += 1;
+        let attempt = run_attempt(&probe, &resolver, &clock, seq);
+        tokio::pin!(attempt);
+        let finished = tokio::select! {
+            a = &mut attempt => Some(a),
+            _ = stopped(&mut stop) => {
+                tokio::time::timeout(schedule.grace, &mut attempt).await.ok()
+            }
+        };
+        let event = match finished {
+            Some(a) => BranchEvent::Attempt(Box::new(a)),
+            None => BranchEvent::Abandoned {
+                branch: probe.branch.name.clone(),
+                seq,
+            },
+        };
+        if tx.send(event).await.is_err() {
+            break;
+        }
+    }
+    seq
+}
+
+/// Resolves once `stop` is true (at once if it already is).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // An error means the sender is gone, which also means stop.
+    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+}
