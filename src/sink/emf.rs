@@ -95,10 +95,14 @@ mod tests {
             unit: Unit::None,
             timestamp: 1_700_000_000_000,
         };
-        assert_eq!(
-            encode("Readyprobe", &d).unwrap(),
-            r#"{"_aws":{"CloudWatchMetrics":[{"Dimensions":[["Service","Branch"]],"Metrics":[{"Name":"Readiness","StorageResolution":60,"Unit":"None"}],"Namespace":"Readyprobe"}],"Timestamp":1700000000000},"Branch":"primary","Readiness":1.0,"Service":"orders-db"}"#
-        );
+        // Key order depends on serde_json's preserve_order feature; compare as JSON values.
+        let got: serde_json::Value =
+            serde_json::from_str(&encode("Readyprobe", &d).unwrap()).unwrap();
+        let want: serde_json::Value = serde_json::from_str(
+            r#"{"_aws":{"CloudWatchMetrics":[{"Dimensions":[["Service","Branch"]],"Metrics":[{"Name":"Readiness","StorageResolution":60,"Unit":"None"}],"Namespace":"Readyprobe"}],"Timestamp":1700000000000},"Branch":"primary","Readiness":1.0,"Service":"orders-db"}"#,
+        )
+        .unwrap();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The main job on its embedded default, on a fresh machine, in one command:
+# installs MariaDB if absent, starts two local instances (PRIMARY, SECONDARY) with TLS from a
+# throwaway CA, loads the canary schema, and runs `readyprobe run` against them with EMF on
+# stdout for a bounded time. Midway it makes the primary read-only and then writable again, so
+# the run shows a failover (primary unready) and a slow failback (primary ready again).
+#
+#   infra/local/demo.sh                 # 60 s run, EMF on stdout, logs on stderr
+#   DURATION=5m DRILL=0 infra/local/demo.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DEMO=/tmp/readyprobe-demo          # must match probes/local-demo.toml
+DURATION=${DURATION:-60s}
+DRILL=${DRILL:-1}
+
+command -v cargo >/dev/null || { echo "demo: cargo is required (Rust toolchain)" >&2; exit 1; }
+infra/local/mariadb.sh install
+
+mkdir -p "$DEMO/tls" "$DEMO/state"
+if [ ! -f "$DEMO/tls/ca.pem" ]; then
+  echo "demo: creating a throwaway CA and server certificates in $DEMO/tls" >&2
+  ( cd "$DEMO/tls"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+      -subj "/CN=readyprobe demo CA" -keyout ca.key -out ca.pem 2>/dev/null
+    for b in primary secondary; do
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+        -subj "/CN=mysql-$b.localhost" -keyout "$b.key" -out "$b.csr" 2>/dev/null
+      printf 'subjectAltName=DNS:mysql-%s.localhost,IP:127.0.0.1\n' "$b" > "$b.ext"
+      openssl x509 -req -in "$b.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 \
+        -extfile "$b.ext" -out "$b.pem" 2>/dev/null
+    done )
+fi
+PASSWORD_FILE="$DEMO/password"
+[ -f "$PASSWORD_FILE" ] || od -An -tx1 -N12 /dev/urandom | tr -d ' \n' > "$PASSWORD_FILE"
+export READYPROBE_MYSQL_PASSWORD; READYPROBE_MYSQL_PASSWORD=$(cat "$PASSWORD_FILE")
+
+cleanup() {
+  infra/local/mariadb.sh stop "$DEMO/primary"
+  infra/local/mariadb.sh stop "$DEMO/secondary"
+}
+trap cleanup EXIT
+infra/local/mariadb.sh start primary 33061 "$DEMO/primary" "$DEMO/tls/primary.pem" "$DEMO/tls/primary.key" "$DEMO/tls/ca.pem" "$READYPROBE_MYSQL_PASSWORD"
+infra/local/mariadb.sh start secondary 33062 "$DEMO/secondary" "$DEMO/tls/secondary.pem" "$DEMO/tls/secondary.key" "$DEMO/tls/ca.pem" "$READYPROBE_MYSQL_PASSWORD"
+infra/local/mariadb.sh sql "$DEMO/primary" "SET GLOBAL read_only = OFF"
+
+echo "demo: building readyprobe" >&2
+cargo build --quiet --bin readyprobe
+BIN=target/debug/readyprobe
+$BIN check --config probes/local-demo.toml >&2
+
+if [ "$DRILL" = 1 ]; then
+  ( sleep 15; echo "demo: >>> making the primary read-only (SET GLOBAL read_only = ON)" >&2
+    infra/local/mariadb.sh sql "$DEMO/primary" "SET GLOBAL read_only = ON"
+    sleep 15; echo "demo: >>> making the primary writable again" >&2
+    infra/local/mariadb.sh sql "$DEMO/primary" "SET GLOBAL read_only = OFF" ) &
+fi
+echo "demo: running readyprobe for $DURATION (EMF on stdout, evidence in $DEMO/state/evidence.jsonl)" >&2
+$BIN run --config probes/local-demo.toml --duration "$DURATION"

@@ -1,0 +1,4 @@
+//! Integration tests.
+
+mod harness_smoke;
+mod support;

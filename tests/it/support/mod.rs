@@ -1,0 +1,41 @@
+//! Integration-test support harness: real throwaway MariaDB servers, a test CA, an in-process DNS
+//! server and access to the CloudWatch emulator, plus the shared skip-or-fail policy.
+
+// Shared harness: not every test binary module uses every helper.
+#![allow(dead_code)]
+
+pub mod cloudwatch;
+pub mod dns;
+pub mod mariadb;
+pub mod tls;
+
+use std::{io::Write, net::TcpListener};
+
+/// True when running under CI (`CI=true`, as `.ci/run` is invoked), where a missing external
+/// component is a failure rather than a skip.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// Reports a missing external component: panics under CI, otherwise prints a loud `SKIPPED:` line
+/// straight to the process's stderr (not captured by the test harness, so it shows in a plain
+/// `cargo test` run) and returns, so the caller can return early.
+pub fn skip_or_panic(what: &str) {
+    if in_ci() {
+        panic!("CI=true and a required test component is unavailable: {what}");
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n*** SKIPPED: {} — {what} (set CI=true to make this a failure) ***",
+        std::thread::current().name().unwrap_or("<test>")
+    );
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read, released).
+/// Racy by nature: callers that start servers on it should retry on "address in use".
+pub fn free_tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
