@@ -171,7 +171,12 @@ cmd_start() {
         # GATEWAY_SERVER=hypercorn: the default "twisted" server ignores the host
         # part of GATEWAY_LISTEN and binds 0.0.0.0; hypercorn binds 127.0.0.1.
         # No outbound network: DNS server off, no TLS cert download, no analytics.
+        # Its scratch files (the CloudWatch sqlite store among them) live under TMPDIR; keep
+        # them out of /tmp so nothing that cleans /tmp pulls them away mid-run.
+        local scratch="$RUN_DIR/tmp-$PORT"
+        rm -rf "$scratch" && mkdir -p "$scratch"
         env GATEWAY_LISTEN="$HOST:$PORT" \
+            TMPDIR="$scratch" \
             GATEWAY_SERVER=hypercorn \
             SERVICES="$SERVICES" \
             PERSISTENCE=0 \

@@ -1,4 +1,5 @@
 //! Integration tests.
 
 mod harness_smoke;
+mod pipeline;
 mod support;

@@ -6,7 +6,9 @@
 
 pub mod cloudwatch;
 pub mod dns;
+pub mod fixture;
 pub mod mariadb;
+pub mod proxy;
 pub mod tls;
 
 use std::{io::Write, net::TcpListener};

@@ -1,0 +1,330 @@
+//! The pipeline fixture: two real MariaDB branches with TLS from a test CA, named by an
+//! in-process DNS server, plus config and evidence helpers for driving `readyprobe run`.
+
+use super::cloudwatch::cloudwatch_or_skip;
+use super::dns::DnsServer;
+use super::mariadb::MariaDb;
+use super::tls::TestCa;
+use readyprobe::config::Config;
+use readyprobe::runner::{RunError, RunOptions, RunSummary};
+use serde_json::Value;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// The canary identity's password in every fixture.
+pub const PASSWORD: &str = "canary-Pw-7";
+/// The DNS zone of the branches.
+pub const ZONE: &str = "orders.internal.example";
+/// Endpoint of the primary branch.
+pub const PRIMARY: &str = "mysql-primary.orders.internal.example";
+/// Endpoint of the secondary branch.
+pub const SECONDARY: &str = "mysql-secondary.orders.internal.example";
+
+/// A compressed policy for tests: 300 ms attempts, 3 s windows, unready after 1 s, ready after 3 s.
+pub const FAST_POLICY: &str = r#"
+[readiness]
+window = "3s"
+min_attempts = 5
+declare_unready = { success_rate_below = 80.0, for = "1s" }
+declare_ready = { success_rate_at_or_above = 95.0, for = "3s" }
+"#;
+
+/// Two branches and their names.
+pub struct Pipeline {
+    /// The test CA (keeps its files alive).
+    pub ca: TestCa,
+    /// PRIMARY branch server.
+    pub primary: MariaDb,
+    /// SECONDARY branch server.
+    pub secondary: MariaDb,
+    /// Serves the branch names.
+    pub dns: DnsServer,
+    /// Config, password file, state and evidence live here.
+    pub dir: tempfile::TempDir,
+}
+
+/// Knobs of a generated config.
+pub struct ConfigOpts<'a> {
+    /// CloudWatch namespace.
+    pub namespace: &'a str,
+    /// `publish.sinks`.
+    pub sinks: &'a [&'a str],
+    /// `[readiness]` table text.
+    pub policy: &'a str,
+    /// Probe interval, ms.
+    pub interval_ms: u64,
+    /// Attempt timeout, ms.
+    pub timeout_ms: u64,
+    /// Publish interval, ms.
+    pub publish_ms: u64,
+    /// Port the primary branch is probed on (default: the server's).
+    pub primary_port: Option<u16>,
+    /// CloudWatch endpoint.
+    pub endpoint: Option<String>,
+}
+
+impl Default for ConfigOpts<'_> {
+    fn default() -> Self {
+        ConfigOpts {
+            namespace: "Readyprobe",
+            sinks: &["emf"],
+            policy: FAST_POLICY,
+            interval_ms: 300,
+            timeout_ms: 250,
+            publish_ms: 1000,
+            primary_port: None,
+            endpoint: None,
+        }
+    }
+}
+
+impl Pipeline {
+    /// Start everything, or `None` (after a loud skip line) when MariaDB is unavailable outside CI.
+    pub async fn start_or_skip() -> Option<Pipeline> {
+        let ca = TestCa::new();
+        let lo = [IpAddr::V4(Ipv4Addr::LOCALHOST)];
+        let pc = ca.server_cert(&[PRIMARY], &lo);
+        let sc = ca.server_cert(&[SECONDARY], &lo);
+        let primary = MariaDb::start_or_skip(Some(&pc)).await?;
+        let secondary = MariaDb::start_or_skip(Some(&sc)).await?;
+        primary.install_canary(PASSWORD).await;
+        secondary.install_canary(PASSWORD).await;
+        let dns = DnsServer::start(ZONE).await;
+        dns.set_a("mysql-primary", Ipv4Addr::LOCALHOST, 5).await;
+        dns.set_a("mysql-secondary", Ipv4Addr::LOCALHOST, 5).await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("password"), format!("{PASSWORD}\n")).unwrap();
+        Some(Pipeline {
+            ca,
+            primary,
+            secondary,
+            dns,
+            dir,
+        })
+    }
+
+    /// The evidence file path of generated configs.
+    pub fn evidence(&self) -> PathBuf {
+        self.dir.path().join("evidence.jsonl")
+    }
+
+    /// Config text for `opts`.
+    pub fn config_text(&self, o: &ConfigOpts<'_>) -> String {
+        let sinks: Vec<String> = o.sinks.iter().map(|s| format!("\"{s}\"")).collect();
+        let endpoint = o
+            .endpoint
+            .as_ref()
+            .map(|e| format!("endpoint_url = \"{e}\"\nregion = \"us-east-1\"\n"))
+            .unwrap_or_default();
+        format!(
+            r#"prober_id = "it"
+state_dir = "{dir}/state"
+
+[service]
+name = "orders-db"
+stable_name = "mysql.orders.internal.example"
+{policy}
+[publish]
+interval = "{publish}ms"
+namespace = "{ns}"
+sinks = [{sinks}]
+
+[publish.cloudwatch]
+{endpoint}
+[evidence]
+path = "{evidence}"
+
+[dns]
+nameservers = ["{dns}"]
+timeout = "200ms"
+
+[probe]
+kind = "mysql"
+interval = "{interval}ms"
+timeout = "{timeout}ms"
+jitter = "0s"
+
+[probe.mysql]
+user = "readyprobe"
+password = {{ file = "{dir}/password" }}
+ssl_mode = "verify_identity"
+ssl_ca = "{ca}"
+
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "{primary}"
+port = {pport}
+
+[[branch]]
+name = "secondary"
+role = "SECONDARY"
+endpoint = "{secondary}"
+port = {sport}
+"#,
+            dir = self.dir.path().display(),
+            policy = o.policy,
+            publish = o.publish_ms,
+            ns = o.namespace,
+            sinks = sinks.join(", "),
+            endpoint = endpoint,
+            evidence = self.evidence().display(),
+            dns = self.dns.addr(),
+            interval = o.interval_ms,
+            timeout = o.timeout_ms,
+            ca = self.ca.ca_pem_path().display(),
+            primary = PRIMARY,
+            pport = o.primary_port.unwrap_or(self.primary.port()),
+            secondary = SECONDARY,
+            sport = self.secondary.port(),
+        )
+    }
+
+    /// Write a config file and return its path.
+    pub fn write_config(&self, name: &str, o: &ConfigOpts<'_>) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, self.config_text(o)).unwrap();
+        p
+    }
+
+    /// Write and validate a config.
+    pub fn config(&self, name: &str, o: &ConfigOpts<'_>) -> Config {
+        let p = self.write_config(name, o);
+        readyprobe::config::load(&p).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// A `readyprobe run` in this process; stop it with [`Running::stop`].
+pub struct Running {
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<RunSummary, RunError>>,
+}
+
+impl Running {
+    /// Start the runner on `cfg`.
+    pub fn start(cfg: Config, duration: Option<Duration>) -> Running {
+        let (tx, rx) = oneshot::channel::<()>();
+        let stop = async move {
+            let _ = rx.await;
+            "test"
+        };
+        let task = tokio::spawn(readyprobe::runner::run(
+            cfg,
+            RunOptions {
+                duration,
+                grace: Duration::from_secs(3),
+            },
+            stop,
+        ));
+        Running {
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    /// Request a stop and wait for the summary.
+    pub async fn stop(mut self) -> RunSummary {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.finish().await
+    }
+
+    /// Wait for the run to end by itself (`duration`).
+    pub async fn finish(self) -> RunSummary {
+        tokio::time::timeout(Duration::from_secs(60), self.task)
+            .await
+            .expect("run did not stop within 60 s")
+            .expect("run task panicked")
+            .expect("run failed")
+    }
+}
+
+/// Every evidence record so far (a torn last line is a test failure).
+pub fn read_evidence(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad evidence line {l:?}: {e}")))
+        .collect()
+}
+
+/// Poll the evidence file until `pred` holds; panics with the tail of the file after `timeout`.
+pub async fn wait_evidence(
+    path: &Path,
+    timeout: Duration,
+    pred: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let end = tokio::time::Instant::now() + timeout;
+    loop {
+        let ev = read_evidence(path);
+        if pred(&ev) {
+            return ev;
+        }
+        if tokio::time::Instant::now() > end {
+            let tail: Vec<String> = ev
+                .iter()
+                .rev()
+                .take(8)
+                .map(|v| {
+                    let mut s = v.to_string();
+                    s.truncate(400);
+                    s
+                })
+                .collect();
+            panic!(
+                "evidence condition not met within {timeout:?}; last records:\n{}",
+                tail.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Transitions recorded for `branch`, as (from, to, at_ms, held_since).
+pub fn transitions(ev: &[Value], branch: &str) -> Vec<(String, String, i64, Option<i64>)> {
+    ev.iter()
+        .filter(|v| v["kind"] == "transition" && v["branch"] == branch)
+        .map(|v| {
+            let t = &v["transition"];
+            (
+                t["from"].as_str().unwrap().to_string(),
+                t["to"].as_str().unwrap().to_string(),
+                t["at"].as_i64().unwrap(),
+                t["held_since"].as_i64(),
+            )
+        })
+        .collect()
+}
+
+/// True once `branch` has a transition to `to`.
+pub fn has_transition(ev: &[Value], branch: &str, to: &str) -> bool {
+    transitions(ev, branch).iter().any(|t| t.1 == to)
+}
+
+/// Attempt records of `branch`.
+pub fn attempts<'a>(ev: &'a [Value], branch: &str) -> Vec<&'a Value> {
+    ev.iter()
+        .filter(|v| v["kind"] == "attempt" && v["branch"] == branch)
+        .collect()
+}
+
+/// The CloudWatch client, or `None` after a loud skip (panics under CI).
+///
+/// The prober takes credentials from the default AWS chain, as in production; the emulator
+/// accepts any, so static test credentials are put in the environment once when none are set.
+pub async fn cloudwatch() -> Option<aws_sdk_cloudwatch::Client> {
+    static CREDS: std::sync::Once = std::sync::Once::new();
+    CREDS.call_once(|| {
+        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+            // SAFETY: std's environment functions serialise on one lock, and nothing in this
+            // test process reads the environment through libc directly.
+            unsafe {
+                std::env::set_var("AWS_ACCESS_KEY_ID", "test");
+                std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
+            }
+        }
+    });
+    cloudwatch_or_skip().await
+}
