@@ -326,7 +326,6 @@ where
     )
     .map_err(|e| ev_err(e, ctx.evidence))?;
     let final_deadline = grace_end.max(Instant::now() + Duration::from_secs(2));
-    drop(ctx);
     let mut tasks = Vec::new();
     for s in sinks.drain(..) {
         drop(s.tx);
@@ -356,7 +355,6 @@ where
         ctx.on_report(rep, &clock)
             .map_err(|e| ev_err(e, ctx.evidence))?;
     }
-    drop(ctx);
     let now = clock.now_ms();
     save(&store, &cfg, &readiness, now, &mut evidence)?;
     for (name, r) in &readiness {

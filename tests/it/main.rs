@@ -1,5 +1,6 @@
 //! Integration tests.
 
+mod cli;
 mod harness_smoke;
 mod pipeline;
 mod support;
