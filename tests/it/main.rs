@@ -3,4 +3,5 @@
 mod cli;
 mod harness_smoke;
 mod pipeline;
+mod steps;
 mod support;
