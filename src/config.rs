@@ -1267,3 +1267,181 @@ fn default_prober_id() -> String {
 pub fn fmt_dur(d: Duration) -> String {
     humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+[service]
+name = "orders-db"
+stable_name = "mysql.orders.internal.example"
+
+[probe]
+kind = "mysql"
+
+[probe.mysql]
+user = "readyprobe"
+password = { env = "PW" }
+ssl_mode = "required"
+
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "mysql-primary.orders.internal.example"
+
+[[branch]]
+name = "secondary"
+role = "SECONDARY"
+endpoint = "mysql-secondary.orders.internal.example"
+"#;
+
+    fn issues(text: &str) -> Vec<Issue> {
+        match parse(Path::new("t.toml"), text) {
+            Ok(_) => vec![],
+            Err(e) => e.issues,
+        }
+    }
+
+    fn with(replace: &str, by: &str) -> String {
+        assert!(BASE.contains(replace), "{replace}");
+        BASE.replacen(replace, by, 1)
+    }
+
+    #[test]
+    fn defaults_resolve() {
+        let c = parse(Path::new("/etc/readyprobe/t.toml"), BASE).unwrap();
+        assert_eq!(c.probe.interval, Duration::from_secs(2));
+        assert_eq!(c.probe.timeout, Duration::from_millis(1600));
+        assert_eq!(c.policy.min_attempts, 10);
+        assert_eq!(c.policy.declare_unready.window, Duration::from_secs(60));
+        assert_eq!(c.policy.declare_ready.for_, Duration::from_secs(600));
+        assert_eq!(c.publish.sinks, [SinkKind::Emf]);
+        assert_eq!(c.publish.namespace, "Readyprobe");
+        assert_eq!(c.branches[0].port, 3306);
+        assert_eq!(c.state_dir, PathBuf::from("/etc/readyprobe/state"));
+        assert_eq!(c.policy.initial, ReadinessState::Unknown);
+    }
+
+    #[test]
+    fn each_rule_names_its_key_and_line() {
+        // (config text, key, text on the (last such) line the error must name; "" = not in the file)
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                with(
+                    "[probe]\nkind = \"mysql\"",
+                    "[probe]\nkind = \"mysql\"\ninterval = \"1s\"\ntimeout = \"1s\"",
+                ),
+                "probe.timeout",
+                "timeout = ",
+            ),
+            (
+                with("[probe]", "[readiness]\nmin_attempts = 40\n\n[probe]"),
+                "readiness.window",
+                "",
+            ),
+            (
+                with(
+                    "[probe]",
+                    "[readiness]\ndeclare_ready = { success_rate_at_or_above = 90.0 }\n\n[probe]",
+                ),
+                "readiness.declare_ready.success_rate_at_or_above",
+                "declare_ready",
+            ),
+            (
+                with(
+                    "mysql-secondary.orders.internal.example",
+                    "MYSQL.orders.internal.example.",
+                ),
+                "branch[1].endpoint",
+                "MYSQL.orders",
+            ),
+            (
+                with("role = \"SECONDARY\"", "role = \"PRIMARY\""),
+                "branch[1].role",
+                "role = ",
+            ),
+            (
+                with(
+                    "password = { env = \"PW\" }",
+                    "password = { env = \"PW\", file = \"/x\" }",
+                ),
+                "probe.mysql.password",
+                "password =",
+            ),
+            (
+                with("ssl_mode = \"required\"", "ssl_mode = \"verify_full\""),
+                "probe.mysql.ssl_mode",
+                "ssl_mode =",
+            ),
+            (
+                with("ssl_mode = \"required\"", "ssl_mode = \"verify_identity\""),
+                "probe.mysql.ssl_ca",
+                "",
+            ),
+            (
+                with("[probe]", "[dns]\nnameservers = [\"not-an-ip\"]\n\n[probe]"),
+                "dns.nameservers[0]",
+                "nameservers",
+            ),
+            (
+                with("[probe]", "[publish]\nnamespace = \"AWS/RDS\"\n\n[probe]"),
+                "publish.namespace",
+                "namespace",
+            ),
+        ];
+        for (text, key, needle) in cases {
+            let got = issues(&text);
+            let hit = got.iter().find(|i| i.key == key);
+            assert!(hit.is_some(), "{key}: {got:?}\n{text}");
+            if !needle.is_empty() {
+                let lines: Vec<&str> = text.lines().collect();
+                let line = lines.iter().rposition(|l| l.contains(needle)).unwrap() + 1;
+                assert_eq!(hit.unwrap().line, Some(line), "{key}: {got:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn serde_errors_name_line_and_key() {
+        let got = issues(&with(
+            "[probe]\nkind = \"mysql\"",
+            "[probe]\nkind = \"mysql\"\ninterval = \"2 parsecs\"",
+        ));
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].line, Some(8));
+        assert_eq!(got[0].key, "probe.interval");
+        assert!(got[0].message.contains("invalid duration"), "{got:?}");
+        let got = issues(&with("[probe.mysql]", "[probe.mysql]\npasword = \"x\""));
+        assert_eq!(got[0].key, "probe.mysql.pasword");
+        assert!(got[0].message.contains("unknown field"), "{got:?}");
+    }
+
+    #[test]
+    fn warns_when_one_failure_crosses_a_threshold() {
+        let c = parse(Path::new("t.toml"), BASE).unwrap();
+        // 30 attempts per 60 s window: one failure = 96.7% (≥ 95, < 99).
+        assert!(
+            c.warnings
+                .iter()
+                .any(|w| w.contains("declare_ready") && w.contains("96.7%"))
+        );
+        assert!(!c.warnings.iter().any(|w| w.contains("declare_unready")));
+    }
+
+    #[test]
+    fn secrets_resolve_by_reference_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("pw");
+        std::fs::write(&f, "s3cret\n").unwrap();
+        assert_eq!(SecretRef::File(f.clone()).resolve().unwrap(), "s3cret");
+        std::fs::write(&f, "").unwrap();
+        let e = SecretRef::File(f).resolve().unwrap_err();
+        assert!(e.to_string().contains("empty"));
+        let e = SecretRef::Env("READYPROBE_UNIT_SURELY_UNSET".into())
+            .resolve()
+            .unwrap_err();
+        assert!(e.to_string().contains("READYPROBE_UNIT_SURELY_UNSET"));
+        assert!(!format!("{:?}", SecretRef::Env("X".into())).contains("s3cret"));
+    }
+}

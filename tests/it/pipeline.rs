@@ -242,3 +242,46 @@ async fn bounded_runs_resume_saved_state() {
     assert!(transitions(&ev[n2..], "primary").is_empty());
     assert_eq!(s3.final_states["primary"].as_str(), "ready");
 }
+
+/// A CloudWatch endpoint that refuses connections: every batch is retried within its window,
+/// then dropped, counted and recorded; probing and readiness go on; the run ends cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_cloudwatch_endpoint_drops_are_counted_not_fatal() {
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    test_credentials();
+    let dead = format!("http://127.0.0.1:{}", crate::support::free_tcp_port());
+    let cfg = p.config(
+        "dead.toml",
+        &ConfigOpts {
+            sinks: &["cloudwatch", "emf"],
+            endpoint: Some(dead),
+            ..Default::default()
+        },
+    );
+    let s = Running::start(cfg, Some(Duration::from_millis(3500)))
+        .finish()
+        .await;
+    let ev = read_evidence(&p.evidence());
+    let cw: Vec<_> = ev
+        .iter()
+        .filter(|v| v["kind"] == "publish" && v["sink"] == "cloudwatch")
+        .collect();
+    assert!(cw.len() >= 3, "every tick is accounted for: {cw:?}");
+    assert!(
+        cw.iter()
+            .all(|v| v["dropped"] == true && v["error"].as_str().is_some_and(|e| !e.is_empty()))
+    );
+    assert!(
+        cw.iter().any(|v| v["tries"].as_u64().unwrap_or(0) > 1),
+        "retried within the window: {cw:?}"
+    );
+    assert_eq!(s.dropped_batches["cloudwatch"], cw.len() as u64);
+    // The other sink is unaffected, and probing went on.
+    assert!(
+        ev.iter()
+            .any(|v| v["kind"] == "publish" && v["sink"] == "emf" && v["dropped"] == false)
+    );
+    assert!(s.attempts["primary"] >= 8, "{:?}", s.attempts);
+}

@@ -315,6 +315,12 @@ pub fn attempts<'a>(ev: &'a [Value], branch: &str) -> Vec<&'a Value> {
 /// The prober takes credentials from the default AWS chain, as in production; the emulator
 /// accepts any, so static test credentials are put in the environment once when none are set.
 pub async fn cloudwatch() -> Option<aws_sdk_cloudwatch::Client> {
+    test_credentials();
+    cloudwatch_or_skip().await
+}
+
+/// Put static test credentials in the environment once, when none are set.
+pub fn test_credentials() {
     static CREDS: std::sync::Once = std::sync::Once::new();
     CREDS.call_once(|| {
         if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
@@ -326,5 +332,4 @@ pub async fn cloudwatch() -> Option<aws_sdk_cloudwatch::Client> {
             }
         }
     });
-    cloudwatch_or_skip().await
 }
