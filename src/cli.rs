@@ -34,6 +34,11 @@ pub struct Cli {
     /// Log format: `text` (readable) or `json` (one object per line, for CloudWatch Logs).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "READYPROBE_LOG_FORMAT")]
     pub log_format: LogFormat,
+    /// This prober instance's id, overriding `prober_id` in the config (e.g. one per
+    /// Availability Zone). It keys the canary row and the state file, so give each concurrently
+    /// running prober its own, and keep it stable across scheduled-task runs.
+    #[arg(long, global = true, env = "READYPROBE_PROBER_ID")]
+    pub prober_id: Option<String>,
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `debug`, `readyprobe=debug`.
     #[arg(long, global = true, default_value = "info", env = "READYPROBE_LOG")]
     pub log_level: String,
@@ -102,16 +107,35 @@ fn init_logging(cli: &Cli) {
     }
 }
 
-fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
-    config::load(path).map_err(|e| {
+fn load(path: &std::path::Path, prober_id: Option<&str>) -> Result<Config, ExitCode> {
+    let mut cfg = config::load(path).map_err(|e| {
         eprintln!("error: invalid configuration\n{e}");
         ExitCode::from(EXIT_INVALID_CONFIG)
-    })
+    })?;
+    if let Some(id) = prober_id {
+        if let Err(msg) = config::check_prober_id(id) {
+            eprintln!("error: --prober-id / READYPROBE_PROBER_ID: {msg}");
+            return Err(ExitCode::from(EXIT_INVALID_CONFIG));
+        }
+        cfg.prober_id = id.to_string();
+    }
+    Ok(cfg)
 }
 
 /// Run the CLI; returns the process exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            // --help and --version are not errors; every usage error is EX_USAGE (64).
+            return ExitCode::from(if e.use_stderr() {
+                EXIT_INVALID_CONFIG
+            } else {
+                EXIT_OK
+            });
+        }
+    };
     init_logging(&cli);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -127,10 +151,18 @@ pub fn main() -> ExitCode {
 }
 
 async fn async_main(cli: Cli) -> ExitCode {
+    let id = cli.prober_id.as_deref();
     match cli.command {
-        Command::Check { config } => match load(&config) {
+        Command::Check { config } => match load(&config, id) {
             Ok(cfg) => {
                 print!("{}", plan(&cfg));
+                match &cfg.probe.kind {
+                    ProbeKind::Mysql(m) => {
+                        if let Err(e) = m.password.resolve() {
+                            println!("warning: {e} (run needs it at start-up)");
+                        }
+                    }
+                }
                 ExitCode::from(EXIT_OK)
             }
             Err(code) => code,
@@ -140,7 +172,7 @@ async fn async_main(cli: Cli) -> ExitCode {
             duration,
             grace,
         } => {
-            let cfg = match load(&config) {
+            let cfg = match load(&config, id) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
@@ -160,7 +192,7 @@ async fn async_main(cli: Cli) -> ExitCode {
             }
         }
         Command::Probe { config, branch } => {
-            let cfg = match load(&config) {
+            let cfg = match load(&config, id) {
                 Ok(c) => c,
                 Err(code) => return code,
             };

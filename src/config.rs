@@ -191,7 +191,8 @@ pub struct Config {
     /// This prober instance's id: the canary row key and the `prober` field of evidence.
     /// Default: the host name (an ECS task's host name is unique per task).
     pub prober_id: String,
-    /// Directory of the readiness state file (`state-<service>.json`). Default `./state`.
+    /// Directory of the readiness state file (`state-<service>-<prober_id>.json`). Default
+    /// `state` beside the config file (relative paths resolve against the config's directory).
     pub state_dir: PathBuf,
     /// The failed-over service.
     pub service: Service,
@@ -701,11 +702,8 @@ impl Validator<'_> {
         }
 
         let prober_id = raw.prober_id.unwrap_or_else(default_prober_id);
-        if prober_id.is_empty() || prober_id.len() > MAX_CANARY_ID_LEN {
-            self.error(
-                "prober_id",
-                format!("must be 1–{MAX_CANARY_ID_LEN} characters (canary table column width)"),
-            );
+        if let Err(msg) = check_prober_id(&prober_id) {
+            self.error("prober_id", msg);
         }
         let state_dir = rel(raw.state_dir.unwrap_or_else(|| PathBuf::from("state")));
         let evidence_path = raw
@@ -913,7 +911,12 @@ impl Validator<'_> {
                 ),
             }
         }
-        sinks.dedup();
+        let mut seen = Vec::new();
+        sinks.retain(|k| {
+            let first = !seen.contains(k);
+            seen.push(*k);
+            first
+        });
         let cw = raw.publish.cloudwatch;
         let op_timeout = cw
             .operation_timeout
@@ -1120,7 +1123,13 @@ impl Validator<'_> {
             window: r_win.map(|d| d.0).unwrap_or(window),
         };
         let approval_required = match approval.as_deref().unwrap_or("none") {
-            "required" => true,
+            "required" => {
+                self.error(
+                    "readiness.declare_ready.approval",
+                    "\"required\" needs the operator approval workflow (`readyprobe approve`), which this version does not have yet; a recovered branch would wait in pending_approval for ever. Use \"none\"",
+                );
+                true
+            }
             "none" => false,
             other => {
                 self.error(
@@ -1234,6 +1243,25 @@ pub fn one_failure_effect(c: &Condition, interval: Duration, unready: bool) -> S
         "{n} attempts per {} window; one failure → {rate:.1}% ({verdict})",
         fmt_dur(c.window)
     )
+}
+
+/// Check a prober id: 1–64 characters of `[A-Za-z0-9._-]` (canary column width; safe in a file
+/// name).
+///
+/// # Errors
+/// A message saying what is allowed.
+pub fn check_prober_id(id: &str) -> Result<(), String> {
+    if id.is_empty()
+        || id.len() > MAX_CANARY_ID_LEN
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(format!(
+            "{id:?}: must be 1–{MAX_CANARY_ID_LEN} characters of [A-Za-z0-9._-] (it keys the canary row and the state file)"
+        ));
+    }
+    Ok(())
 }
 
 fn normalise_name(s: &str) -> String {
@@ -1383,6 +1411,27 @@ endpoint = "mysql-secondary.orders.internal.example"
                 with("[probe]", "[dns]\nnameservers = [\"not-an-ip\"]\n\n[probe]"),
                 "dns.nameservers[0]",
                 "nameservers",
+            ),
+            (
+                with(
+                    "[probe]",
+                    "[readiness]\ndeclare_ready = { approval = \"required\" }\n\n[probe]",
+                ),
+                "readiness.declare_ready.approval",
+                "declare_ready",
+            ),
+            (
+                with(
+                    "[probe]",
+                    "[publish]\nsinks = [\"emf\", \"statsd\"]\n\n[probe]",
+                ),
+                "publish.sinks[1]",
+                "sinks",
+            ),
+            (
+                with("[service]", "prober_id = \"a b\"\n\n[service]"),
+                "prober_id",
+                "prober_id",
             ),
             (
                 with("[probe]", "[publish]\nnamespace = \"AWS/RDS\"\n\n[probe]"),

@@ -72,6 +72,10 @@ pub enum FailureClass {
     DnsTimeout,
     /// Any other resolution failure (bad response, no nameserver usable).
     DnsError,
+    /// The branch name resolves through the service's stable name (a CNAME chain through the
+    /// failover record): the probe would measure whatever Route 53 answers, a circular control
+    /// loop, so the attempt fails instead.
+    DnsStableName,
     /// The TCP connection was refused (RST).
     TcpRefused,
     /// The TCP connection did not complete within the connect timeout.
@@ -94,7 +98,8 @@ pub enum FailureClass {
     TlsNotYetValid,
     /// No TLS protocol version acceptable to both sides.
     TlsProtocolVersion,
-    /// The server rejected the probe identity (MySQL 1045, 1044, 1698, 3159).
+    /// The server rejected the probe identity or its privileges (MySQL 1044, 1045, 1698, 3159;
+    /// 1142/1143 when a GRANT on the canary table is missing).
     AuthDenied,
     /// The server is read-only (MySQL 1290 `--read-only`, 1836 read-only mode).
     ServerReadOnly,
@@ -124,6 +129,7 @@ impl FailureClass {
             FailureClass::DnsRefused => "dns_refused",
             FailureClass::DnsTimeout => "dns_timeout",
             FailureClass::DnsError => "dns_error",
+            FailureClass::DnsStableName => "dns_stable_name",
             FailureClass::TcpRefused => "tcp_refused",
             FailureClass::TcpTimeout => "tcp_timeout",
             FailureClass::TcpUnreachable => "tcp_unreachable",

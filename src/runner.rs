@@ -65,6 +65,8 @@ pub struct RunSummary {
     pub dropped_batches: BTreeMap<String, u64>,
     /// Final state per branch.
     pub final_states: BTreeMap<String, ReadinessState>,
+    /// Evidence records that could not be written.
+    pub evidence_write_failures: u64,
 }
 
 struct Batch {
@@ -163,17 +165,13 @@ where
 {
     let clock = Clock::start();
     let (resolver, probes) = probe::prepare(&cfg)?;
-    let store = FileStore::new(&cfg.state_dir, &cfg.service.name);
+    let store = FileStore::new(&cfg.state_dir, &cfg.service.name, &cfg.prober_id);
     let saved = store.load(&cfg.service.name)?;
     let mut evidence = EvidenceWriter::open(&cfg.evidence_path, &cfg.service.name, &cfg.prober_id)
         .map_err(|source| RunError::Evidence {
             path: cfg.evidence_path.display().to_string(),
             source,
         })?;
-    let ev_err = |e: std::io::Error, p: &EvidenceWriter| RunError::Evidence {
-        path: p.path().display().to_string(),
-        source: e,
-    };
 
     // Readiness per branch, restored from the saved state when there is one.
     let mut readiness: BTreeMap<String, Readiness> = BTreeMap::new();
@@ -196,8 +194,7 @@ where
             "duration_ms": opts.duration.map(|d| d.as_millis() as u64),
             "state_file": store.path().display().to_string(),
             "restored": restored,
-        }))
-        .map_err(|e| ev_err(e, &evidence))?;
+        }));
     for r in &restored {
         tracing::info!(branch = %r["branch"], state = %r["state"], "restored readiness state from {}", store.path().display());
     }
@@ -280,15 +277,15 @@ where
     let stop_reason: String = loop {
         tokio::select! {
             ev = att_rx.recv() => match ev {
-                Some(ev) => ctx.on_event(ev, &mut readiness, &mut acc, &clock).map_err(|e| ev_err(e, ctx.evidence))?,
+                Some(ev) => ctx.on_event(ev, &mut readiness, &mut acc, &clock),
                 None => break "branch loops ended".into(),
             },
             _ = ticker.tick() => {
                 let now = clock.now_ms();
-                ctx.tick(&mut readiness, &mut acc, now, "tick", &mut both_unready_logged).map_err(|e| ev_err(e, ctx.evidence))?;
+                ctx.tick(&mut readiness, &mut acc, now, "tick", &mut both_unready_logged);
                 save(&store, &cfg, &readiness, now, ctx.evidence)?;
             }
-            Some(rep) = report_rx.recv() => ctx.on_report(rep, &clock).map_err(|e| ev_err(e, ctx.evidence))?,
+            Some(rep) = report_rx.recv() => ctx.on_report(rep, &clock),
             _ = &mut until => break "duration".into(),
             sig = &mut stop => break sig.to_string(),
         }
@@ -300,9 +297,7 @@ where
     let _ = stop_tx.send(true);
     loop {
         match tokio::time::timeout_at(grace_end + Duration::from_millis(200), att_rx.recv()).await {
-            Ok(Some(ev)) => ctx
-                .on_event(ev, &mut readiness, &mut acc, &clock)
-                .map_err(|e| ev_err(e, ctx.evidence))?,
+            Ok(Some(ev)) => ctx.on_event(ev, &mut readiness, &mut acc, &clock),
             Ok(None) => break,
             Err(_) => {
                 tracing::warn!(
@@ -323,8 +318,7 @@ where
         now,
         "final",
         &mut both_unready_logged,
-    )
-    .map_err(|e| ev_err(e, ctx.evidence))?;
+    );
     let final_deadline = grace_end.max(Instant::now() + Duration::from_secs(2));
     let mut tasks = Vec::new();
     for s in sinks.drain(..) {
@@ -341,7 +335,7 @@ where
         loop {
             tokio::select! {
                 r = &mut t => { let _ = r; break; }
-                Some(rep) = report_rx.recv() => ctx.on_report(rep, &clock).map_err(|e| ev_err(e, ctx.evidence))?,
+                Some(rep) = report_rx.recv() => ctx.on_report(rep, &clock),
                 _ = tokio::time::sleep_until(final_deadline) => {
                     tracing::warn!(sink = name, "final publish did not finish within the grace period");
                     *ctx.summary.dropped_batches.entry(name.to_string()).or_default() += 1;
@@ -352,8 +346,7 @@ where
         }
     }
     while let Ok(rep) = report_rx.try_recv() {
-        ctx.on_report(rep, &clock)
-            .map_err(|e| ev_err(e, ctx.evidence))?;
+        ctx.on_report(rep, &clock);
     }
     let now = clock.now_ms();
     save(&store, &cfg, &readiness, now, &mut evidence)?;
@@ -361,21 +354,23 @@ where
         summary.final_states.insert(name.clone(), r.state());
     }
     summary.stop_reason = stop_reason.clone();
-    evidence
-        .write(
-            "stop",
-            now,
-            json!({
-                "reason": stop_reason,
-                "attempts": summary.attempts,
-                "abandoned": summary.abandoned,
-                "transitions": summary.transitions,
-                "dropped_batches": summary.dropped_batches,
-                "final_states": summary.final_states,
-            }),
-        )
-        .and_then(|_| evidence.sync())
-        .map_err(|e| ev_err(e, &evidence))?;
+    evidence.write(
+        "stop",
+        now,
+        json!({
+            "reason": stop_reason,
+            "attempts": summary.attempts,
+            "abandoned": summary.abandoned,
+            "transitions": summary.transitions,
+            "dropped_batches": summary.dropped_batches,
+            "final_states": summary.final_states,
+            "evidence_write_failures": evidence.failed,
+        }),
+    );
+    summary.evidence_write_failures = evidence.failed;
+    if let Err(e) = evidence.sync() {
+        tracing::error!(path = %evidence.path().display(), error = %e, "cannot sync evidence");
+    }
     tracing::info!(
         reason = %summary.stop_reason,
         attempts = ?summary.attempts,
@@ -405,7 +400,7 @@ fn save(
     if let Err(e) = store.save(&state) {
         // Probing goes on; the failure is loud and recorded.
         tracing::error!(error = %e, "cannot save readiness state");
-        let _ = evidence.write("state_save_failed", now, json!({"error": e.to_string()}));
+        evidence.write("state_save_failed", now, json!({"error": e.to_string()}));
     }
     Ok(())
 }
@@ -424,7 +419,7 @@ impl Ctx<'_> {
         readiness: &mut BTreeMap<String, Readiness>,
         acc: &mut BTreeMap<String, TickAcc>,
         clock: &Clock,
-    ) -> std::io::Result<()> {
+    ) {
         match ev {
             BranchEvent::Abandoned { branch, seq } => {
                 self.summary.abandoned += 1;
@@ -443,7 +438,7 @@ impl Ctx<'_> {
         a: Attempt,
         readiness: &mut BTreeMap<String, Readiness>,
         acc: &mut BTreeMap<String, TickAcc>,
-    ) -> std::io::Result<()> {
+    ) {
         *self.summary.attempts.entry(a.branch.clone()).or_default() += 1;
         if let Some(t) = acc.get_mut(&a.branch) {
             t.attempts += 1;
@@ -467,23 +462,17 @@ impl Ctx<'_> {
                 tracing::debug!(branch = %a.branch, seq = a.seq, %step, %class, %message, "attempt failed")
             }
         }
-        self.evidence.write("attempt", a.finished_at, &a)?;
+        self.evidence.write("attempt", a.finished_at, &a);
         let Some(r) = readiness.get_mut(&a.branch) else {
-            return Ok(());
+            return;
         };
         if let Some(t) = r.record(a.record()) {
             let value = r.published_value();
-            self.on_transition(&a.branch, &t, value)?;
+            self.on_transition(&a.branch, &t, value);
         }
-        Ok(())
     }
 
-    fn on_transition(
-        &mut self,
-        branch: &str,
-        t: &Transition,
-        value: Option<f64>,
-    ) -> std::io::Result<()> {
+    fn on_transition(&mut self, branch: &str, t: &Transition, value: Option<f64>) {
         self.summary.transitions += 1;
         let classes: Vec<String> = t
             .unready_window
@@ -500,12 +489,11 @@ impl Ctx<'_> {
             "transition",
             t.at,
             json!({"branch": branch, "transition": t, "published": value}),
-        )?;
+        );
         if let Some(v) = value {
             let d = transition_datum(&self.cfg.service.name, branch, v, t.at);
-            self.publish(vec![d], "transition", t.at)?;
+            self.publish(vec![d], "transition", t.at);
         }
-        Ok(())
     }
 
     fn tick(
@@ -515,7 +503,7 @@ impl Ctx<'_> {
         now: Millis,
         reason: &'static str,
         both_unready_logged: &mut bool,
-    ) -> std::io::Result<()> {
+    ) {
         let mut ticks = Vec::new();
         for b in &self.cfg.branches {
             let Some(r) = readiness.get_mut(&b.name) else {
@@ -523,7 +511,7 @@ impl Ctx<'_> {
             };
             if let Some(t) = r.evaluate(now) {
                 let v = r.published_value();
-                self.on_transition(&b.name, &t, v)?;
+                self.on_transition(&b.name, &t, v);
             }
             let stats = r.window_stats(now, self.cfg.policy.declare_unready.window);
             let a = acc.remove(&b.name).unwrap_or_default();
@@ -547,7 +535,7 @@ impl Ctx<'_> {
             );
             self.evidence.write("both_branches_unready", now, json!({
                 "explanation": "no branch is ready; with every failover health check unhealthy Route 53 answers with the primary record anyway (fail-open)",
-            }))?;
+            }));
             *both_unready_logged = true;
         } else if !all_unready {
             *both_unready_logged = false;
@@ -556,12 +544,7 @@ impl Ctx<'_> {
         self.publish(datums, reason, now)
     }
 
-    fn publish(
-        &mut self,
-        datums: Vec<Datum>,
-        reason: &'static str,
-        now: Millis,
-    ) -> std::io::Result<()> {
+    fn publish(&mut self, datums: Vec<Datum>, reason: &'static str, now: Millis) {
         let deadline = Instant::now() + self.cfg.publish.interval;
         for s in self.sinks {
             let n = datums.len();
@@ -582,13 +565,12 @@ impl Ctx<'_> {
                     .entry(s.name.to_string())
                     .or_default() += 1;
                 tracing::warn!(sink = s.name, datums = n, reason = why, "publish dropped");
-                self.evidence.write("publish", now, json!({"sink": s.name, "reason": reason, "datums": n, "sent": 0, "dropped": true, "error": why}))?;
+                self.evidence.write("publish", now, json!({"sink": s.name, "reason": reason, "datums": n, "sent": 0, "dropped": true, "error": why}));
             }
         }
-        Ok(())
     }
 
-    fn on_report(&mut self, r: SinkReport, clock: &Clock) -> std::io::Result<()> {
+    fn on_report(&mut self, r: SinkReport, clock: &Clock) {
         let now = clock.now_ms();
         if let Some(err) = &r.error {
             *self

@@ -57,20 +57,23 @@ pub struct FileStore {
 }
 
 impl FileStore {
-    /// The store of `service` in `dir` (`dir/state-<service>.json`).
-    pub fn new(dir: &Path, service: &str) -> Self {
-        let safe: String = service
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+    /// The store of one prober's view of `service` in `dir`
+    /// (`dir/state-<service>-<prober_id>.json`): probers sharing a directory never overwrite
+    /// each other's state.
+    pub fn new(dir: &Path, service: &str, prober_id: &str) -> Self {
+        let safe = |s: &str| -> String {
+            s.chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect()
+        };
         FileStore {
-            path: dir.join(format!("state-{safe}.json")),
+            path: dir.join(format!("state-{}-{}.json", safe(service), safe(prober_id))),
         }
     }
 
@@ -149,7 +152,7 @@ mod tests {
     #[test]
     fn round_trip_and_corruption() {
         let dir = tempfile::tempdir().unwrap();
-        let store = FileStore::new(dir.path(), "orders-db");
+        let store = FileStore::new(dir.path(), "orders-db", "p1");
         assert!(store.load("orders-db").unwrap().is_none());
         let mut branches = BTreeMap::new();
         branches.insert(

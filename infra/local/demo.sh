@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEMO=/tmp/readyprobe-demo          # must match probes/local-demo.toml
-DURATION=${DURATION:-60s}
+DURATION=${DURATION:-75s}
 DRILL=${DRILL:-1}
 
 command -v cargo >/dev/null || { echo "demo: cargo is required (Rust toolchain)" >&2; exit 1; }

@@ -209,6 +209,8 @@ pub struct BranchProbe {
     pub branch: Branch,
     /// This prober's id.
     pub prober_id: String,
+    /// The service's stable name, which no branch attempt may resolve through.
+    pub stable_name: String,
     /// Attempt deadline.
     pub timeout: Duration,
     /// Per-step timeouts.
@@ -261,6 +263,7 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
         .map(|b| BranchProbe {
             branch: b.clone(),
             prober_id: cfg.prober_id.clone(),
+            stable_name: cfg.service.stable_name.clone(),
             timeout: cfg.probe.timeout,
             step_timeouts: cfg.probe.step_timeouts,
             target: target.clone(),
@@ -306,6 +309,25 @@ pub async fn run_attempt(
             .await
             .map_err(|e| (Step::Resolve, e))?;
         answers = res.answers.clone();
+        if let Some(a) = res.answers.iter().find(|a| {
+            let n = |s: &str| {
+                s.trim_end_matches('.')
+                    .eq_ignore_ascii_case(&probe.stable_name)
+            };
+            n(&a.name) || (a.rtype == "CNAME" && n(&a.data))
+        }) {
+            steps.fail_last(FailureClass::DnsStableName);
+            return Err((
+                Step::Resolve,
+                StepError {
+                    class: FailureClass::DnsStableName,
+                    message: format!(
+                        "{endpoint} resolves through the stable name {} ({} {} {}): a branch probe must not follow the failover record",
+                        probe.stable_name, a.name, a.rtype, a.data
+                    ),
+                },
+            ));
+        }
         let (stream, addr) = steps
             .run(
                 Step::Connect,

@@ -197,8 +197,16 @@ pub async fn run(
         Ok(identity)
     }
     .await;
-    // Disconnect outside every step, bounded so a dead server cannot hold the attempt.
-    let _ = tokio::time::timeout(Duration::from_millis(500), conn.disconnect()).await;
+    // Disconnect outside every step, within what is left of the attempt deadline (at most
+    // 500 ms), so a slow server cannot stretch the attempt past it; past the deadline the
+    // connection is simply dropped.
+    let left = deadline
+        .end
+        .saturating_duration_since(tokio::time::Instant::now())
+        .min(Duration::from_millis(500));
+    if !left.is_zero() {
+        let _ = tokio::time::timeout(left, conn.disconnect()).await;
+    }
     result
 }
 

@@ -18,6 +18,9 @@ pub struct EvidenceWriter {
     prober: String,
     /// Records written by this writer.
     pub written: u64,
+    /// Records that could not be written (disk full, I/O error). Probing and publishing go on:
+    /// a full disk must not silence the readiness metric.
+    pub failed: u64,
 }
 
 impl EvidenceWriter {
@@ -38,6 +41,7 @@ impl EvidenceWriter {
             service: service.into(),
             prober: prober.into(),
             written: 0,
+            failed: 0,
         })
     }
 
@@ -49,18 +53,25 @@ impl EvidenceWriter {
     /// Append one record: `{"at": RFC 3339, "kind": kind, "service", "prober", ...fields}`.
     /// `fields` must serialise to a JSON object; other values are stored under `"value"`.
     ///
-    /// # Errors
-    /// The I/O error.
-    pub fn write(
-        &mut self,
-        kind: &str,
-        at: Millis,
-        fields: impl serde::Serialize,
-    ) -> io::Result<()> {
+    /// A failed write is counted in [`failed`](Self::failed) and logged (the first, then every
+    /// hundredth), never returned: evidence is a record of the control loop, not a reason to stop
+    /// it.
+    pub fn write(&mut self, kind: &str, at: Millis, fields: impl serde::Serialize) {
         let line = encode(kind, at, &self.service, &self.prober, fields);
-        self.file.write_all(line.as_bytes())?;
-        self.written += 1;
-        Ok(())
+        match self.file.write_all(line.as_bytes()) {
+            Ok(()) => self.written += 1,
+            Err(e) => {
+                self.failed += 1;
+                if self.failed % 100 == 1 {
+                    tracing::error!(
+                        path = %self.path.display(),
+                        error = %e,
+                        failed = self.failed,
+                        "cannot write evidence; probing and publishing go on"
+                    );
+                }
+            }
+        }
     }
 
     /// Flush and fsync.

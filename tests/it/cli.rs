@@ -80,6 +80,21 @@ endpoint = "mysql.orders.internal.example."
 }
 
 #[test]
+fn usage_errors_exit_64_and_help_exits_0() {
+    let out = bin().args(["run"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "missing --config");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--config"));
+    let out = bin().args(["frobnicate"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let out = bin().args(["--help"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for cmd in ["run", "check", "probe"] {
+        assert!(help.contains(cmd), "{help}");
+    }
+}
+
+#[test]
 fn every_example_config_in_probes_is_valid() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
     let mut n = 0;

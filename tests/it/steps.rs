@@ -74,6 +74,17 @@ async fn failure_classes_from_real_peers() {
     );
     p.dns.set_a("mysql-secondary", Ipv4Addr::LOCALHOST, 5).await;
 
+    // resolve: the branch name leads through the stable name (a circular control loop).
+    p.dns.set_a("mysql", Ipv4Addr::LOCALHOST, 5).await;
+    p.dns.set_cname("mysql-secondary", "mysql", 5).await;
+    let a = attempt(&p, base.clone(), "secondary").await;
+    assert_eq!(
+        failure(&a),
+        (Step::Resolve, FailureClass::DnsStableName),
+        "{a:?}"
+    );
+    p.dns.set_a("mysql-secondary", Ipv4Addr::LOCALHOST, 5).await;
+
     // tls: a CA bundle that did not sign the server certificate.
     let other = TestCa::named("some other CA");
     let t = base.replace(
