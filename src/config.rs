@@ -103,6 +103,7 @@ struct RawCloudWatch {
 #[serde(deny_unknown_fields)]
 struct RawEvidence {
     path: Option<PathBuf>,
+    max_size_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -202,6 +203,8 @@ pub struct Config {
     pub publish: Publish,
     /// Evidence JSON-lines file. Default `<state_dir>/evidence.jsonl`.
     pub evidence_path: PathBuf,
+    /// Size at which the evidence file is rotated to `<path>.1`, bytes. Default 100 MiB.
+    pub evidence_max_bytes: u64,
     /// DNS settings of the `resolve` step.
     pub dns: Dns,
     /// The probe run against every branch.
@@ -706,6 +709,7 @@ impl Validator<'_> {
             self.error("prober_id", msg);
         }
         let state_dir = rel(raw.state_dir.unwrap_or_else(|| PathBuf::from("state")));
+        let evidence_max_bytes = raw.evidence.max_size_mb.unwrap_or(100).max(1) * 1024 * 1024;
         let evidence_path = raw
             .evidence
             .path
@@ -989,6 +993,7 @@ impl Validator<'_> {
                 },
             },
             evidence_path,
+            evidence_max_bytes,
             dns,
             probe: Probe {
                 interval,

@@ -167,11 +167,16 @@ where
     let (resolver, probes) = probe::prepare(&cfg)?;
     let store = FileStore::new(&cfg.state_dir, &cfg.service.name, &cfg.prober_id);
     let saved = store.load(&cfg.service.name)?;
-    let mut evidence = EvidenceWriter::open(&cfg.evidence_path, &cfg.service.name, &cfg.prober_id)
-        .map_err(|source| RunError::Evidence {
-            path: cfg.evidence_path.display().to_string(),
-            source,
-        })?;
+    let mut evidence = EvidenceWriter::open(
+        &cfg.evidence_path,
+        &cfg.service.name,
+        &cfg.prober_id,
+        cfg.evidence_max_bytes,
+    )
+    .map_err(|source| RunError::Evidence {
+        path: cfg.evidence_path.display().to_string(),
+        source,
+    })?;
 
     // Readiness per branch, restored from the saved state when there is one.
     let mut readiness: BTreeMap<String, Readiness> = BTreeMap::new();

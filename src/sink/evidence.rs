@@ -1,6 +1,10 @@
 //! The evidence sink: an append-only JSON-lines file of attempts, transitions, publishes,
 //! starts and stops. Each record is written as one whole line and flushed, so a crash or a
 //! SIGKILL leaves at worst a missing last record, never a torn one that parses as something else.
+//!
+//! The file is bounded: when the next record would take it past `max_bytes`, it is renamed to
+//! `<path>.1` (replacing the previous generation) and a fresh file is started, so a long-running
+//! service keeps between one and two generations on disk.
 
 use crate::clock::rfc3339;
 use crate::readiness::Millis;
@@ -21,6 +25,10 @@ pub struct EvidenceWriter {
     /// Records that could not be written (disk full, I/O error). Probing and publishing go on:
     /// a full disk must not silence the readiness metric.
     pub failed: u64,
+    /// Size of the current file, bytes.
+    size: u64,
+    /// Rotation threshold, bytes.
+    max_bytes: u64,
 }
 
 impl EvidenceWriter {
@@ -28,13 +36,14 @@ impl EvidenceWriter {
     ///
     /// # Errors
     /// The I/O error, for the caller to report with the path.
-    pub fn open(path: &Path, service: &str, prober: &str) -> io::Result<Self> {
+    pub fn open(path: &Path, service: &str, prober: &str, max_bytes: u64) -> io::Result<Self> {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
         {
             std::fs::create_dir_all(dir)?;
         }
         let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let size = file.metadata()?.len();
         Ok(EvidenceWriter {
             path: path.to_owned(),
             file,
@@ -42,6 +51,8 @@ impl EvidenceWriter {
             prober: prober.into(),
             written: 0,
             failed: 0,
+            size,
+            max_bytes: max_bytes.max(4096),
         })
     }
 
@@ -58,8 +69,14 @@ impl EvidenceWriter {
     /// it.
     pub fn write(&mut self, kind: &str, at: Millis, fields: impl serde::Serialize) {
         let line = encode(kind, at, &self.service, &self.prober, fields);
+        if self.size > 0 && self.size + line.len() as u64 > self.max_bytes {
+            self.rotate();
+        }
         match self.file.write_all(line.as_bytes()) {
-            Ok(()) => self.written += 1,
+            Ok(()) => {
+                self.written += 1;
+                self.size += line.len() as u64;
+            }
             Err(e) => {
                 self.failed += 1;
                 if self.failed % 100 == 1 {
@@ -70,6 +87,31 @@ impl EvidenceWriter {
                         "cannot write evidence; probing and publishing go on"
                     );
                 }
+            }
+        }
+    }
+
+    fn rotate(&mut self) {
+        let old = self.path.with_extension(match self.path.extension() {
+            Some(e) => format!("{}.1", e.to_string_lossy()),
+            None => "1".into(),
+        });
+        let reopened = std::fs::rename(&self.path, &old).and_then(|_| {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+        });
+        match reopened {
+            Ok(f) => {
+                self.file = f;
+                self.size = 0;
+                tracing::info!(path = %self.path.display(), previous = %old.display(), "evidence file rotated");
+            }
+            Err(e) => {
+                // Keep appending to the old handle; better a large file than lost records.
+                tracing::error!(path = %self.path.display(), error = %e, "cannot rotate evidence");
+                self.size = 0;
             }
         }
     }
@@ -116,6 +158,26 @@ pub fn encode(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rotates_at_max_bytes_keeping_one_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("evidence.jsonl");
+        let mut w = EvidenceWriter::open(&p, "s", "p", 4096).unwrap();
+        for i in 0..200 {
+            w.write("attempt", i, serde_json::json!({"seq": i}));
+        }
+        assert_eq!(w.written, 200);
+        assert_eq!(w.failed, 0);
+        let cur = std::fs::read_to_string(&p).unwrap();
+        let prev = std::fs::read_to_string(dir.path().join("evidence.jsonl.1")).unwrap();
+        assert!(cur.len() <= 4096 && prev.len() <= 4096);
+        // Nothing torn, and the newest record is in the current file.
+        for l in cur.lines().chain(prev.lines()) {
+            serde_json::from_str::<Value>(l).unwrap();
+        }
+        assert!(cur.trim_end().ends_with("\"seq\":199}") || cur.contains("\"seq\":199"));
+    }
 
     #[test]
     fn line_shape() {
