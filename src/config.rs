@@ -709,7 +709,11 @@ impl Validator<'_> {
             self.error("prober_id", msg);
         }
         let state_dir = rel(raw.state_dir.unwrap_or_else(|| PathBuf::from("state")));
-        let evidence_max_bytes = raw.evidence.max_size_mb.unwrap_or(100).max(1) * 1024 * 1024;
+        let evidence_mb = raw.evidence.max_size_mb.unwrap_or(100);
+        if !(1..=1_048_576).contains(&evidence_mb) {
+            self.error("evidence.max_size_mb", "must be 1–1048576 (MiB)");
+        }
+        let evidence_max_bytes = evidence_mb.clamp(1, 1_048_576) * 1024 * 1024;
         let evidence_path = raw
             .evidence
             .path

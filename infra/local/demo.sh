@@ -5,7 +5,7 @@
 # stdout for a bounded time. Midway it makes the primary read-only and then writable again, so
 # the run shows a failover (primary unready) and a slow failback (primary ready again).
 #
-#   infra/local/demo.sh                 # 60 s run, EMF on stdout, logs on stderr
+#   infra/local/demo.sh                 # 75 s run, EMF on stdout, logs on stderr
 #   DURATION=5m DRILL=0 infra/local/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
