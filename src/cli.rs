@@ -26,8 +26,9 @@ pub const EXIT_UNAVAILABLE_INPUT: u8 = 78;
 /// hysteresis, publishes it for the CloudWatch alarm behind the Route 53 health check, and writes
 /// every attempt, transition and publish to an evidence file.
 ///
-/// Exit codes: 0 ok; 1 `probe` attempt failed; 64 invalid config or usage; 74 state/evidence
-/// file I/O error; 78 secret, CA bundle or resolv.conf unavailable.
+/// Exit codes: 0 ok; 1 `probe` attempt failed, or `approve` found no prober waiting for approval;
+/// 64 invalid config or usage; 74 state store or evidence I/O error; 78 secret, CA bundle or
+/// resolv.conf unavailable.
 #[derive(Debug, Parser)]
 #[command(name = "readyprobe", version, about, long_about)]
 pub struct Cli {
@@ -89,6 +90,78 @@ pub enum Command {
         #[arg(long, short)]
         branch: String,
     },
+    /// Approve the failback of a branch waiting in `pending_approval`. The running probers (or
+    /// the next scheduled run) apply it only if the branch is still pending when they read it and
+    /// the approval has not expired; an approval given before the branch got there never
+    /// pre-authorises a later failback. Exit 0 when some prober has the branch pending, 1 when
+    /// none does (the approval is recorded, and will be rejected when read).
+    Approve {
+        /// Config file (TOML).
+        #[arg(long, short, env = "READYPROBE_CONFIG")]
+        config: PathBuf,
+        /// Branch name.
+        #[arg(long, short)]
+        branch: String,
+        /// Who approves (recorded in the evidence).
+        #[arg(long)]
+        by: String,
+        /// Why (recorded in the evidence).
+        #[arg(long)]
+        reason: String,
+        /// How long the approval stays valid if no prober has applied it yet.
+        #[arg(long, value_parser = parse_duration, default_value = "30m")]
+        expires: Duration,
+    },
+    /// Force a branch's published readiness (Route 53 ignores `SetAlarmState`, so overrides go
+    /// through the metric), always with an expiry; or `--clear` it. The real readiness is still
+    /// computed and recorded meanwhile.
+    Override {
+        /// Config file (TOML).
+        #[arg(long, short, env = "READYPROBE_CONFIG")]
+        config: PathBuf,
+        /// Branch name.
+        #[arg(long, short)]
+        branch: String,
+        /// Value to force.
+        #[arg(
+            long,
+            value_enum,
+            required_unless_present = "clear",
+            conflicts_with = "clear"
+        )]
+        force: Option<ForceArg>,
+        /// How long the override lasts (required with --force).
+        #[arg(long, value_parser = parse_duration, required_unless_present = "clear")]
+        expires: Option<Duration>,
+        /// Why (required with --force).
+        #[arg(long, required_unless_present = "clear")]
+        reason: Option<String>,
+        /// Who (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
+        /// Remove the branch's override.
+        #[arg(long)]
+        clear: bool,
+    },
+    /// Show each branch's readiness per prober: state, since when, success rate, what it waits
+    /// for, pending approvals and active overrides.
+    Status {
+        /// Config file (TOML).
+        #[arg(long, short, env = "READYPROBE_CONFIG")]
+        config: PathBuf,
+        /// Print the raw control document as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `--force` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ForceArg {
+    /// Publish 1.
+    Ready,
+    /// Publish 0.
+    Unready,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -198,7 +271,230 @@ async fn async_main(cli: Cli) -> ExitCode {
             };
             probe_once(&cfg, &branch).await
         }
+        Command::Approve {
+            config,
+            branch,
+            by,
+            reason,
+            expires,
+        } => {
+            let cfg = match load(&config, id) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            approve(&cfg, &branch, &by, &reason, expires).await
+        }
+        Command::Override {
+            config,
+            branch,
+            force,
+            expires,
+            reason,
+            by,
+            clear,
+        } => {
+            let cfg = match load(&config, id) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let by = by
+                .or_else(|| std::env::var("USER").ok())
+                .unwrap_or_else(|| "unknown".into());
+            override_cmd(&cfg, &branch, force, expires, reason, by, clear).await
+        }
+        Command::Status { config, json } => {
+            let cfg = match load(&config, id) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            status(&cfg, json).await
+        }
     }
+}
+
+fn now_ms() -> crate::readiness::Millis {
+    crate::clock::Clock::start().now_ms()
+}
+
+fn check_branch(cfg: &Config, branch: &str) -> Result<(), ExitCode> {
+    if cfg.branches.iter().any(|b| b.name == branch) {
+        return Ok(());
+    }
+    let names: Vec<_> = cfg.branches.iter().map(|b| b.name.as_str()).collect();
+    eprintln!(
+        "error: no branch {branch:?} in {}; branches: {}",
+        cfg.source.display(),
+        names.join(", ")
+    );
+    Err(ExitCode::from(EXIT_INVALID_CONFIG))
+}
+
+fn store_error(e: crate::state::StateError) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::from(EXIT_IO)
+}
+
+async fn approve(
+    cfg: &Config,
+    branch: &str,
+    by: &str,
+    reason: &str,
+    expires: Duration,
+) -> ExitCode {
+    if let Err(c) = check_branch(cfg, branch) {
+        return c;
+    }
+    let now = now_ms();
+    let approval = crate::control::Approval {
+        id: format!("{now}-{:08x}", rand::random::<u32>()),
+        branch: branch.to_string(),
+        by: by.to_string(),
+        reason: reason.to_string(),
+        at: now,
+        expires_at: now + expires.as_millis() as i64,
+        decisions: Default::default(),
+    };
+    let store = runner::open_store(cfg).await;
+    let a = approval.clone();
+    let doc = match store
+        .update(move |doc| {
+            doc.approvals.push(a.clone());
+            Ok(())
+        })
+        .await
+    {
+        Ok(d) => d,
+        Err(e) => return store_error(e),
+    };
+    let states: Vec<String> = doc
+        .probers
+        .iter()
+        .filter_map(|(p, s)| {
+            s.branches
+                .get(branch)
+                .map(|b| format!("{p}: {}", b.state.as_str()))
+        })
+        .collect();
+    let pending = doc.probers.values().any(|s| {
+        s.branches
+            .get(branch)
+            .is_some_and(|b| b.state == crate::readiness::ReadinessState::PendingApproval)
+    });
+    println!(
+        "approval {} for branch {branch} recorded in {} (by {by}, expires {})",
+        approval.id,
+        store.location(),
+        crate::clock::rfc3339(approval.expires_at)
+    );
+    if pending {
+        println!(
+            "probers apply it at their next sync (within {}); branch states: {}",
+            config::fmt_dur(cfg.state.poll_interval),
+            states.join(", ")
+        );
+        ExitCode::from(EXIT_OK)
+    } else {
+        eprintln!(
+            "warning: no prober has branch {branch} in pending_approval ({}); the approval will be rejected when read and does not pre-authorise a later failback",
+            if states.is_empty() {
+                "no prober has saved state yet".to_string()
+            } else {
+                states.join(", ")
+            }
+        );
+        ExitCode::from(EXIT_ATTEMPT_FAILED)
+    }
+}
+
+async fn override_cmd(
+    cfg: &Config,
+    branch: &str,
+    force: Option<ForceArg>,
+    expires: Option<Duration>,
+    reason: Option<String>,
+    by: String,
+    clear: bool,
+) -> ExitCode {
+    if let Err(c) = check_branch(cfg, branch) {
+        return c;
+    }
+    let now = now_ms();
+    let store = runner::open_store(cfg).await;
+    let b = branch.to_string();
+    let new = if clear {
+        None
+    } else {
+        let (Some(force), Some(expires), Some(reason)) = (force, expires, reason) else {
+            eprintln!("error: --force needs --expires and --reason");
+            return ExitCode::from(EXIT_INVALID_CONFIG);
+        };
+        if expires.is_zero() {
+            eprintln!("error: --expires must be greater than 0");
+            return ExitCode::from(EXIT_INVALID_CONFIG);
+        }
+        Some(crate::control::Override {
+            force: match force {
+                ForceArg::Ready => crate::control::Forced::Ready,
+                ForceArg::Unready => crate::control::Forced::Unready,
+            },
+            by,
+            reason,
+            at: now,
+            expires_at: now + expires.as_millis() as i64,
+        })
+    };
+    let n = new.clone();
+    let r = store
+        .update(move |doc| {
+            match &n {
+                Some(o) => {
+                    doc.overrides.insert(b.clone(), o.clone());
+                }
+                None => {
+                    doc.overrides.remove(&b);
+                }
+            }
+            Ok(())
+        })
+        .await;
+    if let Err(e) = r {
+        return store_error(e);
+    }
+    match new {
+        Some(o) => println!(
+            "override for branch {branch}: publish {} until {} ({}); probers apply it within {}",
+            o.force.as_str(),
+            crate::clock::rfc3339(o.expires_at),
+            o.reason,
+            config::fmt_dur(cfg.state.poll_interval)
+        ),
+        None => println!(
+            "override for branch {branch} cleared; probers publish the computed readiness within {}",
+            config::fmt_dur(cfg.state.poll_interval)
+        ),
+    }
+    ExitCode::from(EXIT_OK)
+}
+
+async fn status(cfg: &Config, json: bool) -> ExitCode {
+    let store = runner::open_store(cfg).await;
+    let doc = match store.load().await {
+        Ok(d) => d,
+        Err(e) => return store_error(e),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("serialises")
+        );
+    } else {
+        let branches: Vec<String> = cfg.branches.iter().map(|b| b.name.clone()).collect();
+        print!(
+            "{}",
+            crate::control::render_status(&doc, &cfg.policy, &branches, now_ms())
+        );
+    }
+    ExitCode::from(EXIT_OK)
 }
 
 /// Resolves with the name of the first termination signal received.

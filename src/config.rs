@@ -38,6 +38,8 @@ struct RawConfig {
     #[serde(default)]
     evidence: RawEvidence,
     #[serde(default)]
+    state: RawState,
+    #[serde(default)]
     dns: RawDns,
     probe: RawProbe,
     #[serde(default)]
@@ -97,6 +99,23 @@ struct RawCloudWatch {
     endpoint_url: Option<String>,
     operation_timeout: Option<HumanDuration>,
     max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawState {
+    store: Option<String>,
+    poll_interval: Option<HumanDuration>,
+    s3: Option<RawS3State>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawS3State {
+    bucket: String,
+    key_prefix: Option<String>,
+    region: Option<String>,
+    endpoint_url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -195,6 +214,8 @@ pub struct Config {
     /// Directory of the readiness state file (`state-<service>-<prober_id>.json`). Default
     /// `state` beside the config file (relative paths resolve against the config's directory).
     pub state_dir: PathBuf,
+    /// Where the shared control document (readiness, approvals, overrides) lives.
+    pub state: StateCfg,
     /// The failed-over service.
     pub service: Service,
     /// The readiness policy shared by all branches.
@@ -213,6 +234,38 @@ pub struct Config {
     pub branches: Vec<Branch>,
     /// Non-fatal findings (e.g. a policy where one failure crosses a threshold).
     pub warnings: Vec<String>,
+}
+
+/// The shared state store.
+#[derive(Debug, Clone)]
+pub struct StateCfg {
+    /// Which store.
+    pub store: StoreKind,
+    /// How often a running prober syncs with the store (saves its readiness, reads approvals
+    /// and overrides). Default 10 s, capped at the publish interval.
+    pub poll_interval: Duration,
+}
+
+/// A state store kind.
+#[derive(Debug, Clone)]
+pub enum StoreKind {
+    /// `state_dir/control-<service>.json`.
+    File,
+    /// One S3 object.
+    S3(S3State),
+}
+
+/// Settings of the S3 state store.
+#[derive(Debug, Clone)]
+pub struct S3State {
+    /// Bucket.
+    pub bucket: String,
+    /// Key prefix (e.g. `readyprobe/`); the object is `<prefix>control-<service>.json`.
+    pub key_prefix: String,
+    /// Region; default from the AWS chain.
+    pub region: Option<String>,
+    /// Endpoint override (emulator, VPC endpoint); implies path-style addressing.
+    pub endpoint_url: Option<String>,
 }
 
 /// The service being failed over.
@@ -253,10 +306,11 @@ pub struct CloudWatch {
     pub region: Option<String>,
     /// Endpoint override (e.g. an emulator or a VPC interface endpoint).
     pub endpoint_url: Option<String>,
-    /// Operation timeout of one `PutMetricData` call including SDK retries. Default 10 s,
-    /// capped at the publish interval so one tick's publish never overlaps the next.
+    /// Timeout of one `PutMetricData` try. Default 10 s, capped at the publish interval so one
+    /// tick's publish never overlaps the next.
     pub operation_timeout: Duration,
-    /// SDK attempts per call (first try included). Default 3.
+    /// Tries per batch (first try included) for retryable failures (throttling, 5xx, timeouts,
+    /// connection errors), all within the batch's publish window. Default 3.
     pub max_attempts: u32,
 }
 
@@ -942,6 +996,53 @@ impl Validator<'_> {
             ));
         }
 
+        // State store
+        let poll_interval = raw
+            .state
+            .poll_interval
+            .map(|d| d.0)
+            .unwrap_or(Duration::from_secs(10))
+            .min(publish_interval);
+        if poll_interval < Duration::from_millis(100) {
+            self.error("state.poll_interval", "must be at least 100ms");
+        }
+        let store = match (raw.state.store.as_deref().unwrap_or("file"), raw.state.s3) {
+            ("file", None) => Some(StoreKind::File),
+            ("file", Some(_)) => {
+                self.error(
+                    "state.s3",
+                    "is set but state.store is \"file\"; set store = \"s3\" or remove [state.s3]",
+                );
+                None
+            }
+            ("s3", Some(s3)) => {
+                if s3.bucket.is_empty() {
+                    self.error("state.s3.bucket", "must name a bucket");
+                }
+                let key_prefix = s3.key_prefix.unwrap_or_else(|| "readyprobe/".into());
+                Some(StoreKind::S3(S3State {
+                    bucket: s3.bucket,
+                    key_prefix,
+                    region: s3.region,
+                    endpoint_url: s3.endpoint_url,
+                }))
+            }
+            ("s3", None) => {
+                self.error(
+                    "state.store",
+                    "\"s3\" needs a [state.s3] table with a bucket",
+                );
+                None
+            }
+            (other, _) => {
+                self.error(
+                    "state.store",
+                    format!("unknown store {other:?}; supported: \"file\", \"s3\""),
+                );
+                None
+            }
+        };
+
         // DNS
         let mut nameservers = None;
         if let Some(list) = raw.dns.nameservers {
@@ -983,6 +1084,10 @@ impl Validator<'_> {
             source: path.to_owned(),
             prober_id,
             state_dir,
+            state: StateCfg {
+                store: store?,
+                poll_interval,
+            },
             service,
             policy: policy?,
             publish: Publish {
@@ -1132,13 +1237,7 @@ impl Validator<'_> {
             window: r_win.map(|d| d.0).unwrap_or(window),
         };
         let approval_required = match approval.as_deref().unwrap_or("none") {
-            "required" => {
-                self.error(
-                    "readiness.declare_ready.approval",
-                    "\"required\" needs the operator approval workflow (`readyprobe approve`), which this version does not have yet; a recovered branch would wait in pending_approval for ever. Use \"none\"",
-                );
-                true
-            }
+            "required" => true,
             "none" => false,
             other => {
                 self.error(
@@ -1422,12 +1521,9 @@ endpoint = "mysql-secondary.orders.internal.example"
                 "nameservers",
             ),
             (
-                with(
-                    "[probe]",
-                    "[readiness]\ndeclare_ready = { approval = \"required\" }\n\n[probe]",
-                ),
-                "readiness.declare_ready.approval",
-                "declare_ready",
+                with("[probe]", "[state]\nstore = \"s3\"\n\n[probe]"),
+                "state.store",
+                "store =",
             ),
             (
                 with(

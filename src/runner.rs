@@ -6,7 +6,8 @@
 //! the batch's window (one publish interval) closes, then dropped, counted and recorded.
 
 use crate::clock::Clock;
-use crate::config::{Config, SinkKind};
+use crate::config::{Config, SinkKind, StoreKind};
+use crate::control::{self, ControlDoc, Override, ProberState};
 use crate::probe::{self, Attempt, Outcome};
 use crate::readiness::{Millis, Readiness, ReadinessState, Transition};
 use crate::scheduler::{BranchEvent, Schedule, branch_loop};
@@ -14,7 +15,7 @@ use crate::sink::cloudwatch::CloudWatchSink;
 use crate::sink::emf::EmfSink;
 use crate::sink::evidence::EvidenceWriter;
 use crate::sink::{BranchTick, Datum, Sink, tick_datums, transition_datum};
-use crate::state::{FileStore, STATE_VERSION, SavedState, StateError};
+use crate::state::{FileStore, S3Store, StateError, Store};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -67,6 +68,12 @@ pub struct RunSummary {
     pub final_states: BTreeMap<String, ReadinessState>,
     /// Evidence records that could not be written.
     pub evidence_write_failures: u64,
+    /// Approvals this prober applied.
+    pub approvals_applied: u64,
+    /// Approvals this prober rejected.
+    pub approvals_rejected: u64,
+    /// Syncs with the state store that failed.
+    pub state_sync_failures: u64,
 }
 
 struct Batch {
@@ -105,7 +112,9 @@ async fn sink_task(
 ) {
     while let Some(batch) = rx.recv().await {
         let mut tries = 0;
-        let mut backoff = Duration::from_millis(250);
+        let window = batch.deadline.saturating_duration_since(Instant::now());
+        let mut backoff =
+            (window / 10).clamp(Duration::from_millis(50), Duration::from_millis(500));
         let report = loop {
             tries += 1;
             let remaining = batch.deadline.saturating_duration_since(Instant::now());
@@ -132,7 +141,11 @@ async fn sink_task(
                         error: None,
                     };
                 }
-                Err(e) if e.retryable && Instant::now() + backoff < batch.deadline => {
+                Err(e)
+                    if e.retryable
+                        && tries < sink.max_tries()
+                        && Instant::now() + backoff < batch.deadline =>
+                {
                     tracing::debug!(sink = sink.name(), error = %e, "publish failed, retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(8));
@@ -155,19 +168,28 @@ async fn sink_task(
     }
 }
 
+/// Open the configured state store.
+pub async fn open_store(cfg: &Config) -> Store {
+    match &cfg.state.store {
+        StoreKind::File => Store::File(FileStore::new(&cfg.state_dir, &cfg.service.name)),
+        StoreKind::S3(s3) => Store::S3(S3Store::new(s3, &cfg.service.name).await),
+    }
+}
+
 /// Run until `stop` resolves (a signal name) or the duration passes.
 ///
 /// # Errors
-/// [`RunError`] when start-up fails (nothing is published then) or evidence cannot be written.
+/// [`RunError`] when start-up fails (nothing is published then): secrets, CA bundle or resolver
+/// unavailable, the state store unreadable or corrupt, the evidence file not openable.
 pub async fn run<S>(cfg: Config, opts: RunOptions, stop: S) -> Result<RunSummary, RunError>
 where
     S: Future<Output = &'static str>,
 {
     let clock = Clock::start();
     let (resolver, probes) = probe::prepare(&cfg)?;
-    let store = FileStore::new(&cfg.state_dir, &cfg.service.name, &cfg.prober_id);
-    let saved = store.load(&cfg.service.name)?;
-    let mut evidence = EvidenceWriter::open(
+    let store = open_store(&cfg).await;
+    let doc = store.load().await?;
+    let evidence = EvidenceWriter::open(
         &cfg.evidence_path,
         &cfg.service.name,
         &cfg.prober_id,
@@ -178,11 +200,12 @@ where
         source,
     })?;
 
-    // Readiness per branch, restored from the saved state when there is one.
+    // Readiness per branch, restored from this prober's saved state when there is one.
     let mut readiness: BTreeMap<String, Readiness> = BTreeMap::new();
     let mut restored = Vec::new();
+    let mine = doc.probers.get(&cfg.prober_id);
     for b in &cfg.branches {
-        let r = match saved.as_ref().and_then(|s| s.branches.get(&b.name)) {
+        let r = match mine.and_then(|s| s.branches.get(&b.name)) {
             Some(snap) => {
                 restored.push(json!({"branch": b.name, "state": snap.state, "since": snap.since}));
                 Readiness::restore(cfg.policy.clone(), snap.clone())
@@ -190,18 +213,6 @@ where
             None => Readiness::new(cfg.policy.clone()),
         };
         readiness.insert(b.name.clone(), r);
-    }
-    let now = clock.now_ms();
-    evidence
-        .write("start", now, json!({
-            "config": cfg.source.display().to_string(),
-            "branches": cfg.branches.iter().map(|b| json!({"name": b.name, "role": b.role.as_str(), "endpoint": b.endpoint, "port": b.port})).collect::<Vec<_>>(),
-            "duration_ms": opts.duration.map(|d| d.as_millis() as u64),
-            "state_file": store.path().display().to_string(),
-            "restored": restored,
-        }));
-    for r in &restored {
-        tracing::info!(branch = %r["branch"], state = %r["state"], "restored readiness state from {}", store.path().display());
     }
 
     // Sinks.
@@ -226,6 +237,39 @@ where
     }
     drop(report_tx);
 
+    let mut ctx = Ctx {
+        cfg: &cfg,
+        sinks,
+        summary: RunSummary::default(),
+        evidence,
+        readiness,
+        acc: cfg
+            .branches
+            .iter()
+            .map(|b| (b.name.clone(), TickAcc::default()))
+            .collect(),
+        both_unready_logged: false,
+        overrides: BTreeMap::new(),
+        store,
+        clock,
+    };
+    let now = clock.now_ms();
+    ctx.evidence.write(
+        "start",
+        now,
+        json!({
+            "config": cfg.source.display().to_string(),
+            "branches": cfg.branches.iter().map(|b| json!({"name": b.name, "role": b.role.as_str(), "endpoint": b.endpoint, "port": b.port})).collect::<Vec<_>>(),
+            "duration_ms": opts.duration.map(|d| d.as_millis() as u64),
+            "state_store": ctx.store.location(),
+            "restored": restored,
+        }),
+    );
+    for r in &restored {
+        tracing::info!(branch = %r["branch"], state = %r["state"], "restored readiness state from {}", ctx.store.location());
+    }
+    ctx.apply_overrides(&doc, now);
+
     // Branch loops.
     let (stop_tx, stop_rx) = watch::channel(false);
     let (att_tx, mut att_rx) = mpsc::channel::<BranchEvent>(256);
@@ -248,30 +292,23 @@ where
     drop(att_tx);
     tracing::info!(
         service = %cfg.service.name,
+        prober = %cfg.prober_id,
         branches = cfg.branches.len(),
         interval = %crate::config::fmt_dur(cfg.probe.interval),
         publish_interval = %crate::config::fmt_dur(cfg.publish.interval),
         sinks = ?cfg.publish.sinks,
+        state = %ctx.store.location(),
         evidence = %cfg.evidence_path.display(),
         "readyprobe started"
     );
 
-    let mut summary = RunSummary::default();
-    let mut acc: BTreeMap<String, TickAcc> = cfg
-        .branches
-        .iter()
-        .map(|b| (b.name.clone(), TickAcc::default()))
-        .collect();
-    let mut both_unready_logged = false;
-    let mut ctx = Ctx {
-        cfg: &cfg,
-        sinks: &sinks,
-        summary: &mut summary,
-        evidence: &mut evidence,
-    };
-
     let mut ticker = interval_at(Instant::now() + cfg.publish.interval, cfg.publish.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut poll = interval_at(
+        Instant::now() + cfg.state.poll_interval,
+        cfg.state.poll_interval,
+    );
+    poll.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let sleep_for = opts
         .duration
         .unwrap_or(Duration::from_secs(100 * 365 * 86400));
@@ -282,15 +319,12 @@ where
     let stop_reason: String = loop {
         tokio::select! {
             ev = att_rx.recv() => match ev {
-                Some(ev) => ctx.on_event(ev, &mut readiness, &mut acc, &clock),
+                Some(ev) => ctx.on_event(ev),
                 None => break "branch loops ended".into(),
             },
-            _ = ticker.tick() => {
-                let now = clock.now_ms();
-                ctx.tick(&mut readiness, &mut acc, now, "tick", &mut both_unready_logged);
-                save(&store, &cfg, &readiness, now, ctx.evidence)?;
-            }
-            Some(rep) = report_rx.recv() => ctx.on_report(rep, &clock),
+            _ = ticker.tick() => ctx.tick("tick"),
+            _ = poll.tick() => ctx.sync().await,
+            Some(rep) = report_rx.recv() => ctx.on_report(rep),
             _ = &mut until => break "duration".into(),
             sig = &mut stop => break sig.to_string(),
         }
@@ -302,7 +336,7 @@ where
     let _ = stop_tx.send(true);
     loop {
         match tokio::time::timeout_at(grace_end + Duration::from_millis(200), att_rx.recv()).await {
-            Ok(Some(ev)) => ctx.on_event(ev, &mut readiness, &mut acc, &clock),
+            Ok(Some(ev)) => ctx.on_event(ev),
             Ok(None) => break,
             Err(_) => {
                 tracing::warn!(
@@ -315,32 +349,24 @@ where
             }
         }
     }
-    // Final datum set, then close the sink queues and wait for them within what is left.
-    let now = clock.now_ms();
-    ctx.tick(
-        &mut readiness,
-        &mut acc,
-        now,
-        "final",
-        &mut both_unready_logged,
-    );
+    // Save first (an approval read now still counts), then the final datum set, then close the
+    // sink queues and wait for them within what is left of the grace period.
+    ctx.sync().await;
+    ctx.tick("final");
     let final_deadline = grace_end.max(Instant::now() + Duration::from_secs(2));
-    let mut tasks = Vec::new();
-    for s in sinks.drain(..) {
-        drop(s.tx);
-        tasks.push((s.name, s.task));
-    }
-    let mut ctx = Ctx {
-        cfg: &cfg,
-        sinks: &[],
-        summary: &mut summary,
-        evidence: &mut evidence,
-    };
+    let tasks: Vec<_> = ctx
+        .sinks
+        .drain(..)
+        .map(|s| {
+            drop(s.tx);
+            (s.name, s.task)
+        })
+        .collect();
     for (name, mut t) in tasks {
         loop {
             tokio::select! {
                 r = &mut t => { let _ = r; break; }
-                Some(rep) = report_rx.recv() => ctx.on_report(rep, &clock),
+                Some(rep) = report_rx.recv() => ctx.on_report(rep),
                 _ = tokio::time::sleep_until(final_deadline) => {
                     tracing::warn!(sink = name, "final publish did not finish within the grace period");
                     *ctx.summary.dropped_batches.entry(name.to_string()).or_default() += 1;
@@ -351,31 +377,32 @@ where
         }
     }
     while let Ok(rep) = report_rx.try_recv() {
-        ctx.on_report(rep, &clock);
+        ctx.on_report(rep);
     }
     let now = clock.now_ms();
-    save(&store, &cfg, &readiness, now, &mut evidence)?;
-    for (name, r) in &readiness {
-        summary.final_states.insert(name.clone(), r.state());
+    for (name, r) in &ctx.readiness {
+        ctx.summary.final_states.insert(name.clone(), r.state());
     }
-    summary.stop_reason = stop_reason.clone();
-    evidence.write(
-        "stop",
-        now,
-        json!({
-            "reason": stop_reason,
-            "attempts": summary.attempts,
-            "abandoned": summary.abandoned,
-            "transitions": summary.transitions,
-            "dropped_batches": summary.dropped_batches,
-            "final_states": summary.final_states,
-            "evidence_write_failures": evidence.failed,
-        }),
-    );
-    summary.evidence_write_failures = evidence.failed;
-    if let Err(e) = evidence.sync() {
-        tracing::error!(path = %evidence.path().display(), error = %e, "cannot sync evidence");
+    ctx.summary.stop_reason = stop_reason.clone();
+    ctx.summary.evidence_write_failures = ctx.evidence.failed;
+    let s = &ctx.summary;
+    let stop_record = json!({
+        "reason": stop_reason,
+        "attempts": s.attempts,
+        "abandoned": s.abandoned,
+        "transitions": s.transitions,
+        "dropped_batches": s.dropped_batches,
+        "final_states": s.final_states,
+        "approvals_applied": s.approvals_applied,
+        "approvals_rejected": s.approvals_rejected,
+        "state_sync_failures": s.state_sync_failures,
+        "evidence_write_failures": ctx.evidence.failed,
+    });
+    ctx.evidence.write("stop", now, stop_record);
+    if let Err(e) = ctx.evidence.sync() {
+        tracing::error!(path = %ctx.evidence.path().display(), error = %e, "cannot sync evidence");
     }
+    let summary = ctx.summary;
     tracing::info!(
         reason = %summary.stop_reason,
         attempts = ?summary.attempts,
@@ -386,66 +413,179 @@ where
     Ok(summary)
 }
 
-fn save(
-    store: &FileStore,
-    cfg: &Config,
-    readiness: &BTreeMap<String, Readiness>,
-    now: Millis,
-    evidence: &mut EvidenceWriter,
-) -> Result<(), RunError> {
-    let state = SavedState {
-        version: STATE_VERSION,
-        service: cfg.service.name.clone(),
-        saved_at: now,
-        branches: readiness
-            .iter()
-            .map(|(k, r)| (k.clone(), r.snapshot()))
-            .collect(),
-    };
-    if let Err(e) = store.save(&state) {
-        // Probing goes on; the failure is loud and recorded.
-        tracing::error!(error = %e, "cannot save readiness state");
-        evidence.write("state_save_failed", now, json!({"error": e.to_string()}));
-    }
-    Ok(())
-}
-
 struct Ctx<'a> {
     cfg: &'a Config,
-    sinks: &'a [SinkHandle],
-    summary: &'a mut RunSummary,
-    evidence: &'a mut EvidenceWriter,
+    sinks: Vec<SinkHandle>,
+    summary: RunSummary,
+    evidence: EvidenceWriter,
+    readiness: BTreeMap<String, Readiness>,
+    acc: BTreeMap<String, TickAcc>,
+    both_unready_logged: bool,
+    /// Overrides as last read from the store (active or not).
+    overrides: BTreeMap<String, Override>,
+    store: Store,
+    clock: Clock,
 }
 
 impl Ctx<'_> {
-    fn on_event(
-        &mut self,
-        ev: BranchEvent,
-        readiness: &mut BTreeMap<String, Readiness>,
-        acc: &mut BTreeMap<String, TickAcc>,
-        clock: &Clock,
-    ) {
+    fn effective(&self, branch: &str, now: Millis) -> Option<f64> {
+        let computed = self.readiness.get(branch).and_then(|r| r.published_value());
+        control::effective_value(computed, self.overrides.get(branch), now)
+    }
+
+    /// Save this prober's readiness, decide new approvals, read overrides: one conditional
+    /// read-modify-write of the control document. A failure is logged, recorded and retried at
+    /// the next poll; probing goes on.
+    async fn sync(&mut self) {
+        let now = self.clock.now_ms();
+        let me = self.cfg.prober_id.clone();
+        let start: BTreeMap<String, Readiness> = self.readiness.clone();
+        let out: std::sync::Arc<std::sync::Mutex<Vec<(control::Approval, control::Decision)>>> =
+            Default::default();
+        let out2 = out.clone();
+        let result = self
+            .store
+            .update(move |doc| {
+                let mut rs = start.clone();
+                let mut decided = Vec::new();
+                for a in doc.approvals.iter_mut() {
+                    if a.decisions.contains_key(&me) {
+                        continue;
+                    }
+                    let Some(r) = rs.get_mut(&a.branch) else {
+                        continue;
+                    };
+                    let d = control::decide(a, r, now);
+                    if d.applied {
+                        let _ = r.approve(now);
+                    }
+                    a.decisions.insert(me.clone(), d.clone());
+                    decided.push((a.clone(), d));
+                }
+                doc.probers.insert(
+                    me.clone(),
+                    ProberState {
+                        saved_at: now,
+                        branches: rs.iter().map(|(k, r)| (k.clone(), r.snapshot())).collect(),
+                    },
+                );
+                doc.prune(now);
+                *out2.lock().expect("not poisoned") = decided;
+                Ok(())
+            })
+            .await;
+        let doc = match result {
+            Ok(doc) => doc,
+            Err(e) => {
+                self.summary.state_sync_failures += 1;
+                tracing::error!(error = %e, "cannot sync with the state store; probing goes on, retrying at the next poll");
+                self.evidence
+                    .write("state_sync_failed", now, json!({"error": e.to_string()}));
+                return;
+            }
+        };
+        let decided = std::mem::take(&mut *out.lock().expect("not poisoned"));
+        for (a, d) in decided {
+            let record = json!({
+                "branch": a.branch, "approval_id": a.id, "by": a.by, "reason": a.reason,
+                "given_at": a.at, "expires_at": a.expires_at, "applied": d.applied, "detail": d.detail,
+            });
+            self.evidence.write("approval", now, record);
+            if d.applied {
+                self.summary.approvals_applied += 1;
+                tracing::info!(branch = %a.branch, by = %a.by, reason = %a.reason, "operator approval applied");
+                let Some(r) = self.readiness.get_mut(&a.branch) else {
+                    continue;
+                };
+                if let Ok(t) = r.approve(now) {
+                    let v = r.published_value();
+                    self.on_transition(&a.branch, &t, v);
+                }
+            } else {
+                self.summary.approvals_rejected += 1;
+                tracing::warn!(branch = %a.branch, by = %a.by, detail = %d.detail, "operator approval rejected");
+            }
+        }
+        self.apply_overrides(&doc, now);
+    }
+
+    /// Take the store's overrides; record and publish at once every one that starts, changes or
+    /// is cleared.
+    fn apply_overrides(&mut self, doc: &ControlDoc, now: Millis) {
+        let mut branches: Vec<String> = self.cfg.branches.iter().map(|b| b.name.clone()).collect();
+        branches.retain(|b| {
+            let old = self.overrides.get(b).filter(|o| o.active(now));
+            let new = doc.overrides.get(b).filter(|o| o.active(now));
+            old != new
+        });
+        self.overrides = doc.overrides.clone();
+        for b in branches {
+            match self.overrides.get(&b).filter(|o| o.active(now)) {
+                Some(o) => {
+                    tracing::warn!(branch = %b, force = o.force.as_str(), by = %o.by, reason = %o.reason,
+                        expires_at = %crate::clock::rfc3339(o.expires_at), "override in force: the published readiness is forced");
+                    self.evidence.write(
+                        "override",
+                        now,
+                        json!({"branch": b, "action": "set", "override": o}),
+                    );
+                }
+                None => {
+                    tracing::warn!(branch = %b, "override cleared: the computed readiness is published again");
+                    self.evidence
+                        .write("override", now, json!({"branch": b, "action": "cleared"}));
+                }
+            }
+            let after = self.effective(&b, now);
+            // Publish the new effective value at once (a cleared override whose branch is
+            // unknown has nothing to publish).
+            if let Some(v) = after {
+                let d = transition_datum(&self.cfg.service.name, &b, v, now);
+                self.publish(vec![d], "override", now);
+            }
+        }
+    }
+
+    /// End overrides whose expiry passed (no store round trip needed).
+    fn expire_overrides(&mut self, now: Millis) {
+        let expired: Vec<String> = self
+            .overrides
+            .iter()
+            .filter(|(_, o)| !o.active(now))
+            .map(|(b, _)| b.clone())
+            .collect();
+        for b in expired {
+            let o = self.overrides.remove(&b).expect("present");
+            tracing::warn!(branch = %b, force = o.force.as_str(), "override expired: the computed readiness is published again");
+            self.evidence.write(
+                "override",
+                now,
+                json!({"branch": b, "action": "expired", "override": o}),
+            );
+            if let Some(v) = self.effective(&b, now) {
+                let d = transition_datum(&self.cfg.service.name, &b, v, now);
+                self.publish(vec![d], "override", now);
+            }
+        }
+    }
+
+    fn on_event(&mut self, ev: BranchEvent) {
         match ev {
             BranchEvent::Abandoned { branch, seq } => {
                 self.summary.abandoned += 1;
                 self.evidence.write(
                     "attempt_abandoned",
-                    clock.now_ms(),
+                    self.clock.now_ms(),
                     json!({"branch": branch, "seq": seq}),
-                )
+                );
             }
-            BranchEvent::Attempt(a) => self.on_attempt(*a, readiness, acc),
+            BranchEvent::Attempt(a) => self.on_attempt(*a),
         }
     }
 
-    fn on_attempt(
-        &mut self,
-        a: Attempt,
-        readiness: &mut BTreeMap<String, Readiness>,
-        acc: &mut BTreeMap<String, TickAcc>,
-    ) {
+    fn on_attempt(&mut self, a: Attempt) {
         *self.summary.attempts.entry(a.branch.clone()).or_default() += 1;
-        if let Some(t) = acc.get_mut(&a.branch) {
+        if let Some(t) = self.acc.get_mut(&a.branch) {
             t.attempts += 1;
             if a.outcome != Outcome::Success {
                 t.failed += 1;
@@ -468,7 +608,7 @@ impl Ctx<'_> {
             }
         }
         self.evidence.write("attempt", a.finished_at, &a);
-        let Some(r) = readiness.get_mut(&a.branch) else {
+        let Some(r) = self.readiness.get_mut(&a.branch) else {
             return;
         };
         if let Some(t) = r.record(a.record()) {
@@ -477,7 +617,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn on_transition(&mut self, branch: &str, t: &Transition, value: Option<f64>) {
+    fn on_transition(&mut self, branch: &str, t: &Transition, computed: Option<f64>) {
         self.summary.transitions += 1;
         let classes: Vec<String> = t
             .unready_window
@@ -485,47 +625,59 @@ impl Ctx<'_> {
             .iter()
             .map(|(c, n)| format!("{c}×{n}"))
             .collect();
+        let ov = self
+            .overrides
+            .get(branch)
+            .filter(|o| o.active(t.at))
+            .cloned();
+        let published = control::effective_value(computed, ov.as_ref(), t.at);
         if t.to == ReadinessState::Unready {
             tracing::warn!(branch, from = t.from.as_str(), to = t.to.as_str(), reason = %t.reason, failures = ?classes, "readiness transition");
         } else {
             tracing::info!(branch, from = t.from.as_str(), to = t.to.as_str(), reason = %t.reason, failures = ?classes, "readiness transition");
         }
+        if t.to == ReadinessState::PendingApproval {
+            tracing::warn!(
+                branch,
+                "ready condition held its full `for`: waiting for an operator (readyprobe approve --branch {branch} --by WHO --reason TEXT)"
+            );
+        }
         self.evidence.write(
             "transition",
             t.at,
-            json!({"branch": branch, "transition": t, "published": value}),
+            json!({"branch": branch, "transition": t, "published": published, "override": ov}),
         );
-        if let Some(v) = value {
+        if let Some(v) = published {
             let d = transition_datum(&self.cfg.service.name, branch, v, t.at);
             self.publish(vec![d], "transition", t.at);
         }
     }
 
-    fn tick(
-        &mut self,
-        readiness: &mut BTreeMap<String, Readiness>,
-        acc: &mut BTreeMap<String, TickAcc>,
-        now: Millis,
-        reason: &'static str,
-        both_unready_logged: &mut bool,
-    ) {
+    fn tick(&mut self, reason: &'static str) {
+        let now = self.clock.now_ms();
+        self.expire_overrides(now);
         let mut ticks = Vec::new();
-        for b in &self.cfg.branches {
-            let Some(r) = readiness.get_mut(&b.name) else {
+        let branches: Vec<String> = self.cfg.branches.iter().map(|b| b.name.clone()).collect();
+        for b in branches {
+            let Some(r) = self.readiness.get_mut(&b) else {
                 continue;
             };
             if let Some(t) = r.evaluate(now) {
                 let v = r.published_value();
-                self.on_transition(&b.name, &t, v);
+                self.on_transition(&b, &t, v);
             }
+            let r = &self.readiness[&b];
             let stats = r.window_stats(now, self.cfg.policy.declare_unready.window);
-            let a = acc.remove(&b.name).unwrap_or_default();
-            acc.insert(b.name.clone(), TickAcc::default());
+            let a = self
+                .acc
+                .insert(b.clone(), TickAcc::default())
+                .unwrap_or_default();
+            let effective = self.effective(&b, now);
             ticks.push(BranchTick {
-                branch: b.name.clone(),
-                readiness: r.published_value(),
-                is_ready: r.state() == ReadinessState::Ready,
-                is_known: r.state() != ReadinessState::Unknown,
+                branch: b.clone(),
+                readiness: effective,
+                is_ready: effective == Some(1.0),
+                is_known: effective.is_some(),
                 success_rate: stats.success_rate_percent,
                 attempts: a.attempts,
                 failed: a.failed,
@@ -533,25 +685,28 @@ impl Ctx<'_> {
             });
         }
         let all_unready = ticks.iter().all(|t| t.is_known && !t.is_ready);
-        if all_unready && !*both_unready_logged {
+        if all_unready && !self.both_unready_logged {
             tracing::error!(
                 service = %self.cfg.service.name,
                 "NO BRANCH IS READY: Route 53 failover fails open and answers with the PRIMARY regardless; BothBranchesUnready = 1"
             );
-            self.evidence.write("both_branches_unready", now, json!({
-                "explanation": "no branch is ready; with every failover health check unhealthy Route 53 answers with the primary record anyway (fail-open)",
-            }));
-            *both_unready_logged = true;
+            self.evidence.write(
+                "both_branches_unready",
+                now,
+                json!({
+                    "explanation": "no branch is ready; with every failover health check unhealthy Route 53 answers with the primary record anyway (fail-open)",
+                }),
+            );
+            self.both_unready_logged = true;
         } else if !all_unready {
-            *both_unready_logged = false;
+            self.both_unready_logged = false;
         }
         let datums = tick_datums(&self.cfg.service.name, &ticks, now);
-        self.publish(datums, reason, now)
+        self.publish(datums, reason, now);
     }
-
     fn publish(&mut self, datums: Vec<Datum>, reason: &'static str, now: Millis) {
         let deadline = Instant::now() + self.cfg.publish.interval;
-        for s in self.sinks {
+        for s in &self.sinks {
             let n = datums.len();
             if let Err(e) = s.tx.try_send(Batch {
                 datums: datums.clone(),
@@ -575,8 +730,8 @@ impl Ctx<'_> {
         }
     }
 
-    fn on_report(&mut self, r: SinkReport, clock: &Clock) {
-        let now = clock.now_ms();
+    fn on_report(&mut self, r: SinkReport) {
+        let now = self.clock.now_ms();
         if let Some(err) = &r.error {
             *self
                 .summary

@@ -93,29 +93,30 @@ pub fn batches(datums: &[Datum]) -> (Vec<Vec<&Datum>>, usize) {
     (out, skipped)
 }
 
-/// Sends to CloudWatch.
+/// Sends to CloudWatch. The SDK makes one attempt per call; the runner retries retryable
+/// failures itself (see [`classify_error`]) within the batch's publish window, up to
+/// `max_attempts` tries, so every try is visible in the evidence.
 #[derive(Debug, Clone)]
 pub struct CloudWatchSink {
     client: aws_sdk_cloudwatch::Client,
     namespace: String,
+    max_tries: u32,
 }
 
 impl CloudWatchSink {
-    /// Build the client from the default AWS chain plus the config's region, endpoint,
-    /// operation timeout (capped by `publish_interval`) and SDK attempt count.
+    /// Build the client from the default AWS chain plus the config's region, endpoint and
+    /// per-call timeout (capped by `publish_interval`).
     pub async fn new(cfg: &CwConfig, namespace: &str, publish_interval: Duration) -> Self {
         let op_timeout = cfg.operation_timeout.min(publish_interval);
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .timeout_config(
                 aws_config::timeout::TimeoutConfig::builder()
                     .operation_timeout(op_timeout)
-                    .operation_attempt_timeout(op_timeout / cfg.max_attempts.max(1))
+                    .operation_attempt_timeout(op_timeout)
                     .connect_timeout(Duration::from_secs(3).min(op_timeout))
                     .build(),
             )
-            .retry_config(
-                aws_config::retry::RetryConfig::standard().with_max_attempts(cfg.max_attempts),
-            );
+            .retry_config(aws_config::retry::RetryConfig::disabled());
         if let Some(r) = &cfg.region {
             loader = loader.region(aws_config::Region::new(r.clone()));
         }
@@ -126,6 +127,7 @@ impl CloudWatchSink {
         CloudWatchSink {
             client: aws_sdk_cloudwatch::Client::new(&shared),
             namespace: namespace.to_string(),
+            max_tries: cfg.max_attempts.max(1),
         }
     }
 }
@@ -170,6 +172,10 @@ pub fn classify_error<E: ProvideErrorMetadata + std::error::Error + 'static, R: 
 impl Sink for CloudWatchSink {
     fn name(&self) -> &'static str {
         "cloudwatch"
+    }
+
+    fn max_tries(&self) -> u32 {
+        self.max_tries
     }
 
     fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a> {

@@ -203,6 +203,11 @@ pub trait Sink: Send {
     fn name(&self) -> &'static str;
     /// Send a batch; returns how many datums were sent (non-finite ones are skipped).
     fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a>;
+    /// Tries per batch (first try included) the runner may make for a retryable error, within
+    /// the batch's window. Default 1.
+    fn max_tries(&self) -> u32 {
+        1
+    }
 }
 
 #[cfg(test)]

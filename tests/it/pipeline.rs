@@ -209,10 +209,10 @@ async fn bounded_runs_resume_saved_state() {
         .finish()
         .await;
     assert_eq!(s1.final_states["primary"].as_str(), "unknown");
-    let state_file = p.dir.path().join("state/state-orders-db-it.json");
+    let state_file = p.dir.path().join("state/control-orders-db.json");
     let saved: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
-    let holding = saved["branches"]["primary"]["ready_holding_since"].as_i64();
+    let holding = saved["probers"]["it"]["branches"]["primary"]["ready_holding_since"].as_i64();
     assert!(holding.is_some(), "run 1 saved a holding clock: {saved}");
     let n1 = read_evidence(&p.evidence()).len();
 

@@ -63,6 +63,8 @@ pub struct ConfigOpts<'a> {
     pub primary_port: Option<u16>,
     /// CloudWatch endpoint.
     pub endpoint: Option<String>,
+    /// `[state]` table text.
+    pub state: &'a str,
 }
 
 impl Default for ConfigOpts<'_> {
@@ -76,6 +78,7 @@ impl Default for ConfigOpts<'_> {
             publish_ms: 1000,
             primary_port: None,
             endpoint: None,
+            state: "[state]\npoll_interval = \"500ms\"\n",
         }
     }
 }
@@ -136,6 +139,8 @@ sinks = [{sinks}]
 [evidence]
 path = "{evidence}"
 
+{state}
+
 [dns]
 nameservers = ["{dns}"]
 timeout = "200ms"
@@ -171,6 +176,7 @@ port = {sport}
             sinks = sinks.join(", "),
             endpoint = endpoint,
             evidence = self.evidence().display(),
+            state = o.state,
             dns = self.dns.addr(),
             interval = o.interval_ms,
             timeout = o.timeout_ms,

@@ -1,0 +1,413 @@
+//! The shared control document (pure): every prober's readiness snapshots, operator approvals
+//! and overrides of one service, and the rules that decide approvals, apply overrides and render
+//! `status`. No I/O and no clock reads: the stores in `state.rs` move the document, and callers
+//! pass the time.
+
+use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Snapshot};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Format version of the control document.
+pub const CONTROL_VERSION: u32 = 2;
+/// Approvals kept in the document (newest); older ones are dropped once decided or expired.
+pub const MAX_APPROVALS: usize = 100;
+
+/// Everything the probers and the operator CLI share about one service.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ControlDoc {
+    /// [`CONTROL_VERSION`].
+    pub version: u32,
+    /// Service name (a document of another service is refused).
+    pub service: String,
+    /// Readiness per prober id, then per branch.
+    #[serde(default)]
+    pub probers: BTreeMap<String, ProberState>,
+    /// Operator approvals, oldest first.
+    #[serde(default)]
+    pub approvals: Vec<Approval>,
+    /// Active (or expired, not yet pruned) overrides per branch.
+    #[serde(default)]
+    pub overrides: BTreeMap<String, Override>,
+}
+
+impl ControlDoc {
+    /// An empty document for `service`.
+    pub fn new(service: &str) -> Self {
+        ControlDoc {
+            version: CONTROL_VERSION,
+            service: service.to_string(),
+            probers: BTreeMap::new(),
+            approvals: Vec::new(),
+            overrides: BTreeMap::new(),
+        }
+    }
+
+    /// Drop approvals beyond [`MAX_APPROVALS`] (oldest first) and overrides that expired more
+    /// than a day before `now`.
+    pub fn prune(&mut self, now: Millis) {
+        if self.approvals.len() > MAX_APPROVALS {
+            let extra = self.approvals.len() - MAX_APPROVALS;
+            self.approvals.drain(..extra);
+        }
+        self.overrides
+            .retain(|_, o| o.expires_at + 86_400_000 > now);
+    }
+}
+
+/// One prober's saved view.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProberState {
+    /// When it was saved, ms since the epoch.
+    pub saved_at: Millis,
+    /// Readiness per branch.
+    pub branches: BTreeMap<String, Snapshot>,
+}
+
+/// An operator's approval of a failback.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Approval {
+    /// Unique id (`<at>-<random>`).
+    pub id: String,
+    /// Branch it approves.
+    pub branch: String,
+    /// Who approved.
+    pub by: String,
+    /// Why.
+    pub reason: String,
+    /// When it was given, ms since the epoch.
+    pub at: Millis,
+    /// When it stops being valid, ms since the epoch.
+    pub expires_at: Millis,
+    /// Each prober's decision (prober id → decision); a prober decides once.
+    #[serde(default)]
+    pub decisions: BTreeMap<String, Decision>,
+}
+
+/// A prober's decision on an approval.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Decision {
+    /// When it was decided.
+    pub at: Millis,
+    /// Applied or rejected.
+    pub applied: bool,
+    /// Why, in a sentence.
+    pub detail: String,
+}
+
+/// The value an override forces.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Forced {
+    /// Publish 1.
+    Ready,
+    /// Publish 0.
+    Unready,
+}
+
+impl Forced {
+    /// The published value.
+    pub fn value(self) -> f64 {
+        match self {
+            Forced::Ready => 1.0,
+            Forced::Unready => 0.0,
+        }
+    }
+    /// snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Forced::Ready => "ready",
+            Forced::Unready => "unready",
+        }
+    }
+}
+
+/// An operator override of one branch's published value. Route 53 ignores `SetAlarmState` on
+/// a health check's alarm, so overrides go through the metric.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Override {
+    /// The forced value.
+    pub force: Forced,
+    /// Who set it.
+    pub by: String,
+    /// Why.
+    pub reason: String,
+    /// When it was set.
+    pub at: Millis,
+    /// When it ends by itself (always set).
+    pub expires_at: Millis,
+}
+
+impl Override {
+    /// Whether it is in force at `now`.
+    pub fn active(&self, now: Millis) -> bool {
+        now < self.expires_at
+    }
+}
+
+/// Decide an approval for one prober's branch (pure).
+///
+/// Rules: an expired approval is rejected; an approval is applied only while the branch is in
+/// `pending_approval`, and only if it was given after the branch entered that state, so an
+/// approval given before the evidence was there never pre-authorises a later failback.
+pub fn decide(approval: &Approval, readiness: &Readiness, now: Millis) -> Decision {
+    let state = readiness.state();
+    let (applied, detail) = if now >= approval.expires_at {
+        (
+            false,
+            format!(
+                "approval expired at {}",
+                crate::clock::rfc3339(approval.expires_at)
+            ),
+        )
+    } else if state != ReadinessState::PendingApproval {
+        (
+            false,
+            format!(
+                "branch is {}, not pending_approval; an approval is only taken once the ready condition has held its full `for`, and never pre-authorises a later failback",
+                state.as_str()
+            ),
+        )
+    } else if readiness.since().is_some_and(|s| approval.at < s) {
+        (
+            false,
+            format!(
+                "approval was given at {}, before the branch entered pending_approval at {}; it does not pre-authorise this failback",
+                crate::clock::rfc3339(approval.at),
+                crate::clock::rfc3339(readiness.since().unwrap_or_default())
+            ),
+        )
+    } else {
+        (true, "applied: pending_approval → ready".to_string())
+    };
+    Decision {
+        at: now,
+        applied,
+        detail,
+    }
+}
+
+/// The published readiness of a branch: an active override's value, else the computed one.
+pub fn effective_value(computed: Option<f64>, ov: Option<&Override>, now: Millis) -> Option<f64> {
+    match ov {
+        Some(o) if o.active(now) => Some(o.force.value()),
+        _ => computed,
+    }
+}
+
+/// What a branch's state waits for, in a sentence (for `status`).
+pub fn waiting_for(r: &Readiness, now: Millis) -> String {
+    let p = r.policy();
+    let (unready_since, ready_since) = r.holding();
+    let fmt = |ms: i64| crate::config::fmt_dur(std::time::Duration::from_millis(ms.max(0) as u64));
+    let holding = |since: Millis, for_: std::time::Duration, what: &str| {
+        format!(
+            "{what} condition holding for {} of {}",
+            fmt(now - since),
+            crate::config::fmt_dur(for_)
+        )
+    };
+    match r.state() {
+        ReadinessState::PendingApproval => {
+            "waiting for operator approval (readyprobe approve --branch ...)".to_string()
+        }
+        ReadinessState::Ready => match unready_since {
+            Some(s) => holding(s, p.declare_unready.for_, "unready"),
+            None => "nothing: ready, unready condition not holding".to_string(),
+        },
+        ReadinessState::Unready => match ready_since {
+            Some(s) => holding(s, p.declare_ready.for_, "ready"),
+            None => format!(
+                "the ready condition (success rate ≥ {}% over {} with at least {} attempts) to start holding",
+                p.declare_ready.threshold_percent,
+                crate::config::fmt_dur(p.declare_ready.window),
+                p.min_attempts
+            ),
+        },
+        ReadinessState::Unknown => match (unready_since, ready_since) {
+            (Some(s), _) => holding(s, p.declare_unready.for_, "unready"),
+            (_, Some(s)) => holding(s, p.declare_ready.for_, "ready"),
+            _ => format!(
+                "evidence: at least {} finished attempts in the window",
+                p.min_attempts
+            ),
+        },
+    }
+}
+
+/// Render `status` for the given branches (pure).
+pub fn render_status(
+    doc: &ControlDoc,
+    policy: &Policy,
+    branches: &[String],
+    now: Millis,
+) -> String {
+    let mut s = String::new();
+    let t = crate::clock::rfc3339;
+    let _ = writeln!(s, "service {} at {}", doc.service, t(now));
+    if doc.probers.is_empty() {
+        let _ = writeln!(s, "  no prober has saved state yet");
+    }
+    for b in branches {
+        let _ = writeln!(s, "branch {b}:");
+        for (id, ps) in &doc.probers {
+            let Some(snap) = ps.branches.get(b) else {
+                continue;
+            };
+            let r = Readiness::restore(policy.clone(), snap.clone());
+            let w = r.window_stats(now, policy.declare_unready.window);
+            let rate = w
+                .success_rate_percent
+                .map(|x| format!("{x:.1}% of {} attempts", w.finished))
+                .unwrap_or_else(|| "no attempts".into());
+            let _ = writeln!(
+                s,
+                "  prober {id}: {} since {} (saved {}), success rate {rate} over {}",
+                r.state().as_str(),
+                r.since().map(t).unwrap_or_else(|| "start".into()),
+                t(ps.saved_at),
+                crate::config::fmt_dur(policy.declare_unready.window),
+            );
+            let _ = writeln!(s, "    waiting for: {}", waiting_for(&r, now));
+        }
+        if let Some(o) = doc.overrides.get(b)
+            && o.active(now)
+        {
+            {
+                let _ = writeln!(
+                    s,
+                    "  OVERRIDE: forced {} until {} by {} ({})",
+                    o.force.as_str(),
+                    t(o.expires_at),
+                    o.by,
+                    o.reason
+                );
+            }
+        }
+        for a in doc.approvals.iter().filter(|a| &a.branch == b) {
+            let decided: Vec<String> = a
+                .decisions
+                .iter()
+                .map(|(p, d)| format!("{p}: {}", if d.applied { "applied" } else { "rejected" }))
+                .collect();
+            if a.expires_at > now || !decided.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  approval {} by {} at {} (expires {}): {}{}",
+                    a.id,
+                    a.by,
+                    t(a.at),
+                    t(a.expires_at),
+                    a.reason,
+                    if decided.is_empty() {
+                        " — pending, not yet read by a prober".to_string()
+                    } else {
+                        format!(" — {}", decided.join(", "))
+                    }
+                );
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::readiness::{AttemptRecord, Condition};
+    use std::time::Duration;
+
+    fn policy() -> Policy {
+        Policy {
+            min_attempts: 2,
+            declare_unready: Condition {
+                threshold_percent: 95.0,
+                for_: Duration::from_secs(1),
+                window: Duration::from_secs(10),
+            },
+            declare_ready: Condition {
+                threshold_percent: 99.0,
+                for_: Duration::from_secs(2),
+                window: Duration::from_secs(10),
+            },
+            approval_required: true,
+            initial: ReadinessState::Unready,
+        }
+    }
+
+    fn pending_at(t: Millis) -> Readiness {
+        let mut r = Readiness::new(policy());
+        let mut now = t - 5000;
+        while r.state() != ReadinessState::PendingApproval {
+            r.record(AttemptRecord {
+                finished_at: now,
+                success: true,
+                class: None,
+            });
+            now += 500;
+            assert!(now < t + 60_000);
+        }
+        r
+    }
+
+    fn approval(at: Millis, expires_at: Millis) -> Approval {
+        Approval {
+            id: "a".into(),
+            branch: "primary".into(),
+            by: "op".into(),
+            reason: "checked".into(),
+            at,
+            expires_at,
+            decisions: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn approval_rules() {
+        let r = pending_at(100_000);
+        let since = r.since().unwrap();
+        assert!(decide(&approval(since + 10, since + 60_000), &r, since + 20).applied);
+        let d = decide(&approval(since + 10, since + 15), &r, since + 20);
+        assert!(!d.applied && d.detail.contains("expired"));
+        let d = decide(&approval(since - 10, since + 60_000), &r, since + 20);
+        assert!(!d.applied && d.detail.contains("pre-authorise"));
+        let unready = Readiness::new(policy());
+        let d = decide(&approval(0, 60_000), &unready, 10);
+        assert!(!d.applied && d.detail.contains("unready"));
+    }
+
+    #[test]
+    fn overrides_win_until_they_expire() {
+        let o = Override {
+            force: Forced::Unready,
+            by: "op".into(),
+            reason: "maintenance".into(),
+            at: 0,
+            expires_at: 1000,
+        };
+        assert_eq!(effective_value(Some(1.0), Some(&o), 999), Some(0.0));
+        assert_eq!(effective_value(Some(1.0), Some(&o), 1000), Some(1.0));
+        assert_eq!(effective_value(None, None, 0), None);
+    }
+
+    #[test]
+    fn status_says_what_it_waits_for() {
+        let r = pending_at(100_000);
+        let mut doc = ControlDoc::new("orders-db");
+        doc.probers.insert(
+            "az-a".into(),
+            ProberState {
+                saved_at: 100_000,
+                branches: [("primary".to_string(), r.snapshot())].into(),
+            },
+        );
+        let s = render_status(&doc, &policy(), &["primary".into()], 100_500);
+        assert!(s.contains("prober az-a: pending_approval"), "{s}");
+        assert!(s.contains("waiting for operator approval"), "{s}");
+    }
+}
