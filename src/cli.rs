@@ -27,8 +27,8 @@ pub const EXIT_UNAVAILABLE_INPUT: u8 = 78;
 /// every attempt, transition and publish to an evidence file.
 ///
 /// Exit codes: 0 ok; 1 `probe` attempt failed, or `approve` found no prober waiting for approval;
-/// 64 invalid config or usage; 74 state store or evidence I/O error; 78 secret, CA bundle or
-/// resolv.conf unavailable.
+/// 64 invalid config or usage; 70 internal error (the runtime could not start); 74 state store
+/// or evidence I/O error; 78 secret, CA bundle or resolv.conf unavailable.
 #[derive(Debug, Parser)]
 #[command(name = "readyprobe", version, about, long_about)]
 pub struct Cli {
@@ -36,8 +36,9 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "READYPROBE_LOG_FORMAT")]
     pub log_format: LogFormat,
     /// This prober instance's id, overriding `prober_id` in the config (e.g. one per
-    /// Availability Zone). It keys the canary row and the state file, so give each concurrently
-    /// running prober its own, and keep it stable across scheduled-task runs.
+    /// Availability Zone). It keys the canary row and this prober's entry in the shared state
+    /// store, so give each concurrently running prober its own, and keep it stable across
+    /// scheduled-task runs.
     #[arg(long, global = true, env = "READYPROBE_PROBER_ID")]
     pub prober_id: Option<String>,
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `debug`, `readyprobe=debug`.
@@ -61,7 +62,9 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Probe every branch and publish readiness until SIGTERM/SIGINT (ECS service) or for a
-    /// bounded `--duration` (ECS scheduled task; state continues from the state file).
+    /// bounded `--duration` (ECS scheduled task; readiness continues from the state store).
+    /// Exit 0 after a clean stop; 64 invalid config; 74 state store or evidence file unusable at
+    /// start; 78 secret, CA bundle or resolv.conf unavailable.
     Run {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]
@@ -80,8 +83,10 @@ pub enum Command {
         #[arg(long, short, env = "READYPROBE_CONFIG")]
         config: PathBuf,
     },
-    /// Run one attempt against one branch now and print every step (a debugging aid).
-    /// Exit 0 when the attempt succeeded, 1 when it failed.
+    /// Run one attempt against one branch now and print every step (a debugging aid). The
+    /// attempt is real: it upserts this prober's canary row on the branch. Exit 0 when the
+    /// attempt succeeded, 1 when it failed, 64 invalid config, 78 secret/CA/resolv.conf
+    /// unavailable.
     Probe {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]
@@ -168,9 +173,22 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. \"55s\", \"5m\")"))
 }
 
-fn init_logging(cli: &Cli) {
+fn init_logging(cli: &Cli) -> Result<(), String> {
+    // A bare word that is not a level would parse as a target name and silence every log line.
+    for directive in cli.log_level.split(',') {
+        let d = directive.trim();
+        let level = d.rsplit_once('=').map(|(_, l)| l).unwrap_or(d);
+        if !["trace", "debug", "info", "warn", "error", "off"]
+            .contains(&level.to_ascii_lowercase().as_str())
+        {
+            return Err(format!(
+                "--log-level {:?}: {d:?} is not a level (trace, debug, info, warn, error, off) or a target=level directive",
+                cli.log_level
+            ));
+        }
+    }
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .map_err(|e| format!("--log-level {:?}: {e}", cli.log_level))?;
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -178,6 +196,7 @@ fn init_logging(cli: &Cli) {
         LogFormat::Text => b.init(),
         LogFormat::Json => b.json().flatten_event(true).init(),
     }
+    Ok(())
 }
 
 fn load(path: &std::path::Path, prober_id: Option<&str>) -> Result<Config, ExitCode> {
@@ -209,7 +228,10 @@ pub fn main() -> ExitCode {
             });
         }
     };
-    init_logging(&cli);
+    if let Err(e) = init_logging(&cli) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -256,7 +278,6 @@ async fn async_main(cli: Cli) -> ExitCode {
                 Ok(_) => ExitCode::from(EXIT_OK),
                 Err(e) => {
                     eprintln!("error: {e}");
-                    tracing::error!(error = %e, "run failed");
                     ExitCode::from(match e {
                         runner::RunError::Prepare(_) => EXIT_UNAVAILABLE_INPUT,
                         runner::RunError::State(_) | runner::RunError::Evidence { .. } => EXIT_IO,
@@ -344,6 +365,10 @@ async fn approve(
     if let Err(c) = check_branch(cfg, branch) {
         return c;
     }
+    if expires.is_zero() {
+        eprintln!("error: --expires must be greater than 0");
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
     let now = now_ms();
     let approval = crate::control::Approval {
         id: format!("{now}-{:08x}", rand::random::<u32>()),
@@ -366,16 +391,19 @@ async fn approve(
         Ok(d) => d,
         Err(e) => return store_error(e),
     };
+    // Probers that saved within the last 15 minutes are the ones that will read the approval.
+    let fresh = |p: &&crate::control::ProberState| p.saved_at + 15 * 60_000 > now;
     let states: Vec<String> = doc
         .probers
         .iter()
+        .filter(|(_, s)| fresh(s))
         .filter_map(|(p, s)| {
             s.branches
                 .get(branch)
                 .map(|b| format!("{p}: {}", b.state.as_str()))
         })
         .collect();
-    let pending = doc.probers.values().any(|s| {
+    let pending = doc.probers.values().filter(fresh).any(|s| {
         s.branches
             .get(branch)
             .is_some_and(|b| b.state == crate::readiness::ReadinessState::PendingApproval)
@@ -724,7 +752,23 @@ pub fn plan(cfg: &Config) -> String {
         let _ = writeln!(s, "  {m:<20} {unit:<14} [{dims}]");
     }
     let _ = writeln!(s, "evidence: {}", cfg.evidence_path.display());
-    let _ = writeln!(s, "state: {}", cfg.state_dir.display());
+    let _ = writeln!(
+        s,
+        "prober id {}; state store: {} (synced every {})",
+        cfg.prober_id,
+        match &cfg.state.store {
+            config::StoreKind::File => cfg
+                .state_dir
+                .join(format!("control-{}.json", cfg.service.name))
+                .display()
+                .to_string(),
+            config::StoreKind::S3(s3) => format!(
+                "s3://{}/{}control-{}.json",
+                s3.bucket, s3.key_prefix, cfg.service.name
+            ),
+        },
+        d(cfg.state.poll_interval)
+    );
     for w in &cfg.warnings {
         let _ = writeln!(s, "warning: {w}");
     }

@@ -168,9 +168,18 @@ struct RawMysql {
     ssl_ca: Option<PathBuf>,
 }
 
+/// A secret reference, or anything else (an inline value), which validation refuses without
+/// ever echoing it.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawSecret {
+    Ref(RawSecretRef),
+    Inline(serde::de::IgnoredAny),
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawSecret {
+struct RawSecretRef {
     env: Option<String>,
     file: Option<PathBuf>,
 }
@@ -574,6 +583,23 @@ impl std::error::Error for ConfigError {}
 /// [`ConfigError`] with every problem found: unreadable file, TOML syntax, unknown keys, wrong
 /// types, bad durations and violated cross-field rules, each with line and key.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let fail = |message: String| ConfigError {
+        path: path.to_owned(),
+        issues: vec![Issue {
+            key: "(file)".into(),
+            line: None,
+            message,
+        }],
+    };
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return Err(fail("not a regular file".into()));
+        }
+        Ok(m) if m.len() > 1024 * 1024 => {
+            return Err(fail("larger than 1 MiB; not a readyprobe config".into()));
+        }
+        _ => {}
+    }
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
         path: path.to_owned(),
         issues: vec![Issue {
@@ -616,52 +642,84 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
 }
 
 fn toml_issue(text: &str, e: &toml::de::Error) -> Issue {
-    let line = e.span().map(|s| line_of(text, s.start));
-    // toml's message holds a rendered snippet; keep its first line, which says what is wrong.
     let msg = e.message().to_string();
-    let key = e
-        .span()
-        .and_then(|s| key_at(text, s.start))
-        .unwrap_or_else(|| "(syntax)".into());
+    let (mut key, mut line) = match e.span() {
+        Some(sp) => (key_at(text, sp.start), Some(line_of(text, sp.start))),
+        None => (None, None),
+    };
+    // A missing field is reported on the table that lacks it (at the top: the whole file).
+    if let Some(field) = between(&msg, "missing field `", "`") {
+        let at_top = e.span().is_none_or(|sp| sp.start == 0);
+        key = Some(match (at_top, key) {
+            (true, _) | (_, None) => field.to_string(),
+            (false, Some(k)) => format!("{}.{field}", table_of(&k)),
+        });
+        if at_top {
+            line = None;
+        }
+    }
+    // An unknown field inside an inline table is named by its own key.
+    if let (Some(field), Some(k)) = (between(&msg, "unknown field `", "`"), &key)
+        && !k.ends_with(field)
+    {
+        key = Some(format!("{k}.{field}"));
+    }
     Issue {
-        key,
+        key: key.unwrap_or_else(|| "(syntax)".into()),
         line,
         message: msg,
     }
+}
+
+fn between<'a>(s: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let i = s.find(start)? + start.len();
+    let j = s[i..].find(end)? + i;
+    Some(&s[i..j])
+}
+
+/// The table part of a dotted key (`probe.mysql.user` → `probe.mysql`).
+fn table_of(key: &str) -> &str {
+    key.rsplit_once('.').map(|(t, _)| t).unwrap_or(key)
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
-/// Best-effort name of the key whose line contains `offset`: the table header in force plus the
-/// key at the start of that line.
+/// Best-effort name of the key whose line contains `offset`: the table header in force (with
+/// the index of an array-of-tables entry, e.g. `branch[1]`) plus the key at the start of that
+/// line.
 fn key_at(text: &str, offset: usize) -> Option<String> {
     let line_no = line_of(text, offset);
     let mut table = String::new();
-    let mut found = None;
+    let mut counts: std::collections::HashMap<String, usize> = Default::default();
     for (i, line) in text.lines().enumerate() {
         let t = line.trim();
-        if t.starts_with('[') {
-            table = t.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+        if t.starts_with("[[") {
+            let name = t.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+            let n = counts.entry(name.clone()).or_insert(0);
+            table = format!("{name}[{n}]");
+            *n += 1;
+        } else if t.starts_with('[') {
+            let name = t.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+            // A sub-table of the last array entry, e.g. `[branch.tls]`, keeps its index.
+            table = name;
         }
         if i + 1 == line_no {
-            if t.starts_with('[') {
-                found = Some(table.clone());
-            } else {
-                let k = t.split('=').next().unwrap_or("").trim();
-                found = Some(if table.is_empty() {
-                    k.to_string()
-                } else if k.is_empty() {
-                    table.clone()
-                } else {
-                    format!("{table}.{k}")
-                });
+            if t.starts_with('[') || t.starts_with('#') || t.is_empty() {
+                return (!table.is_empty()).then(|| table.clone());
             }
-            break;
+            let k = t.split('=').next().unwrap_or("").trim();
+            return Some(if table.is_empty() {
+                k.to_string()
+            } else if k.is_empty() {
+                table.clone()
+            } else {
+                format!("{table}.{k}")
+            });
         }
     }
-    found
+    None
 }
 
 struct Validator<'a> {
@@ -913,8 +971,13 @@ impl Validator<'_> {
                 );
             }
             let endpoint = normalise_name(&b.endpoint);
+            if b.port == Some(0) {
+                self.error(format!("branch[{i}].port"), "must be 1–65535");
+            }
             if endpoint.is_empty() {
                 self.error(format!("branch[{i}].endpoint"), "must not be empty");
+            } else if let Err(why) = check_hostname(&endpoint) {
+                self.error(format!("branch[{i}].endpoint"), why);
             } else if endpoint.eq_ignore_ascii_case(&service.stable_name) {
                 self.error(
                     format!("branch[{i}].endpoint"),
@@ -972,6 +1035,17 @@ impl Validator<'_> {
                     format!("unknown sink {other:?}; supported: \"cloudwatch\", \"emf\""),
                 ),
             }
+        }
+        if sinks.is_empty()
+            && self
+                .issues
+                .iter()
+                .all(|i| !i.key.starts_with("publish.sinks"))
+        {
+            self.error(
+                "publish.sinks",
+                "lists no sink; readiness would be published nowhere (use \"emf\" and/or \"cloudwatch\")",
+            );
         }
         let mut seen = Vec::new();
         sinks.retain(|k| {
@@ -1049,6 +1123,10 @@ impl Validator<'_> {
             let mut out = Vec::new();
             for (i, ns) in list.iter().enumerate() {
                 match parse_nameserver(ns) {
+                    Some(a) if a.port() == 0 => self.error(
+                        format!("dns.nameservers[{i}]"),
+                        format!("{ns:?}: port 0 is not a nameserver port"),
+                    ),
                     Some(a) => out.push(a),
                     None => self.error(
                         format!("dns.nameservers[{i}]"),
@@ -1126,9 +1204,13 @@ impl Validator<'_> {
     }
 
     fn mysql(&mut self, m: RawMysql, rel: &dyn Fn(PathBuf) -> PathBuf) -> Option<MysqlProbe> {
-        let password = match (m.password.env, m.password.file) {
+        let (env, file) = match m.password {
+            RawSecret::Ref(r) => (r.env, r.file),
+            RawSecret::Inline(_) => (None, None),
+        };
+        let password = match (env, file) {
             (Some(v), None) if !v.is_empty() => Some(SecretRef::Env(v)),
-            (None, Some(f)) => Some(SecretRef::File(rel(f))),
+            (None, Some(f)) if !f.as_os_str().is_empty() => Some(SecretRef::File(rel(f))),
             _ => {
                 self.error(
                     "probe.mysql.password",
@@ -1195,6 +1277,9 @@ impl Validator<'_> {
         }
         if m.user.is_empty() {
             self.error("probe.mysql.user", "must not be empty");
+        }
+        if m.port == Some(0) {
+            self.error("probe.mysql.port", "must be 1–65535");
         }
         Some(MysqlProbe {
             port: m.port.unwrap_or(3306),
@@ -1272,6 +1357,11 @@ impl Validator<'_> {
             if !(0.0..=100.0).contains(&thr) || !thr.is_finite() {
                 self.error(key, "is a percentage: 0–100");
             }
+        }
+        if unready.threshold_percent <= 0.0 {
+            self.warnings.push(
+                "readiness.declare_unready.success_rate_below is 0: no success rate is below it, so a branch is never declared unready".into(),
+            );
         }
         if ready.threshold_percent < unready.threshold_percent {
             self.error(
@@ -1351,6 +1441,39 @@ pub fn one_failure_effect(c: &Condition, interval: Duration, unready: bool) -> S
         "{n} attempts per {} window; one failure → {rate:.1}% ({verdict})",
         fmt_dur(c.window)
     )
+}
+
+/// Check that `name` is a DNS host name readyprobe can resolve: not an IP address (a branch is
+/// probed by its name), at most 253 characters, labels of 1–63 characters of letters, digits,
+/// `-` and `_`.
+///
+/// # Errors
+/// A message saying what is wrong.
+pub fn check_hostname(name: &str) -> Result<(), String> {
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return Err(format!(
+            "{name:?} is an IP address; a branch is probed by its branch-specific DNS name, so the resolve step sees what the records say"
+        ));
+    }
+    if name.len() > 253 {
+        return Err(format!("{name:?} is longer than 253 characters"));
+    }
+    for label in name.split('.') {
+        if label.is_empty() || label.len() > 63 {
+            return Err(format!(
+                "{name:?} is not a valid host name (each dot-separated label is 1–63 characters)"
+            ));
+        }
+        if !label
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!(
+                "{name:?} is not a valid host name (letters, digits, '-' and '_' only; no scheme, port or path)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Check a prober id: 1–64 characters of `[A-Za-z0-9._-]` (canary column width; safe in a file
@@ -1554,6 +1677,59 @@ endpoint = "mysql-secondary.orders.internal.example"
                 assert_eq!(hit.unwrap().line, Some(line), "{key}: {got:?}");
             }
         }
+    }
+
+    #[test]
+    fn endpoints_sinks_ports_and_inline_secrets() {
+        for (replace, by, key) in [
+            (
+                "mysql-primary.orders.internal.example",
+                "127.0.0.1",
+                "branch[0].endpoint",
+            ),
+            (
+                "mysql-primary.orders.internal.example",
+                "bad name!.example",
+                "branch[0].endpoint",
+            ),
+            (
+                "mysql-primary.orders.internal.example",
+                "a..b.example",
+                "branch[0].endpoint",
+            ),
+            (
+                "role = \"PRIMARY\"",
+                "role = \"PRIMARY\"\nport = 0",
+                "branch[0].port",
+            ),
+            (
+                "[probe]",
+                "[publish]\nsinks = []\n\n[probe]",
+                "publish.sinks",
+            ),
+            (
+                "[probe]",
+                "[dns]\nnameservers = [\"127.0.0.1:0\"]\n\n[probe]",
+                "dns.nameservers[0]",
+            ),
+        ] {
+            let got = issues(&with(replace, by));
+            assert!(got.iter().any(|i| i.key == key), "{key}: {got:?}");
+        }
+        // An inline secret is refused without being echoed.
+        let got = issues(&with(
+            "password = { env = \"PW\" }",
+            "password = \"hunter2\"",
+        ));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].key, "probe.mysql.password");
+        assert!(!got[0].message.contains("hunter2"), "{got:?}");
+        // Errors inside the second [[branch]] name its index.
+        let got = issues(&with(
+            "endpoint = \"mysql-secondary",
+            "weight = 3\nendpoint = \"mysql-secondary",
+        ));
+        assert_eq!(got[0].key, "branch[1].weight", "{got:?}");
     }
 
     #[test]

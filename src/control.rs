@@ -10,8 +10,10 @@ use std::fmt::Write;
 
 /// Format version of the control document.
 pub const CONTROL_VERSION: u32 = 2;
-/// Approvals kept in the document (newest); older ones are dropped once decided or expired.
+/// Approvals kept in the document: beyond this many, the oldest are dropped.
 pub const MAX_APPROVALS: usize = 100;
+/// A prober entry not saved for this long (ms) is dropped from the document: 7 days.
+pub const PROBER_RETENTION_MS: Millis = 7 * 86_400_000;
 
 /// Everything the probers and the operator CLI share about one service.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -44,9 +46,11 @@ impl ControlDoc {
         }
     }
 
-    /// Drop approvals beyond [`MAX_APPROVALS`] (oldest first) and overrides that expired more
-    /// than a day before `now`.
+    /// Drop approvals beyond [`MAX_APPROVALS`] (oldest first), overrides that expired more than
+    /// a day before `now`, and probers not saved for [`PROBER_RETENTION_MS`].
     pub fn prune(&mut self, now: Millis) {
+        self.probers
+            .retain(|_, p| p.saved_at + PROBER_RETENTION_MS > now);
         if self.approvals.len() > MAX_APPROVALS {
             let extra = self.approvals.len() - MAX_APPROVALS;
             self.approvals.drain(..extra);

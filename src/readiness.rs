@@ -285,6 +285,8 @@ impl Readiness {
     /// Continues a saved state (e.g. across scheduled-task runs): state, `since`, both holding
     /// clocks and the attempts are taken from `snapshot` as they are (attempts are re-sorted by
     /// `finished_at`). Attempts outside the policy's windows are pruned at the next evaluation.
+    /// A `pending_approval` snapshot restored under a policy without `approval_required`
+    /// continues as `unready` (with its ready clock reset), since nothing would ever approve it.
     pub fn restore(policy: Policy, snapshot: Snapshot) -> Self {
         let mut attempts = snapshot.attempts;
         attempts.sort_by_key(|a| a.finished_at);
@@ -299,12 +301,20 @@ impl Readiness {
         .into_iter()
         .flatten()
         .max();
+        // A state saved while approval was required, restored under a policy that no longer
+        // requires it, would wait for ever: it continues as unready, gathering fresh evidence.
+        let (state, ready_holding_since) =
+            if snapshot.state == ReadinessState::PendingApproval && !policy.approval_required {
+                (ReadinessState::Unready, None)
+            } else {
+                (snapshot.state, snapshot.ready_holding_since)
+            };
         Readiness {
             policy,
-            state: snapshot.state,
+            state,
             since: snapshot.since,
             unready_holding_since: snapshot.unready_holding_since,
-            ready_holding_since: snapshot.ready_holding_since,
+            ready_holding_since,
             attempts: attempts.into(),
             clock,
         }
@@ -1162,6 +1172,27 @@ mod tests {
     }
 
     #[test]
+    fn pending_restored_without_approval_continues_as_unready() {
+        let mut p = default_policy();
+        p.approval_required = true;
+        let snap = Snapshot {
+            state: ReadinessState::PendingApproval,
+            since: Some(1),
+            unready_holding_since: None,
+            ready_holding_since: Some(1),
+            attempts: vec![],
+        };
+        assert_eq!(
+            Readiness::restore(p.clone(), snap.clone()).state(),
+            ReadinessState::PendingApproval
+        );
+        p.approval_required = false;
+        let r = Readiness::restore(p, snap);
+        assert_eq!(r.state(), ReadinessState::Unready);
+        assert_eq!(r.holding().1, None);
+    }
+
+    #[test]
     fn published_values_and_names() {
         for s in ReadinessState::ALL {
             let mut p = default_policy();
@@ -1310,7 +1341,12 @@ mod tests {
             arb_condition(),
             arb_condition(),
             any::<bool>(),
-            prop::sample::select(ReadinessState::ALL.to_vec()),
+            // The initial states a config can name.
+            prop::sample::select(vec![
+                ReadinessState::Unknown,
+                ReadinessState::Ready,
+                ReadinessState::Unready,
+            ]),
         )
             .prop_map(
                 |(min_attempts, declare_unready, declare_ready, approval_required, initial)| {

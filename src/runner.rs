@@ -77,12 +77,14 @@ pub struct RunSummary {
 }
 
 struct Batch {
+    id: u64,
     datums: Vec<Datum>,
     deadline: Instant,
     reason: &'static str,
 }
 
 struct SinkReport {
+    id: u64,
     sink: &'static str,
     reason: &'static str,
     datums: usize,
@@ -133,6 +135,7 @@ async fn sink_task(
             match r {
                 Ok(sent) => {
                     break SinkReport {
+                        id: batch.id,
                         sink: sink.name(),
                         reason: batch.reason,
                         datums: batch.datums.len(),
@@ -152,6 +155,7 @@ async fn sink_task(
                 }
                 Err(e) => {
                     break SinkReport {
+                        id: batch.id,
                         sink: sink.name(),
                         reason: batch.reason,
                         datums: batch.datums.len(),
@@ -252,6 +256,8 @@ where
         overrides: BTreeMap::new(),
         store,
         clock,
+        outstanding: BTreeMap::new(),
+        next_batch: 0,
     };
     let now = clock.now_ms();
     ctx.evidence.write(
@@ -269,6 +275,24 @@ where
         tracing::info!(branch = %r["branch"], state = %r["state"], "restored readiness state from {}", ctx.store.location());
     }
     ctx.apply_overrides(&doc, now);
+    for b in doc
+        .probers
+        .get(&cfg.prober_id)
+        .map(|p| p.branches.keys().cloned().collect::<Vec<_>>())
+        .unwrap_or_default()
+    {
+        if !cfg.branches.iter().any(|x| x.name == b) {
+            tracing::warn!(branch = %b, "saved state has a branch that is not in the config; it is dropped at the next save");
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(&cfg.state_dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("state-") && name.ends_with(".json") {
+                tracing::warn!(file = %e.path().display(), "ignoring a state file of an earlier format; readiness continues from {}", ctx.store.location());
+            }
+        }
+    }
 
     // Branch loops.
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -349,36 +373,43 @@ where
             }
         }
     }
-    // Save first (an approval read now still counts), then the final datum set, then close the
-    // sink queues and wait for them within what is left of the grace period.
-    ctx.sync().await;
+    // The final datum set, then save (the final evaluation included), then close the sink
+    // queues and wait for them within what is left of the grace period; whatever a sink did not
+    // report by then is recorded as dropped.
     ctx.tick("final");
     let final_deadline = grace_end.max(Instant::now() + Duration::from_secs(2));
-    let tasks: Vec<_> = ctx
+    let _ = tokio::time::timeout_at(final_deadline, ctx.sync()).await;
+    let mut tasks: Vec<_> = ctx
         .sinks
         .drain(..)
         .map(|s| {
             drop(s.tx);
-            (s.name, s.task)
+            s.task
         })
         .collect();
-    for (name, mut t) in tasks {
-        loop {
-            tokio::select! {
-                r = &mut t => { let _ = r; break; }
-                Some(rep) = report_rx.recv() => ctx.on_report(rep),
-                _ = tokio::time::sleep_until(final_deadline) => {
-                    tracing::warn!(sink = name, "final publish did not finish within the grace period");
-                    *ctx.summary.dropped_batches.entry(name.to_string()).or_default() += 1;
-                    t.abort();
-                    break;
-                }
+    let all_done = async {
+        for t in &mut tasks {
+            let _ = t.await;
+        }
+    };
+    tokio::pin!(all_done);
+    loop {
+        tokio::select! {
+            _ = &mut all_done => break,
+            Some(rep) = report_rx.recv() => ctx.on_report(rep),
+            _ = tokio::time::sleep_until(final_deadline) => {
+                tracing::warn!("sinks did not finish within the grace period");
+                break;
             }
         }
+    }
+    for t in &tasks {
+        t.abort();
     }
     while let Ok(rep) = report_rx.try_recv() {
         ctx.on_report(rep);
     }
+    ctx.account_unsent();
     let now = clock.now_ms();
     for (name, r) in &ctx.readiness {
         ctx.summary.final_states.insert(name.clone(), r.state());
@@ -425,6 +456,9 @@ struct Ctx<'a> {
     overrides: BTreeMap<String, Override>,
     store: Store,
     clock: Clock,
+    /// Batches handed to a sink and not yet reported: (sink, id) → (reason, datums).
+    outstanding: BTreeMap<(&'static str, u64), (&'static str, usize)>,
+    next_batch: u64,
 }
 
 impl Ctx<'_> {
@@ -443,37 +477,58 @@ impl Ctx<'_> {
         let out: std::sync::Arc<std::sync::Mutex<Vec<(control::Approval, control::Decision)>>> =
             Default::default();
         let out2 = out.clone();
-        let result = self
-            .store
-            .update(move |doc| {
-                let mut rs = start.clone();
-                let mut decided = Vec::new();
-                for a in doc.approvals.iter_mut() {
-                    if a.decisions.contains_key(&me) {
-                        continue;
+        let bound = self.cfg.state.poll_interval.max(Duration::from_secs(5));
+        let update = self.store.update(move |doc| {
+            let mut rs = start.clone();
+            let mut decided = Vec::new();
+            for a in doc.approvals.iter_mut() {
+                let Some(r) = rs.get_mut(&a.branch) else {
+                    continue;
+                };
+                if let Some(d) = a.decisions.get(&me) {
+                    // Recorded as applied by a write whose answer was lost: apply it now.
+                    if d.applied
+                        && r.state() == ReadinessState::PendingApproval
+                        && r.since().is_none_or(|s| a.at >= s)
+                        && r.approve(now).is_ok()
+                    {
+                        decided.push((a.clone(), d.clone()));
                     }
-                    let Some(r) = rs.get_mut(&a.branch) else {
-                        continue;
-                    };
-                    let d = control::decide(a, r, now);
-                    if d.applied {
-                        let _ = r.approve(now);
-                    }
-                    a.decisions.insert(me.clone(), d.clone());
-                    decided.push((a.clone(), d));
+                    continue;
                 }
-                doc.probers.insert(
-                    me.clone(),
-                    ProberState {
-                        saved_at: now,
-                        branches: rs.iter().map(|(k, r)| (k.clone(), r.snapshot())).collect(),
-                    },
-                );
-                doc.prune(now);
-                *out2.lock().expect("not poisoned") = decided;
-                Ok(())
-            })
-            .await;
+                // Long-expired approvals are history, not news, for a prober that never saw
+                // them (e.g. a new prober id).
+                if a.expires_at + 600_000 < now {
+                    continue;
+                }
+                let d = control::decide(a, r, now);
+                if d.applied {
+                    let _ = r.approve(now);
+                }
+                a.decisions.insert(me.clone(), d.clone());
+                decided.push((a.clone(), d));
+            }
+            doc.probers.insert(
+                me.clone(),
+                ProberState {
+                    saved_at: now,
+                    branches: rs.iter().map(|(k, r)| (k.clone(), r.snapshot())).collect(),
+                },
+            );
+            doc.prune(now);
+            *out2.lock().expect("not poisoned") = decided;
+            Ok(())
+        });
+        let result = match tokio::time::timeout(bound, update).await {
+            Ok(r) => r,
+            Err(_) => Err(StateError::Io {
+                location: self.store.location(),
+                reason: format!(
+                    "no answer within {}; probing and publishing go on",
+                    crate::config::fmt_dur(bound)
+                ),
+            }),
+        };
         let doc = match result {
             Ok(doc) => doc,
             Err(e) => {
@@ -512,13 +567,21 @@ impl Ctx<'_> {
     /// Take the store's overrides; record and publish at once every one that starts, changes or
     /// is cleared.
     fn apply_overrides(&mut self, doc: &ControlDoc, now: Millis) {
+        // Expiries first, so the one that just ran out is recorded before the store's copy of it
+        // is dropped as inactive.
+        self.expire_overrides(now);
         let mut branches: Vec<String> = self.cfg.branches.iter().map(|b| b.name.clone()).collect();
         branches.retain(|b| {
             let old = self.overrides.get(b).filter(|o| o.active(now));
             let new = doc.overrides.get(b).filter(|o| o.active(now));
             old != new
         });
-        self.overrides = doc.overrides.clone();
+        self.overrides = doc
+            .overrides
+            .iter()
+            .filter(|(_, o)| o.active(now))
+            .map(|(b, o)| (b.clone(), o.clone()))
+            .collect();
         for b in branches {
             match self.overrides.get(&b).filter(|o| o.active(now)) {
                 Some(o) => {
@@ -655,6 +718,13 @@ impl Ctx<'_> {
 
     fn tick(&mut self, reason: &'static str) {
         let now = self.clock.now_ms();
+        if self.evidence.reopen_if_replaced() {
+            self.evidence.write(
+                "evidence_reopened",
+                now,
+                json!({"path": self.evidence.path()}),
+            );
+        }
         self.expire_overrides(now);
         let mut ticks = Vec::new();
         let branches: Vec<String> = self.cfg.branches.iter().map(|b| b.name.clone()).collect();
@@ -708,7 +778,10 @@ impl Ctx<'_> {
         let deadline = Instant::now() + self.cfg.publish.interval;
         for s in &self.sinks {
             let n = datums.len();
+            self.next_batch += 1;
+            let id = self.next_batch;
             if let Err(e) = s.tx.try_send(Batch {
+                id,
                 datums: datums.clone(),
                 deadline,
                 reason,
@@ -725,13 +798,35 @@ impl Ctx<'_> {
                     .entry(s.name.to_string())
                     .or_default() += 1;
                 tracing::warn!(sink = s.name, datums = n, reason = why, "publish dropped");
-                self.evidence.write("publish", now, json!({"sink": s.name, "reason": reason, "datums": n, "sent": 0, "dropped": true, "error": why}));
+                self.evidence.write("publish", now, json!({"sink": s.name, "reason": reason, "datums": n, "sent": 0, "tries": 0, "dropped": true, "error": why}));
+            } else {
+                self.outstanding.insert((s.name, id), (reason, n));
             }
+        }
+    }
+
+    /// Record every batch a sink never reported (the grace period ended first) as dropped.
+    fn account_unsent(&mut self) {
+        let now = self.clock.now_ms();
+        for ((sink, _), (reason, n)) in std::mem::take(&mut self.outstanding) {
+            *self
+                .summary
+                .dropped_batches
+                .entry(sink.to_string())
+                .or_default() += 1;
+            tracing::warn!(sink, datums = n, reason, "publish abandoned at shutdown");
+            self.evidence.write(
+                "publish",
+                now,
+                json!({"sink": sink, "reason": reason, "datums": n, "sent": 0, "dropped": true,
+                       "error": "abandoned at shutdown: the grace period ended before it was sent"}),
+            );
         }
     }
 
     fn on_report(&mut self, r: SinkReport) {
         let now = self.clock.now_ms();
+        self.outstanding.remove(&(r.sink, r.id));
         if let Some(err) = &r.error {
             *self
                 .summary

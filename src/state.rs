@@ -143,6 +143,9 @@ impl Store {
     }
 }
 
+/// How long a file-store writer waits for the lock.
+pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+
 /// The file store: `dir/control-<service>.json`, guarded by `dir/control-<service>.lock`.
 #[derive(Debug, Clone)]
 pub struct FileStore {
@@ -207,7 +210,27 @@ impl FileStore {
             .write(true)
             .open(&self.lock)
             .map_err(|e| self.io("open lock file", e))?;
-        lock.lock().map_err(|e| self.io("lock", e))?;
+        // Bounded wait for the lock: a stuck holder must not stall the prober's loop for ever.
+        let give_up = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < give_up => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(StateError::Io {
+                        location: self.path.display().to_string(),
+                        reason: format!(
+                            "lock file {} held by another process for more than {} s",
+                            self.lock.display(),
+                            LOCK_WAIT.as_secs()
+                        ),
+                    });
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(self.io("lock", e)),
+            }
+        }
         let mut doc = self.read()?;
         change(&mut doc)?;
         let body = serde_json::to_vec_pretty(&doc).expect("the control document serialises");
@@ -334,7 +357,11 @@ impl S3Store {
     where
         F: FnMut(&mut ControlDoc) -> Result<(), StateError>,
     {
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
         for attempt in 1..=S3_MAX_TRIES {
+            if tokio::time::Instant::now() > give_up {
+                break;
+            }
             let (mut doc, etag) = self.load().await?;
             change(&mut doc)?;
             let body = serde_json::to_vec_pretty(&doc).expect("the control document serialises");

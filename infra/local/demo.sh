@@ -5,12 +5,12 @@
 # stdout for a bounded time. Midway it makes the primary read-only and then writable again, so
 # the run shows a failover (primary unready) and a slow failback (primary ready again).
 #
-#   infra/local/demo.sh                 # 75 s run, EMF on stdout, logs on stderr
+#   infra/local/demo.sh                 # 90 s run, EMF on stdout, logs on stderr
 #   DURATION=5m DRILL=0 infra/local/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEMO=/tmp/readyprobe-demo          # must match probes/local-demo.toml
-DURATION=${DURATION:-75s}
+DURATION=${DURATION:-90s}
 DRILL=${DRILL:-1}
 
 command -v cargo >/dev/null || { echo "demo: cargo is required (Rust toolchain)" >&2; exit 1; }
@@ -49,9 +49,10 @@ BIN=target/debug/readyprobe
 $BIN check --config probes/local-demo.toml >&2
 
 if [ "$DRILL" = 1 ]; then
-  ( sleep 15; echo "demo: >>> making the primary read-only (SET GLOBAL read_only = ON)" >&2
+  # Both branches are declared ready about 15 s in (5 attempts, then the 10 s ready `for`).
+  ( sleep 25; echo "demo: >>> making the primary read-only (SET GLOBAL read_only = ON)" >&2
     infra/local/mariadb.sh sql "$DEMO/primary" "SET GLOBAL read_only = ON"
-    sleep 15; echo "demo: >>> making the primary writable again" >&2
+    sleep 20; echo "demo: >>> making the primary writable again" >&2
     infra/local/mariadb.sh sql "$DEMO/primary" "SET GLOBAL read_only = OFF" ) &
 fi
 echo "demo: running readyprobe for $DURATION (EMF on stdout, evidence in $DEMO/state/evidence.jsonl)" >&2

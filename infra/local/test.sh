@@ -10,6 +10,8 @@ cd "$(dirname "$0")/../.."
 
 infra/local/mariadb.sh install
 .ci/localstack.sh start
+# The emulator takes any credentials; the tests must never reach a cloud metadata endpoint.
+export AWS_EC2_METADATA_DISABLED=true
 export READYPROBE_TEST_CLOUDWATCH_ENDPOINT="${READYPROBE_TEST_CLOUDWATCH_ENDPOINT:-http://127.0.0.1:${LOCALSTACK_PORT:-4566}}"
 
 cargo test --locked --all-targets "$@"

@@ -61,6 +61,8 @@ pub fn classify_io(e: &io::Error) -> FailureClass {
         }
         ConnectionReset | ConnectionAborted | BrokenPipe => FailureClass::TcpReset,
         UnexpectedEof => FailureClass::ServerGoneAway,
+        // Bytes that are not the expected protocol (e.g. an HTTP server on the MySQL port).
+        InvalidData => FailureClass::ProtocolError,
         _ => match e.raw_os_error() {
             // EHOSTUNREACH, ENETUNREACH on Linux
             Some(113) | Some(101) => FailureClass::TcpUnreachable,
@@ -84,6 +86,7 @@ mod tests {
             (ConnectionReset, FailureClass::TcpReset),
             (BrokenPipe, FailureClass::TcpReset),
             (UnexpectedEof, FailureClass::ServerGoneAway),
+            (InvalidData, FailureClass::ProtocolError),
         ];
         for (kind, want) in cases {
             assert_eq!(classify_io(&io::Error::from(kind)), want, "{kind:?}");

@@ -102,14 +102,12 @@ impl Steps {
         let r = match tokio::time::timeout(budget.limit, f).await {
             Ok(r) => r,
             Err(_) => Err(StepError {
-                class: if budget.attempt_bound {
-                    FailureClass::DeadlineExceeded
-                } else {
-                    match step {
-                        Step::Resolve => FailureClass::DnsTimeout,
-                        Step::Connect => FailureClass::TcpTimeout,
-                        _ => FailureClass::DeadlineExceeded,
-                    }
+                // No answer from the nameservers, or no TCP handshake, in the time there was: the
+                // peer's failure, whichever deadline cut it. Later steps report the deadline.
+                class: match step {
+                    Step::Resolve => FailureClass::DnsTimeout,
+                    Step::Connect => FailureClass::TcpTimeout,
+                    _ => FailureClass::DeadlineExceeded,
                 },
                 message: format!(
                     "{step} did not finish within {} ms ({})",

@@ -113,6 +113,8 @@ pub fn build_resolver(dns: &Dns) -> Result<TokioResolver, ResolverSetupError> {
     opts.attempts = 1;
     opts.ndots = 0;
     opts.preserve_intermediates = true;
+    // One query at a time, to one server at a time: no duplicate queries in flight.
+    opts.num_concurrent_reqs = 1;
     let config = ResolverConfig::from_parts(None, vec![], servers);
     let mut builder = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default());
     *builder.options_mut() = opts;

@@ -91,6 +91,42 @@ impl EvidenceWriter {
         }
     }
 
+    /// Reopen the file when it was removed or replaced under us (an operator's `rm`, a log
+    /// shipper's move), so later records are not written into an unlinked inode. Returns true
+    /// when it reopened.
+    pub fn reopen_if_replaced(&mut self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let ours = self.file.metadata().map(|m| (m.dev(), m.ino())).ok();
+        let on_disk = std::fs::metadata(&self.path)
+            .map(|m| (m.dev(), m.ino()))
+            .ok();
+        if ours.is_some() && ours == on_disk {
+            return false;
+        }
+        if let Some(dir) = self.path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+        {
+            Ok(f) => {
+                self.size = f.metadata().map(|m| m.len()).unwrap_or(0);
+                self.file = f;
+                tracing::warn!(path = %self.path.display(), "evidence file was removed or replaced; reopened");
+                true
+            }
+            Err(e) => {
+                self.failed += 1;
+                tracing::error!(path = %self.path.display(), error = %e, "evidence file was removed and cannot be recreated");
+                false
+            }
+        }
+    }
+
     fn rotate(&mut self) {
         let old = self.path.with_extension(match self.path.extension() {
             Some(e) => format!("{}.1", e.to_string_lossy()),
@@ -158,6 +194,20 @@ pub fn encode(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reopens_a_removed_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("e.jsonl");
+        let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 20).unwrap();
+        w.write("a", 0, serde_json::json!({}));
+        assert!(!w.reopen_if_replaced());
+        std::fs::remove_file(&p).unwrap();
+        assert!(w.reopen_if_replaced());
+        w.write("b", 1, serde_json::json!({}));
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.contains("\"kind\":\"b\""));
+    }
 
     #[test]
     fn rotates_at_max_bytes_keeping_one_generation() {

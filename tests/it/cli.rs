@@ -86,6 +86,21 @@ fn usage_errors_exit_64_and_help_exits_0() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--config"));
     let out = bin().args(["frobnicate"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64));
+    let out = bin()
+        .args(["--log-level", "debgu", "check", "--config", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "a mistyped level must not silence the logs"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("debgu"));
+    let out = bin()
+        .args(["check", "--config", "/dev/zero"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "not a regular file");
     let out = bin().args(["--help"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let help = String::from_utf8_lossy(&out.stdout);

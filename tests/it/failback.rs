@@ -270,6 +270,11 @@ async fn override_forces_the_metric_until_it_expires() {
         .as_i64()
         .unwrap();
     assert!(expired_at - set_at >= 2500, "lasted until its expiry");
+    let expiries = ev
+        .iter()
+        .filter(|v| v["kind"] == "override" && v["action"] == "expired")
+        .count();
+    assert_eq!(expiries, 1, "an expiry is recorded once, not at every sync");
     let override_publishes = ev
         .iter()
         .filter(|v| v["kind"] == "publish" && v["reason"] == "override")

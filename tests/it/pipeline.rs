@@ -278,6 +278,12 @@ async fn dead_cloudwatch_endpoint_drops_are_counted_not_fatal() {
         "retried within the window: {cw:?}"
     );
     assert_eq!(s.dropped_batches["cloudwatch"], cw.len() as u64);
+    // Every batch is accounted for in both sinks: the same batches went to each.
+    let emf = ev
+        .iter()
+        .filter(|v| v["kind"] == "publish" && v["sink"] == "emf")
+        .count();
+    assert_eq!(cw.len(), emf, "one record per batch and sink");
     // The other sink is unaffected, and probing went on.
     assert!(
         ev.iter()

@@ -335,6 +335,8 @@ pub fn test_credentials() {
             unsafe {
                 std::env::set_var("AWS_ACCESS_KEY_ID", "test");
                 std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
+                // Never reach for the instance metadata endpoint from a test.
+                std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
             }
         }
     });
