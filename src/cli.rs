@@ -759,12 +759,17 @@ pub fn plan(cfg: &Config) -> String {
         match &cfg.state.store {
             config::StoreKind::File => cfg
                 .state_dir
-                .join(format!("control-{}.json", cfg.service.name))
+                .join(format!(
+                    "control-{}.json",
+                    crate::state::safe(&cfg.service.name)
+                ))
                 .display()
                 .to_string(),
             config::StoreKind::S3(s3) => format!(
                 "s3://{}/{}control-{}.json",
-                s3.bucket, s3.key_prefix, cfg.service.name
+                s3.bucket,
+                s3.key_prefix,
+                crate::state::safe(&cfg.service.name)
             ),
         },
         d(cfg.state.poll_interval)

@@ -378,7 +378,19 @@ where
     // report by then is recorded as dropped.
     ctx.tick("final");
     let final_deadline = grace_end.max(Instant::now() + Duration::from_secs(2));
-    let _ = tokio::time::timeout_at(final_deadline, ctx.sync()).await;
+    if tokio::time::timeout_at(final_deadline, ctx.sync())
+        .await
+        .is_err()
+    {
+        ctx.summary.state_sync_failures += 1;
+        tracing::error!("final state sync did not finish within the grace period");
+        let now = clock.now_ms();
+        ctx.evidence.write(
+            "state_sync_failed",
+            now,
+            json!({"error": "the final sync did not finish within the grace period"}),
+        );
+    }
     let mut tasks: Vec<_> = ctx
         .sinks
         .drain(..)
@@ -818,7 +830,7 @@ impl Ctx<'_> {
             self.evidence.write(
                 "publish",
                 now,
-                json!({"sink": sink, "reason": reason, "datums": n, "sent": 0, "dropped": true,
+                json!({"sink": sink, "reason": reason, "datums": n, "sent": 0, "tries": 0, "dropped": true,
                        "error": "abandoned at shutdown: the grace period ended before it was sent"}),
             );
         }

@@ -69,7 +69,8 @@ pub fn parse_doc(location: &str, bytes: &[u8], service: &str) -> Result<ControlD
     Ok(doc)
 }
 
-fn safe(s: &str) -> String {
+/// A service name made safe for a file or object name (other characters become `_`).
+pub fn safe(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {

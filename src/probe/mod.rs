@@ -91,9 +91,8 @@ impl Steps {
     /// Run one step under its budget and record it.
     ///
     /// # Errors
-    /// The step's own error, or on timeout [`FailureClass::DeadlineExceeded`] when the attempt
-    /// deadline ran out, else the step's timeout class (`dns_timeout`, `tcp_timeout`,
-    /// `deadline_exceeded`).
+    /// The step's own error, or on timeout (its own or the attempt's): `dns_timeout` for
+    /// `resolve`, `tcp_timeout` for `connect`, `deadline_exceeded` for every later step.
     pub async fn run<T, F>(&mut self, step: Step, budget: StepBudget, f: F) -> Result<T, StepError>
     where
         F: Future<Output = Result<T, StepError>>,
