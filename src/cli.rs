@@ -600,6 +600,13 @@ async fn probe_once(cfg: &Config, branch: &str) -> ExitCode {
                 "             {} {} ({} certificates)",
                 t.version, t.cipher_suite, t.peer_certificates
             );
+            if let Some(na) = t.leaf_not_after {
+                println!(
+                    "             leaf certificate valid until {} ({:.1} days)",
+                    crate::clock::rfc3339(na),
+                    (na - a.finished_at) as f64 / 86_400_000.0
+                );
+            }
         }
     }
     if let Some(s) = &a.server {
@@ -660,7 +667,7 @@ pub fn plan(cfg: &Config) -> String {
         ProbeKind::Mysql(m) => {
             let _ = writeln!(
                 s,
-                "  mysql user {} (password from {}), canary {}.{}, ssl_mode {}{}",
+                "  mysql user {} (password from {}), canary {}.{}, ssl_mode {}{}, TLS ≥ {}{}",
                 m.user,
                 m.password,
                 m.database,
@@ -669,6 +676,14 @@ pub fn plan(cfg: &Config) -> String {
                 m.ssl_ca
                     .as_ref()
                     .map(|p| format!(", CA {}", p.display()))
+                    .unwrap_or_default(),
+                match m.tls_min_version {
+                    crate::probe::tls::MinVersion::Tls12 => "1.2",
+                    crate::probe::tls::MinVersion::Tls13 => "1.3",
+                },
+                m.client_identity
+                    .as_ref()
+                    .map(|c| format!(", client certificate {}", c.cert.display()))
                     .unwrap_or_default()
             );
         }
@@ -746,6 +761,11 @@ pub fn plan(cfg: &Config) -> String {
         ("Attempts", "Count", "Service, Branch"),
         ("FailedAttempts", "Count", "Service, Branch"),
         ("StepDuration", "Milliseconds", "Service, Branch, Step"),
+        (
+            "CertificateExpiryDays",
+            "None (days)",
+            "Service, Branch (TLS)",
+        ),
         ("Heartbeat", "Count", "Service"),
         ("BothBranchesUnready", "None (0/1)", "Service"),
     ] {

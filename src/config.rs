@@ -166,6 +166,9 @@ struct RawMysql {
     table: Option<String>,
     ssl_mode: Option<String>,
     ssl_ca: Option<PathBuf>,
+    ssl_cert: Option<PathBuf>,
+    ssl_key: Option<PathBuf>,
+    tls_min_version: Option<String>,
 }
 
 /// A secret reference, or anything else (an inline value), which validation refuses without
@@ -400,6 +403,10 @@ pub struct MysqlProbe {
     pub ssl_mode: SslMode,
     /// PEM CA bundle that signs the server certificates (required for `verify_ca`/`verify_identity`).
     pub ssl_ca: Option<PathBuf>,
+    /// Client certificate and key (MySQL `--ssl-cert` / `--ssl-key`) for a `REQUIRE X509` identity.
+    pub client_identity: Option<crate::probe::tls::ClientIdentityFiles>,
+    /// Minimum TLS version (`"1.2"` default, or `"1.3"`).
+    pub tls_min_version: crate::probe::tls::MinVersion,
 }
 
 /// TLS policy with MySQL's `--ssl-mode` meaning.
@@ -1281,6 +1288,46 @@ impl Validator<'_> {
         if m.port == Some(0) {
             self.error("probe.mysql.port", "must be 1–65535");
         }
+        let tls_min_version = match m.tls_min_version.as_deref().unwrap_or("1.2") {
+            "1.2" => crate::probe::tls::MinVersion::Tls12,
+            "1.3" => crate::probe::tls::MinVersion::Tls13,
+            other => {
+                self.error(
+                    "probe.mysql.tls_min_version",
+                    format!("unsupported {other:?}; use \"1.2\" or \"1.3\" (older versions are not offered)"),
+                );
+                crate::probe::tls::MinVersion::Tls12
+            }
+        };
+        let client_identity = match (m.ssl_cert, m.ssl_key) {
+            (None, None) => None,
+            (Some(c), Some(k)) => {
+                let (c, k) = (rel(c), rel(k));
+                for (key, p) in [("probe.mysql.ssl_cert", &c), ("probe.mysql.ssl_key", &k)] {
+                    if !p.is_file() {
+                        self.error(key, format!("{} is not a readable file", p.display()));
+                    }
+                }
+                if ssl_mode == Some(SslMode::Disabled) {
+                    self.error(
+                        "probe.mysql.ssl_cert",
+                        "a client certificate needs TLS; ssl_mode is \"disabled\"",
+                    );
+                }
+                Some(crate::probe::tls::ClientIdentityFiles { cert: c, key: k })
+            }
+            (Some(_), None) => {
+                self.error("probe.mysql.ssl_key", "ssl_cert is set: give its key too");
+                None
+            }
+            (None, Some(_)) => {
+                self.error(
+                    "probe.mysql.ssl_cert",
+                    "ssl_key is set: give its certificate too",
+                );
+                None
+            }
+        };
         Some(MysqlProbe {
             port: m.port.unwrap_or(3306),
             user: m.user,
@@ -1289,6 +1336,8 @@ impl Validator<'_> {
             table,
             ssl_mode: ssl_mode?,
             ssl_ca,
+            client_identity,
+            tls_min_version,
         })
     }
 

@@ -258,6 +258,7 @@ where
         clock,
         outstanding: BTreeMap::new(),
         next_batch: 0,
+        cert_not_after: BTreeMap::new(),
     };
     let now = clock.now_ms();
     ctx.evidence.write(
@@ -471,6 +472,8 @@ struct Ctx<'a> {
     /// Batches handed to a sink and not yet reported: (sink, id) → (reason, datums).
     outstanding: BTreeMap<(&'static str, u64), (&'static str, usize)>,
     next_batch: u64,
+    /// Leaf certificate `notAfter` per branch, as last seen.
+    cert_not_after: BTreeMap<String, Millis>,
 }
 
 impl Ctx<'_> {
@@ -682,6 +685,9 @@ impl Ctx<'_> {
                 tracing::debug!(branch = %a.branch, seq = a.seq, %step, %class, %message, "attempt failed")
             }
         }
+        if let Some(na) = a.tls.as_ref().and_then(|t| t.leaf_not_after) {
+            self.cert_not_after.insert(a.branch.clone(), na);
+        }
         self.evidence.write("attempt", a.finished_at, &a);
         let Some(r) = self.readiness.get_mut(&a.branch) else {
             return;
@@ -764,6 +770,7 @@ impl Ctx<'_> {
                 attempts: a.attempts,
                 failed: a.failed,
                 step_durations: a.steps.into_iter().collect(),
+                cert_not_after: self.cert_not_after.get(&b).copied(),
             });
         }
         let all_unready = ticks.iter().all(|t| t.is_known && !t.is_ready);

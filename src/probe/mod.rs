@@ -246,7 +246,12 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
     let target = match &cfg.probe.kind {
         ProbeKind::Mysql(m) => {
             let password = m.password.resolve()?;
-            let tls = tls::client_config(m.ssl_mode, m.ssl_ca.as_deref())?;
+            let tls = tls::client_config(
+                m.ssl_mode,
+                m.ssl_ca.as_deref(),
+                m.tls_min_version,
+                m.client_identity.as_ref(),
+            )?;
             Target::Mysql(mysql::MysqlTarget {
                 settings: m.clone(),
                 password,

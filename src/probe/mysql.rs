@@ -317,6 +317,12 @@ fn conn_opts(target: &MysqlTarget, addr: SocketAddr, endpoint: &str) -> OptsBuil
             Some(o)
         }
     };
+    let ssl = match (ssl, &s.client_identity) {
+        (Some(o), Some(id)) => Some(o.with_client_identity(Some(
+            mysql_async::ClientIdentity::new(id.cert.clone().into(), id.key.clone().into()),
+        ))),
+        (o, _) => o,
+    };
     b = b.ssl_opts(ssl);
     b
 }

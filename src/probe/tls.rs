@@ -31,6 +31,9 @@ pub struct TlsInfo {
     pub cipher_suite: String,
     /// Number of certificates the server presented.
     pub peer_certificates: usize,
+    /// The leaf certificate's `notAfter`, ms since the epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leaf_not_after: Option<i64>,
 }
 
 /// Why a TLS client configuration could not be built.
@@ -42,23 +45,46 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
+/// Minimum TLS protocol version the `tls` step accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MinVersion {
+    /// TLS 1.2 and 1.3.
+    Tls12,
+    /// TLS 1.3 only.
+    Tls13,
+}
+
+/// A client certificate and key (PEM files) for servers that require mTLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIdentityFiles {
+    /// Certificate chain, leaf first.
+    pub cert: std::path::PathBuf,
+    /// Private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: std::path::PathBuf,
+}
+
 /// Build the client configuration for an ssl-mode. `None` for [`SslMode::Disabled`].
 ///
 /// # Errors
-/// [`TlsSetupError`] when the CA bundle cannot be read or holds no certificate.
+/// [`TlsSetupError`] when the CA bundle or the client identity cannot be read.
 pub fn client_config(
     mode: SslMode,
     ca: Option<&Path>,
+    min_version: MinVersion,
+    identity: Option<&ClientIdentityFiles>,
 ) -> Result<Option<Arc<ClientConfig>>, TlsSetupError> {
+    let versions: &[&'static rustls::SupportedProtocolVersion] = match min_version {
+        MinVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        MinVersion::Tls13 => &[&rustls::version::TLS13],
+    };
     let builder = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .map_err(|e| TlsSetupError(e.to_string()))?;
-    let cfg = match mode {
+    let builder = match mode {
         SslMode::Disabled => return Ok(None),
         SslMode::Required => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAny(provider())))
-            .with_no_client_auth(),
+            .with_custom_certificate_verifier(Arc::new(AcceptAny(provider()))),
         SslMode::VerifyCa | SslMode::VerifyIdentity => {
             let path = ca.ok_or_else(|| TlsSetupError("ssl_ca is required".into()))?;
             let roots = Arc::new(load_roots(path)?);
@@ -69,13 +95,44 @@ pub fn client_config(
                 builder
                     .dangerous()
                     .with_custom_certificate_verifier(Arc::new(IgnoreName(webpki)))
-                    .with_no_client_auth()
             } else {
-                builder.with_webpki_verifier(webpki).with_no_client_auth()
+                builder.with_webpki_verifier(webpki)
             }
         }
     };
+    let cfg = match identity {
+        None => builder.with_no_client_auth(),
+        Some(id) => {
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&id.cert)
+                .map_err(|e| {
+                    TlsSetupError(format!(
+                        "cannot read client certificate {}: {e}",
+                        id.cert.display()
+                    ))
+                })?
+                .collect::<Result<_, _>>()
+                .map_err(|e| TlsSetupError(format!("bad PEM in {}: {e}", id.cert.display())))?;
+            if certs.is_empty() {
+                return Err(TlsSetupError(format!(
+                    "{} holds no certificate",
+                    id.cert.display()
+                )));
+            }
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&id.key).map_err(|e| {
+                TlsSetupError(format!("cannot read client key {}: {e}", id.key.display()))
+            })?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| TlsSetupError(format!("client identity: {e}")))?
+        }
+    };
     Ok(Some(Arc::new(cfg)))
+}
+
+/// `notAfter` of a DER certificate, ms since the epoch (`None` when it cannot be parsed).
+pub fn not_after_ms(der: &[u8]) -> Option<i64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(cert.validity().not_after.timestamp() * 1000)
 }
 
 /// Read a PEM CA bundle.
@@ -135,6 +192,10 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
             .map(|c| format!("{:?}", c.suite()))
             .unwrap_or_default(),
         peer_certificates: conn.peer_certificates().map(|c| c.len()).unwrap_or(0),
+        leaf_not_after: conn
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .and_then(|leaf| not_after_ms(leaf.as_ref())),
     };
     Ok((tls, info))
 }

@@ -93,6 +93,9 @@ pub struct BranchTick {
     pub failed: u64,
     /// Step durations since the previous tick, ms, per step name.
     pub step_durations: Vec<(&'static str, Vec<f64>)>,
+    /// `notAfter` of the server's leaf certificate as last seen by the `tls` step, ms since the
+    /// epoch; `None` where TLS is not used (no `CertificateExpiryDays` datum then).
+    pub cert_not_after: Option<Millis>,
 }
 
 /// Build the datums of one publish tick (pure).
@@ -132,6 +135,16 @@ pub fn tick_datums(service: &str, branches: &[BranchTick], now: Millis) -> Vec<D
             unit: Unit::Count,
             timestamp: now,
         });
+        if let Some(na) = b.cert_not_after {
+            out.push(Datum {
+                metric: "CertificateExpiryDays",
+                dimensions: sb(&b.branch),
+                // Fractional days; negative once expired.
+                value: Value::Single((na - now) as f64 / 86_400_000.0),
+                unit: Unit::None,
+                timestamp: now,
+            });
+        }
         for (step, samples) in &b.step_durations {
             if samples.is_empty() {
                 continue;
@@ -225,6 +238,7 @@ mod tests {
             attempts: 30,
             failed: 0,
             step_durations: vec![("resolve", vec![1.0, 2.0]), ("write", vec![])],
+            cert_not_after: Some(1000 + 86_400_000 * 3 / 2),
         };
         let d = tick_datums("orders-db", &[b], 1000);
         let names: Vec<_> = d.iter().map(|d| d.metric).collect();
@@ -235,13 +249,15 @@ mod tests {
                 "SuccessRate",
                 "Attempts",
                 "FailedAttempts",
+                "CertificateExpiryDays",
                 "StepDuration",
                 "Heartbeat",
                 "BothBranchesUnready"
             ]
         );
-        assert_eq!(d[4].dimensions[2], ("Step", "resolve".to_string()));
-        assert_eq!(d[6].value, Value::Single(0.0));
+        assert_eq!(d[4].value, Value::Single(1.5));
+        assert_eq!(d[5].dimensions[2], ("Step", "resolve".to_string()));
+        assert_eq!(d[7].value, Value::Single(0.0));
     }
 
     #[test]

@@ -6,3 +6,4 @@ mod harness_smoke;
 mod pipeline;
 mod steps;
 mod support;
+mod tls;

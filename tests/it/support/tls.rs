@@ -110,6 +110,45 @@ impl TestCa {
         )
     }
 
+    /// Issues a client certificate (extended key usage clientAuth) for `common_name`, valid from
+    /// yesterday for a year, for mTLS tests. The returned value's cert/key paths are the client's.
+    pub fn client_cert(&self, common_name: &str) -> ServerCert {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("empty SAN list");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.use_authority_key_identifier_extension = true;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let now = SystemTime::now();
+        params.not_before = (now - DAY).into();
+        params.not_after = (now + 365 * DAY).into();
+        let key = KeyPair::generate().expect("generate client key");
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("sign client certificate");
+        let dir = tempfile::Builder::new()
+            .prefix("readyprobe-client-")
+            .tempdir()
+            .expect("create certificate temp dir");
+        let write = |name: &str, contents: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, contents).unwrap_or_else(|e| panic!("write {name}: {e}"));
+            path
+        };
+        let cert_pem = cert.pem();
+        let key_pem = key.serialize_pem();
+        ServerCert {
+            ca_pem_path: write("ca.pem", &self.ca_pem),
+            cert_pem_path: write("cert.pem", &cert_pem),
+            key_pem_path: write("key.pem", &key_pem),
+            ca_pem: self.ca_pem.clone(),
+            cert_pem,
+            key_pem,
+            _dir: Arc::new(dir),
+        }
+    }
+
     /// Issues a server certificate with an explicit validity window.
     pub fn server_cert_with_validity(
         &self,
