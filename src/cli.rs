@@ -257,6 +257,7 @@ async fn async_main(cli: Cli) -> ExitCode {
                             println!("warning: {e} (run needs it at start-up)");
                         }
                     }
+                    ProbeKind::Tcp(_) => {}
                 }
                 ExitCode::from(EXIT_OK)
             }
@@ -654,6 +655,13 @@ pub fn plan(cfg: &Config) -> String {
                 "resolve → connect → tls → auth → write → verify"
             }
         }
+        ProbeKind::Tcp(t) => {
+            if t.tls.ssl_mode == config::SslMode::Disabled {
+                "resolve → connect"
+            } else {
+                "resolve → connect → tls"
+            }
+        }
     };
     let _ = writeln!(
         s,
@@ -684,6 +692,18 @@ pub fn plan(cfg: &Config) -> String {
                 m.client_identity
                     .as_ref()
                     .map(|c| format!(", client certificate {}", c.cert.display()))
+                    .unwrap_or_default()
+            );
+        }
+        ProbeKind::Tcp(t) => {
+            let _ = writeln!(
+                s,
+                "  tcp, ssl_mode {}{} (liveness-level: proves the port answers, not that the branch can do its job)",
+                t.tls.ssl_mode.as_str(),
+                t.tls
+                    .ssl_ca
+                    .as_ref()
+                    .map(|p| format!(", CA {}", p.display()))
                     .unwrap_or_default()
             );
         }

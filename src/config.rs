@@ -143,6 +143,27 @@ struct RawProbe {
     #[serde(default)]
     step_timeout: RawStepTimeouts,
     mysql: Option<RawMysql>,
+    tcp: Option<RawTcp>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTcp {
+    port: Option<u16>,
+    ssl_mode: Option<String>,
+    ssl_ca: Option<PathBuf>,
+    ssl_cert: Option<PathBuf>,
+    ssl_key: Option<PathBuf>,
+    tls_min_version: Option<String>,
+}
+
+/// The TLS keys every kind shares.
+struct RawTls {
+    ssl_mode: Option<String>,
+    ssl_ca: Option<PathBuf>,
+    ssl_cert: Option<PathBuf>,
+    ssl_key: Option<PathBuf>,
+    tls_min_version: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -375,6 +396,8 @@ pub struct StepTimeouts {
 pub enum ProbeKind {
     /// The MySQL/MariaDB writer probe.
     Mysql(MysqlProbe),
+    /// Resolve, connect and optionally TLS: a liveness-level probe.
+    Tcp(TcpProbe),
 }
 
 impl ProbeKind {
@@ -382,8 +405,31 @@ impl ProbeKind {
     pub fn name(&self) -> &'static str {
         match self {
             ProbeKind::Mysql(_) => "mysql",
+            ProbeKind::Tcp(_) => "tcp",
         }
     }
+}
+
+/// The TLS settings shared by the probe kinds (MySQL ssl-mode semantics).
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    /// ssl-mode.
+    pub ssl_mode: SslMode,
+    /// CA bundle (required for `verify_ca`/`verify_identity`).
+    pub ssl_ca: Option<PathBuf>,
+    /// Client certificate and key, for servers that require one.
+    pub client_identity: Option<crate::probe::tls::ClientIdentityFiles>,
+    /// Minimum TLS version.
+    pub tls_min_version: crate::probe::tls::MinVersion,
+}
+
+/// Settings of the `tcp` probe kind.
+#[derive(Debug, Clone)]
+pub struct TcpProbe {
+    /// Default port; a branch may override it (one of the two is required).
+    pub port: Option<u16>,
+    /// TLS on the connection (`ssl_mode` default `disabled` for this kind).
+    pub tls: TlsSettings,
 }
 
 /// Settings of the `mysql` probe kind.
@@ -901,6 +947,18 @@ impl Validator<'_> {
             }
         }
 
+        if raw.probe.kind != "mysql" && raw.probe.mysql.is_some() {
+            self.error(
+                "probe.mysql",
+                format!("is set but probe.kind is {:?}", raw.probe.kind),
+            );
+        }
+        if raw.probe.kind != "tcp" && raw.probe.tcp.is_some() {
+            self.error(
+                "probe.tcp",
+                format!("is set but probe.kind is {:?}", raw.probe.kind),
+            );
+        }
         let kind = match raw.probe.kind.as_str() {
             "mysql" => match raw.probe.mysql {
                 Some(m) => self.mysql(m, &rel).map(ProbeKind::Mysql),
@@ -912,17 +970,28 @@ impl Validator<'_> {
                     None
                 }
             },
+            "tcp" => match raw.probe.tcp {
+                Some(t) => self.tcp(t, &rel).map(ProbeKind::Tcp),
+                None => {
+                    self.error(
+                        "probe.kind",
+                        "kind \"tcp\" needs a [probe.tcp] table (at least `port` or a port per branch)",
+                    );
+                    None
+                }
+            },
             other => {
                 self.error(
                     "probe.kind",
-                    format!("unknown probe kind {other:?}; supported: \"mysql\""),
+                    format!("unknown probe kind {other:?}; supported: \"mysql\", \"tcp\""),
                 );
                 None
             }
         };
         let default_port = match &kind {
-            Some(ProbeKind::Mysql(m)) => m.port,
-            None => 3306,
+            Some(ProbeKind::Mysql(m)) => Some(m.port),
+            Some(ProbeKind::Tcp(t)) => t.port,
+            None => Some(3306),
         };
 
         // Branches
@@ -993,12 +1062,19 @@ impl Validator<'_> {
                     ),
                 );
             }
-            if let Some(r) = role {
+            let port = b.port.or(default_port);
+            if port.is_none() && kind.is_some() {
+                self.error(
+                    format!("branch[{i}].port"),
+                    "no port: set it here or in [probe.tcp]",
+                );
+            }
+            if let (Some(r), Some(port)) = (role, port) {
                 branches.push(Branch {
                     name,
                     role: r,
                     endpoint,
-                    port: b.port.unwrap_or(default_port),
+                    port,
                 });
             }
         }
@@ -1210,6 +1286,107 @@ impl Validator<'_> {
         }
     }
 
+    /// The TLS keys shared by the probe kinds (`ssl_mode`, `ssl_ca`, `ssl_cert`, `ssl_key`,
+    /// `tls_min_version`), validated under `prefix` (e.g. `probe.mysql`).
+    fn tls(
+        &mut self,
+        prefix: &str,
+        raw: RawTls,
+        rel: &dyn Fn(PathBuf) -> PathBuf,
+    ) -> Option<TlsSettings> {
+        let ssl_mode = match raw.ssl_mode.as_deref().unwrap_or("verify_identity") {
+            "disabled" => Some(SslMode::Disabled),
+            "required" => Some(SslMode::Required),
+            "verify_ca" => Some(SslMode::VerifyCa),
+            "verify_identity" => Some(SslMode::VerifyIdentity),
+            other => {
+                self.error(
+                    format!("{prefix}.ssl_mode"),
+                    format!(
+                        "unknown ssl_mode {other:?}; MySQL ssl-mode values: disabled, required, verify_ca, verify_identity"
+                    ),
+                );
+                None
+            }
+        };
+        let ssl_ca = raw.ssl_ca.map(rel);
+        if matches!(ssl_mode, Some(SslMode::VerifyCa | SslMode::VerifyIdentity)) {
+            match &ssl_ca {
+                None => self.error(
+                    format!("{prefix}.ssl_ca"),
+                    format!(
+                        "ssl_mode {} needs ssl_ca, the PEM bundle of the CA that signs the server certificates",
+                        ssl_mode.map(SslMode::as_str).unwrap_or_default()
+                    ),
+                ),
+                Some(p) if !p.is_file() => self.error(
+                    format!("{prefix}.ssl_ca"),
+                    format!("{} is not a readable file", p.display()),
+                ),
+                Some(_) => {}
+            }
+        }
+        if ssl_mode == Some(SslMode::Disabled) {
+            self.warnings.push(format!(
+                "{prefix}.ssl_mode is \"disabled\": the probe does not exercise TLS, which the application may depend on"
+            ));
+        }
+        let tls_min_version = match raw.tls_min_version.as_deref().unwrap_or("1.2") {
+            "1.2" => crate::probe::tls::MinVersion::Tls12,
+            "1.3" => crate::probe::tls::MinVersion::Tls13,
+            other => {
+                self.error(
+                    format!("{prefix}.tls_min_version"),
+                    format!(
+                        "unsupported {other:?}; use \"1.2\" or \"1.3\" (older versions are not offered)"
+                    ),
+                );
+                crate::probe::tls::MinVersion::Tls12
+            }
+        };
+        let client_identity = match (raw.ssl_cert, raw.ssl_key) {
+            (None, None) => None,
+            (Some(c), Some(k)) => {
+                let (c, k) = (rel(c), rel(k));
+                for (key, p) in [("ssl_cert", &c), ("ssl_key", &k)] {
+                    if !p.is_file() {
+                        self.error(
+                            format!("{prefix}.{key}"),
+                            format!("{} is not a readable file", p.display()),
+                        );
+                    }
+                }
+                if ssl_mode == Some(SslMode::Disabled) {
+                    self.error(
+                        format!("{prefix}.ssl_cert"),
+                        "a client certificate needs TLS; ssl_mode is \"disabled\"",
+                    );
+                }
+                Some(crate::probe::tls::ClientIdentityFiles { cert: c, key: k })
+            }
+            (Some(_), None) => {
+                self.error(
+                    format!("{prefix}.ssl_key"),
+                    "ssl_cert is set: give its key too",
+                );
+                None
+            }
+            (None, Some(_)) => {
+                self.error(
+                    format!("{prefix}.ssl_cert"),
+                    "ssl_key is set: give its certificate too",
+                );
+                None
+            }
+        };
+        Some(TlsSettings {
+            ssl_mode: ssl_mode?,
+            ssl_ca,
+            client_identity,
+            tls_min_version,
+        })
+    }
+
     fn mysql(&mut self, m: RawMysql, rel: &dyn Fn(PathBuf) -> PathBuf) -> Option<MysqlProbe> {
         let (env, file) = match m.password {
             RawSecret::Ref(r) => (r.env, r.file),
@@ -1226,43 +1403,17 @@ impl Validator<'_> {
                 None
             }
         };
-        let ssl_mode = match m.ssl_mode.as_deref().unwrap_or("verify_identity") {
-            "disabled" => Some(SslMode::Disabled),
-            "required" => Some(SslMode::Required),
-            "verify_ca" => Some(SslMode::VerifyCa),
-            "verify_identity" => Some(SslMode::VerifyIdentity),
-            other => {
-                self.error(
-                    "probe.mysql.ssl_mode",
-                    format!(
-                        "unknown ssl_mode {other:?}; MySQL ssl-mode values: disabled, required, verify_ca, verify_identity"
-                    ),
-                );
-                None
-            }
-        };
-        let ssl_ca = m.ssl_ca.map(rel);
-        if matches!(ssl_mode, Some(SslMode::VerifyCa | SslMode::VerifyIdentity)) {
-            match &ssl_ca {
-                None => self.error(
-                    "probe.mysql.ssl_ca",
-                    format!(
-                        "ssl_mode {} needs ssl_ca, the PEM bundle of the CA that signs the server certificates",
-                        ssl_mode.map(SslMode::as_str).unwrap_or_default()
-                    ),
-                ),
-                Some(p) if !p.is_file() => self.error(
-                    "probe.mysql.ssl_ca",
-                    format!("{} is not a readable file", p.display()),
-                ),
-                Some(_) => {}
-            }
-        }
-        if ssl_mode == Some(SslMode::Disabled) {
-            self.warnings.push(
-                "probe.mysql.ssl_mode is \"disabled\": the probe does not exercise TLS, which the application may depend on".into(),
-            );
-        }
+        let tls = self.tls(
+            "probe.mysql",
+            RawTls {
+                ssl_mode: m.ssl_mode,
+                ssl_ca: m.ssl_ca,
+                ssl_cert: m.ssl_cert,
+                ssl_key: m.ssl_key,
+                tls_min_version: m.tls_min_version,
+            },
+            rel,
+        );
         let ident_ok = |s: &str| {
             !s.is_empty()
                 && s.len() <= 64
@@ -1288,56 +1439,41 @@ impl Validator<'_> {
         if m.port == Some(0) {
             self.error("probe.mysql.port", "must be 1–65535");
         }
-        let tls_min_version = match m.tls_min_version.as_deref().unwrap_or("1.2") {
-            "1.2" => crate::probe::tls::MinVersion::Tls12,
-            "1.3" => crate::probe::tls::MinVersion::Tls13,
-            other => {
-                self.error(
-                    "probe.mysql.tls_min_version",
-                    format!("unsupported {other:?}; use \"1.2\" or \"1.3\" (older versions are not offered)"),
-                );
-                crate::probe::tls::MinVersion::Tls12
-            }
-        };
-        let client_identity = match (m.ssl_cert, m.ssl_key) {
-            (None, None) => None,
-            (Some(c), Some(k)) => {
-                let (c, k) = (rel(c), rel(k));
-                for (key, p) in [("probe.mysql.ssl_cert", &c), ("probe.mysql.ssl_key", &k)] {
-                    if !p.is_file() {
-                        self.error(key, format!("{} is not a readable file", p.display()));
-                    }
-                }
-                if ssl_mode == Some(SslMode::Disabled) {
-                    self.error(
-                        "probe.mysql.ssl_cert",
-                        "a client certificate needs TLS; ssl_mode is \"disabled\"",
-                    );
-                }
-                Some(crate::probe::tls::ClientIdentityFiles { cert: c, key: k })
-            }
-            (Some(_), None) => {
-                self.error("probe.mysql.ssl_key", "ssl_cert is set: give its key too");
-                None
-            }
-            (None, Some(_)) => {
-                self.error(
-                    "probe.mysql.ssl_cert",
-                    "ssl_key is set: give its certificate too",
-                );
-                None
-            }
-        };
+        let tls = tls?;
         Some(MysqlProbe {
             port: m.port.unwrap_or(3306),
             user: m.user,
             password: password?,
             database,
             table,
-            ssl_mode: ssl_mode?,
-            ssl_ca,
-            client_identity,
-            tls_min_version,
+            ssl_mode: tls.ssl_mode,
+            ssl_ca: tls.ssl_ca,
+            client_identity: tls.client_identity,
+            tls_min_version: tls.tls_min_version,
+        })
+    }
+
+    fn tcp(&mut self, t: RawTcp, rel: &dyn Fn(PathBuf) -> PathBuf) -> Option<TcpProbe> {
+        if t.port == Some(0) {
+            self.error("probe.tcp.port", "must be 1–65535");
+        }
+        let tls = self.tls(
+            "probe.tcp",
+            RawTls {
+                ssl_mode: Some(t.ssl_mode.unwrap_or_else(|| "disabled".into())),
+                ssl_ca: t.ssl_ca,
+                ssl_cert: t.ssl_cert,
+                ssl_key: t.ssl_key,
+                tls_min_version: t.tls_min_version,
+            },
+            rel,
+        );
+        self.warnings.push(
+            "probe.kind \"tcp\" is a liveness-level probe: it proves the port answers (and TLS, if enabled), not that the branch can do its job; prefer a kind that exercises the real write path".into(),
+        );
+        Some(TcpProbe {
+            port: t.port,
+            tls: tls?,
         })
     }
 
@@ -1779,6 +1915,26 @@ endpoint = "mysql-secondary.orders.internal.example"
             "weight = 3\nendpoint = \"mysql-secondary",
         ));
         assert_eq!(got[0].key, "branch[1].weight", "{got:?}");
+    }
+
+    #[test]
+    fn tcp_kind_needs_a_port_and_only_its_table() {
+        let tcp = with("kind = \"mysql\"", "kind = \"tcp\"");
+        let got = issues(&tcp);
+        assert!(got.iter().any(|i| i.key == "probe.mysql"), "{got:?}");
+        let tcp = tcp.replace(
+            "[probe.mysql]\nuser = \"readyprobe\"\npassword = { env = \"PW\" }\nssl_mode = \"required\"",
+            "[probe.tcp]\nssl_mode = \"disabled\"",
+        );
+        let got = issues(&tcp);
+        assert!(got.iter().any(|i| i.key == "branch[0].port"), "{got:?}");
+        let ok = tcp.replace(
+            "ssl_mode = \"disabled\"",
+            "ssl_mode = \"disabled\"\nport = 443",
+        );
+        let c = parse(Path::new("t.toml"), &ok).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.branches[1].port, 443);
+        assert!(c.warnings.iter().any(|w| w.contains("liveness-level")));
     }
 
     #[test]

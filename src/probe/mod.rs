@@ -8,6 +8,7 @@
 pub mod connect;
 pub mod mysql;
 pub mod resolve;
+pub mod tcp;
 pub mod tls;
 
 use crate::clock::{Clock, rfc3339};
@@ -220,7 +221,9 @@ pub struct BranchProbe {
 #[derive(Debug, Clone)]
 pub enum Target {
     /// `mysql` kind.
-    Mysql(mysql::MysqlTarget),
+    Mysql(Box<mysql::MysqlTarget>),
+    /// `tcp` kind.
+    Tcp(tcp::TcpTarget),
 }
 
 /// Start-up failure while preparing probes.
@@ -252,12 +255,20 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
                 m.tls_min_version,
                 m.client_identity.as_ref(),
             )?;
-            Target::Mysql(mysql::MysqlTarget {
+            Target::Mysql(Box::new(mysql::MysqlTarget {
                 settings: m.clone(),
                 password,
                 tls,
-            })
+            }))
         }
+        ProbeKind::Tcp(t) => Target::Tcp(tcp::TcpTarget {
+            tls: tls::client_config(
+                t.tls.ssl_mode,
+                t.tls.ssl_ca.as_deref(),
+                t.tls.tls_min_version,
+                t.tls.client_identity.as_ref(),
+            )?,
+        }),
     };
     let probes = cfg
         .branches
@@ -365,6 +376,9 @@ pub async fn run_attempt(
                 )
                 .await?;
                 server = Some(id);
+            }
+            Target::Tcp(t) => {
+                tcp::run(t, &mut steps, &deadline, stream, endpoint, &mut tls_info).await?;
             }
         }
         Ok::<(), (Step, StepError)>(())

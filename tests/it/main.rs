@@ -6,4 +6,5 @@ mod harness_smoke;
 mod pipeline;
 mod steps;
 mod support;
+mod tcp_kind;
 mod tls;

@@ -1,0 +1,139 @@
+//! The `tcp` probe kind against a real TLS server on loopback: resolve → connect → tls, the
+//! certificate checked against the endpoint name; a liveness-level probe that `check` flags.
+
+use crate::support::dns::DnsServer;
+use crate::support::tls::TestCa;
+use readyprobe::clock::Clock;
+use readyprobe::failure::{FailureClass, Step};
+use readyprobe::probe::{Outcome, prepare, run_attempt};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+const NAME: &str = "gateway.orders.internal.example";
+
+async fn tls_server(cert: &crate::support::tls::ServerCert) -> (u16, tokio::task::JoinHandle<()>) {
+    use rustls::pki_types::pem::PemObject;
+    let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(cert.cert_pem_path())
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(cert.key_pem_path()).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = acceptor.accept(s).await;
+            });
+        }
+    });
+    (port, task)
+}
+
+fn config(
+    dir: &std::path::Path,
+    dns: &DnsServer,
+    port: u16,
+    ca: &std::path::Path,
+) -> std::path::PathBuf {
+    let text = format!(
+        r#"prober_id = "it"
+state_dir = "{dir}/state"
+[service]
+name = "gateway"
+stable_name = "gw.orders.internal.example"
+[readiness]
+window = "30s"
+min_attempts = 5
+[dns]
+nameservers = ["{dns}"]
+[probe]
+kind = "tcp"
+interval = "2s"
+timeout = "1500ms"
+[probe.tcp]
+port = {port}
+ssl_mode = "verify_identity"
+ssl_ca = "{ca}"
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "{NAME}"
+"#,
+        dir = dir.display(),
+        dns = dns.addr(),
+        ca = ca.display(),
+    );
+    let p = dir.join("tcp.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_kind_resolves_connects_and_checks_tls() {
+    let ca = TestCa::new();
+    let cert = ca.server_cert(&[NAME], &[IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+    let (port, server) = tls_server(&cert).await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gateway", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), &dns, port, ca.ca_pem_path());
+    let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        cfg.warnings.iter().any(|w| w.contains("liveness-level")),
+        "{:?}",
+        cfg.warnings
+    );
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    let a = run_attempt(&probes[0], &resolver, &Clock::start(), 1).await;
+    assert_eq!(a.outcome, Outcome::Success, "{a:?}");
+    let steps: Vec<_> = a.steps.iter().map(|s| s.step.as_str()).collect();
+    assert_eq!(steps, ["resolve", "connect", "tls"]);
+    assert!(a.tls.as_ref().unwrap().leaf_not_after.is_some());
+
+    // Untrusted CA → tls_untrusted; no listener → tcp_refused.
+    let other = TestCa::named("other");
+    let path = config(dir.path(), &dns, port, other.ca_pem_path());
+    let cfg = readyprobe::config::load(&path).unwrap();
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    let a = run_attempt(&probes[0], &resolver, &Clock::start(), 2).await;
+    assert!(
+        matches!(
+            a.outcome,
+            Outcome::Failure {
+                step: Step::Tls,
+                class: FailureClass::TlsUntrusted,
+                ..
+            }
+        ),
+        "{a:?}"
+    );
+    server.abort();
+    let _ = server.await;
+    let path = config(dir.path(), &dns, port, ca.ca_pem_path());
+    let cfg = readyprobe::config::load(&path).unwrap();
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    let a = run_attempt(&probes[0], &resolver, &Clock::start(), 3).await;
+    assert!(
+        matches!(
+            a.outcome,
+            Outcome::Failure {
+                step: Step::Connect,
+                class: FailureClass::TcpRefused,
+                ..
+            }
+        ),
+        "{a:?}"
+    );
+}
