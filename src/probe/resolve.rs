@@ -113,8 +113,9 @@ pub fn build_resolver(dns: &Dns) -> Result<TokioResolver, ResolverSetupError> {
     opts.attempts = 1;
     opts.ndots = 0;
     opts.preserve_intermediates = true;
-    // One query at a time, to one server at a time: no duplicate queries in flight.
-    opts.num_concurrent_reqs = 1;
+    // Ask two nameservers at once when there are two or more, so a dead one never makes an
+    // attempt wait out its timeout; with a single nameserver, one query at a time.
+    opts.num_concurrent_reqs = servers.len().min(2);
     let config = ResolverConfig::from_parts(None, vec![], servers);
     let mut builder = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default());
     *builder.options_mut() = opts;
@@ -226,6 +227,39 @@ mod tests {
     use super::*;
     use hickory_resolver::net::NoRecords;
     use hickory_resolver::proto::op::Query;
+
+    fn from_file(text: Option<&str>) -> Result<TokioResolver, ResolverSetupError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("resolv.conf");
+        if let Some(t) = text {
+            std::fs::write(&path, t).unwrap();
+        }
+        build_resolver(&Dns {
+            nameservers: None,
+            resolv_conf: path,
+            timeout: std::time::Duration::from_secs(1),
+        })
+    }
+
+    #[tokio::test]
+    async fn resolv_conf_tolerant_and_clear() {
+        assert!(matches!(
+            from_file(None),
+            Err(ResolverSetupError::Read { .. })
+        ));
+        let e = from_file(Some("search example.com\noptions ndots:2\n")).err();
+        assert!(
+            matches!(
+                e,
+                Some(ResolverSetupError::NoNameserver { .. } | ResolverSetupError::Parse { .. })
+            ),
+            "{e:?}"
+        );
+        from_file(Some(
+            "# glibc options readyprobe ignores\noptions rotate timeout:1 attempts:2 edns0 trust-ad single-request-reopen\nsearch corp.example\nnameserver 127.0.0.1\nnameserver ::1\n",
+        ))
+        .unwrap();
+    }
 
     #[test]
     fn classify_table() {

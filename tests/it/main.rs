@@ -1,6 +1,7 @@
 //! Integration tests.
 
 mod cli;
+mod dns_cases;
 mod failback;
 mod harness_smoke;
 mod pipeline;

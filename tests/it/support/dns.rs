@@ -126,6 +126,17 @@ impl DnsServer {
         self.replace(&name, [v4, v6]).await;
     }
 
+    /// Makes `name` hold only a TXT record: it exists, with no address (queries for A/AAAA get
+    /// NODATA).
+    pub async fn set_txt(&self, name: &str, text: &str, ttl: u32) {
+        let name = self.name(name);
+        let mut set = RecordSet::with_ttl(name.clone(), RecordType::TXT, ttl);
+        set.add_rdata(RData::TXT(hickory_resolver::proto::rr::rdata::TXT::new(
+            vec![text.to_string()],
+        )));
+        self.replace(&name, [set]).await;
+    }
+
     /// Makes `name` a CNAME to `target` (relative to the zone unless it ends in `.`), replacing
     /// whatever was at `name`. Targets inside the zone are chased by the server.
     pub async fn set_cname(&self, name: &str, target: &str, ttl: u32) {

@@ -9,6 +9,7 @@ pub mod dns;
 pub mod fixture;
 pub mod mariadb;
 pub mod proxy;
+pub mod rcode_dns;
 pub mod tls;
 
 use std::{io::Write, net::TcpListener};
