@@ -258,6 +258,11 @@ async fn async_main(cli: Cli) -> ExitCode {
                         }
                     }
                     ProbeKind::Tcp(_) => {}
+                    ProbeKind::Http(h) => {
+                        if let Err(e) = crate::probe::http::resolve_headers(h) {
+                            println!("warning: {e} (run needs it at start-up)");
+                        }
+                    }
                 }
                 ExitCode::from(EXIT_OK)
             }
@@ -662,6 +667,15 @@ pub fn plan(cfg: &Config) -> String {
                 "resolve → connect → tls"
             }
         }
+        ProbeKind::Http(h) => match (
+            h.tls.ssl_mode == config::SslMode::Disabled,
+            h.verify.is_some(),
+        ) {
+            (true, false) => "resolve → connect → write",
+            (true, true) => "resolve → connect → write → verify",
+            (false, false) => "resolve → connect → tls → write",
+            (false, true) => "resolve → connect → tls → write → verify",
+        },
     };
     let _ = writeln!(
         s,
@@ -692,6 +706,28 @@ pub fn plan(cfg: &Config) -> String {
                 m.client_identity
                     .as_ref()
                     .map(|c| format!(", client certificate {}", c.cert.display()))
+                    .unwrap_or_default()
+            );
+        }
+        ProbeKind::Http(h) => {
+            let _ = writeln!(
+                s,
+                "  http {} {}{}, ssl_mode {}, accepted status {}{}",
+                h.request.method,
+                h.request.path,
+                h.verify
+                    .as_ref()
+                    .map(|v| format!(" then verify {} {}", v.method, v.path))
+                    .unwrap_or_default(),
+                h.tls.ssl_mode.as_str(),
+                if h.request.expect_status.is_empty() {
+                    "2xx".to_string()
+                } else {
+                    format!("{:?}", h.request.expect_status)
+                },
+                h.expect_header
+                    .as_ref()
+                    .map(|(n, v)| format!(", response header {n} must be {v:?}"))
                     .unwrap_or_default()
             );
         }

@@ -144,6 +144,58 @@ struct RawProbe {
     step_timeout: RawStepTimeouts,
     mysql: Option<RawMysql>,
     tcp: Option<RawTcp>,
+    http: Option<RawHttp>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    port: Option<u16>,
+    ssl_mode: Option<String>,
+    ssl_ca: Option<PathBuf>,
+    ssl_cert: Option<PathBuf>,
+    ssl_key: Option<PathBuf>,
+    tls_min_version: Option<String>,
+    method: Option<String>,
+    path: String,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, RawHeaderValue>,
+    body: Option<String>,
+    expect_status: Option<Vec<u16>>,
+    expect_body_contains: Option<String>,
+    expect_json: Option<RawJsonExpect>,
+    expect_header: Option<RawHeaderExpect>,
+    verify: Option<RawHttpVerify>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawHeaderValue {
+    Plain(String),
+    Secret(RawSecretRef),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJsonExpect {
+    pointer: String,
+    equals: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHeaderExpect {
+    name: String,
+    equals: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttpVerify {
+    method: Option<String>,
+    path: String,
+    expect_status: Option<Vec<u16>>,
+    expect_body_contains: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -398,6 +450,8 @@ pub enum ProbeKind {
     Mysql(MysqlProbe),
     /// Resolve, connect and optionally TLS: a liveness-level probe.
     Tcp(TcpProbe),
+    /// A marked HTTP request on the branch's write path, with checks and an optional read-back.
+    Http(Box<HttpProbe>),
 }
 
 impl ProbeKind {
@@ -406,6 +460,7 @@ impl ProbeKind {
         match self {
             ProbeKind::Mysql(_) => "mysql",
             ProbeKind::Tcp(_) => "tcp",
+            ProbeKind::Http(_) => "http",
         }
     }
 }
@@ -421,6 +476,49 @@ pub struct TlsSettings {
     pub client_identity: Option<crate::probe::tls::ClientIdentityFiles>,
     /// Minimum TLS version.
     pub tls_min_version: crate::probe::tls::MinVersion,
+}
+
+/// A header value: literal, or a secret by reference (never logged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderValueSource {
+    /// Literal text (may contain `{{...}}` template variables).
+    Plain(String),
+    /// Read at start-up.
+    Secret(SecretRef),
+}
+
+/// One HTTP request of the `http` kind.
+#[derive(Debug, Clone)]
+pub struct HttpRequestSpec {
+    /// Method, e.g. `POST`.
+    pub method: http::Method,
+    /// Path and query template, e.g. `/orders/{{marker}}`.
+    pub path: String,
+    /// Accepted status codes; empty = any 2xx.
+    pub expect_status: Vec<u16>,
+    /// Text (template) the body must contain.
+    pub expect_body_contains: Option<String>,
+}
+
+/// Settings of the `http` probe kind: a marked request on the branch's real write path.
+#[derive(Debug, Clone)]
+pub struct HttpProbe {
+    /// Port (default 443 with TLS, 80 without); a branch may override it.
+    pub port: u16,
+    /// TLS (`ssl_mode = "disabled"` for plain HTTP).
+    pub tls: TlsSettings,
+    /// The marked request (the `write` step).
+    pub request: HttpRequestSpec,
+    /// Request headers.
+    pub headers: Vec<(http::HeaderName, HeaderValueSource)>,
+    /// Body template, e.g. `{"canary": "{{marker}}"}`.
+    pub body: Option<String>,
+    /// JSON pointer (RFC 6901) in the response that must equal a template.
+    pub expect_json: Option<(String, String)>,
+    /// Response header that must equal a template (proves which branch answered).
+    pub expect_header: Option<(http::HeaderName, String)>,
+    /// Optional read-back request (the `verify` step).
+    pub verify: Option<HttpRequestSpec>,
 }
 
 /// Settings of the `tcp` probe kind.
@@ -953,6 +1051,12 @@ impl Validator<'_> {
                 format!("is set but probe.kind is {:?}", raw.probe.kind),
             );
         }
+        if raw.probe.kind != "http" && raw.probe.http.is_some() {
+            self.error(
+                "probe.http",
+                format!("is set but probe.kind is {:?}", raw.probe.kind),
+            );
+        }
         if raw.probe.kind != "tcp" && raw.probe.tcp.is_some() {
             self.error(
                 "probe.tcp",
@@ -970,6 +1074,16 @@ impl Validator<'_> {
                     None
                 }
             },
+            "http" => match raw.probe.http {
+                Some(h) => self.http(h, &rel).map(|h| ProbeKind::Http(Box::new(h))),
+                None => {
+                    self.error(
+                        "probe.kind",
+                        "kind \"http\" needs a [probe.http] table (at least `path`)",
+                    );
+                    None
+                }
+            },
             "tcp" => match raw.probe.tcp {
                 Some(t) => self.tcp(t, &rel).map(ProbeKind::Tcp),
                 None => {
@@ -983,7 +1097,9 @@ impl Validator<'_> {
             other => {
                 self.error(
                     "probe.kind",
-                    format!("unknown probe kind {other:?}; supported: \"mysql\", \"tcp\""),
+                    format!(
+                        "unknown probe kind {other:?}; supported: \"mysql\", \"http\", \"tcp\""
+                    ),
                 );
                 None
             }
@@ -991,6 +1107,7 @@ impl Validator<'_> {
         let default_port = match &kind {
             Some(ProbeKind::Mysql(m)) => Some(m.port),
             Some(ProbeKind::Tcp(t)) => t.port,
+            Some(ProbeKind::Http(h)) => Some(h.port),
             None => Some(3306),
         };
 
@@ -1450,6 +1567,145 @@ impl Validator<'_> {
             ssl_ca: tls.ssl_ca,
             client_identity: tls.client_identity,
             tls_min_version: tls.tls_min_version,
+        })
+    }
+
+    fn request_spec(
+        &mut self,
+        prefix: &str,
+        method: Option<String>,
+        path: String,
+        expect_status: Option<Vec<u16>>,
+        expect_body_contains: Option<String>,
+        default_method: &str,
+    ) -> Option<HttpRequestSpec> {
+        let m = method.unwrap_or_else(|| default_method.into());
+        let method = match http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()) {
+            Ok(x) => Some(x),
+            Err(_) => {
+                self.error(
+                    format!("{prefix}.method"),
+                    format!("{m:?} is not an HTTP method"),
+                );
+                None
+            }
+        };
+        if !path.starts_with('/') {
+            self.error(
+                format!("{prefix}.path"),
+                "must start with '/' (the host is the branch's endpoint)",
+            );
+        }
+        let expect_status = expect_status.unwrap_or_default();
+        if expect_status.iter().any(|c| !(100..=599).contains(c)) {
+            self.error(
+                format!("{prefix}.expect_status"),
+                "status codes are 100–599",
+            );
+        }
+        Some(HttpRequestSpec {
+            method: method?,
+            path,
+            expect_status,
+            expect_body_contains,
+        })
+    }
+
+    fn http(&mut self, h: RawHttp, rel: &dyn Fn(PathBuf) -> PathBuf) -> Option<HttpProbe> {
+        let tls = self.tls(
+            "probe.http",
+            RawTls {
+                ssl_mode: h.ssl_mode,
+                ssl_ca: h.ssl_ca,
+                ssl_cert: h.ssl_cert,
+                ssl_key: h.ssl_key,
+                tls_min_version: h.tls_min_version,
+            },
+            rel,
+        );
+        if h.port == Some(0) {
+            self.error("probe.http.port", "must be 1–65535");
+        }
+        let request = self.request_spec(
+            "probe.http",
+            h.method,
+            h.path,
+            h.expect_status,
+            h.expect_body_contains,
+            "POST",
+        );
+        let mut headers = Vec::new();
+        for (name, v) in h.headers {
+            let Ok(hn) = http::HeaderName::from_bytes(name.as_bytes()) else {
+                self.error(
+                    format!("probe.http.headers.{name}"),
+                    "is not a valid header name",
+                );
+                continue;
+            };
+            match v {
+                RawHeaderValue::Plain(p) => headers.push((hn, HeaderValueSource::Plain(p))),
+                RawHeaderValue::Secret(r) => match (r.env, r.file) {
+                    (Some(e), None) if !e.is_empty() => {
+                        headers.push((hn, HeaderValueSource::Secret(SecretRef::Env(e))))
+                    }
+                    (None, Some(f)) => {
+                        headers.push((hn, HeaderValueSource::Secret(SecretRef::File(rel(f)))))
+                    }
+                    _ => self.error(
+                        format!("probe.http.headers.{name}"),
+                        "a secret header value is { env = \"VAR\" } or { file = \"/path\" }",
+                    ),
+                },
+            }
+        }
+        let expect_header = match h.expect_header {
+            Some(e) => match http::HeaderName::from_bytes(e.name.as_bytes()) {
+                Ok(n) => Some((n, e.equals)),
+                Err(_) => {
+                    self.error(
+                        "probe.http.expect_header",
+                        "name is not a valid header name",
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
+        if let Some(j) = &h.expect_json
+            && !(j.pointer.is_empty() || j.pointer.starts_with('/'))
+        {
+            self.error(
+                "probe.http.expect_json.pointer",
+                "a JSON pointer (RFC 6901) is empty or starts with '/'",
+            );
+        }
+        let verify = match h.verify {
+            Some(v) => self.request_spec(
+                "probe.http.verify",
+                v.method,
+                v.path,
+                v.expect_status,
+                v.expect_body_contains,
+                "GET",
+            ),
+            None => None,
+        };
+        let tls = tls?;
+        let port = h.port.unwrap_or(if tls.ssl_mode == SslMode::Disabled {
+            80
+        } else {
+            443
+        });
+        Some(HttpProbe {
+            port,
+            tls,
+            request: request?,
+            headers,
+            body: h.body,
+            expect_json: h.expect_json.map(|j| (j.pointer, j.equals)),
+            expect_header,
+            verify,
         })
     }
 

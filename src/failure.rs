@@ -111,8 +111,14 @@ pub enum FailureClass {
     ServerGoneAway,
     /// Any other error reported by the server.
     ServerError,
-    /// The row read back does not carry the marker just written.
+    /// The row (or resource) read back does not carry the marker just written.
     VerifyMismatch,
+    /// An HTTP response had a status outside the accepted ones.
+    HttpStatus,
+    /// An HTTP response body lacks the expected content (marker, JSON pointer value).
+    HttpBodyMismatch,
+    /// An HTTP response came from another branch than the one probed (response header check).
+    HttpWrongBranch,
     /// A step or the whole attempt ran past its deadline.
     DeadlineExceeded,
     /// The peer broke the protocol (unexpected packet, malformed greeting).
@@ -148,6 +154,9 @@ impl FailureClass {
             FailureClass::ServerGoneAway => "server_gone_away",
             FailureClass::ServerError => "server_error",
             FailureClass::VerifyMismatch => "verify_mismatch",
+            FailureClass::HttpStatus => "http_status",
+            FailureClass::HttpBodyMismatch => "http_body_mismatch",
+            FailureClass::HttpWrongBranch => "http_wrong_branch",
             FailureClass::DeadlineExceeded => "deadline_exceeded",
             FailureClass::ProtocolError => "protocol_error",
         }

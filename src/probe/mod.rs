@@ -6,6 +6,7 @@
 //! timeout and what is left of the attempt deadline.
 
 pub mod connect;
+pub mod http;
 pub mod mysql;
 pub mod resolve;
 pub mod tcp;
@@ -181,6 +182,9 @@ pub struct Attempt {
     /// Server identity from `verify`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<mysql::ServerIdentity>,
+    /// HTTP statuses (`http` kind).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<http::HttpObservation>,
     /// Success, or the failing step and class.
     #[serde(flatten)]
     pub outcome: Outcome,
@@ -224,6 +228,8 @@ pub enum Target {
     Mysql(Box<mysql::MysqlTarget>),
     /// `tcp` kind.
     Tcp(tcp::TcpTarget),
+    /// `http` kind.
+    Http(Box<http::HttpTarget>),
 }
 
 /// Start-up failure while preparing probes.
@@ -261,6 +267,16 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
                 tls,
             }))
         }
+        ProbeKind::Http(h) => Target::Http(Box::new(http::HttpTarget {
+            headers: http::resolve_headers(h)?,
+            tls: tls::client_config(
+                h.tls.ssl_mode,
+                h.tls.ssl_ca.as_deref(),
+                h.tls.tls_min_version,
+                h.tls.client_identity.as_ref(),
+            )?,
+            settings: (**h).clone(),
+        })),
         ProbeKind::Tcp(t) => Target::Tcp(tcp::TcpTarget {
             tls: tls::client_config(
                 t.tls.ssl_mode,
@@ -310,6 +326,7 @@ pub async fn run_attempt(
     let mut address = None;
     let mut tls_info = None;
     let mut server = None;
+    let mut http_obs = None;
     let endpoint = probe.branch.endpoint.as_str();
 
     let body = async {
@@ -380,6 +397,28 @@ pub async fn run_attempt(
             Target::Tcp(t) => {
                 tcp::run(t, &mut steps, &deadline, stream, endpoint, &mut tls_info).await?;
             }
+            Target::Http(t) => {
+                let mut obs = http::HttpObservation::default();
+                let r = http::run(
+                    t,
+                    &mut steps,
+                    &deadline,
+                    stream,
+                    probe.branch.port,
+                    http::Vars {
+                        marker: &marker,
+                        seq,
+                        prober_id: &probe.prober_id,
+                        branch: &probe.branch.name,
+                        endpoint,
+                    },
+                    &mut tls_info,
+                    &mut obs,
+                )
+                .await;
+                http_obs = Some(obs);
+                r?;
+            }
         }
         Ok::<(), (Step, StepError)>(())
     };
@@ -403,6 +442,7 @@ pub async fn run_attempt(
         address,
         tls: tls_info,
         server,
+        http: http_obs,
         outcome,
     }
 }

@@ -4,6 +4,7 @@ mod cli;
 mod dns_cases;
 mod failback;
 mod harness_smoke;
+mod http_kind;
 mod pipeline;
 mod steps;
 mod support;

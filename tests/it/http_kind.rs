@@ -1,0 +1,246 @@
+//! The `http` kind against a real HTTPS server on loopback (certificates from the test CA): the
+//! marked request on the write path, its checks, the answering branch, and the read-back.
+
+use crate::support::dns::DnsServer;
+use crate::support::tls::TestCa;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use readyprobe::clock::Clock;
+use readyprobe::failure::{FailureClass, Step};
+use readyprobe::probe::{Outcome, prepare, run_attempt};
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
+use tokio::net::TcpListener;
+
+const NAME: &str = "api-primary.orders.internal.example";
+const TOKEN: &str = "Bearer s3cret-token";
+
+/// How the test server misbehaves.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Mode {
+    Good,
+    Status500,
+    WrongId,
+    WrongBranch,
+    Forgetful,
+}
+
+struct Server {
+    port: u16,
+    mode: Arc<Mutex<Mode>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn start(ca: &TestCa) -> Server {
+    use rustls::pki_types::pem::PemObject;
+    let cert = ca.server_cert(&[NAME], &[IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+    let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(cert.cert_pem_path())
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(cert.key_pem_path()).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mode = Arc::new(Mutex::new(Mode::Good));
+    let store: Arc<Mutex<HashSet<String>>> = Default::default();
+    let m = mode.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let (acceptor, mode, store) = (acceptor.clone(), m.clone(), store.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (mode, store) = (mode.clone(), store.clone());
+                        async move {
+                            let mode = *mode.lock().unwrap();
+                            let auth_ok = req
+                                .headers()
+                                .get("authorization")
+                                .is_some_and(|v| v == TOKEN);
+                            let host = req.headers().get("host").cloned();
+                            let (method, path) =
+                                (req.method().clone(), req.uri().path().to_string());
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let resp = |status: u16, branch: &str, body: String| {
+                                hyper::Response::builder()
+                                    .status(status)
+                                    .header("x-branch", branch)
+                                    .body(Full::new(Bytes::from(body)))
+                                    .unwrap()
+                            };
+                            if !auth_ok || host.is_none() {
+                                return Ok::<_, std::convert::Infallible>(resp(
+                                    401,
+                                    "primary",
+                                    "{}".into(),
+                                ));
+                            }
+                            Ok(match (method.as_str(), path.as_str()) {
+                                ("POST", "/orders") => {
+                                    let v: serde_json::Value =
+                                        serde_json::from_slice(&body).unwrap();
+                                    let marker = v["canary"].as_str().unwrap().to_string();
+                                    if mode != Mode::Forgetful {
+                                        store.lock().unwrap().insert(marker.clone());
+                                    }
+                                    match mode {
+                                        Mode::Status500 => resp(500, "primary", "oops".into()),
+                                        Mode::WrongId => {
+                                            resp(201, "primary", r#"{"id":"other"}"#.into())
+                                        }
+                                        Mode::WrongBranch => resp(
+                                            201,
+                                            "secondary",
+                                            format!(r#"{{"id":"{marker}"}}"#),
+                                        ),
+                                        _ => {
+                                            resp(201, "primary", format!(r#"{{"id":"{marker}"}}"#))
+                                        }
+                                    }
+                                }
+                                ("GET", p) if p.starts_with("/orders/") => {
+                                    let m = &p["/orders/".len()..];
+                                    if store.lock().unwrap().contains(m) {
+                                        resp(
+                                            200,
+                                            "primary",
+                                            format!(r#"{{"id":"{m}","state":"stored"}}"#),
+                                        )
+                                    } else {
+                                        resp(404, "primary", "not found".into())
+                                    }
+                                }
+                                _ => resp(404, "primary", "no route".into()),
+                            })
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    Server { port, mode, task }
+}
+
+fn config(
+    dir: &std::path::Path,
+    dns: &DnsServer,
+    port: u16,
+    ca: &std::path::Path,
+) -> std::path::PathBuf {
+    std::fs::write(dir.join("token"), format!("{TOKEN}\n")).unwrap();
+    let text = format!(
+        r#"prober_id = "it"
+state_dir = "{dir}/state"
+[service]
+name = "orders-api"
+stable_name = "api.orders.internal.example"
+[readiness]
+window = "30s"
+min_attempts = 5
+[dns]
+nameservers = ["{dns}"]
+[probe]
+kind = "http"
+interval = "2s"
+timeout = "1500ms"
+[probe.http]
+port = {port}
+ssl_mode = "verify_identity"
+ssl_ca = "{ca}"
+method = "POST"
+path = "/orders"
+headers = {{ "content-type" = "application/json", authorization = {{ file = "token" }} }}
+body = '{{"canary": "{{{{marker}}}}", "seq": {{{{seq}}}}}}'
+expect_status = [201]
+expect_json = {{ pointer = "/id", equals = "{{{{marker}}}}" }}
+expect_header = {{ name = "x-branch", equals = "{{{{branch}}}}" }}
+[probe.http.verify]
+path = "/orders/{{{{marker}}}}"
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "{NAME}"
+"#,
+        dir = dir.display(),
+        dns = dns.addr(),
+        ca = ca.display(),
+    );
+    let p = dir.join("http.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marked_request_checks_and_read_back() {
+    let ca = TestCa::new();
+    let server = start(&ca).await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("api-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = readyprobe::config::load(&config(dir.path(), &dns, server.port, ca.ca_pem_path()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    let clock = Clock::start();
+    let mut seq = 0;
+    let mut attempt = |mode: Mode| {
+        *server.mode.lock().unwrap() = mode;
+        seq += 1;
+        let (probe, resolver, clock) = (&probes[0], &resolver, &clock);
+        let s = seq;
+        async move { run_attempt(probe, resolver, clock, s).await }
+    };
+
+    let a = attempt(Mode::Good).await;
+    assert_eq!(a.outcome, Outcome::Success, "{a:?}");
+    let steps: Vec<_> = a.steps.iter().map(|s| s.step.as_str()).collect();
+    assert_eq!(steps, ["resolve", "connect", "tls", "write", "verify"]);
+    let obs = a.http.as_ref().unwrap();
+    assert_eq!((obs.status, obs.verify_status), (Some(201), Some(200)));
+
+    for (mode, want) in [
+        (Mode::Status500, (Step::Write, FailureClass::HttpStatus)),
+        (Mode::WrongId, (Step::Write, FailureClass::HttpBodyMismatch)),
+        (
+            Mode::WrongBranch,
+            (Step::Write, FailureClass::HttpWrongBranch),
+        ),
+        (
+            Mode::Forgetful,
+            (Step::Verify, FailureClass::VerifyMismatch),
+        ),
+    ] {
+        let a = attempt(mode).await;
+        match &a.outcome {
+            Outcome::Failure { step, class, .. } => {
+                assert_eq!((*step, *class), want, "{mode:?}: {a:?}")
+            }
+            Outcome::Success => panic!("{mode:?} must fail: {a:?}"),
+        }
+    }
+    // The secret header value never appears in the attempt record.
+    let a = attempt(Mode::Good).await;
+    assert!(!serde_json::to_string(&a).unwrap().contains("s3cret"));
+}
