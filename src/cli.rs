@@ -339,6 +339,32 @@ async fn async_main(cli: Cli) -> ExitCode {
     }
 }
 
+/// Longest approval validity: an approval is a decision about the evidence of now.
+pub const MAX_APPROVAL: Duration = Duration::from_secs(24 * 3600);
+/// Longest override: long enough for a planned maintenance, short enough not to be forgotten.
+pub const MAX_OVERRIDE: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// An expiry must outlast two state-store syncs (or no prober may ever read it) and stay within
+/// `max`.
+fn check_expiry(cfg: &Config, d: Duration, max: Duration) -> Result<(), String> {
+    let min = cfg.state.poll_interval * 2;
+    if d < min {
+        return Err(format!(
+            "{} is shorter than two state syncs ({}): probers might never read it",
+            config::fmt_dur(d),
+            config::fmt_dur(min)
+        ));
+    }
+    if d > max {
+        return Err(format!(
+            "{} is longer than the maximum {}",
+            config::fmt_dur(d),
+            config::fmt_dur(max)
+        ));
+    }
+    Ok(())
+}
+
 fn now_ms() -> crate::readiness::Millis {
     crate::clock::Clock::start().now_ms()
 }
@@ -371,8 +397,12 @@ async fn approve(
     if let Err(c) = check_branch(cfg, branch) {
         return c;
     }
-    if expires.is_zero() {
-        eprintln!("error: --expires must be greater than 0");
+    if let Err(e) = check_expiry(cfg, expires, MAX_APPROVAL) {
+        eprintln!("error: --expires: {e}");
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
+    if by.trim().is_empty() || reason.trim().is_empty() {
+        eprintln!("error: --by and --reason must not be empty (they are the approval's record)");
         return ExitCode::from(EXIT_INVALID_CONFIG);
     }
     let now = now_ms();
@@ -397,44 +427,54 @@ async fn approve(
         Ok(d) => d,
         Err(e) => return store_error(e),
     };
-    // Probers that saved within the last 15 minutes are the ones that will read the approval.
-    let fresh = |p: &&crate::control::ProberState| p.saved_at + 15 * 60_000 > now;
-    let states: Vec<String> = doc
-        .probers
-        .iter()
-        .filter(|(_, s)| fresh(s))
-        .filter_map(|(p, s)| {
-            s.branches
-                .get(branch)
-                .map(|b| format!("{p}: {}", b.state.as_str()))
-        })
-        .collect();
-    let pending = doc.probers.values().filter(fresh).any(|s| {
-        s.branches
-            .get(branch)
-            .is_some_and(|b| b.state == crate::readiness::ReadinessState::PendingApproval)
-    });
+    // Probers that saved within the last 15 minutes will read the approval soon; older entries
+    // (a stopped prober, a scheduled task between runs) read it if they come back in time.
+    let fresh = |p: &crate::control::ProberState| p.saved_at + 15 * 60_000 > now;
+    let mut states = Vec::new();
+    let (mut pending_fresh, mut pending_stale) = (false, false);
+    for (id, ps) in &doc.probers {
+        if let Some(b) = ps.branches.get(branch) {
+            let pending = b.state == crate::readiness::ReadinessState::PendingApproval;
+            if fresh(ps) {
+                pending_fresh |= pending;
+                states.push(format!("{id}: {}", b.state.as_str()));
+            } else {
+                pending_stale |= pending;
+                states.push(format!(
+                    "{id}: {} (last saved {} ago)",
+                    b.state.as_str(),
+                    config::fmt_dur(Duration::from_secs(
+                        ((now - ps.saved_at).max(0) / 1000) as u64
+                    ))
+                ));
+            }
+        }
+    }
     println!(
         "approval {} for branch {branch} recorded in {} (by {by}, expires {})",
         approval.id,
         store.location(),
         crate::clock::rfc3339(approval.expires_at)
     );
-    if pending {
+    let states = if states.is_empty() {
+        "no prober has saved state for this branch yet".to_string()
+    } else {
+        states.join(", ")
+    };
+    if pending_fresh {
         println!(
-            "probers apply it at their next sync (within {}); branch states: {}",
-            config::fmt_dur(cfg.state.poll_interval),
-            states.join(", ")
+            "probers apply it at their next sync (within {}) if the ready condition still holds; branch states: {states}",
+            config::fmt_dur(cfg.state.poll_interval)
+        );
+        ExitCode::from(EXIT_OK)
+    } else if pending_stale {
+        eprintln!(
+            "warning: only probers that have not saved recently have branch {branch} in pending_approval ({states}); they apply it only if they run again before it expires and the ready condition still holds"
         );
         ExitCode::from(EXIT_OK)
     } else {
         eprintln!(
-            "warning: no prober has branch {branch} in pending_approval ({}); the approval will be rejected when read and does not pre-authorise a later failback",
-            if states.is_empty() {
-                "no prober has saved state yet".to_string()
-            } else {
-                states.join(", ")
-            }
+            "warning: no prober has branch {branch} in pending_approval ({states}); the approval will be rejected when read and does not pre-authorise a later failback"
         );
         ExitCode::from(EXIT_ATTEMPT_FAILED)
     }
@@ -462,8 +502,12 @@ async fn override_cmd(
             eprintln!("error: --force needs --expires and --reason");
             return ExitCode::from(EXIT_INVALID_CONFIG);
         };
-        if expires.is_zero() {
-            eprintln!("error: --expires must be greater than 0");
+        if let Err(e) = check_expiry(cfg, expires, MAX_OVERRIDE) {
+            eprintln!("error: --expires: {e}");
+            return ExitCode::from(EXIT_INVALID_CONFIG);
+        }
+        if reason.trim().is_empty() {
+            eprintln!("error: --reason must not be empty (it is the override's record)");
             return ExitCode::from(EXIT_INVALID_CONFIG);
         }
         Some(crate::control::Override {

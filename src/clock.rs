@@ -41,8 +41,24 @@ impl Clock {
     }
 }
 
-/// Format ms since the epoch as RFC 3339 UTC with milliseconds.
+/// Latest instant RFC 3339 can write (9999-12-31T23:59:59.999Z), ms since the epoch.
+pub const MAX_RFC3339_MS: Millis = 253_402_300_799_999;
+
+/// Format ms since the epoch as RFC 3339 UTC with milliseconds. Never panics: instants before
+/// the epoch or after year 9999 are clamped to those bounds.
 pub fn rfc3339(ms: Millis) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    let t = UNIX_EPOCH + Duration::from_millis(ms.clamp(0, MAX_RFC3339_MS) as u64);
     humantime::format_rfc3339_millis(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_never_panics() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(-5), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(i64::MAX), "9999-12-31T23:59:59.999Z");
+    }
 }

@@ -1785,6 +1785,11 @@ impl Validator<'_> {
                 ReadinessState::Unknown
             }
         };
+        if approval_required && initial == ReadinessState::Ready {
+            self.warnings.push(
+                "readiness.initial is \"ready\" while declare_ready.approval is \"required\": a fresh start publishes 1 without any approval".into(),
+            );
+        }
         for (key, thr) in [
             (
                 "readiness.declare_unready.success_rate_below",

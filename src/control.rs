@@ -157,8 +157,10 @@ impl Override {
 /// Decide an approval for one prober's branch (pure).
 ///
 /// Rules: an expired approval is rejected; an approval is applied only while the branch is in
-/// `pending_approval`, and only if it was given after the branch entered that state, so an
-/// approval given before the evidence was there never pre-authorises a later failback.
+/// `pending_approval`, only while the evidence at `now` still supports readiness (at least
+/// `min_attempts` in the ready window at or above its threshold, unready condition not holding),
+/// and only if it was given after the branch entered that state, so an approval given before
+/// the evidence was there never pre-authorises a later failback.
 pub fn decide(approval: &Approval, readiness: &Readiness, now: Millis) -> Decision {
     let state = readiness.state();
     let (applied, detail) = if now >= approval.expires_at {
@@ -175,6 +177,13 @@ pub fn decide(approval: &Approval, readiness: &Readiness, now: Millis) -> Decisi
             format!(
                 "branch is {}, not pending_approval; an approval is only taken once the ready condition has held its full `for`, and never pre-authorises a later failback",
                 state.as_str()
+            ),
+        )
+    } else if let Some(why) = not_ready_now(readiness, now) {
+        (
+            false,
+            format!(
+                "the ready condition does not hold now ({why}); a failback is approved only on current evidence"
             ),
         )
     } else if readiness.since().is_some_and(|s| approval.at < s) {
@@ -194,6 +203,34 @@ pub fn decide(approval: &Approval, readiness: &Readiness, now: Millis) -> Decisi
         applied,
         detail,
     }
+}
+
+/// Why the evidence at `now` does not support readiness, if it does not: fewer than
+/// `min_attempts` in the ready window, a success rate below the ready threshold, or the unready
+/// condition holding.
+fn not_ready_now(r: &Readiness, now: Millis) -> Option<String> {
+    let p = r.policy();
+    let w = r.window_stats(now, p.declare_ready.window);
+    if w.finished < p.min_attempts {
+        return Some(format!(
+            "{} attempts in the last {}, fewer than min_attempts {}",
+            w.finished,
+            crate::config::fmt_dur(p.declare_ready.window),
+            p.min_attempts
+        ));
+    }
+    let rate = w.success_rate_percent.unwrap_or(0.0);
+    if rate < p.declare_ready.threshold_percent {
+        return Some(format!(
+            "success rate {rate:.1}% < {}% over the last {}",
+            p.declare_ready.threshold_percent,
+            crate::config::fmt_dur(p.declare_ready.window)
+        ));
+    }
+    if r.holding().0.is_some() {
+        return Some("the unready condition is holding".into());
+    }
+    None
 }
 
 /// The published readiness of a branch: an active override's value, else the computed one.
@@ -218,7 +255,8 @@ pub fn waiting_for(r: &Readiness, now: Millis) -> String {
     };
     match r.state() {
         ReadinessState::PendingApproval => {
-            "waiting for operator approval (readyprobe approve --branch ...)".to_string()
+            "operator approval (readyprobe approve --branch <branch> --by <who> --reason <why>)"
+                .to_string()
         }
         ReadinessState::Ready => match unready_since {
             Some(s) => holding(s, p.declare_unready.for_, "unready"),
@@ -277,7 +315,11 @@ pub fn render_status(
                 t(ps.saved_at),
                 crate::config::fmt_dur(policy.declare_unready.window),
             );
-            let _ = writeln!(s, "    waiting for: {}", waiting_for(&r, now));
+            let _ = writeln!(
+                s,
+                "    waiting for: {}",
+                waiting_for(&r, now).replace("<branch>", b)
+            );
         }
         if let Some(o) = doc.overrides.get(b)
             && o.active(now)
@@ -383,6 +425,27 @@ mod tests {
         let unready = Readiness::new(policy());
         let d = decide(&approval(0, 60_000), &unready, 10);
         assert!(!d.applied && d.detail.contains("unready"));
+        // Pending, but failing again: no failback on stale evidence.
+        let mut failing = pending_at(100_000);
+        let t = failing.since().unwrap();
+        for i in 1..=4 {
+            failing.record(AttemptRecord {
+                finished_at: t + i * 100,
+                success: false,
+                class: None,
+            });
+        }
+        let d = decide(&approval(t + 10, t + 60_000), &failing, t + 450);
+        assert!(
+            !d.applied && d.detail.contains("does not hold now"),
+            "{d:?}"
+        );
+        // Pending, but the evidence is too old (a prober that was stopped).
+        let d = decide(&approval(since + 10, since + 600_000), &r, since + 300_000);
+        assert!(
+            !d.applied && d.detail.contains("fewer than min_attempts"),
+            "{d:?}"
+        );
     }
 
     #[test]
@@ -412,6 +475,9 @@ mod tests {
         );
         let s = render_status(&doc, &policy(), &["primary".into()], 100_500);
         assert!(s.contains("prober az-a: pending_approval"), "{s}");
-        assert!(s.contains("waiting for operator approval"), "{s}");
+        assert!(
+            s.contains("waiting for: operator approval (readyprobe approve --branch primary"),
+            "{s}"
+        );
     }
 }

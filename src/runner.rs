@@ -259,6 +259,7 @@ where
         outstanding: BTreeMap::new(),
         next_batch: 0,
         cert_not_after: BTreeMap::new(),
+        recorded: Default::default(),
     };
     let now = clock.now_ms();
     ctx.evidence.write(
@@ -341,6 +342,7 @@ where
     tokio::pin!(until);
     tokio::pin!(stop);
 
+    let mut syncing: Option<tokio::task::JoinHandle<SyncOutcome>> = None;
     let stop_reason: String = loop {
         tokio::select! {
             ev = att_rx.recv() => match ev {
@@ -348,7 +350,15 @@ where
                 None => break "branch loops ended".into(),
             },
             _ = ticker.tick() => ctx.tick("tick"),
-            _ = poll.tick() => ctx.sync().await,
+            _ = poll.tick() => {
+                if syncing.is_none() {
+                    syncing = Some(ctx.start_sync());
+                }
+            }
+            joined = async { syncing.as_mut().expect("guarded").await }, if syncing.is_some() => {
+                syncing = None;
+                ctx.finish_sync(joined);
+            }
             Some(rep) = report_rx.recv() => ctx.on_report(rep),
             _ = &mut until => break "duration".into(),
             sig = &mut stop => break sig.to_string(),
@@ -379,7 +389,16 @@ where
     // report by then is recorded as dropped.
     ctx.tick("final");
     let final_deadline = grace_end.max(Instant::now() + Duration::from_secs(2));
-    if tokio::time::timeout_at(final_deadline, ctx.sync())
+    let final_sync = async {
+        if let Some(t) = syncing.take() {
+            let j = t.await;
+            ctx.finish_sync(j);
+        }
+        let t = ctx.start_sync();
+        let j = t.await;
+        ctx.finish_sync(j);
+    };
+    if tokio::time::timeout_at(final_deadline, final_sync)
         .await
         .is_err()
     {
@@ -474,6 +493,15 @@ struct Ctx<'a> {
     next_batch: u64,
     /// Leaf certificate `notAfter` per branch, as last seen.
     cert_not_after: BTreeMap<String, Millis>,
+    /// Approval ids whose decision this process has recorded in the evidence.
+    recorded: std::collections::BTreeSet<String>,
+}
+
+/// What a background sync produced.
+struct SyncOutcome {
+    started: Millis,
+    result: Result<ControlDoc, StateError>,
+    decided: Vec<(control::Approval, control::Decision)>,
 }
 
 impl Ctx<'_> {
@@ -482,94 +510,138 @@ impl Ctx<'_> {
         control::effective_value(computed, self.overrides.get(branch), now)
     }
 
-    /// Save this prober's readiness, decide new approvals, read overrides: one conditional
-    /// read-modify-write of the control document. A failure is logged, recorded and retried at
-    /// the next poll; probing goes on.
-    async fn sync(&mut self) {
+    /// Start a sync with the store in the background: save this prober's readiness, decide new
+    /// approvals, read overrides, in one conditional read-modify-write of the control document.
+    /// The run loop goes on meanwhile (a slow or stuck store never stalls probing or
+    /// publishing); [`finish_sync`](Self::finish_sync) takes the result.
+    fn start_sync(&self) -> tokio::task::JoinHandle<SyncOutcome> {
         let now = self.clock.now_ms();
         let me = self.cfg.prober_id.clone();
         let start: BTreeMap<String, Readiness> = self.readiness.clone();
+        let recorded = self.recorded.clone();
         let out: std::sync::Arc<std::sync::Mutex<Vec<(control::Approval, control::Decision)>>> =
             Default::default();
         let out2 = out.clone();
         let bound = self.cfg.state.poll_interval.max(Duration::from_secs(5));
-        let update = self.store.update(move |doc| {
-            let mut rs = start.clone();
-            let mut decided = Vec::new();
-            for a in doc.approvals.iter_mut() {
-                let Some(r) = rs.get_mut(&a.branch) else {
-                    continue;
-                };
-                if let Some(d) = a.decisions.get(&me) {
-                    // Recorded as applied by a write whose answer was lost: apply it now.
-                    if d.applied
-                        && r.state() == ReadinessState::PendingApproval
-                        && r.since().is_none_or(|s| a.at >= s)
-                        && r.approve(now).is_ok()
-                    {
-                        decided.push((a.clone(), d.clone()));
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            let update = store.update(move |doc| {
+                let mut rs = start.clone();
+                let mut decided = Vec::new();
+                for a in doc.approvals.iter_mut() {
+                    let Some(r) = rs.get_mut(&a.branch) else {
+                        continue;
+                    };
+                    if let Some(d) = a.decisions.get(&me) {
+                        // Decided by a write whose answer was lost: record it now, and apply an
+                        // applied one if the branch still waits for it.
+                        if !recorded.contains(&a.id) && d.at + 600_000 > now {
+                            if d.applied
+                                && r.state() == ReadinessState::PendingApproval
+                                && r.since().is_none_or(|s| a.at >= s)
+                            {
+                                let _ = r.approve(now);
+                            }
+                            decided.push((a.clone(), d.clone()));
+                        }
+                        continue;
                     }
-                    continue;
+                    // Long-expired approvals are history, not news, for a prober that never
+                    // saw them (e.g. a new prober id).
+                    if a.expires_at + 600_000 < now {
+                        continue;
+                    }
+                    let d = control::decide(a, r, now);
+                    if d.applied {
+                        let _ = r.approve(now);
+                    }
+                    a.decisions.insert(me.clone(), d.clone());
+                    decided.push((a.clone(), d));
                 }
-                // Long-expired approvals are history, not news, for a prober that never saw
-                // them (e.g. a new prober id).
-                if a.expires_at + 600_000 < now {
-                    continue;
-                }
-                let d = control::decide(a, r, now);
-                if d.applied {
-                    let _ = r.approve(now);
-                }
-                a.decisions.insert(me.clone(), d.clone());
-                decided.push((a.clone(), d));
+                doc.probers.insert(
+                    me.clone(),
+                    ProberState {
+                        saved_at: now,
+                        branches: rs.iter().map(|(k, r)| (k.clone(), r.snapshot())).collect(),
+                    },
+                );
+                doc.prune(now);
+                *out2.lock().expect("not poisoned") = decided;
+                Ok(())
+            });
+            let result = match tokio::time::timeout(bound, update).await {
+                Ok(r) => r,
+                Err(_) => Err(StateError::Io {
+                    location: store.location(),
+                    reason: format!(
+                        "no answer within {}; probing and publishing go on",
+                        crate::config::fmt_dur(bound)
+                    ),
+                }),
+            };
+            let decided = std::mem::take(&mut *out.lock().expect("not poisoned"));
+            SyncOutcome {
+                started: now,
+                result,
+                decided,
             }
-            doc.probers.insert(
-                me.clone(),
-                ProberState {
-                    saved_at: now,
-                    branches: rs.iter().map(|(k, r)| (k.clone(), r.snapshot())).collect(),
-                },
-            );
-            doc.prune(now);
-            *out2.lock().expect("not poisoned") = decided;
-            Ok(())
-        });
-        let result = match tokio::time::timeout(bound, update).await {
-            Ok(r) => r,
-            Err(_) => Err(StateError::Io {
-                location: self.store.location(),
-                reason: format!(
-                    "no answer within {}; probing and publishing go on",
-                    crate::config::fmt_dur(bound)
-                ),
-            }),
+        })
+    }
+
+    /// Take a finished sync: record its decisions, apply approved failbacks, take overrides.
+    fn finish_sync(&mut self, joined: Result<SyncOutcome, tokio::task::JoinError>) {
+        let now = self.clock.now_ms();
+        let outcome = match joined {
+            Ok(o) => o,
+            Err(e) => SyncOutcome {
+                started: now,
+                result: Err(StateError::Io {
+                    location: self.store.location(),
+                    reason: format!("sync task ended: {e}"),
+                }),
+                decided: Vec::new(),
+            },
         };
-        let doc = match result {
+        let doc = match outcome.result {
             Ok(doc) => doc,
             Err(e) => {
                 self.summary.state_sync_failures += 1;
                 tracing::error!(error = %e, "cannot sync with the state store; probing goes on, retrying at the next poll");
-                self.evidence
-                    .write("state_sync_failed", now, json!({"error": e.to_string()}));
+                self.evidence.write(
+                    "state_sync_failed",
+                    now,
+                    json!({"error": e.to_string(), "started_at": outcome.started}),
+                );
                 return;
             }
         };
-        let decided = std::mem::take(&mut *out.lock().expect("not poisoned"));
-        for (a, d) in decided {
+        for (a, d) in outcome.decided {
+            self.recorded.insert(a.id.clone());
             let record = json!({
                 "branch": a.branch, "approval_id": a.id, "by": a.by, "reason": a.reason,
                 "given_at": a.at, "expires_at": a.expires_at, "applied": d.applied, "detail": d.detail,
             });
             self.evidence.write("approval", now, record);
             if d.applied {
-                self.summary.approvals_applied += 1;
-                tracing::info!(branch = %a.branch, by = %a.by, reason = %a.reason, "operator approval applied");
                 let Some(r) = self.readiness.get_mut(&a.branch) else {
                     continue;
                 };
-                if let Ok(t) = r.approve(now) {
-                    let v = r.published_value();
-                    self.on_transition(&a.branch, &t, v);
+                match r.approve(now) {
+                    Ok(t) => {
+                        self.summary.approvals_applied += 1;
+                        tracing::info!(branch = %a.branch, by = %a.by, reason = %a.reason, "operator approval applied");
+                        let v = r.published_value();
+                        self.on_transition(&a.branch, &t, v);
+                    }
+                    Err(e) => {
+                        // The branch left pending_approval while the sync was in flight.
+                        tracing::warn!(branch = %a.branch, error = %e, "approval decided but not applied: the branch left pending_approval meanwhile");
+                        self.evidence.write(
+                            "approval_not_applied",
+                            now,
+                            json!({"branch": a.branch, "approval_id": a.id, "state": r.state()}),
+                        );
+                    }
                 }
             } else {
                 self.summary.approvals_rejected += 1;
@@ -837,7 +909,7 @@ impl Ctx<'_> {
             self.evidence.write(
                 "publish",
                 now,
-                json!({"sink": sink, "reason": reason, "datums": n, "sent": 0, "tries": 0, "dropped": true,
+                json!({"sink": sink, "reason": reason, "datums": n, "sent": 0, "dropped": true,
                        "error": "abandoned at shutdown: the grace period ended before it was sent"}),
             );
         }

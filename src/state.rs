@@ -195,27 +195,12 @@ impl FileStore {
         self.read()
     }
 
-    /// Locked read-modify-write with an atomic replace.
-    ///
-    /// # Errors
-    /// As [`Store::update`].
-    pub fn update<F>(&self, mut change: F) -> Result<ControlDoc, StateError>
-    where
-        F: FnMut(&mut ControlDoc) -> Result<(), StateError>,
-    {
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| self.io("create directory", e))?;
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&self.lock)
-            .map_err(|e| self.io("open lock file", e))?;
-        // Bounded wait for the lock: a stuck holder must not stall the prober's loop for ever.
+    fn acquire(&self, lock: &std::fs::File) -> Result<(), StateError> {
+        // Bounded wait for the lock: a stuck holder must not hold a writer for ever.
         let give_up = std::time::Instant::now() + LOCK_WAIT;
         loop {
             match lock.try_lock() {
-                Ok(()) => break,
+                Ok(()) => return Ok(()),
                 Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < give_up => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -232,6 +217,37 @@ impl FileStore {
                 Err(std::fs::TryLockError::Error(e)) => return Err(self.io("lock", e)),
             }
         }
+    }
+
+    /// Locked read-modify-write with an atomic replace.
+    ///
+    /// # Errors
+    /// As [`Store::update`].
+    pub fn update<F>(&self, mut change: F) -> Result<ControlDoc, StateError>
+    where
+        F: FnMut(&mut ControlDoc) -> Result<(), StateError>,
+    {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| self.io("create directory", e))?;
+        // Lock, then make sure the lock file we hold is still the one at that path (someone may
+        // have removed it, which would let a second writer lock a fresh file meanwhile).
+        let lock = loop {
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&self.lock)
+                .map_err(|e| self.io("open lock file", e))?;
+            self.acquire(&lock)?;
+            use std::os::unix::fs::MetadataExt;
+            let held = lock.metadata().map(|m| (m.dev(), m.ino())).ok();
+            let at_path = std::fs::metadata(&self.lock)
+                .map(|m| (m.dev(), m.ino()))
+                .ok();
+            if held.is_some() && held == at_path {
+                break lock;
+            }
+        };
         let mut doc = self.read()?;
         change(&mut doc)?;
         let body = serde_json::to_vec_pretty(&doc).expect("the control document serialises");
@@ -266,6 +282,31 @@ pub struct S3Store {
     bucket: String,
     key: String,
     service: String,
+}
+
+/// A one-line account of an SDK error: the service's code and message, or the transport error.
+fn brief<E, R>(e: &aws_sdk_s3::error::SdkError<E, R>) -> String
+where
+    E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    use aws_sdk_s3::error::SdkError;
+    match e {
+        SdkError::ServiceError(s) => format!(
+            "{}: {}",
+            s.err().code().unwrap_or("error"),
+            s.err().message().unwrap_or("(no message)")
+        ),
+        other => {
+            let mut msg = other.to_string();
+            let mut src = std::error::Error::source(other);
+            while let Some(x) = src {
+                msg = format!("{msg}: {x}");
+                src = x.source();
+            }
+            msg
+        }
+    }
 }
 
 /// Attempts of one [`S3Store::update`] before giving up on a contended object.
@@ -340,10 +381,7 @@ impl S3Store {
                 if e.as_service_error().is_some_and(|s| s.is_no_such_key()) {
                     Ok((ControlDoc::new(&self.service), None))
                 } else {
-                    Err(self.io(
-                        "GetObject",
-                        aws_smithy_types::error::display::DisplayErrorContext(&e),
-                    ))
+                    Err(self.io("GetObject", brief(&e)))
                 }
             }
         }
@@ -387,10 +425,7 @@ impl S3Store {
                         tokio::time::sleep(Duration::from_millis(10 + jitter)).await;
                         continue;
                     }
-                    return Err(self.io(
-                        "PutObject",
-                        aws_smithy_types::error::display::DisplayErrorContext(&e),
-                    ));
+                    return Err(self.io("PutObject", brief(&e)));
                 }
             }
         }

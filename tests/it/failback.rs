@@ -130,11 +130,11 @@ async fn failback_waits_for_a_valid_operator_approval() {
     assert_eq!(code, 0);
     assert!(out.contains("prober it: pending_approval"), "{out}");
     assert!(
-        out.contains("waiting for: waiting for operator approval"),
+        out.contains("waiting for: operator approval (readyprobe approve --branch primary"),
         "{out}"
     );
 
-    // An approval that expires before it is read is rejected.
+    // An expiry shorter than two syncs is refused up front…
     let (code, _, err) = cli(
         &[
             "approve",
@@ -143,13 +143,30 @@ async fn failback_waits_for_a_valid_operator_approval() {
             "--by",
             "bob",
             "--reason",
-            "stale",
+            "x",
             "--expires",
             "1ms",
         ],
         &path,
     );
-    assert_eq!(code, 0, "{err}");
+    assert_eq!(code, 64, "{err}");
+    // …and an approval that has expired by the time a prober reads it is rejected.
+    let store = readyprobe::state::FileStore::new(&p.dir.path().join("state"), "orders-db");
+    let now = readyprobe::clock::Clock::start().now_ms();
+    store
+        .update(move |d| {
+            d.approvals.push(Approval {
+                id: "stale-1".into(),
+                branch: "primary".into(),
+                by: "bob".into(),
+                reason: "stale".into(),
+                at: now,
+                expires_at: now + 1,
+                decisions: Default::default(),
+            });
+            Ok(())
+        })
+        .unwrap();
     wait_evidence(&ev_path, Duration::from_secs(10), |ev| {
         ev.iter()
             .any(|v| v["kind"] == "approval" && v["reason"] == "stale")
