@@ -258,8 +258,13 @@ async fn async_main(cli: Cli) -> ExitCode {
                         }
                     }
                     ProbeKind::Tcp(_) => {}
+                    ProbeKind::Otlp(o) => {
+                        if let Err(e) = crate::probe::http::resolve_headers(&o.headers) {
+                            println!("warning: {e} (run needs it at start-up)");
+                        }
+                    }
                     ProbeKind::Http(h) => {
-                        if let Err(e) = crate::probe::http::resolve_headers(h) {
+                        if let Err(e) = crate::probe::http::resolve_headers(&h.headers) {
                             println!("warning: {e} (run needs it at start-up)");
                         }
                     }
@@ -720,6 +725,13 @@ pub fn plan(cfg: &Config) -> String {
             (false, false) => "resolve → connect → tls → write",
             (false, true) => "resolve → connect → tls → write → verify",
         },
+        ProbeKind::Otlp(o) => {
+            if o.tls.ssl_mode == config::SslMode::Disabled {
+                "resolve → connect → write"
+            } else {
+                "resolve → connect → tls → write"
+            }
+        }
     };
     let _ = writeln!(
         s,
@@ -751,6 +763,14 @@ pub fn plan(cfg: &Config) -> String {
                     .as_ref()
                     .map(|c| format!(", client certificate {}", c.cert.display()))
                     .unwrap_or_default()
+            );
+        }
+        ProbeKind::Otlp(o) => {
+            let _ = writeln!(
+                s,
+                "  otlp POST {} (one marked gauge data point, OTLP/HTTP protobuf), ssl_mode {}",
+                o.path,
+                o.tls.ssl_mode.as_str()
             );
         }
         ProbeKind::Http(h) => {

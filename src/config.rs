@@ -145,6 +145,21 @@ struct RawProbe {
     mysql: Option<RawMysql>,
     tcp: Option<RawTcp>,
     http: Option<RawHttp>,
+    otlp: Option<RawOtlp>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOtlp {
+    port: Option<u16>,
+    ssl_mode: Option<String>,
+    ssl_ca: Option<PathBuf>,
+    ssl_cert: Option<PathBuf>,
+    ssl_key: Option<PathBuf>,
+    tls_min_version: Option<String>,
+    path: Option<String>,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, RawHeaderValue>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -452,6 +467,8 @@ pub enum ProbeKind {
     Tcp(TcpProbe),
     /// A marked HTTP request on the branch's write path, with checks and an optional read-back.
     Http(Box<HttpProbe>),
+    /// An OTLP/HTTP export of one marked data point to a telemetry gateway.
+    Otlp(OtlpProbe),
 }
 
 impl ProbeKind {
@@ -461,6 +478,7 @@ impl ProbeKind {
             ProbeKind::Mysql(_) => "mysql",
             ProbeKind::Tcp(_) => "tcp",
             ProbeKind::Http(_) => "http",
+            ProbeKind::Otlp(_) => "otlp",
         }
     }
 }
@@ -519,6 +537,19 @@ pub struct HttpProbe {
     pub expect_header: Option<(http::HeaderName, String)>,
     /// Optional read-back request (the `verify` step).
     pub verify: Option<HttpRequestSpec>,
+}
+
+/// Settings of the `otlp` probe kind.
+#[derive(Debug, Clone)]
+pub struct OtlpProbe {
+    /// Port (default 4318, OTLP/HTTP); a branch may override it.
+    pub port: u16,
+    /// TLS (`ssl_mode = "disabled"` for plain HTTP).
+    pub tls: TlsSettings,
+    /// Export path. Default `/v1/metrics`.
+    pub path: String,
+    /// Request headers (e.g. an auth token by reference).
+    pub headers: Vec<(http::HeaderName, HeaderValueSource)>,
 }
 
 /// Settings of the `tcp` probe kind.
@@ -1051,6 +1082,12 @@ impl Validator<'_> {
                 format!("is set but probe.kind is {:?}", raw.probe.kind),
             );
         }
+        if raw.probe.kind != "otlp" && raw.probe.otlp.is_some() {
+            self.error(
+                "probe.otlp",
+                format!("is set but probe.kind is {:?}", raw.probe.kind),
+            );
+        }
         if raw.probe.kind != "http" && raw.probe.http.is_some() {
             self.error(
                 "probe.http",
@@ -1084,6 +1121,13 @@ impl Validator<'_> {
                     None
                 }
             },
+            "otlp" => match raw.probe.otlp {
+                Some(o) => self.otlp(o, &rel).map(ProbeKind::Otlp),
+                None => {
+                    self.error("probe.kind", "kind \"otlp\" needs a [probe.otlp] table");
+                    None
+                }
+            },
             "tcp" => match raw.probe.tcp {
                 Some(t) => self.tcp(t, &rel).map(ProbeKind::Tcp),
                 None => {
@@ -1098,7 +1142,7 @@ impl Validator<'_> {
                 self.error(
                     "probe.kind",
                     format!(
-                        "unknown probe kind {other:?}; supported: \"mysql\", \"http\", \"tcp\""
+                        "unknown probe kind {other:?}; supported: \"mysql\", \"http\", \"otlp\", \"tcp\""
                     ),
                 );
                 None
@@ -1108,6 +1152,7 @@ impl Validator<'_> {
             Some(ProbeKind::Mysql(m)) => Some(m.port),
             Some(ProbeKind::Tcp(t)) => t.port,
             Some(ProbeKind::Http(h)) => Some(h.port),
+            Some(ProbeKind::Otlp(o)) => Some(o.port),
             None => Some(3306),
         };
 
@@ -1611,6 +1656,68 @@ impl Validator<'_> {
         })
     }
 
+    fn headers(
+        &mut self,
+        prefix: &str,
+        raw: std::collections::BTreeMap<String, RawHeaderValue>,
+        rel: &dyn Fn(PathBuf) -> PathBuf,
+    ) -> Vec<(http::HeaderName, HeaderValueSource)> {
+        let mut headers = Vec::new();
+        for (name, v) in raw {
+            let Ok(hn) = http::HeaderName::from_bytes(name.as_bytes()) else {
+                self.error(
+                    format!("{prefix}.headers.{name}"),
+                    "is not a valid header name",
+                );
+                continue;
+            };
+            match v {
+                RawHeaderValue::Plain(p) => headers.push((hn, HeaderValueSource::Plain(p))),
+                RawHeaderValue::Secret(r) => match (r.env, r.file) {
+                    (Some(e), None) if !e.is_empty() => {
+                        headers.push((hn, HeaderValueSource::Secret(SecretRef::Env(e))))
+                    }
+                    (None, Some(f)) => {
+                        headers.push((hn, HeaderValueSource::Secret(SecretRef::File(rel(f)))))
+                    }
+                    _ => self.error(
+                        format!("{prefix}.headers.{name}"),
+                        "a secret header value is { env = \"VAR\" } or { file = \"/path\" }",
+                    ),
+                },
+            }
+        }
+        headers
+    }
+
+    fn otlp(&mut self, o: RawOtlp, rel: &dyn Fn(PathBuf) -> PathBuf) -> Option<OtlpProbe> {
+        let tls = self.tls(
+            "probe.otlp",
+            RawTls {
+                ssl_mode: o.ssl_mode,
+                ssl_ca: o.ssl_ca,
+                ssl_cert: o.ssl_cert,
+                ssl_key: o.ssl_key,
+                tls_min_version: o.tls_min_version,
+            },
+            rel,
+        );
+        if o.port == Some(0) {
+            self.error("probe.otlp.port", "must be 1–65535");
+        }
+        let path = o.path.unwrap_or_else(|| "/v1/metrics".into());
+        if !path.starts_with('/') {
+            self.error("probe.otlp.path", "must start with '/'");
+        }
+        let headers = self.headers("probe.otlp", o.headers, rel);
+        Some(OtlpProbe {
+            port: o.port.unwrap_or(4318),
+            tls: tls?,
+            path,
+            headers,
+        })
+    }
+
     fn http(&mut self, h: RawHttp, rel: &dyn Fn(PathBuf) -> PathBuf) -> Option<HttpProbe> {
         let tls = self.tls(
             "probe.http",
@@ -1634,31 +1741,7 @@ impl Validator<'_> {
             h.expect_body_contains,
             "POST",
         );
-        let mut headers = Vec::new();
-        for (name, v) in h.headers {
-            let Ok(hn) = http::HeaderName::from_bytes(name.as_bytes()) else {
-                self.error(
-                    format!("probe.http.headers.{name}"),
-                    "is not a valid header name",
-                );
-                continue;
-            };
-            match v {
-                RawHeaderValue::Plain(p) => headers.push((hn, HeaderValueSource::Plain(p))),
-                RawHeaderValue::Secret(r) => match (r.env, r.file) {
-                    (Some(e), None) if !e.is_empty() => {
-                        headers.push((hn, HeaderValueSource::Secret(SecretRef::Env(e))))
-                    }
-                    (None, Some(f)) => {
-                        headers.push((hn, HeaderValueSource::Secret(SecretRef::File(rel(f)))))
-                    }
-                    _ => self.error(
-                        format!("probe.http.headers.{name}"),
-                        "a secret header value is { env = \"VAR\" } or { file = \"/path\" }",
-                    ),
-                },
-            }
-        }
+        let headers = self.headers("probe.http", h.headers, rel);
         let expect_header = match h.expect_header {
             Some(e) => match http::HeaderName::from_bytes(e.name.as_bytes()) {
                 Ok(n) => Some((n, e.equals)),

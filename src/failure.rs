@@ -119,6 +119,8 @@ pub enum FailureClass {
     HttpBodyMismatch,
     /// An HTTP response came from another branch than the one probed (response header check).
     HttpWrongBranch,
+    /// An OTLP gateway answered 2xx but rejected data in a partial success.
+    OtlpRejected,
     /// A step or the whole attempt ran past its deadline.
     DeadlineExceeded,
     /// The peer broke the protocol (unexpected packet, malformed greeting).
@@ -157,6 +159,7 @@ impl FailureClass {
             FailureClass::HttpStatus => "http_status",
             FailureClass::HttpBodyMismatch => "http_body_mismatch",
             FailureClass::HttpWrongBranch => "http_wrong_branch",
+            FailureClass::OtlpRejected => "otlp_rejected",
             FailureClass::DeadlineExceeded => "deadline_exceeded",
             FailureClass::ProtocolError => "protocol_error",
         }

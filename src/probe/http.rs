@@ -46,9 +46,9 @@ impl std::fmt::Debug for HttpTarget {
 /// # Errors
 /// The secret's error.
 pub fn resolve_headers(
-    p: &HttpProbe,
+    headers: &[(http::HeaderName, HeaderValueSource)],
 ) -> Result<Vec<(http::HeaderName, String)>, crate::config::SecretError> {
-    p.headers
+    headers
         .iter()
         .map(|(n, v)| {
             Ok((
@@ -97,10 +97,11 @@ pub fn render(template: &str, v: &Vars<'_>) -> String {
         .replace("{{endpoint}}", v.endpoint)
 }
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+/// A byte stream hyper can speak over: plain TCP or our TLS stream.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
-fn fail(class: FailureClass, message: String) -> StepError {
+pub(crate) fn fail(class: FailureClass, message: String) -> StepError {
     StepError { class, message }
 }
 
@@ -122,7 +123,7 @@ pub fn classify_hyper(e: &hyper::Error) -> FailureClass {
     FailureClass::ProtocolError
 }
 
-async fn send(
+pub(crate) async fn send(
     sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
     req: http::Request<Full<Bytes>>,
 ) -> Result<(http::StatusCode, http::HeaderMap, Bytes), StepError> {
@@ -180,6 +181,47 @@ fn build(
         })
 }
 
+/// The `tls` step when a client configuration is given, else the plain stream.
+pub(crate) async fn tls_or_plain(
+    tls: &Option<Arc<rustls::ClientConfig>>,
+    steps: &mut Steps,
+    deadline: &Deadline,
+    stream: TcpStream,
+    endpoint: &str,
+    tls_out: &mut Option<super::tls::TlsInfo>,
+) -> Result<Box<dyn Io>, (Step, StepError)> {
+    Ok(match tls {
+        Some(cfg) => {
+            let cfg = cfg.clone();
+            let (stream, info) = steps
+                .run(Step::Tls, deadline.step(Step::Tls), async move {
+                    super::tls::handshake(cfg, endpoint, stream).await
+                })
+                .await
+                .map_err(|e| (Step::Tls, e))?;
+            *tls_out = Some(info);
+            Box::new(stream)
+        }
+        None => Box::new(stream),
+    })
+}
+
+/// HTTP/1.1 over `io`: the request sender and the connection's task (abort it to close).
+pub(crate) async fn open(
+    io: Box<dyn Io>,
+) -> Result<
+    (
+        hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+        tokio::task::JoinHandle<Result<(), hyper::Error>>,
+    ),
+    StepError,
+> {
+    let (snd, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| fail(classify_hyper(&e), format!("HTTP handshake: {e}")))?;
+    Ok((snd, tokio::spawn(conn)))
+}
+
 /// Run `tls` (when enabled), `write` (the marked request) and `verify` (when configured).
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
@@ -193,21 +235,7 @@ pub async fn run(
     observed: &mut HttpObservation,
 ) -> Result<(), (Step, StepError)> {
     let s = &t.settings;
-    let io: Box<dyn Io> = match &t.tls {
-        Some(cfg) => {
-            let cfg = cfg.clone();
-            let endpoint = v.endpoint;
-            let (stream, info) = steps
-                .run(Step::Tls, deadline.step(Step::Tls), async move {
-                    super::tls::handshake(cfg, endpoint, stream).await
-                })
-                .await
-                .map_err(|e| (Step::Tls, e))?;
-            *tls_out = Some(info);
-            Box::new(stream)
-        }
-        None => Box::new(stream),
-    };
+    let io = tls_or_plain(&t.tls, steps, deadline, stream, v.endpoint, tls_out).await?;
     let default_port = if t.tls.is_some() { 443 } else { 80 };
     let host = if port == default_port {
         v.endpoint.to_string()
@@ -220,10 +248,8 @@ pub async fn run(
         // write: handshake (HTTP/1.1 over our connection), the marked request, its checks.
         steps
             .run(Step::Write, deadline.step(Step::Write), async {
-                let (mut snd, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-                    .await
-                    .map_err(|e| fail(classify_hyper(&e), format!("HTTP handshake: {e}")))?;
-                conn_task = Some(tokio::spawn(conn));
+                let (mut snd, conn) = open(io).await?;
+                conn_task = Some(conn);
                 let req = build(&s.request, t, &v, &host, s.body.as_ref().map(|b| render(b, &v)))?;
                 let (status, headers, body) = send(&mut snd, req).await?;
                 observed.status = Some(status.as_u16());

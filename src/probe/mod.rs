@@ -8,6 +8,7 @@
 pub mod connect;
 pub mod http;
 pub mod mysql;
+pub mod otlp;
 pub mod resolve;
 pub mod tcp;
 pub mod tls;
@@ -185,6 +186,9 @@ pub struct Attempt {
     /// HTTP statuses (`http` kind).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http: Option<http::HttpObservation>,
+    /// The gateway's answer (`otlp` kind).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<otlp::OtlpObservation>,
     /// Success, or the failing step and class.
     #[serde(flatten)]
     pub outcome: Outcome,
@@ -230,6 +234,8 @@ pub enum Target {
     Tcp(tcp::TcpTarget),
     /// `http` kind.
     Http(Box<http::HttpTarget>),
+    /// `otlp` kind.
+    Otlp(Box<otlp::OtlpTarget>),
 }
 
 /// Start-up failure while preparing probes.
@@ -268,7 +274,7 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
             }))
         }
         ProbeKind::Http(h) => Target::Http(Box::new(http::HttpTarget {
-            headers: http::resolve_headers(h)?,
+            headers: http::resolve_headers(&h.headers)?,
             tls: tls::client_config(
                 h.tls.ssl_mode,
                 h.tls.ssl_ca.as_deref(),
@@ -276,6 +282,16 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
                 h.tls.client_identity.as_ref(),
             )?,
             settings: (**h).clone(),
+        })),
+        ProbeKind::Otlp(o) => Target::Otlp(Box::new(otlp::OtlpTarget {
+            headers: http::resolve_headers(&o.headers)?,
+            tls: tls::client_config(
+                o.tls.ssl_mode,
+                o.tls.ssl_ca.as_deref(),
+                o.tls.tls_min_version,
+                o.tls.client_identity.as_ref(),
+            )?,
+            settings: o.clone(),
         })),
         ProbeKind::Tcp(t) => Target::Tcp(tcp::TcpTarget {
             tls: tls::client_config(
@@ -327,6 +343,7 @@ pub async fn run_attempt(
     let mut tls_info = None;
     let mut server = None;
     let mut http_obs = None;
+    let mut otlp_obs = None;
     let endpoint = probe.branch.endpoint.as_str();
 
     let body = async {
@@ -419,6 +436,29 @@ pub async fn run_attempt(
                 http_obs = Some(obs);
                 r?;
             }
+            Target::Otlp(t) => {
+                let mut obs = otlp::OtlpObservation::default();
+                let r = otlp::run(
+                    t,
+                    &mut steps,
+                    &deadline,
+                    stream,
+                    probe.branch.port,
+                    http::Vars {
+                        marker: &marker,
+                        seq,
+                        prober_id: &probe.prober_id,
+                        branch: &probe.branch.name,
+                        endpoint,
+                    },
+                    (clock.now_ms().max(0) as u64) * 1_000_000,
+                    &mut tls_info,
+                    &mut obs,
+                )
+                .await;
+                otlp_obs = Some(obs);
+                r?;
+            }
         }
         Ok::<(), (Step, StepError)>(())
     };
@@ -443,6 +483,7 @@ pub async fn run_attempt(
         tls: tls_info,
         server,
         http: http_obs,
+        otlp: otlp_obs,
         outcome,
     }
 }

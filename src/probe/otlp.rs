@@ -1,0 +1,231 @@
+//! The `otlp` probe kind: an OTLP/HTTP protobuf export of one marked gauge data point to an
+//! OpenTelemetry ingestion gateway, using the official protobuf types. Success needs a 2xx
+//! **and** no partial-success rejection in the response body.
+
+use crate::config::OtlpProbe;
+use crate::failure::{FailureClass, Step};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message;
+use serde::Serialize;
+use std::sync::Arc;
+use tokio::net::TcpStream;
+
+use super::http::{Vars, fail};
+use super::{Deadline, StepError, Steps};
+
+/// Name of the exported gauge.
+pub const CANARY_METRIC: &str = "readyprobe.canary";
+/// Attribute carrying the attempt's marker.
+pub const MARKER_ATTRIBUTE: &str = "readyprobe.marker";
+
+/// A prepared otlp probe.
+#[derive(Clone)]
+pub struct OtlpTarget {
+    /// Settings.
+    pub settings: OtlpProbe,
+    /// Headers with secrets resolved (values never logged).
+    pub headers: Vec<(http::HeaderName, String)>,
+    /// rustls client configuration (`None` for plain HTTP).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for OtlpTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OtlpTarget")
+            .field("path", &self.settings.path)
+            .finish()
+    }
+}
+
+/// What the gateway answered.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct OtlpObservation {
+    /// HTTP status.
+    pub status: Option<u16>,
+    /// Rejected data points reported by a partial success.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<i64>,
+    /// The gateway's message, when it gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+fn kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.to_string())),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The export request for one attempt (pure): one gauge data point, value = the sequence
+/// number, carrying the marker, branch and prober as attributes.
+pub fn export_request(v: &Vars<'_>, time_unix_nano: u64) -> ExportMetricsServiceRequest {
+    let point = NumberDataPoint {
+        attributes: vec![
+            kv(MARKER_ATTRIBUTE, v.marker),
+            kv("readyprobe.branch", v.branch),
+            kv("readyprobe.prober_id", v.prober_id),
+        ],
+        time_unix_nano,
+        value: Some(number_data_point::Value::AsInt(v.seq as i64)),
+        ..Default::default()
+    };
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", "readyprobe")],
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: CANARY_METRIC.into(),
+                    description: "readyprobe marked canary data point".into(),
+                    unit: "1".into(),
+                    data: Some(metric::Data::Gauge(Gauge {
+                        data_points: vec![point],
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// Run `tls` (when enabled) and `write` (the export and its response checks).
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    t: &OtlpTarget,
+    steps: &mut Steps,
+    deadline: &Deadline,
+    stream: TcpStream,
+    port: u16,
+    v: Vars<'_>,
+    time_unix_nano: u64,
+    tls_out: &mut Option<super::tls::TlsInfo>,
+    observed: &mut OtlpObservation,
+) -> Result<(), (Step, StepError)> {
+    let io =
+        super::http::tls_or_plain(&t.tls, steps, deadline, stream, v.endpoint, tls_out).await?;
+    let default_port = if t.tls.is_some() { 443 } else { 80 };
+    let host = if port == default_port {
+        v.endpoint.to_string()
+    } else {
+        format!("{}:{port}", v.endpoint)
+    };
+    let mut conn_task = None;
+    let r = steps
+        .run(Step::Write, deadline.step(Step::Write), async {
+            let (mut snd, conn) = super::http::open(io).await?;
+            conn_task = Some(conn);
+            let body = export_request(&v, time_unix_nano).encode_to_vec();
+            let mut b = http::Request::builder()
+                .method(http::Method::POST)
+                .uri(&t.settings.path)
+                .header(http::header::HOST, &host)
+                .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+                .header(
+                    http::header::USER_AGENT,
+                    concat!("readyprobe/", env!("CARGO_PKG_VERSION")),
+                );
+            for (n, val) in &t.headers {
+                b = b.header(n, val);
+            }
+            let req = b.body(Full::new(Bytes::from(body))).map_err(|e| {
+                fail(
+                    FailureClass::ProtocolError,
+                    format!("cannot build the request: {e}"),
+                )
+            })?;
+            let (status, _, body) = super::http::send(&mut snd, req).await?;
+            observed.status = Some(status.as_u16());
+            let resp = ExportMetricsServiceResponse::decode(body.as_ref()).ok();
+            let partial = resp.and_then(|r| r.partial_success);
+            if let Some(p) = &partial {
+                if !p.error_message.is_empty() {
+                    observed.message = Some(p.error_message.clone());
+                }
+                observed.rejected = Some(p.rejected_data_points);
+            }
+            if !status.is_success() {
+                return Err(fail(
+                    FailureClass::HttpStatus,
+                    format!(
+                        "POST {} answered {status}{}",
+                        t.settings.path,
+                        observed
+                            .message
+                            .as_ref()
+                            .map(|m| format!(": {m}"))
+                            .unwrap_or_default()
+                    ),
+                ));
+            }
+            if let Some(p) = partial
+                && p.rejected_data_points > 0
+            {
+                return Err(fail(
+                    FailureClass::OtlpRejected,
+                    format!(
+                        "the gateway accepted the request but rejected {} data point(s): {}",
+                        p.rejected_data_points,
+                        if p.error_message.is_empty() {
+                            "(no message)"
+                        } else {
+                            &p.error_message
+                        }
+                    ),
+                ));
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| (Step::Write, e));
+    if let Some(c) = conn_task {
+        c.abort();
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn export_carries_the_marker() {
+        let v = Vars {
+            marker: "m1",
+            seq: 3,
+            prober_id: "p",
+            branch: "primary",
+            endpoint: "otel.example",
+        };
+        let bytes = export_request(&v, 42).encode_to_vec();
+        let back = ExportMetricsServiceRequest::decode(bytes.as_slice()).unwrap();
+        let m = &back.resource_metrics[0].scope_metrics[0].metrics[0];
+        assert_eq!(m.name, CANARY_METRIC);
+        let Some(metric::Data::Gauge(g)) = &m.data else {
+            panic!("gauge")
+        };
+        let p = &g.data_points[0];
+        assert_eq!(p.time_unix_nano, 42);
+        assert_eq!(p.attributes[0].key, MARKER_ATTRIBUTE);
+        assert_eq!(
+            p.attributes[0].value.as_ref().unwrap().value,
+            Some(any_value::Value::StringValue("m1".into()))
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! The `otlp` kind against a local OTLP/HTTP receiver that decodes the real protobuf: accepted;
+//! 200 with a partial-success rejection (a failure carrying the gateway's message); 4xx/5xx.
+
+use crate::support::dns::DnsServer;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value;
+use prost::Message;
+use readyprobe::clock::Clock;
+use readyprobe::failure::{FailureClass, Step};
+use readyprobe::probe::{Outcome, prepare, run_attempt};
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+use tokio::net::TcpListener;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Accept,
+    Partial,
+    BadRequest,
+    Unavailable,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_export_accepted_rejected_and_refused() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mode = Arc::new(Mutex::new(Mode::Accept));
+    let markers: Arc<Mutex<Vec<String>>> = Default::default();
+    let (m, seen) = (mode.clone(), markers.clone());
+    let server = tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let (m, seen) = (m.clone(), seen.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (m, seen) = (m.clone(), seen.clone());
+                        async move {
+                            let ok_type = req
+                                .headers()
+                                .get("content-type")
+                                .is_some_and(|v| v == "application/x-protobuf");
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let decoded = ExportMetricsServiceRequest::decode(body.as_ref());
+                            let marker = decoded.ok().and_then(|r| {
+                                let m = r
+                                    .resource_metrics
+                                    .first()?
+                                    .scope_metrics
+                                    .first()?
+                                    .metrics
+                                    .first()?
+                                    .clone();
+                                let Some(
+                                    opentelemetry_proto::tonic::metrics::v1::metric::Data::Gauge(g),
+                                ) = m.data
+                                else {
+                                    return None;
+                                };
+                                let attr = g
+                                    .data_points
+                                    .first()?
+                                    .attributes
+                                    .iter()
+                                    .find(|a| a.key == "readyprobe.marker")?
+                                    .clone();
+                                match attr.value?.value? {
+                                    any_value::Value::StringValue(s) => Some(s),
+                                    _ => None,
+                                }
+                            });
+                            let reply = |status: u16, resp: ExportMetricsServiceResponse| {
+                                hyper::Response::builder()
+                                    .status(status)
+                                    .header("content-type", "application/x-protobuf")
+                                    .body(Full::new(Bytes::from(resp.encode_to_vec())))
+                                    .unwrap()
+                            };
+                            if !ok_type || marker.is_none() {
+                                return Ok::<_, std::convert::Infallible>(reply(
+                                    400,
+                                    Default::default(),
+                                ));
+                            }
+                            seen.lock().unwrap().push(marker.unwrap());
+                            let mode = *m.lock().unwrap();
+                            Ok(match mode {
+                                Mode::Accept => reply(200, Default::default()),
+                                Mode::Partial => reply(
+                                    200,
+                                    ExportMetricsServiceResponse {
+                                        partial_success: Some(ExportMetricsPartialSuccess {
+                                            rejected_data_points: 1,
+                                            error_message:
+                                                "metric name readyprobe.canary not allowed".into(),
+                                        }),
+                                    },
+                                ),
+                                Mode::BadRequest => reply(400, Default::default()),
+                                Mode::Unavailable => reply(503, Default::default()),
+                            })
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    let dns = DnsServer::start("telemetry.internal.example").await;
+    dns.set_a("otel-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"prober_id = "it"
+state_dir = "{dir}/state"
+[service]
+name = "otel-gateway"
+stable_name = "otel.telemetry.internal.example"
+[readiness]
+window = "30s"
+min_attempts = 5
+[dns]
+nameservers = ["{dns}"]
+[probe]
+kind = "otlp"
+interval = "2s"
+timeout = "1500ms"
+[probe.otlp]
+port = {port}
+ssl_mode = "disabled"
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "otel-primary.telemetry.internal.example"
+"#,
+        dir = dir.path().display(),
+        dns = dns.addr(),
+    );
+    let path = dir.path().join("otlp.toml");
+    std::fs::write(&path, text).unwrap();
+    let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    let clock = Clock::start();
+
+    *mode.lock().unwrap() = Mode::Accept;
+    let a = run_attempt(&probes[0], &resolver, &clock, 1).await;
+    assert_eq!(a.outcome, Outcome::Success, "{a:?}");
+    assert_eq!(
+        markers.lock().unwrap().last(),
+        Some(&a.marker),
+        "the marker arrived in the protobuf"
+    );
+
+    *mode.lock().unwrap() = Mode::Partial;
+    let a = run_attempt(&probes[0], &resolver, &clock, 2).await;
+    match &a.outcome {
+        Outcome::Failure {
+            step,
+            class,
+            message,
+        } => {
+            assert_eq!((*step, *class), (Step::Write, FailureClass::OtlpRejected));
+            assert!(message.contains("not allowed"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let evidence = serde_json::to_value(&a).unwrap();
+    assert_eq!(
+        evidence["otlp"]["message"],
+        "metric name readyprobe.canary not allowed"
+    );
+    assert_eq!(evidence["otlp"]["rejected"], 1);
+
+    for (m, status) in [(Mode::BadRequest, 400), (Mode::Unavailable, 503)] {
+        *mode.lock().unwrap() = m;
+        let a = run_attempt(&probes[0], &resolver, &clock, 3).await;
+        assert!(
+            matches!(
+                a.outcome,
+                Outcome::Failure {
+                    step: Step::Write,
+                    class: FailureClass::HttpStatus,
+                    ..
+                }
+            ),
+            "{m:?}: {a:?}"
+        );
+        assert_eq!(a.otlp.as_ref().unwrap().status, Some(status));
+    }
+    server.abort();
+}
