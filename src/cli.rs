@@ -636,6 +636,17 @@ async fn probe_once(cfg: &Config, branch: &str) -> ExitCode {
             s.duration_ms
         );
         if s.step == crate::failure::Step::Resolve {
+            if let Some(m) = &a.dns {
+                println!(
+                    "             {} answer{}",
+                    m.rcode,
+                    if m.authoritative {
+                        " (authoritative)"
+                    } else {
+                        ""
+                    }
+                );
+            }
             for ans in &a.answers {
                 println!(
                     "             {} {} {} (ttl {} s)",
@@ -663,6 +674,32 @@ async fn probe_once(cfg: &Config, branch: &str) -> ExitCode {
                 );
             }
         }
+    }
+    if let Some(h) = &a.http {
+        println!(
+            "  http     status {}{}",
+            h.status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".into()),
+            h.verify_status
+                .map(|s| format!(", verify status {s}"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(o) = &a.otlp {
+        println!(
+            "  otlp     status {}{}{}",
+            o.status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".into()),
+            o.rejected
+                .map(|r| format!(", rejected {r}"))
+                .unwrap_or_default(),
+            o.message
+                .as_ref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        );
     }
     if let Some(s) = &a.server {
         println!(

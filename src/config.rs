@@ -129,6 +129,7 @@ struct RawEvidence {
 #[serde(deny_unknown_fields)]
 struct RawDns {
     nameservers: Option<Vec<String>>,
+    address_family: Option<String>,
     resolv_conf: Option<PathBuf>,
     timeout: Option<HumanDuration>,
 }
@@ -423,6 +424,8 @@ pub struct Dns {
     pub resolv_conf: PathBuf,
     /// Timeout of one query to one nameserver. Default 1 s.
     pub timeout: Duration,
+    /// Address records asked for. Default `ipv4_then_ipv6`.
+    pub address_family: crate::probe::resolve::AddressFamily,
 }
 
 /// The probe run against each branch.
@@ -1387,7 +1390,27 @@ impl Validator<'_> {
             }
             nameservers = Some(out);
         }
+        use crate::probe::resolve::AddressFamily as Af;
+        let address_family = match raw
+            .dns
+            .address_family
+            .as_deref()
+            .unwrap_or("ipv4_then_ipv6")
+        {
+            "ipv4_then_ipv6" => Af::Ipv4ThenIpv6,
+            "ipv6_then_ipv4" => Af::Ipv6ThenIpv4,
+            "ipv4" => Af::Ipv4,
+            "ipv6" => Af::Ipv6,
+            other => {
+                self.error(
+                    "dns.address_family",
+                    format!("unknown {other:?}; use ipv4_then_ipv6, ipv6_then_ipv4, ipv4 or ipv6"),
+                );
+                Af::Ipv4ThenIpv6
+            }
+        };
         let dns = Dns {
+            address_family,
             nameservers,
             resolv_conf: raw
                 .dns

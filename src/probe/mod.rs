@@ -140,6 +140,15 @@ impl Steps {
     }
 }
 
+/// Response code and authoritative flag of the DNS answer an attempt used.
+#[derive(Debug, Clone, Serialize)]
+pub struct DnsMeta {
+    /// Response code, e.g. `NoError`.
+    pub rcode: String,
+    /// Authoritative answer flag.
+    pub authoritative: bool,
+}
+
 /// The outcome of an attempt.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(tag = "result", rename_all = "snake_case")]
@@ -174,6 +183,9 @@ pub struct Attempt {
     pub steps: Vec<StepRecord>,
     /// DNS answer chain.
     pub answers: Vec<resolve::Answer>,
+    /// Response code and authoritative flag of the DNS answer used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns: Option<DnsMeta>,
     /// The address connected to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
@@ -217,6 +229,8 @@ pub struct BranchProbe {
     pub prober_id: String,
     /// The service's stable name, which no branch attempt may resolve through.
     pub stable_name: String,
+    /// Address records the `resolve` step asks for.
+    pub address_family: resolve::AddressFamily,
     /// Attempt deadline.
     pub timeout: Duration,
     /// Per-step timeouts.
@@ -309,6 +323,7 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
             branch: b.clone(),
             prober_id: cfg.prober_id.clone(),
             stable_name: cfg.service.stable_name.clone(),
+            address_family: cfg.dns.address_family,
             timeout: cfg.probe.timeout,
             step_timeouts: cfg.probe.step_timeouts,
             target: target.clone(),
@@ -343,6 +358,7 @@ pub async fn run_attempt(
     let mut tls_info = None;
     let mut server = None;
     let mut http_obs = None;
+    let mut dns_meta = None;
     let mut otlp_obs = None;
     let endpoint = probe.branch.endpoint.as_str();
 
@@ -351,11 +367,15 @@ pub async fn run_attempt(
             .run(
                 Step::Resolve,
                 deadline.step(Step::Resolve),
-                resolve::resolve(resolver, endpoint),
+                resolve::resolve_with(resolver, endpoint, probe.address_family),
             )
             .await
             .map_err(|e| (Step::Resolve, e))?;
         answers = res.answers.clone();
+        dns_meta = Some(DnsMeta {
+            rcode: res.rcode.clone(),
+            authoritative: res.authoritative,
+        });
         if let Some(a) = res.answers.iter().find(|a| {
             let n = |s: &str| {
                 s.trim_end_matches('.')
@@ -479,6 +499,7 @@ pub async fn run_attempt(
         finished_at: clock.now_ms(),
         steps: steps.records,
         answers,
+        dns: dns_meta,
         address,
         tls: tls_info,
         server,

@@ -38,6 +38,10 @@ pub struct Resolution {
     pub answers: Vec<Answer>,
     /// Addresses to connect to, in answer order.
     pub addresses: Vec<IpAddr>,
+    /// Response code of the answer that was used (e.g. `NoError`).
+    pub rcode: String,
+    /// Whether that answer was authoritative.
+    pub authoritative: bool,
 }
 
 /// Why a resolver could not be built.
@@ -124,25 +128,60 @@ pub fn build_resolver(dns: &Dns) -> Result<TokioResolver, ResolverSetupError> {
         .expect("a resolver with explicit nameservers and no TLS always builds"))
 }
 
-/// Resolve `endpoint` (absolute): A first, AAAA when the name has no A record.
+/// Resolve `endpoint` (absolute) with the default preference: A first, AAAA when the name has
+/// no A record.
 ///
 /// # Errors
 /// A [`StepError`] with a DNS failure class; see [`classify_dns`].
 pub async fn resolve(resolver: &TokioResolver, endpoint: &str) -> Result<Resolution, StepError> {
+    resolve_with(resolver, endpoint, AddressFamily::Ipv4ThenIpv6).await
+}
+
+/// Which address records the `resolve` step asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressFamily {
+    /// A, then AAAA when the name has no A record (default).
+    Ipv4ThenIpv6,
+    /// AAAA, then A when the name has no AAAA record.
+    Ipv6ThenIpv4,
+    /// A only.
+    Ipv4,
+    /// AAAA only.
+    Ipv6,
+}
+
+/// Resolve `endpoint` (absolute) with an address-family preference.
+///
+/// # Errors
+/// A [`StepError`] with a DNS failure class; see [`classify_dns`].
+pub async fn resolve_with(
+    resolver: &TokioResolver,
+    endpoint: &str,
+    family: AddressFamily,
+) -> Result<Resolution, StepError> {
     let mut name = Name::from_str(endpoint).map_err(|e| StepError {
         class: FailureClass::DnsError,
         message: format!("invalid name {endpoint:?}: {e}"),
     })?;
     name.set_fqdn(true);
-    let lookup = match resolver.lookup(name.clone(), RecordType::A).await {
-        Ok(l) => l,
-        Err(e) if classify_dns(&e) == FailureClass::DnsNodata => resolver
-            .lookup(name, RecordType::AAAA)
-            .await
-            .map_err(to_step_error)?,
-        Err(e) => return Err(to_step_error(e)),
+    let (first, fallback) = match family {
+        AddressFamily::Ipv4ThenIpv6 => (RecordType::A, Some(RecordType::AAAA)),
+        AddressFamily::Ipv6ThenIpv4 => (RecordType::AAAA, Some(RecordType::A)),
+        AddressFamily::Ipv4 => (RecordType::A, None),
+        AddressFamily::Ipv6 => (RecordType::AAAA, None),
     };
-    let mut out = Resolution::default();
+    let lookup = match (resolver.lookup(name.clone(), first).await, fallback) {
+        (Ok(l), _) => l,
+        (Err(e), Some(second)) if classify_dns(&e) == FailureClass::DnsNodata => {
+            resolver.lookup(name, second).await.map_err(to_step_error)?
+        }
+        (Err(e), _) => return Err(to_step_error(e)),
+    };
+    let mut out = Resolution {
+        rcode: format!("{:?}", lookup.message().metadata.response_code),
+        authoritative: lookup.message().metadata.authoritative,
+        ..Default::default()
+    };
     for r in lookup.answers() {
         let (rtype, data) = match &r.data {
             RData::A(a) => {
@@ -238,6 +277,7 @@ mod tests {
             nameservers: None,
             resolv_conf: path,
             timeout: std::time::Duration::from_secs(1),
+            address_family: AddressFamily::Ipv4ThenIpv6,
         })
     }
 

@@ -18,6 +18,7 @@ fn dns(servers: &[SocketAddr], timeout_ms: u64) -> Dns {
         nameservers: Some(servers.to_vec()),
         resolv_conf: "/nonexistent".into(),
         timeout: Duration::from_millis(timeout_ms),
+        address_family: readyprobe::probe::resolve::AddressFamily::Ipv4ThenIpv6,
     }
 }
 
@@ -77,4 +78,32 @@ async fn a_dead_first_nameserver_does_not_stall_attempts() {
         slowest < Duration::from_millis(700),
         "slowest lookup took {slowest:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn address_family_preference_and_answer_metadata() {
+    use readyprobe::probe::resolve::{AddressFamily, resolve_with};
+    let zone = DnsServer::start("orders.internal.example").await;
+    let r = build_resolver(&dns(&[zone.addr()], 500)).unwrap();
+    zone.set_addrs(
+        "mysql-primary",
+        &["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()],
+        5,
+    )
+    .await;
+    let v4 = resolve_with(&r, NAME, AddressFamily::Ipv4ThenIpv6)
+        .await
+        .unwrap();
+    assert_eq!(v4.addresses, vec!["127.0.0.1".parse::<IpAddr>().unwrap()]);
+    assert_eq!((v4.rcode.as_str(), v4.authoritative), ("NoError", true));
+    let v6 = resolve_with(&r, NAME, AddressFamily::Ipv6ThenIpv4)
+        .await
+        .unwrap();
+    assert_eq!(v6.addresses, vec!["::1".parse::<IpAddr>().unwrap()]);
+    zone.set_addrs("mysql-primary", &["::1".parse().unwrap()], 5)
+        .await;
+    let e = resolve_with(&r, NAME, AddressFamily::Ipv4)
+        .await
+        .unwrap_err();
+    assert_eq!(e.class, FailureClass::DnsNodata);
 }
