@@ -120,8 +120,11 @@ fn every_example_config_in_probes_is_valid() {
             match readyprobe::config::load(&p) {
                 Ok(_) => {}
                 Err(e) => {
+                    // Files an example names (CA bundle, client certificate) may not exist here.
                     assert!(
-                        e.issues.iter().all(|i| i.key == "probe.mysql.ssl_ca"),
+                        e.issues.iter().all(|i| i.key.ends_with(".ssl_ca")
+                            || i.key.ends_with(".ssl_cert")
+                            || i.key.ends_with(".ssl_key")),
                         "{e}"
                     );
                 }
