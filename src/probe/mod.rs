@@ -408,6 +408,14 @@ pub async fn run_attempt(
             .await
             .map_err(|e| (Step::Connect, e))?;
         address = Some(addr.to_string());
+        // Template variables of the http and otlp kinds.
+        let vars = http::Vars {
+            marker: &marker,
+            seq,
+            prober_id: &probe.prober_id,
+            branch: &probe.branch.name,
+            endpoint,
+        };
         match &probe.target {
             Target::Mysql(t) => {
                 let observed_at = rfc3339(clock.now_ms())
@@ -442,13 +450,7 @@ pub async fn run_attempt(
                     &deadline,
                     stream,
                     probe.branch.port,
-                    http::Vars {
-                        marker: &marker,
-                        seq,
-                        prober_id: &probe.prober_id,
-                        branch: &probe.branch.name,
-                        endpoint,
-                    },
+                    vars,
                     &mut tls_info,
                     &mut obs,
                 )
@@ -464,13 +466,7 @@ pub async fn run_attempt(
                     &deadline,
                     stream,
                     probe.branch.port,
-                    http::Vars {
-                        marker: &marker,
-                        seq,
-                        prober_id: &probe.prober_id,
-                        branch: &probe.branch.name,
-                        endpoint,
-                    },
+                    vars,
                     (clock.now_ms().max(0) as u64) * 1_000_000,
                     &mut tls_info,
                     &mut obs,

@@ -7,27 +7,12 @@ use readyprobe::clock::Clock;
 use readyprobe::failure::{FailureClass, Step};
 use readyprobe::probe::{Outcome, prepare, run_attempt};
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
 use tokio::net::TcpListener;
 
 const NAME: &str = "gateway.orders.internal.example";
 
 async fn tls_server(cert: &crate::support::tls::ServerCert) -> (u16, tokio::task::JoinHandle<()>) {
-    use rustls::pki_types::pem::PemObject;
-    let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(cert.cert_pem_path())
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(cert.key_pem_path()).unwrap();
-    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let acceptor = tokio_rustls::TlsAcceptor::from(cert.rustls_server_config());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let task = tokio::spawn(async move {

@@ -227,6 +227,26 @@ pub struct ServerCert {
 }
 
 impl ServerCert {
+    /// A rustls server configuration serving this certificate (for in-test TLS servers).
+    pub fn rustls_server_config(&self) -> Arc<rustls::ServerConfig> {
+        use rustls::pki_types::pem::PemObject;
+        let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(&self.cert_pem_path)
+            .expect("read certificate")
+            .collect::<Result<_, _>>()
+            .expect("parse certificate");
+        let key =
+            rustls::pki_types::PrivateKeyDer::from_pem_file(&self.key_pem_path).expect("read key");
+        let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("server certificate");
+        Arc::new(cfg)
+    }
+
     /// The issuing CA certificate file (PEM).
     pub fn ca_pem_path(&self) -> &Path {
         &self.ca_pem_path
