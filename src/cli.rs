@@ -84,7 +84,8 @@ pub enum Command {
         config: PathBuf,
     },
     /// Run one attempt against one branch now and print every step (a debugging aid). The
-    /// attempt is real: it upserts this prober's canary row on the branch. Exit 0 when the
+    /// attempt is real: the mysql kind upserts this prober's canary row, the http kind sends its
+    /// marked request, the otlp kind exports its marked data point. Exit 0 when the
     /// attempt succeeded, 1 when it failed, 64 invalid config, 78 secret/CA/resolv.conf
     /// unavailable.
     Probe {
@@ -926,7 +927,7 @@ pub fn plan(cfg: &Config) -> String {
         ("Heartbeat", "Count", "Service"),
         ("BothBranchesUnready", "None (0/1)", "Service"),
     ] {
-        let _ = writeln!(s, "  {m:<20} {unit:<14} [{dims}]");
+        let _ = writeln!(s, "  {m:<22} {unit:<14} [{dims}]");
     }
     let _ = writeln!(s, "evidence: {}", cfg.evidence_path.display());
     let _ = writeln!(

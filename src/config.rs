@@ -1694,13 +1694,24 @@ impl Validator<'_> {
                 );
                 continue;
             };
+            const SENSITIVE: [&str; 5] = [
+                "authorization",
+                "proxy-authorization",
+                "cookie",
+                "x-api-key",
+                "x-auth-token",
+            ];
             match v {
+                RawHeaderValue::Plain(_) if SENSITIVE.contains(&hn.as_str()) => self.error(
+                    format!("{prefix}.headers.{name}"),
+                    "carries a credential: give it by reference, { env = \"VAR\" } or { file = \"/run/secrets/x\" } (the inline value is not shown)",
+                ),
                 RawHeaderValue::Plain(p) => headers.push((hn, HeaderValueSource::Plain(p))),
                 RawHeaderValue::Secret(r) => match (r.env, r.file) {
                     (Some(e), None) if !e.is_empty() => {
                         headers.push((hn, HeaderValueSource::Secret(SecretRef::Env(e))))
                     }
-                    (None, Some(f)) => {
+                    (None, Some(f)) if !f.as_os_str().is_empty() => {
                         headers.push((hn, HeaderValueSource::Secret(SecretRef::File(rel(f)))))
                     }
                     _ => self.error(
@@ -2302,6 +2313,27 @@ endpoint = "mysql-secondary.orders.internal.example"
         let c = parse(Path::new("t.toml"), &ok).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.branches[1].port, 443);
         assert!(c.warnings.iter().any(|w| w.contains("liveness-level")));
+    }
+
+    #[test]
+    fn credential_headers_only_by_reference() {
+        let http = with(
+            "[probe.mysql]\nuser = \"readyprobe\"\npassword = { env = \"PW\" }\nssl_mode = \"required\"",
+            "[probe.http]\nssl_mode = \"disabled\"\npath = \"/orders\"\nheaders = { Authorization = \"Bearer hunter2\" }",
+        )
+        .replace("kind = \"mysql\"", "kind = \"http\"");
+        let got = issues(&http);
+        assert!(
+            got.iter()
+                .any(|i| i.key == "probe.http.headers.Authorization"),
+            "{got:?}"
+        );
+        assert!(
+            got.iter().all(|i| !i.message.contains("hunter2")),
+            "{got:?}"
+        );
+        let ok = http.replace("\"Bearer hunter2\"", "{ env = \"TOKEN\" }");
+        assert!(issues(&ok).is_empty(), "{:?}", issues(&ok));
     }
 
     #[test]

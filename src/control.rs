@@ -208,7 +208,7 @@ pub fn decide(approval: &Approval, readiness: &Readiness, now: Millis) -> Decisi
 /// Why the evidence at `now` does not support readiness, if it does not: fewer than
 /// `min_attempts` in the ready window, a success rate below the ready threshold, or the unready
 /// condition holding.
-fn not_ready_now(r: &Readiness, now: Millis) -> Option<String> {
+pub fn not_ready_now(r: &Readiness, now: Millis) -> Option<String> {
     let p = r.policy();
     let w = r.window_stats(now, p.declare_ready.window);
     if w.finished < p.min_attempts {

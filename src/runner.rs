@@ -105,6 +105,7 @@ struct TickAcc {
     attempts: u64,
     failed: u64,
     steps: BTreeMap<&'static str, Vec<f64>>,
+    cert_not_after: Option<Millis>,
 }
 
 async fn sink_task(
@@ -258,7 +259,6 @@ where
         clock,
         outstanding: BTreeMap::new(),
         next_batch: 0,
-        cert_not_after: BTreeMap::new(),
         recorded: Default::default(),
     };
     let now = clock.now_ms();
@@ -491,8 +491,6 @@ struct Ctx<'a> {
     /// Batches handed to a sink and not yet reported: (sink, id) → (reason, datums).
     outstanding: BTreeMap<(&'static str, u64), (&'static str, usize)>,
     next_batch: u64,
-    /// Leaf certificate `notAfter` per branch, as last seen.
-    cert_not_after: BTreeMap<String, Millis>,
     /// Approval ids whose decision this process has recorded in the evidence.
     recorded: std::collections::BTreeSet<String>,
 }
@@ -539,6 +537,8 @@ impl Ctx<'_> {
                             if d.applied
                                 && r.state() == ReadinessState::PendingApproval
                                 && r.since().is_none_or(|s| a.at >= s)
+                                && a.expires_at > now
+                                && control::not_ready_now(r, now).is_none()
                             {
                                 let _ = r.approve(now);
                             }
@@ -757,8 +757,10 @@ impl Ctx<'_> {
                 tracing::debug!(branch = %a.branch, seq = a.seq, %step, %class, %message, "attempt failed")
             }
         }
-        if let Some(na) = a.tls.as_ref().and_then(|t| t.leaf_not_after) {
-            self.cert_not_after.insert(a.branch.clone(), na);
+        if let Some(na) = a.tls.as_ref().and_then(|t| t.leaf_not_after)
+            && let Some(t) = self.acc.get_mut(&a.branch)
+        {
+            t.cert_not_after = Some(na);
         }
         self.evidence.write("attempt", a.finished_at, &a);
         let Some(r) = self.readiness.get_mut(&a.branch) else {
@@ -842,7 +844,8 @@ impl Ctx<'_> {
                 attempts: a.attempts,
                 failed: a.failed,
                 step_durations: a.steps.into_iter().collect(),
-                cert_not_after: self.cert_not_after.get(&b).copied(),
+                // Only what a handshake showed since the last tick: no handshake, no datum.
+                cert_not_after: a.cert_not_after,
             });
         }
         let all_unready = ticks.iter().all(|t| t.is_known && !t.is_ready);

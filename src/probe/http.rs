@@ -127,6 +127,11 @@ pub(crate) async fn send(
     sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
     req: http::Request<Full<Bytes>>,
 ) -> Result<(http::StatusCode, http::HeaderMap, Bytes), StepError> {
+    // HTTP/1.1 takes one request at a time: wait until the previous exchange is done.
+    sender
+        .ready()
+        .await
+        .map_err(|e| fail(classify_hyper(&e), format!("HTTP connection: {e}")))?;
     let resp = sender
         .send_request(req)
         .await

@@ -27,6 +27,15 @@ pub const CANARY_METRIC: &str = "readyprobe.canary";
 /// Attribute carrying the attempt's marker.
 pub const MARKER_ATTRIBUTE: &str = "readyprobe.marker";
 
+/// The body of a failed OTLP/HTTP export (`google.rpc.Status`), as far as it is read here.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+}
+
 /// A prepared otlp probe.
 #[derive(Clone)]
 pub struct OtlpTarget {
@@ -152,7 +161,18 @@ pub async fn run(
             })?;
             let (status, _, body) = super::http::send(&mut snd, req).await?;
             observed.status = Some(status.as_u16());
-            let resp = ExportMetricsServiceResponse::decode(body.as_ref()).ok();
+            if !status.is_success() {
+                // A failed export answers a google.rpc.Status, whose message says why.
+                if let Ok(st) = RpcStatus::decode(body.as_ref())
+                    && !st.message.is_empty()
+                {
+                    observed.message = Some(st.message);
+                }
+            }
+            let resp = status
+                .is_success()
+                .then(|| ExportMetricsServiceResponse::decode(body.as_ref()).ok())
+                .flatten();
             let partial = resp.and_then(|r| r.partial_success);
             if let Some(p) = &partial {
                 if !p.error_message.is_empty() {

@@ -100,7 +100,16 @@ async fn otlp_export_accepted_rejected_and_refused() {
                                         }),
                                     },
                                 ),
-                                Mode::BadRequest => reply(400, Default::default()),
+                                Mode::BadRequest => {
+                                    // google.rpc.Status { code: 3, message: "bad resource" }, by hand.
+                                    let mut b = vec![0x08, 0x03, 0x12, 12];
+                                    b.extend_from_slice(b"bad resource");
+                                    hyper::Response::builder()
+                                        .status(400)
+                                        .header("content-type", "application/x-protobuf")
+                                        .body(Full::new(Bytes::from(b)))
+                                        .unwrap()
+                                }
                                 Mode::Unavailable => reply(503, Default::default()),
                             })
                         }
@@ -191,6 +200,12 @@ endpoint = "otel-primary.telemetry.internal.example"
             "{m:?}: {a:?}"
         );
         assert_eq!(a.otlp.as_ref().unwrap().status, Some(status));
+        if m == Mode::BadRequest {
+            assert_eq!(
+                a.otlp.as_ref().unwrap().message.as_deref(),
+                Some("bad resource")
+            );
+        }
     }
     server.abort();
 }
