@@ -252,6 +252,14 @@ async fn async_main(cli: Cli) -> ExitCode {
         Command::Check { config } => match load(&config, id) {
             Ok(cfg) => {
                 print!("{}", plan(&cfg));
+                // What `run` would prepare: CA bundles, client identities, resolv.conf, secrets.
+                if let Err(e) = probe::prepare(&cfg) {
+                    println!("warning: {e} (run would exit 78)");
+                }
+                // What `run` would prepare: CA bundles, client identities, resolv.conf, secrets.
+                if let Err(e) = probe::prepare(&cfg) {
+                    println!("warning: {e} (run would exit 78)");
+                }
                 match &cfg.probe.kind {
                     ProbeKind::Mysql(m) => {
                         if let Err(e) = m.password.resolve() {

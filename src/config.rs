@@ -837,7 +837,19 @@ fn toml_issue(text: &str, e: &toml::de::Error) -> Issue {
         let at_top = e.span().is_none_or(|sp| sp.start == 0);
         key = Some(match (at_top, key) {
             (true, _) | (_, None) => field.to_string(),
-            (false, Some(k)) => format!("{}.{field}", table_of(&k)),
+            (false, Some(k)) => {
+                // On a `[table]` header line the table itself lacks the field.
+                let on_header = e.span().is_some_and(|sp| {
+                    text[sp.start.min(text.len())..]
+                        .trim_start()
+                        .starts_with('[')
+                });
+                if on_header {
+                    format!("{k}.{field}")
+                } else {
+                    format!("{}.{field}", table_of(&k))
+                }
+            }
         });
         if at_top {
             line = None;
@@ -1663,6 +1675,20 @@ impl Validator<'_> {
                 format!("{prefix}.path"),
                 "must start with '/' (the host is the branch's endpoint)",
             );
+        } else {
+            // Rendered with a sample marker, it must be a valid request target.
+            let sample = path
+                .replace("{{marker}}", "0123456789abcdef0123456789abcdef")
+                .replace("{{seq}}", "1")
+                .replace("{{prober_id}}", "p")
+                .replace("{{branch}}", "b")
+                .replace("{{endpoint}}", "e.example");
+            if sample.parse::<http::uri::PathAndQuery>().is_err() {
+                self.error(
+                    format!("{prefix}.path"),
+                    "is not a valid request path (spaces and other characters must be percent-encoded)",
+                );
+            }
         }
         let expect_status = expect_status.unwrap_or_default();
         if expect_status.iter().any(|c| !(100..=599).contains(c)) {
@@ -1706,6 +1732,10 @@ impl Validator<'_> {
                     format!("{prefix}.headers.{name}"),
                     "carries a credential: give it by reference, { env = \"VAR\" } or { file = \"/run/secrets/x\" } (the inline value is not shown)",
                 ),
+                RawHeaderValue::Plain(p) if http::HeaderValue::from_str(&p).is_err() => self.error(
+                    format!("{prefix}.headers.{name}"),
+                    "is not a valid header value (control characters such as CR/LF are not allowed)",
+                ),
                 RawHeaderValue::Plain(p) => headers.push((hn, HeaderValueSource::Plain(p))),
                 RawHeaderValue::Secret(r) => match (r.env, r.file) {
                     (Some(e), None) if !e.is_empty() => {
@@ -1740,8 +1770,11 @@ impl Validator<'_> {
             self.error("probe.otlp.port", "must be 1–65535");
         }
         let path = o.path.unwrap_or_else(|| "/v1/metrics".into());
-        if !path.starts_with('/') {
-            self.error("probe.otlp.path", "must start with '/'");
+        if !path.starts_with('/') || path.parse::<http::uri::PathAndQuery>().is_err() {
+            self.error(
+                "probe.otlp.path",
+                "must be a valid request path starting with '/' (percent-encode other characters)",
+            );
         }
         let headers = self.headers("probe.otlp", o.headers, rel);
         Some(OtlpProbe {
@@ -2334,6 +2367,18 @@ endpoint = "mysql-secondary.orders.internal.example"
         );
         let ok = http.replace("\"Bearer hunter2\"", "{ env = \"TOKEN\" }");
         assert!(issues(&ok).is_empty(), "{:?}", issues(&ok));
+        let bad_value = ok.replace(
+            "{ env = \"TOKEN\" }",
+            "{ env = \"TOKEN\" }, x-note = \"a\\r\\nX-Injected: 1\"",
+        );
+        let got = issues(&bad_value);
+        assert!(
+            got.iter().any(|i| i.key == "probe.http.headers.x-note"),
+            "{got:?}"
+        );
+        let bad_path = ok.replace("path = \"/orders\"", "path = \"/a b\"");
+        let got = issues(&bad_path);
+        assert!(got.iter().any(|i| i.key == "probe.http.path"), "{got:?}");
     }
 
     #[test]

@@ -62,7 +62,7 @@ pub fn classify_io(e: &io::Error) -> FailureClass {
         ConnectionReset | ConnectionAborted | BrokenPipe => FailureClass::TcpReset,
         UnexpectedEof => FailureClass::ServerGoneAway,
         // Bytes that are not the expected protocol (e.g. an HTTP server on the MySQL port).
-        InvalidData => FailureClass::ProtocolError,
+        InvalidData | InvalidInput => FailureClass::ProtocolError,
         _ => match e.raw_os_error() {
             // EHOSTUNREACH, ENETUNREACH on Linux
             Some(113) | Some(101) => FailureClass::TcpUnreachable,

@@ -166,7 +166,7 @@ fn build(
     host: &str,
     body: Option<String>,
 ) -> Result<http::Request<Full<Bytes>>, StepError> {
-    let mut b = http::Request::builder()
+    let b = http::Request::builder()
         .method(spec.method.clone())
         .uri(render(&spec.path, v))
         .header(http::header::HOST, host)
@@ -174,16 +174,25 @@ fn build(
             http::header::USER_AGENT,
             concat!("readyprobe/", env!("CARGO_PKG_VERSION")),
         );
-    for (n, val) in &t.headers {
-        b = b.header(n, render(val, v));
-    }
-    b.body(Full::new(Bytes::from(body.unwrap_or_default())))
+    let mut req = b
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
         .map_err(|e| {
             fail(
                 FailureClass::ProtocolError,
                 format!("cannot build the request: {e}"),
             )
-        })
+        })?;
+    // Configured headers replace the defaults (e.g. Host), they never add a second one.
+    for (n, val) in &t.headers {
+        let value = http::HeaderValue::from_str(&render(val, v)).map_err(|_| {
+            fail(
+                FailureClass::ProtocolError,
+                format!("header {n}: the rendered value is not a valid header value"),
+            )
+        })?;
+        req.headers_mut().insert(n.clone(), value);
+    }
+    Ok(req)
 }
 
 /// The `tls` step when a client configuration is given, else the plain stream.
@@ -240,6 +249,7 @@ pub async fn run(
     observed: &mut HttpObservation,
 ) -> Result<(), (Step, StepError)> {
     let s = &t.settings;
+    let peer = stream.peer_addr().ok();
     let io = tls_or_plain(&t.tls, steps, deadline, stream, v.endpoint, tls_out).await?;
     let default_port = if t.tls.is_some() { 443 } else { 80 };
     let host = if port == default_port {
@@ -306,13 +316,31 @@ pub async fn run(
                     let matches = match got {
                         Some(serde_json::Value::String(s)) => s == &want,
                         // A number or boolean compares by its JSON text (`42`, `true`).
+                        // Numbers compare by value (`1e2` = `100`), booleans and null by text.
+                        Some(serde_json::Value::Number(n)) => {
+                            match (n.as_f64(), want.parse::<f64>()) {
+                                (Some(a), Ok(b)) => a == b,
+                                _ => false,
+                            }
+                        }
                         Some(other) => serde_json::to_string(other).is_ok_and(|t| t == want),
                         None => false,
                     };
                     if !matches {
                         return Err(fail(
                             FailureClass::HttpBodyMismatch,
-                            format!("JSON {pointer} is {got:?}, expected {want:?}"),
+                            format!(
+                                "JSON {pointer} is {}, expected {want:?}",
+                                got.map(|g| {
+                                    let mut t = g.to_string();
+                                    if t.len() > 200 {
+                                        t.truncate(t.floor_char_boundary(200));
+                                        t.push('…');
+                                    }
+                                    t
+                                })
+                                .unwrap_or_else(|| "absent".into())
+                            ),
                         ));
                     }
                 }
@@ -323,11 +351,26 @@ pub async fn run(
 
         // verify: the read-back request must find the marker.
         if let Some(spec) = &s.verify {
-            let snd = sender.as_mut().expect("set by the write step");
+            // The read-back uses a connection of its own to the same address: a server may close
+            // the write's connection (`Connection: close`, HTTP/1.0, keep-alive limits).
+            drop(sender.take());
             steps
                 .run(Step::Verify, deadline.step(Step::Verify), async {
+                    let addr = peer.ok_or_else(|| {
+                        fail(FailureClass::TcpReset, "the write connection has no peer address".into())
+                    })?;
+                    let stream = TcpStream::connect(addr).await.map_err(|e| {
+                        fail(super::connect::classify_io(&e), format!("verify connect to {addr}: {e}"))
+                    })?;
+                    let io: Box<dyn Io> = match &t.tls {
+                        Some(cfg) => Box::new(super::tls::handshake(cfg.clone(), v.endpoint, stream).await?.0),
+                        None => Box::new(stream),
+                    };
+                    let (mut snd, conn) = open(io).await?;
                     let req = build(spec, t, &v, &host, None)?;
-                    let (status, _, body) = send(snd, req).await?;
+                    let r = send(&mut snd, req).await;
+                    conn.abort();
+                    let (status, _, body) = r?;
                     observed.verify_status = Some(status.as_u16());
                     if !status_ok(spec, status) {
                         return Err(fail(

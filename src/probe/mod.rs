@@ -122,6 +122,14 @@ impl Steps {
                 ),
             }),
         };
+        // Messages go into every evidence record: keep them to a readable size.
+        let r = r.map_err(|mut e| {
+            if e.message.len() > 1024 {
+                e.message.truncate(e.message.floor_char_boundary(1024));
+                e.message.push('…');
+            }
+            e
+        });
         self.records.push(StepRecord {
             step,
             duration_ms: start.elapsed().as_secs_f64() * 1000.0,

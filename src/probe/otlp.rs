@@ -141,7 +141,7 @@ pub async fn run(
             let (mut snd, conn) = super::http::open(io).await?;
             conn_task = Some(conn);
             let body = export_request(&v, time_unix_nano).encode_to_vec();
-            let mut b = http::Request::builder()
+            let b = http::Request::builder()
                 .method(http::Method::POST)
                 .uri(&t.settings.path)
                 .header(http::header::HOST, &host)
@@ -150,16 +150,17 @@ pub async fn run(
                     http::header::USER_AGENT,
                     concat!("readyprobe/", env!("CARGO_PKG_VERSION")),
                 );
-            for (n, val) in &t.headers {
-                b = b.header(n, val);
-            }
-            let req = b.body(Full::new(Bytes::from(body))).map_err(|e| {
-                fail(
-                    FailureClass::ProtocolError,
-                    format!("cannot build the request: {e}"),
-                )
+            let mut req = b.body(Full::new(Bytes::from(body))).map_err(|e| {
+                fail(FailureClass::ProtocolError, format!("cannot build the request: {e}"))
             })?;
-            let (status, _, body) = super::http::send(&mut snd, req).await?;
+            // Configured headers replace the defaults, they never add a second one.
+            for (n, val) in &t.headers {
+                let value = http::HeaderValue::from_str(val).map_err(|_| {
+                    fail(FailureClass::ProtocolError, format!("header {n} is not a valid header value"))
+                })?;
+                req.headers_mut().insert(n.clone(), value);
+            }
+            let (status, headers, body) = super::http::send(&mut snd, req).await?;
             observed.status = Some(status.as_u16());
             if !status.is_success() {
                 // A failed export answers a google.rpc.Status, whose message says why.
@@ -169,11 +170,38 @@ pub async fn run(
                     observed.message = Some(st.message);
                 }
             }
-            let resp = status
-                .is_success()
-                .then(|| ExportMetricsServiceResponse::decode(body.as_ref()).ok())
-                .flatten();
-            let partial = resp.and_then(|r| r.partial_success);
+            let partial = if status.is_success() {
+                // A 2xx must carry an export response (an empty body is an empty response);
+                // anything else (an HTML page, JSON, garbage) is not an OTLP gateway's answer.
+                let content_type = headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok());
+                if !body.is_empty()
+                    && !content_type.is_none_or(|v| v.starts_with("application/x-protobuf"))
+                {
+                    return Err(fail(
+                        FailureClass::ProtocolError,
+                        format!(
+                            "answered {status} with content-type {content_type:?}, not an OTLP protobuf response"
+                        ),
+                    ));
+                }
+                let resp = ExportMetricsServiceResponse::decode(body.as_ref()).map_err(|e| {
+                    fail(
+                        FailureClass::ProtocolError,
+                        format!("answered {status} with a body that is not an export response: {e}"),
+                    )
+                })?;
+                resp.partial_success
+            } else {
+                None
+            };
+            if partial.as_ref().is_some_and(|p| p.rejected_data_points < 0) {
+                return Err(fail(
+                    FailureClass::ProtocolError,
+                    "the gateway reported a negative rejected count".into(),
+                ));
+            }
             if let Some(p) = &partial {
                 if !p.error_message.is_empty() {
                     observed.message = Some(p.error_message.clone());

@@ -25,6 +25,8 @@ enum Mode {
     WrongId,
     WrongBranch,
     Forgetful,
+    /// Good answers, but every connection is closed after one response.
+    Closing,
 }
 
 struct Server {
@@ -70,6 +72,14 @@ async fn start(ca: &TestCa) -> Server {
                             let resp = |status: u16, branch: &str, body: String| {
                                 hyper::Response::builder()
                                     .status(status)
+                                    .header(
+                                        "connection",
+                                        if mode == Mode::Closing {
+                                            "close"
+                                        } else {
+                                            "keep-alive"
+                                        },
+                                    )
                                     .header("x-branch", branch)
                                     .body(Full::new(Bytes::from(body)))
                                     .unwrap()
@@ -199,6 +209,9 @@ async fn marked_request_checks_and_read_back() {
         async move { run_attempt(probe, resolver, clock, s).await }
     };
 
+    // A server that closes after each response still passes: verify opens its own connection.
+    let a = attempt(Mode::Closing).await;
+    assert_eq!(a.outcome, Outcome::Success, "{a:?}");
     let a = attempt(Mode::Good).await;
     assert_eq!(a.outcome, Outcome::Success, "{a:?}");
     let steps: Vec<_> = a.steps.iter().map(|s| s.step.as_str()).collect();

@@ -23,6 +23,8 @@ enum Mode {
     Partial,
     BadRequest,
     Unavailable,
+    /// 200 with an HTML page (a login portal, a proxy error page).
+    Html,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,6 +113,11 @@ async fn otlp_export_accepted_rejected_and_refused() {
                                         .unwrap()
                                 }
                                 Mode::Unavailable => reply(503, Default::default()),
+                                Mode::Html => hyper::Response::builder()
+                                    .status(200)
+                                    .header("content-type", "text/html")
+                                    .body(Full::new(Bytes::from("<html>sign in</html>")))
+                                    .unwrap(),
                             })
                         }
                     },
@@ -184,6 +191,20 @@ endpoint = "otel-primary.telemetry.internal.example"
         "metric name readyprobe.canary not allowed"
     );
     assert_eq!(evidence["otlp"]["rejected"], 1);
+
+    *mode.lock().unwrap() = Mode::Html;
+    let a = run_attempt(&probes[0], &resolver, &clock, 4).await;
+    assert!(
+        matches!(
+            a.outcome,
+            Outcome::Failure {
+                step: Step::Write,
+                class: FailureClass::ProtocolError,
+                ..
+            }
+        ),
+        "a 200 that is not an OTLP response is not a success: {a:?}"
+    );
 
     for (m, status) in [(Mode::BadRequest, 400), (Mode::Unavailable, 503)] {
         *mode.lock().unwrap() = m;
