@@ -31,6 +31,23 @@ pub async fn run(
             let info = steps
                 .run(Step::Tls, deadline.step(Step::Tls), async move {
                     let (mut tls, info) = super::tls::handshake(cfg, endpoint, stream).await?;
+                    // Under TLS 1.3 a server rejects a client certificate only after the
+                    // handshake, with an alert: listen briefly so that is not taken for success.
+                    let mut byte = [0u8; 1];
+                    if let Ok(Err(e)) = tokio::time::timeout(
+                        std::time::Duration::from_millis(100),
+                        tokio::io::AsyncReadExt::read(&mut tls, &mut byte),
+                    )
+                    .await
+                        && let Some(alert @ rustls::Error::AlertReceived(_)) =
+                            e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
+                    {
+                        // Only an alert is a rejection; a plain close after the handshake is not.
+                        return Err(StepError {
+                            class: super::tls::classify_tls(alert),
+                            message: format!("the server rejected the session after the TLS handshake with {endpoint}: {alert}"),
+                        });
+                    }
                     let _ = tls.shutdown().await;
                     Ok(info)
                 })

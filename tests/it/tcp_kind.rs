@@ -122,3 +122,78 @@ async fn tcp_kind_resolves_connects_and_checks_tls() {
         "{a:?}"
     );
 }
+
+/// A TLS 1.3 server that requires a client certificate rejects it after the handshake; the tcp
+/// kind must not report that as success. With the certificate it passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_kind_reports_a_rejected_client_certificate() {
+    use rustls::pki_types::pem::PemObject;
+    let ca = TestCa::new();
+    let cert = ca.server_cert(&[NAME], &[IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca.ca_pem_path()).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let client_verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
+            .build()
+            .unwrap();
+    let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(cert.cert_pem_path())
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(cert.key_pem_path()).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_client_cert_verifier(client_verifier)
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(cfg));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                if let Ok(mut tls) = acceptor.accept(s).await {
+                    let mut b = [0u8; 1];
+                    let _ = tokio::io::AsyncReadExt::read(&mut tls, &mut b).await;
+                }
+            });
+        }
+    });
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gateway", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), &dns, port, ca.ca_pem_path());
+    let cfg = readyprobe::config::load(&path).unwrap();
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    let a = run_attempt(&probes[0], &resolver, &Clock::start(), 1).await;
+    assert!(
+        matches!(
+            a.outcome,
+            Outcome::Failure {
+                step: Step::Tls,
+                ..
+            }
+        ),
+        "no client certificate must not pass: {a:?}"
+    );
+    let client = ca.client_cert("readyprobe-it");
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "ssl_mode = \"verify_identity\"",
+        &format!(
+            "ssl_mode = \"verify_identity\"\nssl_cert = \"{}\"\nssl_key = \"{}\"",
+            client.cert_pem_path().display(),
+            client.key_pem_path().display()
+        ),
+    );
+    std::fs::write(&path, text).unwrap();
+    let cfg = readyprobe::config::load(&path).unwrap();
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    let a = run_attempt(&probes[0], &resolver, &Clock::start(), 2).await;
+    assert_eq!(a.outcome, Outcome::Success, "{a:?}");
+    server.abort();
+}
