@@ -125,6 +125,9 @@ pub enum FailureClass {
     DeadlineExceeded,
     /// The peer broke the protocol (unexpected packet, malformed greeting).
     ProtocolError,
+    /// readyprobe itself failed during the attempt (a bug, reported in the message); the attempt
+    /// counts as failed so that nothing is silently lost.
+    InternalError,
 }
 
 impl FailureClass {
@@ -162,6 +165,7 @@ impl FailureClass {
             FailureClass::OtlpRejected => "otlp_rejected",
             FailureClass::DeadlineExceeded => "deadline_exceeded",
             FailureClass::ProtocolError => "protocol_error",
+            FailureClass::InternalError => "internal_error",
         }
     }
 }

@@ -58,16 +58,37 @@ pub async fn branch_loop(
             _ = ticker.tick() => {}
         }
         seq += 1;
-        let attempt = run_attempt(&probe, &resolver, &clock, seq);
-        tokio::pin!(attempt);
+        // Each attempt runs in a task of its own, so a bug that panics in one attempt is
+        // recorded as a failed attempt instead of silently ending this branch's loop.
+        let started_at = clock.now_ms();
+        let mut attempt = {
+            let (probe, resolver) = (probe.clone(), resolver.clone());
+            tokio::spawn(async move { run_attempt(&probe, &resolver, &clock, seq).await })
+        };
         let finished = tokio::select! {
             a = &mut attempt => Some(a),
             _ = stopped(&mut stop) => {
-                tokio::time::timeout(schedule.grace, &mut attempt).await.ok()
+                match tokio::time::timeout(schedule.grace, &mut attempt).await {
+                    Ok(a) => Some(a),
+                    Err(_) => {
+                        attempt.abort();
+                        None
+                    }
+                }
             }
         };
         let event = match finished {
-            Some(a) => BranchEvent::Attempt(Box::new(a)),
+            Some(Ok(a)) => BranchEvent::Attempt(Box::new(a)),
+            Some(Err(e)) => {
+                tracing::error!(branch = %probe.branch.name, seq, error = %e, "an attempt failed inside readyprobe; counted as failed");
+                BranchEvent::Attempt(Box::new(Attempt::internal_failure(
+                    &probe.branch.name,
+                    seq,
+                    started_at,
+                    clock.now_ms(),
+                    format!("internal error: {e}"),
+                )))
+            }
             None => BranchEvent::Abandoned {
                 branch: probe.branch.name.clone(),
                 seq,

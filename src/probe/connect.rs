@@ -31,10 +31,15 @@ pub async fn connect(
                 Err(e) => last = Some((addr, e)),
             }
         }
-        let (addr, e) = last.expect("resolve yields at least one address");
-        Err(StepError {
-            class: classify_io(&e),
-            message: format!("connect to {addr}: {e}"),
+        Err(match last {
+            Some((addr, e)) => StepError {
+                class: classify_io(&e),
+                message: format!("connect to {addr}: {e}"),
+            },
+            None => StepError {
+                class: FailureClass::DnsNodata,
+                message: "no address to connect to".into(),
+            },
         })
     };
     match tokio::time::timeout(timeout, attempt).await {

@@ -215,6 +215,36 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    /// An attempt that ended because readyprobe itself failed (e.g. a panic in a probe task).
+    pub fn internal_failure(
+        branch: &str,
+        seq: u64,
+        started_at: Millis,
+        finished_at: Millis,
+        message: String,
+    ) -> Self {
+        Attempt {
+            branch: branch.to_string(),
+            seq,
+            marker: String::new(),
+            started_at,
+            finished_at,
+            steps: Vec::new(),
+            answers: Vec::new(),
+            dns: None,
+            address: None,
+            tls: None,
+            server: None,
+            http: None,
+            otlp: None,
+            outcome: Outcome::Failure {
+                step: Step::Resolve,
+                class: FailureClass::InternalError,
+                message,
+            },
+        }
+    }
+
     /// The readiness core's view of this attempt.
     pub fn record(&self) -> AttemptRecord {
         AttemptRecord {

@@ -123,9 +123,10 @@ pub fn build_resolver(dns: &Dns) -> Result<TokioResolver, ResolverSetupError> {
     let config = ResolverConfig::from_parts(None, vec![], servers);
     let mut builder = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default());
     *builder.options_mut() = opts;
-    Ok(builder
-        .build()
-        .expect("a resolver with explicit nameservers and no TLS always builds"))
+    builder.build().map_err(|e| ResolverSetupError::Parse {
+        path: "(resolver)".into(),
+        reason: e.to_string(),
+    })
 }
 
 /// Resolve `endpoint` (absolute) with the default preference: A first, AAAA when the name has
