@@ -116,11 +116,38 @@ pub fn classify_hyper(e: &hyper::Error) -> FailureClass {
     let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
     while let Some(s) = src {
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            // A TLS alert or error surfacing on the HTTP connection (e.g. a client certificate
+            // rejected after a TLS 1.3 handshake) keeps its TLS class.
+            if let Some(r) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                return super::tls::classify_tls(r);
+            }
             return super::connect::classify_io(io);
         }
         src = s.source();
     }
     FailureClass::ProtocolError
+}
+
+/// [`send`], and when the request failed because the connection ended, the connection's own
+/// error as the cause (a TLS alert, bytes that are not HTTP), which says more than "canceled".
+pub(crate) async fn send_on(
+    sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    conn: &mut tokio::task::JoinHandle<Result<(), hyper::Error>>,
+    req: http::Request<Full<Bytes>>,
+) -> Result<(http::StatusCode, http::HeaderMap, Bytes), StepError> {
+    let r = send(sender, req).await;
+    match r {
+        Err(e) if e.class == FailureClass::ServerGoneAway => {
+            match tokio::time::timeout(std::time::Duration::from_millis(50), conn).await {
+                Ok(Ok(Err(cause))) => Err(fail(
+                    classify_hyper(&cause),
+                    format!("{}: the connection failed: {cause}", e.message),
+                )),
+                _ => Err(e),
+            }
+        }
+        other => other,
+    }
 }
 
 pub(crate) async fn send(
@@ -264,9 +291,9 @@ pub async fn run(
         steps
             .run(Step::Write, deadline.step(Step::Write), async {
                 let (mut snd, conn) = open(io).await?;
-                conn_task = Some(conn);
+                let conn = conn_task.insert(conn);
                 let req = build(&s.request, t, &v, &host, s.body.as_ref().map(|b| render(b, &v)))?;
-                let (status, headers, body) = send(&mut snd, req).await?;
+                let (status, headers, body) = send_on(&mut snd, conn, req).await?;
                 observed.status = Some(status.as_u16());
                 sender = Some(snd);
                 if !status_ok(&s.request, status) {
@@ -366,9 +393,9 @@ pub async fn run(
                         Some(cfg) => Box::new(super::tls::handshake(cfg.clone(), v.endpoint, stream).await?.0),
                         None => Box::new(stream),
                     };
-                    let (mut snd, conn) = open(io).await?;
+                    let (mut snd, mut conn) = open(io).await?;
                     let req = build(spec, t, &v, &host, None)?;
-                    let r = send(&mut snd, req).await;
+                    let r = send_on(&mut snd, &mut conn, req).await;
                     conn.abort();
                     let (status, _, body) = r?;
                     observed.verify_status = Some(status.as_u16());

@@ -139,7 +139,7 @@ pub async fn run(
     let r = steps
         .run(Step::Write, deadline.step(Step::Write), async {
             let (mut snd, conn) = super::http::open(io).await?;
-            conn_task = Some(conn);
+            let conn = conn_task.insert(conn);
             let body = export_request(&v, time_unix_nano).encode_to_vec();
             let b = http::Request::builder()
                 .method(http::Method::POST)
@@ -160,7 +160,7 @@ pub async fn run(
                 })?;
                 req.headers_mut().insert(n.clone(), value);
             }
-            let (status, headers, body) = super::http::send(&mut snd, req).await?;
+            let (status, headers, body) = super::http::send_on(&mut snd, conn, req).await?;
             observed.status = Some(status.as_u16());
             if !status.is_success() {
                 // A failed export answers a google.rpc.Status, whose message says why.

@@ -243,3 +243,43 @@ async fn marked_request_checks_and_read_back() {
     let a = attempt(Mode::Good).await;
     assert!(!serde_json::to_string(&a).unwrap().contains("s3cret"));
 }
+
+/// A server that speaks first (a MySQL greeting, an SSH banner) is not HTTP: the connection's own
+/// parse error is the cause, not a vague "connection gone".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_speaks_first_is_a_protocol_error() {
+    use tokio::io::AsyncWriteExt;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2\r\n").await;
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            });
+        }
+    });
+    let ca = TestCa::new();
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("api-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), &dns, port, ca.ca_pem_path());
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("ssl_mode = \"verify_identity\"", "ssl_mode = \"disabled\"");
+    std::fs::write(&path, text).unwrap();
+    let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    let a = run_attempt(&probes[0], &resolver, &Clock::start(), 1).await;
+    match &a.outcome {
+        Outcome::Failure { step, class, .. } => {
+            assert_eq!(
+                (*step, *class),
+                (Step::Write, FailureClass::ProtocolError),
+                "{a:?}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    server.abort();
+}
