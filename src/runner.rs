@@ -757,7 +757,7 @@ impl Ctx<'_> {
                 tracing::debug!(branch = %a.branch, seq = a.seq, %step, %class, %message, "attempt failed")
             }
         }
-        if let Some(na) = a.tls.as_ref().and_then(|t| t.leaf_not_after)
+        if let Some(na) = a.certificate_not_after
             && let Some(t) = self.acc.get_mut(&a.branch)
         {
             t.cert_not_after = Some(na);

@@ -197,9 +197,13 @@ pub struct Attempt {
     /// The address connected to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
-    /// TLS session facts.
+    /// TLS session facts (after a completed handshake).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<tls::TlsInfo>,
+    /// `notAfter` (ms since the epoch) of the server's leaf certificate as presented in this
+    /// attempt, whether or not it verified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate_not_after: Option<Millis>,
     /// Server identity from `verify`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<mysql::ServerIdentity>,
@@ -234,6 +238,7 @@ impl Attempt {
             dns: None,
             address: None,
             tls: None,
+            certificate_not_after: None,
             server: None,
             http: None,
             otlp: None,
@@ -516,7 +521,7 @@ pub async fn run_attempt(
         }
         Ok::<(), (Step, StepError)>(())
     };
-    let result = body.await;
+    let (result, certificate_not_after) = tls::with_seen_certificate(body).await;
     let outcome = match result {
         Ok(()) => Outcome::Success,
         Err((step, e)) => Outcome::Failure {
@@ -536,6 +541,7 @@ pub async fn run_attempt(
         dns: dns_meta,
         address,
         tls: tls_info,
+        certificate_not_after,
         server,
         http: http_obs,
         otlp: otlp_obs,

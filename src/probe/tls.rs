@@ -41,6 +41,62 @@ pub struct TlsInfo {
 #[error("TLS setup: {0}")]
 pub struct TlsSetupError(pub String);
 
+tokio::task_local! {
+    /// The `notAfter` (ms) of the last server leaf certificate a verifier saw in this attempt,
+    /// whether or not it verified.
+    static SEEN_NOT_AFTER: std::cell::Cell<Option<i64>>;
+}
+
+/// Run `f` (an attempt) and return what it returned plus the `notAfter` (ms since the epoch) of the
+/// last server leaf certificate presented during it, verified or not.
+pub async fn with_seen_certificate<F: std::future::Future>(f: F) -> (F::Output, Option<i64>) {
+    SEEN_NOT_AFTER
+        .scope(std::cell::Cell::new(None), async move {
+            let out = f.await;
+            (out, SEEN_NOT_AFTER.with(|c| c.get()))
+        })
+        .await
+}
+
+/// Records the leaf's `notAfter`, then lets the inner verifier decide.
+#[derive(Debug)]
+struct Recording(Arc<dyn ServerCertVerifier>);
+
+impl ServerCertVerifier for Recording {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let na = not_after_ms(end_entity.as_ref());
+        let _ = SEEN_NOT_AFTER.try_with(|c| c.set(na));
+        self.0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
@@ -84,20 +140,21 @@ pub fn client_config(
         SslMode::Disabled => return Ok(None),
         SslMode::Required => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAny(provider()))),
+            .with_custom_certificate_verifier(Arc::new(Recording(Arc::new(AcceptAny(provider()))))),
         SslMode::VerifyCa | SslMode::VerifyIdentity => {
             let path = ca.ok_or_else(|| TlsSetupError("ssl_ca is required".into()))?;
             let roots = Arc::new(load_roots(path)?);
             let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider())
                 .build()
                 .map_err(|e| TlsSetupError(e.to_string()))?;
-            if mode == SslMode::VerifyCa {
-                builder
-                    .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(IgnoreName(webpki)))
+            let inner: Arc<dyn ServerCertVerifier> = if mode == SslMode::VerifyCa {
+                Arc::new(IgnoreName(webpki))
             } else {
-                builder.with_webpki_verifier(webpki)
-            }
+                webpki
+            };
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(Recording(inner)))
         }
     };
     let cfg = match identity {
