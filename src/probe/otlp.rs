@@ -155,7 +155,7 @@ pub async fn run(
             })?;
             // Configured headers replace the defaults, they never add a second one.
             for (n, val) in &t.headers {
-                let value = http::HeaderValue::from_str(val).map_err(|_| {
+                let value = http::HeaderValue::from_str(&super::http::render(val, &v)).map_err(|_| {
                     fail(FailureClass::ProtocolError, format!("header {n} is not a valid header value"))
                 })?;
                 req.headers_mut().insert(n.clone(), value);
