@@ -575,10 +575,13 @@ async fn status(cfg: &Config, json: bool) -> ExitCode {
         Err(e) => return store_error(e),
     };
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).expect("serialises")
-        );
+        match serde_json::to_string_pretty(&doc) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the control document: {e}");
+                return ExitCode::from(EXIT_IO);
+            }
+        }
     } else {
         let branches: Vec<String> = cfg.branches.iter().map(|b| b.name.clone()).collect();
         print!(

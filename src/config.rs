@@ -812,8 +812,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         warnings: Vec::new(),
     };
     let cfg = v.validate(path, raw);
-    if v.issues.is_empty() {
-        let mut cfg = cfg.expect("a config is built when no issue was found");
+    if let (true, Some(mut cfg)) = (v.issues.is_empty(), cfg) {
         cfg.warnings = v.warnings;
         Ok(cfg)
     } else {

@@ -355,7 +355,12 @@ where
                     syncing = Some(ctx.start_sync());
                 }
             }
-            joined = async { syncing.as_mut().expect("guarded").await }, if syncing.is_some() => {
+            joined = async {
+                match syncing.as_mut() {
+                    Some(task) => task.await,
+                    None => std::future::pending().await,
+                }
+            }, if syncing.is_some() => {
                 syncing = None;
                 ctx.finish_sync(joined);
             }
@@ -566,7 +571,7 @@ impl Ctx<'_> {
                     },
                 );
                 doc.prune(now);
-                *out2.lock().expect("not poisoned") = decided;
+                *out2.lock().unwrap_or_else(|p| p.into_inner()) = decided;
                 Ok(())
             });
             let result = match tokio::time::timeout(bound, update).await {
@@ -579,7 +584,7 @@ impl Ctx<'_> {
                     ),
                 }),
             };
-            let decided = std::mem::take(&mut *out.lock().expect("not poisoned"));
+            let decided = std::mem::take(&mut *out.lock().unwrap_or_else(|p| p.into_inner()));
             SyncOutcome {
                 started: now,
                 result,
@@ -698,14 +703,12 @@ impl Ctx<'_> {
 
     /// End overrides whose expiry passed (no store round trip needed).
     fn expire_overrides(&mut self, now: Millis) {
-        let expired: Vec<String> = self
-            .overrides
-            .iter()
-            .filter(|(_, o)| !o.active(now))
-            .map(|(b, _)| b.clone())
-            .collect();
-        for b in expired {
-            let o = self.overrides.remove(&b).expect("present");
+        let (expired, active): (BTreeMap<_, _>, BTreeMap<_, _>) =
+            std::mem::take(&mut self.overrides)
+                .into_iter()
+                .partition(|(_, o)| !o.active(now));
+        self.overrides = active;
+        for (b, o) in expired {
             tracing::warn!(branch = %b, force = o.force.as_str(), "override expired: the computed readiness is published again");
             self.evidence.write(
                 "override",

@@ -250,7 +250,7 @@ impl FileStore {
         };
         let mut doc = self.read()?;
         change(&mut doc)?;
-        let body = serde_json::to_vec_pretty(&doc).expect("the control document serialises");
+        let body = serde_json::to_vec_pretty(&doc).map_err(|e| self.io("encode", e.into()))?;
         let tmp = self
             .path
             .with_extension(format!("json.tmp.{}", std::process::id()));
@@ -403,7 +403,7 @@ impl S3Store {
             }
             let (mut doc, etag) = self.load().await?;
             change(&mut doc)?;
-            let body = serde_json::to_vec_pretty(&doc).expect("the control document serialises");
+            let body = serde_json::to_vec_pretty(&doc).map_err(|e| self.io("encode", e))?;
             let mut put = self
                 .client
                 .put_object()

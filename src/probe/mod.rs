@@ -332,31 +332,16 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
         }
         ProbeKind::Http(h) => Target::Http(Box::new(http::HttpTarget {
             headers: http::resolve_headers(&h.headers)?,
-            tls: tls::client_config(
-                h.tls.ssl_mode,
-                h.tls.ssl_ca.as_deref(),
-                h.tls.tls_min_version,
-                h.tls.client_identity.as_ref(),
-            )?,
+            tls: tls::client_config_for(&h.tls)?,
             settings: (**h).clone(),
         })),
         ProbeKind::Otlp(o) => Target::Otlp(Box::new(otlp::OtlpTarget {
             headers: http::resolve_headers(&o.headers)?,
-            tls: tls::client_config(
-                o.tls.ssl_mode,
-                o.tls.ssl_ca.as_deref(),
-                o.tls.tls_min_version,
-                o.tls.client_identity.as_ref(),
-            )?,
+            tls: tls::client_config_for(&o.tls)?,
             settings: o.clone(),
         })),
         ProbeKind::Tcp(t) => Target::Tcp(tcp::TcpTarget {
-            tls: tls::client_config(
-                t.tls.ssl_mode,
-                t.tls.ssl_ca.as_deref(),
-                t.tls.tls_min_version,
-                t.tls.client_identity.as_ref(),
-            )?,
+            tls: tls::client_config_for(&t.tls)?,
         }),
     };
     let probes = cfg

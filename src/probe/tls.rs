@@ -58,9 +58,13 @@ pub async fn with_seen_certificate<F: std::future::Future>(f: F) -> (F::Output, 
         .await
 }
 
-/// Records the leaf's `notAfter`, then lets the inner verifier decide.
+/// Records the leaf's `notAfter`, then lets the inner verifier decide; with `ignore_name`
+/// (ssl-mode `verify_ca`) the chain must still verify but a name mismatch is accepted.
 #[derive(Debug)]
-struct Recording(Arc<dyn ServerCertVerifier>);
+struct Recording {
+    inner: Arc<dyn ServerCertVerifier>,
+    ignore_name: bool,
+}
 
 impl ServerCertVerifier for Recording {
     fn verify_server_cert(
@@ -73,8 +77,15 @@ impl ServerCertVerifier for Recording {
     ) -> Result<ServerCertVerified, rustls::Error> {
         let na = not_after_ms(end_entity.as_ref());
         let _ = SEEN_NOT_AFTER.try_with(|c| c.set(na));
-        self.0
+        match self
+            .inner
             .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if self.ignore_name => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
     }
     fn verify_tls12_signature(
         &self,
@@ -82,7 +93,7 @@ impl ServerCertVerifier for Recording {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        self.inner.verify_tls12_signature(message, cert, dss)
     }
     fn verify_tls13_signature(
         &self,
@@ -90,10 +101,10 @@ impl ServerCertVerifier for Recording {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        self.inner.verify_tls13_signature(message, cert, dss)
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.inner.supported_verify_schemes()
     }
 }
 
@@ -140,21 +151,22 @@ pub fn client_config(
         SslMode::Disabled => return Ok(None),
         SslMode::Required => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Recording(Arc::new(AcceptAny(provider()))))),
+            .with_custom_certificate_verifier(Arc::new(Recording {
+                inner: Arc::new(AcceptAny(provider())),
+                ignore_name: false,
+            })),
         SslMode::VerifyCa | SslMode::VerifyIdentity => {
             let path = ca.ok_or_else(|| TlsSetupError("ssl_ca is required".into()))?;
             let roots = Arc::new(load_roots(path)?);
             let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider())
                 .build()
                 .map_err(|e| TlsSetupError(e.to_string()))?;
-            let inner: Arc<dyn ServerCertVerifier> = if mode == SslMode::VerifyCa {
-                Arc::new(IgnoreName(webpki))
-            } else {
-                webpki
-            };
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Recording(inner)))
+                .with_custom_certificate_verifier(Arc::new(Recording {
+                    inner: webpki,
+                    ignore_name: mode == SslMode::VerifyCa,
+                }))
         }
     };
     let cfg = match identity {
@@ -184,6 +196,21 @@ pub fn client_config(
         }
     };
     Ok(Some(Arc::new(cfg)))
+}
+
+/// [`client_config`] for a kind's shared TLS settings.
+///
+/// # Errors
+/// As [`client_config`].
+pub fn client_config_for(
+    s: &crate::config::TlsSettings,
+) -> Result<Option<Arc<ClientConfig>>, TlsSetupError> {
+    client_config(
+        s.ssl_mode,
+        s.ssl_ca.as_deref(),
+        s.tls_min_version,
+        s.client_identity.as_ref(),
+    )
 }
 
 /// `notAfter` of a DER certificate, ms since the epoch (`None` when it cannot be parsed).
@@ -334,50 +361,6 @@ impl ServerCertVerifier for AcceptAny {
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// ssl-mode `verify_ca`: the chain must verify; a name mismatch is accepted.
-#[derive(Debug)]
-struct IgnoreName(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for IgnoreName {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
     }
 }
 

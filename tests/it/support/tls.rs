@@ -123,30 +123,7 @@ impl TestCa {
         let now = SystemTime::now();
         params.not_before = (now - DAY).into();
         params.not_after = (now + 365 * DAY).into();
-        let key = KeyPair::generate().expect("generate client key");
-        let cert = params
-            .signed_by(&key, &self.issuer)
-            .expect("sign client certificate");
-        let dir = tempfile::Builder::new()
-            .prefix("readyprobe-client-")
-            .tempdir()
-            .expect("create certificate temp dir");
-        let write = |name: &str, contents: &str| {
-            let path = dir.path().join(name);
-            std::fs::write(&path, contents).unwrap_or_else(|e| panic!("write {name}: {e}"));
-            path
-        };
-        let cert_pem = cert.pem();
-        let key_pem = key.serialize_pem();
-        ServerCert {
-            ca_pem_path: write("ca.pem", &self.ca_pem),
-            cert_pem_path: write("cert.pem", &cert_pem),
-            key_pem_path: write("key.pem", &key_pem),
-            ca_pem: self.ca_pem.clone(),
-            cert_pem,
-            key_pem,
-            _dir: Arc::new(dir),
-        }
+        self.issue(params, "readyprobe-client-")
     }
 
     /// Issues a server certificate with an explicit validity window.
@@ -177,13 +154,18 @@ impl TestCa {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         params.not_before = not_before.into();
         params.not_after = not_after.into();
-        let key = KeyPair::generate().expect("generate server key");
+        self.issue(params, "readyprobe-cert-")
+    }
+
+    /// Sign `params` with a fresh key and write CA, certificate and key into a temp dir of their
+    /// own (named with `prefix`).
+    fn issue(&self, params: CertificateParams, prefix: &str) -> ServerCert {
+        let key = KeyPair::generate().expect("generate key");
         let cert = params
             .signed_by(&key, &self.issuer)
-            .expect("sign server certificate");
-
+            .expect("sign certificate");
         let dir = tempfile::Builder::new()
-            .prefix("readyprobe-cert-")
+            .prefix(prefix)
             .tempdir()
             .expect("create certificate temp dir");
         let write = |name: &str, contents: &str| {
