@@ -441,9 +441,9 @@ async fn approve(
         Ok(d) => d,
         Err(e) => return store_error(e),
     };
-    // Probers that saved within the last 15 minutes will read the approval soon; older entries
-    // (a stopped prober, a scheduled task between runs) read it if they come back in time.
-    let fresh = |p: &crate::control::ProberState| p.saved_at + 15 * 60_000 > now;
+    // Probers that saved recently (control::PROBER_FRESH_MS) will read the approval soon; older
+    // entries (a stopped prober, a scheduled task between runs) read it if they come back in time.
+    let fresh = |p: &crate::control::ProberState| p.is_fresh(now);
     let mut states = Vec::new();
     let (mut pending_fresh, mut pending_stale) = (false, false);
     for (id, ps) in &doc.probers {

@@ -5,7 +5,7 @@
 
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Snapshot};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 /// Format version of the control document.
@@ -14,6 +14,20 @@ pub const CONTROL_VERSION: u32 = 2;
 pub const MAX_APPROVALS: usize = 100;
 /// A prober entry not saved for this long (ms) is dropped from the document: 7 days.
 pub const PROBER_RETENTION_MS: Millis = 7 * 86_400_000;
+/// An override is kept in the document this long (ms) after it expired, for `status` and the
+/// record of who forced what: 1 day.
+pub const OVERRIDE_RETENTION_MS: Millis = 86_400_000;
+/// A decision this prober finds in the document under its own id, but has not recorded in this
+/// run, is taken as news for this long (ms) after it was made: 10 minutes. That is a decision
+/// whose write reached the store while its answer was lost (a timeout); an older one was made by
+/// an earlier run, which recorded it then.
+pub const LOST_DECISION_MS: Millis = 10 * 60_000;
+/// An approval that expired more than this long (ms) ago is history, not news, to a prober that
+/// never decided it (e.g. a new prober id): it is neither decided nor recorded. 10 minutes.
+pub const APPROVAL_HISTORY_MS: Millis = 10 * 60_000;
+/// A prober that saved within this long (ms) counts as running: it reads a new approval at its
+/// next sync. 15 minutes; `approve` warns when only staler probers wait for the approval.
+pub const PROBER_FRESH_MS: Millis = 15 * 60_000;
 
 /// Everything the probers and the operator CLI share about one service.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -56,7 +70,14 @@ impl ControlDoc {
             self.approvals.drain(..extra);
         }
         self.overrides
-            .retain(|_, o| o.expires_at + 86_400_000 > now);
+            .retain(|_, o| o.expires_at + OVERRIDE_RETENTION_MS > now);
+    }
+}
+
+impl ProberState {
+    /// Whether this prober saved within [`PROBER_FRESH_MS`] of `now`.
+    pub fn is_fresh(&self, now: Millis) -> bool {
+        self.saved_at + PROBER_FRESH_MS > now
     }
 }
 
@@ -205,6 +226,63 @@ pub fn decide(approval: &Approval, readiness: &Readiness, now: Millis) -> Decisi
     }
 }
 
+/// One prober's turn on the control document (pure; the body of its conditional
+/// read-modify-write): decide every approval of its branches it has not decided yet, take back the
+/// decisions it wrote whose answer was lost, save its readiness, prune.
+///
+/// `readiness` is the prober's copy of its branches at the start of the sync; an approval applied
+/// here is applied to the copy, so the saved snapshot already shows `ready`. The caller applies
+/// the returned decisions to its live state. `recorded` holds the approval ids whose decision the
+/// caller has already taken. Returns the decisions to take, oldest approval first.
+///
+/// A lost answer: the store kept this prober's decision but the prober never heard back, so the
+/// decision is news to it for [`LOST_DECISION_MS`]. An applied one is applied to the copy only
+/// if [`decide`] would still apply it now (the branch may have moved on meanwhile).
+pub fn sync_prober(
+    doc: &mut ControlDoc,
+    me: &str,
+    readiness: &mut BTreeMap<String, Readiness>,
+    recorded: &BTreeSet<String>,
+    now: Millis,
+) -> Vec<(Approval, Decision)> {
+    let mut decided = Vec::new();
+    for a in doc.approvals.iter_mut() {
+        let Some(r) = readiness.get_mut(&a.branch) else {
+            continue;
+        };
+        if let Some(d) = a.decisions.get(me) {
+            if !recorded.contains(&a.id) && d.at + LOST_DECISION_MS > now {
+                if d.applied && decide(a, r, now).applied {
+                    let _ = r.approve(now);
+                }
+                decided.push((a.clone(), d.clone()));
+            }
+            continue;
+        }
+        if a.expires_at + APPROVAL_HISTORY_MS < now {
+            continue;
+        }
+        let d = decide(a, r, now);
+        if d.applied {
+            let _ = r.approve(now);
+        }
+        a.decisions.insert(me.to_string(), d.clone());
+        decided.push((a.clone(), d));
+    }
+    doc.probers.insert(
+        me.to_string(),
+        ProberState {
+            saved_at: now,
+            branches: readiness
+                .iter()
+                .map(|(k, r)| (k.clone(), r.snapshot()))
+                .collect(),
+        },
+    );
+    doc.prune(now);
+    decided
+}
+
 /// Why the evidence at `now` does not support readiness, if it does not: fewer than
 /// `min_attempts` in the ready window, a success rate below the ready threshold, or the unready
 /// condition holding.
@@ -303,17 +381,17 @@ pub fn render_status(
             };
             let r = Readiness::restore(policy.clone(), snap.clone());
             let w = r.window_stats(now, policy.declare_unready.window);
-            let rate = w
-                .success_rate_percent
-                .map(|x| format!("{x:.1}% of {} attempts", w.finished))
-                .unwrap_or_else(|| "no attempts".into());
+            let window = crate::config::fmt_dur(policy.declare_unready.window);
+            let rate = match w.success_rate_percent {
+                Some(x) => format!("success rate {x:.1}% of {} attempts over {window}", w.finished),
+                None => format!("no attempts in the last {window}"),
+            };
             let _ = writeln!(
                 s,
-                "  prober {id}: {} since {} (saved {}), success rate {rate} over {}",
+                "  prober {id}: {} since {} (saved {}), {rate}",
                 r.state().as_str(),
                 r.since().map(t).unwrap_or_else(|| "start".into()),
                 t(ps.saved_at),
-                crate::config::fmt_dur(policy.declare_unready.window),
             );
             let _ = writeln!(
                 s,

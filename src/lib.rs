@@ -7,6 +7,7 @@ pub mod clock;
 pub mod config;
 pub mod control;
 pub mod failure;
+pub mod fold;
 pub mod probe;
 pub mod readiness;
 pub mod runner;
