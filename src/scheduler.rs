@@ -6,8 +6,9 @@ use crate::clock::Clock;
 use crate::probe::{Attempt, BranchProbe, run_attempt};
 use hickory_resolver::TokioResolver;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior, interval_at};
+use tokio_util::sync::CancellationToken;
 
 /// What a branch loop reports.
 #[derive(Debug)]
@@ -34,14 +35,14 @@ pub struct Schedule {
     pub grace: Duration,
 }
 
-/// Run attempts against one branch until `stop` turns true. Returns the last sequence number.
+/// Run attempts against one branch until `stop` is cancelled. Returns the last sequence number.
 pub async fn branch_loop(
     probe: BranchProbe,
     resolver: TokioResolver,
     clock: Clock,
     schedule: Schedule,
     tx: mpsc::Sender<BranchEvent>,
-    mut stop: watch::Receiver<bool>,
+    stop: CancellationToken,
 ) -> u64 {
     let jitter = if schedule.jitter.is_zero() {
         Duration::ZERO
@@ -54,7 +55,7 @@ pub async fn branch_loop(
     loop {
         tokio::select! {
             biased;
-            _ = stopped(&mut stop) => break,
+            _ = stop.cancelled() => break,
             _ = ticker.tick() => {}
         }
         seq += 1;
@@ -67,7 +68,7 @@ pub async fn branch_loop(
         };
         let finished = tokio::select! {
             a = &mut attempt => Some(a),
-            _ = stopped(&mut stop) => {
+            _ = stop.cancelled() => {
                 match tokio::time::timeout(schedule.grace, &mut attempt).await {
                     Ok(a) => Some(a),
                     Err(_) => {
@@ -99,10 +100,4 @@ pub async fn branch_loop(
         }
     }
     seq
-}
-
-/// Resolves once `stop` is true (at once if it already is).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    // An error means the sender is gone, which also means stop.
-    let _ = stop.wait_for(|s| *s).await.map(|_| ());
 }
