@@ -20,8 +20,9 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior, interval_at};
+use tokio_util::sync::CancellationToken;
 
 /// Options of one `run`.
 #[derive(Debug, Clone, Copy)]
@@ -297,7 +298,7 @@ where
     }
 
     // Branch loops.
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_loops = CancellationToken::new();
     let (att_tx, mut att_rx) = mpsc::channel::<BranchEvent>(256);
     let schedule = Schedule {
         interval: cfg.probe.interval,
@@ -312,7 +313,7 @@ where
             clock,
             schedule,
             att_tx.clone(),
-            stop_rx.clone(),
+            stop_loops.clone(),
         )));
     }
     drop(att_tx);
@@ -373,7 +374,7 @@ where
     // Shutdown: stop the loops, let in-flight attempts finish within the grace period.
     tracing::info!(reason = %stop_reason, grace = %crate::config::fmt_dur(opts.grace), "stopping");
     let grace_end = Instant::now() + opts.grace;
-    let _ = stop_tx.send(true);
+    stop_loops.cancel();
     loop {
         match tokio::time::timeout_at(grace_end + Duration::from_millis(200), att_rx.recv()).await {
             Ok(Some(ev)) => ctx.on_event(ev),
