@@ -601,7 +601,7 @@ impl Fold {
     /// End the run: the summary, the stop record and the final log line, which names every
     /// sink that dropped batches and says so plainly when one dropped them all.
     pub fn finish(
-        mut self,
+        &mut self,
         now: Millis,
         stop_reason: &str,
         evidence_write_failures: u64,
@@ -631,7 +631,7 @@ impl Fold {
         );
         let line = self.stopped_log(&s);
         self.effects.push(Effect::Log(line));
-        (s, self.effects)
+        (s, std::mem::take(&mut self.effects))
     }
 
     fn stopped_log(&self, s: &RunSummary) -> Log {
