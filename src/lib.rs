@@ -9,6 +9,7 @@ pub mod control;
 pub mod failure;
 pub mod probe;
 pub mod readiness;
+pub mod record;
 pub mod runner;
 pub mod scheduler;
 pub mod sink;
