@@ -10,6 +10,7 @@ pub mod failure;
 pub mod fold;
 pub mod probe;
 pub mod readiness;
+pub mod record;
 pub mod runner;
 pub mod scheduler;
 pub mod sink;

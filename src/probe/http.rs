@@ -63,7 +63,7 @@ pub fn resolve_headers(
 }
 
 /// What the requests returned.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Default)]
 pub struct HttpObservation {
     /// Status of the marked request.
     pub status: Option<u16>,

@@ -33,7 +33,7 @@ pub struct StepError {
 }
 
 /// One step's outcome inside an attempt.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct StepRecord {
     /// The step.
     pub step: Step,
@@ -149,7 +149,7 @@ impl Steps {
 }
 
 /// Response code and authoritative flag of the DNS answer an attempt used.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct DnsMeta {
     /// Response code, e.g. `NoError`.
     pub rcode: String,
@@ -158,7 +158,7 @@ pub struct DnsMeta {
 }
 
 /// The outcome of an attempt.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum Outcome {
     /// Every step succeeded.
@@ -175,7 +175,7 @@ pub enum Outcome {
 }
 
 /// One finished attempt: the unit of evidence and of the success rate.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct Attempt {
     /// Branch name.
     pub branch: String,

@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use super::{Deadline, StepError, Steps};
 
 /// Server identity read by the `verify` step.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct ServerIdentity {
     /// `@@hostname`.
     pub hostname: String,

@@ -56,7 +56,7 @@ impl std::fmt::Debug for OtlpTarget {
 }
 
 /// What the gateway answered.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Default)]
 pub struct OtlpObservation {
     /// HTTP status.
     pub status: Option<u16>,

@@ -18,7 +18,7 @@ use std::str::FromStr;
 use super::StepError;
 
 /// One record of the answer chain, as seen on this attempt.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct Answer {
     /// Owner name (absolute, with trailing dot).
     pub name: String,

@@ -23,7 +23,7 @@ use tokio_rustls::TlsConnector;
 use super::StepError;
 
 /// What the handshake established.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Default)]
 pub struct TlsInfo {
     /// Negotiated protocol version, e.g. `TLSv1_3`.
     pub version: String,

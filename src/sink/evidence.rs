@@ -8,6 +8,7 @@
 
 use crate::clock::rfc3339;
 use crate::readiness::Millis;
+use crate::record::{Envelope, Record};
 use serde_json::{Map, Value};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -69,6 +70,21 @@ impl EvidenceWriter {
     /// it.
     pub fn write(&mut self, kind: &str, at: Millis, fields: impl serde::Serialize) {
         let line = encode(kind, at, &self.service, &self.prober, fields);
+        self.append(&line);
+    }
+
+    /// Append one typed record at `at` (ms since the epoch), in its [`Envelope`].
+    ///
+    /// Failures are counted and logged as for [`write`](Self::write), never returned.
+    pub fn record(&mut self, at: Millis, record: &Record) {
+        let envelope = Envelope::new(at, &self.service, &self.prober, record.clone());
+        match envelope.to_line() {
+            Ok(line) => self.append(&line),
+            Err(e) => self.count_failure(&e),
+        }
+    }
+
+    fn append(&mut self, line: &str) {
         if self.size > 0 && self.size + line.len() as u64 > self.max_bytes {
             self.rotate();
         }
@@ -77,17 +93,19 @@ impl EvidenceWriter {
                 self.written += 1;
                 self.size += line.len() as u64;
             }
-            Err(e) => {
-                self.failed += 1;
-                if self.failed % 100 == 1 {
-                    tracing::error!(
-                        path = %self.path.display(),
-                        error = %e,
-                        failed = self.failed,
-                        "cannot write evidence; probing and publishing go on"
-                    );
-                }
-            }
+            Err(e) => self.count_failure(&e),
+        }
+    }
+
+    fn count_failure(&mut self, e: &dyn std::fmt::Display) {
+        self.failed += 1;
+        if self.failed % 100 == 1 {
+            tracing::error!(
+                path = %self.path.display(),
+                error = %e,
+                failed = self.failed,
+                "cannot write evidence; probing and publishing go on"
+            );
         }
     }
 
