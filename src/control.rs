@@ -383,7 +383,10 @@ pub fn render_status(
             let w = r.window_stats(now, policy.declare_unready.window);
             let window = crate::config::fmt_dur(policy.declare_unready.window);
             let rate = match w.success_rate_percent {
-                Some(x) => format!("success rate {x:.1}% of {} attempts over {window}", w.finished),
+                Some(x) => format!(
+                    "success rate {x:.1}% of {} attempts over {window}",
+                    w.finished
+                ),
                 None => format!("no attempts in the last {window}"),
             };
             let _ = writeln!(

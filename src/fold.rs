@@ -8,8 +8,12 @@
 use crate::control::{self, Approval, ControlDoc, Decision, Override};
 use crate::probe::{Attempt, Outcome};
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Transition};
+use crate::record::{
+    ApprovalNotApplied, ApprovalRecord, AttemptAbandoned, BothBranchesUnready, OverrideAction,
+    OverrideRecord, Publish, PublishOutcome, PublishReason, Record, Restored, StateSyncFailed,
+    Stop, TransitionRecord,
+};
 use crate::sink::{BranchTick, Datum, tick_datums, transition_datum};
-use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a run did, for the caller's summary line and tests.
@@ -36,32 +40,6 @@ pub struct RunSummary {
     pub approvals_rejected: u64,
     /// Syncs with the state store that failed.
     pub state_sync_failures: u64,
-}
-
-/// Why a batch of datums is published.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PublishReason {
-    /// The publish tick.
-    Tick,
-    /// The last tick, at shutdown.
-    Final,
-    /// A readiness transition (the new value at once).
-    Transition,
-    /// An override set, cleared or expired (the new effective value at once).
-    Override,
-}
-
-impl PublishReason {
-    /// snake_case name, as in evidence.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PublishReason::Tick => "tick",
-            PublishReason::Final => "final",
-            PublishReason::Transition => "transition",
-            PublishReason::Override => "override",
-        }
-    }
 }
 
 /// One batch of datums for every sink. `id` is unique within a run.
@@ -107,6 +85,23 @@ impl Refusal {
             Refusal::Full => "sink queue full (the sink is slower than the publish rate)",
             Refusal::Closed => "sink stopped",
         }
+    }
+
+    fn outcome(self) -> PublishOutcome {
+        match self {
+            Refusal::Full => PublishOutcome::DroppedQueueFull,
+            Refusal::Closed => PublishOutcome::SinkStopped,
+        }
+    }
+}
+
+/// The snake_case name of a publish reason, as in evidence.
+fn reason_name(r: PublishReason) -> &'static str {
+    match r {
+        PublishReason::Tick => "tick",
+        PublishReason::Final => "final",
+        PublishReason::Transition => "transition",
+        PublishReason::Override => "override",
     }
 }
 
@@ -206,146 +201,6 @@ pub struct Log {
     pub message: String,
     /// Its fields.
     pub fields: Fields,
-}
-
-/// A branch's entry in the start record: the state restored from the store.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Restored {
-    /// Branch name.
-    pub branch: String,
-    /// Restored state.
-    pub state: ReadinessState,
-    /// Since when, ms since the epoch.
-    pub since: Option<Millis>,
-}
-
-/// A branch in the start record.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StartBranch {
-    /// Branch name.
-    pub name: String,
-    /// `primary` or `secondary`.
-    pub role: String,
-    /// Branch-specific endpoint name.
-    pub endpoint: String,
-    /// Port.
-    pub port: u16,
-}
-
-/// What an override record says happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OverrideAction {
-    /// Set or changed: the forced value is published.
-    Set,
-    /// Cleared by an operator: the computed value is published again.
-    Cleared,
-    /// Its expiry passed: the computed value is published again.
-    Expired,
-}
-
-/// One evidence record (the writer adds `at`, `at_ms`, `service`, `prober`).
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-#[allow(missing_docs)]
-pub enum Record {
-    /// The run started.
-    Start {
-        config: String,
-        branches: Vec<StartBranch>,
-        duration_ms: Option<u64>,
-        state_store: String,
-        restored: Vec<Restored>,
-    },
-    /// A finished attempt.
-    Attempt(Box<Attempt>),
-    /// An attempt cut off at shutdown.
-    AttemptAbandoned { branch: String, seq: u64 },
-    /// A readiness transition and the value it published.
-    Transition {
-        branch: String,
-        transition: Transition,
-        published: Option<f64>,
-        #[serde(rename = "override")]
-        override_: Option<Override>,
-    },
-    /// A batch's fate at one sink.
-    Publish {
-        sink: String,
-        reason: PublishReason,
-        datums: usize,
-        sent: usize,
-        tries: u32,
-        dropped: bool,
-        error: Option<String>,
-    },
-    /// This prober's decision on an operator approval.
-    Approval {
-        branch: String,
-        approval_id: String,
-        by: String,
-        reason: String,
-        given_at: Millis,
-        expires_at: Millis,
-        applied: bool,
-        detail: String,
-    },
-    /// An approval decided as applied whose branch left `pending_approval` meanwhile.
-    ApprovalNotApplied {
-        branch: String,
-        approval_id: String,
-        state: ReadinessState,
-    },
-    /// An override set, cleared or expired.
-    Override {
-        branch: String,
-        action: OverrideAction,
-        #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
-        override_: Option<Override>,
-    },
-    /// No branch is ready: Route 53 fails open.
-    BothBranchesUnready { explanation: String },
-    /// A sync with the state store failed.
-    StateSyncFailed {
-        error: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        started_at: Option<Millis>,
-    },
-    /// The evidence file was removed or replaced and has been reopened.
-    EvidenceReopened { path: String },
-    /// The run stopped.
-    Stop {
-        reason: String,
-        attempts: BTreeMap<String, u64>,
-        abandoned: u64,
-        transitions: u64,
-        dropped_batches: BTreeMap<String, u64>,
-        final_states: BTreeMap<String, ReadinessState>,
-        approvals_applied: u64,
-        approvals_rejected: u64,
-        state_sync_failures: u64,
-        evidence_write_failures: u64,
-    },
-}
-
-impl Record {
-    /// The `kind` of the record, as serialised.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Record::Start { .. } => "start",
-            Record::Attempt(_) => "attempt",
-            Record::AttemptAbandoned { .. } => "attempt_abandoned",
-            Record::Transition { .. } => "transition",
-            Record::Publish { .. } => "publish",
-            Record::Approval { .. } => "approval",
-            Record::ApprovalNotApplied { .. } => "approval_not_applied",
-            Record::Override { .. } => "override",
-            Record::BothBranchesUnready { .. } => "both_branches_unready",
-            Record::StateSyncFailed { .. } => "state_sync_failed",
-            Record::EvidenceReopened { .. } => "evidence_reopened",
-            Record::Stop { .. } => "stop",
-        }
-    }
 }
 
 /// What comes out of the fold, to be executed in order.
@@ -543,7 +398,10 @@ impl Fold {
             Input::Attempt(a) => self.on_attempt(a),
             Input::Abandoned { branch, seq } => {
                 self.summary.abandoned += 1;
-                self.record(now, Record::AttemptAbandoned { branch, seq });
+                self.record(
+                    now,
+                    Record::AttemptAbandoned(AttemptAbandoned { branch, seq }),
+                );
             }
             Input::Tick { last } => {
                 let reason = if last {
@@ -576,23 +434,21 @@ impl Fold {
                 Fields {
                     sink: Some(sink.into()),
                     datums: Some(o.datums as u64),
-                    reason: Some(o.reason.as_str().into()),
+                    reason: Some(reason_name(o.reason).into()),
                     ..Fields::default()
                 },
             ));
             self.record(
                 now,
-                Record::Publish {
-                    sink: sink.into(),
-                    reason: o.reason,
-                    datums: o.datums,
-                    sent: 0,
-                    tries: 0,
-                    dropped: true,
-                    error: Some(
-                        "abandoned at shutdown: the grace period ended before it was sent".into(),
-                    ),
-                },
+                Record::Publish(Publish::new(
+                    sink,
+                    o.reason,
+                    o.datums,
+                    0,
+                    0,
+                    PublishOutcome::AbandonedAtShutdown,
+                    Some("abandoned at shutdown: the grace period ended before it was sent".into()),
+                )),
             );
         }
         std::mem::take(&mut self.effects)
@@ -616,7 +472,7 @@ impl Fold {
             .collect();
         self.record(
             now,
-            Record::Stop {
+            Record::Stop(Stop {
                 reason: s.stop_reason.clone(),
                 attempts: s.attempts.clone(),
                 abandoned: s.abandoned,
@@ -627,7 +483,7 @@ impl Fold {
                 approvals_rejected: s.approvals_rejected,
                 state_sync_failures: s.state_sync_failures,
                 evidence_write_failures,
-            },
+            }),
         );
         let line = self.stopped_log(&s);
         self.effects.push(Effect::Log(line));
@@ -639,12 +495,17 @@ impl Fold {
             .handed
             .iter()
             .filter(|(sink, n)| **n > 0 && s.dropped_batches.get(**sink) == Some(*n))
-            .map(|(sink, n)| format!("{sink} dropped every batch ({n}): nothing it should have published arrived"))
+            .map(|(sink, n)| {
+                format!("sink {sink} dropped every batch ({n} of {n}): none of this run's datums reached it")
+            })
             .collect();
         let (level, message) = if !silent.is_empty() {
             (Level::Error, format!("stopped; {}", silent.join("; ")))
         } else if !s.dropped_batches.is_empty() {
-            (Level::Warn, "stopped; some batches were dropped".to_string())
+            (
+                Level::Warn,
+                "stopped; some batches were dropped".to_string(),
+            )
         } else {
             (Level::Info, "stopped".to_string())
         };
@@ -713,7 +574,7 @@ impl Fold {
             b.readiness.record(record)
         });
         let branch = a.branch.clone();
-        self.record(a.finished_at, Record::Attempt(a));
+        self.record(a.finished_at, Record::Attempt(*a));
         if let Some(t) = transition {
             self.on_transition(&branch, &t);
         }
@@ -725,8 +586,7 @@ impl Fold {
             return;
         };
         let ov = b.ov.clone().filter(|o| o.active(t.at));
-        let published =
-            control::effective_value(b.readiness.published_value(), ov.as_ref(), t.at);
+        let published = control::effective_value(b.readiness.published_value(), ov.as_ref(), t.at);
         let classes: Vec<String> = t
             .unready_window
             .failure_classes
@@ -758,12 +618,12 @@ impl Fold {
         }
         self.record(
             t.at,
-            Record::Transition {
+            Record::Transition(TransitionRecord {
                 branch: branch.to_string(),
                 transition: t.clone(),
                 published,
                 override_: ov,
-            },
+            }),
         );
         if let Some(v) = published {
             let d = transition_datum(&self.service, branch, v, t.at);
@@ -809,9 +669,7 @@ impl Fold {
                     ..Fields::default()
                 },
             ));
-            self.record(now, Record::BothBranchesUnready {
-                explanation: "no branch is ready; with every failover health check unhealthy Route 53 answers with the primary record anyway (fail-open)".into(),
-            });
+            self.record(now, Record::BothBranchesUnready(BothBranchesUnready::new()));
             self.both_unready_logged = true;
         } else if !all_unready {
             self.both_unready_logged = false;
@@ -835,7 +693,8 @@ impl Fold {
                 },
             );
         }
-        self.effects.push(Effect::Publish(Batch { id, datums, reason }));
+        self.effects
+            .push(Effect::Publish(Batch { id, datums, reason }));
     }
 
     fn refused(&mut self, sink: &'static str, batch: u64, why: Refusal, now: Millis) {
@@ -859,15 +718,15 @@ impl Fold {
         ));
         self.record(
             now,
-            Record::Publish {
-                sink: sink.into(),
-                reason: o.reason,
-                datums: o.datums,
-                sent: 0,
-                tries: 0,
-                dropped: true,
-                error: Some(why.why().into()),
-            },
+            Record::Publish(Publish::new(
+                sink,
+                o.reason,
+                o.datums,
+                0,
+                0,
+                why.outcome(),
+                Some(why.why().into()),
+            )),
         );
     }
 
@@ -907,15 +766,18 @@ impl Fold {
         }
         self.record(
             now,
-            Record::Publish {
-                sink: r.sink.into(),
-                reason: o.reason,
-                datums: r.datums,
-                sent: r.sent,
-                tries: r.tries,
-                dropped: r.error.is_some(),
-                error: r.error,
-            },
+            Record::Publish(Publish::new(
+                r.sink,
+                o.reason,
+                r.datums,
+                r.sent,
+                r.tries,
+                match r.error {
+                    Some(_) => PublishOutcome::Failed,
+                    None => PublishOutcome::Sent,
+                },
+                r.error,
+            )),
         );
     }
 
@@ -925,7 +787,7 @@ impl Fold {
             self.recorded.insert(a.id.clone());
             self.record(
                 now,
-                Record::Approval {
+                Record::Approval(ApprovalRecord {
                     branch: a.branch.clone(),
                     approval_id: a.id.clone(),
                     by: a.by.clone(),
@@ -934,7 +796,7 @@ impl Fold {
                     expires_at: a.expires_at,
                     applied: d.applied,
                     detail: d.detail.clone(),
-                },
+                }),
             );
             if d.applied {
                 self.apply_approval(&a, now);
@@ -986,11 +848,11 @@ impl Fold {
                 ));
                 self.record(
                     now,
-                    Record::ApprovalNotApplied {
+                    Record::ApprovalNotApplied(ApprovalNotApplied {
                         branch: a.branch.clone(),
                         approval_id: a.id.clone(),
                         state,
-                    },
+                    }),
                 );
             }
         }
@@ -1014,10 +876,10 @@ impl Fold {
         ));
         self.record(
             now,
-            Record::StateSyncFailed {
+            Record::StateSyncFailed(StateSyncFailed {
                 error,
                 started_at: started,
-            },
+            }),
         );
     }
 
@@ -1104,11 +966,11 @@ impl Fold {
     ) {
         self.record(
             now,
-            Record::Override {
+            Record::Override(OverrideRecord {
                 branch: branch.to_string(),
                 action,
                 override_: ov,
-            },
+            }),
         );
     }
 }
@@ -1264,7 +1126,8 @@ mod tests {
     fn an_approval_given_while_pending_is_applied() {
         let (mut f, since) = pending();
         let mut doc = ControlDoc::new("orders-db");
-        doc.approvals.push(approval("a1", since + 10, since + 60_000));
+        doc.approvals
+            .push(approval("a1", since + 10, since + 60_000));
         let e = sync(&mut f, &mut doc, since + 20);
         let a = of_kind(&e, "approval");
         assert_eq!(a.len(), 1);
@@ -1296,11 +1159,23 @@ mod tests {
         let e = sync(&mut f, &mut doc, 200);
         let a = of_kind(&e, "approval");
         assert_eq!(a[0]["applied"], false);
-        assert!(a[0]["detail"].as_str().unwrap().contains("not pending_approval"));
-        assert!(logs(&e).iter().any(|l| l.message == "operator approval rejected"));
+        assert!(
+            a[0]["detail"]
+                .as_str()
+                .unwrap()
+                .contains("not pending_approval")
+        );
+        assert!(
+            logs(&e)
+                .iter()
+                .any(|l| l.message == "operator approval rejected")
+        );
         // Later the branch waits for approval: the early approval does not pre-authorise it.
         let e = drive(&mut f, "primary", 500, 5000, true);
-        assert_eq!(of_kind(&e, "transition")[0]["transition"]["to"], "pending_approval");
+        assert_eq!(
+            of_kind(&e, "transition")[0]["transition"]["to"],
+            "pending_approval"
+        );
         let e = sync(&mut f, &mut doc, 5000);
         assert!(of_kind(&e, "approval").is_empty() && of_kind(&e, "transition").is_empty());
         let (s, _) = f.finish(5000, "duration", 0);
@@ -1312,10 +1187,14 @@ mod tests {
     fn an_expired_approval_is_rejected_and_an_old_one_is_history() {
         let (mut f, since) = pending();
         let mut doc = ControlDoc::new("orders-db");
-        doc.approvals.push(approval("stale", since + 10, since + 15));
-        // Expired long before this prober saw it: neither decided nor recorded.
         doc.approvals
-            .push(approval("history", 0, since - control::APPROVAL_HISTORY_MS - 1));
+            .push(approval("stale", since + 10, since + 15));
+        // Expired long before this prober saw it: neither decided nor recorded.
+        doc.approvals.push(approval(
+            "history",
+            0,
+            since - control::APPROVAL_HISTORY_MS - 1,
+        ));
         let e = sync(&mut f, &mut doc, since + 20);
         let a = of_kind(&e, "approval");
         assert_eq!(a.len(), 1, "{a:?}");
@@ -1410,7 +1289,10 @@ mod tests {
         let e = sync(&mut f, &mut doc, 1000);
         let o = of_kind(&e, "override");
         assert_eq!(o.len(), 1);
-        assert_eq!((&o[0]["branch"], &o[0]["action"]), (&"primary".into(), &"set".into()));
+        assert_eq!(
+            (&o[0]["branch"], &o[0]["action"]),
+            (&"primary".into(), &"set".into())
+        );
         assert_eq!(o[0]["override"]["force"], "ready");
         let b = batches(&e);
         assert_eq!(b[0].reason, PublishReason::Override);
@@ -1530,13 +1412,17 @@ mod tests {
                 .map(|d| d.value.clone())
         };
         assert_eq!(count("Attempts", "primary"), Some(Value::Single(3.0)));
-        assert_eq!(count("FailedAttempts", "secondary"), Some(Value::Single(1.0)));
+        assert_eq!(
+            count("FailedAttempts", "secondary"),
+            Some(Value::Single(1.0))
+        );
         assert!(b[0].datums.iter().any(|d| d.metric == "Heartbeat"));
         let e = f.handle(Input::Tick { last: true }, 3000);
         let b = batches(&e);
-        assert_eq!(b[0].reason, PublishReason::Final);
+        let last = b.last().unwrap();
+        assert_eq!(last.reason, PublishReason::Final);
         assert!(
-            b[0].datums
+            last.datums
                 .iter()
                 .any(|d| d.metric == "Attempts" && d.value == Value::Single(0.0))
         );
@@ -1547,23 +1433,29 @@ mod tests {
 
     #[test]
     fn saved_state_is_restored_and_unknown_branches_are_named() {
-        let (mut f, _) = pending();
+        let (f, _) = pending();
         let snap = f.sync_request().readiness["primary"].snapshot();
         let mut doc = ControlDoc::new("orders-db");
         doc.probers.insert(
             "p1".into(),
             ProberState {
                 saved_at: 0,
-                branches: [("primary".to_string(), snap), ("gone".to_string(), Default::default())]
-                    .into_iter()
-                    .collect(),
+                branches: [
+                    ("primary".to_string(), snap.clone()),
+                    ("gone".to_string(), snap),
+                ]
+                .into_iter()
+                .collect(),
             },
         );
         let (f, e) = start(&doc);
         assert_eq!(f.restored().len(), 1);
         assert_eq!(f.restored()[0].state, ReadinessState::PendingApproval);
-        assert!(logs(&e).iter().any(|l| l.level == Level::Warn
-            && l.fields.branch.as_deref() == Some("gone")));
+        assert!(
+            logs(&e)
+                .iter()
+                .any(|l| l.level == Level::Warn && l.fields.branch.as_deref() == Some("gone"))
+        );
     }
 
     fn report(batch: u64, sink: &'static str, error: Option<&str>) -> Input {
@@ -1592,7 +1484,10 @@ mod tests {
             1001,
         );
         let p = of_kind(&e, "publish");
-        assert_eq!((&p[0]["dropped"], &p[0]["tries"]), (&true.into(), &0.into()));
+        assert_eq!(
+            (&p[0]["dropped"], &p[0]["tries"]),
+            (&true.into(), &0.into())
+        );
         assert!(p[0]["error"].as_str().unwrap().contains("queue full"));
         assert_eq!(p[0]["reason"], "tick");
         let e = f.handle(report(b1, "emf", None), 1002);
@@ -1603,7 +1498,10 @@ mod tests {
         let b2 = id(&f.handle(Input::Tick { last: false }, 2000));
         let e = f.handle(report(b2, "cloudwatch", Some("connection refused")), 2500);
         let p = of_kind(&e, "publish");
-        assert_eq!((&p[0]["dropped"], &p[0]["tries"]), (&true.into(), &3.into()));
+        assert_eq!(
+            (&p[0]["dropped"], &p[0]["tries"]),
+            (&true.into(), &3.into())
+        );
         assert_eq!(p[0]["error"], "connection refused");
         // A closed queue (the sink's task ended).
         let b3 = id(&f.handle(Input::Tick { last: true }, 3000));
@@ -1619,8 +1517,16 @@ mod tests {
         let e = f.abandon_unsent(3100);
         let p = of_kind(&e, "publish");
         assert_eq!(p.len(), 1);
-        assert_eq!((&p[0]["sink"], &p[0]["dropped"]), (&"emf".into(), &true.into()));
-        assert!(p[0]["error"].as_str().unwrap().contains("abandoned at shutdown"));
+        assert_eq!(
+            (&p[0]["sink"], &p[0]["dropped"]),
+            (&"emf".into(), &true.into())
+        );
+        assert!(
+            p[0]["error"]
+                .as_str()
+                .unwrap()
+                .contains("abandoned at shutdown")
+        );
         let (s, e) = f.finish(3200, "SIGTERM", 0);
         let want: BTreeMap<String, u64> = [("cloudwatch".into(), 3), ("emf".into(), 1)].into();
         assert_eq!(s.dropped_batches, want);
@@ -1629,7 +1535,12 @@ mod tests {
         // The last line says which sink published nothing.
         let last = logs(&e)[0];
         assert_eq!(last.level, Level::Error);
-        assert!(last.message.contains("cloudwatch dropped every batch (3)"), "{}", last.message);
+        assert!(
+            last.message
+                .contains("sink cloudwatch dropped every batch (3 of 3)"),
+            "{}",
+            last.message
+        );
         assert!(!last.message.contains("emf dropped"));
         assert_eq!(
             last.fields.dropped_batches.as_deref(),
@@ -1649,7 +1560,10 @@ mod tests {
         assert!(s.dropped_batches.is_empty());
         assert_eq!(s.evidence_write_failures, 2);
         let last = logs(&e)[0];
-        assert_eq!((last.level, last.message.as_str()), (Level::Info, "stopped"));
+        assert_eq!(
+            (last.level, last.message.as_str()),
+            (Level::Info, "stopped")
+        );
         assert_eq!(last.fields.dropped_batches, None);
     }
 

@@ -9,11 +9,10 @@
 use crate::clock::Clock;
 use crate::config::{Config, SinkKind, StoreKind};
 use crate::control::{self, Approval, ControlDoc, Decision};
-use crate::fold::{
-    Batch, Effect, Fold, Input, Level, Log, Record, Refusal, Setup, SinkReport, StartBranch,
-};
+use crate::fold::{Batch, Effect, Fold, Input, Level, Log, Refusal, Setup, SinkReport};
 use crate::probe;
 use crate::readiness::Millis;
+use crate::record::{EvidenceReopened, Record, Start, StartBranch};
 use crate::scheduler::{BranchEvent, Schedule, branch_loop};
 use crate::sink::cloudwatch::CloudWatchSink;
 use crate::sink::emf::EmfSink;
@@ -183,7 +182,7 @@ impl Shell {
     }
 
     fn write(&mut self, at: Millis, r: &Record) {
-        self.evidence.write(r.kind(), at, r);
+        self.evidence.record(at, r);
     }
 
     /// Queue a batch for every sink; a full or closed queue is the fold's to account.
@@ -223,7 +222,8 @@ impl Shell {
     fn tick(&mut self, last: bool) {
         if self.evidence.reopen_if_replaced() {
             let path = self.evidence.path().display().to_string();
-            self.write(self.clock.now_ms(), &Record::EvidenceReopened { path });
+            let r = Record::EvidenceReopened(EvidenceReopened { path });
+            self.write(self.clock.now_ms(), &r);
         }
         self.feed(Input::Tick { last });
     }
@@ -465,7 +465,7 @@ fn start(
         store_location: &location,
     };
     let (fold, effects) = Fold::start(setup, doc, now);
-    let record = Record::Start {
+    let record = Record::Start(Start {
         config: cfg.source.display().to_string(),
         branches: cfg
             .branches
@@ -480,7 +480,7 @@ fn start(
         duration_ms: opts.duration.map(|d| d.as_millis() as u64),
         state_store: location.clone(),
         restored: fold.restored().to_vec(),
-    };
+    });
     let mut shell = Shell {
         fold,
         evidence,
