@@ -13,7 +13,7 @@ use crate::record::{
     OverrideRecord, Publish, PublishOutcome, PublishReason, Record, Restored, StateSyncFailed,
     Stop, TransitionRecord,
 };
-use crate::sink::{BranchTick, Datum, tick_datums, transition_datum};
+use crate::sink::{BranchTick, Datum, Refusal, SinkReport, tick_datums, transition_datum};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a run did, for the caller's summary line and tests.
@@ -53,45 +53,11 @@ pub struct Batch {
     pub reason: PublishReason,
 }
 
-/// A sink's account of one batch it took from its queue.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SinkReport {
-    /// [`Batch::id`].
-    pub batch: u64,
-    /// Sink name.
-    pub sink: &'static str,
-    /// Datums in the batch.
-    pub datums: usize,
-    /// Datums sent (non-finite ones are skipped).
-    pub sent: usize,
-    /// Tries made, the first included.
-    pub tries: u32,
-    /// Why the batch was dropped; `None` when it was sent.
-    pub error: Option<String>,
-}
-
-/// Why a sink's queue refused a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// The queue was full: the sink is slower than the publish rate.
-    Full,
-    /// The sink's task has ended.
-    Closed,
-}
-
-impl Refusal {
-    fn why(self) -> &'static str {
-        match self {
-            Refusal::Full => "sink queue full (the sink is slower than the publish rate)",
-            Refusal::Closed => "sink stopped",
-        }
-    }
-
-    fn outcome(self) -> PublishOutcome {
-        match self {
-            Refusal::Full => PublishOutcome::DroppedQueueFull,
-            Refusal::Closed => PublishOutcome::SinkStopped,
-        }
+/// What a batch that a sink's queue refused became.
+fn refusal_outcome(why: Refusal) -> PublishOutcome {
+    match why {
+        Refusal::Full => PublishOutcome::DroppedQueueFull,
+        Refusal::Closed => PublishOutcome::SinkStopped,
     }
 }
 
@@ -724,7 +690,7 @@ impl Fold {
                 o.datums,
                 0,
                 0,
-                why.outcome(),
+                refusal_outcome(why),
                 Some(why.why().into()),
             )),
         );

@@ -2,14 +2,15 @@
 //! every decision is the fold's ([`crate::fold`]); this module executes its effects (evidence,
 //! batches for the sinks, logs) and moves the control document to and from the store.
 //!
-//! Sending never blocks probing: each sink has its own task behind a bounded queue, and a batch
-//! that does not fit is dropped, counted and recorded. A failed send is retried with backoff until
-//! the batch's window (one publish interval) closes, then dropped, counted and recorded.
+//! Sending never blocks probing: each sink has its own task behind a bounded queue
+//! ([`SinkQueue`]), and a batch that does not fit is dropped, counted and recorded. A failed send
+//! is retried with backoff until the batch's window (one publish interval) closes, then dropped,
+//! counted and recorded.
 
 use crate::clock::Clock;
 use crate::config::{Config, SinkKind, StoreKind};
 use crate::control::{self, Approval, ControlDoc, Decision};
-use crate::fold::{Batch, Effect, Fold, Input, Level, Log, Refusal, Setup, SinkReport};
+use crate::fold::{Batch, Effect, Fold, Input, Level, Log, Setup};
 use crate::probe;
 use crate::readiness::Millis;
 use crate::record::{EvidenceReopened, Record, Start, StartBranch};
@@ -17,7 +18,7 @@ use crate::scheduler::{BranchEvent, Schedule, branch_loop};
 use crate::sink::cloudwatch::CloudWatchSink;
 use crate::sink::emf::EmfSink;
 use crate::sink::evidence::EvidenceWriter;
-use crate::sink::{Datum, Sink, SinkError};
+use crate::sink::{Queued, Sink, SinkQueue, SinkReport};
 use crate::state::{FileStore, S3Store, StateError, Store};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -56,85 +57,6 @@ pub enum RunError {
         /// The error.
         source: std::io::Error,
     },
-}
-
-/// A batch in a sink's queue.
-struct Queued {
-    id: u64,
-    datums: Vec<Datum>,
-    /// The end of the batch's window: no try starts after it, and a try still running is cut.
-    deadline: Instant,
-}
-
-struct SinkQueue {
-    name: &'static str,
-    tx: mpsc::Sender<Queued>,
-}
-
-/// Send one batch, retrying a retryable error with backoff within the batch's window.
-async fn send_batch(sink: &mut dyn Sink, batch: &Queued) -> SinkReport {
-    let window = batch.deadline.saturating_duration_since(Instant::now());
-    let mut backoff = (window / 10).clamp(Duration::from_millis(50), Duration::from_millis(500));
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        let remaining = batch.deadline.saturating_duration_since(Instant::now());
-        let sent = tokio::time::timeout(
-            remaining.max(Duration::from_millis(1)),
-            sink.send(&batch.datums),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(SinkError {
-                message: "the publish window closed before the send finished".into(),
-                retryable: false,
-            })
-        });
-        let (sent, error) = match sent {
-            Ok(sent) => (sent, None),
-            Err(e)
-                if e.retryable
-                    && tries < sink.max_tries()
-                    && Instant::now() + backoff < batch.deadline =>
-            {
-                tracing::debug!(sink = sink.name(), error = %e, "publish failed, retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(8));
-                continue;
-            }
-            Err(e) => (0, Some(e.message)),
-        };
-        return SinkReport {
-            batch: batch.id,
-            sink: sink.name(),
-            datums: batch.datums.len(),
-            sent,
-            tries,
-            error,
-        };
-    }
-}
-
-/// A sink's task: send each queued batch and report it, until the queue closes or `cancel`
-/// fires (the end of the grace period; a batch in hand then goes unreported, and the fold
-/// accounts it as abandoned).
-async fn sink_task(
-    mut sink: Box<dyn Sink>,
-    mut rx: mpsc::Receiver<Queued>,
-    reports: mpsc::UnboundedSender<SinkReport>,
-    cancel: CancellationToken,
-) {
-    while let Some(Some(batch)) = cancel.run_until_cancelled(rx.recv()).await {
-        let Some(report) = cancel
-            .run_until_cancelled(send_batch(sink.as_mut(), &batch))
-            .await
-        else {
-            return;
-        };
-        if reports.send(report).is_err() {
-            return;
-        }
-    }
 }
 
 /// Open the configured state store.
@@ -195,12 +117,8 @@ impl Shell {
                 datums: b.datums.clone(),
                 deadline,
             };
-            if let Err(e) = s.tx.try_send(q) {
-                let why = match e {
-                    mpsc::error::TrySendError::Full(_) => Refusal::Full,
-                    mpsc::error::TrySendError::Closed(_) => Refusal::Closed,
-                };
-                refused.push((s.name, why));
+            if let Err(why) = s.offer(q) {
+                refused.push((s.name(), why));
             }
         }
         for (sink, why) in refused {
@@ -432,10 +350,12 @@ async fn spawn_sinks(
                 .await,
             ),
         };
-        let name = sink.name();
-        let (tx, rx) = mpsc::channel(4);
-        tracker.spawn(sink_task(sink, rx, report_tx.clone(), cancel.clone()));
-        queues.push(SinkQueue { name, tx });
+        queues.push(SinkQueue::spawn(
+            sink,
+            report_tx.clone(),
+            &tracker,
+            cancel.clone(),
+        ));
     }
     tracker.close();
     (queues, reports, tracker, cancel)
@@ -454,7 +374,7 @@ fn start(
 ) -> Shell {
     let now = clock.now_ms();
     let branches: Vec<String> = cfg.branches.iter().map(|b| b.name.clone()).collect();
-    let sink_names: Vec<&'static str> = sinks.iter().map(|s| s.name).collect();
+    let sink_names: Vec<&'static str> = sinks.iter().map(SinkQueue::name).collect();
     let location = store.location();
     let setup = Setup {
         service: &cfg.service.name,
