@@ -497,6 +497,7 @@ async fn both_unready_is_flagged_and_heartbeat_stops_with_the_prober() {
     );
     p.primary.set_read_only(true).await;
     p.secondary.set_read_only(true).await;
+    let started = std::time::SystemTime::now();
     let run = Running::start(cfg, None);
     wait_evidence(&p.evidence(), Duration::from_secs(20), |ev| {
         ev.iter().any(|v| v["kind"] == "both_branches_unready")
@@ -504,6 +505,8 @@ async fn both_unready_is_flagged_and_heartbeat_stops_with_the_prober() {
     .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     run.stop().await;
+    // Every datum the run publishes carries a time no later than this.
+    let stopped = std::time::SystemTime::now();
     let q = |metric: &str, stat: &str| {
         MetricQuery::new(&ns, metric)
             .dims(&[("Service", "orders-db")])
@@ -514,11 +517,33 @@ async fn both_unready_is_flagged_and_heartbeat_stops_with_the_prober() {
         .await;
     assert!(flag.iter().any(|(_, v)| *v == 1.0), "{flag:?}");
     let beats = |v: &[(std::time::SystemTime, f64)]| v.iter().map(|(_, x)| *x).sum::<f64>();
-    let before = beats(&q("Heartbeat", "Sum").fetch(&cw).await);
-    assert!(before >= 2.0, "heartbeats while alive: {before}");
+    let alive = q("Heartbeat", "Sum")
+        .poll(&cw, Duration::from_secs(15), |v| beats(v) >= 2.0)
+        .await;
+    assert!(beats(&alive) >= 2.0, "heartbeats while alive: {alive:?}");
+    // A prober still running would publish a heartbeat every second (the publish interval).
+    // Counted by the datums' own times, in 1 s buckets from a second after the stop (the bucket
+    // start is floored to the second): a request the emulator answers late, after the stop, is
+    // not mistaken for a new heartbeat, as a before/after comparison of totals would.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = beats(&q("Heartbeat", "Sum").fetch(&cw).await);
-    assert_eq!(before, after, "no heartbeat after the prober stopped");
+    let per_second = |from: std::time::SystemTime| {
+        q("Heartbeat", "SampleCount")
+            .window(from, stopped + Duration::from_secs(300))
+            .period(1)
+    };
+    let during = per_second(started).fetch(&cw).await;
+    assert!(
+        beats(&during) >= 2.0,
+        "the same query over the run: {during:?}"
+    );
+    let later = per_second(stopped + Duration::from_secs(1))
+        .fetch(&cw)
+        .await;
+    assert_eq!(
+        beats(&later),
+        0.0,
+        "heartbeats after the prober stopped: {later:?}"
+    );
 }
 
 /// Two probers publish the same series; one sees the primary ready, the other (behind a proxy
