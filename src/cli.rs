@@ -255,8 +255,8 @@ pub fn main() -> ExitCode {
 /// store operation the command waited for has already answered or timed out).
 const RUNTIME_SHUTDOWN: Duration = Duration::from_millis(250);
 
-/// After a stop signal, `run` ends within `--grace` plus this (its final publish and state save
-/// included); past it the process exits with [`EXIT_IO`] whatever it still waits for.
+/// After a stop signal the process ends within `--grace` plus this. Whatever it still waits for
+/// then (a hung state, evidence or sink write) is given up and the process exits [`EXIT_IO`].
 pub const STOP_SLACK: Duration = Duration::from_secs(2);
 
 async fn async_main(cli: Cli) -> ExitCode {
