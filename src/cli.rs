@@ -243,8 +243,21 @@ pub fn main() -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    rt.block_on(async_main(cli))
+    let code = rt.block_on(async_main(cli));
+    // Dropping the runtime would wait for every blocking thread, including one stuck on a hung
+    // file system; past this bound they are left behind and the process exits.
+    rt.shutdown_timeout(RUNTIME_SHUTDOWN);
+    code
 }
+
+/// How long the runtime may take, once the command is done, to end its tasks and blocking
+/// threads before the process exits without them. Anything still running then is stuck (every
+/// store operation the command waited for has already answered or timed out).
+const RUNTIME_SHUTDOWN: Duration = Duration::from_millis(250);
+
+/// After a stop signal the process ends within `--grace` plus this. Whatever it still waits for
+/// then (a hung state, evidence or sink write) is given up and the process exits [`EXIT_IO`].
+pub const STOP_SLACK: Duration = Duration::from_secs(2);
 
 async fn async_main(cli: Cli) -> ExitCode {
     let id = cli.prober_id.as_deref();
@@ -294,7 +307,7 @@ async fn async_main(cli: Cli) -> ExitCode {
             for w in &cfg.warnings {
                 tracing::warn!("config: {w}");
             }
-            match runner::run(cfg, RunOptions { duration, grace }, shutdown_signal()).await {
+            match runner::run(cfg, RunOptions { duration, grace }, shutdown_signal(grace)).await {
                 Ok(_) => ExitCode::from(EXIT_OK),
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -592,22 +605,52 @@ async fn status(cfg: &Config, json: bool) -> ExitCode {
     ExitCode::from(EXIT_OK)
 }
 
-/// Resolves with the name of the first termination signal received.
-async fn shutdown_signal() -> &'static str {
+/// Install the SIGTERM and SIGINT handlers now; the future resolves with the name of the first
+/// of them received. From that signal on, the process lives at most `grace` + [`STOP_SLACK`]:
+/// the signal is awaited by a task of its own and the bound kept by a thread of its own, so a
+/// write that hangs inside the runtime, even on the thread that drives `run`, cannot hold it up.
+fn shutdown_signal(grace: Duration) -> impl std::future::Future<Output = &'static str> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (mut term, mut int) = match (
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
     ) {
-        (Ok(t), Ok(i)) => (t, i),
-        _ => {
-            tracing::error!("cannot install signal handlers; stop with --duration");
-            return std::future::pending().await;
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::spawn(async move {
+                let name = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                };
+                exit_after(grace + STOP_SLACK);
+                let _ = tx.send(name);
+            });
         }
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+        _ => tracing::error!("cannot install signal handlers; stop with --duration"),
+    }
+    async move {
+        match rx.await {
+            Ok(name) => name,
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// Exit the process with [`EXIT_IO`] after `limit` unless it has ended by then.
+fn exit_after(limit: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("stop-deadline".into())
+        .spawn(move || {
+            std::thread::sleep(limit);
+            tracing::error!(
+                limit = %config::fmt_dur(limit),
+                "readyprobe did not stop within the grace period + {} of the stop signal (a state, evidence or sink write hangs); exiting",
+                config::fmt_dur(STOP_SLACK)
+            );
+            std::process::exit(i32::from(EXIT_IO));
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the stop deadline; the stop may take longer than the grace period");
     }
 }
 

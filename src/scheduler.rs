@@ -135,7 +135,9 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use tokio::task::JoinHandle;
 
-    const S: Duration = Duration::from_secs(1);
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
 
     fn schedule(interval: Duration, jitter: Duration, grace: Duration) -> Schedule {
         Schedule {
@@ -171,11 +173,19 @@ mod tests {
         }
     }
 
-    /// What the test attempts saw, in tokio time.
+    /// One test attempt, in tokio time.
+    struct Span {
+        branch: String,
+        seq: u64,
+        start: Instant,
+        /// Once it finished.
+        end: Option<Instant>,
+    }
+
+    /// What the test attempts saw.
     #[derive(Default)]
     struct Log {
-        /// (branch, seq, start, end once finished).
-        spans: Mutex<Vec<(String, u64, Instant, Option<Instant>)>>,
+        spans: Mutex<Vec<Span>>,
         in_flight: AtomicUsize,
         max_in_flight: AtomicUsize,
     }
@@ -184,10 +194,12 @@ mod tests {
         fn begin(&self, branch: &str, seq: u64) {
             let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_in_flight.fetch_max(n, Ordering::SeqCst);
-            self.spans
-                .lock()
-                .unwrap()
-                .push((branch.into(), seq, Instant::now(), None));
+            self.spans.lock().unwrap().push(Span {
+                branch: branch.into(),
+                seq,
+                start: Instant::now(),
+                end: None,
+            });
         }
 
         fn end(&self, branch: &str, seq: u64) {
@@ -195,9 +207,9 @@ mod tests {
             let mut spans = self.spans.lock().unwrap();
             let span = spans
                 .iter_mut()
-                .find(|s| s.0 == branch && s.1 == seq)
+                .find(|s| s.branch == branch && s.seq == seq)
                 .unwrap();
-            span.3 = Some(Instant::now());
+            span.end = Some(Instant::now());
         }
 
         /// Start offsets from `t0` of `branch`'s attempts, in order.
@@ -205,8 +217,8 @@ mod tests {
             let spans = self.spans.lock().unwrap();
             spans
                 .iter()
-                .filter(|s| s.0 == branch)
-                .map(|s| s.2 - t0)
+                .filter(|s| s.branch == branch)
+                .map(|s| s.start - t0)
                 .collect()
         }
 
@@ -215,8 +227,8 @@ mod tests {
             let spans = self.spans.lock().unwrap();
             spans
                 .iter()
-                .filter(|s| s.0 == branch)
-                .map(|s| (s.2 - t0, s.3.map(|e| e - t0)))
+                .filter(|s| s.branch == branch)
+                .map(|s| (s.start - t0, s.end.map(|e| e - t0)))
                 .collect()
         }
     }
@@ -269,9 +281,9 @@ mod tests {
         // Each attempt takes 3 s: the next one still starts 10 s after the previous start.
         let h = spawn_loop(
             "a",
-            schedule(10 * S, Duration::ZERO, 5 * S),
+            schedule(secs(10), Duration::ZERO, secs(5)),
             &log,
-            |_| 3 * S,
+            |_| secs(3),
             &stop,
             tx,
         );
@@ -283,7 +295,7 @@ mod tests {
         stop.cancel();
         assert_eq!(h.await.unwrap(), 4);
         assert_eq!(Instant::now(), cancelled_at);
-        assert_eq!(log.starts("a", t0), [0 * S, 10 * S, 20 * S, 30 * S]);
+        assert_eq!(log.starts("a", t0), [secs(0), secs(10), secs(20), secs(30)]);
         assert!(rx.recv().await.is_none(), "no attempt after the cancel");
     }
 
@@ -293,10 +305,10 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(64);
         let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
         // The first attempt takes 25 s of a 10 s interval, later ones 1 s.
-        let takes = |seq| if seq == 1 { 25 * S } else { S };
+        let takes = |seq| if seq == 1 { secs(25) } else { secs(1) };
         let h = spawn_loop(
             "a",
-            schedule(10 * S, Duration::ZERO, 5 * S),
+            schedule(secs(10), Duration::ZERO, secs(5)),
             &log,
             takes,
             &stop,
@@ -313,10 +325,10 @@ mod tests {
         assert_eq!(
             log.spans("a", t0),
             [
-                (0 * S, Some(25 * S)),
-                (25 * S, Some(26 * S)),
-                (30 * S, Some(31 * S)),
-                (40 * S, Some(41 * S)),
+                (secs(0), Some(secs(25))),
+                (secs(25), Some(secs(26))),
+                (secs(30), Some(secs(31))),
+                (secs(40), Some(secs(41))),
             ]
         );
     }
@@ -327,10 +339,10 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(64);
         let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
         let branches: Vec<String> = (0..16).map(|i| format!("b{i}")).collect();
-        let jitter = 2 * S;
+        let jitter = secs(2);
         let mut loops = Vec::new();
         for b in &branches {
-            let sched = schedule(10 * S, jitter, 5 * S);
+            let sched = schedule(secs(10), jitter, secs(5));
             loops.push(spawn_loop(
                 b,
                 sched,
@@ -355,7 +367,7 @@ mod tests {
             let starts = log.starts(b, t0);
             assert_eq!(starts.len(), 2, "{b}: {starts:?}");
             assert!(starts[0] <= jitter, "{b} started at {:?}", starts[0]);
-            assert_eq!(starts[1] - starts[0], 10 * S, "{b}");
+            assert_eq!(starts[1] - starts[0], secs(10), "{b}");
             firsts.push(starts[0]);
         }
         firsts.sort();
@@ -370,25 +382,25 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(64);
         let stop = CancellationToken::new();
         let clock = Clock::start();
-        let timeout = 4 * S;
+        let timeout = secs(4);
         let starts = Arc::new(Mutex::new(Vec::new()));
         let seen = starts.clone();
         // A peer that never answers the write step, under the attempt deadline as
         // `probe::run_attempt` sets it (step timeouts longer than the attempt's).
         let h = tokio::spawn(async move {
-            let sched = schedule(10 * S, Duration::ZERO, 5 * S);
+            let sched = schedule(secs(10), Duration::ZERO, secs(5));
             attempt_loop("a", clock, sched, tx, stop.clone(), move |seq| {
                 let seen = seen.clone();
                 async move {
                     let start = Instant::now();
                     seen.lock().unwrap().push(start - t0);
                     let step_timeouts = StepTimeouts {
-                        resolve: 60 * S,
-                        connect: 60 * S,
-                        tls: 60 * S,
-                        auth: 60 * S,
-                        write: 60 * S,
-                        verify: 60 * S,
+                        resolve: secs(60),
+                        connect: secs(60),
+                        tls: secs(60),
+                        auth: secs(60),
+                        write: secs(60),
+                        verify: secs(60),
                     };
                     let deadline = Deadline {
                         end: start + timeout,
@@ -434,7 +446,7 @@ mod tests {
         assert!(!first.steps[0].ok);
         let second = next_attempt(&mut rx).await;
         assert_eq!(second.seq, 2);
-        assert_eq!(*starts.lock().unwrap(), [0 * S, 10 * S]);
+        assert_eq!(*starts.lock().unwrap(), [secs(0), secs(10)]);
         h.abort();
     }
 
@@ -445,7 +457,7 @@ mod tests {
         let clock = Clock::start();
         let token = stop.clone();
         let h = tokio::spawn(async move {
-            let sched = schedule(10 * S, Duration::ZERO, 5 * S);
+            let sched = schedule(secs(10), Duration::ZERO, secs(5));
             attempt_loop("a", clock, sched, tx, token, move |seq| async move {
                 assert!(seq != 1, "a bug in attempt 1");
                 attempt("a", seq, clock.now_ms(), clock.now_ms(), Outcome::Success)
@@ -472,19 +484,19 @@ mod tests {
         let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
         let h = spawn_loop(
             "a",
-            schedule(10 * S, Duration::ZERO, 5 * S),
+            schedule(secs(10), Duration::ZERO, secs(5)),
             &log,
-            |_| 3 * S,
+            |_| secs(3),
             &stop,
             tx,
         );
-        tokio::time::sleep_until(t0 + S).await;
+        tokio::time::sleep_until(t0 + secs(1)).await;
         stop.cancel();
         // The attempt ends at 3 s, inside the 5 s grace: it is reported, and the loop ends then,
         // not at the end of the grace.
         assert_eq!(next_attempt(&mut rx).await.seq, 1);
         assert_eq!(h.await.unwrap(), 1);
-        assert_eq!(Instant::now() - t0, 3 * S);
+        assert_eq!(Instant::now() - t0, secs(3));
         assert!(rx.recv().await.is_none());
     }
 
@@ -495,13 +507,13 @@ mod tests {
         let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
         let h = spawn_loop(
             "a",
-            schedule(10 * S, Duration::ZERO, 5 * S),
+            schedule(secs(10), Duration::ZERO, secs(5)),
             &log,
-            |_| 30 * S,
+            |_| secs(30),
             &stop,
             tx,
         );
-        tokio::time::sleep_until(t0 + S).await;
+        tokio::time::sleep_until(t0 + secs(1)).await;
         stop.cancel();
         // Cancelled at 1 s with a 5 s grace: abandoned at 6 s, not counted as an attempt.
         match rx.recv().await {
@@ -510,11 +522,11 @@ mod tests {
             }
             other => panic!("expected the attempt abandoned, got {other:?}"),
         }
-        assert_eq!(Instant::now() - t0, 6 * S);
+        assert_eq!(Instant::now() - t0, secs(6));
         assert_eq!(h.await.unwrap(), 1);
         assert!(rx.recv().await.is_none());
         // The abandoned attempt was stopped, not left running.
-        tokio::time::sleep(60 * S).await;
-        assert_eq!(log.spans("a", t0), [(0 * S, None)]);
+        tokio::time::sleep(secs(60)).await;
+        assert_eq!(log.spans("a", t0), [(secs(0), None)]);
     }
 }

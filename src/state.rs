@@ -7,6 +7,10 @@
 //! mid-write leaves the previous version; the `s3` store writes with `If-Match` / `If-None-Match`
 //! conditions and, on a lost race, re-reads the fresh document and applies the change again.
 //! A corrupt or unreadable document is an error: nothing silently starts as `ready` from it.
+//!
+//! A hung file system must not hang the prober: file-store operations run on blocking threads and
+//! answer within [`FILE_OP_BOUND`], open nothing that could block (`O_NONBLOCK`, regular files
+//! only) and read at most [`MAX_DOC_BYTES`].
 
 use crate::control::{CONTROL_VERSION, ControlDoc};
 use std::fs::{File, OpenOptions};

@@ -212,3 +212,143 @@ async fn sigterm_exits_0_within_grace_with_complete_evidence() {
         .count();
     assert_eq!(publishes, 1, "one final datum set");
 }
+
+/// `readyprobe run --grace <grace>` on `config`, logs to `log`, EMF to nowhere.
+fn spawn_run(
+    config: &std::path::Path,
+    grace: &str,
+    log: &std::path::Path,
+) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+        .args(["run", "--grace", grace, "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Send SIGTERM and wait for the exit; returns the exit code and the time from just before the
+/// signal was sent to the exit.
+async fn terminate(
+    child: &mut tokio::process::Child,
+    log: &std::path::Path,
+) -> (Option<i32>, Duration) {
+    let pid = child.id().unwrap().to_string();
+    let sent = tokio::time::Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = match tokio::time::timeout(Duration::from_secs(15), child.wait()).await {
+        Ok(s) => s.unwrap(),
+        Err(_) => panic!(
+            "no exit 15 s after SIGTERM; log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        ),
+    };
+    (status.code(), sent.elapsed())
+}
+
+fn mkfifo(path: &std::path::Path) {
+    assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
+}
+
+/// With `--grace 1s` the process must be gone 3 s after SIGTERM. The extra second covers what
+/// the product does not control: starting kill(1), the scheduler waking the stopping threads and
+/// the kernel reaping the process on a loaded machine. It is still shorter than any hang this
+/// test provokes: a FIFO blocks a plain `open` for ever, and the held lock keeps a blocking
+/// thread waiting for the lock (5 s) at least 4.4 s past the signal.
+const EXIT_BOUND: Duration = Duration::from_secs(4);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_state_store_never_keeps_the_process_past_grace_plus_2s() {
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let path = p.write_config("hang.toml", &ConfigOpts::default());
+    let state = p.dir.path().join("state");
+    let doc = state.join("control-orders-db.json");
+    let lock_path = state.join("control-orders-db.lock");
+    let log = p.dir.path().join("run.log");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // 1. The control document becomes a FIFO mid-run: syncs fail with a clear error at once,
+    // and SIGTERM ends the run normally.
+    let mut child = spawn_run(&path, "1s", &log);
+    wait_evidence(&p.evidence(), Duration::from_secs(20), |ev| {
+        attempts(ev, "primary").len() >= 3 && doc.exists()
+    })
+    .await;
+    {
+        // Under the store's lock, so that no save in progress renames a file over the FIFO.
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&lock_path)
+            .unwrap();
+        lock.lock().unwrap();
+        std::fs::remove_file(&doc).unwrap();
+        mkfifo(&doc);
+    }
+    wait_evidence(&p.evidence(), Duration::from_secs(20), |ev| {
+        ev.iter().any(|v| {
+            v["kind"] == "state_sync_failed" && v.to_string().contains("not a regular file")
+        })
+    })
+    .await;
+    let (code, took) = terminate(&mut child, &log).await;
+    assert_eq!(code, Some(0), "{}", log_text());
+    assert!(
+        took < EXIT_BOUND,
+        "exit {took:?} after SIGTERM; log:\n{}",
+        log_text()
+    );
+    let ev = read_evidence(&p.evidence());
+    assert_eq!(ev.last().unwrap()["kind"], "stop");
+
+    // 2. A FIFO as the control document at start-up: exit 74 at once, naming the problem.
+    let started = std::time::Instant::now();
+    let out = bin().args(["run", "--config"]).arg(&path).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(74), "{err}");
+    assert!(err.contains("not a regular file"), "{err}");
+    // Not the 10 s store bound, and not a hang.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // 3. The lock held for ever by someone else: the state save waits on a blocking thread that
+    // outlives the run; the process exits without it.
+    std::fs::remove_file(&doc).unwrap();
+    let mut child = spawn_run(&path, "1s", &log);
+    // The document exists again once this run has saved its state.
+    wait_evidence(&p.evidence(), Duration::from_secs(20), |_| doc.exists()).await;
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&lock_path)
+        .unwrap();
+    lock.lock().unwrap();
+    // Past the 500 ms poll interval: a save is now waiting for the lock, and began at most
+    // 600 ms before the signal.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (code, took) = terminate(&mut child, &log).await;
+    assert!(
+        took < EXIT_BOUND,
+        "exit {took:?} after SIGTERM; log:\n{}",
+        log_text()
+    );
+    // 0 when the run's own stop (its final save gives up after 2 s) wins, 74 when the
+    // grace + 2 s bound had to end it; under load either may come first.
+    assert!(
+        matches!(code, Some(0) | Some(74)),
+        "exit {code:?}; log:\n{}",
+        log_text()
+    );
+    drop(lock);
+}

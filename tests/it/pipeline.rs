@@ -250,7 +250,6 @@ async fn dead_cloudwatch_endpoint_drops_are_counted_not_fatal() {
     let Some(p) = Pipeline::start_or_skip().await else {
         return;
     };
-    test_credentials();
     let dead = format!("http://127.0.0.1:{}", crate::support::free_tcp_port());
     let cfg = p.config(
         "dead.toml",
