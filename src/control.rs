@@ -530,6 +530,96 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_decision_is_taken_back_once_and_only_while_recent() {
+        let r = pending_at(100_000);
+        let since = r.since().unwrap();
+        let now = since + 20;
+        let mut lost = approval(since + 10, since + 60_000);
+        lost.decisions.insert(
+            "p1".into(),
+            Decision {
+                at: now - LOST_DECISION_MS + 1,
+                applied: true,
+                detail: "applied".into(),
+            },
+        );
+        let mut old = lost.clone();
+        old.id = "old".into();
+        old.decisions.get_mut("p1").unwrap().at = now - LOST_DECISION_MS;
+        let mut doc = ControlDoc::new("orders-db");
+        doc.approvals = vec![old, lost];
+        let mut rs: BTreeMap<String, Readiness> = [("primary".to_string(), r)].into();
+        let decided = sync_prober(&mut doc, "p1", &mut rs, &BTreeSet::new(), now);
+        assert_eq!(decided.len(), 1);
+        assert_eq!(decided[0].0.id, "a");
+        assert_eq!(rs["primary"].state(), ReadinessState::Ready);
+        assert_eq!(
+            doc.probers["p1"].branches["primary"].state,
+            ReadinessState::Ready
+        );
+        // Once recorded, it is not news any more.
+        let recorded: BTreeSet<String> = ["a".to_string()].into();
+        let mut rs2: BTreeMap<String, Readiness> =
+            [("primary".to_string(), pending_at(100_000))].into();
+        assert!(sync_prober(&mut doc, "p1", &mut rs2, &recorded, now).is_empty());
+        assert_eq!(rs2["primary"].state(), ReadinessState::PendingApproval);
+    }
+
+    #[test]
+    fn a_prober_decides_each_approval_once() {
+        let r = pending_at(100_000);
+        let since = r.since().unwrap();
+        let mut doc = ControlDoc::new("orders-db");
+        doc.approvals.push(approval(since + 10, since + 60_000));
+        let mut rs: BTreeMap<String, Readiness> = [("primary".to_string(), r)].into();
+        let decided = sync_prober(&mut doc, "p1", &mut rs, &BTreeSet::new(), since + 20);
+        assert!(decided[0].1.applied);
+        assert!(doc.approvals[0].decisions["p1"].applied);
+        let recorded: BTreeSet<String> = ["a".to_string()].into();
+        assert!(sync_prober(&mut doc, "p1", &mut rs, &recorded, since + 30).is_empty());
+        // Another prober decides it for itself.
+        let mut other: BTreeMap<String, Readiness> = BTreeMap::new();
+        other.insert("primary".into(), Readiness::new(policy()));
+        let d = sync_prober(&mut doc, "p2", &mut other, &BTreeSet::new(), since + 40);
+        assert!(!d[0].1.applied);
+        assert_eq!(doc.approvals[0].decisions.len(), 2);
+    }
+
+    #[test]
+    fn status_without_attempts_says_so_plainly() {
+        let mut doc = ControlDoc::new("orders-db");
+        doc.probers.insert(
+            "az-a".into(),
+            ProberState {
+                saved_at: 0,
+                branches: [("primary".to_string(), Readiness::new(policy()).snapshot())].into(),
+            },
+        );
+        let s = render_status(&doc, &policy(), &["primary".into()], 1000);
+        assert!(s.contains("), no attempts in the last 10s\n"), "{s}");
+        let s = render_status(
+            &doc_with(pending_at(100_000)),
+            &policy(),
+            &["primary".into()],
+            100_500,
+        );
+        assert!(s.contains("success rate 100.0% of "), "{s}");
+        assert!(s.contains(" attempts over 10s\n"), "{s}");
+    }
+
+    fn doc_with(r: Readiness) -> ControlDoc {
+        let mut doc = ControlDoc::new("orders-db");
+        doc.probers.insert(
+            "az-a".into(),
+            ProberState {
+                saved_at: 100_000,
+                branches: [("primary".to_string(), r.snapshot())].into(),
+            },
+        );
+        doc
+    }
+
+    #[test]
     fn overrides_win_until_they_expire() {
         let o = Override {
             force: Forced::Unready,
