@@ -270,6 +270,11 @@ fn log(level: Level, message: impl Into<String>, fields: Fields) -> Effect {
     })
 }
 
+/// A map as compact JSON text for a log field, e.g. `{"cloudwatch":3}`.
+fn json_text<V: serde::Serialize>(map: &BTreeMap<String, V>) -> String {
+    serde_json::to_string(map).unwrap_or_default()
+}
+
 fn branch_fields(branch: &str) -> Fields {
     Fields {
         branch: Some(branch.to_string()),
@@ -480,11 +485,11 @@ impl Fold {
             message,
             fields: Fields {
                 reason: Some(s.stop_reason.clone()),
-                attempts: Some(format!("{:?}", s.attempts)),
+                attempts: Some(json_text(&s.attempts)),
                 transitions: Some(s.transitions),
-                states: Some(format!("{:?}", s.final_states)),
+                states: Some(json_text(&s.final_states)),
                 dropped_batches: (!s.dropped_batches.is_empty())
-                    .then(|| serde_json::to_string(&s.dropped_batches).unwrap_or_default()),
+                    .then(|| json_text(&s.dropped_batches)),
                 ..Fields::default()
             },
         }

@@ -157,12 +157,14 @@ fn shown(v: &Option<String>) -> Option<tracing::field::DisplayValue<&str>> {
     v.as_deref().map(tracing::field::display)
 }
 
-/// Emit a fold's log event as a tracing event of its level.
+/// Emit a fold's log event as a tracing event of its level, under the `readyprobe::runner`
+/// target (which log filters name).
 fn emit(log: &Log) {
     macro_rules! at {
         ($level:expr) => {{
             let f = &log.fields;
             tracing::event!(
+                target: "readyprobe::runner",
                 $level,
                 service = shown(&f.service),
                 branch = shown(&f.branch),
