@@ -25,7 +25,7 @@ pub struct RunSummary {
     pub attempts: BTreeMap<String, u64>,
     /// Attempts abandoned at shutdown.
     pub abandoned: u64,
-    /// Transitions.
+    /// Readiness transitions, all branches together.
     pub transitions: u64,
     /// Batches dropped per sink (queue full, sink stopped, window closed, or abandoned at
     /// shutdown).
@@ -45,11 +45,9 @@ pub struct RunSummary {
 /// One batch of datums for every sink. `id` is unique within a run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch {
-    /// Batch id, from 1.
+    /// From 1.
     pub id: u64,
-    /// The datums.
     pub datums: Vec<Datum>,
-    /// Why.
     pub reason: PublishReason,
 }
 
@@ -91,14 +89,14 @@ pub enum Input {
     /// A sync with the store finished: the document as written, and this prober's decisions on
     /// approvals it had not taken yet (from [`control::sync_prober`]).
     SyncDone {
-        /// The control document.
+        /// As this sync wrote it.
         doc: ControlDoc,
         /// Decisions to take, oldest approval first.
         decided: Vec<(Approval, Decision)>,
     },
     /// A sync with the store failed; probing and publishing go on.
     SyncFailed {
-        /// What happened.
+        /// The store's error, in a sentence.
         error: String,
         /// When the sync started, ms since the epoch; `None` for the final sync, cut off by the
         /// end of the grace period.
@@ -106,11 +104,9 @@ pub enum Input {
     },
     /// A sink's queue refused batch `batch`.
     SinkRefused {
-        /// Sink name.
         sink: &'static str,
         /// [`Batch::id`].
         batch: u64,
-        /// Why.
         why: Refusal,
     },
     /// A sink's account of a batch.
@@ -130,9 +126,9 @@ pub enum Level {
     Error,
 }
 
-/// The structured fields a [`Log`] may carry; `None` fields are left out.
+/// The structured fields a [`Log`] may carry, named as the log's keys; `None` fields are left
+/// out. Values are display text, except counts.
 #[derive(Debug, Clone, Default, PartialEq)]
-#[allow(missing_docs)]
 pub struct Fields {
     pub service: Option<String>,
     pub branch: Option<String>,
@@ -161,11 +157,8 @@ pub struct Fields {
 /// A log event for the runner to emit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Log {
-    /// Severity.
     pub level: Level,
-    /// The message.
     pub message: String,
-    /// Its fields.
     pub fields: Fields,
 }
 
