@@ -452,7 +452,7 @@ where
         ctx.summary.final_states.insert(name.clone(), r.state());
     }
     ctx.summary.stop_reason = stop_reason.clone();
-    ctx.summary.evidence_write_failures = ctx.evidence.failed;
+    ctx.summary.evidence_write_failures = ctx.evidence.failed();
     let s = &ctx.summary;
     let stop_record = json!({
         "reason": stop_reason,
@@ -464,12 +464,12 @@ where
         "approvals_applied": s.approvals_applied,
         "approvals_rejected": s.approvals_rejected,
         "state_sync_failures": s.state_sync_failures,
-        "evidence_write_failures": ctx.evidence.failed,
+        "evidence_write_failures": ctx.evidence.failed(),
     });
     ctx.evidence.write("stop", now, stop_record);
-    if let Err(e) = ctx.evidence.sync() {
-        tracing::error!(path = %ctx.evidence.path().display(), error = %e, "cannot sync evidence");
-    }
+    ctx.evidence
+        .close(Instant::now() + Duration::from_secs(1))
+        .await;
     let summary = ctx.summary;
     tracing::info!(
         reason = %summary.stop_reason,
@@ -813,13 +813,7 @@ impl Ctx<'_> {
 
     fn tick(&mut self, reason: &'static str) {
         let now = self.clock.now_ms();
-        if self.evidence.reopen_if_replaced() {
-            self.evidence.write(
-                "evidence_reopened",
-                now,
-                json!({"path": self.evidence.path()}),
-            );
-        }
+        self.evidence.reopen_if_replaced(now);
         self.expire_overrides(now);
         let mut ticks = Vec::new();
         let branches: Vec<String> = self.cfg.branches.iter().map(|b| b.name.clone()).collect();
