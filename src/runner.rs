@@ -359,10 +359,13 @@ async fn shutdown(
     let now = shell.clock.now_ms();
     let effects = shell.fold.abandon_unsent(now);
     shell.execute(effects);
-    let (summary, effects) = shell.fold.finish(now, &stop_reason, shell.evidence.failed);
+    let (summary, effects) = shell
+        .fold
+        .finish(now, &stop_reason, shell.evidence.failed());
     shell.execute(effects);
-    if let Err(e) = shell.evidence.sync() {
-        tracing::error!(path = %shell.evidence.path().display(), error = %e, "cannot sync evidence");
-    }
+    shell
+        .evidence
+        .close(Instant::now() + Duration::from_secs(1))
+        .await;
     summary
 }

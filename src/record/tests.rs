@@ -486,8 +486,8 @@ fn kind_names_the_serialised_tag() {
     }
 }
 
-#[test]
-fn writes_every_kind_and_reads_it_back_equal() {
+#[tokio::test]
+async fn writes_every_kind_and_reads_it_back_equal() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("evidence.jsonl");
     let mut w =
@@ -500,8 +500,9 @@ fn writes_every_kind_and_reads_it_back_equal() {
     for e in &written {
         w.record(e.at_ms, &e.record);
     }
-    assert_eq!(w.failed, 0);
-    drop(w);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    assert!(w.close(deadline).await);
+    assert_eq!(w.failed(), 0);
     let f = std::io::BufReader::new(std::fs::File::open(&p).unwrap());
     let read: Vec<Envelope> = read_lines(f).map(Result::unwrap).collect();
     assert_eq!(read, written);

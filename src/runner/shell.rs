@@ -6,7 +6,7 @@ use crate::clock::Clock;
 use crate::control::{self, Approval, ControlDoc, Decision};
 use crate::fold::{Batch, Effect, Fold, Input, Level, Log};
 use crate::readiness::Millis;
-use crate::record::{EvidenceReopened, Record};
+use crate::record::Record;
 use crate::scheduler::BranchEvent;
 use crate::sink::evidence::EvidenceWriter;
 use crate::sink::{Queued, SinkQueue};
@@ -87,11 +87,7 @@ impl Shell {
     }
 
     pub(super) fn tick(&mut self, last: bool) {
-        if self.evidence.reopen_if_replaced() {
-            let path = self.evidence.path().display().to_string();
-            let r = Record::EvidenceReopened(EvidenceReopened { path });
-            self.write(self.clock.now_ms(), &r);
-        }
+        self.evidence.reopen_if_replaced(self.clock.now_ms());
         self.feed(Input::Tick { last });
     }
 
