@@ -12,7 +12,7 @@ use crate::probe::{self, Attempt, Outcome};
 use crate::readiness::{Millis, Readiness, ReadinessState, Transition};
 use crate::scheduler::{BranchEvent, Schedule, branch_loop};
 use crate::sink::cloudwatch::CloudWatchSink;
-use crate::sink::emf::EmfSink;
+use crate::sink::emf::{EmfBuffer, EmfSink};
 use crate::sink::evidence::EvidenceWriter;
 use crate::sink::{BranchTick, Datum, Sink, tick_datums, transition_datum};
 use crate::state::{FileStore, S3Store, StateError, Store};
@@ -24,12 +24,15 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior, interval_at};
 
 /// Options of one `run`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RunOptions {
     /// Stop after this long (ECS scheduled task); `None` runs until a signal.
     pub duration: Option<Duration>,
     /// How long in-flight attempts and the final publish may take after a stop request.
     pub grace: Duration,
+    /// Where the `emf` sink writes: `None` for stdout (the product), a buffer for a caller that
+    /// reads the lines itself (tests).
+    pub emf_out: Option<EmfBuffer>,
 }
 
 /// Why a run could not start or finish cleanly.
@@ -225,7 +228,10 @@ where
     let mut sinks: Vec<SinkHandle> = Vec::new();
     for kind in &cfg.publish.sinks {
         let sink: Box<dyn Sink> = match kind {
-            SinkKind::Emf => Box::new(EmfSink::new(&cfg.publish.namespace)),
+            SinkKind::Emf => Box::new(match &opts.emf_out {
+                Some(buf) => EmfSink::with_writer(&cfg.publish.namespace, Box::new(buf.clone())),
+                None => EmfSink::new(&cfg.publish.namespace),
+            }),
             SinkKind::CloudWatch => Box::new(
                 CloudWatchSink::new(
                     &cfg.publish.cloudwatch,
