@@ -307,7 +307,17 @@ async fn async_main(cli: Cli) -> ExitCode {
             for w in &cfg.warnings {
                 tracing::warn!("config: {w}");
             }
-            match runner::run(cfg, RunOptions { duration, grace }, shutdown_signal(grace)).await {
+            match runner::run(
+                cfg,
+                RunOptions {
+                    duration,
+                    grace,
+                    emf_out: None,
+                },
+                shutdown_signal(grace),
+            )
+            .await
+            {
                 Ok(_) => ExitCode::from(EXIT_OK),
                 Err(e) => {
                     eprintln!("error: {e}");

@@ -17,7 +17,7 @@ use crate::probe;
 use crate::record::{Record, Start, StartBranch};
 use crate::scheduler::{BranchEvent, Schedule, branch_loop};
 use crate::sink::cloudwatch::CloudWatchSink;
-use crate::sink::emf::EmfSink;
+use crate::sink::emf::{EmfBuffer, EmfSink};
 use crate::sink::evidence::EvidenceWriter;
 use crate::sink::{Sink, SinkQueue, SinkReport};
 use crate::state::{FileStore, S3Store, StateError, Store};
@@ -33,12 +33,15 @@ use tokio_util::task::TaskTracker;
 pub use crate::fold::RunSummary;
 
 /// Options of one `run`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RunOptions {
     /// Stop after this long (ECS scheduled task); `None` runs until a signal.
     pub duration: Option<Duration>,
     /// How long in-flight attempts and the final publish may take after a stop request.
     pub grace: Duration,
+    /// Where the `emf` sink writes: `None` for stdout (the product), a buffer for a caller that
+    /// reads the lines itself (tests).
+    pub emf_out: Option<EmfBuffer>,
 }
 
 /// Why a run could not start or finish cleanly.
@@ -103,7 +106,7 @@ where
         path: cfg.evidence_path.display().to_string(),
         source,
     })?;
-    let (queues, reports, sink_tasks, stop_sinks) = spawn_sinks(&cfg).await;
+    let (queues, reports, sink_tasks, stop_sinks) = spawn_sinks(&cfg, &opts).await;
     let mut shell = start(&cfg, &opts, clock, store, evidence, queues, &doc);
 
     let stop_loops = CancellationToken::new();
@@ -147,6 +150,7 @@ where
 /// Start a task per configured sink, each behind a bounded queue.
 async fn spawn_sinks(
     cfg: &Config,
+    opts: &RunOptions,
 ) -> (
     Vec<SinkQueue>,
     mpsc::UnboundedReceiver<SinkReport>,
@@ -158,7 +162,10 @@ async fn spawn_sinks(
     let mut queues = Vec::new();
     for kind in &cfg.publish.sinks {
         let sink: Box<dyn Sink> = match kind {
-            SinkKind::Emf => Box::new(EmfSink::new(&cfg.publish.namespace)),
+            SinkKind::Emf => Box::new(match &opts.emf_out {
+                Some(buf) => EmfSink::with_writer(&cfg.publish.namespace, Box::new(buf.clone())),
+                None => EmfSink::new(&cfg.publish.namespace),
+            }),
             SinkKind::CloudWatch => Box::new(
                 CloudWatchSink::new(
                     &cfg.publish.cloudwatch,

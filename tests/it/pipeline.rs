@@ -259,9 +259,9 @@ async fn dead_cloudwatch_endpoint_drops_are_counted_not_fatal() {
             ..Default::default()
         },
     );
-    let s = Running::start(cfg, Some(Duration::from_millis(3500)))
-        .finish()
-        .await;
+    let run = Running::start(cfg, Some(Duration::from_millis(3500)));
+    let emf_out = run.emf.clone();
+    let s = run.finish().await;
     let ev = read_evidence(&p.evidence());
     let cw: Vec<_> = ev
         .iter()
@@ -289,4 +289,12 @@ async fn dead_cloudwatch_endpoint_drops_are_counted_not_fatal() {
             .any(|v| v["kind"] == "publish" && v["sink"] == "emf" && v["dropped"] == false)
     );
     assert!(s.attempts["primary"] >= 8, "{:?}", s.attempts);
+    // The EMF lines went to the run's buffer, one per datum sent.
+    let emf_sent: u64 = ev
+        .iter()
+        .filter(|v| v["kind"] == "publish" && v["sink"] == "emf")
+        .map(|v| v["sent"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(emf_sent > 0);
+    assert_eq!(emf_out.lines().len() as u64, emf_sent);
 }

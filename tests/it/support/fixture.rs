@@ -7,6 +7,7 @@ use super::mariadb::MariaDb;
 use super::tls::TestCa;
 use readyprobe::config::Config;
 use readyprobe::runner::{RunError, RunOptions, RunSummary};
+use readyprobe::sink::emf::EmfBuffer;
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -204,6 +205,8 @@ port = {sport}
 
 /// A `readyprobe run` in this process; stop it with [`Running::stop`].
 pub struct Running {
+    /// What the `emf` sink wrote (kept out of the test output).
+    pub emf: EmfBuffer,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<RunSummary, RunError>>,
 }
@@ -216,15 +219,18 @@ impl Running {
             let _ = rx.await;
             "test"
         };
+        let emf = EmfBuffer::new();
         let task = tokio::spawn(readyprobe::runner::run(
             cfg,
             RunOptions {
                 duration,
                 grace: Duration::from_secs(3),
+                emf_out: Some(emf.clone()),
             },
             stop,
         ));
         Running {
+            emf,
             stop: Some(tx),
             task,
         }
