@@ -418,8 +418,9 @@ impl Fold {
         std::mem::take(&mut self.effects)
     }
 
-    /// End the run: the summary, the stop record and the final log line, which names every
-    /// sink that dropped batches and says so plainly when one dropped them all.
+    /// End the run (call once, after [`abandon_unsent`](Self::abandon_unsent)): the summary,
+    /// the stop record and the final log line, which names every sink that dropped batches and
+    /// says so plainly when one dropped them all.
     pub fn finish(
         &mut self,
         now: Millis,
