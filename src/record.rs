@@ -18,9 +18,10 @@ use std::io::{self, BufRead};
 /// messages are cut at 1 KB); anything near this limit is not evidence.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 
-/// One line of the evidence file.
+/// One line of the evidence file. The writer serialises an `Envelope<&Record>` (no copy of the
+/// record); a reader gets an `Envelope<Record>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Envelope {
+pub struct Envelope<R = Record> {
     /// When it happened, RFC 3339 UTC with milliseconds (for people and log tools).
     pub at: String,
     /// When it happened, ms since the UNIX epoch (for programs).
@@ -31,12 +32,12 @@ pub struct Envelope {
     pub prober: String,
     /// The record, with its `kind`.
     #[serde(flatten)]
-    pub record: Record,
+    pub record: R,
 }
 
-impl Envelope {
+impl<R: Serialize> Envelope<R> {
     /// Wrap `record` with its time (ms since the epoch) and origin.
-    pub fn new(at_ms: Millis, service: &str, prober: &str, record: Record) -> Self {
+    pub fn new(at_ms: Millis, service: &str, prober: &str, record: R) -> Self {
         Envelope {
             at: rfc3339(at_ms),
             at_ms,
@@ -58,8 +59,9 @@ impl Envelope {
 }
 
 /// One evidence record; `kind` on the line is the variant's snake_case name.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Record {
     /// A run started.
     Start(Start),
@@ -88,22 +90,9 @@ pub enum Record {
 }
 
 impl Record {
-    /// The `kind` written on the line.
+    /// The `kind` written on the line (the same name serde writes; a test holds them equal).
     pub fn kind(&self) -> &'static str {
-        match self {
-            Record::Start(_) => "start",
-            Record::Attempt(_) => "attempt",
-            Record::AttemptAbandoned(_) => "attempt_abandoned",
-            Record::Transition(_) => "transition",
-            Record::Publish(_) => "publish",
-            Record::Approval(_) => "approval",
-            Record::ApprovalNotApplied(_) => "approval_not_applied",
-            Record::Override(_) => "override",
-            Record::StateSyncFailed(_) => "state_sync_failed",
-            Record::BothBranchesUnready(_) => "both_branches_unready",
-            Record::EvidenceReopened(_) => "evidence_reopened",
-            Record::Stop(_) => "stop",
-        }
+        self.into()
     }
 }
 
@@ -171,8 +160,19 @@ pub struct TransitionRecord {
 }
 
 /// What became of one batch handed to one sink.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum PublishOutcome {
     /// The sink sent it.
     Sent,
@@ -194,8 +194,19 @@ impl PublishOutcome {
 }
 
 /// Why a batch was published.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum PublishReason {
     /// The periodic publish tick.
     Tick,
@@ -285,8 +296,19 @@ pub struct ApprovalNotApplied {
 }
 
 /// What happened to an override.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum OverrideAction {
     /// It started or changed.
     Set,

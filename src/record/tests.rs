@@ -486,6 +486,19 @@ fn kind_names_the_serialised_tag() {
     }
 }
 
+#[test]
+fn printed_names_are_the_serialised_ones() {
+    fn check_all<T: Serialize + strum::VariantArray + Copy + Into<&'static str>>() {
+        for v in T::VARIANTS {
+            let printed: &'static str = (*v).into();
+            assert_eq!(serde_json::to_value(v).unwrap(), printed);
+        }
+    }
+    check_all::<PublishOutcome>();
+    check_all::<PublishReason>();
+    check_all::<OverrideAction>();
+}
+
 #[tokio::test]
 async fn writes_every_kind_and_reads_it_back_equal() {
     let dir = tempfile::tempdir().unwrap();

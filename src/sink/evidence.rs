@@ -115,8 +115,7 @@ impl EvidenceWriter {
     /// hundredth), never returned: evidence is a record of the control loop, not a reason to
     /// stop it.
     pub fn record(&mut self, at: Millis, record: &Record) {
-        let envelope = Envelope::new(at, &self.service, &self.prober, record.clone());
-        match envelope.to_line() {
+        match Envelope::new(at, &self.service, &self.prober, record).to_line() {
             Ok(line) => self.send(Msg::Line(line)),
             Err(e) => {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);

@@ -276,6 +276,12 @@ async fn dead_cloudwatch_endpoint_drops_are_counted_not_fatal() {
         cw.iter().any(|v| v["tries"].as_u64().unwrap_or(0) > 1),
         "retried within the window: {cw:?}"
     );
+    // The cause is one short line, not the SDK's debug dump.
+    assert!(
+        cw.iter()
+            .any(|v| v["error"] == "PutMetricData failed: connection refused"),
+        "{cw:?}"
+    );
     assert_eq!(s.dropped_batches["cloudwatch"], cw.len() as u64);
     // Every batch is accounted for in both sinks: the same batches went to each.
     let emf = ev

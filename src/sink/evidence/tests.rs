@@ -99,7 +99,7 @@ async fn a_hung_file_never_blocks_the_caller() {
     let t = std::time::Instant::now();
     assert!(!w.close(Instant::now() + Duration::from_millis(300)).await);
     let waited = t.elapsed();
-    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(2));
+    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(5));
     assert_eq!(w.written(), 0);
     assert!(w.failed() >= 500, "failed {}", w.failed());
     // Let the thread go: open the read side, which releases its open, and drain.
