@@ -59,16 +59,6 @@ fn refusal_outcome(why: Refusal) -> PublishOutcome {
     }
 }
 
-/// The snake_case name of a publish reason, as in evidence.
-fn reason_name(r: PublishReason) -> &'static str {
-    match r {
-        PublishReason::Tick => "tick",
-        PublishReason::Final => "final",
-        PublishReason::Transition => "transition",
-        PublishReason::Override => "override",
-    }
-}
-
 /// What goes into the fold.
 #[derive(Debug)]
 pub enum Input {
@@ -398,7 +388,7 @@ impl Fold {
                 Fields {
                     sink: Some(sink.into()),
                     datums: Some(o.datums as u64),
-                    reason: Some(reason_name(o.reason).into()),
+                    reason: Some(<&str>::from(o.reason).into()),
                     ..Fields::default()
                 },
             ));
