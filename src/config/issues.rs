@@ -91,7 +91,7 @@ impl<'a> Issues<'a> {
 
     /// The issue of a deserialisation error: key path from `serde_path_to_error`, line from the
     /// span toml attached.
-    pub(super) fn from_serde(&self, e: &serde_path_to_error::Error<toml::de::Error>) -> Issue {
+    pub(super) fn serde_issue(&self, e: &serde_path_to_error::Error<toml::de::Error>) -> Issue {
         let inner = e.inner();
         let msg = inner.message().to_string();
         let path = e.path().to_string();
@@ -127,7 +127,7 @@ impl<'a> Issues<'a> {
     }
 
     /// The issue of a TOML syntax error.
-    pub(super) fn from_syntax(&self, e: &toml::de::Error) -> Issue {
+    pub(super) fn syntax_issue(&self, e: &toml::de::Error) -> Issue {
         Issue {
             key: "(syntax)".into(),
             line: e.span().map(|s| self.line_of(s.start)),

@@ -170,9 +170,9 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         path: path.to_owned(),
         issues: vec![issue],
     };
-    let de = toml::Deserializer::parse(text).map_err(|e| fail(issues.from_syntax(&e)))?;
+    let de = toml::Deserializer::parse(text).map_err(|e| fail(issues.syntax_issue(&e)))?;
     let raw: RawConfig =
-        serde_path_to_error::deserialize(de).map_err(|e| fail(issues.from_serde(&e)))?;
+        serde_path_to_error::deserialize(de).map_err(|e| fail(issues.serde_issue(&e)))?;
     let host = raw.prober_id.is_none().then(default_prober_id);
     match validate(path, raw, host, &mut issues) {
         Some(mut cfg) if issues.errors.is_empty() => {
