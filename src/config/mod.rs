@@ -658,4 +658,20 @@ endpoint = "mysql-secondary.orders.internal.example"
         assert_eq!(SinkKind::CloudWatch.to_string(), "cloudwatch");
         assert_eq!(MinVersion::Tls13.as_str(), "1.3");
     }
+
+    /// Every example in `probes/` is valid on any machine: validation reads none of the files
+    /// or variables an example names.
+    #[test]
+    fn examples_check() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                load(&p).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 5, "only {n} example configs in {}", dir.display());
+    }
 }
