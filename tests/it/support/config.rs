@@ -7,9 +7,20 @@ use std::path::{Path, PathBuf};
 /// A config file under construction: top-level keys, tables in first-use order, and branches.
 #[derive(Debug, Clone)]
 pub struct ConfigBuilder {
-    top: Vec<(String, toml::Value)>,
-    tables: Vec<(String, Vec<(String, toml::Value)>)>,
-    branches: Vec<Vec<(String, toml::Value)>>,
+    top: Vec<(String, String)>,
+    tables: Vec<(String, Vec<(String, String)>)>,
+    branches: Vec<Vec<(String, String)>>,
+}
+
+/// A key and its value, as TOML text.
+type Entry = (String, String);
+
+/// Set `key` in `entries`, replacing an earlier value.
+fn put(entries: &mut Vec<Entry>, key: &str, value: String) {
+    match entries.iter_mut().find(|(k, _)| k == key) {
+        Some(kv) => kv.1 = value,
+        None => entries.push((key.into(), value)),
+    }
 }
 
 /// `{ file = "PATH" }`, a secret by reference.
@@ -53,17 +64,17 @@ impl ConfigBuilder {
 
     /// Set a top-level key.
     pub fn top(mut self, key: &str, value: impl Into<toml::Value>) -> Self {
-        let value = value.into();
-        match self.top.iter_mut().find(|(k, _)| k == key) {
-            Some(kv) => kv.1 = value,
-            None => self.top.push((key.into(), value)),
-        }
+        put(&mut self.top, key, value.into().to_string());
         self
     }
 
     /// Set `key` in `[table]` (dotted, e.g. `probe.tls`), replacing an earlier value.
-    pub fn set(mut self, table: &str, key: &str, value: impl Into<toml::Value>) -> Self {
-        let value = value.into();
+    pub fn set(self, table: &str, key: &str, value: impl Into<toml::Value>) -> Self {
+        self.set_text(table, key, value.into().to_string())
+    }
+
+    /// Set `key` in `[table]` to a value written as TOML text.
+    fn set_text(mut self, table: &str, key: &str, value: String) -> Self {
         let keys = match self.tables.iter_mut().find(|(t, _)| t == table) {
             Some((_, keys)) => keys,
             None => {
@@ -71,10 +82,7 @@ impl ConfigBuilder {
                 &mut self.tables.last_mut().expect("just pushed").1
             }
         };
-        match keys.iter_mut().find(|(k, _)| k == key) {
-            Some(kv) => kv.1 = value,
-            None => keys.push((key.into(), value)),
-        }
+        put(keys, key, value);
         self
     }
 
@@ -93,19 +101,34 @@ impl ConfigBuilder {
     }
 
     /// Merge a TOML fragment (e.g. a `[readiness]` table): every key of every table it holds is
-    /// set, top-level keys too.
-    pub fn merge(mut self, fragment: &str) -> Self {
-        let t: toml::Table = fragment
+    /// set, top-level keys too; inline tables stay inline.
+    pub fn merge(self, fragment: &str) -> Self {
+        let doc: toml_edit::DocumentMut = fragment
             .parse()
             .unwrap_or_else(|e| panic!("fragment {fragment:?}: {e}"));
-        for (name, value) in t {
-            match value {
-                toml::Value::Table(keys) => {
-                    for (k, v) in keys {
-                        self = self.set(&name, &k, v);
+        self.merge_table("", doc.as_table())
+    }
+
+    fn merge_table(mut self, prefix: &str, t: &toml_edit::Table) -> Self {
+        for (key, item) in t.iter() {
+            match item {
+                toml_edit::Item::Table(sub) => {
+                    let name = if prefix.is_empty() {
+                        key.to_string()
+                    } else {
+                        format!("{prefix}.{key}")
+                    };
+                    self = self.merge_table(&name, sub);
+                }
+                toml_edit::Item::Value(v) => {
+                    let text = v.clone().decorated("", "").to_string();
+                    if prefix.is_empty() {
+                        put(&mut self.top, key, text);
+                    } else {
+                        self = self.set_text(prefix, key, text);
                     }
                 }
-                other => self = self.top(&name, other),
+                other => panic!("fragment: {key} = {other:?} is not supported"),
             }
         }
         self
@@ -142,13 +165,14 @@ impl ConfigBuilder {
 
     /// Append a `[[branch]]`.
     pub fn branch(mut self, name: &str, role: &str, endpoint: &str, port: Option<u16>) -> Self {
-        let mut b: Vec<(String, toml::Value)> = vec![
-            ("name".into(), name.into()),
-            ("role".into(), role.into()),
-            ("endpoint".into(), endpoint.into()),
+        let text = |v: toml::Value| v.to_string();
+        let mut b: Vec<Entry> = vec![
+            ("name".into(), text(name.into())),
+            ("role".into(), text(role.into())),
+            ("endpoint".into(), text(endpoint.into())),
         ];
         if let Some(p) = port {
-            b.push(("port".into(), i64::from(p).into()));
+            b.push(("port".into(), text(i64::from(p).into())));
         }
         self.branches.push(b);
         self
@@ -156,25 +180,19 @@ impl ConfigBuilder {
 
     /// Set `key` of the branch named `name`.
     pub fn branch_set(mut self, name: &str, key: &str, value: impl Into<toml::Value>) -> Self {
-        let value = value.into();
+        let quoted = toml::Value::from(name).to_string();
         let b = self
             .branches
             .iter_mut()
-            .find(|b| {
-                b.iter()
-                    .any(|(k, v)| k == "name" && v.as_str() == Some(name))
-            })
+            .find(|b| b.iter().any(|(k, v)| k == "name" && *v == quoted))
             .unwrap_or_else(|| panic!("no branch {name:?}"));
-        match b.iter_mut().find(|(k, _)| k == key) {
-            Some(kv) => kv.1 = value,
-            None => b.push((key.into(), value)),
-        }
+        put(b, key, value.into().to_string());
         self
     }
 
     /// The TOML text.
     pub fn build(&self) -> String {
-        let line = |(k, v): &(String, toml::Value)| format!("{k} = {v}\n");
+        let line = |(k, v): &Entry| format!("{k} = {v}\n");
         let mut s: String = self.top.iter().map(line).collect();
         for (table, keys) in &self.tables {
             s.push_str(&format!("\n[{table}]\n"));
