@@ -657,6 +657,10 @@ endpoint = "mysql-secondary.orders.internal.example"
         assert_eq!(AddressFamily::Ipv4ThenIpv6.to_string(), "ipv4_then_ipv6");
         assert_eq!(SinkKind::CloudWatch.to_string(), "cloudwatch");
         assert_eq!(MinVersion::Tls13.as_str(), "1.3");
+        assert_eq!(Role::try_from("Secondary".to_string()), Ok(Role::Secondary));
+        let got = issues(&with("role = \"SECONDARY\"", "role = \"standby\""));
+        assert_eq!(got[0].key, "branch[1].role", "{got:?}");
+        assert!(got[0].message.contains("PRIMARY and SECONDARY"), "{got:?}");
     }
 
     /// Every example in `probes/` is valid on any machine: validation reads none of the files

@@ -15,8 +15,8 @@ pub struct Service {
     pub stable_name: String,
 }
 
-/// Route 53 failover role of a branch (config names `PRIMARY`, `SECONDARY`; lower case is
-/// accepted too).
+/// Route 53 failover role of a branch (config names `PRIMARY`, `SECONDARY`, read
+/// case-insensitively).
 #[derive(
     Debug,
     Clone,
@@ -29,16 +29,25 @@ pub struct Service {
     strum::Display,
     strum::IntoStaticStr,
     strum::EnumIter,
+    strum::EnumString,
 )]
-#[serde(rename_all = "UPPERCASE")]
-#[strum(serialize_all = "UPPERCASE")]
+#[serde(try_from = "String")]
+#[strum(serialize_all = "UPPERCASE", ascii_case_insensitive)]
 pub enum Role {
     /// `PRIMARY` failover record.
-    #[serde(alias = "primary")]
     Primary,
     /// `SECONDARY` failover record.
-    #[serde(alias = "secondary")]
     Secondary,
+}
+
+impl TryFrom<String> for Role {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse().map_err(|_| {
+            format!("unknown role {s:?}; Route 53 failover roles are PRIMARY and SECONDARY")
+        })
+    }
 }
 
 impl Role {
