@@ -18,11 +18,12 @@ pub(crate) struct Issues<'a> {
 }
 
 impl<'a> Issues<'a> {
-    /// A collector for `text`; keys are located in its parsed tree.
-    pub(super) fn new(text: &'a str) -> Self {
+    /// A collector for `text`; keys are located in `doc`, its parsed tree (`None` when the text
+    /// does not parse: then nothing is located).
+    pub(super) fn new(text: &'a str, doc: Option<Spanned<DeTable<'a>>>) -> Self {
         Issues {
             text,
-            doc: DeTable::parse(text).ok(),
+            doc,
             errors: Vec::new(),
             warnings: Vec::new(),
         }

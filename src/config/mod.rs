@@ -165,14 +165,18 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 /// # Errors
 /// As [`load`].
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-    let mut issues = Issues::new(text);
     let fail = |issue: Issue| ConfigError {
         path: path.to_owned(),
         issues: vec![issue],
     };
-    let de = toml::Deserializer::parse(text).map_err(|e| fail(issues.syntax_issue(&e)))?;
-    let raw: RawConfig =
-        serde_path_to_error::deserialize(de).map_err(|e| fail(issues.serde_issue(&e)))?;
+    // One parse: the spanned tree feeds the deserialiser and locates validation errors.
+    let doc = match toml::de::DeTable::parse(text) {
+        Ok(doc) => doc,
+        Err(e) => return Err(fail(Issues::new(text, None).syntax_issue(&e))),
+    };
+    let mut issues = Issues::new(text, Some(doc.clone()));
+    let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::from(doc))
+        .map_err(|e| fail(issues.serde_issue(&e)))?;
     let host = raw.prober_id.is_none().then(default_prober_id);
     match validate(path, raw, host, &mut issues) {
         Some(mut cfg) if issues.errors.is_empty() => {
@@ -557,6 +561,12 @@ endpoint = "mysql-secondary.orders.internal.example"
         let got = issues(&with("[probe.mysql]", "[probe.mysql]\npasword = \"x\""));
         assert_eq!(got[0].key, "probe.mysql.pasword");
         assert!(got[0].message.contains("unknown field"), "{got:?}");
+        let got = issues(&with("[probe]\nkind", "[probe]\nkind ="));
+        assert_eq!(
+            (got[0].key.as_str(), got[0].line),
+            ("(syntax)", Some(7)),
+            "{got:?}"
+        );
     }
 
     #[test]
