@@ -1,7 +1,7 @@
 //! Wall-clock time for the I/O edges, derived from tokio's monotonic clock, and the crate's one
 //! way of writing instants ([`rfc3339`]) and durations ([`fmt_duration`]).
 //!
-//! The readiness core takes time as an argument ([`crate::readiness::Millis`], ms since the UNIX
+//! The readiness core takes time as an argument ([`Millis`], ms since the UNIX
 //! epoch). The edges read it here: the wall time at start plus tokio's monotonic elapsed time, so
 //! a wall-clock step (NTP) cannot move a `for` clock mid-run, and tests under
 //! `tokio::time::pause` see virtual time advance consistently.
