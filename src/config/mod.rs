@@ -203,7 +203,7 @@ fn validate(
     issues: &mut Issues<'_>,
 ) -> Option<Config> {
     let base = path.parent().unwrap_or(Path::new("."));
-    let service = service::section(raw.service, issues);
+    let service = service::section(raw.service, issues)?;
     let prober_id = raw
         .prober_id
         .or(host)
@@ -229,7 +229,7 @@ fn validate(
     let interval = probe::interval(&raw.probe);
     let probe = probe::section(raw.probe, base, issues);
     let default_port = probe.as_ref().and_then(|p| p.kind.default_port());
-    let branches = service::branches(raw.branch, &service, default_port, probe.is_some(), issues);
+    let branches = service::branches(raw.branch, &service, default_port, probe.is_some(), issues)?;
     let policy = readiness::section(&raw.readiness, interval, issues);
     let publish = publish::section(raw.publish, issues);
     let publish_interval = publish.as_ref().map(|p| p.interval);

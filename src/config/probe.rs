@@ -192,7 +192,7 @@ pub(super) fn section(raw: RawProbe, base: &Path, issues: &mut Issues<'_>) -> Op
             );
         }
     }
-    let tls = tls::section(raw.tls.unwrap_or_default(), kind, base, issues);
+    let tls = tls::section(raw.tls.unwrap_or_default(), kind, base, issues)?;
     let missing = |issues: &mut Issues<'_>, what: &str| {
         issues.error(
             "probe.kind",
@@ -214,7 +214,7 @@ pub(super) fn section(raw: RawProbe, base: &Path, issues: &mut Issues<'_>) -> Op
             None => missing(issues, ""),
         },
         KindName::Tcp => match raw.tcp {
-            Some(t) => Some(ProbeKind::Tcp(tcp::section(t, tls, issues))),
+            Some(t) => tcp::section(t, tls, issues).map(ProbeKind::Tcp),
             None => missing(issues, " (at least `port` or a port per branch)"),
         },
     };

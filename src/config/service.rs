@@ -86,7 +86,7 @@ pub(super) fn check_dimension(key: &str, value: &str, issues: &mut Issues<'_>) {
 }
 
 /// Validate `[service]`.
-pub(super) fn section(raw: RawService, issues: &mut Issues<'_>) -> Service {
+pub(super) fn section(raw: RawService, issues: &mut Issues<'_>) -> Option<Service> {
     let service = Service {
         name: raw.name.trim().to_string(),
         stable_name: normalise_name(&raw.stable_name),
@@ -95,7 +95,7 @@ pub(super) fn section(raw: RawService, issues: &mut Issues<'_>) -> Service {
     if service.stable_name.is_empty() {
         issues.error("service.stable_name", "must be the failover record name");
     }
-    service
+    Some(service)
 }
 
 /// Validate the `[[branch]]` list. `default_port` is the probe kind's (`None` when it has none
@@ -106,7 +106,7 @@ pub(super) fn branches(
     default_port: Option<u16>,
     probe_ok: bool,
     issues: &mut Issues<'_>,
-) -> Vec<Branch> {
+) -> Option<Vec<Branch>> {
     if raw.is_empty() {
         issues.error(
             "branch",
@@ -158,7 +158,7 @@ pub(super) fn branches(
             None => {}
         }
     }
-    out
+    Some(out)
 }
 
 fn check_endpoint(endpoint: &str, service: &Service) -> Result<(), String> {

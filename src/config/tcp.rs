@@ -14,12 +14,12 @@ pub struct TcpProbe {
 }
 
 /// Validate `[probe.tcp]` with the shared TLS settings.
-pub(super) fn section(t: RawTcp, tls: TlsSettings, issues: &mut Issues<'_>) -> TcpProbe {
+pub(super) fn section(t: RawTcp, tls: TlsSettings, issues: &mut Issues<'_>) -> Option<TcpProbe> {
     issues.warn(
         "probe.kind \"tcp\" is a liveness-level probe: it proves the port answers (and TLS, if enabled), not that the branch can do its job; prefer a kind that exercises the real write path",
     );
-    TcpProbe {
+    Some(TcpProbe {
         port: t.port.map(|p| p.get()),
         tls,
-    }
+    })
 }

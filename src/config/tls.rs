@@ -115,7 +115,7 @@ pub(super) fn section(
     kind: KindName,
     base: &Path,
     issues: &mut Issues<'_>,
-) -> TlsSettings {
+) -> Option<TlsSettings> {
     let default_mode = match kind {
         KindName::Tcp => SslMode::Disabled,
         _ => SslMode::VerifyIdentity,
@@ -166,10 +166,10 @@ pub(super) fn section(
             None
         }
     };
-    TlsSettings {
+    Some(TlsSettings {
         ssl_mode,
         ssl_ca,
         client_identity,
         tls_min_version: raw.tls_min_version.unwrap_or(MinVersion::Tls12),
-    }
+    })
 }
