@@ -857,10 +857,7 @@ pub fn plan(cfg: &Config) -> String {
                     .as_ref()
                     .map(|p| format!(", CA {}", p.display()))
                     .unwrap_or_default(),
-                match m.tls_min_version {
-                    crate::probe::tls::MinVersion::Tls12 => "1.2",
-                    crate::probe::tls::MinVersion::Tls13 => "1.3",
-                },
+                m.tls_min_version,
                 m.client_identity
                     .as_ref()
                     .map(|c| format!(", client certificate {}", c.cert.display()))
