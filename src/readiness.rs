@@ -27,16 +27,28 @@
 use crate::failure::FailureClass;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
-use std::fmt;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// An instant: milliseconds since the UNIX epoch (wall clock, supplied by the caller).
 pub type Millis = i64;
 
-/// Readiness of one failover branch. Serialises to the snake_case names used in evidence and in
-/// the `initial` config key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Readiness of one failover branch. Prints and serialises to the snake_case names used in
+/// evidence, logs and the `initial` config key (serde and strum follow the same rule).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ReadinessState {
     /// No verdict yet: nothing is published.
     Unknown,
@@ -49,22 +61,9 @@ pub enum ReadinessState {
 }
 
 impl ReadinessState {
-    /// All states.
-    pub const ALL: [ReadinessState; 4] = [
-        ReadinessState::Unknown,
-        ReadinessState::Ready,
-        ReadinessState::Unready,
-        ReadinessState::PendingApproval,
-    ];
-
-    /// Stable snake_case name.
+    /// Stable snake_case name (evidence, logs, `status`).
     pub fn as_str(self) -> &'static str {
-        match self {
-            ReadinessState::Unknown => "unknown",
-            ReadinessState::Ready => "ready",
-            ReadinessState::Unready => "unready",
-            ReadinessState::PendingApproval => "pending_approval",
-        }
+        self.into()
     }
 
     /// The metric value for this state: `Some(1.0)` for ready, `Some(0.0)` for unready and
@@ -75,12 +74,6 @@ impl ReadinessState {
             ReadinessState::Unready | ReadinessState::PendingApproval => Some(0.0),
             ReadinessState::Unknown => None,
         }
-    }
-}
-
-impl fmt::Display for ReadinessState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -1193,15 +1186,25 @@ mod tests {
     }
 
     #[test]
-    fn published_values_and_names() {
-        for s in ReadinessState::ALL {
+    fn readiness_state_prints_its_serialised_name() {
+        use strum::IntoEnumIterator;
+        for s in ReadinessState::iter() {
+            let json = serde_json::to_value(s).expect("json");
+            assert_eq!(json, serde_json::Value::String(s.to_string()), "{s:?}");
+            assert_eq!(s.as_str(), s.to_string());
+            assert_eq!(serde_json::from_value::<ReadinessState>(json).expect("back"), s);
+        }
+        assert_eq!(ReadinessState::PendingApproval.as_str(), "pending_approval");
+    }
+
+    #[test]
+    fn published_values() {
+        use strum::IntoEnumIterator;
+        for s in ReadinessState::iter() {
             let mut p = default_policy();
             p.initial = s;
             let r = Readiness::new(p);
             assert_eq!((r.state(), r.since()), (s, None));
-            let json = serde_json::to_string(&s).expect("json");
-            assert_eq!(json, format!("\"{}\"", s.as_str()));
-            assert_eq!(s.to_string(), s.as_str());
         }
         assert_eq!(ReadinessState::Ready.published_value(), Some(1.0));
         assert_eq!(ReadinessState::Unready.published_value(), Some(0.0));
