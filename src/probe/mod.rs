@@ -36,9 +36,11 @@ pub struct DnsMeta {
     pub authoritative: bool,
 }
 
-/// The outcome of an attempt.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// The outcome of an attempt. Its printed name ([`Outcome::as_str`]) is its serialised `result`
+/// tag, from the same rule.
+#[derive(Debug, Clone, Serialize, PartialEq, strum::IntoStaticStr)]
 #[serde(tag = "result", rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Outcome {
     /// Every step succeeded.
     Success,
@@ -51,6 +53,13 @@ pub enum Outcome {
         /// What happened.
         message: String,
     },
+}
+
+impl Outcome {
+    /// `success` or `failure`, as in the evidence's `result` field.
+    pub fn as_str(&self) -> &'static str {
+        self.into()
+    }
 }
 
 /// One finished attempt: the unit of evidence and of the success rate.
@@ -298,5 +307,26 @@ async fn run_steps(ctx: &mut StepCtx<'_>) -> Result<(), StepFailure> {
         Target::Tcp(t) => tcp::run(ctx, t, connected).await,
         Target::Http(t) => http::run(ctx, t, connected).await,
         Target::Otlp(t) => otlp::run(ctx, t, connected).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_prints_its_serialised_name() {
+        let every = [
+            Outcome::Success,
+            Outcome::Failure {
+                step: Step::Verify,
+                class: FailureClass::VerifyMismatch,
+                message: "m".into(),
+            },
+        ];
+        for o in every {
+            let json = serde_json::to_value(&o).expect("serialise");
+            assert_eq!(json["result"], o.as_str(), "{o:?}");
+        }
     }
 }
