@@ -172,7 +172,10 @@ mod tests {
             let json = serde_json::to_value(c).expect("serialise");
             assert_eq!(json, serde_json::Value::String(c.to_string()), "{c:?}");
             assert_eq!(c.as_str(), c.to_string());
-            assert_eq!(serde_json::from_value::<FailureClass>(json).expect("back"), c);
+            assert_eq!(
+                serde_json::from_value::<FailureClass>(json).expect("back"),
+                c
+            );
         }
         assert_eq!(FailureClass::TlsNotYetValid.as_str(), "tls_not_yet_valid");
         assert_eq!(FailureClass::DnsNxdomain.as_str(), "dns_nxdomain");

@@ -21,7 +21,6 @@ use super::{StepCtx, StepError, StepFailure};
 /// A prepared http probe: settings plus header secrets read at start-up.
 #[derive(Clone)]
 pub struct HttpTarget {
-    /// Settings.
     pub settings: HttpProbe,
     /// Headers with secrets resolved (values never logged).
     pub headers: Vec<(http::HeaderName, String)>,

@@ -32,7 +32,6 @@ use std::time::Duration;
 pub struct DnsMeta {
     /// Response code, e.g. `NoError`.
     pub rcode: String,
-    /// Authoritative answer flag.
     pub authoritative: bool,
 }
 
@@ -46,11 +45,9 @@ pub enum Outcome {
     Success,
     /// A step failed.
     Failure {
-        /// The failing step.
         step: Step,
-        /// Its class.
         class: FailureClass,
-        /// What happened.
+        /// What happened, for a human (never containing secrets; at most 1 KiB).
         message: String,
     },
 }
@@ -65,7 +62,6 @@ impl Outcome {
 /// One finished attempt: the unit of evidence and of the success rate.
 #[derive(Debug, Clone, Serialize)]
 pub struct Attempt {
-    /// Branch name.
     pub branch: String,
     /// Per-branch sequence number, from 1.
     pub seq: u64,
@@ -159,32 +155,24 @@ impl Attempt {
 /// Everything needed to probe one branch, prepared once at start-up.
 #[derive(Debug, Clone)]
 pub struct BranchProbe {
-    /// The branch.
     pub branch: Branch,
-    /// This prober's id.
     pub prober_id: String,
     /// The service's stable name, which no branch attempt may resolve through.
     pub stable_name: String,
     /// Address records the `resolve` step asks for.
     pub address_family: resolve::AddressFamily,
-    /// Attempt deadline.
+    /// Attempt deadline, from its start.
     pub timeout: Duration,
-    /// Per-step timeouts.
     pub step_timeouts: StepTimeouts,
-    /// Kind-specific target.
     pub target: Target,
 }
 
 /// Kind-specific prepared target; one variant per probe kind.
 #[derive(Debug, Clone)]
 pub enum Target {
-    /// `mysql` kind.
     Mysql(Box<mysql::MysqlTarget>),
-    /// `tcp` kind.
     Tcp(tcp::TcpTarget),
-    /// `http` kind.
     Http(Box<http::HttpTarget>),
-    /// `otlp` kind.
     Otlp(Box<otlp::OtlpTarget>),
 }
 

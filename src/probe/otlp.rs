@@ -39,7 +39,6 @@ struct RpcStatus {
 /// A prepared otlp probe.
 #[derive(Clone)]
 pub struct OtlpTarget {
-    /// Settings.
     pub settings: OtlpProbe,
     /// Headers with secrets resolved (values never logged).
     pub headers: Vec<(http::HeaderName, String)>,

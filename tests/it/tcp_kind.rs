@@ -181,6 +181,13 @@ async fn tcp_kind_reports_a_rejected_client_certificate() {
         ),
         "no client certificate must not pass: {a:?}"
     );
+    assert!(
+        a.tls.is_some()
+            && a.certificate_subject
+                .as_deref()
+                .is_some_and(|s| s.contains(NAME)),
+        "what the handshake learned is kept: {a:?}"
+    );
     let client = ca.client_cert("readyprobe-it");
     let text = std::fs::read_to_string(&path).unwrap().replace(
         "ssl_mode = \"verify_identity\"",
