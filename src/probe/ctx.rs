@@ -2,7 +2,7 @@
 //! and deadline, the TLS client configuration, the recorder of steps, and what the attempt has
 //! learned so far. A step or kind takes `&mut StepCtx` and returns its value or a [`StepFailure`].
 
-use super::{BranchProbe, DnsMeta, Target, http, mysql, otlp, resolve, tls};
+use super::{BranchProbe, Learned};
 use crate::clock::Clock;
 use crate::config::StepTimeouts;
 use crate::failure::{FailureClass, Step};
@@ -158,23 +158,6 @@ fn timed_out(step: Step, budget: StepBudget) -> StepError {
     }
 }
 
-/// What an attempt has learned so far; kept when a later step fails, so the evidence and
-/// `readyprobe probe` show it either way.
-#[derive(Debug, Clone, Default)]
-pub struct Learned {
-    /// The DNS answer chain.
-    pub answers: Vec<resolve::Answer>,
-    pub dns: Option<DnsMeta>,
-    /// The address connected to.
-    pub address: Option<String>,
-    /// TLS session facts, set once a handshake completed.
-    pub tls: Option<tls::TlsInfo>,
-    /// The server's own identity (`mysql` kind), set once the read-back returned a row.
-    pub server: Option<mysql::ServerIdentity>,
-    pub http: Option<http::HttpObservation>,
-    pub otlp: Option<otlp::OtlpObservation>,
-}
-
 /// Everything a step or kind needs for one attempt.
 pub struct StepCtx<'a> {
     pub probe: &'a BranchProbe,
@@ -202,19 +185,13 @@ impl<'a> StepCtx<'a> {
             end: Instant::now() + probe.timeout,
             step_timeouts: probe.step_timeouts,
         };
-        let tls = match &probe.target {
-            Target::Mysql(t) => t.tls.as_ref(),
-            Target::Tcp(t) => t.tls.as_ref(),
-            Target::Http(t) => t.tls.as_ref(),
-            Target::Otlp(t) => t.tls.as_ref(),
-        };
         StepCtx {
             probe,
             resolver,
             clock,
             seq,
             marker: super::new_marker(),
-            tls,
+            tls: probe.target.tls(),
             steps: Steps::new(deadline),
             learned: Learned::default(),
         }

@@ -25,6 +25,7 @@ use crate::failure::{FailureClass, Step};
 use crate::readiness::{AttemptRecord, Millis};
 use hickory_resolver::TokioResolver;
 use serde::Serialize;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Response code and authoritative flag of the DNS answer an attempt used.
@@ -245,6 +246,35 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
 pub fn new_marker() -> String {
     let v: u128 = rand::random();
     format!("{v:032x}")
+}
+
+/// What an attempt has learned so far; kept when a later step fails, so the evidence and
+/// `readyprobe probe` show it either way.
+#[derive(Debug, Clone, Default)]
+pub struct Learned {
+    /// The DNS answer chain.
+    pub answers: Vec<resolve::Answer>,
+    pub dns: Option<DnsMeta>,
+    /// The address connected to.
+    pub address: Option<String>,
+    /// TLS session facts, set once a handshake completed.
+    pub tls: Option<tls::TlsInfo>,
+    /// The server's own identity (`mysql` kind), set once the read-back returned a row.
+    pub server: Option<mysql::ServerIdentity>,
+    pub http: Option<http::HttpObservation>,
+    pub otlp: Option<otlp::OtlpObservation>,
+}
+
+impl Target {
+    /// The kind's TLS client configuration; `None` when TLS is off.
+    pub fn tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
+        match self {
+            Target::Mysql(t) => t.tls.as_ref(),
+            Target::Tcp(t) => t.tls.as_ref(),
+            Target::Http(t) => t.tls.as_ref(),
+            Target::Otlp(t) => t.tls.as_ref(),
+        }
+    }
 }
 
 /// Run one attempt. Never panics on a peer's behaviour; every outcome is data.
