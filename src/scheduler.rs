@@ -166,6 +166,7 @@ mod tests {
             address: None,
             tls: None,
             certificate_not_after: None,
+            certificate_subject: None,
             server: None,
             http: None,
             otlp: None,
@@ -406,14 +407,11 @@ mod tests {
                         end: start + timeout,
                         step_timeouts,
                     };
-                    let mut steps = Steps::default();
+                    let mut steps = Steps::new(deadline);
                     let never = std::future::pending::<Result<(), StepError>>();
-                    let outcome = match steps
-                        .run(Step::Write, deadline.step(Step::Write), never)
-                        .await
-                    {
+                    let outcome = match steps.run(Step::Write, never).await {
                         Ok(()) => Outcome::Success,
-                        Err(e) => Outcome::Failure {
+                        Err((_, e)) => Outcome::Failure {
                             step: Step::Write,
                             class: e.class,
                             message: e.message,

@@ -55,6 +55,20 @@ async fn readiness_values(
         .collect()
 }
 
+/// `readyprobe approve --branch primary --by BY --reason REASON EXTRA…`.
+fn approve(
+    path: &std::path::Path,
+    by: &str,
+    reason: &str,
+    extra: &[&str],
+) -> (i32, String, String) {
+    let mut args = vec![
+        "approve", "--branch", "primary", "--by", by, "--reason", reason,
+    ];
+    args.extend_from_slice(extra);
+    cli(&args, path)
+}
+
 /// Read-only → unready; writable → pending_approval (published 0, `status` says it waits);
 /// an approval given while unready and an expired one are rejected; a valid one → ready (1),
 /// with who, why and when in the evidence.
@@ -80,24 +94,49 @@ async fn failback_waits_for_a_valid_operator_approval() {
     let ev_path = p.evidence();
     let run = Running::start(cfg, None);
 
+    an_early_approval_does_not_pre_authorise(&p, &path).await;
+    an_expired_approval_is_rejected(&p, &path).await;
+
+    // A valid approval makes it ready and publishes 1.
+    let (code, out, err) = approve(&path, "carol", "replica promoted back, checked", &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let ev = wait_evidence(&ev_path, Duration::from_secs(10), |ev| {
+        has_transition(ev, "primary", "ready")
+    })
+    .await;
+    let ok = ev
+        .iter()
+        .find(|v| v["kind"] == "approval" && v["applied"] == true)
+        .unwrap();
+    assert_eq!(ok["by"], "carol");
+    assert_eq!(ok["reason"], "replica promoted back, checked");
+    assert!(ok["given_at"].as_i64().is_some());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let s = run.stop().await;
+    assert_eq!(s.final_states["primary"].as_str(), "ready");
+    assert_eq!((s.approvals_applied, s.approvals_rejected), (1, 2));
+    assert!(
+        readiness_values(&cw, &ns, "primary", "Minimum")
+            .await
+            .contains(&0.0)
+    );
+    assert!(
+        readiness_values(&cw, &ns, "primary", "Maximum")
+            .await
+            .contains(&1.0)
+    );
+}
+
+/// Read-only → unready; an approval given then is refused up front and rejected when read;
+/// writable → pending_approval, published 0, and `status` says it waits.
+async fn an_early_approval_does_not_pre_authorise(p: &Pipeline, path: &std::path::Path) {
+    let ev_path = p.evidence();
     p.primary.set_read_only(true).await;
     wait_evidence(&ev_path, Duration::from_secs(20), |ev| {
         has_transition(ev, "primary", "unready")
     })
     .await;
-    // While unready: the approval is recorded, refused up front, and rejected when read.
-    let (code, _, err) = cli(
-        &[
-            "approve",
-            "--branch",
-            "primary",
-            "--by",
-            "alice",
-            "--reason",
-            "too early",
-        ],
-        &path,
-    );
+    let (code, _, err) = approve(path, "alice", "too early", &[]);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("no prober has branch primary in pending_approval"),
@@ -126,31 +165,21 @@ async fn failback_waits_for_a_valid_operator_approval() {
         .rfind(|v| v["kind"] == "transition" && v["branch"] == "primary")
         .unwrap();
     assert_eq!(t["published"], 0.0);
-    let (code, out, _) = cli(&["status"], &path);
+    let (code, out, _) = cli(&["status"], path);
     assert_eq!(code, 0);
     assert!(out.contains("prober it: pending_approval"), "{out}");
     assert!(
         out.contains("waiting for: operator approval (readyprobe approve --branch primary"),
         "{out}"
     );
+}
 
-    // An expiry shorter than two syncs is refused up front…
-    let (code, _, err) = cli(
-        &[
-            "approve",
-            "--branch",
-            "primary",
-            "--by",
-            "bob",
-            "--reason",
-            "x",
-            "--expires",
-            "1ms",
-        ],
-        &path,
-    );
+/// An expiry shorter than two syncs is refused up front, and an approval that has expired by
+/// the time a prober reads it is rejected: the branch stays pending_approval.
+async fn an_expired_approval_is_rejected(p: &Pipeline, path: &std::path::Path) {
+    let ev_path = p.evidence();
+    let (code, _, err) = approve(path, "bob", "x", &["--expires", "1ms"]);
     assert_eq!(code, 64, "{err}");
-    // …and an approval that has expired by the time a prober reads it is rejected.
     let store = readyprobe::state::FileStore::new(&p.dir.path().join("state"), "orders-db");
     let now = readyprobe::clock::Clock::start().now_ms();
     store
@@ -180,46 +209,6 @@ async fn failback_waits_for_a_valid_operator_approval() {
     assert_eq!(stale["applied"], false);
     assert!(stale["detail"].as_str().unwrap().contains("expired"));
     assert_eq!(state_of(&ev, "primary"), "pending_approval");
-
-    // A valid approval makes it ready and publishes 1.
-    let (code, out, err) = cli(
-        &[
-            "approve",
-            "--branch",
-            "primary",
-            "--by",
-            "carol",
-            "--reason",
-            "replica promoted back, checked",
-        ],
-        &path,
-    );
-    assert_eq!(code, 0, "{out}{err}");
-    let ev = wait_evidence(&ev_path, Duration::from_secs(10), |ev| {
-        has_transition(ev, "primary", "ready")
-    })
-    .await;
-    let ok = ev
-        .iter()
-        .find(|v| v["kind"] == "approval" && v["applied"] == true)
-        .unwrap();
-    assert_eq!(ok["by"], "carol");
-    assert_eq!(ok["reason"], "replica promoted back, checked");
-    assert!(ok["given_at"].as_i64().is_some());
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let s = run.stop().await;
-    assert_eq!(s.final_states["primary"].as_str(), "ready");
-    assert_eq!((s.approvals_applied, s.approvals_rejected), (1, 2));
-    assert!(
-        readiness_values(&cw, &ns, "primary", "Minimum")
-            .await
-            .contains(&0.0)
-    );
-    assert!(
-        readiness_values(&cw, &ns, "primary", "Maximum")
-            .await
-            .contains(&1.0)
-    );
 }
 
 /// `override --force unready` publishes 0 at once on a healthy branch; the real readiness is
