@@ -45,7 +45,7 @@ infra/local/mariadb.sh start secondary 33062 "$DEMO/secondary" "$DEMO/tls/second
 infra/local/mariadb.sh sql "$DEMO/primary" "SET GLOBAL read_only = OFF"
 
 if [ -x target/debug/readyprobe ]; then
-  echo "demo: building readyprobe (built before: only what changed is compiled)" >&2
+  echo "demo: building readyprobe; cargo compiles only what changed (seconds, or minutes if the dependencies were last built for the tests)" >&2
 else
   echo "demo: building readyprobe; the first build compiles every dependency and takes several minutes (about 3 min on 2 cores)" >&2
 fi
