@@ -190,8 +190,10 @@ fn init_logging(cli: &Cli) -> Result<(), String> {
     }
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .map_err(|e| format!("--log-level {:?}: {e}", cli.log_level))?;
+    // Colour codes only where a person reads them: in a file or CloudWatch Logs they are noise.
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => b.init(),

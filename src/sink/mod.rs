@@ -54,7 +54,7 @@ pub enum Value {
     Samples(Vec<f64>),
 }
 
-/// One metric datum of the contract (DESIGN.md, "Metric contract").
+/// One metric datum of the contract (README.md, "Metric contract").
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Datum {
     /// Metric name, e.g. `Readiness`.
