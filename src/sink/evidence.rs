@@ -12,7 +12,6 @@
 
 use crate::readiness::Millis;
 use crate::record::{Envelope, EvidenceReopened, Record};
-use serde_json::{Map, Value};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -122,14 +121,6 @@ impl EvidenceWriter {
                 tracing::error!(kind = record.kind(), error = %e, "cannot encode an evidence record");
             }
         }
-    }
-
-    /// Append one untyped record: `{"at", "at_ms", "kind", "service", "prober", ...fields}`.
-    /// `fields` must serialise to a JSON object; other values are stored under `"value"`.
-    /// Failures are counted as for [`record`](Self::record).
-    pub fn write(&mut self, kind: &str, at: Millis, fields: impl serde::Serialize) {
-        let line = encode(kind, at, &self.service, &self.prober, fields);
-        self.send(Msg::Line(line));
     }
 
     /// Ask the writer thread to reopen the file if it was removed or replaced under us (an
@@ -321,35 +312,6 @@ impl FileState {
             }
         }
     }
-}
-
-/// Encode one untyped evidence line, newline included (pure).
-pub fn encode(
-    kind: &str,
-    at: Millis,
-    service: &str,
-    prober: &str,
-    fields: impl serde::Serialize,
-) -> String {
-    let mut m = Map::new();
-    m.insert("at".into(), Value::String(crate::clock::rfc3339(at)));
-    m.insert("at_ms".into(), Value::from(at));
-    m.insert("kind".into(), Value::String(kind.into()));
-    m.insert("service".into(), Value::String(service.into()));
-    m.insert("prober".into(), Value::String(prober.into()));
-    match serde_json::to_value(fields) {
-        Ok(Value::Object(o)) => m.extend(o),
-        Ok(Value::Null) => {}
-        Ok(other) => {
-            m.insert("value".into(), other);
-        }
-        Err(e) => {
-            m.insert("encode_error".into(), Value::String(e.to_string()));
-        }
-    }
-    let mut s = Value::Object(m).to_string();
-    s.push('\n');
-    s
 }
 
 #[cfg(test)]

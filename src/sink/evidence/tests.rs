@@ -1,4 +1,5 @@
 use super::*;
+use serde_json::Value;
 use crate::record::{AttemptAbandoned, read_lines};
 use std::time::Duration;
 
@@ -68,7 +69,7 @@ async fn records_after_close_count_as_failed() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("e.jsonl");
     let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 20).unwrap();
-    w.write("stop", 0, serde_json::json!({"reason": "test"}));
+    w.record(0, &abandoned(0));
     assert!(w.close(soon()).await);
     w.record(1, &abandoned(1));
     assert_eq!((w.written(), w.failed()), (1, 1));
@@ -107,20 +108,4 @@ async fn a_hung_file_never_blocks_the_caller() {
     let mut sink = Vec::new();
     io::Read::read_to_end(&mut reader, &mut sink).unwrap();
     assert!(!sink.is_empty());
-}
-
-#[test]
-fn line_shape() {
-    let l = encode(
-        "stop",
-        0,
-        "svc",
-        "p1",
-        serde_json::json!({"reason": "sigterm"}),
-    );
-    let v: Value = serde_json::from_str(l.trim_end()).unwrap();
-    assert_eq!(v["kind"], "stop");
-    assert_eq!(v["at"], "1970-01-01T00:00:00.000Z");
-    assert_eq!(v["reason"], "sigterm");
-    assert!(l.ends_with('\n') && !l.trim_end().contains('\n'));
 }
