@@ -323,8 +323,7 @@ pub fn effective_value(computed: Option<f64>, ov: Option<&Override>, now: Millis
 pub fn waiting_for(r: &Readiness, now: Millis) -> String {
     let p = r.policy();
     let (unready_since, ready_since) = r.holding();
-    let fmt =
-        |ms: i64| crate::clock::fmt_duration(std::time::Duration::from_millis(ms.max(0) as u64));
+    let fmt = crate::clock::fmt_duration_ms;
     let holding = |since: Millis, for_: std::time::Duration, what: &str| {
         format!(
             "{what} condition holding for {} of {}",
