@@ -390,15 +390,15 @@ fn check_expiry(cfg: &Config, d: Duration, max: Duration) -> Result<(), String> 
     if d < min {
         return Err(format!(
             "{} is shorter than two state syncs ({}): probers might never read it",
-            config::fmt_dur(d),
-            config::fmt_dur(min)
+            crate::clock::fmt_duration(d),
+            crate::clock::fmt_duration(min)
         ));
     }
     if d > max {
         return Err(format!(
             "{} is longer than the maximum {}",
-            config::fmt_dur(d),
-            config::fmt_dur(max)
+            crate::clock::fmt_duration(d),
+            crate::clock::fmt_duration(max)
         ));
     }
     Ok(())
@@ -482,7 +482,7 @@ async fn approve(
                 states.push(format!(
                     "{id}: {} (last saved {} ago)",
                     b.state.as_str(),
-                    config::fmt_dur(Duration::from_secs(
+                    crate::clock::fmt_duration(Duration::from_secs(
                         ((now - ps.saved_at).max(0) / 1000) as u64
                     ))
                 ));
@@ -503,7 +503,7 @@ async fn approve(
     if pending_fresh {
         println!(
             "probers apply it at their next sync (within {}) if the ready condition still holds; branch states: {states}",
-            config::fmt_dur(cfg.state.poll_interval)
+            crate::clock::fmt_duration(cfg.state.poll_interval)
         );
         ExitCode::from(EXIT_OK)
     } else if pending_stale {
@@ -583,11 +583,11 @@ async fn override_cmd(
             o.force.as_str(),
             crate::clock::rfc3339(o.expires_at),
             o.reason,
-            config::fmt_dur(cfg.state.poll_interval)
+            crate::clock::fmt_duration(cfg.state.poll_interval)
         ),
         None => println!(
             "override for branch {branch} cleared; probers publish the computed readiness within {}",
-            config::fmt_dur(cfg.state.poll_interval)
+            crate::clock::fmt_duration(cfg.state.poll_interval)
         ),
     }
     ExitCode::from(EXIT_OK)
@@ -655,9 +655,9 @@ fn exit_after(limit: Duration) {
         .spawn(move || {
             std::thread::sleep(limit);
             tracing::error!(
-                limit = %config::fmt_dur(limit),
+                limit = %crate::clock::fmt_duration(limit),
                 "readyprobe did not stop within the grace period + {} of the stop signal (a state, evidence or sink write hangs); exiting",
-                config::fmt_dur(STOP_SLACK)
+                crate::clock::fmt_duration(STOP_SLACK)
             );
             std::process::exit(i32::from(EXIT_IO));
         });
@@ -819,7 +819,7 @@ fn print_server(a: &probe::Attempt) {
 pub fn plan(cfg: &Config) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let d = config::fmt_dur;
+    let d = crate::clock::fmt_duration;
     let _ = writeln!(s, "{}: valid", cfg.source.display());
     let _ = writeln!(
         s,

@@ -293,7 +293,7 @@ pub fn not_ready_now(r: &Readiness, now: Millis) -> Option<String> {
         return Some(format!(
             "{} attempts in the last {}, fewer than min_attempts {}",
             w.finished,
-            crate::config::fmt_dur(p.declare_ready.window),
+            crate::clock::fmt_duration(p.declare_ready.window),
             p.min_attempts
         ));
     }
@@ -302,7 +302,7 @@ pub fn not_ready_now(r: &Readiness, now: Millis) -> Option<String> {
         return Some(format!(
             "success rate {rate:.1}% < {}% over the last {}",
             p.declare_ready.threshold_percent,
-            crate::config::fmt_dur(p.declare_ready.window)
+            crate::clock::fmt_duration(p.declare_ready.window)
         ));
     }
     if r.holding().0.is_some() {
@@ -323,12 +323,12 @@ pub fn effective_value(computed: Option<f64>, ov: Option<&Override>, now: Millis
 pub fn waiting_for(r: &Readiness, now: Millis) -> String {
     let p = r.policy();
     let (unready_since, ready_since) = r.holding();
-    let fmt = |ms: i64| crate::config::fmt_dur(std::time::Duration::from_millis(ms.max(0) as u64));
+    let fmt = crate::clock::fmt_duration_ms;
     let holding = |since: Millis, for_: std::time::Duration, what: &str| {
         format!(
             "{what} condition holding for {} of {}",
             fmt(now - since),
-            crate::config::fmt_dur(for_)
+            crate::clock::fmt_duration(for_)
         )
     };
     match r.state() {
@@ -345,7 +345,7 @@ pub fn waiting_for(r: &Readiness, now: Millis) -> String {
             None => format!(
                 "the ready condition (success rate ≥ {}% over {} with at least {} attempts) to start holding",
                 p.declare_ready.threshold_percent,
-                crate::config::fmt_dur(p.declare_ready.window),
+                crate::clock::fmt_duration(p.declare_ready.window),
                 p.min_attempts
             ),
         },
@@ -381,7 +381,7 @@ pub fn render_status(
             };
             let r = Readiness::restore(policy.clone(), snap.clone());
             let w = r.window_stats(now, policy.declare_unready.window);
-            let window = crate::config::fmt_dur(policy.declare_unready.window);
+            let window = crate::clock::fmt_duration(policy.declare_unready.window);
             let rate = match w.success_rate_percent {
                 Some(x) => format!(
                     "success rate {x:.1}% of {} attempts over {window}",

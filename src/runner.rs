@@ -128,8 +128,8 @@ where
         service = %cfg.service.name,
         prober = %cfg.prober_id,
         branches = cfg.branches.len(),
-        interval = %crate::config::fmt_dur(cfg.probe.interval),
-        publish_interval = %crate::config::fmt_dur(cfg.publish.interval),
+        interval = %crate::clock::fmt_duration(cfg.probe.interval),
+        publish_interval = %crate::clock::fmt_duration(cfg.publish.interval),
         sinks = ?cfg.publish.sinks,
         state = %shell.store.location(),
         evidence = %cfg.evidence_path.display(),
@@ -312,7 +312,7 @@ async fn shutdown(
     stop_reason: String,
     grace: Duration,
 ) -> RunSummary {
-    tracing::info!(reason = %stop_reason, grace = %crate::config::fmt_dur(grace), "stopping");
+    tracing::info!(reason = %stop_reason, grace = %crate::clock::fmt_duration(grace), "stopping");
     let grace_end = Instant::now() + grace;
     w.stop_loops.cancel();
     let drain = async {

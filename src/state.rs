@@ -228,7 +228,7 @@ impl FileStore {
                 location: self.path.display().to_string(),
                 reason: format!(
                     "no answer from the file system within {}",
-                    crate::config::fmt_dur(bound)
+                    crate::clock::fmt_duration(bound)
                 ),
             }),
         }

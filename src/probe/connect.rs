@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use tokio::net::TcpStream;
 
-use super::{StepCtx, StepError, StepFailure};
+use super::ctx::{StepCtx, StepError, StepFailure};
 
 /// A TCP connection the `connect` step opened, and the address it went to.
 #[derive(Debug)]

@@ -2,12 +2,12 @@
 //! and deadline, the TLS client configuration, the recorder of steps, and what the attempt has
 //! learned so far. A step or kind takes `&mut StepCtx` and returns its value or a [`StepFailure`].
 
-use super::{BranchProbe, Learned};
+use super::attempt::{Learned, StepRecord};
+use super::target::BranchProbe;
 use crate::clock::Clock;
 use crate::config::StepTimeouts;
 use crate::failure::{FailureClass, Step};
 use hickory_resolver::TokioResolver;
-use serde::Serialize;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,18 +22,6 @@ pub struct StepError {
 
 /// The step that failed and why: what every step and kind returns on failure.
 pub type StepFailure = (Step, StepError);
-
-/// One step's outcome inside an attempt.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
-pub struct StepRecord {
-    pub step: Step,
-    /// Wall time the step took, in ms.
-    pub duration_ms: f64,
-    pub ok: bool,
-    /// Set when the step failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub class: Option<FailureClass>,
-}
 
 /// The deadline of one attempt and the per-step timeouts.
 #[derive(Debug, Clone, Copy)]
@@ -190,7 +178,7 @@ impl<'a> StepCtx<'a> {
             resolver,
             clock,
             seq,
-            marker: super::new_marker(),
+            marker: new_marker(),
             tls: probe.target.tls(),
             steps: Steps::new(deadline),
             learned: Learned::default(),
@@ -201,4 +189,10 @@ impl<'a> StepCtx<'a> {
     pub fn endpoint(&self) -> &'a str {
         &self.probe.branch.endpoint
     }
+}
+
+/// A fresh 128-bit random marker as 32 lowercase hex characters.
+pub fn new_marker() -> String {
+    let v: u128 = rand::random();
+    format!("{v:032x}")
 }

@@ -3,42 +3,21 @@
 //! read-back request. Resolve, connect and TLS are readyprobe's own steps; hyper speaks HTTP/1.1
 //! over the connection they produced (see `http_client`).
 
-use crate::config::{HeaderValueSource, HttpProbe, HttpRequestSpec};
+use crate::config::{HeaderValueSource, HttpRequestSpec};
 use crate::failure::{FailureClass, Step};
 use http_body_util::Full;
 use hyper::body::Bytes;
-use serde::Serialize;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpStream;
 
+pub use super::attempt::HttpObservation;
 use super::connect::Connected;
+use super::ctx::{StepCtx, StepError, StepFailure};
 use super::http_client::{
     Connection, Io, Vars, apply_headers, fail, host_header, render, tls_or_plain,
 };
-use super::{StepCtx, StepError, StepFailure};
-
-/// A prepared http probe: settings plus header secrets read at start-up.
-#[derive(Clone)]
-pub struct HttpTarget {
-    pub settings: HttpProbe,
-    /// Headers with secrets resolved (values never logged).
-    pub headers: Vec<(http::HeaderName, String)>,
-    /// rustls client configuration (`None` for plain HTTP).
-    pub tls: Option<Arc<rustls::ClientConfig>>,
-}
-
-impl std::fmt::Debug for HttpTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpTarget")
-            .field("request", &self.settings.request)
-            .field(
-                "headers",
-                &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-            )
-            .finish()
-    }
-}
+pub use super::target::HttpTarget;
 
 /// Read header secrets.
 ///
@@ -59,16 +38,6 @@ pub fn resolve_headers(
             ))
         })
         .collect()
-}
-
-/// What the requests returned.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Default)]
-pub struct HttpObservation {
-    /// Status of the marked request.
-    pub status: Option<u16>,
-    /// Status of the verify request.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub verify_status: Option<u16>,
 }
 
 /// Longest JSON value quoted in a mismatch message, bytes.

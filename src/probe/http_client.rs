@@ -11,7 +11,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
-use super::{StepCtx, StepError, StepFailure};
+use super::ctx::{StepCtx, StepError, StepFailure};
+use super::target::BranchProbe;
 
 /// Largest response body read, bytes.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -35,7 +36,7 @@ pub struct Vars<'a> {
 
 impl<'a> Vars<'a> {
     /// The variables of attempt `seq` with `marker` on `probe`'s branch.
-    pub fn of(probe: &'a super::BranchProbe, marker: &'a str, seq: u64) -> Self {
+    pub fn of(probe: &'a BranchProbe, marker: &'a str, seq: u64) -> Self {
         Vars {
             marker,
             seq,

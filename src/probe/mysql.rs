@@ -13,7 +13,6 @@ use crate::config::{MysqlProbe, SslMode};
 use crate::failure::{FailureClass, Step};
 use mysql_async::prelude::Queryable;
 use mysql_async::{OptsBuilder, SslOpts};
-use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,41 +20,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+pub use super::attempt::ServerIdentity;
 use super::connect::Connected;
-use super::{StepCtx, StepError, StepFailure};
-
-/// Server identity read by the `verify` step.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
-pub struct ServerIdentity {
-    /// `@@hostname`.
-    pub hostname: String,
-    /// `@@server_id`.
-    pub server_id: u64,
-    /// `@@read_only`.
-    pub read_only: bool,
-    /// Server version from the greeting.
-    pub version: String,
-}
-
-/// A prepared mysql probe for one branch: settings plus the secret and TLS config read at start.
-#[derive(Clone)]
-pub struct MysqlTarget {
-    /// Settings from the config.
-    pub settings: MysqlProbe,
-    /// The resolved password (never logged).
-    pub password: String,
-    /// rustls client configuration for the `tls` step (`None` when ssl_mode is disabled).
-    pub tls: Option<Arc<rustls::ClientConfig>>,
-}
-
-impl std::fmt::Debug for MysqlTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MysqlTarget")
-            .field("settings", &self.settings)
-            .field("password", &"<redacted>")
-            .finish()
-    }
-}
+use super::ctx::{StepCtx, StepError, StepFailure};
+pub use super::target::MysqlTarget;
 
 const CLIENT_LONG_PASSWORD: u32 = 0x0000_0001;
 const CLIENT_PROTOCOL_41: u32 = 0x0000_0200;

@@ -2,7 +2,6 @@
 //! OpenTelemetry ingestion gateway, using the official protobuf types. Success needs a 2xx
 //! **and** no partial-success rejection in the response body.
 
-use crate::config::OtlpProbe;
 use crate::failure::{FailureClass, Step};
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -15,12 +14,12 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
-use serde::Serialize;
-use std::sync::Arc;
 
+pub use super::attempt::OtlpObservation;
 use super::connect::Connected;
+use super::ctx::{StepCtx, StepError, StepFailure};
 use super::http_client::{Connection, Vars, apply_headers, fail, host_header, tls_or_plain};
-use super::{StepCtx, StepError, StepFailure};
+pub use super::target::OtlpTarget;
 
 /// Name of the exported gauge.
 pub const CANARY_METRIC: &str = "readyprobe.canary";
@@ -34,37 +33,6 @@ struct RpcStatus {
     code: i32,
     #[prost(string, tag = "2")]
     message: String,
-}
-
-/// A prepared otlp probe.
-#[derive(Clone)]
-pub struct OtlpTarget {
-    pub settings: OtlpProbe,
-    /// Headers with secrets resolved (values never logged).
-    pub headers: Vec<(http::HeaderName, String)>,
-    /// rustls client configuration (`None` for plain HTTP).
-    pub tls: Option<Arc<rustls::ClientConfig>>,
-}
-
-impl std::fmt::Debug for OtlpTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OtlpTarget")
-            .field("path", &self.settings.path)
-            .finish()
-    }
-}
-
-/// What the gateway answered.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Default)]
-pub struct OtlpObservation {
-    /// HTTP status.
-    pub status: Option<u16>,
-    /// Rejected data points reported by a partial success.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rejected: Option<i64>,
-    /// The gateway's message, when it gave one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
 }
 
 fn kv(key: &str, value: &str) -> KeyValue {

@@ -15,21 +15,9 @@ use serde::Serialize;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use super::{DnsMeta, StepCtx, StepError, StepFailure};
-
-/// One record of the answer chain, as seen on this attempt.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
-pub struct Answer {
-    /// Owner name (absolute, with trailing dot).
-    pub name: String,
-    /// `A`, `AAAA` or `CNAME`.
-    #[serde(rename = "type")]
-    pub rtype: String,
-    /// Address or CNAME target.
-    pub data: String,
-    /// TTL in seconds as served.
-    pub ttl: u32,
-}
+pub use super::attempt::Answer;
+use super::attempt::DnsMeta;
+use super::ctx::{StepCtx, StepError, StepFailure};
 
 /// What the resolve step found.
 #[derive(Debug, Clone, Serialize, Default)]

@@ -3,21 +3,14 @@
 //! certificate), not that the branch can do its job.
 
 use crate::failure::Step;
-use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::connect::Connected;
-use super::{StepCtx, StepFailure};
+use super::ctx::{StepCtx, StepFailure};
+pub use super::target::TcpTarget;
 
 /// How long the `tls` step listens after the handshake for a post-handshake rejection.
 pub const LISTEN_AFTER_HANDSHAKE: std::time::Duration = std::time::Duration::from_millis(250);
-
-/// A prepared tcp probe.
-#[derive(Debug, Clone)]
-pub struct TcpTarget {
-    /// rustls client configuration (`None` when ssl_mode is disabled).
-    pub tls: Option<Arc<rustls::ClientConfig>>,
-}
 
 /// Run the `tls` step when enabled; close the connection politely.
 ///

@@ -14,27 +14,13 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
-use serde::Serialize;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
 
-use super::{StepCtx, StepError, StepFailure};
-
-/// What the handshake established.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Default)]
-pub struct TlsInfo {
-    /// Negotiated protocol version, e.g. `TLSv1_3`.
-    pub version: String,
-    /// Negotiated cipher suite.
-    pub cipher_suite: String,
-    /// Number of certificates the server presented.
-    pub peer_certificates: usize,
-    /// The leaf certificate's `notAfter`, ms since the epoch.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub leaf_not_after: Option<i64>,
-}
+pub use super::attempt::TlsInfo;
+use super::ctx::{StepCtx, StepError, StepFailure};
 
 /// Why a TLS client configuration could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -117,7 +117,7 @@ impl Shell {
                     location: store.location(),
                     reason: format!(
                         "no answer within {}; probing and publishing go on",
-                        crate::config::fmt_dur(bound)
+                        crate::clock::fmt_duration(bound)
                     ),
                 }),
             };
