@@ -314,6 +314,9 @@ async fn shutdown(
 ) -> RunSummary {
     tracing::info!(reason = %stop_reason, grace = %crate::clock::fmt_duration(grace), "stopping");
     let grace_end = Instant::now() + grace;
+    // Everything below ends by `hard_end`, inside the process's own limit of grace +
+    // `cli::STOP_SLACK` (2 s), so a clean stop never meets the watchdog's exit 74.
+    let hard_end = grace_end + Duration::from_millis(1_700);
     w.stop_loops.cancel();
     let drain = async {
         while let Some(ev) = w.events.recv().await {
@@ -328,7 +331,11 @@ async fn shutdown(
         w.loops.iter().for_each(JoinHandle::abort);
     }
     shell.tick(true);
-    let final_deadline = grace_end.max(Instant::now() + Duration::from_secs(2));
+    // The final save and sends get what is left of the grace period, at least 1 s, and finish
+    // 300 ms before `hard_end` so the evidence can still be closed.
+    let final_deadline = grace_end
+        .max(Instant::now() + Duration::from_secs(1))
+        .min(hard_end - Duration::from_millis(300));
     let final_sync = async {
         if let Some(t) = syncing {
             let j = t.await;
@@ -372,7 +379,7 @@ async fn shutdown(
     shell.execute(effects);
     shell
         .evidence
-        .close(Instant::now() + Duration::from_secs(1))
+        .close(hard_end.max(Instant::now() + Duration::from_millis(100)))
         .await;
     summary
 }

@@ -1,6 +1,6 @@
 use super::*;
-use serde_json::Value;
 use crate::record::{AttemptAbandoned, read_lines};
+use serde_json::Value;
 use std::time::Duration;
 
 fn abandoned(seq: u64) -> Record {
