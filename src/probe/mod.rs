@@ -9,12 +9,15 @@ pub mod connect;
 pub mod http;
 pub mod mysql;
 pub mod otlp;
+mod prepare;
 pub mod resolve;
 pub mod tcp;
 pub mod tls;
 
+pub use prepare::{PrepareError, PrepareProblem, prepare};
+
 use crate::clock::{Clock, rfc3339};
-use crate::config::{Branch, Config, ProbeKind, StepTimeouts};
+use crate::config::{Branch, StepTimeouts};
 use crate::failure::{FailureClass, Step};
 use crate::readiness::{AttemptRecord, Millis};
 use hickory_resolver::TokioResolver;
@@ -293,71 +296,6 @@ pub enum Target {
     Http(Box<http::HttpTarget>),
     /// `otlp` kind.
     Otlp(Box<otlp::OtlpTarget>),
-}
-
-/// Start-up failure while preparing probes.
-#[derive(Debug, thiserror::Error)]
-pub enum PrepareError {
-    /// A secret could not be read.
-    #[error(transparent)]
-    Secret(#[from] crate::config::SecretError),
-    /// TLS configuration failed.
-    #[error(transparent)]
-    Tls(#[from] tls::TlsSetupError),
-    /// The resolver could not be built.
-    #[error(transparent)]
-    Resolver(#[from] resolve::ResolverSetupError),
-}
-
-/// Prepare the probes of every branch: read secrets, load CA bundles, build the resolver.
-///
-/// # Errors
-/// [`PrepareError`] naming the secret reference, CA file or resolv.conf that failed.
-pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), PrepareError> {
-    let resolver = resolve::build_resolver(&cfg.dns)?;
-    let target = match &cfg.probe.kind {
-        ProbeKind::Mysql(m) => {
-            let password = m.password.resolve()?;
-            let tls = tls::client_config(
-                m.ssl_mode,
-                m.ssl_ca.as_deref(),
-                m.tls_min_version,
-                m.client_identity.as_ref(),
-            )?;
-            Target::Mysql(Box::new(mysql::MysqlTarget {
-                settings: m.clone(),
-                password,
-                tls,
-            }))
-        }
-        ProbeKind::Http(h) => Target::Http(Box::new(http::HttpTarget {
-            headers: http::resolve_headers(&h.headers)?,
-            tls: tls::client_config_for(&h.tls)?,
-            settings: (**h).clone(),
-        })),
-        ProbeKind::Otlp(o) => Target::Otlp(Box::new(otlp::OtlpTarget {
-            headers: http::resolve_headers(&o.headers)?,
-            tls: tls::client_config_for(&o.tls)?,
-            settings: o.clone(),
-        })),
-        ProbeKind::Tcp(t) => Target::Tcp(tcp::TcpTarget {
-            tls: tls::client_config_for(&t.tls)?,
-        }),
-    };
-    let probes = cfg
-        .branches
-        .iter()
-        .map(|b| BranchProbe {
-            branch: b.clone(),
-            prober_id: cfg.prober_id.clone(),
-            stable_name: cfg.service.stable_name.clone(),
-            address_family: cfg.dns.address_family,
-            timeout: cfg.probe.timeout,
-            step_timeouts: cfg.probe.step_timeouts,
-            target: target.clone(),
-        })
-        .collect();
-    Ok((resolver, probes))
 }
 
 /// A fresh 128-bit random marker as 32 lowercase hex characters.
