@@ -982,3 +982,162 @@ fn plan_evidence_and_state(s: &mut String, cfg: &Config) -> std::fmt::Result {
         config::fmt_dur(cfg.state.poll_interval)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use expect_test::expect;
+
+    const MYSQL: &str = r#"
+prober_id = "az-a"
+state_dir = "/var/lib/readyprobe"
+
+[service]
+name = "orders-db"
+stable_name = "mysql.orders.internal.example"
+
+[readiness]
+window = "60s"
+min_attempts = 10
+declare_unready = { success_rate_below = 95.0, for = "3m" }
+declare_ready = { success_rate_at_or_above = 99.0, for = "10m", window = "5m" }
+
+[probe]
+kind = "mysql"
+interval = "2s"
+timeout = "1500ms"
+
+[probe.mysql]
+user = "readyprobe"
+password = { env = "READYPROBE_MYSQL_PASSWORD" }
+ssl_mode = "required"
+
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "mysql-primary.orders.internal.example"
+
+[[branch]]
+name = "secondary"
+role = "SECONDARY"
+endpoint = "mysql-secondary.orders.internal.example"
+"#;
+
+    fn plan_of(text: &str) -> String {
+        let path = std::path::Path::new("/etc/readyprobe/orders.toml");
+        plan(&config::parse(path, text).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    /// The probe section of the plan for [`MYSQL`] with its `[probe]` tables replaced by `kind`.
+    fn probe_lines_of(kind: &str) -> String {
+        let (head, _) = MYSQL.split_once("[probe]").unwrap_or_default();
+        let (_, branches) = MYSQL.split_once("[[branch]]").unwrap_or_default();
+        let text = format!("{head}{kind}\n[[branch]]{branches}");
+        let plan = plan_of(&text);
+        plan.lines()
+            .skip_while(|l| !l.starts_with("probe kind"))
+            .take(3)
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn plan_names_every_section_once() {
+        expect![[r#"
+            /etc/readyprobe/orders.toml: valid
+            service orders-db (stable name mysql.orders.internal.example, never probed as a branch)
+            probe kind mysql every 2s (attempt timeout 1s 500ms, first-attempt jitter ≤ 200ms): resolve → connect → tls → auth → write → verify
+              mysql user readyprobe (password from environment variable READYPROBE_MYSQL_PASSWORD), canary readyprobe.canary, ssl_mode required, TLS ≥ 1.2
+              dns: nameservers from /etc/resolv.conf
+            branches:
+              primary      PRIMARY   mysql-primary.orders.internal.example:3306
+              secondary    SECONDARY mysql-secondary.orders.internal.example:3306
+            readiness (initial unknown, min_attempts 10):
+              declare unready: success rate < 95% over 1m held for 3m; 30 attempts per 1m window; one failure → 96.7% (still above the threshold)
+              declare ready:   success rate ≥ 99% over 5m held for 10m; 150 attempts per 5m window; one failure → 99.3% (still meets the threshold)
+            publish every 1m to emf (stdout) in namespace Readyprobe (standard resolution, 60 s):
+              Readiness              None (0/1)     [Service, Branch]
+              SuccessRate            Percent        [Service, Branch]
+              Attempts               Count          [Service, Branch]
+              FailedAttempts         Count          [Service, Branch]
+              StepDuration           Milliseconds   [Service, Branch, Step]
+              CertificateExpiryDays  None (days)    [Service, Branch (TLS)]
+              Heartbeat              Count          [Service]
+              BothBranchesUnready    None (0/1)     [Service]
+            evidence: /var/lib/readyprobe/evidence.jsonl
+            prober id az-a; state store: /var/lib/readyprobe/control-orders-db.json (synced every 10s)
+        "#]]
+        .assert_eq(&plan_of(MYSQL));
+    }
+
+    #[test]
+    fn plan_shows_each_kinds_steps_and_settings() {
+        expect![[r#"
+            probe kind tcp every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect
+              tcp, ssl_mode disabled (liveness-level: proves the port answers, not that the branch can do its job)
+              dns: 10.0.0.2:53, 10.0.1.2:5353
+        "#]].assert_eq(&probe_lines_of(
+            "[probe]\nkind = \"tcp\"\ninterval = \"2s\"\n[probe.tcp]\nport = 5672\nssl_mode = \"disabled\"\n[dns]\nnameservers = [\"10.0.0.2\", \"10.0.1.2:5353\"]\n",
+        ));
+        expect![[r#"
+            probe kind http every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect → tls → write → verify
+              http POST /orders then verify GET /orders/{{marker}}, ssl_mode required, accepted status [201]
+              dns: nameservers from /etc/resolv.conf
+        "#]].assert_eq(&probe_lines_of(
+            "[probe]\nkind = \"http\"\ninterval = \"2s\"\n[probe.http]\nssl_mode = \"required\"\nmethod = \"POST\"\npath = \"/orders\"\nexpect_status = [201]\n[probe.http.verify]\nmethod = \"GET\"\npath = \"/orders/{{marker}}\"\n",
+        ));
+        expect![[r#"
+            probe kind otlp every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect → write
+              otlp POST /v1/metrics (one marked gauge data point, OTLP/HTTP protobuf), ssl_mode disabled
+              dns: nameservers from /etc/resolv.conf
+        "#]].assert_eq(&probe_lines_of(
+            "[probe]\nkind = \"otlp\"\ninterval = \"2s\"\n[probe.otlp]\nssl_mode = \"disabled\"\n",
+        ));
+    }
+
+    /// Exit codes named in a help text after its first "Exit".
+    fn exit_codes(help: &str) -> std::collections::BTreeSet<u8> {
+        let Some((_, tail)) = help.split_once("Exit") else {
+            return Default::default();
+        };
+        tail.split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect()
+    }
+
+    #[test]
+    fn help_names_the_exit_codes_each_command_uses() {
+        let cli = Cli::command();
+        let all = [
+            EXIT_OK,
+            EXIT_ATTEMPT_FAILED,
+            EXIT_INVALID_CONFIG,
+            EXIT_INTERNAL,
+            EXIT_IO,
+            EXIT_UNAVAILABLE_INPUT,
+        ];
+        let top = cli.get_long_about().map(ToString::to_string);
+        assert_eq!(exit_codes(&top.unwrap_or_default()), all.into());
+        for (cmd, codes) in [
+            ("run", &[0, 64, 74, 78][..]),
+            ("check", &[0, 64, 78]),
+            ("probe", &[0, 1, 64, 78]),
+            ("approve", &[0, 1, 64, 74]),
+            ("override", &[0, 64, 74]),
+            ("status", &[0, 64, 74]),
+        ] {
+            let sub = cli.find_subcommand(cmd).map(|c| {
+                c.get_long_about()
+                    .or(c.get_about())
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            });
+            assert_eq!(
+                exit_codes(&sub.unwrap_or_default()),
+                codes.iter().copied().collect(),
+                "{cmd}"
+            );
+        }
+    }
+}
