@@ -309,7 +309,7 @@ fn check_passes_every_example_and_strict_names_each_missing_input_once() {
             assert!(named[0].starts_with("error: "), "{name}: {stderr}");
         }
         assert!(
-            !String::from_utf8_lossy(&out.stdout).contains("warning: probe."),
+            !String::from_utf8_lossy(&out.stdout).contains("(run would exit 78)"),
             "{name}: --strict reports problems as errors only"
         );
     }
