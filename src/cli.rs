@@ -67,6 +67,7 @@ pub enum LogFormat {
 pub enum Command {
     /// Probe every branch and publish readiness until SIGTERM/SIGINT (ECS service) or for a
     /// bounded `--duration` (ECS scheduled task; readiness continues from the state store).
+    ///
     /// Exit 0 after a clean stop; 64 invalid config; 74 state store or evidence file unusable at
     /// start; 78 secret, CA bundle, client certificate or key, or resolv.conf unavailable (every
     /// such problem is listed, one per line).
@@ -81,8 +82,9 @@ pub enum Command {
         #[arg(long, value_parser = parse_duration, default_value = "10s")]
         grace: Duration,
     },
-    /// Validate the config and print the plan (branches, steps, metrics, what one failure does),
-    /// then try what `run` prepares at start-up (secrets, CA bundles, client certificates and
+    /// Validate the config and print the plan (branches, steps, metrics, what one failure does).
+    ///
+    /// Then try what `run` prepares at start-up (secrets, CA bundles, client certificates and
     /// keys, resolv.conf) and print one warning per unavailable file or secret. Validation never
     /// reads those files, so a config checks on any machine; run `check --strict` where the
     /// prober runs (e.g. first in the task) to fail early instead. Exit 0 when valid (warnings
@@ -96,8 +98,9 @@ pub enum Command {
         #[arg(long)]
         strict: bool,
     },
-    /// Run one attempt against one branch now and print every step (a debugging aid). The
-    /// attempt is real: the mysql kind upserts this prober's canary row, the http kind sends its
+    /// Run one attempt against one branch now and print every step (a debugging aid).
+    ///
+    /// The attempt is real: the mysql kind upserts this prober's canary row, the http kind sends its
     /// marked request, the otlp kind exports its marked data point. Exit 0 when the
     /// attempt succeeded, 1 when it failed, 64 invalid config or unknown branch, 78 secret, CA
     /// bundle, client certificate or key, or resolv.conf unavailable.
@@ -109,7 +112,9 @@ pub enum Command {
         #[arg(long, short)]
         branch: String,
     },
-    /// Approve the failback of a branch waiting in `pending_approval`. The running probers (or
+    /// Approve the failback of a branch waiting in `pending_approval`.
+    ///
+    /// The running probers (or
     /// the next scheduled run) apply it only if the branch is still pending when they read it and
     /// the approval has not expired; an approval given before the branch got there never
     /// pre-authorises a later failback. Needs only the config and the state store (never the
@@ -134,8 +139,9 @@ pub enum Command {
         expires: Duration,
     },
     /// Force a branch's published readiness (Route 53 ignores `SetAlarmState`, so overrides go
-    /// through the metric), always with an expiry; or `--clear` it. The real readiness is still
-    /// computed and recorded meanwhile. Needs only the config and the state store. Exit 0 when
+    /// through the metric), always with an expiry; or `--clear` it.
+    ///
+    /// The real readiness is still computed and recorded meanwhile. Needs only the config and the state store. Exit 0 when
     /// recorded, 64 invalid config or arguments, 74 state store unreadable or unwritable.
     Override {
         /// Config file (TOML).
@@ -166,7 +172,9 @@ pub enum Command {
         clear: bool,
     },
     /// Show each branch's readiness per prober: state, since when, success rate, what it waits
-    /// for, pending approvals and active overrides. Needs only the config and the state store.
+    /// for, pending approvals and active overrides.
+    ///
+    /// Needs only the config and the state store.
     /// Exit 0, 64 invalid config, 74 state store unreadable.
     Status {
         /// Config file (TOML).
