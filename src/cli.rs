@@ -347,27 +347,25 @@ async fn run(cfg: Config, opts: RunOptions) -> ExitCode {
     for w in &cfg.warnings {
         tracing::warn!("config: {w}");
     }
-    match runner::run(cfg, opts, shutdown_signal()).await {
-        Ok(_) => ExitCode::from(EXIT_OK),
-        Err(runner::RunError::Prepare(e)) => {
+    let e = match runner::run(cfg, opts, shutdown_signal()).await {
+        Ok(_) => return ExitCode::from(EXIT_OK),
+        Err(e) => e,
+    };
+    match e {
+        runner::RunError::Prepare(e) => {
             for p in &e.problems {
                 eprintln!("error: {p}");
             }
+            let n = e.problems.len();
             eprintln!(
-                "error: cannot prepare probes ({} unavailable); nothing was probed or published",
-                match e.problems.len() {
-                    1 => "1 input".to_string(),
-                    n => format!("{n} inputs"),
-                }
+                "error: cannot prepare probes ({n} input{} unavailable); nothing was probed or published",
+                if n == 1 { "" } else { "s" }
             );
             ExitCode::from(EXIT_UNAVAILABLE_INPUT)
         }
-        Err(e) => {
+        runner::RunError::State(_) | runner::RunError::Evidence { .. } => {
             eprintln!("error: {e}");
-            ExitCode::from(match e {
-                runner::RunError::Prepare(_) => EXIT_UNAVAILABLE_INPUT,
-                runner::RunError::State(_) | runner::RunError::Evidence { .. } => EXIT_IO,
-            })
+            ExitCode::from(EXIT_IO)
         }
     }
 }
