@@ -16,8 +16,11 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Largest PEM file read at start-up, in bytes: a CA bundle of a few hundred certificates fits.
-const MAX_PEM_BYTES: u64 = 1024 * 1024;
+/// Largest PEM file or resolv.conf read at start-up, in bytes: a CA bundle of a few hundred
+/// certificates fits.
+const MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// Largest secret file read at start-up, in bytes.
+const MAX_SECRET_BYTES: u64 = 64 * 1024;
 
 /// One input `run` needs at start-up and cannot have: a CA bundle, a client certificate or key, a
 /// secret, or resolv.conf.
@@ -123,7 +126,7 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
 fn prepare_resolver(dns: &Dns, problems: &mut Problems) -> Option<TokioResolver> {
     const KEY: &str = "dns.resolv_conf";
     if dns.nameservers.is_none()
-        && let Err(reason) = regular_file(&dns.resolv_conf)
+        && let Err(reason) = regular_file(&dns.resolv_conf, MAX_FILE_BYTES)
     {
         problems.push(KEY.into(), dns.resolv_conf.display().to_string(), reason);
         return None;
@@ -194,7 +197,7 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
 /// Read one secret; `None` (and a problem) when it is unavailable.
 fn secret(key: String, r: &SecretRef, problems: &mut Problems) -> Option<String> {
     if let SecretRef::File(path) = r
-        && let Err(reason) = regular_file(path)
+        && let Err(reason) = regular_file(path, MAX_SECRET_BYTES)
     {
         problems.push(key, r.to_string(), reason);
         return None;
@@ -309,28 +312,26 @@ fn parse_private_key(pem: &[u8]) -> Result<(), String> {
         .map_err(|e| format!("holds no usable private key: {e}"))
 }
 
-/// A regular file's contents, at most [`MAX_PEM_BYTES`].
+/// A regular file's contents, at most [`MAX_FILE_BYTES`].
 fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
-    regular_file(path)?;
+    regular_file(path, MAX_FILE_BYTES)?;
     let f = std::fs::File::open(path).map_err(|e| format!("is not readable: {}", io_reason(&e)))?;
     let mut bytes = Vec::new();
-    f.take(MAX_PEM_BYTES + 1)
+    f.take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("is not readable: {}", io_reason(&e)))?;
-    if bytes.len() as u64 > MAX_PEM_BYTES {
-        return Err(format!(
-            "is larger than {} KiB; not a PEM file",
-            MAX_PEM_BYTES / 1024
-        ));
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!("is larger than {} KiB", MAX_FILE_BYTES / 1024));
     }
     Ok(bytes)
 }
 
-/// Whether `path` is a regular file, checked before opening it: opening a FIFO would block and a
-/// device could be read forever.
-fn regular_file(path: &Path) -> Result<(), String> {
+/// Whether `path` is a regular file of at most `max` bytes, checked before opening it: opening a
+/// FIFO would block and a device could be read forever.
+fn regular_file(path: &Path, max: u64) -> Result<(), String> {
     match std::fs::metadata(path) {
-        Ok(m) if m.is_file() => Ok(()),
+        Ok(m) if m.is_file() && m.len() <= max => Ok(()),
+        Ok(m) if m.is_file() => Err(format!("is larger than {} KiB", max / 1024)),
         Ok(_) => Err("is not a regular file".into()),
         Err(e) => Err(format!("is not readable: {}", io_reason(&e))),
     }
@@ -454,6 +455,23 @@ mod tests {
         assert!(problems.0.is_empty());
         assert_eq!(ok[0].1, "s3cret");
         assert_eq!(ok[1].1, "plain");
+    }
+
+    #[test]
+    fn an_oversized_secret_file_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 65 * 1024]).unwrap();
+        let mut problems = Problems::default();
+        let r = SecretRef::File(big.clone());
+        assert!(secret("probe.mysql.password".into(), &r, &mut problems).is_none());
+        assert_eq!(
+            problems.0[0].to_string(),
+            format!(
+                "probe.mysql.password: file {} is larger than 64 KiB",
+                big.display()
+            )
+        );
     }
 
     #[test]
