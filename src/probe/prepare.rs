@@ -269,17 +269,30 @@ fn tls_config(
     }
     match tls::client_config_for(s) {
         Ok(c) => Some(c),
-        Err(e) => {
-            let (key, subject) = match (&s.client_identity, &s.ssl_ca) {
-                (Some(id), _) => ("ssl_cert", id.cert.display().to_string()),
-                (None, Some(ca)) => ("ssl_ca", ca.display().to_string()),
-                (None, None) => ("ssl_mode", "the TLS client configuration".to_string()),
+        Err(tls::TlsSetupError(reason)) => {
+            let key = |k: &str| format!("{prefix}.{k}");
+            let (keys, subject, reason) = match (&s.client_identity, &s.ssl_ca) {
+                (Some(id), _) => (
+                    vec![key("ssl_cert"), key("ssl_key")],
+                    format!("{} and {}", id.cert.display(), id.key.display()),
+                    format!("cannot be used together: {reason}"),
+                ),
+                (None, Some(ca)) => (
+                    vec![key("ssl_ca")],
+                    ca.display().to_string(),
+                    format!("cannot be used: {reason}"),
+                ),
+                (None, None) => (
+                    vec![key("ssl_mode")],
+                    "the TLS client configuration".into(),
+                    format!("cannot be built: {reason}"),
+                ),
             };
-            problems.push(
-                format!("{prefix}.{key}"),
+            problems.0.push(PrepareProblem {
+                keys,
                 subject,
-                format!("cannot be used: {e}"),
-            );
+                reason,
+            });
             None
         }
     }
@@ -389,6 +402,44 @@ mod tests {
                     dir.path().display()
                 ),
             ]
+        );
+    }
+
+    /// A self-signed CA certificate and its key as PEM files in `dir`, named `{name}.pem` and
+    /// `{name}.key`.
+    fn self_signed(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let mut params = rcgen::CertificateParams::new(vec!["ca.example".to_string()]).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let (c, k) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+
+    #[test]
+    fn usable_tls_files_build_a_client_config_and_a_mismatched_key_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, key) = self_signed(dir.path(), "a");
+        let (_, other_key) = self_signed(dir.path(), "b");
+        let mut problems = Problems::default();
+        let built = tls_config("probe.otlp", &tls_settings(&ca, &ca, &key), &mut problems);
+        assert!(matches!(built, Some(Some(_))), "{problems:?}");
+        assert!(problems.0.is_empty());
+
+        let s = tls_settings(&ca, &ca, &other_key);
+        assert!(tls_config("probe.otlp", &s, &mut problems).is_none());
+        assert_eq!(problems.0.len(), 1);
+        assert!(
+            problems.0[0].to_string().starts_with(&format!(
+                "probe.otlp.ssl_cert: {} cannot be used:",
+                ca.display()
+            )),
+            "{problems:?}"
         );
     }
 
