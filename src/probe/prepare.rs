@@ -436,8 +436,9 @@ mod tests {
         assert_eq!(problems.0.len(), 1);
         assert!(
             problems.0[0].to_string().starts_with(&format!(
-                "probe.otlp.ssl_cert: {} cannot be used:",
-                ca.display()
+                "probe.otlp.ssl_cert, probe.otlp.ssl_key: {} and {} cannot be used together: client identity:",
+                ca.display(),
+                other_key.display()
             )),
             "{problems:?}"
         );
