@@ -48,7 +48,8 @@ impl fmt::Display for PrepareProblem {
     }
 }
 
-/// Start-up failure while preparing probes: every problem found, in config order.
+/// Start-up failure while preparing probes: every problem found (resolv.conf first, then the probe
+/// kind's secrets and TLS files).
 #[derive(Debug, thiserror::Error)]
 pub struct PrepareError {
     /// One entry per unavailable file or secret; never empty.
@@ -153,7 +154,9 @@ fn prepare_resolver(dns: &Dns, problems: &mut Problems) -> Option<TokioResolver>
 }
 
 fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
+    // The kind's table holds its secrets and its TLS settings.
     let prefix = format!("probe.{}", kind.name());
+    let tls_table = &prefix;
     match kind {
         ProbeKind::Mysql(m) => {
             let password = secret(format!("{prefix}.password"), &m.password, problems);
@@ -163,7 +166,7 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
                 client_identity: m.client_identity.clone(),
                 tls_min_version: m.tls_min_version,
             };
-            let tls = tls_config(&prefix, &settings, problems);
+            let tls = tls_config(tls_table, &settings, problems);
             Some(Target::Mysql(Box::new(mysql::MysqlTarget {
                 settings: m.clone(),
                 password: password?,
@@ -172,7 +175,7 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
         }
         ProbeKind::Http(h) => {
             let headers = headers(&prefix, &h.headers, problems);
-            let tls = tls_config(&prefix, &h.tls, problems);
+            let tls = tls_config(tls_table, &h.tls, problems);
             Some(Target::Http(Box::new(http::HttpTarget {
                 headers: headers?,
                 tls: tls?,
@@ -181,7 +184,7 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
         }
         ProbeKind::Otlp(o) => {
             let headers = headers(&prefix, &o.headers, problems);
-            let tls = tls_config(&prefix, &o.tls, problems);
+            let tls = tls_config(tls_table, &o.tls, problems);
             Some(Target::Otlp(Box::new(otlp::OtlpTarget {
                 headers: headers?,
                 tls: tls?,
@@ -189,7 +192,7 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
             })))
         }
         ProbeKind::Tcp(t) => Some(Target::Tcp(tcp::TcpTarget {
-            tls: tls_config(&prefix, &t.tls, problems)?,
+            tls: tls_config(tls_table, &t.tls, problems)?,
         })),
     }
 }
