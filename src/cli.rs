@@ -16,7 +16,10 @@ pub const EXIT_ATTEMPT_FAILED: u8 = 1;
 pub const EXIT_INVALID_CONFIG: u8 = 64;
 /// Exit code: state or evidence file I/O failed (sysexits EX_IOERR).
 pub const EXIT_IO: u8 = 74;
-/// Exit code: a secret, CA bundle or resolv.conf is unavailable at start-up (sysexits EX_CONFIG).
+/// Exit code: the runtime could not start (sysexits EX_SOFTWARE).
+pub const EXIT_INTERNAL: u8 = 70;
+/// Exit code: a secret, CA bundle, client certificate or key, or resolv.conf is unavailable at
+/// start-up (sysexits EX_CONFIG); also `check --strict` when it finds one.
 pub const EXIT_UNAVAILABLE_INPUT: u8 = 78;
 
 /// readyprobe — tells Route 53 the truth about whether each failover branch can do its job.
@@ -28,7 +31,8 @@ pub const EXIT_UNAVAILABLE_INPUT: u8 = 78;
 ///
 /// Exit codes: 0 ok; 1 `probe` attempt failed, or `approve` found no prober waiting for approval;
 /// 64 invalid config or usage; 70 internal error (the runtime could not start); 74 state store
-/// or evidence I/O error; 78 secret, CA bundle or resolv.conf unavailable.
+/// or evidence I/O error; 78 secret, CA bundle, client certificate or key, or resolv.conf
+/// unavailable (`run`, `probe`, `check --strict`).
 #[derive(Debug, Parser)]
 #[command(name = "readyprobe", version, about, long_about)]
 pub struct Cli {
@@ -63,8 +67,10 @@ pub enum LogFormat {
 pub enum Command {
     /// Probe every branch and publish readiness until SIGTERM/SIGINT (ECS service) or for a
     /// bounded `--duration` (ECS scheduled task; readiness continues from the state store).
+    ///
     /// Exit 0 after a clean stop; 64 invalid config; 74 state store or evidence file unusable at
-    /// start; 78 secret, CA bundle or resolv.conf unavailable.
+    /// start; 78 secret, CA bundle, client certificate or key, or resolv.conf unavailable (every
+    /// such problem is listed, one per line).
     Run {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]
@@ -77,17 +83,27 @@ pub enum Command {
         grace: Duration,
     },
     /// Validate the config and print the plan (branches, steps, metrics, what one failure does).
-    /// Exit 0 when valid, 64 with every error (file, line, key) when not.
+    ///
+    /// Then try what `run` prepares at start-up (secrets, CA bundles, client certificates and
+    /// keys, resolv.conf) and print one warning per unavailable file or secret. Validation never
+    /// reads those files, so a config checks on any machine; run `check --strict` where the
+    /// prober runs (e.g. first in the task) to fail early instead. Exit 0 when valid (warnings
+    /// included), 64 with every error (file, line, key) when not; with `--strict`, 78 when a file
+    /// or secret is unavailable.
     Check {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]
         config: PathBuf,
+        /// Treat an unavailable file or secret as an error (exit 78), as `run` would.
+        #[arg(long)]
+        strict: bool,
     },
-    /// Run one attempt against one branch now and print every step (a debugging aid). The
-    /// attempt is real: the mysql kind upserts this prober's canary row, the http kind sends its
+    /// Run one attempt against one branch now and print every step (a debugging aid).
+    ///
+    /// The attempt is real: the mysql kind upserts this prober's canary row, the http kind sends its
     /// marked request, the otlp kind exports its marked data point. Exit 0 when the
-    /// attempt succeeded, 1 when it failed, 64 invalid config, 78 secret/CA/resolv.conf
-    /// unavailable.
+    /// attempt succeeded, 1 when it failed, 64 invalid config or unknown branch, 78 secret, CA
+    /// bundle, client certificate or key, or resolv.conf unavailable.
     Probe {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]
@@ -96,11 +112,15 @@ pub enum Command {
         #[arg(long, short)]
         branch: String,
     },
-    /// Approve the failback of a branch waiting in `pending_approval`. The running probers (or
+    /// Approve the failback of a branch waiting in `pending_approval`.
+    ///
+    /// The running probers (or
     /// the next scheduled run) apply it only if the branch is still pending when they read it and
     /// the approval has not expired; an approval given before the branch got there never
-    /// pre-authorises a later failback. Exit 0 when some prober has the branch pending, 1 when
-    /// none does (the approval is recorded, and will be rejected when read).
+    /// pre-authorises a later failback. Needs only the config and the state store (never the
+    /// secrets or CA files). Exit 0 when some prober has the branch pending, 1 when none does
+    /// (the approval is recorded, and will be rejected when read), 64 invalid config or
+    /// arguments, 74 state store unreadable or unwritable.
     Approve {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]
@@ -119,8 +139,10 @@ pub enum Command {
         expires: Duration,
     },
     /// Force a branch's published readiness (Route 53 ignores `SetAlarmState`, so overrides go
-    /// through the metric), always with an expiry; or `--clear` it. The real readiness is still
-    /// computed and recorded meanwhile.
+    /// through the metric), always with an expiry; or `--clear` it.
+    ///
+    /// The real readiness is still computed and recorded meanwhile. Needs only the config and the state store. Exit 0 when
+    /// recorded, 64 invalid config or arguments, 74 state store unreadable or unwritable.
     Override {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]
@@ -151,6 +173,9 @@ pub enum Command {
     },
     /// Show each branch's readiness per prober: state, since when, success rate, what it waits
     /// for, pending approvals and active overrides.
+    ///
+    /// Needs only the config and the state store.
+    /// Exit 0, 64 invalid config, 74 state store unreadable.
     Status {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]
@@ -261,119 +286,109 @@ const RUNTIME_SHUTDOWN: Duration = Duration::from_millis(250);
 /// then (a hung state, evidence or sink write) is given up and the process exits [`EXIT_IO`].
 pub const STOP_SLACK: Duration = Duration::from_secs(2);
 
+impl Command {
+    /// The config file every subcommand reads.
+    fn config(&self) -> &std::path::Path {
+        match self {
+            Command::Run { config, .. }
+            | Command::Check { config, .. }
+            | Command::Probe { config, .. }
+            | Command::Approve { config, .. }
+            | Command::Override { config, .. }
+            | Command::Status { config, .. } => config,
+        }
+    }
+}
+
 async fn async_main(cli: Cli) -> ExitCode {
-    let id = cli.prober_id.as_deref();
+    let cfg = match load(cli.command.config(), cli.prober_id.as_deref()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     match cli.command {
-        Command::Check { config } => match load(&config, id) {
-            Ok(cfg) => {
-                print!("{}", plan(&cfg));
-                // What `run` would prepare: CA bundles, client identities, resolv.conf, secrets.
-                if let Err(e) = probe::prepare(&cfg) {
-                    println!("warning: {e} (run would exit 78)");
-                }
-                // What `run` would prepare: CA bundles, client identities, resolv.conf, secrets.
-                if let Err(e) = probe::prepare(&cfg) {
-                    println!("warning: {e} (run would exit 78)");
-                }
-                match &cfg.probe.kind {
-                    ProbeKind::Mysql(m) => {
-                        if let Err(e) = m.password.resolve() {
-                            println!("warning: {e} (run needs it at start-up)");
-                        }
-                    }
-                    ProbeKind::Tcp(_) => {}
-                    ProbeKind::Otlp(o) => {
-                        if let Err(e) = crate::probe::http::resolve_headers(&o.headers) {
-                            println!("warning: {e} (run needs it at start-up)");
-                        }
-                    }
-                    ProbeKind::Http(h) => {
-                        if let Err(e) = crate::probe::http::resolve_headers(&h.headers) {
-                            println!("warning: {e} (run needs it at start-up)");
-                        }
-                    }
-                }
-                ExitCode::from(EXIT_OK)
-            }
-            Err(code) => code,
-        },
+        Command::Check { strict, .. } => check(&cfg, strict),
         Command::Run {
-            config,
-            duration,
-            grace,
+            duration, grace, ..
         } => {
-            let cfg = match load(&config, id) {
-                Ok(c) => c,
-                Err(code) => return code,
+            let opts = RunOptions {
+                duration,
+                grace,
+                emf_out: None,
             };
-            for w in &cfg.warnings {
-                tracing::warn!("config: {w}");
-            }
-            match runner::run(
-                cfg,
-                RunOptions {
-                    duration,
-                    grace,
-                    emf_out: None,
-                },
-                shutdown_signal(grace),
-            )
-            .await
-            {
-                Ok(_) => ExitCode::from(EXIT_OK),
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(match e {
-                        runner::RunError::Prepare(_) => EXIT_UNAVAILABLE_INPUT,
-                        runner::RunError::State(_) | runner::RunError::Evidence { .. } => EXIT_IO,
-                    })
-                }
-            }
+            run(cfg, opts).await
         }
-        Command::Probe { config, branch } => {
-            let cfg = match load(&config, id) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            probe_once(&cfg, &branch).await
-        }
+        Command::Probe { branch, .. } => probe_once(&cfg, &branch).await,
         Command::Approve {
-            config,
             branch,
             by,
             reason,
             expires,
-        } => {
-            let cfg = match load(&config, id) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            approve(&cfg, &branch, &by, &reason, expires).await
-        }
+            ..
+        } => approve(&cfg, &branch, &by, &reason, expires).await,
         Command::Override {
-            config,
             branch,
             force,
             expires,
             reason,
             by,
             clear,
+            ..
         } => {
-            let cfg = match load(&config, id) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
             let by = by
                 .or_else(|| std::env::var("USER").ok())
                 .unwrap_or_else(|| "unknown".into());
             override_cmd(&cfg, &branch, force, expires, reason, by, clear).await
         }
-        Command::Status { config, json } => {
-            let cfg = match load(&config, id) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            status(&cfg, json).await
+        Command::Status { json, .. } => status(&cfg, json).await,
+    }
+}
+
+/// `check`: the plan, then one question to [`probe::prepare`], one line per problem it reports.
+/// Only `check` and `run` (and `probe`) read secrets and CA files; the operator commands need
+/// nothing but the config and the state store.
+fn check(cfg: &Config, strict: bool) -> ExitCode {
+    print!("{}", plan(cfg));
+    let Err(e) = probe::prepare(cfg) else {
+        return ExitCode::from(EXIT_OK);
+    };
+    for p in &e.problems {
+        if strict {
+            eprintln!("error: {p}");
+        } else {
+            println!("warning: {p} (run would exit {EXIT_UNAVAILABLE_INPUT})");
+        }
+    }
+    ExitCode::from(if strict {
+        EXIT_UNAVAILABLE_INPUT
+    } else {
+        EXIT_OK
+    })
+}
+
+async fn run(cfg: Config, opts: RunOptions) -> ExitCode {
+    for w in &cfg.warnings {
+        tracing::warn!("config: {w}");
+    }
+    let stop = shutdown_signal(opts.grace);
+    let e = match runner::run(cfg, opts, stop).await {
+        Ok(_) => return ExitCode::from(EXIT_OK),
+        Err(e) => e,
+    };
+    match e {
+        runner::RunError::Prepare(e) => {
+            for p in &e.problems {
+                eprintln!("error: {p}");
+            }
+            let n = e.problems.len();
+            eprintln!(
+                "error: cannot prepare probes ({n} input{} unavailable); nothing was probed or published",
+                if n == 1 { "" } else { "s" }
+            );
+            ExitCode::from(EXIT_UNAVAILABLE_INPUT)
+        }
+        runner::RunError::State(_) | runner::RunError::Evidence { .. } => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_IO)
         }
     }
 }
@@ -817,158 +832,168 @@ fn print_server(a: &probe::Attempt) {
 
 /// The `check` plan (pure): branches, steps, metrics and dimensions, the policy arithmetic.
 pub fn plan(cfg: &Config) -> String {
-    use std::fmt::Write;
     let mut s = String::new();
-    let d = crate::clock::fmt_duration;
-    let _ = writeln!(s, "{}: valid", cfg.source.display());
-    let _ = writeln!(
+    // Writing to a String cannot fail.
+    let _ = write_plan(&mut s, cfg);
+    s
+}
+
+fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
+    use std::fmt::Write;
+    writeln!(s, "{}: valid", cfg.source.display())?;
+    writeln!(
         s,
         "service {} (stable name {}, never probed as a branch)",
         cfg.service.name, cfg.service.stable_name
-    );
-    let steps = match &cfg.probe.kind {
-        ProbeKind::Mysql(m) => {
-            if m.ssl_mode == config::SslMode::Disabled {
-                "resolve → connect → auth → write → verify"
-            } else {
-                "resolve → connect → tls → auth → write → verify"
-            }
-        }
-        ProbeKind::Tcp(t) => {
-            if t.tls.ssl_mode == config::SslMode::Disabled {
-                "resolve → connect"
-            } else {
-                "resolve → connect → tls"
-            }
-        }
-        ProbeKind::Http(h) => match (
-            h.tls.ssl_mode == config::SslMode::Disabled,
-            h.verify.is_some(),
-        ) {
-            (true, false) => "resolve → connect → write",
-            (true, true) => "resolve → connect → write → verify",
-            (false, false) => "resolve → connect → tls → write",
-            (false, true) => "resolve → connect → tls → write → verify",
+    )?;
+    plan_probe(s, cfg)?;
+    plan_branches(s, cfg)?;
+    plan_readiness(s, cfg)?;
+    plan_publish(s, cfg)?;
+    plan_evidence_and_state(s, cfg)?;
+    for w in &cfg.warnings {
+        writeln!(s, "warning: {w}")?;
+    }
+    Ok(())
+}
+
+/// The steps one attempt of `kind` runs, in order.
+fn probe_steps(kind: &ProbeKind) -> &'static str {
+    let tls = |mode: config::SslMode| mode != config::SslMode::Disabled;
+    match kind {
+        ProbeKind::Mysql(m) if tls(m.ssl_mode) => "resolve → connect → tls → auth → write → verify",
+        ProbeKind::Mysql(_) => "resolve → connect → auth → write → verify",
+        ProbeKind::Tcp(t) if tls(t.tls.ssl_mode) => "resolve → connect → tls",
+        ProbeKind::Tcp(_) => "resolve → connect",
+        ProbeKind::Http(h) => match (tls(h.tls.ssl_mode), h.verify.is_some()) {
+            (false, false) => "resolve → connect → write",
+            (false, true) => "resolve → connect → write → verify",
+            (true, false) => "resolve → connect → tls → write",
+            (true, true) => "resolve → connect → tls → write → verify",
         },
-        ProbeKind::Otlp(o) => {
-            if o.tls.ssl_mode == config::SslMode::Disabled {
-                "resolve → connect → write"
-            } else {
-                "resolve → connect → tls → write"
-            }
-        }
-    };
-    let _ = writeln!(
+        ProbeKind::Otlp(o) if tls(o.tls.ssl_mode) => "resolve → connect → tls → write",
+        ProbeKind::Otlp(_) => "resolve → connect → write",
+    }
+}
+
+/// The probe section: schedule and steps, the kind's own settings, where DNS answers come from.
+fn plan_probe(s: &mut String, cfg: &Config) -> std::fmt::Result {
+    use std::fmt::Write;
+    let d = crate::clock::fmt_duration;
+    writeln!(
         s,
-        "probe kind {} every {} (attempt timeout {}, first-attempt jitter ≤ {}): {steps}",
+        "probe kind {} every {} (attempt timeout {}, first-attempt jitter ≤ {}): {}",
         cfg.probe.kind.name(),
         d(cfg.probe.interval),
         d(cfg.probe.timeout),
-        d(cfg.probe.jitter)
-    );
-    match &cfg.probe.kind {
-        ProbeKind::Mysql(m) => {
-            let _ = writeln!(
-                s,
-                "  mysql user {} (password from {}), canary {}.{}, ssl_mode {}{}, TLS ≥ {}{}",
-                m.user,
-                m.password,
-                m.database,
-                m.table,
-                m.ssl_mode.as_str(),
-                m.ssl_ca
-                    .as_ref()
-                    .map(|p| format!(", CA {}", p.display()))
-                    .unwrap_or_default(),
-                m.tls_min_version,
-                m.client_identity
-                    .as_ref()
-                    .map(|c| format!(", client certificate {}", c.cert.display()))
-                    .unwrap_or_default()
-            );
-        }
-        ProbeKind::Otlp(o) => {
-            let _ = writeln!(
-                s,
-                "  otlp POST {} (one marked gauge data point, OTLP/HTTP protobuf), ssl_mode {}",
-                o.path,
-                o.tls.ssl_mode.as_str()
-            );
-        }
-        ProbeKind::Http(h) => {
-            let _ = writeln!(
-                s,
-                "  http {} {}{}, ssl_mode {}, accepted status {}{}",
-                h.request.method,
-                h.request.path,
-                h.verify
-                    .as_ref()
-                    .map(|v| format!(" then verify {} {}", v.method, v.path))
-                    .unwrap_or_default(),
-                h.tls.ssl_mode.as_str(),
-                if h.request.expect_status.is_empty() {
-                    "2xx".to_string()
-                } else {
-                    format!("{:?}", h.request.expect_status)
-                },
-                h.expect_header
-                    .as_ref()
-                    .map(|(n, v)| format!(", response header {n} must be {v:?}"))
-                    .unwrap_or_default()
-            );
-        }
-        ProbeKind::Tcp(t) => {
-            let _ = writeln!(
-                s,
-                "  tcp, ssl_mode {}{} (liveness-level: proves the port answers, not that the branch can do its job)",
-                t.tls.ssl_mode.as_str(),
-                t.tls
-                    .ssl_ca
-                    .as_ref()
-                    .map(|p| format!(", CA {}", p.display()))
-                    .unwrap_or_default()
-            );
-        }
+        d(cfg.probe.jitter),
+        probe_steps(&cfg.probe.kind)
+    )?;
+    writeln!(s, "  {}", kind_settings(&cfg.probe.kind))?;
+    let dns = match &cfg.dns.nameservers {
+        Some(ns) => ns
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        None => format!("nameservers from {}", cfg.dns.resolv_conf.display()),
+    };
+    writeln!(s, "  dns: {dns}")
+}
+
+/// One line of the kind's own settings (never a secret's value).
+fn kind_settings(kind: &ProbeKind) -> String {
+    let ca = |p: &Option<PathBuf>| {
+        p.as_ref()
+            .map(|p| format!(", CA {}", p.display()))
+            .unwrap_or_default()
+    };
+    match kind {
+        ProbeKind::Mysql(m) => format!(
+            "mysql user {} (password from {}), canary {}.{}, ssl_mode {}{}, TLS ≥ {}{}",
+            m.user,
+            m.password,
+            m.database,
+            m.table,
+            m.ssl_mode.as_str(),
+            ca(&m.ssl_ca),
+            match m.tls_min_version {
+                crate::config::MinVersion::Tls12 => "1.2",
+                crate::config::MinVersion::Tls13 => "1.3",
+            },
+            m.client_identity
+                .as_ref()
+                .map(|c| format!(", client certificate {}", c.cert.display()))
+                .unwrap_or_default()
+        ),
+        ProbeKind::Otlp(o) => format!(
+            "otlp POST {} (one marked gauge data point, OTLP/HTTP protobuf), ssl_mode {}",
+            o.path,
+            o.tls.ssl_mode.as_str()
+        ),
+        ProbeKind::Http(h) => format!(
+            "http {} {}{}, ssl_mode {}, accepted status {}{}",
+            h.request.method,
+            h.request.path,
+            h.verify
+                .as_ref()
+                .map(|v| format!(" then verify {} {}", v.method, v.path))
+                .unwrap_or_default(),
+            h.tls.ssl_mode.as_str(),
+            if h.request.expect_status.is_empty() {
+                "2xx".to_string()
+            } else {
+                format!("{:?}", h.request.expect_status)
+            },
+            h.expect_header
+                .as_ref()
+                .map(|(n, v)| format!(", response header {n} must be {v:?}"))
+                .unwrap_or_default()
+        ),
+        ProbeKind::Tcp(t) => format!(
+            "tcp, ssl_mode {}{} (liveness-level: proves the port answers, not that the branch can do its job)",
+            t.tls.ssl_mode.as_str(),
+            ca(&t.tls.ssl_ca)
+        ),
     }
-    let _ = writeln!(
-        s,
-        "  dns: {}",
-        match &cfg.dns.nameservers {
-            Some(ns) => ns
-                .iter()
-                .map(|a| a.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            None => format!("nameservers from {}", cfg.dns.resolv_conf.display()),
-        }
-    );
-    let _ = writeln!(s, "branches:");
+}
+
+fn plan_branches(s: &mut String, cfg: &Config) -> std::fmt::Result {
+    use std::fmt::Write;
+    writeln!(s, "branches:")?;
     for b in &cfg.branches {
-        let _ = writeln!(
+        writeln!(
             s,
             "  {:<12} {:<9} {}:{}",
             b.name,
             b.role.as_str(),
             b.endpoint,
             b.port
-        );
+        )?;
     }
+    Ok(())
+}
+
+/// The readiness policy, with what one failed attempt does to each condition.
+fn plan_readiness(s: &mut String, cfg: &Config) -> std::fmt::Result {
+    use std::fmt::Write;
+    let d = crate::clock::fmt_duration;
     let p = &cfg.policy;
-    let _ = writeln!(
+    writeln!(
         s,
         "readiness (initial {}, min_attempts {}):",
         p.initial.as_str(),
         p.min_attempts
-    );
-    let _ = writeln!(
+    )?;
+    writeln!(
         s,
         "  declare unready: success rate < {}% over {} held for {}; {}",
         p.declare_unready.threshold_percent,
         d(p.declare_unready.window),
         d(p.declare_unready.for_),
         config::one_failure_effect(&p.declare_unready, cfg.probe.interval, true)
-    );
-    let _ = writeln!(
+    )?;
+    writeln!(
         s,
         "  declare ready:   success rate ≥ {}% over {} held for {}{}; {}",
         p.declare_ready.threshold_percent,
@@ -980,7 +1005,12 @@ pub fn plan(cfg: &Config) -> String {
             ""
         },
         config::one_failure_effect(&p.declare_ready, cfg.probe.interval, false)
-    );
+    )
+}
+
+/// Where and how often metrics go, and the metric contract (names, units, dimensions).
+fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
+    use std::fmt::Write;
     let sinks: Vec<&str> = cfg
         .publish
         .sinks
@@ -990,13 +1020,13 @@ pub fn plan(cfg: &Config) -> String {
             SinkKind::Emf => "emf (stdout)",
         })
         .collect();
-    let _ = writeln!(
+    writeln!(
         s,
         "publish every {} to {} in namespace {} (standard resolution, 60 s):",
-        d(cfg.publish.interval),
+        crate::clock::fmt_duration(cfg.publish.interval),
         sinks.join(", "),
         cfg.publish.namespace
-    );
+    )?;
     for (m, unit, dims) in [
         ("Readiness", "None (0/1)", "Service, Branch"),
         ("SuccessRate", "Percent", "Service, Branch"),
@@ -1011,33 +1041,185 @@ pub fn plan(cfg: &Config) -> String {
         ("Heartbeat", "Count", "Service"),
         ("BothBranchesUnready", "None (0/1)", "Service"),
     ] {
-        let _ = writeln!(s, "  {m:<22} {unit:<14} [{dims}]");
+        writeln!(s, "  {m:<22} {unit:<14} [{dims}]")?;
     }
-    let _ = writeln!(s, "evidence: {}", cfg.evidence_path.display());
-    let _ = writeln!(
+    Ok(())
+}
+
+/// The evidence file, then this prober's id and the state store it syncs with.
+fn plan_evidence_and_state(s: &mut String, cfg: &Config) -> std::fmt::Result {
+    use std::fmt::Write;
+    writeln!(s, "evidence: {}", cfg.evidence_path.display())?;
+    let document = format!("control-{}.json", crate::state::safe(&cfg.service.name));
+    let store = match &cfg.state.store {
+        config::StoreKind::File => cfg.state_dir.join(document).display().to_string(),
+        config::StoreKind::S3(s3) => format!("s3://{}/{}{document}", s3.bucket, s3.key_prefix),
+    };
+    writeln!(
         s,
-        "prober id {}; state store: {} (synced every {})",
+        "prober id {}; state store: {store} (synced every {})",
         cfg.prober_id,
-        match &cfg.state.store {
-            config::StoreKind::File => cfg
-                .state_dir
-                .join(format!(
-                    "control-{}.json",
-                    crate::state::safe(&cfg.service.name)
-                ))
-                .display()
-                .to_string(),
-            config::StoreKind::S3(s3) => format!(
-                "s3://{}/{}control-{}.json",
-                s3.bucket,
-                s3.key_prefix,
-                crate::state::safe(&cfg.service.name)
-            ),
-        },
-        d(cfg.state.poll_interval)
-    );
-    for w in &cfg.warnings {
-        let _ = writeln!(s, "warning: {w}");
+        crate::clock::fmt_duration(cfg.state.poll_interval)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use expect_test::expect;
+
+    const MYSQL: &str = r#"
+prober_id = "az-a"
+state_dir = "/var/lib/readyprobe"
+
+[service]
+name = "orders-db"
+stable_name = "mysql.orders.internal.example"
+
+[readiness]
+window = "60s"
+min_attempts = 10
+declare_unready = { success_rate_below = 95.0, for = "3m" }
+declare_ready = { success_rate_at_or_above = 99.0, for = "10m", window = "5m" }
+
+[probe]
+kind = "mysql"
+interval = "2s"
+timeout = "1500ms"
+
+[probe.mysql]
+user = "readyprobe"
+password = { env = "READYPROBE_MYSQL_PASSWORD" }
+
+[probe.tls]
+ssl_mode = "required"
+
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "mysql-primary.orders.internal.example"
+
+[[branch]]
+name = "secondary"
+role = "SECONDARY"
+endpoint = "mysql-secondary.orders.internal.example"
+"#;
+
+    fn plan_of(text: &str) -> String {
+        let path = std::path::Path::new("/etc/readyprobe/orders.toml");
+        plan(&config::parse(path, text).unwrap_or_else(|e| panic!("{e}")))
     }
-    s
+
+    /// The probe section of the plan for [`MYSQL`] with its `[probe]` tables replaced by `kind`.
+    fn probe_lines_of(kind: &str) -> String {
+        let (head, _) = MYSQL.split_once("[probe]").unwrap_or_default();
+        let (_, branches) = MYSQL.split_once("[[branch]]").unwrap_or_default();
+        let text = format!("{head}{kind}\n[[branch]]{branches}");
+        let plan = plan_of(&text);
+        plan.lines()
+            .skip_while(|l| !l.starts_with("probe kind"))
+            .take(3)
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn plan_names_every_section_once() {
+        expect![[r#"
+            /etc/readyprobe/orders.toml: valid
+            service orders-db (stable name mysql.orders.internal.example, never probed as a branch)
+            probe kind mysql every 2s (attempt timeout 1s 500ms, first-attempt jitter ≤ 200ms): resolve → connect → tls → auth → write → verify
+              mysql user readyprobe (password from environment variable READYPROBE_MYSQL_PASSWORD), canary readyprobe.canary, ssl_mode required, TLS ≥ 1.2
+              dns: nameservers from /etc/resolv.conf
+            branches:
+              primary      PRIMARY   mysql-primary.orders.internal.example:3306
+              secondary    SECONDARY mysql-secondary.orders.internal.example:3306
+            readiness (initial unknown, min_attempts 10):
+              declare unready: success rate < 95% over 1m held for 3m; 30 attempts per 1m window; one failure → 96.7% (still above the threshold)
+              declare ready:   success rate ≥ 99% over 5m held for 10m; 150 attempts per 5m window; one failure → 99.3% (still meets the threshold)
+            publish every 1m to emf (stdout) in namespace Readyprobe (standard resolution, 60 s):
+              Readiness              None (0/1)     [Service, Branch]
+              SuccessRate            Percent        [Service, Branch]
+              Attempts               Count          [Service, Branch]
+              FailedAttempts         Count          [Service, Branch]
+              StepDuration           Milliseconds   [Service, Branch, Step]
+              CertificateExpiryDays  None (days)    [Service, Branch (TLS)]
+              Heartbeat              Count          [Service]
+              BothBranchesUnready    None (0/1)     [Service]
+            evidence: /var/lib/readyprobe/evidence.jsonl
+            prober id az-a; state store: /var/lib/readyprobe/control-orders-db.json (synced every 10s)
+        "#]]
+        .assert_eq(&plan_of(MYSQL));
+    }
+
+    #[test]
+    fn plan_shows_each_kinds_steps_and_settings() {
+        expect![[r#"
+            probe kind tcp every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect
+              tcp, ssl_mode disabled (liveness-level: proves the port answers, not that the branch can do its job)
+              dns: 10.0.0.2:53, 10.0.1.2:5353
+        "#]].assert_eq(&probe_lines_of(
+            "[probe]\nkind = \"tcp\"\ninterval = \"2s\"\n[probe.tcp]\nport = 5672\n[probe.tls]\nssl_mode = \"disabled\"\n[dns]\nnameservers = [\"10.0.0.2\", \"10.0.1.2:5353\"]\n",
+        ));
+        expect![[r#"
+            probe kind http every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect → tls → write → verify
+              http POST /orders then verify GET /orders/{{marker}}, ssl_mode required, accepted status [201]
+              dns: nameservers from /etc/resolv.conf
+        "#]].assert_eq(&probe_lines_of(
+            "[probe]\nkind = \"http\"\ninterval = \"2s\"\n[probe.tls]\nssl_mode = \"required\"\n[probe.http]\nmethod = \"POST\"\npath = \"/orders\"\nexpect_status = [201]\n[probe.http.verify]\nmethod = \"GET\"\npath = \"/orders/{{marker}}\"\n",
+        ));
+        expect![[r#"
+            probe kind otlp every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect → write
+              otlp POST /v1/metrics (one marked gauge data point, OTLP/HTTP protobuf), ssl_mode disabled
+              dns: nameservers from /etc/resolv.conf
+        "#]].assert_eq(&probe_lines_of(
+            "[probe]\nkind = \"otlp\"\ninterval = \"2s\"\n[probe.otlp]\n[probe.tls]\nssl_mode = \"disabled\"\n",
+        ));
+    }
+
+    /// Exit codes named in a help text after its first "Exit".
+    fn exit_codes(help: &str) -> std::collections::BTreeSet<u8> {
+        let Some((_, tail)) = help.split_once("Exit") else {
+            return Default::default();
+        };
+        tail.split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect()
+    }
+
+    #[test]
+    fn help_names_the_exit_codes_each_command_uses() {
+        let cli = Cli::command();
+        let all = [
+            EXIT_OK,
+            EXIT_ATTEMPT_FAILED,
+            EXIT_INVALID_CONFIG,
+            EXIT_INTERNAL,
+            EXIT_IO,
+            EXIT_UNAVAILABLE_INPUT,
+        ];
+        let top = cli.get_long_about().map(ToString::to_string);
+        assert_eq!(exit_codes(&top.unwrap_or_default()), all.into());
+        for (cmd, codes) in [
+            ("run", &[0, 64, 74, 78][..]),
+            ("check", &[0, 64, 78]),
+            ("probe", &[0, 1, 64, 78]),
+            ("approve", &[0, 1, 64, 74]),
+            ("override", &[0, 64, 74]),
+            ("status", &[0, 64, 74]),
+        ] {
+            let sub = cli.find_subcommand(cmd).map(|c| {
+                c.get_long_about()
+                    .or(c.get_about())
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            });
+            assert_eq!(
+                exit_codes(&sub.unwrap_or_default()),
+                codes.iter().copied().collect(),
+                "{cmd}"
+            );
+        }
+    }
 }

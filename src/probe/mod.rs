@@ -16,6 +16,7 @@ pub mod http;
 pub mod http_client;
 pub mod mysql;
 pub mod otlp;
+mod prepare;
 pub mod resolve;
 pub mod target;
 pub mod tcp;
@@ -25,74 +26,10 @@ pub use attempt::{Attempt, DnsMeta, Learned, Outcome, StepRecord};
 pub use ctx::{Deadline, StepBudget, StepCtx, StepError, StepFailure, Steps, new_marker};
 pub use target::{BranchProbe, Target};
 
+pub use prepare::{PrepareError, PrepareProblem, prepare};
+
 use crate::clock::Clock;
-use crate::config::{Config, ProbeKind};
 use hickory_resolver::TokioResolver;
-
-/// Start-up failure while preparing probes.
-#[derive(Debug, thiserror::Error)]
-pub enum PrepareError {
-    /// A secret could not be read.
-    #[error(transparent)]
-    Secret(#[from] crate::config::SecretError),
-    /// TLS configuration failed.
-    #[error(transparent)]
-    Tls(#[from] tls::TlsSetupError),
-    /// The resolver could not be built.
-    #[error(transparent)]
-    Resolver(#[from] resolve::ResolverSetupError),
-}
-
-/// Prepare the probes of every branch: read secrets, load CA bundles, build the resolver.
-///
-/// # Errors
-/// [`PrepareError`] naming the secret reference, CA file or resolv.conf that failed.
-pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), PrepareError> {
-    let resolver = resolve::build_resolver(&cfg.dns)?;
-    let target = match &cfg.probe.kind {
-        ProbeKind::Mysql(m) => {
-            let password = m.password.resolve()?;
-            let tls = tls::client_config(
-                m.ssl_mode,
-                m.ssl_ca.as_deref(),
-                m.tls_min_version,
-                m.client_identity.as_ref(),
-            )?;
-            Target::Mysql(Box::new(mysql::MysqlTarget {
-                settings: m.clone(),
-                password,
-                tls,
-            }))
-        }
-        ProbeKind::Http(h) => Target::Http(Box::new(http::HttpTarget {
-            headers: http::resolve_headers(&h.headers)?,
-            tls: tls::client_config_for(&h.tls)?,
-            settings: (**h).clone(),
-        })),
-        ProbeKind::Otlp(o) => Target::Otlp(Box::new(otlp::OtlpTarget {
-            headers: http::resolve_headers(&o.headers)?,
-            tls: tls::client_config_for(&o.tls)?,
-            settings: o.clone(),
-        })),
-        ProbeKind::Tcp(t) => Target::Tcp(tcp::TcpTarget {
-            tls: tls::client_config_for(&t.tls)?,
-        }),
-    };
-    let probes = cfg
-        .branches
-        .iter()
-        .map(|b| BranchProbe {
-            branch: b.clone(),
-            prober_id: cfg.prober_id.clone(),
-            stable_name: cfg.service.stable_name.clone(),
-            address_family: cfg.dns.address_family,
-            timeout: cfg.probe.timeout,
-            step_timeouts: cfg.probe.step_timeouts,
-            target: target.clone(),
-        })
-        .collect();
-    Ok((resolver, probes))
-}
 
 /// Run one attempt. Never panics on a peer's behaviour; every outcome is data.
 pub async fn run_attempt(

@@ -1,6 +1,6 @@
 //! The binary as operators and scripts use it: exit codes, messages, signals, files left behind.
 
-use crate::support::config::secret_env;
+use crate::support::config::{ConfigBuilder, secret_env};
 use crate::support::fixture::*;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -108,21 +108,6 @@ fn usage_errors_exit_64_and_help_exits_0() {
     for cmd in ["run", "check", "probe"] {
         assert!(help.contains(cmd), "{help}");
     }
-}
-
-#[test]
-fn every_example_config_in_probes_is_valid() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "toml") {
-            // Validation reads no file an example names: every example is valid anywhere.
-            readyprobe::config::load(&p).unwrap_or_else(|e| panic!("{e}"));
-            n += 1;
-        }
-    }
-    assert!(n >= 1, "no example configs in {}", dir.display());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,4 +330,236 @@ async fn a_hanging_state_store_never_keeps_the_process_past_grace_plus_2s() {
         log_text()
     );
     drop(lock);
+}
+
+/// The inputs a config names that only `prepare` reads: CA bundles (when the ssl-mode verifies),
+/// client certificates and keys, secret files (absolute or relative to the config's directory),
+/// and secret environment variables. Read from the TOML itself, whatever the config's layout.
+#[derive(Debug, Default)]
+struct NamedInputs {
+    files: Vec<std::path::PathBuf>,
+    env: Vec<String>,
+}
+
+fn named_inputs(path: &std::path::Path) -> NamedInputs {
+    fn walk(t: &toml::Table, dir: &std::path::Path, out: &mut NamedInputs) {
+        let verifies = matches!(
+            t.get("ssl_mode").and_then(|v| v.as_str()),
+            Some("verify_ca" | "verify_identity")
+        );
+        for (k, v) in t {
+            match (k.as_str(), v) {
+                ("ssl_ca", toml::Value::String(p)) if verifies => out.files.push(dir.join(p)),
+                ("ssl_cert" | "ssl_key", toml::Value::String(p)) => out.files.push(dir.join(p)),
+                ("env", toml::Value::String(e)) if t.len() == 1 => out.env.push(e.clone()),
+                ("file", toml::Value::String(p)) if t.len() == 1 => out.files.push(dir.join(p)),
+                (_, toml::Value::Table(inner)) => walk(inner, dir, out),
+                (_, toml::Value::Array(items)) => {
+                    for i in items {
+                        if let toml::Value::Table(inner) = i {
+                            walk(inner, dir, out);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let text = std::fs::read_to_string(path).unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    let mut out = NamedInputs::default();
+    walk(&table, path.parent().unwrap(), &mut out);
+    out.files.sort();
+    out.files.dedup();
+    out.env.sort();
+    out.env.dedup();
+    out
+}
+
+fn lines_naming<'a>(text: &'a str, what: &str) -> Vec<&'a str> {
+    text.lines().filter(|l| l.contains(what)).collect()
+}
+
+#[test]
+fn check_passes_every_example_and_strict_names_each_missing_input_once() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
+    let mut examples: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    examples.sort();
+    assert!(
+        !examples.is_empty(),
+        "no example configs in {}",
+        dir.display()
+    );
+    for path in examples {
+        let inputs = named_inputs(&path);
+        // Every secret variable is unset here, so each is a problem; a file is one when it is
+        // absent (as the examples' /etc/readyprobe files are on a test machine).
+        let missing: Vec<String> = inputs
+            .files
+            .iter()
+            .filter(|f| !f.is_file())
+            .map(|f| f.display().to_string())
+            .chain(
+                inputs
+                    .env
+                    .iter()
+                    .map(|e| format!("environment variable {e}")),
+            )
+            .collect();
+        let check = |strict: bool| {
+            let mut c = bin();
+            c.arg("check").args(strict.then_some("--strict"));
+            c.arg("--config").arg(&path);
+            for e in &inputs.env {
+                c.env_remove(e);
+            }
+            c.output().unwrap()
+        };
+
+        let out = check(false);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let name = path.display();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains(": valid"), "{name}: {stdout}");
+        let warnings: Vec<&str> = lines_naming(&stdout, "(run would exit 78)");
+        for w in &warnings {
+            assert!(w.starts_with("warning: "), "{name}: {w}");
+            let n = stdout.lines().filter(|l| l == w).count();
+            assert_eq!(n, 1, "{name}: printed {n} times: {w}");
+        }
+        for m in &missing {
+            assert_eq!(
+                warnings.iter().filter(|w| w.contains(m.as_str())).count(),
+                1,
+                "{name}: {m} must be named by exactly one warning:\n{stdout}"
+            );
+        }
+
+        let out = check(true);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let expected = if missing.is_empty() { 0 } else { 78 };
+        assert_eq!(out.status.code(), Some(expected), "{name}: {stderr}");
+        for m in &missing {
+            let named = lines_naming(&stderr, m);
+            assert_eq!(named.len(), 1, "{name}: {m} must be named once:\n{stderr}");
+            assert!(named[0].starts_with("error: "), "{name}: {stderr}");
+        }
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("(run would exit 78)"),
+            "{name}: --strict reports problems as errors only"
+        );
+    }
+}
+
+/// An http config whose header secrets are a variable and a file, neither available.
+fn config_with_missing_secrets(dir: &std::path::Path, tls: &str) -> std::path::PathBuf {
+    ConfigBuilder::new(dir, "orders-api", "api.orders.example")
+        .top("state_dir", crate::support::config::path(dir))
+        .nameserver("127.0.0.1:53")
+        .kind("http")
+        .merge(&format!(
+            r#"[probe.tls]
+{tls}
+[probe.http]
+method = "POST"
+path = "/orders"
+headers = {{ authorization = {{ env = "READYPROBE_TEST_SURELY_UNSET" }}, x-api-key = {{ file = "missing-key" }} }}
+"#
+        ))
+        .branch("primary", "PRIMARY", "api-primary.orders.example", None)
+        .branch("secondary", "SECONDARY", "api-secondary.orders.example", None)
+        .write(&dir.join("secrets.toml"))
+}
+
+#[test]
+fn run_names_every_unavailable_secret_once_and_exits_78() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config_with_missing_secrets(dir.path(), "ssl_mode = \"disabled\"");
+    let out = bin()
+        .args(["run", "--duration", "5s", "--config"])
+        .arg(&path)
+        .env_remove("READYPROBE_TEST_SURELY_UNSET")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    for (key, subject) in [
+        (
+            "probe.http.headers.authorization",
+            "environment variable READYPROBE_TEST_SURELY_UNSET".to_string(),
+        ),
+        (
+            "probe.http.headers.x-api-key",
+            format!("file {}", dir.path().join("missing-key").display()),
+        ),
+    ] {
+        let named = lines_naming(&err, &subject);
+        assert_eq!(named.len(), 1, "{err}");
+        assert!(named[0].starts_with(&format!("error: {key}: ")), "{err}");
+    }
+    assert!(out.stdout.is_empty());
+    assert!(!dir.path().join("evidence.jsonl").exists());
+}
+
+#[test]
+fn operator_commands_need_neither_secrets_nor_ca_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config_with_missing_secrets(
+        dir.path(),
+        "ssl_mode = \"verify_identity\"\nssl_ca = \"/nonexistent/readyprobe/ca.pem\"",
+    );
+    let run = |args: &[&str]| {
+        let out = bin()
+            .args(args)
+            .arg("--config")
+            .arg(&path)
+            .env_remove("READYPROBE_TEST_SURELY_UNSET")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !text.contains("/nonexistent/readyprobe") && !text.contains("READYPROBE_TEST_SURELY"),
+            "{args:?} must not look at the CA or the secrets: {text}"
+        );
+        (out.status.code(), text)
+    };
+    let (code, text) = run(&["status"]);
+    assert_eq!(code, Some(0), "{text}");
+    let force = [
+        "override",
+        "--branch",
+        "primary",
+        "--force",
+        "unready",
+        "--expires",
+        "1h",
+        "--reason",
+        "maintenance",
+        "--by",
+        "it",
+    ];
+    let (code, text) = run(&force);
+    assert_eq!(code, Some(0), "{text}");
+    // No prober waits for approval: recorded, exit 1 (not a config or input error).
+    let (code, text) = run(&[
+        "approve", "--branch", "primary", "--by", "it", "--reason", "test",
+    ]);
+    assert_eq!(code, Some(1), "{text}");
+    let (code, text) = run(&["override", "--branch", "primary", "--clear"]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = run(&["status", "--json"]);
+    assert_eq!(code, Some(0), "{text}");
 }

@@ -1,0 +1,548 @@
+//! Start-up preparation: read the secrets, CA bundles, client identities and resolv.conf the
+//! config names, and build what every branch probe needs.
+//!
+//! Config validation never touches the file system or the environment; this is the one place
+//! that does, so `check` can ask it once and report every problem (`run` refuses to start on any).
+//! Each input is checked on its own, so one missing file never hides another.
+
+use super::target::{BranchProbe, Target};
+use super::{http, mysql, otlp, resolve, tcp, tls};
+use crate::config::{Config, Dns, HeaderValueSource, ProbeKind, SecretRef, SslMode, TlsSettings};
+use hickory_resolver::TokioResolver;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore};
+use std::fmt;
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Largest PEM file or resolv.conf read at start-up, in bytes: a CA bundle of a few hundred
+/// certificates fits.
+const MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// Largest secret file read at start-up, in bytes.
+const MAX_SECRET_BYTES: u64 = 64 * 1024;
+
+/// One input `run` needs at start-up and cannot have: a CA bundle, a client certificate or key, a
+/// secret, or resolv.conf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareProblem {
+    /// The config keys naming the input, e.g. `probe.mysql.ssl_ca`; several when more than one
+    /// key names the same file or variable, so each input is reported once.
+    pub keys: Vec<String>,
+    /// The file path, or `environment variable NAME` / `file PATH` for a secret; never a secret's
+    /// value.
+    pub subject: String,
+    /// What is wrong with it, worded to follow the subject, e.g. `is not readable: not found`.
+    pub reason: String,
+}
+
+impl fmt::Display for PrepareProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} {}",
+            self.keys.join(", "),
+            self.subject,
+            self.reason
+        )
+    }
+}
+
+/// Start-up failure while preparing probes: every problem found (resolv.conf first, then the probe
+/// kind's secrets and TLS files).
+#[derive(Debug, thiserror::Error)]
+pub struct PrepareError {
+    /// One entry per unavailable file or secret; never empty.
+    pub problems: Vec<PrepareProblem>,
+}
+
+impl fmt::Display for PrepareError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Problems found so far, one per input.
+#[derive(Debug, Default)]
+struct Problems(Vec<PrepareProblem>);
+
+impl Problems {
+    /// Record a problem; the same subject with the same reason under another key only adds the key.
+    fn push(&mut self, key: String, subject: String, reason: String) {
+        if let Some(p) = self
+            .0
+            .iter_mut()
+            .find(|p| p.subject == subject && p.reason == reason)
+        {
+            if !p.keys.contains(&key) {
+                p.keys.push(key);
+            }
+            return;
+        }
+        self.0.push(PrepareProblem {
+            keys: vec![key],
+            subject,
+            reason,
+        });
+    }
+}
+
+/// Prepare the probes of every branch: read secrets, load CA bundles and client identities,
+/// build the resolver.
+///
+/// # Errors
+/// [`PrepareError`] listing every secret, CA bundle, client certificate or key and resolv.conf
+/// that is unavailable, each once.
+pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), PrepareError> {
+    let mut problems = Problems::default();
+    let resolver = prepare_resolver(&cfg.dns, &mut problems);
+    let target = prepare_target(&cfg.probe.kind, &mut problems);
+    let (Some(resolver), Some(target), true) = (resolver, target, problems.0.is_empty()) else {
+        return Err(PrepareError {
+            problems: problems.0,
+        });
+    };
+    let probes = cfg
+        .branches
+        .iter()
+        .map(|b| BranchProbe {
+            branch: b.clone(),
+            prober_id: cfg.prober_id.clone(),
+            stable_name: cfg.service.stable_name.clone(),
+            address_family: cfg.dns.address_family,
+            timeout: cfg.probe.timeout,
+            step_timeouts: cfg.probe.step_timeouts,
+            target: target.clone(),
+        })
+        .collect();
+    Ok((resolver, probes))
+}
+
+fn prepare_resolver(dns: &Dns, problems: &mut Problems) -> Option<TokioResolver> {
+    const KEY: &str = "dns.resolv_conf";
+    if dns.nameservers.is_none()
+        && let Err(reason) = regular_file(&dns.resolv_conf, MAX_FILE_BYTES)
+    {
+        problems.push(KEY.into(), dns.resolv_conf.display().to_string(), reason);
+        return None;
+    }
+    match resolve::build_resolver(dns) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            let (subject, reason) = match e {
+                resolve::ResolverSetupError::Read { path, source } => {
+                    (path, format!("is not readable: {}", io_reason(&source)))
+                }
+                resolve::ResolverSetupError::NoNameserver { path } => (
+                    path,
+                    "lists no nameserver; set dns.nameservers in the config".into(),
+                ),
+                resolve::ResolverSetupError::Parse { path, reason } => {
+                    (path, format!("cannot be parsed: {reason}"))
+                }
+            };
+            problems.push(KEY.into(), subject, reason);
+            None
+        }
+    }
+}
+
+fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
+    // The kind's table holds its secrets and its TLS settings.
+    let prefix = format!("probe.{}", kind.name());
+    let tls_table = &prefix;
+    match kind {
+        ProbeKind::Mysql(m) => {
+            let password = secret(format!("{prefix}.password"), &m.password, problems);
+            let settings = TlsSettings {
+                ssl_mode: m.ssl_mode,
+                ssl_ca: m.ssl_ca.clone(),
+                client_identity: m.client_identity.clone(),
+                tls_min_version: m.tls_min_version,
+            };
+            let tls = tls_config(tls_table, &settings, problems);
+            Some(Target::Mysql(Box::new(mysql::MysqlTarget {
+                settings: m.clone(),
+                password: password?,
+                tls: tls?,
+            })))
+        }
+        ProbeKind::Http(h) => {
+            let headers = headers(&prefix, &h.headers, problems);
+            let tls = tls_config(tls_table, &h.tls, problems);
+            Some(Target::Http(Box::new(http::HttpTarget {
+                headers: headers?,
+                tls: tls?,
+                settings: (**h).clone(),
+            })))
+        }
+        ProbeKind::Otlp(o) => {
+            let headers = headers(&prefix, &o.headers, problems);
+            let tls = tls_config(tls_table, &o.tls, problems);
+            Some(Target::Otlp(Box::new(otlp::OtlpTarget {
+                headers: headers?,
+                tls: tls?,
+                settings: o.clone(),
+            })))
+        }
+        ProbeKind::Tcp(t) => Some(Target::Tcp(tcp::TcpTarget {
+            tls: tls_config(tls_table, &t.tls, problems)?,
+        })),
+    }
+}
+
+/// Read one secret; `None` (and a problem) when it is unavailable.
+fn secret(key: String, r: &SecretRef, problems: &mut Problems) -> Option<String> {
+    if let SecretRef::File(path) = r
+        && let Err(reason) = regular_file(path, MAX_SECRET_BYTES)
+    {
+        problems.push(key, r.to_string(), reason);
+        return None;
+    }
+    match r.resolve() {
+        Ok(v) => Some(v),
+        Err(e) => {
+            problems.push(key, r.to_string(), format!("is unavailable: {}", e.reason));
+            None
+        }
+    }
+}
+
+/// Header values with their secrets read; every unavailable secret is a problem.
+fn headers(
+    prefix: &str,
+    headers: &[(::http::HeaderName, HeaderValueSource)],
+    problems: &mut Problems,
+) -> Option<Vec<(::http::HeaderName, String)>> {
+    let mut out = Vec::with_capacity(headers.len());
+    let mut complete = true;
+    for (name, v) in headers {
+        match v {
+            HeaderValueSource::Plain(s) => out.push((name.clone(), s.clone())),
+            HeaderValueSource::Secret(r) => {
+                match secret(format!("{prefix}.headers.{name}"), r, problems) {
+                    Some(value) => out.push((name.clone(), value)),
+                    None => complete = false,
+                }
+            }
+        }
+    }
+    complete.then_some(out)
+}
+
+/// The TLS client configuration (`Some(None)` when TLS is disabled); `None` when a file it needs
+/// is unavailable. The CA bundle, certificate and key are checked one by one first, so each bad
+/// file is named.
+fn tls_config(
+    prefix: &str,
+    s: &TlsSettings,
+    problems: &mut Problems,
+) -> Option<Option<Arc<ClientConfig>>> {
+    if s.ssl_mode == SslMode::Disabled {
+        return Some(None);
+    }
+    let mut usable = true;
+    let mut check = |field: &str, path: &Path, parse: fn(&[u8]) -> Result<(), String>| {
+        if let Err(reason) = read_pem(path).and_then(|bytes| parse(&bytes)) {
+            problems.push(
+                format!("{prefix}.{field}"),
+                path.display().to_string(),
+                reason,
+            );
+            usable = false;
+        }
+    };
+    if matches!(s.ssl_mode, SslMode::VerifyCa | SslMode::VerifyIdentity)
+        && let Some(ca) = &s.ssl_ca
+    {
+        check("ssl_ca", ca, parse_ca_bundle);
+    }
+    if let Some(id) = &s.client_identity {
+        check("ssl_cert", &id.cert, parse_certificates);
+        check("ssl_key", &id.key, parse_private_key);
+    }
+    if !usable {
+        return None;
+    }
+    match tls::client_config_for(s) {
+        Ok(c) => Some(c),
+        Err(tls::TlsSetupError(reason)) => {
+            let key = |k: &str| format!("{prefix}.{k}");
+            let (keys, subject, reason) = match (&s.client_identity, &s.ssl_ca) {
+                (Some(id), _) => (
+                    vec![key("ssl_cert"), key("ssl_key")],
+                    format!("{} and {}", id.cert.display(), id.key.display()),
+                    format!("cannot be used together: {reason}"),
+                ),
+                (None, Some(ca)) => (
+                    vec![key("ssl_ca")],
+                    ca.display().to_string(),
+                    format!("cannot be used: {reason}"),
+                ),
+                (None, None) => (
+                    vec![key("ssl_mode")],
+                    "the TLS client configuration".into(),
+                    format!("cannot be built: {reason}"),
+                ),
+            };
+            problems.0.push(PrepareProblem {
+                keys,
+                subject,
+                reason,
+            });
+            None
+        }
+    }
+}
+
+fn parse_ca_bundle(pem: &[u8]) -> Result<(), String> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("is not valid PEM: {e}"))?;
+    let (added, _) = RootCertStore::empty().add_parsable_certificates(certs);
+    if added == 0 {
+        return Err("holds no usable CA certificate".into());
+    }
+    Ok(())
+}
+
+fn parse_certificates(pem: &[u8]) -> Result<(), String> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("is not valid PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("holds no certificate".into());
+    }
+    Ok(())
+}
+
+fn parse_private_key(pem: &[u8]) -> Result<(), String> {
+    PrivateKeyDer::from_pem_slice(pem)
+        .map(|_| ())
+        .map_err(|e| format!("holds no usable private key: {e}"))
+}
+
+/// A regular file's contents, at most [`MAX_FILE_BYTES`].
+fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+    regular_file(path, MAX_FILE_BYTES)?;
+    let f = std::fs::File::open(path).map_err(|e| format!("is not readable: {}", io_reason(&e)))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("is not readable: {}", io_reason(&e)))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!("is larger than {} KiB", MAX_FILE_BYTES / 1024));
+    }
+    Ok(bytes)
+}
+
+/// Whether `path` is a regular file of at most `max` bytes, checked before opening it: opening a
+/// FIFO would block and a device could be read forever.
+fn regular_file(path: &Path, max: u64) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.len() <= max => Ok(()),
+        Ok(m) if m.is_file() => Err(format!("is larger than {} KiB", max / 1024)),
+        Ok(_) => Err("is not a regular file".into()),
+        Err(e) => Err(format!("is not readable: {}", io_reason(&e))),
+    }
+}
+
+/// An I/O error in a few words, without the OS error number.
+fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "not found".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ClientIdentityFiles;
+
+    fn tls_settings(ca: &Path, cert: &Path, key: &Path) -> TlsSettings {
+        TlsSettings {
+            ssl_mode: SslMode::VerifyIdentity,
+            ssl_ca: Some(ca.to_owned()),
+            client_identity: Some(ClientIdentityFiles {
+                cert: cert.to_owned(),
+                key: key.to_owned(),
+            }),
+            tls_min_version: crate::config::MinVersion::Tls12,
+        }
+    }
+
+    #[test]
+    fn every_unusable_tls_file_is_one_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        let missing = dir.path().join("missing.pem");
+        let mut problems = Problems::default();
+        let s = tls_settings(&missing, &empty, dir.path());
+        assert!(tls_config("probe.http", &s, &mut problems).is_none());
+        let text: Vec<String> = problems.0.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                format!(
+                    "probe.http.ssl_ca: {} is not readable: not found",
+                    missing.display()
+                ),
+                format!(
+                    "probe.http.ssl_cert: {} holds no certificate",
+                    empty.display()
+                ),
+                format!(
+                    "probe.http.ssl_key: {} is not a regular file",
+                    dir.path().display()
+                ),
+            ]
+        );
+    }
+
+    /// A self-signed CA certificate and its key as PEM files in `dir`, named `{name}.pem` and
+    /// `{name}.key`.
+    fn self_signed(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let mut params = rcgen::CertificateParams::new(vec!["ca.example".to_string()]).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let (c, k) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+
+    #[test]
+    fn usable_tls_files_build_a_client_config_and_a_mismatched_key_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, key) = self_signed(dir.path(), "a");
+        let (_, other_key) = self_signed(dir.path(), "b");
+        let mut problems = Problems::default();
+        let built = tls_config("probe.otlp", &tls_settings(&ca, &ca, &key), &mut problems);
+        assert!(matches!(built, Some(Some(_))), "{problems:?}");
+        assert!(problems.0.is_empty());
+
+        let s = tls_settings(&ca, &ca, &other_key);
+        assert!(tls_config("probe.otlp", &s, &mut problems).is_none());
+        assert_eq!(problems.0.len(), 1);
+        assert!(
+            problems.0[0].to_string().starts_with(&format!(
+                "probe.otlp.ssl_cert, probe.otlp.ssl_key: {} and {} cannot be used together: client identity:",
+                ca.display(),
+                other_key.display()
+            )),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn one_file_named_by_two_keys_is_one_problem() {
+        let missing = Path::new("/nonexistent/readyprobe/identity.pem");
+        let mut problems = Problems::default();
+        let s = tls_settings(
+            Path::new("/nonexistent/readyprobe/ca.pem"),
+            missing,
+            missing,
+        );
+        assert!(tls_config("probe.tcp", &s, &mut problems).is_none());
+        assert_eq!(problems.0.len(), 2);
+        assert_eq!(
+            problems.0[1].keys,
+            ["probe.tcp.ssl_cert", "probe.tcp.ssl_key"]
+        );
+    }
+
+    #[test]
+    fn every_unavailable_secret_is_one_problem_and_values_never_appear() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("token");
+        std::fs::write(&good, "s3cret\n").unwrap();
+        let name = |n: &'static str| ::http::HeaderName::from_static(n);
+        let unset = SecretRef::Env("READYPROBE_UNIT_SURELY_UNSET".into());
+        let hs = vec![
+            (name("x-a"), HeaderValueSource::Secret(unset.clone())),
+            (
+                name("x-b"),
+                HeaderValueSource::Secret(SecretRef::File(good)),
+            ),
+            (name("x-c"), HeaderValueSource::Plain("plain".into())),
+            (
+                name("x-d"),
+                HeaderValueSource::Secret(SecretRef::File(dir.path().to_owned())),
+            ),
+            (name("x-e"), HeaderValueSource::Secret(unset)),
+        ];
+        let mut problems = Problems::default();
+        assert!(headers("probe.http", &hs, &mut problems).is_none());
+        let text = PrepareError {
+            problems: problems.0,
+        }
+        .to_string();
+        assert!(
+            text.starts_with(
+                "probe.http.headers.x-a, probe.http.headers.x-e: environment variable READYPROBE_UNIT_SURELY_UNSET is unavailable"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "; probe.http.headers.x-d: file {} is not a regular file",
+                dir.path().display()
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret"), "{text}");
+
+        let mut problems = Problems::default();
+        let ok = headers("probe.http", &hs[1..3], &mut problems).unwrap();
+        assert!(problems.0.is_empty());
+        assert_eq!(ok[0].1, "s3cret");
+        assert_eq!(ok[1].1, "plain");
+    }
+
+    #[test]
+    fn an_oversized_secret_file_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 65 * 1024]).unwrap();
+        let mut problems = Problems::default();
+        let r = SecretRef::File(big.clone());
+        assert!(secret("probe.mysql.password".into(), &r, &mut problems).is_none());
+        assert_eq!(
+            problems.0[0].to_string(),
+            format!(
+                "probe.mysql.password: file {} is larger than 64 KiB",
+                big.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_missing_resolv_conf_is_a_problem_not_a_hang() {
+        let mut problems = Problems::default();
+        let dns = Dns {
+            nameservers: None,
+            resolv_conf: "/dev/zero".into(),
+            timeout: std::time::Duration::from_secs(1),
+            address_family: crate::config::AddressFamily::Ipv4ThenIpv6,
+        };
+        assert!(prepare_resolver(&dns, &mut problems).is_none());
+        assert_eq!(
+            problems.0[0].to_string(),
+            "dns.resolv_conf: /dev/zero is not a regular file"
+        );
+    }
+}
