@@ -27,7 +27,7 @@ const MAX_SECRET_BYTES: u64 = 64 * 1024;
 /// secret, or resolv.conf.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrepareProblem {
-    /// The config keys naming the input, e.g. `probe.mysql.ssl_ca`; several when more than one
+    /// The config keys naming the input, e.g. `probe.tls.ssl_ca`; several when more than one
     /// key names the same file or variable, so each input is reported once.
     pub keys: Vec<String>,
     /// The file path, or `environment variable NAME` / `file PATH` for a secret; never a secret's
@@ -155,9 +155,9 @@ fn prepare_resolver(dns: &Dns, problems: &mut Problems) -> Option<TokioResolver>
 }
 
 fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
-    // The kind's table holds its secrets and its TLS settings.
+    // The kind's table holds its secrets; [probe.tls] holds the TLS settings of every kind.
     let prefix = format!("probe.{}", kind.name());
-    let tls_table = &prefix;
+    let tls_table = "probe.tls";
     match kind {
         ProbeKind::Mysql(m) => {
             let password = secret(format!("{prefix}.password"), &m.password, problems);
@@ -388,21 +388,21 @@ mod tests {
         let missing = dir.path().join("missing.pem");
         let mut problems = Problems::default();
         let s = tls_settings(&missing, &empty, dir.path());
-        assert!(tls_config("probe.http", &s, &mut problems).is_none());
+        assert!(tls_config("probe.tls", &s, &mut problems).is_none());
         let text: Vec<String> = problems.0.iter().map(ToString::to_string).collect();
         assert_eq!(
             text,
             [
                 format!(
-                    "probe.http.ssl_ca: {} is not readable: not found",
+                    "probe.tls.ssl_ca: {} is not readable: not found",
                     missing.display()
                 ),
                 format!(
-                    "probe.http.ssl_cert: {} holds no certificate",
+                    "probe.tls.ssl_cert: {} holds no certificate",
                     empty.display()
                 ),
                 format!(
-                    "probe.http.ssl_key: {} is not a regular file",
+                    "probe.tls.ssl_key: {} is not a regular file",
                     dir.path().display()
                 ),
             ]
@@ -431,16 +431,16 @@ mod tests {
         let (ca, key) = self_signed(dir.path(), "a");
         let (_, other_key) = self_signed(dir.path(), "b");
         let mut problems = Problems::default();
-        let built = tls_config("probe.otlp", &tls_settings(&ca, &ca, &key), &mut problems);
+        let built = tls_config("probe.tls", &tls_settings(&ca, &ca, &key), &mut problems);
         assert!(matches!(built, Some(Some(_))), "{problems:?}");
         assert!(problems.0.is_empty());
 
         let s = tls_settings(&ca, &ca, &other_key);
-        assert!(tls_config("probe.otlp", &s, &mut problems).is_none());
+        assert!(tls_config("probe.tls", &s, &mut problems).is_none());
         assert_eq!(problems.0.len(), 1);
         assert!(
             problems.0[0].to_string().starts_with(&format!(
-                "probe.otlp.ssl_cert, probe.otlp.ssl_key: {} and {} cannot be used together: client identity:",
+                "probe.tls.ssl_cert, probe.tls.ssl_key: {} and {} cannot be used together: client identity:",
                 ca.display(),
                 other_key.display()
             )),
@@ -457,11 +457,11 @@ mod tests {
             missing,
             missing,
         );
-        assert!(tls_config("probe.tcp", &s, &mut problems).is_none());
+        assert!(tls_config("probe.tls", &s, &mut problems).is_none());
         assert_eq!(problems.0.len(), 2);
         assert_eq!(
             problems.0[1].keys,
-            ["probe.tcp.ssl_cert", "probe.tcp.ssl_key"]
+            ["probe.tls.ssl_cert", "probe.tls.ssl_key"]
         );
     }
 
@@ -507,7 +507,7 @@ mod tests {
         assert!(!text.contains("s3cret"), "{text}");
 
         let mut problems = Problems::default();
-        let ok = headers("probe.http", &hs[1..3], &mut problems).unwrap();
+        let ok = headers("probe.tls", &hs[1..3], &mut problems).unwrap();
         assert!(problems.0.is_empty());
         assert_eq!(ok[0].1, "s3cret");
         assert_eq!(ok[1].1, "plain");
