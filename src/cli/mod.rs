@@ -1,0 +1,501 @@
+//! Command line: argument parsing (clap), logging set-up, the subcommands and their exit codes.
+
+mod operator;
+mod plan;
+mod probe_cmd;
+
+pub use operator::{MAX_APPROVAL, MAX_OVERRIDE};
+pub use plan::plan;
+
+use crate::config::{self, Config};
+use crate::probe;
+use crate::runner::{self, RunOptions};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Exit code: success (for `probe`: the attempt succeeded).
+pub const EXIT_OK: u8 = 0;
+/// Exit code of `probe` when the attempt failed.
+pub const EXIT_ATTEMPT_FAILED: u8 = 1;
+/// Exit code: invalid configuration or usage (sysexits EX_USAGE).
+pub const EXIT_INVALID_CONFIG: u8 = 64;
+/// Exit code: state or evidence file I/O failed (sysexits EX_IOERR).
+pub const EXIT_IO: u8 = 74;
+/// Exit code: the runtime could not start (sysexits EX_SOFTWARE).
+pub const EXIT_INTERNAL: u8 = 70;
+/// Exit code: a secret, CA bundle, client certificate or key, or resolv.conf is unavailable at
+/// start-up (sysexits EX_CONFIG); also `check --strict` when it finds one.
+pub const EXIT_UNAVAILABLE_INPUT: u8 = 78;
+
+/// readyprobe — tells Route 53 the truth about whether each failover branch can do its job.
+///
+/// Probes each branch by its own name (resolve → connect → TLS → authenticate → marked write →
+/// verify), folds the attempts into one 0/1 `Readiness` metric per branch with asymmetric
+/// hysteresis, publishes it for the CloudWatch alarm behind the Route 53 health check, and writes
+/// every attempt, transition and publish to an evidence file.
+///
+/// Exit codes: 0 ok; 1 `probe` attempt failed, or `approve` found no prober waiting for approval;
+/// 64 invalid config or usage; 70 internal error (the runtime could not start); 74 state store
+/// or evidence I/O error; 78 secret, CA bundle, client certificate or key, or resolv.conf
+/// unavailable (`run`, `probe`, `check --strict`).
+#[derive(Debug, Parser)]
+#[command(name = "readyprobe", version, about, long_about)]
+pub struct Cli {
+    /// Log format: `text` (readable) or `json` (one object per line, for CloudWatch Logs).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "READYPROBE_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// This prober instance's id, overriding `prober_id` in the config (e.g. one per
+    /// Availability Zone). It keys the canary row and this prober's entry in the shared state
+    /// store, so give each concurrently running prober its own, and keep it stable across
+    /// scheduled-task runs.
+    #[arg(long, global = true, env = "READYPROBE_PROBER_ID")]
+    pub prober_id: Option<String>,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info`, `debug`, `readyprobe=debug`.
+    #[arg(long, global = true, default_value = "info", env = "READYPROBE_LOG")]
+    pub log_level: String,
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// JSON lines.
+    Json,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Probe every branch and publish readiness until SIGTERM/SIGINT (ECS service) or for a
+    /// bounded `--duration` (ECS scheduled task; readiness continues from the state store).
+    ///
+    /// Exit 0 after a clean stop; 64 invalid config; 74 state store or evidence file unusable at
+    /// start; 78 secret, CA bundle, client certificate or key, or resolv.conf unavailable (every
+    /// such problem is listed, one per line).
+    Run {
+        /// Config file (TOML).
+        #[arg(long, short, env = "READYPROBE_CONFIG")]
+        config: PathBuf,
+        /// Stop after this long, e.g. `55s` (scheduled-task mode).
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+        /// After a stop request, how long in-flight attempts and the final publish may take.
+        #[arg(long, value_parser = parse_duration, default_value = "10s")]
+        grace: Duration,
+    },
+    /// Validate the config and print the plan (branches, steps, metrics, what one failure does).
+    ///
+    /// Then try what `run` prepares at start-up (secrets, CA bundles, client certificates and
+    /// keys, resolv.conf) and print one warning per unavailable file or secret. Validation never
+    /// reads those files, so a config checks on any machine; run `check --strict` where the
+    /// prober runs (e.g. first in the task) to fail early instead. Exit 0 when valid (warnings
+    /// included), 64 with every error (file, line, key) when not; with `--strict`, 78 when a file
+    /// or secret is unavailable.
+    Check {
+        /// Config file (TOML).
+        #[arg(long, short, env = "READYPROBE_CONFIG")]
+        config: PathBuf,
+        /// Treat an unavailable file or secret as an error (exit 78), as `run` would.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Run one attempt against one branch now and print every step (a debugging aid).
+    ///
+    /// The attempt is real: the mysql kind upserts this prober's canary row, the http kind sends its
+    /// marked request, the otlp kind exports its marked data point. Exit 0 when the
+    /// attempt succeeded, 1 when it failed, 64 invalid config or unknown branch, 78 secret, CA
+    /// bundle, client certificate or key, or resolv.conf unavailable.
+    Probe {
+        /// Config file (TOML).
+        #[arg(long, short, env = "READYPROBE_CONFIG")]
+        config: PathBuf,
+        /// Branch name.
+        #[arg(long, short)]
+        branch: String,
+    },
+    /// Approve the failback of a branch waiting in `pending_approval`.
+    ///
+    /// The running probers (or
+    /// the next scheduled run) apply it only if the branch is still pending when they read it and
+    /// the approval has not expired; an approval given before the branch got there never
+    /// pre-authorises a later failback. Needs only the config and the state store (never the
+    /// secrets or CA files). Exit 0 when some prober has the branch pending, 1 when none does
+    /// (the approval is recorded, and will be rejected when read), 64 invalid config or
+    /// arguments, 74 state store unreadable or unwritable.
+    Approve {
+        /// Config file (TOML).
+        #[arg(long, short, env = "READYPROBE_CONFIG")]
+        config: PathBuf,
+        /// Branch name.
+        #[arg(long, short)]
+        branch: String,
+        /// Who approves (recorded in the evidence).
+        #[arg(long)]
+        by: String,
+        /// Why (recorded in the evidence).
+        #[arg(long)]
+        reason: String,
+        /// How long the approval stays valid if no prober has applied it yet.
+        #[arg(long, value_parser = parse_duration, default_value = "30m")]
+        expires: Duration,
+    },
+    /// Force a branch's published readiness (Route 53 ignores `SetAlarmState`, so overrides go
+    /// through the metric), always with an expiry; or `--clear` it.
+    ///
+    /// The real readiness is still computed and recorded meanwhile. Needs only the config and the state store. Exit 0 when
+    /// recorded, 64 invalid config or arguments, 74 state store unreadable or unwritable.
+    Override {
+        /// Config file (TOML).
+        #[arg(long, short, env = "READYPROBE_CONFIG")]
+        config: PathBuf,
+        /// Branch name.
+        #[arg(long, short)]
+        branch: String,
+        /// Value to force.
+        #[arg(
+            long,
+            value_enum,
+            required_unless_present = "clear",
+            conflicts_with = "clear"
+        )]
+        force: Option<ForceArg>,
+        /// How long the override lasts (required with --force).
+        #[arg(long, value_parser = parse_duration, required_unless_present = "clear")]
+        expires: Option<Duration>,
+        /// Why (required with --force).
+        #[arg(long, required_unless_present = "clear")]
+        reason: Option<String>,
+        /// Who (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
+        /// Remove the branch's override.
+        #[arg(long)]
+        clear: bool,
+    },
+    /// Show each branch's readiness per prober: state, since when, success rate, what it waits
+    /// for, pending approvals and active overrides.
+    ///
+    /// Needs only the config and the state store.
+    /// Exit 0, 64 invalid config, 74 state store unreadable.
+    Status {
+        /// Config file (TOML).
+        #[arg(long, short, env = "READYPROBE_CONFIG")]
+        config: PathBuf,
+        /// Print the raw control document as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `--force` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ForceArg {
+    /// Publish 1.
+    Ready,
+    /// Publish 0.
+    Unready,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. \"55s\", \"5m\")"))
+}
+
+fn init_logging(cli: &Cli) -> Result<(), String> {
+    // A bare word that is not a level would parse as a target name and silence every log line.
+    for directive in cli.log_level.split(',') {
+        let d = directive.trim();
+        let level = d.rsplit_once('=').map(|(_, l)| l).unwrap_or(d);
+        if !["trace", "debug", "info", "warn", "error", "off"]
+            .contains(&level.to_ascii_lowercase().as_str())
+        {
+            return Err(format!(
+                "--log-level {:?}: {d:?} is not a level (trace, debug, info, warn, error, off) or a target=level directive",
+                cli.log_level
+            ));
+        }
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
+        .map_err(|e| format!("--log-level {:?}: {e}", cli.log_level))?;
+    // Colour codes only where a person reads them: in a file or CloudWatch Logs they are noise.
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => b.init(),
+        LogFormat::Json => b.json().flatten_event(true).init(),
+    }
+    Ok(())
+}
+
+fn load(path: &std::path::Path, prober_id: Option<&str>) -> Result<Config, ExitCode> {
+    let mut cfg = config::load(path).map_err(|e| {
+        eprintln!("error: invalid configuration\n{e}");
+        ExitCode::from(EXIT_INVALID_CONFIG)
+    })?;
+    if let Some(id) = prober_id {
+        if let Err(msg) = config::check_prober_id(id) {
+            eprintln!("error: --prober-id / READYPROBE_PROBER_ID: {msg}");
+            return Err(ExitCode::from(EXIT_INVALID_CONFIG));
+        }
+        cfg.prober_id = id.to_string();
+    }
+    Ok(cfg)
+}
+
+/// Run the CLI; returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            // --help and --version are not errors; every usage error is EX_USAGE (64).
+            return ExitCode::from(if e.use_stderr() {
+                EXIT_INVALID_CONFIG
+            } else {
+                EXIT_OK
+            });
+        }
+    };
+    if let Err(e) = init_logging(&cli) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    let code = rt.block_on(async_main(cli));
+    // Dropping the runtime would wait for every blocking thread, including one stuck on a hung
+    // file system; past this bound they are left behind and the process exits.
+    rt.shutdown_timeout(RUNTIME_SHUTDOWN);
+    code
+}
+
+/// How long the runtime may take, once the command is done, to end its tasks and blocking
+/// threads before the process exits without them. Anything still running then is stuck (every
+/// store operation the command waited for has already answered or timed out).
+const RUNTIME_SHUTDOWN: Duration = Duration::from_millis(250);
+
+/// After a stop signal the process ends within `--grace` plus this. Whatever it still waits for
+/// then (a hung state, evidence or sink write) is given up and the process exits [`EXIT_IO`].
+pub const STOP_SLACK: Duration = Duration::from_secs(2);
+
+impl Command {
+    /// The config file every subcommand reads.
+    fn config(&self) -> &std::path::Path {
+        match self {
+            Command::Run { config, .. }
+            | Command::Check { config, .. }
+            | Command::Probe { config, .. }
+            | Command::Approve { config, .. }
+            | Command::Override { config, .. }
+            | Command::Status { config, .. } => config,
+        }
+    }
+}
+
+async fn async_main(cli: Cli) -> ExitCode {
+    let cfg = match load(cli.command.config(), cli.prober_id.as_deref()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match cli.command {
+        Command::Check { strict, .. } => check(&cfg, strict),
+        Command::Run {
+            duration, grace, ..
+        } => {
+            let opts = RunOptions {
+                duration,
+                grace,
+                emf_out: None,
+            };
+            run(cfg, opts).await
+        }
+        Command::Probe { branch, .. } => probe_cmd::probe_once(&cfg, &branch).await,
+        Command::Approve {
+            branch,
+            by,
+            reason,
+            expires,
+            ..
+        } => operator::approve(&cfg, &branch, &by, &reason, expires).await,
+        Command::Override {
+            branch,
+            force,
+            expires,
+            reason,
+            by,
+            clear,
+            ..
+        } => {
+            let by = by
+                .or_else(|| std::env::var("USER").ok())
+                .unwrap_or_else(|| "unknown".into());
+            operator::override_cmd(&cfg, &branch, force, expires, reason, by, clear).await
+        }
+        Command::Status { json, .. } => operator::status(&cfg, json).await,
+    }
+}
+
+/// `check`: the plan, then one question to [`probe::prepare`], one line per problem it reports.
+/// Only `check` and `run` (and `probe`) read secrets and CA files; the operator commands need
+/// nothing but the config and the state store.
+fn check(cfg: &Config, strict: bool) -> ExitCode {
+    print!("{}", plan(cfg));
+    let Err(e) = probe::prepare(cfg) else {
+        return ExitCode::from(EXIT_OK);
+    };
+    for p in &e.problems {
+        if strict {
+            eprintln!("error: {p}");
+        } else {
+            println!("warning: {p} (run would exit {EXIT_UNAVAILABLE_INPUT})");
+        }
+    }
+    ExitCode::from(if strict {
+        EXIT_UNAVAILABLE_INPUT
+    } else {
+        EXIT_OK
+    })
+}
+
+async fn run(cfg: Config, opts: RunOptions) -> ExitCode {
+    for w in &cfg.warnings {
+        tracing::warn!("config: {w}");
+    }
+    let stop = shutdown_signal(opts.grace);
+    let e = match runner::run(cfg, opts, stop).await {
+        Ok(_) => return ExitCode::from(EXIT_OK),
+        Err(e) => e,
+    };
+    match e {
+        runner::RunError::Prepare(e) => {
+            for p in &e.problems {
+                eprintln!("error: {p}");
+            }
+            let n = e.problems.len();
+            eprintln!(
+                "error: cannot prepare probes ({n} input{} unavailable); nothing was probed or published",
+                if n == 1 { "" } else { "s" }
+            );
+            ExitCode::from(EXIT_UNAVAILABLE_INPUT)
+        }
+        runner::RunError::State(_) | runner::RunError::Evidence { .. } => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_IO)
+        }
+    }
+}
+
+/// Install the SIGTERM and SIGINT handlers now; the future resolves with the name of the first
+/// of them received. From that signal on, the process lives at most `grace` + [`STOP_SLACK`]:
+/// the signal is awaited by a task of its own and the bound kept by a thread of its own, so a
+/// write that hangs inside the runtime, even on the thread that drives `run`, cannot hold it up.
+fn shutdown_signal(grace: Duration) -> impl std::future::Future<Output = &'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::spawn(async move {
+                let name = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                };
+                exit_after(grace + STOP_SLACK);
+                let _ = tx.send(name);
+            });
+        }
+        _ => tracing::error!("cannot install signal handlers; stop with --duration"),
+    }
+    async move {
+        match rx.await {
+            Ok(name) => name,
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// Exit the process with [`EXIT_IO`] after `limit` unless it has ended by then.
+fn exit_after(limit: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("stop-deadline".into())
+        .spawn(move || {
+            std::thread::sleep(limit);
+            tracing::error!(
+                limit = %crate::clock::fmt_duration(limit),
+                "readyprobe did not stop within the grace period + {} of the stop signal (a state, evidence or sink write hangs); exiting",
+                crate::clock::fmt_duration(STOP_SLACK)
+            );
+            std::process::exit(i32::from(EXIT_IO));
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the stop deadline; the stop may take longer than the grace period");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Exit codes named in a help text after its first "Exit".
+    fn exit_codes(help: &str) -> std::collections::BTreeSet<u8> {
+        let Some((_, tail)) = help.split_once("Exit") else {
+            return Default::default();
+        };
+        tail.split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect()
+    }
+
+    #[test]
+    fn help_names_the_exit_codes_each_command_uses() {
+        let cli = Cli::command();
+        let all = [
+            EXIT_OK,
+            EXIT_ATTEMPT_FAILED,
+            EXIT_INVALID_CONFIG,
+            EXIT_INTERNAL,
+            EXIT_IO,
+            EXIT_UNAVAILABLE_INPUT,
+        ];
+        let top = cli.get_long_about().map(ToString::to_string);
+        assert_eq!(exit_codes(&top.unwrap_or_default()), all.into());
+        for (cmd, codes) in [
+            ("run", &[0, 64, 74, 78][..]),
+            ("check", &[0, 64, 78]),
+            ("probe", &[0, 1, 64, 78]),
+            ("approve", &[0, 1, 64, 74]),
+            ("override", &[0, 64, 74]),
+            ("status", &[0, 64, 74]),
+        ] {
+            let sub = cli.find_subcommand(cmd).map(|c| {
+                c.get_long_about()
+                    .or(c.get_about())
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            });
+            assert_eq!(
+                exit_codes(&sub.unwrap_or_default()),
+                codes.iter().copied().collect(),
+                "{cmd}"
+            );
+        }
+    }
+}

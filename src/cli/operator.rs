@@ -1,0 +1,247 @@
+//! The operator commands: `approve`, `override` and `status`. They read and write the state
+//! store only: no probe, no secret, no CA file, no publish.
+
+use super::{EXIT_ATTEMPT_FAILED, EXIT_INVALID_CONFIG, EXIT_IO, EXIT_OK, ForceArg};
+use crate::config::Config;
+use crate::runner;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Longest approval validity: an approval is a decision about the evidence of now.
+pub const MAX_APPROVAL: Duration = Duration::from_secs(24 * 3600);
+/// Longest override: long enough for a planned maintenance, short enough not to be forgotten.
+pub const MAX_OVERRIDE: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// An expiry must outlast two state-store syncs (or no prober may ever read it) and stay within
+/// `max`.
+fn check_expiry(cfg: &Config, d: Duration, max: Duration) -> Result<(), String> {
+    let min = cfg.state.poll_interval * 2;
+    if d < min {
+        return Err(format!(
+            "{} is shorter than two state syncs ({}): probers might never read it",
+            crate::clock::fmt_duration(d),
+            crate::clock::fmt_duration(min)
+        ));
+    }
+    if d > max {
+        return Err(format!(
+            "{} is longer than the maximum {}",
+            crate::clock::fmt_duration(d),
+            crate::clock::fmt_duration(max)
+        ));
+    }
+    Ok(())
+}
+
+fn now_ms() -> crate::readiness::Millis {
+    crate::clock::Clock::start().now_ms()
+}
+
+fn check_branch(cfg: &Config, branch: &str) -> Result<(), ExitCode> {
+    if cfg.branches.iter().any(|b| b.name == branch) {
+        return Ok(());
+    }
+    let names: Vec<_> = cfg.branches.iter().map(|b| b.name.as_str()).collect();
+    eprintln!(
+        "error: no branch {branch:?} in {}; branches: {}",
+        cfg.source.display(),
+        names.join(", ")
+    );
+    Err(ExitCode::from(EXIT_INVALID_CONFIG))
+}
+
+fn store_error(e: crate::state::StateError) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::from(EXIT_IO)
+}
+
+pub(super) async fn approve(
+    cfg: &Config,
+    branch: &str,
+    by: &str,
+    reason: &str,
+    expires: Duration,
+) -> ExitCode {
+    if let Err(c) = check_branch(cfg, branch) {
+        return c;
+    }
+    if let Err(e) = check_expiry(cfg, expires, MAX_APPROVAL) {
+        eprintln!("error: --expires: {e}");
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
+    if by.trim().is_empty() || reason.trim().is_empty() {
+        eprintln!("error: --by and --reason must not be empty (they are the approval's record)");
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
+    let now = now_ms();
+    let approval = crate::control::Approval {
+        id: format!("{now}-{:08x}", rand::random::<u32>()),
+        branch: branch.to_string(),
+        by: by.to_string(),
+        reason: reason.to_string(),
+        at: now,
+        expires_at: now + expires.as_millis() as i64,
+        decisions: Default::default(),
+    };
+    let store = runner::open_store(cfg).await;
+    let a = approval.clone();
+    let doc = match store
+        .update(move |doc| {
+            doc.approvals.push(a.clone());
+            Ok(())
+        })
+        .await
+    {
+        Ok(d) => d,
+        Err(e) => return store_error(e),
+    };
+    // Probers that saved recently (control::PROBER_FRESH_MS) will read the approval soon; older
+    // entries (a stopped prober, a scheduled task between runs) read it if they come back in time.
+    let fresh = |p: &crate::control::ProberState| p.is_fresh(now);
+    let mut states = Vec::new();
+    let (mut pending_fresh, mut pending_stale) = (false, false);
+    for (id, ps) in &doc.probers {
+        if let Some(b) = ps.branches.get(branch) {
+            let pending = b.state == crate::readiness::ReadinessState::PendingApproval;
+            if fresh(ps) {
+                pending_fresh |= pending;
+                states.push(format!("{id}: {}", b.state.as_str()));
+            } else {
+                pending_stale |= pending;
+                states.push(format!(
+                    "{id}: {} (last saved {} ago)",
+                    b.state.as_str(),
+                    crate::clock::fmt_duration(Duration::from_secs(
+                        ((now - ps.saved_at).max(0) / 1000) as u64
+                    ))
+                ));
+            }
+        }
+    }
+    println!(
+        "approval {} for branch {branch} recorded in {} (by {by}, expires {})",
+        approval.id,
+        store.location(),
+        crate::clock::rfc3339(approval.expires_at)
+    );
+    let states = if states.is_empty() {
+        "no prober has saved state for this branch yet".to_string()
+    } else {
+        states.join(", ")
+    };
+    if pending_fresh {
+        println!(
+            "probers apply it at their next sync (within {}) if the ready condition still holds; branch states: {states}",
+            crate::clock::fmt_duration(cfg.state.poll_interval)
+        );
+        ExitCode::from(EXIT_OK)
+    } else if pending_stale {
+        eprintln!(
+            "warning: only probers that have not saved recently have branch {branch} in pending_approval ({states}); they apply it only if they run again before it expires and the ready condition still holds"
+        );
+        ExitCode::from(EXIT_OK)
+    } else {
+        eprintln!(
+            "warning: no prober has branch {branch} in pending_approval ({states}); the approval will be rejected when read and does not pre-authorise a later failback"
+        );
+        ExitCode::from(EXIT_ATTEMPT_FAILED)
+    }
+}
+
+pub(super) async fn override_cmd(
+    cfg: &Config,
+    branch: &str,
+    force: Option<ForceArg>,
+    expires: Option<Duration>,
+    reason: Option<String>,
+    by: String,
+    clear: bool,
+) -> ExitCode {
+    if let Err(c) = check_branch(cfg, branch) {
+        return c;
+    }
+    let now = now_ms();
+    let store = runner::open_store(cfg).await;
+    let b = branch.to_string();
+    let new = if clear {
+        None
+    } else {
+        let (Some(force), Some(expires), Some(reason)) = (force, expires, reason) else {
+            eprintln!("error: --force needs --expires and --reason");
+            return ExitCode::from(EXIT_INVALID_CONFIG);
+        };
+        if let Err(e) = check_expiry(cfg, expires, MAX_OVERRIDE) {
+            eprintln!("error: --expires: {e}");
+            return ExitCode::from(EXIT_INVALID_CONFIG);
+        }
+        if reason.trim().is_empty() {
+            eprintln!("error: --reason must not be empty (it is the override's record)");
+            return ExitCode::from(EXIT_INVALID_CONFIG);
+        }
+        Some(crate::control::Override {
+            force: match force {
+                ForceArg::Ready => crate::control::Forced::Ready,
+                ForceArg::Unready => crate::control::Forced::Unready,
+            },
+            by,
+            reason,
+            at: now,
+            expires_at: now + expires.as_millis() as i64,
+        })
+    };
+    let n = new.clone();
+    let r = store
+        .update(move |doc| {
+            match &n {
+                Some(o) => {
+                    doc.overrides.insert(b.clone(), o.clone());
+                }
+                None => {
+                    doc.overrides.remove(&b);
+                }
+            }
+            Ok(())
+        })
+        .await;
+    if let Err(e) = r {
+        return store_error(e);
+    }
+    match new {
+        Some(o) => println!(
+            "override for branch {branch}: publish {} until {} ({}); probers apply it within {}",
+            o.force.as_str(),
+            crate::clock::rfc3339(o.expires_at),
+            o.reason,
+            crate::clock::fmt_duration(cfg.state.poll_interval)
+        ),
+        None => println!(
+            "override for branch {branch} cleared; probers publish the computed readiness within {}",
+            crate::clock::fmt_duration(cfg.state.poll_interval)
+        ),
+    }
+    ExitCode::from(EXIT_OK)
+}
+
+pub(super) async fn status(cfg: &Config, json: bool) -> ExitCode {
+    let store = runner::open_store(cfg).await;
+    let doc = match store.load().await {
+        Ok(d) => d,
+        Err(e) => return store_error(e),
+    };
+    if json {
+        match serde_json::to_string_pretty(&doc) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the control document: {e}");
+                return ExitCode::from(EXIT_IO);
+            }
+        }
+    } else {
+        let branches: Vec<String> = cfg.branches.iter().map(|b| b.name.clone()).collect();
+        print!(
+            "{}",
+            crate::control::render_status(&doc, &cfg.policy, &branches, now_ms())
+        );
+    }
+    ExitCode::from(EXIT_OK)
+}

@@ -1,0 +1,353 @@
+//! The text `check` prints: branches, steps, metrics and dimensions, the policy arithmetic. Pure.
+
+use crate::config::{self, Config, ProbeKind, SinkKind};
+use std::path::PathBuf;
+
+/// The `check` plan (pure): branches, steps, metrics and dimensions, the policy arithmetic.
+pub fn plan(cfg: &Config) -> String {
+    let mut s = String::new();
+    // Writing to a String cannot fail.
+    let _ = write_plan(&mut s, cfg);
+    s
+}
+
+fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
+    use std::fmt::Write;
+    writeln!(s, "{}: valid", cfg.source.display())?;
+    writeln!(
+        s,
+        "service {} (stable name {}, never probed as a branch)",
+        cfg.service.name, cfg.service.stable_name
+    )?;
+    plan_probe(s, cfg)?;
+    plan_branches(s, cfg)?;
+    plan_readiness(s, cfg)?;
+    plan_publish(s, cfg)?;
+    plan_evidence_and_state(s, cfg)?;
+    for w in &cfg.warnings {
+        writeln!(s, "warning: {w}")?;
+    }
+    Ok(())
+}
+
+/// The steps one attempt of `kind` runs, in order.
+fn probe_steps(kind: &ProbeKind) -> &'static str {
+    let tls = |mode: config::SslMode| mode != config::SslMode::Disabled;
+    match kind {
+        ProbeKind::Mysql(m) if tls(m.ssl_mode) => "resolve → connect → tls → auth → write → verify",
+        ProbeKind::Mysql(_) => "resolve → connect → auth → write → verify",
+        ProbeKind::Tcp(t) if tls(t.tls.ssl_mode) => "resolve → connect → tls",
+        ProbeKind::Tcp(_) => "resolve → connect",
+        ProbeKind::Http(h) => match (tls(h.tls.ssl_mode), h.verify.is_some()) {
+            (false, false) => "resolve → connect → write",
+            (false, true) => "resolve → connect → write → verify",
+            (true, false) => "resolve → connect → tls → write",
+            (true, true) => "resolve → connect → tls → write → verify",
+        },
+        ProbeKind::Otlp(o) if tls(o.tls.ssl_mode) => "resolve → connect → tls → write",
+        ProbeKind::Otlp(_) => "resolve → connect → write",
+    }
+}
+
+/// The probe section: schedule and steps, the kind's own settings, where DNS answers come from.
+fn plan_probe(s: &mut String, cfg: &Config) -> std::fmt::Result {
+    use std::fmt::Write;
+    let d = crate::clock::fmt_duration;
+    writeln!(
+        s,
+        "probe kind {} every {} (attempt timeout {}, first-attempt jitter ≤ {}): {}",
+        cfg.probe.kind.name(),
+        d(cfg.probe.interval),
+        d(cfg.probe.timeout),
+        d(cfg.probe.jitter),
+        probe_steps(&cfg.probe.kind)
+    )?;
+    writeln!(s, "  {}", kind_settings(&cfg.probe.kind))?;
+    let dns = match &cfg.dns.nameservers {
+        Some(ns) => ns
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        None => format!("nameservers from {}", cfg.dns.resolv_conf.display()),
+    };
+    writeln!(s, "  dns: {dns}")
+}
+
+/// One line of the kind's own settings (never a secret's value).
+fn kind_settings(kind: &ProbeKind) -> String {
+    let ca = |p: &Option<PathBuf>| {
+        p.as_ref()
+            .map(|p| format!(", CA {}", p.display()))
+            .unwrap_or_default()
+    };
+    match kind {
+        ProbeKind::Mysql(m) => format!(
+            "mysql user {} (password from {}), canary {}.{}, ssl_mode {}{}, TLS ≥ {}{}",
+            m.user,
+            m.password,
+            m.database,
+            m.table,
+            m.ssl_mode.as_str(),
+            ca(&m.ssl_ca),
+            match m.tls_min_version {
+                crate::config::MinVersion::Tls12 => "1.2",
+                crate::config::MinVersion::Tls13 => "1.3",
+            },
+            m.client_identity
+                .as_ref()
+                .map(|c| format!(", client certificate {}", c.cert.display()))
+                .unwrap_or_default()
+        ),
+        ProbeKind::Otlp(o) => format!(
+            "otlp POST {} (one marked gauge data point, OTLP/HTTP protobuf), ssl_mode {}",
+            o.path,
+            o.tls.ssl_mode.as_str()
+        ),
+        ProbeKind::Http(h) => format!(
+            "http {} {}{}, ssl_mode {}, accepted status {}{}",
+            h.request.method,
+            h.request.path,
+            h.verify
+                .as_ref()
+                .map(|v| format!(" then verify {} {}", v.method, v.path))
+                .unwrap_or_default(),
+            h.tls.ssl_mode.as_str(),
+            if h.request.expect_status.is_empty() {
+                "2xx".to_string()
+            } else {
+                format!("{:?}", h.request.expect_status)
+            },
+            h.expect_header
+                .as_ref()
+                .map(|(n, v)| format!(", response header {n} must be {v:?}"))
+                .unwrap_or_default()
+        ),
+        ProbeKind::Tcp(t) => format!(
+            "tcp, ssl_mode {}{} (liveness-level: proves the port answers, not that the branch can do its job)",
+            t.tls.ssl_mode.as_str(),
+            ca(&t.tls.ssl_ca)
+        ),
+    }
+}
+
+fn plan_branches(s: &mut String, cfg: &Config) -> std::fmt::Result {
+    use std::fmt::Write;
+    writeln!(s, "branches:")?;
+    for b in &cfg.branches {
+        writeln!(
+            s,
+            "  {:<12} {:<9} {}:{}",
+            b.name,
+            b.role.as_str(),
+            b.endpoint,
+            b.port
+        )?;
+    }
+    Ok(())
+}
+
+/// The readiness policy, with what one failed attempt does to each condition.
+fn plan_readiness(s: &mut String, cfg: &Config) -> std::fmt::Result {
+    use std::fmt::Write;
+    let d = crate::clock::fmt_duration;
+    let p = &cfg.policy;
+    writeln!(
+        s,
+        "readiness (initial {}, min_attempts {}):",
+        p.initial.as_str(),
+        p.min_attempts
+    )?;
+    writeln!(
+        s,
+        "  declare unready: success rate < {}% over {} held for {}; {}",
+        p.declare_unready.threshold_percent,
+        d(p.declare_unready.window),
+        d(p.declare_unready.for_),
+        config::one_failure_effect(&p.declare_unready, cfg.probe.interval, true)
+    )?;
+    writeln!(
+        s,
+        "  declare ready:   success rate ≥ {}% over {} held for {}{}; {}",
+        p.declare_ready.threshold_percent,
+        d(p.declare_ready.window),
+        d(p.declare_ready.for_),
+        if p.approval_required {
+            ", then operator approval"
+        } else {
+            ""
+        },
+        config::one_failure_effect(&p.declare_ready, cfg.probe.interval, false)
+    )
+}
+
+/// Where and how often metrics go, and the metric contract (names, units, dimensions).
+fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
+    use std::fmt::Write;
+    let sinks: Vec<&str> = cfg
+        .publish
+        .sinks
+        .iter()
+        .map(|k| match k {
+            SinkKind::CloudWatch => "cloudwatch",
+            SinkKind::Emf => "emf (stdout)",
+        })
+        .collect();
+    writeln!(
+        s,
+        "publish every {} to {} in namespace {} (standard resolution, 60 s):",
+        crate::clock::fmt_duration(cfg.publish.interval),
+        sinks.join(", "),
+        cfg.publish.namespace
+    )?;
+    for (m, unit, dims) in [
+        ("Readiness", "None (0/1)", "Service, Branch"),
+        ("SuccessRate", "Percent", "Service, Branch"),
+        ("Attempts", "Count", "Service, Branch"),
+        ("FailedAttempts", "Count", "Service, Branch"),
+        ("StepDuration", "Milliseconds", "Service, Branch, Step"),
+        (
+            "CertificateExpiryDays",
+            "None (days)",
+            "Service, Branch (TLS)",
+        ),
+        ("Heartbeat", "Count", "Service"),
+        ("BothBranchesUnready", "None (0/1)", "Service"),
+    ] {
+        writeln!(s, "  {m:<22} {unit:<14} [{dims}]")?;
+    }
+    Ok(())
+}
+
+/// The evidence file, then this prober's id and the state store it syncs with.
+fn plan_evidence_and_state(s: &mut String, cfg: &Config) -> std::fmt::Result {
+    use std::fmt::Write;
+    writeln!(s, "evidence: {}", cfg.evidence_path.display())?;
+    let document = format!("control-{}.json", crate::state::safe(&cfg.service.name));
+    let store = match &cfg.state.store {
+        config::StoreKind::File => cfg.state_dir.join(document).display().to_string(),
+        config::StoreKind::S3(s3) => format!("s3://{}/{}{document}", s3.bucket, s3.key_prefix),
+    };
+    writeln!(
+        s,
+        "prober id {}; state store: {store} (synced every {})",
+        cfg.prober_id,
+        crate::clock::fmt_duration(cfg.state.poll_interval)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use expect_test::expect;
+
+    const MYSQL: &str = r#"
+prober_id = "az-a"
+state_dir = "/var/lib/readyprobe"
+
+[service]
+name = "orders-db"
+stable_name = "mysql.orders.internal.example"
+
+[readiness]
+window = "60s"
+min_attempts = 10
+declare_unready = { success_rate_below = 95.0, for = "3m" }
+declare_ready = { success_rate_at_or_above = 99.0, for = "10m", window = "5m" }
+
+[probe]
+kind = "mysql"
+interval = "2s"
+timeout = "1500ms"
+
+[probe.mysql]
+user = "readyprobe"
+password = { env = "READYPROBE_MYSQL_PASSWORD" }
+
+[probe.tls]
+ssl_mode = "required"
+
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "mysql-primary.orders.internal.example"
+
+[[branch]]
+name = "secondary"
+role = "SECONDARY"
+endpoint = "mysql-secondary.orders.internal.example"
+"#;
+
+    fn plan_of(text: &str) -> String {
+        let path = std::path::Path::new("/etc/readyprobe/orders.toml");
+        plan(&config::parse(path, text).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    /// The probe section of the plan for [`MYSQL`] with its `[probe]` tables replaced by `kind`.
+    fn probe_lines_of(kind: &str) -> String {
+        let (head, _) = MYSQL.split_once("[probe]").unwrap_or_default();
+        let (_, branches) = MYSQL.split_once("[[branch]]").unwrap_or_default();
+        let text = format!("{head}{kind}\n[[branch]]{branches}");
+        let plan = plan_of(&text);
+        plan.lines()
+            .skip_while(|l| !l.starts_with("probe kind"))
+            .take(3)
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn plan_names_every_section_once() {
+        expect![[r#"
+            /etc/readyprobe/orders.toml: valid
+            service orders-db (stable name mysql.orders.internal.example, never probed as a branch)
+            probe kind mysql every 2s (attempt timeout 1s 500ms, first-attempt jitter ≤ 200ms): resolve → connect → tls → auth → write → verify
+              mysql user readyprobe (password from environment variable READYPROBE_MYSQL_PASSWORD), canary readyprobe.canary, ssl_mode required, TLS ≥ 1.2
+              dns: nameservers from /etc/resolv.conf
+            branches:
+              primary      PRIMARY   mysql-primary.orders.internal.example:3306
+              secondary    SECONDARY mysql-secondary.orders.internal.example:3306
+            readiness (initial unknown, min_attempts 10):
+              declare unready: success rate < 95% over 1m held for 3m; 30 attempts per 1m window; one failure → 96.7% (still above the threshold)
+              declare ready:   success rate ≥ 99% over 5m held for 10m; 150 attempts per 5m window; one failure → 99.3% (still meets the threshold)
+            publish every 1m to emf (stdout) in namespace Readyprobe (standard resolution, 60 s):
+              Readiness              None (0/1)     [Service, Branch]
+              SuccessRate            Percent        [Service, Branch]
+              Attempts               Count          [Service, Branch]
+              FailedAttempts         Count          [Service, Branch]
+              StepDuration           Milliseconds   [Service, Branch, Step]
+              CertificateExpiryDays  None (days)    [Service, Branch (TLS)]
+              Heartbeat              Count          [Service]
+              BothBranchesUnready    None (0/1)     [Service]
+            evidence: /var/lib/readyprobe/evidence.jsonl
+            prober id az-a; state store: /var/lib/readyprobe/control-orders-db.json (synced every 10s)
+        "#]]
+        .assert_eq(&plan_of(MYSQL));
+    }
+
+    #[test]
+    fn plan_shows_each_kinds_steps_and_settings() {
+        expect![[r#"
+            probe kind tcp every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect
+              tcp, ssl_mode disabled (liveness-level: proves the port answers, not that the branch can do its job)
+              dns: 10.0.0.2:53, 10.0.1.2:5353
+        "#]].assert_eq(&probe_lines_of(
+            "[probe]\nkind = \"tcp\"\ninterval = \"2s\"\n[probe.tcp]\nport = 5672\n[probe.tls]\nssl_mode = \"disabled\"\n[dns]\nnameservers = [\"10.0.0.2\", \"10.0.1.2:5353\"]\n",
+        ));
+        expect![[r#"
+            probe kind http every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect → tls → write → verify
+              http POST /orders then verify GET /orders/{{marker}}, ssl_mode required, accepted status [201]
+              dns: nameservers from /etc/resolv.conf
+        "#]].assert_eq(&probe_lines_of(
+            "[probe]\nkind = \"http\"\ninterval = \"2s\"\n[probe.tls]\nssl_mode = \"required\"\n[probe.http]\nmethod = \"POST\"\npath = \"/orders\"\nexpect_status = [201]\n[probe.http.verify]\nmethod = \"GET\"\npath = \"/orders/{{marker}}\"\n",
+        ));
+        expect![[r#"
+            probe kind otlp every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect → write
+              otlp POST /v1/metrics (one marked gauge data point, OTLP/HTTP protobuf), ssl_mode disabled
+              dns: nameservers from /etc/resolv.conf
+        "#]].assert_eq(&probe_lines_of(
+            "[probe]\nkind = \"otlp\"\ninterval = \"2s\"\n[probe.otlp]\n[probe.tls]\nssl_mode = \"disabled\"\n",
+        ));
+    }
+}
