@@ -843,10 +843,7 @@ fn kind_settings(kind: &ProbeKind) -> String {
             m.table,
             m.ssl_mode.as_str(),
             ca(&m.ssl_ca),
-            match m.tls_min_version {
-                crate::probe::tls::MinVersion::Tls12 => "1.2",
-                crate::probe::tls::MinVersion::Tls13 => "1.3",
-            },
+            m.tls_min_version,
             m.client_identity
                 .as_ref()
                 .map(|c| format!(", client certificate {}", c.cert.display()))
@@ -1017,6 +1014,8 @@ timeout = "1500ms"
 [probe.mysql]
 user = "readyprobe"
 password = { env = "READYPROBE_MYSQL_PASSWORD" }
+
+[probe.tls]
 ssl_mode = "required"
 
 [[branch]]
@@ -1084,21 +1083,21 @@ endpoint = "mysql-secondary.orders.internal.example"
               tcp, ssl_mode disabled (liveness-level: proves the port answers, not that the branch can do its job)
               dns: 10.0.0.2:53, 10.0.1.2:5353
         "#]].assert_eq(&probe_lines_of(
-            "[probe]\nkind = \"tcp\"\ninterval = \"2s\"\n[probe.tcp]\nport = 5672\nssl_mode = \"disabled\"\n[dns]\nnameservers = [\"10.0.0.2\", \"10.0.1.2:5353\"]\n",
+            "[probe]\nkind = \"tcp\"\ninterval = \"2s\"\n[probe.tcp]\nport = 5672\n[probe.tls]\nssl_mode = \"disabled\"\n[dns]\nnameservers = [\"10.0.0.2\", \"10.0.1.2:5353\"]\n",
         ));
         expect![[r#"
             probe kind http every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect → tls → write → verify
               http POST /orders then verify GET /orders/{{marker}}, ssl_mode required, accepted status [201]
               dns: nameservers from /etc/resolv.conf
         "#]].assert_eq(&probe_lines_of(
-            "[probe]\nkind = \"http\"\ninterval = \"2s\"\n[probe.http]\nssl_mode = \"required\"\nmethod = \"POST\"\npath = \"/orders\"\nexpect_status = [201]\n[probe.http.verify]\nmethod = \"GET\"\npath = \"/orders/{{marker}}\"\n",
+            "[probe]\nkind = \"http\"\ninterval = \"2s\"\n[probe.tls]\nssl_mode = \"required\"\n[probe.http]\nmethod = \"POST\"\npath = \"/orders\"\nexpect_status = [201]\n[probe.http.verify]\nmethod = \"GET\"\npath = \"/orders/{{marker}}\"\n",
         ));
         expect![[r#"
             probe kind otlp every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect → write
               otlp POST /v1/metrics (one marked gauge data point, OTLP/HTTP protobuf), ssl_mode disabled
               dns: nameservers from /etc/resolv.conf
         "#]].assert_eq(&probe_lines_of(
-            "[probe]\nkind = \"otlp\"\ninterval = \"2s\"\n[probe.otlp]\nssl_mode = \"disabled\"\n",
+            "[probe]\nkind = \"otlp\"\ninterval = \"2s\"\n[probe.otlp]\n[probe.tls]\nssl_mode = \"disabled\"\n",
         ));
     }
 

@@ -1,13 +1,16 @@
-//! Wall-clock time for the I/O edges, derived from tokio's monotonic clock.
+//! Wall-clock time for the I/O edges, derived from tokio's monotonic clock, and the crate's one
+//! way of writing instants ([`rfc3339`]) and durations ([`fmt_duration`]).
 //!
-//! The readiness core takes time as an argument ([`crate::readiness::Millis`], ms since the UNIX
+//! The readiness core takes time as an argument ([`Millis`], ms since the UNIX
 //! epoch). The edges read it here: the wall time at start plus tokio's monotonic elapsed time, so
 //! a wall-clock step (NTP) cannot move a `for` clock mid-run, and tests under
 //! `tokio::time::pause` see virtual time advance consistently.
 
-use crate::readiness::Millis;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
+
+/// An instant: milliseconds since the UNIX epoch (wall clock, supplied by the caller).
+pub type Millis = i64;
 
 /// A clock anchored at one wall-clock reading.
 #[derive(Debug, Clone, Copy)]
@@ -51,9 +54,28 @@ pub fn rfc3339(ms: Millis) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
+/// Format a duration the way config files write them (`1m 30s`, `500ms`), to the millisecond.
+pub fn fmt_duration(d: Duration) -> String {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    humantime::format_duration(Duration::from_millis(ms)).to_string()
+}
+
+/// [`fmt_duration`] of a span in milliseconds; a negative span is written as `0s`.
+pub fn fmt_duration_ms(ms: i64) -> String {
+    fmt_duration(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_like_config() {
+        assert_eq!(fmt_duration(Duration::from_millis(90_500)), "1m 30s 500ms");
+        assert_eq!(fmt_duration(Duration::from_micros(1500)), "1ms");
+        assert_eq!(fmt_duration_ms(-3), "0s");
+        assert_eq!(fmt_duration_ms(180_000), "3m");
+    }
 
     #[test]
     fn rfc3339_never_panics() {

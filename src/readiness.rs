@@ -28,10 +28,10 @@ use crate::failure::FailureClass;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
-/// An instant: milliseconds since the UNIX epoch (wall clock, supplied by the caller).
-pub type Millis = i64;
+pub use crate::clock::Millis;
+use crate::clock::{fmt_duration_ms, rfc3339};
 
 /// Readiness of one failover branch. Serialises to the snake_case names used in evidence and in
 /// the `initial` config key.
@@ -219,20 +219,6 @@ fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Formats an instant as RFC 3339 with milliseconds (UTC), or as raw ms if out of range.
-fn fmt_instant(ms: Millis) -> String {
-    u64::try_from(ms)
-        .ok()
-        .and_then(|m| UNIX_EPOCH.checked_add(Duration::from_millis(m)))
-        .map(|t| humantime::format_rfc3339_millis(t).to_string())
-        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
-}
-
-/// Formats a millisecond span as a human duration (`3m`, `10m 2s`).
-fn fmt_span(ms: i64) -> String {
-    humantime::format_duration(Duration::from_millis(u64::try_from(ms).unwrap_or(0))).to_string()
-}
-
 /// Formats a percentage with two decimals, trimming a trailing zero (`80.0`, `96.67`).
 fn fmt_percent(p: f64) -> String {
     let s = format!("{p:.2}");
@@ -245,7 +231,7 @@ fn fmt_percent(p: f64) -> String {
 fn describe_window(w: &WindowStats) -> String {
     let mut s = format!(
         "over the last {} ({} attempts, {} failed",
-        fmt_span(i64::try_from(w.window_ms).unwrap_or(i64::MAX)),
+        fmt_duration_ms(i64::try_from(w.window_ms).unwrap_or(i64::MAX)),
         w.finished,
         w.failed
     );
@@ -393,9 +379,9 @@ impl Readiness {
                 fmt_percent(uw.success_rate_percent.unwrap_or(0.0)),
                 fmt_percent(c.threshold_percent),
                 describe_window(&uw),
-                fmt_span(now.saturating_sub(hs)),
-                fmt_span(duration_ms(c.for_)),
-                fmt_instant(hs),
+                fmt_duration_ms(now.saturating_sub(hs)),
+                fmt_duration_ms(duration_ms(c.for_)),
+                rfc3339(hs),
             );
             (hs, reason)
         } else {
@@ -406,9 +392,9 @@ impl Readiness {
                 fmt_percent(rw.success_rate_percent.unwrap_or(0.0)),
                 fmt_percent(c.threshold_percent),
                 describe_window(&rw),
-                fmt_span(now.saturating_sub(hs)),
-                fmt_span(duration_ms(c.for_)),
-                fmt_instant(hs),
+                fmt_duration_ms(now.saturating_sub(hs)),
+                fmt_duration_ms(duration_ms(c.for_)),
+                rfc3339(hs),
             );
             if to == ReadinessState::PendingApproval {
                 reason.push_str("; operator approval required");
@@ -430,7 +416,7 @@ impl Readiness {
         let reason = match self.since {
             Some(s) => format!(
                 "operator approved readiness (pending approval since {})",
-                fmt_instant(s)
+                rfc3339(s)
             ),
             None => "operator approved readiness".to_string(),
         };

@@ -276,7 +276,7 @@ pub struct BranchProbe {
     /// The service's stable name, which no branch attempt may resolve through.
     pub stable_name: String,
     /// Address records the `resolve` step asks for.
-    pub address_family: resolve::AddressFamily,
+    pub address_family: crate::config::AddressFamily,
     /// Attempt deadline.
     pub timeout: Duration,
     /// Per-step timeouts.

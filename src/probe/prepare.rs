@@ -154,9 +154,8 @@ fn prepare_resolver(dns: &Dns, problems: &mut Problems) -> Option<TokioResolver>
 }
 
 fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
-    // The kind's table holds its secrets and its TLS settings.
     let prefix = format!("probe.{}", kind.name());
-    let tls_table = &prefix;
+    let tls_table = "probe.tls";
     match kind {
         ProbeKind::Mysql(m) => {
             let password = secret(format!("{prefix}.password"), &m.password, problems);
@@ -365,7 +364,7 @@ fn io_reason(e: &std::io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::tls::ClientIdentityFiles;
+    use crate::config::{AddressFamily, ClientIdentityFiles, MinVersion};
 
     fn tls_settings(ca: &Path, cert: &Path, key: &Path) -> TlsSettings {
         TlsSettings {
@@ -375,7 +374,7 @@ mod tests {
                 cert: cert.to_owned(),
                 key: key.to_owned(),
             }),
-            tls_min_version: tls::MinVersion::Tls12,
+            tls_min_version: MinVersion::Tls12,
         }
     }
 
@@ -536,7 +535,7 @@ mod tests {
             nameservers: None,
             resolv_conf: "/dev/zero".into(),
             timeout: std::time::Duration::from_secs(1),
-            address_family: resolve::AddressFamily::Ipv4ThenIpv6,
+            address_family: AddressFamily::Ipv4ThenIpv6,
         };
         assert!(prepare_resolver(&dns, &mut problems).is_none());
         assert_eq!(

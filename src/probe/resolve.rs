@@ -3,7 +3,7 @@
 //! Caching is off (`cache_size = 0`), the hosts file is never consulted, and names are absolute
 //! (no search-list expansion), so each attempt sees what the authoritative data says now.
 
-use crate::config::Dns;
+use crate::config::{AddressFamily, Dns};
 use crate::failure::FailureClass;
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts};
@@ -136,19 +136,6 @@ pub fn build_resolver(dns: &Dns) -> Result<TokioResolver, ResolverSetupError> {
 /// A [`StepError`] with a DNS failure class; see [`classify_dns`].
 pub async fn resolve(resolver: &TokioResolver, endpoint: &str) -> Result<Resolution, StepError> {
     resolve_with(resolver, endpoint, AddressFamily::Ipv4ThenIpv6).await
-}
-
-/// Which address records the `resolve` step asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AddressFamily {
-    /// A, then AAAA when the name has no A record (default).
-    Ipv4ThenIpv6,
-    /// AAAA, then A when the name has no AAAA record.
-    Ipv6ThenIpv4,
-    /// A only.
-    Ipv4,
-    /// AAAA only.
-    Ipv6,
 }
 
 /// Resolve `endpoint` (absolute) with an address-family preference.

@@ -4,7 +4,7 @@
 //! The server certificate is always checked against the endpoint **name**, even though the
 //! connection goes to a resolved IP address.
 
-use crate::config::SslMode;
+use crate::config::{ClientIdentityFiles, MinVersion, SslMode};
 use crate::failure::FailureClass;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -110,24 +110,6 @@ impl ServerCertVerifier for Recording {
 
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-}
-
-/// Minimum TLS protocol version the `tls` step accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MinVersion {
-    /// TLS 1.2 and 1.3.
-    Tls12,
-    /// TLS 1.3 only.
-    Tls13,
-}
-
-/// A client certificate and key (PEM files) for servers that require mTLS.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientIdentityFiles {
-    /// Certificate chain, leaf first.
-    pub cert: std::path::PathBuf,
-    /// Private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: std::path::PathBuf,
 }
 
 /// Build the client configuration for an ssl-mode. `None` for [`SslMode::Disabled`].

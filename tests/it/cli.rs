@@ -1,5 +1,6 @@
 //! The binary as operators and scripts use it: exit codes, messages, signals, files left behind.
 
+use crate::support::config::secret_env;
 use crate::support::fixture::*;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -26,11 +27,11 @@ declare_ready = { success_rate_at_or_above = 90.0, for = "10m" }
 kind = "mysql"
 interval = "2s"
 timeout = "2s"
-
+tls = { ssl_mode = "disabled" }
 [probe.mysql]
 user = "readyprobe"
 password = { env = "X" }
-ssl_mode = "disabled"
+# the lines below are counted by the assertions
 
 [[branch]]
 name = "primary"
@@ -109,15 +110,34 @@ fn usage_errors_exit_64_and_help_exits_0() {
     }
 }
 
+#[test]
+fn every_example_config_in_probes_is_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            // Validation reads no file an example names: every example is valid anywhere.
+            readyprobe::config::load(&p).unwrap_or_else(|e| panic!("{e}"));
+            n += 1;
+        }
+    }
+    assert!(n >= 1, "no example configs in {}", dir.display());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_with_missing_secret_exits_78_and_publishes_nothing() {
     let Some(p) = Pipeline::start_or_skip().await else {
         return;
     };
-    let text = p.config_text(&ConfigOpts::default()).replace(
-        &format!("{{ file = \"{}/password\" }}", p.dir.path().display()),
-        "{ env = \"READYPROBE_TEST_SURELY_UNSET\" }",
-    );
+    let text = p
+        .builder(&ConfigOpts::default())
+        .set(
+            "probe.mysql",
+            "password",
+            secret_env("READYPROBE_TEST_SURELY_UNSET"),
+        )
+        .build();
     assert!(text.contains("READYPROBE_TEST_SURELY_UNSET"));
     let path = p.dir.path().join("nosecret.toml");
     std::fs::write(&path, text).unwrap();
@@ -335,8 +355,10 @@ nameservers = ["127.0.0.1:53"]
 kind = "http"
 interval = "2s"
 
-[probe.http]
+[probe.tls]
 {tls}
+
+[probe.http]
 method = "POST"
 path = "/orders"
 headers = {{ authorization = {{ env = "READYPROBE_TEST_SURELY_UNSET" }}, x-api-key = {{ file = "missing-key" }} }}

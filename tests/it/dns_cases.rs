@@ -18,7 +18,7 @@ fn dns(servers: &[SocketAddr], timeout_ms: u64) -> Dns {
         nameservers: Some(servers.to_vec()),
         resolv_conf: "/nonexistent".into(),
         timeout: Duration::from_millis(timeout_ms),
-        address_family: readyprobe::probe::resolve::AddressFamily::Ipv4ThenIpv6,
+        address_family: readyprobe::config::AddressFamily::Ipv4ThenIpv6,
     }
 }
 
@@ -82,7 +82,8 @@ async fn a_dead_first_nameserver_does_not_stall_attempts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn address_family_preference_and_answer_metadata() {
-    use readyprobe::probe::resolve::{AddressFamily, resolve_with};
+    use readyprobe::config::AddressFamily;
+    use readyprobe::probe::resolve::resolve_with;
     let zone = DnsServer::start("orders.internal.example").await;
     let r = build_resolver(&dns(&[zone.addr()], 500)).unwrap();
     zone.set_addrs(

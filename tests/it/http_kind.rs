@@ -1,6 +1,7 @@
 //! The `http` kind against a real HTTPS server on loopback (certificates from the test CA): the
 //! marked request on the write path, its checks, the answering branch, and the read-back.
 
+use crate::support::config::ConfigBuilder;
 use crate::support::dns::DnsServer;
 use crate::support::tls::TestCa;
 use http_body_util::{BodyExt, Full};
@@ -140,53 +141,40 @@ async fn start(ca: &TestCa) -> Server {
     Server { port, mode, task }
 }
 
+/// The http kind's config: a marked POST with checks on the answer, and a read-back.
 fn config(
     dir: &std::path::Path,
     dns: &DnsServer,
     port: u16,
     ca: &std::path::Path,
-) -> std::path::PathBuf {
+) -> ConfigBuilder {
     std::fs::write(dir.join("token"), format!("{TOKEN}\n")).unwrap();
-    let text = format!(
-        r#"prober_id = "it"
-state_dir = "{dir}/state"
-[service]
-name = "orders-api"
-stable_name = "api.orders.internal.example"
-[readiness]
-window = "30s"
-min_attempts = 5
-[dns]
-nameservers = ["{dns}"]
-[probe]
-kind = "http"
-interval = "2s"
-timeout = "1500ms"
-[probe.http]
-port = {port}
-ssl_mode = "verify_identity"
-ssl_ca = "{ca}"
-method = "POST"
-path = "/orders"
-headers = {{ "content-type" = "application/json", authorization = {{ file = "token" }} }}
-body = '{{"canary": "{{{{marker}}}}", "seq": {{{{seq}}}}}}'
-expect_status = [201]
-expect_json = {{ pointer = "/id", equals = "{{{{marker}}}}" }}
-expect_header = {{ name = "x-branch", equals = "{{{{branch}}}}" }}
-[probe.http.verify]
-path = "/orders/{{{{marker}}}}"
-[[branch]]
-name = "primary"
-role = "PRIMARY"
-endpoint = "{NAME}"
+    ConfigBuilder::new(dir, "orders-api", "api.orders.internal.example")
+        .nameserver(dns.addr())
+        .kind("http")
+        .tls("verify_identity", Some(ca))
+        .set("probe.http", "port", i64::from(port))
+        .set("probe.http", "method", "POST")
+        .set("probe.http", "path", "/orders")
+        .set(
+            "probe.http",
+            "body",
+            r#"{"canary": "{{marker}}", "seq": {{seq}}}"#,
+        )
+        .set(
+            "probe.http",
+            "expect_status",
+            toml::Value::Array(vec![201.into()]),
+        )
+        .merge(
+            r#"[probe.http]
+headers = { "content-type" = "application/json", authorization = { file = "token" } }
+expect_json = { pointer = "/id", equals = "{{marker}}" }
+expect_header = { name = "x-branch", equals = "{{branch}}" }
 "#,
-        dir = dir.display(),
-        dns = dns.addr(),
-        ca = ca.display(),
-    );
-    let p = dir.join("http.toml");
-    std::fs::write(&p, text).unwrap();
-    p
+        )
+        .set("probe.http.verify", "path", "/orders/{{marker}}")
+        .branch("primary", "PRIMARY", NAME, None)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,8 +184,8 @@ async fn marked_request_checks_and_read_back() {
     let dns = DnsServer::start("orders.internal.example").await;
     dns.set_a("api-primary", Ipv4Addr::LOCALHOST, 5).await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = readyprobe::config::load(&config(dir.path(), &dns, server.port, ca.ca_pem_path()))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let cfg =
+        config(dir.path(), &dns, server.port, ca.ca_pem_path()).load(&dir.path().join("http.toml"));
     let (resolver, probes) = prepare(&cfg).unwrap();
     let clock = Clock::start();
     let mut seq = 0;
@@ -263,12 +251,9 @@ async fn a_server_that_speaks_first_is_a_protocol_error() {
     let dns = DnsServer::start("orders.internal.example").await;
     dns.set_a("api-primary", Ipv4Addr::LOCALHOST, 5).await;
     let dir = tempfile::tempdir().unwrap();
-    let path = config(dir.path(), &dns, port, ca.ca_pem_path());
-    let text = std::fs::read_to_string(&path)
-        .unwrap()
-        .replace("ssl_mode = \"verify_identity\"", "ssl_mode = \"disabled\"");
-    std::fs::write(&path, text).unwrap();
-    let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let cfg = config(dir.path(), &dns, port, ca.ca_pem_path())
+        .tls("disabled", None)
+        .load(&dir.path().join("http.toml"));
     let (resolver, probes) = prepare(&cfg).unwrap();
     let a = run_attempt(&probes[0], &resolver, &Clock::start(), 1).await;
     // Which of the two the HTTP client reports depends on whether the unsolicited bytes are read

@@ -1,6 +1,7 @@
 //! The `otlp` kind against a local OTLP/HTTP receiver that decodes the real protobuf: accepted;
 //! 200 with a partial-success rejection (a failure carrying the gateway's message); 4xx/5xx.
 
+use crate::support::config::ConfigBuilder;
 use crate::support::dns::DnsServer;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -131,34 +132,23 @@ async fn otlp_export_accepted_rejected_and_refused() {
     let dns = DnsServer::start("telemetry.internal.example").await;
     dns.set_a("otel-primary", Ipv4Addr::LOCALHOST, 5).await;
     let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        r#"prober_id = "it"
-state_dir = "{dir}/state"
-[service]
-name = "otel-gateway"
-stable_name = "otel.telemetry.internal.example"
-[readiness]
-window = "30s"
-min_attempts = 5
-[dns]
-nameservers = ["{dns}"]
-[probe]
-kind = "otlp"
-interval = "2s"
-timeout = "1500ms"
-[probe.otlp]
-port = {port}
-ssl_mode = "disabled"
-[[branch]]
-name = "primary"
-role = "PRIMARY"
-endpoint = "otel-primary.telemetry.internal.example"
-"#,
-        dir = dir.path().display(),
-        dns = dns.addr(),
-    );
     let path = dir.path().join("otlp.toml");
-    std::fs::write(&path, text).unwrap();
+    ConfigBuilder::new(
+        dir.path(),
+        "otel-gateway",
+        "otel.telemetry.internal.example",
+    )
+    .nameserver(dns.addr())
+    .kind("otlp")
+    .set("probe.otlp", "port", i64::from(port))
+    .tls("disabled", None)
+    .branch(
+        "primary",
+        "PRIMARY",
+        "otel-primary.telemetry.internal.example",
+        None,
+    )
+    .write(&path);
     let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let (resolver, probes) = prepare(&cfg).unwrap();
     let clock = Clock::start();

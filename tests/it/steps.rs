@@ -2,6 +2,7 @@
 //! killed or guarded by a trigger; certificates from the wrong CA, for the wrong name, expired;
 //! names the DNS server does not have.
 
+use crate::support::config::{ConfigBuilder, secret_file};
 use crate::support::fixture::*;
 use crate::support::tls::TestCa;
 use readyprobe::clock::Clock;
@@ -25,8 +26,8 @@ fn failure(a: &Attempt) -> (Step, FailureClass) {
     }
 }
 
-fn text(p: &Pipeline) -> String {
-    p.config_text(&ConfigOpts {
+fn builder(p: &Pipeline) -> ConfigBuilder {
+    p.builder(&ConfigOpts {
         interval_ms: 2000,
         timeout_ms: 1500,
         policy: "[readiness]\nwindow = \"30s\"\nmin_attempts = 5\n",
@@ -39,7 +40,7 @@ async fn every_step_succeeds_and_is_recorded() {
     let Some(p) = Pipeline::start_or_skip().await else {
         return;
     };
-    let a = attempt(&p, text(&p), "primary").await;
+    let a = attempt(&p, builder(&p).build(), "primary").await;
     assert_eq!(a.outcome, Outcome::Success, "{a:?}");
     let steps: Vec<_> = a.steps.iter().map(|s| s.step.as_str()).collect();
     assert_eq!(
@@ -64,7 +65,8 @@ async fn failure_classes_from_real_peers() {
     let Some(mut p) = Pipeline::start_or_skip().await else {
         return;
     };
-    let base = text(&p);
+    let config = builder(&p);
+    let base = config.build();
 
     // resolve: the name is gone.
     p.dns.remove("mysql-secondary").await;
@@ -87,10 +89,10 @@ async fn failure_classes_from_real_peers() {
 
     // tls: a CA bundle that did not sign the server certificate.
     let other = TestCa::named("some other CA");
-    let t = base.replace(
-        &p.ca.ca_pem_path().display().to_string(),
-        &other.ca_pem_path().display().to_string(),
-    );
+    let t = config
+        .clone()
+        .tls("verify_identity", Some(other.ca_pem_path()))
+        .build();
     assert_eq!(
         failure(&attempt(&p, t, "primary").await),
         (Step::Tls, FailureClass::TlsUntrusted)
@@ -98,7 +100,14 @@ async fn failure_classes_from_real_peers() {
 
     // tls: a name the certificate is not for, pointing at the primary's server.
     p.dns.set_a("mysql-wrongname", Ipv4Addr::LOCALHOST, 5).await;
-    let t = base.replace(PRIMARY, "mysql-wrongname.orders.internal.example");
+    let t = config
+        .clone()
+        .branch_set(
+            "primary",
+            "endpoint",
+            "mysql-wrongname.orders.internal.example",
+        )
+        .build();
     assert_eq!(
         failure(&attempt(&p, t, "primary").await),
         (Step::Tls, FailureClass::TlsNameMismatch)
@@ -106,10 +115,14 @@ async fn failure_classes_from_real_peers() {
 
     // auth: wrong password.
     std::fs::write(p.dir.path().join("wrong"), "not-the-password").unwrap();
-    let t = base.replace(
-        &format!("{}/password", p.dir.path().display()),
-        &format!("{}/wrong", p.dir.path().display()),
-    );
+    let t = config
+        .clone()
+        .set(
+            "probe.mysql",
+            "password",
+            secret_file(&p.dir.path().join("wrong")),
+        )
+        .build();
     assert_eq!(
         failure(&attempt(&p, t, "primary").await),
         (Step::Auth, FailureClass::AuthDenied)

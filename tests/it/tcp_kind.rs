@@ -1,6 +1,7 @@
 //! The `tcp` probe kind against a real TLS server on loopback: resolve → connect → tls, the
 //! certificate checked against the endpoint name; a liveness-level probe that `check` flags.
 
+use crate::support::config::ConfigBuilder;
 use crate::support::dns::DnsServer;
 use crate::support::tls::TestCa;
 use readyprobe::clock::Clock;
@@ -26,43 +27,19 @@ async fn tls_server(cert: &crate::support::tls::ServerCert) -> (u16, tokio::task
     (port, task)
 }
 
+/// The tcp kind's config, TLS checked against the endpoint name.
 fn config(
     dir: &std::path::Path,
     dns: &DnsServer,
     port: u16,
     ca: &std::path::Path,
-) -> std::path::PathBuf {
-    let text = format!(
-        r#"prober_id = "it"
-state_dir = "{dir}/state"
-[service]
-name = "gateway"
-stable_name = "gw.orders.internal.example"
-[readiness]
-window = "30s"
-min_attempts = 5
-[dns]
-nameservers = ["{dns}"]
-[probe]
-kind = "tcp"
-interval = "2s"
-timeout = "1500ms"
-[probe.tcp]
-port = {port}
-ssl_mode = "verify_identity"
-ssl_ca = "{ca}"
-[[branch]]
-name = "primary"
-role = "PRIMARY"
-endpoint = "{NAME}"
-"#,
-        dir = dir.display(),
-        dns = dns.addr(),
-        ca = ca.display(),
-    );
-    let p = dir.join("tcp.toml");
-    std::fs::write(&p, text).unwrap();
-    p
+) -> ConfigBuilder {
+    ConfigBuilder::new(dir, "gateway", "gw.orders.internal.example")
+        .nameserver(dns.addr())
+        .kind("tcp")
+        .set("probe.tcp", "port", i64::from(port))
+        .tls("verify_identity", Some(ca))
+        .branch("primary", "PRIMARY", NAME, None)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,8 +50,8 @@ async fn tcp_kind_resolves_connects_and_checks_tls() {
     let dns = DnsServer::start("orders.internal.example").await;
     dns.set_a("gateway", Ipv4Addr::LOCALHOST, 5).await;
     let dir = tempfile::tempdir().unwrap();
-    let path = config(dir.path(), &dns, port, ca.ca_pem_path());
-    let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.path().join("tcp.toml");
+    let cfg = config(dir.path(), &dns, port, ca.ca_pem_path()).load(&path);
     assert!(
         cfg.warnings.iter().any(|w| w.contains("liveness-level")),
         "{:?}",
@@ -89,8 +66,7 @@ async fn tcp_kind_resolves_connects_and_checks_tls() {
 
     // Untrusted CA → tls_untrusted; no listener → tcp_refused.
     let other = TestCa::named("other");
-    let path = config(dir.path(), &dns, port, other.ca_pem_path());
-    let cfg = readyprobe::config::load(&path).unwrap();
+    let cfg = config(dir.path(), &dns, port, other.ca_pem_path()).load(&path);
     let (resolver, probes) = prepare(&cfg).unwrap();
     let a = run_attempt(&probes[0], &resolver, &Clock::start(), 2).await;
     assert!(
@@ -106,8 +82,7 @@ async fn tcp_kind_resolves_connects_and_checks_tls() {
     );
     server.abort();
     let _ = server.await;
-    let path = config(dir.path(), &dns, port, ca.ca_pem_path());
-    let cfg = readyprobe::config::load(&path).unwrap();
+    let cfg = config(dir.path(), &dns, port, ca.ca_pem_path()).load(&path);
     let (resolver, probes) = prepare(&cfg).unwrap();
     let a = run_attempt(&probes[0], &resolver, &Clock::start(), 3).await;
     assert!(
@@ -167,8 +142,9 @@ async fn tcp_kind_reports_a_rejected_client_certificate() {
     let dns = DnsServer::start("orders.internal.example").await;
     dns.set_a("gateway", Ipv4Addr::LOCALHOST, 5).await;
     let dir = tempfile::tempdir().unwrap();
-    let path = config(dir.path(), &dns, port, ca.ca_pem_path());
-    let cfg = readyprobe::config::load(&path).unwrap();
+    let path = dir.path().join("tcp.toml");
+    let base = config(dir.path(), &dns, port, ca.ca_pem_path());
+    let cfg = base.load(&path);
     let (resolver, probes) = prepare(&cfg).unwrap();
     let a = run_attempt(&probes[0], &resolver, &Clock::start(), 1).await;
     assert!(
@@ -182,16 +158,9 @@ async fn tcp_kind_reports_a_rejected_client_certificate() {
         "no client certificate must not pass: {a:?}"
     );
     let client = ca.client_cert("readyprobe-it");
-    let text = std::fs::read_to_string(&path).unwrap().replace(
-        "ssl_mode = \"verify_identity\"",
-        &format!(
-            "ssl_mode = \"verify_identity\"\nssl_cert = \"{}\"\nssl_key = \"{}\"",
-            client.cert_pem_path().display(),
-            client.key_pem_path().display()
-        ),
-    );
-    std::fs::write(&path, text).unwrap();
-    let cfg = readyprobe::config::load(&path).unwrap();
+    let cfg = base
+        .client_cert(client.cert_pem_path(), client.key_pem_path())
+        .load(&path);
     let (resolver, probes) = prepare(&cfg).unwrap();
     let a = run_attempt(&probes[0], &resolver, &Clock::start(), 2).await;
     assert_eq!(a.outcome, Outcome::Success, "{a:?}");

@@ -2,6 +2,7 @@
 //! leaf certificate's expiry published as `CertificateExpiryDays`.
 
 use crate::support::cloudwatch::{MetricQuery, endpoint, unique_namespace};
+use crate::support::config::ConfigBuilder;
 use crate::support::fixture::*;
 use crate::support::mariadb::{MariaDb, MariaDbOptions};
 use readyprobe::clock::Clock;
@@ -21,21 +22,13 @@ async fn attempt(p: &Pipeline, text: &str, branch: &str) -> Attempt {
     run_attempt(probe, &resolver, &Clock::start(), 1).await
 }
 
-fn base(p: &Pipeline) -> String {
-    p.config_text(&ConfigOpts {
+fn base(p: &Pipeline) -> ConfigBuilder {
+    p.builder(&ConfigOpts {
         interval_ms: 2000,
         timeout_ms: 1500,
         policy: "[readiness]\nwindow = \"30s\"\nmin_attempts = 5\n",
         ..Default::default()
     })
-}
-
-fn with_mysql_keys(text: &str, extra: &str) -> String {
-    text.replacen(
-        "ssl_mode = \"verify_identity\"",
-        &format!("ssl_mode = \"verify_identity\"\n{extra}"),
-        1,
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,18 +46,15 @@ async fn a_server_below_the_minimum_version_is_tls_protocol_version() {
         return;
     };
     old.install_canary(PASSWORD).await;
-    let text = base(&p).replace(
-        &format!("port = {}", p.secondary.port()),
-        &format!("port = {}", old.port()),
-    );
+    let text = base(&p).branch_set("secondary", "port", i64::from(old.port()));
     // TLS 1.2 is acceptable by default…
-    let a = attempt(&p, &text, "secondary").await;
+    let a = attempt(&p, &text.build(), "secondary").await;
     assert_eq!(a.outcome, Outcome::Success, "{a:?}");
     assert!(a.tls.unwrap().version.contains("1_2"));
     // …and a clear class when the config demands 1.3.
     let a = attempt(
         &p,
-        &with_mysql_keys(&text, "tls_min_version = \"1.3\""),
+        &text.set("probe.tls", "tls_min_version", "1.3").build(),
         "secondary",
     )
     .await;
@@ -85,7 +75,7 @@ async fn mtls_required_by_the_server_and_given() {
         .root_exec("ALTER USER 'readyprobe'@'%' REQUIRE X509")
         .await;
     let text = base(&p);
-    let a = attempt(&p, &text, "primary").await;
+    let a = attempt(&p, &text.build(), "primary").await;
     match &a.outcome {
         Outcome::Failure { step, class, .. } => {
             assert_eq!(
@@ -97,15 +87,8 @@ async fn mtls_required_by_the_server_and_given() {
         other => panic!("without a client certificate: {other:?}"),
     }
     let client = p.ca.client_cert("readyprobe-it");
-    let text = with_mysql_keys(
-        &text,
-        &format!(
-            "ssl_cert = \"{}\"\nssl_key = \"{}\"",
-            client.cert_pem_path().display(),
-            client.key_pem_path().display()
-        ),
-    );
-    let a = attempt(&p, &text, "primary").await;
+    let text = text.client_cert(client.cert_pem_path(), client.key_pem_path());
+    let a = attempt(&p, &text.build(), "primary").await;
     assert_eq!(a.outcome, Outcome::Success, "{a:?}");
 }
 

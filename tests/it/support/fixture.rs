@@ -2,6 +2,7 @@
 //! in-process DNS server, plus config and evidence helpers for driving `readyprobe run`.
 
 use super::cloudwatch::cloudwatch_or_skip;
+use super::config::{ConfigBuilder, path, secret_file};
 use super::dns::DnsServer;
 use super::mariadb::MariaDb;
 use super::tls::TestCa;
@@ -113,79 +114,60 @@ impl Pipeline {
         self.dir.path().join("evidence.jsonl")
     }
 
+    /// The builder of the config for `opts`: both branches with TLS from the test CA, the
+    /// password from a file, names from the test DNS server.
+    pub fn builder(&self, o: &ConfigOpts<'_>) -> ConfigBuilder {
+        let dir = self.dir.path();
+        let mut b = ConfigBuilder::new(dir, "orders-db", "mysql.orders.internal.example")
+            .clear("readiness")
+            .merge(o.policy)
+            .set("publish", "interval", format!("{}ms", o.publish_ms))
+            .set("publish", "namespace", o.namespace)
+            .set(
+                "publish",
+                "sinks",
+                toml::Value::Array(o.sinks.iter().map(|s| (*s).into()).collect()),
+            )
+            .set("evidence", "path", path(&self.evidence()))
+            .merge(o.state)
+            .nameserver(self.dns.addr())
+            .set("dns", "timeout", "200ms")
+            .kind("mysql")
+            .set("probe", "interval", format!("{}ms", o.interval_ms))
+            .set("probe", "timeout", format!("{}ms", o.timeout_ms))
+            .set("probe", "jitter", "0s")
+            .tls("verify_identity", Some(self.ca.ca_pem_path()))
+            .set("probe.mysql", "user", "readyprobe")
+            .set(
+                "probe.mysql",
+                "password",
+                secret_file(&dir.join("password")),
+            )
+            .branch(
+                "primary",
+                "PRIMARY",
+                PRIMARY,
+                Some(o.primary_port.unwrap_or(self.primary.port())),
+            )
+            .branch(
+                "secondary",
+                "SECONDARY",
+                SECONDARY,
+                Some(self.secondary.port()),
+            );
+        if let Some(e) = &o.endpoint {
+            b = b.set("publish.cloudwatch", "endpoint_url", e.as_str()).set(
+                "publish.cloudwatch",
+                "region",
+                "us-east-1",
+            );
+        }
+        b
+    }
+
     /// Config text for `opts`.
     pub fn config_text(&self, o: &ConfigOpts<'_>) -> String {
-        let sinks: Vec<String> = o.sinks.iter().map(|s| format!("\"{s}\"")).collect();
-        let endpoint = o
-            .endpoint
-            .as_ref()
-            .map(|e| format!("endpoint_url = \"{e}\"\nregion = \"us-east-1\"\n"))
-            .unwrap_or_default();
-        format!(
-            r#"prober_id = "it"
-state_dir = "{dir}/state"
-
-[service]
-name = "orders-db"
-stable_name = "mysql.orders.internal.example"
-{policy}
-[publish]
-interval = "{publish}ms"
-namespace = "{ns}"
-sinks = [{sinks}]
-
-[publish.cloudwatch]
-{endpoint}
-[evidence]
-path = "{evidence}"
-
-{state}
-
-[dns]
-nameservers = ["{dns}"]
-timeout = "200ms"
-
-[probe]
-kind = "mysql"
-interval = "{interval}ms"
-timeout = "{timeout}ms"
-jitter = "0s"
-
-[probe.mysql]
-user = "readyprobe"
-password = {{ file = "{dir}/password" }}
-ssl_mode = "verify_identity"
-ssl_ca = "{ca}"
-
-[[branch]]
-name = "primary"
-role = "PRIMARY"
-endpoint = "{primary}"
-port = {pport}
-
-[[branch]]
-name = "secondary"
-role = "SECONDARY"
-endpoint = "{secondary}"
-port = {sport}
-"#,
-            dir = self.dir.path().display(),
-            policy = o.policy,
-            publish = o.publish_ms,
-            ns = o.namespace,
-            sinks = sinks.join(", "),
-            endpoint = endpoint,
-            evidence = self.evidence().display(),
-            state = o.state,
-            dns = self.dns.addr(),
-            interval = o.interval_ms,
-            timeout = o.timeout_ms,
-            ca = self.ca.ca_pem_path().display(),
-            primary = PRIMARY,
-            pport = o.primary_port.unwrap_or(self.primary.port()),
-            secondary = SECONDARY,
-            sport = self.secondary.port(),
-        )
+        self.builder(o).build()
     }
 
     /// Write a config file and return its path.

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cloudwatch;
+pub mod config;
 pub mod dns;
 pub mod fixture;
 pub mod mariadb;

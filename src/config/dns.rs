@@ -1,0 +1,91 @@
+//! `[dns]`: how the `resolve` step asks, and whom.
+
+use super::issues::Issues;
+use super::raw::RawDns;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Settings of the `resolve` step.
+#[derive(Debug, Clone)]
+pub struct Dns {
+    /// Explicit nameservers (`ip` or `ip:port`); `None` = read `resolv_conf`.
+    pub nameservers: Option<Vec<SocketAddr>>,
+    /// resolv.conf path used when `nameservers` is absent (read by the probe at start-up, not
+    /// by validation). Default `/etc/resolv.conf`.
+    pub resolv_conf: PathBuf,
+    /// Timeout of one query to one nameserver. Default 1 s.
+    pub timeout: Duration,
+    /// Address records asked for. Default `ipv4_then_ipv6`.
+    pub address_family: AddressFamily,
+}
+
+/// Which address records the `resolve` step asks for.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum AddressFamily {
+    /// A, then AAAA when the name has no A record (default).
+    #[default]
+    Ipv4ThenIpv6,
+    /// AAAA, then A when the name has no AAAA record.
+    Ipv6ThenIpv4,
+    /// A only.
+    Ipv4,
+    /// AAAA only.
+    Ipv6,
+}
+
+/// `ip` (port 53) or `ip:port`.
+fn parse_nameserver(s: &str) -> Option<SocketAddr> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Some(a);
+    }
+    s.parse::<std::net::IpAddr>()
+        .ok()
+        .map(|ip| SocketAddr::new(ip, 53))
+}
+
+/// Validate `[dns]`.
+pub(super) fn section(raw: RawDns, issues: &mut Issues<'_>) -> Option<Dns> {
+    let nameservers = raw.nameservers.map(|list| {
+        let mut out = Vec::new();
+        for (i, ns) in list.iter().enumerate() {
+            let key = format!("dns.nameservers[{i}]");
+            match parse_nameserver(ns) {
+                Some(a) if a.port() == 0 => {
+                    issues.error(key, format!("{ns:?}: port 0 is not a nameserver port"));
+                }
+                Some(a) => out.push(a),
+                None => issues.error(key, format!("{ns:?} is not an IP address or IP:port")),
+            }
+        }
+        if out.is_empty() {
+            issues.error(
+                "dns.nameservers",
+                "must list at least one nameserver (or remove the key to use resolv.conf)",
+            );
+        }
+        out
+    });
+    Some(Dns {
+        nameservers,
+        resolv_conf: raw
+            .resolv_conf
+            .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf")),
+        timeout: raw.timeout.unwrap_or(Duration::from_secs(1)),
+        address_family: raw.address_family.unwrap_or_default(),
+    })
+}

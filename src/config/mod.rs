@@ -1,0 +1,691 @@
+//! Configuration: strict TOML parsing (raw stage, [`raw`]) and validation into [`Config`]
+//! (checked stage), one module per section.
+//!
+//! Stage one deserialises into `Raw*` types that reject unknown keys and unknown enum values.
+//! Stage two resolves defaults and checks the cross-field rules of the readiness contract:
+//! threshold ordering, a window that can hold `min_attempts` at the probe interval, an attempt
+//! timeout shorter than the interval, and a branch endpoint that is not the stable name. Every
+//! error names the file, the line and the dotted key; validation reports all of its errors at
+//! once. Validation is pure: it reads no file (CA bundles, client certificates, secrets) and no
+//! environment variable; those are the probe's start-up business (`probe::prepare`).
+
+mod dns;
+mod http;
+mod issues;
+mod mysql;
+mod otlp;
+mod probe;
+mod publish;
+mod raw;
+mod readiness;
+mod secret;
+mod service;
+mod state;
+mod tcp;
+mod tls;
+
+pub use dns::{AddressFamily, Dns};
+pub use http::{HttpProbe, HttpRequestSpec};
+pub use mysql::MysqlProbe;
+pub use otlp::OtlpProbe;
+pub use probe::{KindName, ProbeConfig, ProbeKind, StepTimeouts};
+pub use publish::{CloudWatch, Publish, SinkKind};
+pub use readiness::{Approval, InitialState, attempts_in, one_failure_effect};
+pub use secret::{HeaderValueSource, SecretError, SecretRef};
+pub use service::{Branch, Role, Service, check_hostname};
+pub use state::{S3State, StateConfig, StoreKind, StoreName};
+pub use tcp::TcpProbe;
+pub use tls::{ClientIdentityFiles, MinVersion, SslMode, TlsSettings};
+
+/// The crate's duration formatter under the name other modules still call.
+pub use crate::clock::fmt_duration as fmt_dur;
+
+use crate::readiness::Policy;
+use issues::Issues;
+use raw::RawConfig;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// CloudWatch limit: a dimension value is 1–1024 characters.
+const MAX_DIMENSION_VALUE_LEN: usize = 1024;
+/// Width of the `prober_id` and `branch` columns of the canary table (probes/mysql-canary.sql).
+const MAX_CANARY_ID_LEN: usize = 64;
+/// A config larger than this is not a readyprobe config, bytes.
+const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// A validated configuration: defaults resolved, cross-field rules checked.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was read from.
+    pub source: PathBuf,
+    /// This prober instance's id: the canary row key and the `prober` field of evidence.
+    /// Default: the host name (an ECS task's host name is unique per task).
+    pub prober_id: String,
+    /// Directory of the readiness state file (`state-<service>-<prober_id>.json`). Default
+    /// `state` beside the config file (relative paths resolve against the config's directory).
+    pub state_dir: PathBuf,
+    /// Where the shared control document (readiness, approvals, overrides) lives.
+    pub state: StateConfig,
+    /// The failed-over service.
+    pub service: Service,
+    /// The readiness policy shared by all branches.
+    pub policy: Policy,
+    /// Publishing settings.
+    pub publish: Publish,
+    /// Evidence JSON-lines file. Default `<state_dir>/evidence.jsonl`.
+    pub evidence_path: PathBuf,
+    /// Size at which the evidence file is rotated to `<path>.1`, bytes. Default 100 MiB.
+    pub evidence_max_bytes: u64,
+    /// DNS settings of the `resolve` step.
+    pub dns: Dns,
+    /// The probe run against every branch.
+    pub probe: ProbeConfig,
+    /// The branches, in config order.
+    pub branches: Vec<Branch>,
+    /// Non-fatal findings (e.g. a policy where one failure crosses a threshold).
+    pub warnings: Vec<String>,
+}
+
+/// One problem found in a config file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Issue {
+    /// Dotted key path, e.g. `readiness.declare_ready.for` or `branch[1].endpoint`.
+    pub key: String,
+    /// 1-based line of the key in the file, when it appears there.
+    pub line: Option<usize>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+/// Every problem found in a config file.
+#[derive(Debug, Clone)]
+pub struct ConfigError {
+    /// The file.
+    pub path: PathBuf,
+    /// The problems, in file order where known.
+    pub issues: Vec<Issue>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.issues.len();
+        let file = self.path.display();
+        write!(f, "{file}: {n} error{}", if n == 1 { "" } else { "s" })?;
+        for i in &self.issues {
+            match i.line {
+                Some(l) => write!(f, "\n  {file}:{l}: {}: {}", i.key, i.message)?,
+                None => write!(f, "\n  {file}: {}: {}", i.key, i.message)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl ConfigError {
+    fn file(path: &Path, message: String) -> Self {
+        ConfigError {
+            path: path.to_owned(),
+            issues: vec![Issue {
+                key: "(file)".into(),
+                line: None,
+                message,
+            }],
+        }
+    }
+}
+
+/// Read and validate a config file.
+///
+/// # Errors
+/// [`ConfigError`] with every problem found: unreadable file, TOML syntax, unknown keys, wrong
+/// types, bad durations and violated cross-field rules, each with line and key.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return Err(ConfigError::file(path, "not a regular file".into()));
+        }
+        Ok(m) if m.len() > MAX_CONFIG_BYTES => {
+            return Err(ConfigError::file(
+                path,
+                "larger than 1 MiB; not a readyprobe config".into(),
+            ));
+        }
+        _ => {}
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::file(path, format!("cannot read the config file: {e}")))?;
+    parse(path, &text)
+}
+
+/// Validate config text; `path` is used in messages and to resolve relative paths. The only
+/// outside read is the host name, the default `prober_id`, when the file sets none.
+///
+/// # Errors
+/// As [`load`].
+pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    let fail = |issue: Issue| ConfigError {
+        path: path.to_owned(),
+        issues: vec![issue],
+    };
+    // One parse: the spanned tree feeds the deserialiser and locates validation errors.
+    let doc = match toml::de::DeTable::parse(text) {
+        Ok(doc) => doc,
+        Err(e) => return Err(fail(Issues::new(text, None).syntax_issue(&e))),
+    };
+    let mut issues = Issues::new(text, Some(doc.clone()));
+    let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::from(doc))
+        .map_err(|e| fail(issues.serde_issue(&e)))?;
+    let host = raw.prober_id.is_none().then(default_prober_id);
+    match validate(path, raw, host, &mut issues) {
+        Some(mut cfg) if issues.errors.is_empty() => {
+            cfg.warnings = issues.warnings;
+            Ok(cfg)
+        }
+        _ => {
+            let mut list = issues.errors;
+            list.sort_by_key(|i| i.line.unwrap_or(usize::MAX));
+            Err(ConfigError {
+                path: path.to_owned(),
+                issues: list,
+            })
+        }
+    }
+}
+
+/// The checked stage: every section in turn, all errors collected. Pure: `host` is the
+/// default prober id, read by the caller.
+fn validate(
+    path: &Path,
+    raw: RawConfig,
+    host: Option<String>,
+    issues: &mut Issues<'_>,
+) -> Option<Config> {
+    let base = path.parent().unwrap_or(Path::new("."));
+    let service = service::section(raw.service, issues)?;
+    let prober_id = raw
+        .prober_id
+        .or(host)
+        .unwrap_or_else(|| "readyprobe".into());
+    if let Err(msg) = check_prober_id(&prober_id) {
+        issues.error("prober_id", msg);
+    }
+    let state_dir = raw.state_dir.unwrap_or_else(|| PathBuf::from("state"));
+    let state_dir = if state_dir.is_relative() {
+        base.join(state_dir)
+    } else {
+        state_dir
+    };
+    let evidence_mb = raw.evidence.max_size_mb.unwrap_or(100);
+    if !(1..=1_048_576).contains(&evidence_mb) {
+        issues.error("evidence.max_size_mb", "must be 1–1048576 (MiB)");
+    }
+    let evidence_path = match raw.evidence.path {
+        Some(p) if p.is_relative() => base.join(p),
+        Some(p) => p,
+        None => state_dir.join("evidence.jsonl"),
+    };
+    let interval = probe::interval(&raw.probe);
+    let probe = probe::section(raw.probe, base, issues);
+    let default_port = probe.as_ref().and_then(|p| p.kind.default_port());
+    let branches = service::branches(raw.branch, &service, default_port, probe.is_some(), issues)?;
+    let policy = readiness::section(&raw.readiness, interval, issues);
+    let publish = publish::section(raw.publish, issues);
+    let publish_interval = publish.as_ref().map(|p| p.interval);
+    let state = publish_interval.and_then(|i| state::section(raw.state, i, issues));
+    let dns = dns::section(raw.dns, issues);
+    Some(Config {
+        source: path.to_owned(),
+        prober_id,
+        state_dir,
+        state: state?,
+        service,
+        policy: policy?,
+        publish: publish?,
+        evidence_path,
+        evidence_max_bytes: evidence_mb.clamp(1, 1_048_576) * 1024 * 1024,
+        dns: dns?,
+        probe: probe?,
+        branches,
+        warnings: Vec::new(),
+    })
+}
+
+/// Check a prober id: 1–64 characters of `[A-Za-z0-9._-]` (canary column width; safe in a file
+/// name).
+///
+/// # Errors
+/// A message saying what is allowed.
+pub fn check_prober_id(id: &str) -> Result<(), String> {
+    if id.is_empty()
+        || id.len() > MAX_CANARY_ID_LEN
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(format!(
+            "{id:?}: must be 1–{MAX_CANARY_ID_LEN} characters of [A-Za-z0-9._-] (it keys the canary row and the state file)"
+        ));
+    }
+    Ok(())
+}
+
+/// The host name (`HOSTNAME`, else `/etc/hostname`), cut to the canary column width.
+fn default_prober_id() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .filter(|h| !h.is_empty())
+        .map(|h| h.chars().take(MAX_CANARY_ID_LEN).collect())
+        .unwrap_or_else(|| "readyprobe".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::readiness::ReadinessState;
+    use std::time::Duration;
+
+    const BASE: &str = r#"
+[service]
+name = "orders-db"
+stable_name = "mysql.orders.internal.example"
+
+[probe]
+kind = "mysql"
+
+[probe.tls]
+ssl_mode = "required"
+
+[probe.mysql]
+user = "readyprobe"
+password = { env = "PW" }
+
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "mysql-primary.orders.internal.example"
+
+[[branch]]
+name = "secondary"
+role = "SECONDARY"
+endpoint = "mysql-secondary.orders.internal.example"
+"#;
+
+    fn issues(text: &str) -> Vec<Issue> {
+        match parse(Path::new("t.toml"), text) {
+            Ok(_) => vec![],
+            Err(e) => e.issues,
+        }
+    }
+
+    fn with(replace: &str, by: &str) -> String {
+        assert!(BASE.contains(replace), "{replace}");
+        BASE.replacen(replace, by, 1)
+    }
+
+    #[test]
+    fn defaults_resolve() {
+        let c = parse(Path::new("/etc/readyprobe/t.toml"), BASE).unwrap();
+        assert_eq!(c.probe.interval, Duration::from_secs(2));
+        assert_eq!(c.probe.timeout, Duration::from_millis(1600));
+        assert_eq!(c.policy.min_attempts, 10);
+        assert_eq!(c.policy.declare_unready.window, Duration::from_secs(60));
+        assert_eq!(c.policy.declare_ready.for_, Duration::from_secs(600));
+        assert_eq!(c.publish.sinks, [SinkKind::Emf]);
+        assert_eq!(c.publish.namespace, "Readyprobe");
+        assert_eq!(c.branches[0].port, 3306);
+        assert_eq!(c.state_dir, PathBuf::from("/etc/readyprobe/state"));
+        assert_eq!(c.policy.initial, ReadinessState::Unknown);
+    }
+
+    #[test]
+    fn each_rule_names_its_key_and_line() {
+        // (config text, key, text on the (last such) line the error must name; "" = not in the file)
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                with(
+                    "[probe]\nkind = \"mysql\"",
+                    "[probe]\nkind = \"mysql\"\ninterval = \"1s\"\ntimeout = \"1s\"",
+                ),
+                "probe.timeout",
+                "timeout = ",
+            ),
+            (
+                with("[probe]", "[readiness]\nmin_attempts = 40\n\n[probe]"),
+                "readiness.window",
+                "",
+            ),
+            (
+                with(
+                    "[probe]",
+                    "[readiness]\ndeclare_ready = { success_rate_at_or_above = 90.0 }\n\n[probe]",
+                ),
+                "readiness.declare_ready.success_rate_at_or_above",
+                "declare_ready",
+            ),
+            (
+                with(
+                    "mysql-secondary.orders.internal.example",
+                    "MYSQL.orders.internal.example.",
+                ),
+                "branch[1].endpoint",
+                "MYSQL.orders",
+            ),
+            (
+                with("role = \"SECONDARY\"", "role = \"PRIMARY\""),
+                "branch[1].role",
+                "role = ",
+            ),
+            (
+                with(
+                    "password = { env = \"PW\" }",
+                    "password = { env = \"PW\", file = \"/x\" }",
+                ),
+                "probe.mysql.password",
+                "password =",
+            ),
+            (
+                with("ssl_mode = \"required\"", "ssl_mode = \"verify_full\""),
+                "probe.tls.ssl_mode",
+                "ssl_mode =",
+            ),
+            (
+                with("ssl_mode = \"required\"", "ssl_mode = \"verify_identity\""),
+                "probe.tls.ssl_ca",
+                "",
+            ),
+            (
+                with("[probe]", "[dns]\nnameservers = [\"not-an-ip\"]\n\n[probe]"),
+                "dns.nameservers[0]",
+                "nameservers",
+            ),
+            (
+                with("[probe]", "[state]\nstore = \"s3\"\n\n[probe]"),
+                "state.store",
+                "store =",
+            ),
+            (
+                with(
+                    "[probe]",
+                    "[publish]\nsinks = [\"emf\", \"statsd\"]\n\n[probe]",
+                ),
+                "publish.sinks[1]",
+                "sinks",
+            ),
+            (
+                with("[service]", "prober_id = \"a b\"\n\n[service]"),
+                "prober_id",
+                "prober_id",
+            ),
+            (
+                with("[probe]", "[publish]\nnamespace = \"AWS/RDS\"\n\n[probe]"),
+                "publish.namespace",
+                "namespace",
+            ),
+        ];
+        for (text, key, needle) in cases {
+            let got = issues(&text);
+            let hit = got.iter().find(|i| i.key == key);
+            assert!(hit.is_some(), "{key}: {got:?}\n{text}");
+            if !needle.is_empty() {
+                let lines: Vec<&str> = text.lines().collect();
+                let line = lines.iter().rposition(|l| l.contains(needle)).unwrap() + 1;
+                assert_eq!(hit.unwrap().line, Some(line), "{key}: {got:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn endpoints_sinks_ports_and_inline_secrets() {
+        for (replace, by, key) in [
+            (
+                "mysql-primary.orders.internal.example",
+                "127.0.0.1",
+                "branch[0].endpoint",
+            ),
+            (
+                "mysql-primary.orders.internal.example",
+                "bad name!.example",
+                "branch[0].endpoint",
+            ),
+            (
+                "mysql-primary.orders.internal.example",
+                "a..b.example",
+                "branch[0].endpoint",
+            ),
+            (
+                "role = \"PRIMARY\"",
+                "role = \"PRIMARY\"\nport = 0",
+                "branch[0].port",
+            ),
+            (
+                "[probe]",
+                "[publish]\nsinks = []\n\n[probe]",
+                "publish.sinks",
+            ),
+            (
+                "[probe]",
+                "[dns]\nnameservers = [\"127.0.0.1:0\"]\n\n[probe]",
+                "dns.nameservers[0]",
+            ),
+        ] {
+            let got = issues(&with(replace, by));
+            assert!(got.iter().any(|i| i.key == key), "{key}: {got:?}");
+        }
+        // An inline secret is refused without being echoed.
+        let got = issues(&with(
+            "password = { env = \"PW\" }",
+            "password = \"hunter2\"",
+        ));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].key, "probe.mysql.password");
+        assert!(!got[0].message.contains("hunter2"), "{got:?}");
+        // Errors inside the second [[branch]] name its index.
+        let got = issues(&with(
+            "endpoint = \"mysql-secondary",
+            "weight = 3\nendpoint = \"mysql-secondary",
+        ));
+        assert_eq!(got[0].key, "branch[1].weight", "{got:?}");
+    }
+
+    #[test]
+    fn tcp_kind_needs_a_port_and_only_its_table() {
+        let tcp = with("kind = \"mysql\"", "kind = \"tcp\"");
+        let got = issues(&tcp);
+        assert!(got.iter().any(|i| i.key == "probe.mysql"), "{got:?}");
+        let tcp = tcp
+            .replace(
+                "[probe.mysql]\nuser = \"readyprobe\"\npassword = { env = \"PW\" }",
+                "[probe.tcp]",
+            )
+            .replace("ssl_mode = \"required\"", "ssl_mode = \"disabled\"");
+        let got = issues(&tcp);
+        assert!(got.iter().any(|i| i.key == "branch[0].port"), "{got:?}");
+        let ok = tcp.replace("[probe.tcp]", "[probe.tcp]\nport = 443");
+        let c = parse(Path::new("t.toml"), &ok).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.branches[1].port, 443);
+        assert!(c.warnings.iter().any(|w| w.contains("liveness-level")));
+    }
+
+    #[test]
+    fn credential_headers_only_by_reference() {
+        let http = with(
+            "[probe.mysql]\nuser = \"readyprobe\"\npassword = { env = \"PW\" }",
+            "[probe.http]\npath = \"/orders\"\nheaders = { Authorization = \"Bearer hunter2\" }",
+        )
+        .replace("kind = \"mysql\"", "kind = \"http\"")
+        .replace("ssl_mode = \"required\"", "ssl_mode = \"disabled\"");
+        let got = issues(&http);
+        assert!(
+            got.iter()
+                .any(|i| i.key == "probe.http.headers.Authorization"),
+            "{got:?}"
+        );
+        assert!(
+            got.iter().all(|i| !i.message.contains("hunter2")),
+            "{got:?}"
+        );
+        let ok = http.replace("\"Bearer hunter2\"", "{ env = \"TOKEN\" }");
+        assert!(issues(&ok).is_empty(), "{:?}", issues(&ok));
+        let bad_value = ok.replace(
+            "{ env = \"TOKEN\" }",
+            "{ env = \"TOKEN\" }, x-note = \"a\\r\\nX-Injected: 1\"",
+        );
+        let got = issues(&bad_value);
+        assert!(
+            got.iter().any(|i| i.key == "probe.http.headers.x-note"),
+            "{got:?}"
+        );
+        let bad_path = ok.replace("path = \"/orders\"", "path = \"/a b\"");
+        let got = issues(&bad_path);
+        assert!(got.iter().any(|i| i.key == "probe.http.path"), "{got:?}");
+    }
+
+    #[test]
+    fn serde_errors_name_line_and_key() {
+        let got = issues(&with(
+            "[probe]\nkind = \"mysql\"",
+            "[probe]\nkind = \"mysql\"\ninterval = \"2 parsecs\"",
+        ));
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].line, Some(8));
+        assert_eq!(got[0].key, "probe.interval");
+        assert!(got[0].message.contains("invalid duration"), "{got:?}");
+        let got = issues(&with("[probe.mysql]", "[probe.mysql]\npasword = \"x\""));
+        assert_eq!(got[0].key, "probe.mysql.pasword");
+        assert!(got[0].message.contains("unknown field"), "{got:?}");
+        let got = issues(&with("[probe]\nkind", "[probe]\nkind ="));
+        assert_eq!(
+            (got[0].key.as_str(), got[0].line),
+            ("(syntax)", Some(7)),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn warns_when_one_failure_crosses_a_threshold() {
+        let c = parse(Path::new("t.toml"), BASE).unwrap();
+        // 30 attempts per 60 s window: one failure = 96.7% (≥ 95, < 99).
+        assert!(
+            c.warnings
+                .iter()
+                .any(|w| w.contains("declare_ready") && w.contains("96.7%"))
+        );
+        assert!(!c.warnings.iter().any(|w| w.contains("declare_unready")));
+    }
+
+    #[test]
+    fn secrets_resolve_by_reference_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("pw");
+        std::fs::write(&f, "s3cret\n").unwrap();
+        assert_eq!(SecretRef::File(f.clone()).resolve().unwrap(), "s3cret");
+        std::fs::write(&f, "").unwrap();
+        let e = SecretRef::File(f).resolve().unwrap_err();
+        assert!(e.to_string().contains("empty"));
+        let e = SecretRef::Env("READYPROBE_UNIT_SURELY_UNSET".into())
+            .resolve()
+            .unwrap_err();
+        assert!(e.to_string().contains("READYPROBE_UNIT_SURELY_UNSET"));
+        assert!(!format!("{:?}", SecretRef::Env("X".into())).contains("s3cret"));
+    }
+
+    #[test]
+    fn old_per_kind_tls_keys_name_their_new_table() {
+        for key in [
+            "ssl_mode",
+            "ssl_ca",
+            "ssl_cert",
+            "ssl_key",
+            "tls_min_version",
+        ] {
+            let got = issues(&with(
+                "[probe.mysql]",
+                &format!("[probe.mysql]\n{key} = \"x\""),
+            ));
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(got[0].key, format!("probe.mysql.{key}"));
+            assert_eq!(got[0].line, Some(13), "{got:?}");
+            assert!(got[0].message.contains("[probe.tls]"), "{got:?}");
+        }
+    }
+
+    #[test]
+    fn validation_reads_no_file_and_no_environment() {
+        // Files that exist nowhere and a variable that is surely unset: still a valid config.
+        let text = with("ssl_mode = \"required\"", "ssl_mode = \"verify_ca\"\nssl_ca = \"/nonexistent/ca.pem\"\nssl_cert = \"client.pem\"\nssl_key = \"client.key\"")
+            .replace("{ env = \"PW\" }", "{ file = \"secrets/pw\" }");
+        let c = parse(Path::new("/etc/readyprobe/t.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+        let ProbeKind::Mysql(m) = &c.probe.kind else {
+            panic!("{:?}", c.probe.kind)
+        };
+        assert_eq!(m.ssl_ca.as_deref(), Some(Path::new("/nonexistent/ca.pem")));
+        let id = m.client_identity.as_ref().unwrap();
+        assert_eq!(id.cert, PathBuf::from("/etc/readyprobe/client.pem"));
+        assert_eq!(
+            m.password,
+            SecretRef::File(PathBuf::from("/etc/readyprobe/secrets/pw"))
+        );
+        let got = issues(&text.replace("ssl_ca = \"/nonexistent/ca.pem\"", "ssl_ca = \"\""));
+        assert!(got.iter().any(|i| i.key == "probe.tls.ssl_ca"), "{got:?}");
+    }
+
+    /// Every config enum prints exactly the name it is written with in a config file.
+    #[test]
+    fn config_enums_print_their_config_names() {
+        use serde::de::value::{Error, StrDeserializer};
+        use serde::de::{Deserialize, IntoDeserializer};
+        use strum::IntoEnumIterator;
+        fn check<T>()
+        where
+            T: IntoEnumIterator + std::fmt::Display + std::fmt::Debug + PartialEq,
+            T: for<'de> Deserialize<'de> + Into<&'static str>,
+        {
+            for v in T::iter() {
+                let name = v.to_string();
+                let de: StrDeserializer<'_, Error> = name.as_str().into_deserializer();
+                assert_eq!(T::deserialize(de).unwrap(), v, "{name}");
+                assert_eq!(Into::<&'static str>::into(v), name);
+            }
+        }
+        check::<SslMode>();
+        check::<MinVersion>();
+        check::<KindName>();
+        check::<Role>();
+        check::<SinkKind>();
+        check::<StoreName>();
+        check::<AddressFamily>();
+        check::<Approval>();
+        check::<InitialState>();
+        assert_eq!(AddressFamily::Ipv4ThenIpv6.to_string(), "ipv4_then_ipv6");
+        assert_eq!(SinkKind::CloudWatch.to_string(), "cloudwatch");
+        assert_eq!(MinVersion::Tls13.as_str(), "1.3");
+        assert_eq!(Role::try_from("Secondary".to_string()), Ok(Role::Secondary));
+        let got = issues(&with("role = \"SECONDARY\"", "role = \"standby\""));
+        assert_eq!(got[0].key, "branch[1].role", "{got:?}");
+        assert!(got[0].message.contains("PRIMARY and SECONDARY"), "{got:?}");
+    }
+
+    /// Every example in `probes/` is valid on any machine: validation reads none of the files
+    /// or variables an example names.
+    #[test]
+    fn examples_check() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                load(&p).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 5, "only {n} example configs in {}", dir.display());
+    }
+}

@@ -1,0 +1,73 @@
+//! `[probe.mysql]`: the MySQL/MariaDB writer probe's identity and canary table.
+
+use super::issues::Issues;
+use super::raw::RawMysql;
+use super::secret::SecretRef;
+use super::tls::{ClientIdentityFiles, MinVersion, SslMode, TlsSettings};
+use std::path::{Path, PathBuf};
+
+/// Settings of the `mysql` probe kind.
+#[derive(Debug, Clone)]
+pub struct MysqlProbe {
+    /// Default server port (3306); a branch may override it.
+    pub port: u16,
+    /// The probe identity.
+    pub user: String,
+    /// The probe identity's password, by reference.
+    pub password: SecretRef,
+    /// Database of the canary table. Default `readyprobe`.
+    pub database: String,
+    /// Canary table. Default `canary`.
+    pub table: String,
+    /// MySQL ssl-mode semantics, from `[probe.tls]`. Default `verify_identity`.
+    pub ssl_mode: SslMode,
+    /// PEM CA bundle that signs the server certificates (required for `verify_ca`/`verify_identity`).
+    pub ssl_ca: Option<PathBuf>,
+    /// Client certificate and key (MySQL `--ssl-cert` / `--ssl-key`) for a `REQUIRE X509` identity.
+    pub client_identity: Option<ClientIdentityFiles>,
+    /// Minimum TLS version (`"1.2"` default, or `"1.3"`).
+    pub tls_min_version: MinVersion,
+}
+
+/// A MySQL identifier readyprobe writes unquoted into its statements: 1–64 characters of
+/// `[A-Za-z0-9_]`.
+fn identifier_ok(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Validate `[probe.mysql]` with the shared TLS settings.
+pub(super) fn section(
+    m: RawMysql,
+    tls: TlsSettings,
+    base: &Path,
+    issues: &mut Issues<'_>,
+) -> Option<MysqlProbe> {
+    let database = m.database.unwrap_or_else(|| "readyprobe".into());
+    if !identifier_ok(&database) {
+        issues.error(
+            "probe.mysql.database",
+            "must be 1–64 characters of [A-Za-z0-9_]",
+        );
+    }
+    let table = m.table.unwrap_or_else(|| "canary".into());
+    if !identifier_ok(&table) {
+        issues.error(
+            "probe.mysql.table",
+            "must be 1–64 characters of [A-Za-z0-9_]",
+        );
+    }
+    if m.user.is_empty() {
+        issues.error("probe.mysql.user", "must not be empty");
+    }
+    Some(MysqlProbe {
+        port: m.port.map_or(3306, |p| p.get()),
+        user: m.user,
+        password: m.password.relative_to(base),
+        database,
+        table,
+        ssl_mode: tls.ssl_mode,
+        ssl_ca: tls.ssl_ca,
+        client_identity: tls.client_identity,
+        tls_min_version: tls.tls_min_version,
+    })
+}

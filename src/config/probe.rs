@@ -1,0 +1,228 @@
+//! `[probe]`: timing shared by every kind, per-step deadlines, and dispatch to the kind's table.
+
+use super::fmt_dur;
+use super::http::HttpProbe;
+use super::issues::Issues;
+use super::mysql::MysqlProbe;
+use super::otlp::OtlpProbe;
+use super::raw::{RawProbe, RawStepTimeouts};
+use super::tcp::TcpProbe;
+use super::{http, mysql, otlp, tcp, tls};
+use serde::Deserialize;
+use std::path::Path;
+use std::time::Duration;
+
+/// The probe run against each branch, as configured (the runtime one is
+/// `probe::BranchProbe`).
+#[derive(Debug, Clone)]
+pub struct ProbeConfig {
+    /// Time between attempt starts of one branch. Default 2 s.
+    pub interval: Duration,
+    /// Deadline of one whole attempt; must be shorter than `interval`. Default 80 % of the interval.
+    pub timeout: Duration,
+    /// Random delay added to each branch's first attempt, spreading branches apart. Default 10 %
+    /// of the interval, at most 1 s.
+    pub jitter: Duration,
+    /// Per-step deadlines; each is also capped by what is left of the attempt deadline.
+    pub step_timeouts: StepTimeouts,
+    /// The kind-specific settings.
+    pub kind: ProbeKind,
+}
+
+/// Per-step deadlines; each defaults to the attempt timeout.
+#[derive(Debug, Clone, Copy)]
+pub struct StepTimeouts {
+    /// `resolve` step deadline.
+    pub resolve: Duration,
+    /// `connect` step deadline.
+    pub connect: Duration,
+    /// `tls` step deadline.
+    pub tls: Duration,
+    /// `auth` step deadline.
+    pub auth: Duration,
+    /// `write` step deadline.
+    pub write: Duration,
+    /// `verify` step deadline.
+    pub verify: Duration,
+}
+
+/// A probe kind's config name (`probe.kind`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum KindName {
+    /// The MySQL/MariaDB writer probe.
+    Mysql,
+    /// A marked HTTP request.
+    Http,
+    /// An OTLP/HTTP export.
+    Otlp,
+    /// Resolve, connect and optionally TLS.
+    Tcp,
+}
+
+/// Kind-specific probe settings; one variant per probe kind.
+#[derive(Debug, Clone)]
+pub enum ProbeKind {
+    /// The MySQL/MariaDB writer probe.
+    Mysql(MysqlProbe),
+    /// Resolve, connect and optionally TLS: a liveness-level probe.
+    Tcp(TcpProbe),
+    /// A marked HTTP request on the branch's write path, with checks and an optional read-back.
+    Http(Box<HttpProbe>),
+    /// An OTLP/HTTP export of one marked data point to a telemetry gateway.
+    Otlp(OtlpProbe),
+}
+
+impl ProbeKind {
+    /// The kind's config name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ProbeKind::Mysql(_) => KindName::Mysql,
+            ProbeKind::Tcp(_) => KindName::Tcp,
+            ProbeKind::Http(_) => KindName::Http,
+            ProbeKind::Otlp(_) => KindName::Otlp,
+        }
+        .into()
+    }
+
+    /// The port a branch without its own is probed on (`None`: the `tcp` kind without a port).
+    pub(super) fn default_port(&self) -> Option<u16> {
+        match self {
+            ProbeKind::Mysql(m) => Some(m.port),
+            ProbeKind::Tcp(t) => t.port,
+            ProbeKind::Http(h) => Some(h.port),
+            ProbeKind::Otlp(o) => Some(o.port),
+        }
+    }
+}
+
+/// The attempt interval, default 2 s (the readiness rules need it even when the rest of
+/// `[probe]` is invalid).
+pub(super) fn interval(raw: &RawProbe) -> Duration {
+    raw.interval.unwrap_or(Duration::from_secs(2))
+}
+
+/// Attempt interval, timeout and jitter with their defaults and ordering rules.
+fn timing(raw: &RawProbe, issues: &mut Issues<'_>) -> (Duration, Duration, Duration) {
+    let interval = interval(raw);
+    if interval < Duration::from_millis(100) {
+        issues.error("probe.interval", "must be at least 100ms");
+    }
+    let timeout = raw.timeout.unwrap_or(interval * 4 / 5);
+    if timeout >= interval {
+        issues.error(
+            "probe.timeout",
+            format!(
+                "the attempt timeout ({}) must be shorter than probe.interval ({}) so that at most one attempt per branch is in flight",
+                fmt_dur(timeout),
+                fmt_dur(interval)
+            ),
+        );
+    }
+    if timeout.is_zero() {
+        issues.error("probe.timeout", "must be greater than 0");
+    }
+    let jitter = raw
+        .jitter
+        .unwrap_or_else(|| (interval / 10).min(Duration::from_secs(1)));
+    if jitter >= interval {
+        issues.error("probe.jitter", "must be shorter than probe.interval");
+    }
+    (interval, timeout, jitter)
+}
+
+fn step_timeouts(st: &RawStepTimeouts, timeout: Duration, issues: &mut Issues<'_>) -> StepTimeouts {
+    for (k, d) in [
+        ("resolve", st.resolve),
+        ("connect", st.connect),
+        ("tls", st.tls),
+        ("auth", st.auth),
+        ("write", st.write),
+        ("verify", st.verify),
+    ] {
+        match d {
+            Some(d) if d.is_zero() => {
+                issues.error(format!("probe.step_timeout.{k}"), "must be greater than 0");
+            }
+            Some(d) if d > timeout => issues.warn(format!(
+                "probe.step_timeout.{k} ({}) is longer than probe.timeout ({}); the attempt deadline applies first",
+                fmt_dur(d),
+                fmt_dur(timeout)
+            )),
+            _ => {}
+        }
+    }
+    let step = |d: Option<Duration>| d.unwrap_or(timeout);
+    StepTimeouts {
+        resolve: step(st.resolve),
+        connect: step(st.connect),
+        tls: step(st.tls),
+        auth: step(st.auth),
+        write: step(st.write),
+        verify: step(st.verify),
+    }
+}
+
+/// Validate `[probe]` and its kind's table; `base` resolves relative paths.
+pub(super) fn section(raw: RawProbe, base: &Path, issues: &mut Issues<'_>) -> Option<ProbeConfig> {
+    let (interval, timeout, jitter) = timing(&raw, issues);
+    let step_timeouts = step_timeouts(&raw.step_timeout, timeout, issues);
+    let kind = raw.kind;
+    for (name, present) in [
+        (KindName::Mysql, raw.mysql.is_some()),
+        (KindName::Otlp, raw.otlp.is_some()),
+        (KindName::Http, raw.http.is_some()),
+        (KindName::Tcp, raw.tcp.is_some()),
+    ] {
+        if present && name != kind {
+            issues.error(
+                format!("probe.{name}"),
+                format!("is set but probe.kind is \"{kind}\""),
+            );
+        }
+    }
+    let tls = tls::section(raw.tls.unwrap_or_default(), kind, base, issues)?;
+    let missing = |issues: &mut Issues<'_>, what: &str| {
+        issues.error(
+            "probe.kind",
+            format!("kind \"{kind}\" needs a [probe.{kind}] table{what}"),
+        );
+        None
+    };
+    let kind = match kind {
+        KindName::Mysql => match raw.mysql {
+            Some(m) => mysql::section(m, tls, base, issues).map(ProbeKind::Mysql),
+            None => missing(issues, " (user, password, ...)"),
+        },
+        KindName::Http => match raw.http {
+            Some(h) => http::section(h, tls, base, issues).map(|h| ProbeKind::Http(Box::new(h))),
+            None => missing(issues, " (at least `path`)"),
+        },
+        KindName::Otlp => match raw.otlp {
+            Some(o) => otlp::section(o, tls, base, issues).map(ProbeKind::Otlp),
+            None => missing(issues, ""),
+        },
+        KindName::Tcp => match raw.tcp {
+            Some(t) => tcp::section(t, tls, issues).map(ProbeKind::Tcp),
+            None => missing(issues, " (at least `port` or a port per branch)"),
+        },
+    };
+    Some(ProbeConfig {
+        interval,
+        timeout,
+        jitter,
+        step_timeouts,
+        kind: kind?,
+    })
+}

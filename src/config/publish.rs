@@ -1,0 +1,119 @@
+//! `[publish]`: the publish tick, the CloudWatch namespace and the metric sinks.
+
+use super::fmt_dur;
+use super::issues::Issues;
+use super::raw::RawPublish;
+use serde::Deserialize;
+use std::time::Duration;
+
+/// CloudWatch limit: a namespace is 1–255 characters.
+const MAX_NAMESPACE_LEN: usize = 255;
+
+/// Where and how readiness is published.
+#[derive(Debug, Clone)]
+pub struct Publish {
+    /// Publish tick. Default 60 s (CloudWatch standard resolution).
+    pub interval: Duration,
+    /// CloudWatch namespace. Default `Readyprobe`.
+    pub namespace: String,
+    /// Metric sinks, without duplicates. Default `[emf]` (EMF JSON on stdout).
+    pub sinks: Vec<SinkKind>,
+    /// CloudWatch sink settings.
+    pub cloudwatch: CloudWatch,
+}
+
+/// A metric sink (config names `cloudwatch`, `emf`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum SinkKind {
+    /// `PutMetricData` through the AWS SDK.
+    CloudWatch,
+    /// CloudWatch Embedded Metric Format JSON lines on stdout.
+    Emf,
+}
+
+/// Settings of the CloudWatch sink.
+#[derive(Debug, Clone)]
+pub struct CloudWatch {
+    /// Region; default from the AWS chain (`AWS_REGION`, profile, ECS metadata).
+    pub region: Option<String>,
+    /// Endpoint override (e.g. an emulator or a VPC interface endpoint).
+    pub endpoint_url: Option<String>,
+    /// Timeout of one `PutMetricData` try. Default 10 s, capped at the publish interval so one
+    /// tick's publish never overlaps the next.
+    pub operation_timeout: Duration,
+    /// Tries per batch (first try included) for retryable failures (throttling, 5xx, timeouts,
+    /// connection errors), all within the batch's publish window. Default 3.
+    pub max_attempts: u32,
+}
+
+fn namespace_ok(ns: &str) -> bool {
+    !ns.is_empty()
+        && ns.len() <= MAX_NAMESPACE_LEN
+        && !ns.starts_with("AWS/")
+        && !ns.starts_with(':')
+        && ns.is_ascii()
+}
+
+/// Validate `[publish]`.
+pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publish> {
+    let interval = raw.interval.unwrap_or(Duration::from_secs(60));
+    if interval < Duration::from_secs(1) {
+        issues.error("publish.interval", "must be at least 1s");
+    }
+    let namespace = raw.namespace.unwrap_or_else(|| "Readyprobe".into());
+    if !namespace_ok(&namespace) {
+        issues.error(
+            "publish.namespace",
+            "CloudWatch namespaces are 1–255 ASCII characters, must not start with \"AWS/\" or ':'",
+        );
+    }
+    let mut sinks: Vec<SinkKind> = Vec::new();
+    for s in raw.sinks.unwrap_or_else(|| vec![SinkKind::Emf]) {
+        if !sinks.contains(&s) {
+            sinks.push(s);
+        }
+    }
+    if sinks.is_empty() {
+        issues.error(
+            "publish.sinks",
+            "lists no sink; readiness would be published nowhere (use \"emf\" and/or \"cloudwatch\")",
+        );
+    }
+    let cw = raw.cloudwatch;
+    let max_attempts = cw.max_attempts.unwrap_or(3);
+    if !(1..=10).contains(&max_attempts) {
+        issues.error("publish.cloudwatch.max_attempts", "must be 1–10");
+    }
+    if sinks.contains(&SinkKind::CloudWatch) && interval < Duration::from_secs(60) {
+        issues.warn(format!(
+            "publish.interval is {}; CloudWatch standard resolution stores one value per 60 s, so a shorter tick only adds samples to the same minute",
+            fmt_dur(interval)
+        ));
+    }
+    Some(Publish {
+        interval,
+        namespace,
+        sinks,
+        cloudwatch: CloudWatch {
+            region: cw.region,
+            endpoint_url: cw.endpoint_url,
+            operation_timeout: cw
+                .operation_timeout
+                .unwrap_or(Duration::from_secs(10))
+                .min(interval),
+            max_attempts,
+        },
+    })
+}

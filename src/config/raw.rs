@@ -1,0 +1,287 @@
+//! The raw stage: what a config file may contain, as serde types that reject unknown keys.
+//!
+//! Closed vocabularies (probe kind, role, ssl-mode, sinks, store, address family, TLS version,
+//! approval, initial state) are enums here, so an unknown value is a parse error that names the
+//! accepted ones; durations are humantime strings (`"500ms"`, `"5s"`, `"3m"`). Defaults and
+//! cross-field rules are the validated stage's business.
+
+use super::dns::AddressFamily;
+use super::probe::KindName;
+use super::publish::SinkKind;
+use super::readiness::{Approval, InitialState};
+use super::secret::{HeaderValueSource, SecretRef};
+use super::service::Role;
+use super::state::StoreName;
+use super::tls::{MinVersion, SslMode};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::num::NonZeroU16;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A whole config file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub prober_id: Option<String>,
+    pub state_dir: Option<PathBuf>,
+    pub service: RawService,
+    #[serde(default)]
+    pub readiness: RawReadiness,
+    #[serde(default)]
+    pub publish: RawPublish,
+    #[serde(default)]
+    pub evidence: RawEvidence,
+    #[serde(default)]
+    pub state: RawState,
+    #[serde(default)]
+    pub dns: RawDns,
+    pub probe: RawProbe,
+    #[serde(default)]
+    pub branch: Vec<RawBranch>,
+}
+
+/// `[service]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawService {
+    pub name: String,
+    pub stable_name: String,
+}
+
+/// `[readiness]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReadiness {
+    #[serde(default, with = "humantime_serde")]
+    pub window: Option<Duration>,
+    pub min_attempts: Option<u32>,
+    pub declare_unready: Option<RawUnready>,
+    pub declare_ready: Option<RawReady>,
+    pub initial: Option<InitialState>,
+}
+
+/// `readiness.declare_unready`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUnready {
+    pub success_rate_below: Option<f64>,
+    #[serde(default, rename = "for", with = "humantime_serde")]
+    pub for_: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub window: Option<Duration>,
+}
+
+/// `readiness.declare_ready`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReady {
+    pub success_rate_at_or_above: Option<f64>,
+    #[serde(default, rename = "for", with = "humantime_serde")]
+    pub for_: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub window: Option<Duration>,
+    pub approval: Option<Approval>,
+}
+
+/// `[publish]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPublish {
+    #[serde(default, with = "humantime_serde")]
+    pub interval: Option<Duration>,
+    pub namespace: Option<String>,
+    pub sinks: Option<Vec<SinkKind>>,
+    #[serde(default)]
+    pub cloudwatch: RawCloudWatch,
+}
+
+/// `[publish.cloudwatch]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCloudWatch {
+    pub region: Option<String>,
+    pub endpoint_url: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub operation_timeout: Option<Duration>,
+    pub max_attempts: Option<u32>,
+}
+
+/// `[state]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawState {
+    pub store: Option<StoreName>,
+    #[serde(default, with = "humantime_serde")]
+    pub poll_interval: Option<Duration>,
+    pub s3: Option<RawS3State>,
+}
+
+/// `[state.s3]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawS3State {
+    pub bucket: String,
+    pub key_prefix: Option<String>,
+    pub region: Option<String>,
+    pub endpoint_url: Option<String>,
+}
+
+/// `[evidence]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEvidence {
+    pub path: Option<PathBuf>,
+    pub max_size_mb: Option<u64>,
+}
+
+/// `[dns]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDns {
+    pub nameservers: Option<Vec<String>>,
+    pub address_family: Option<AddressFamily>,
+    pub resolv_conf: Option<PathBuf>,
+    #[serde(default, with = "humantime_serde")]
+    pub timeout: Option<Duration>,
+}
+
+/// `[probe]` with one sub-table per kind and the shared `[probe.tls]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProbe {
+    pub kind: KindName,
+    #[serde(default, with = "humantime_serde")]
+    pub interval: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub jitter: Option<Duration>,
+    #[serde(default)]
+    pub step_timeout: RawStepTimeouts,
+    pub tls: Option<RawTls>,
+    pub mysql: Option<RawMysql>,
+    pub tcp: Option<RawTcp>,
+    pub http: Option<RawHttp>,
+    pub otlp: Option<RawOtlp>,
+}
+
+/// `[probe.step_timeout]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStepTimeouts {
+    #[serde(default, with = "humantime_serde")]
+    pub resolve: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub connect: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub tls: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub auth: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub write: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub verify: Option<Duration>,
+}
+
+/// `[probe.tls]`: the TLS keys every kind shares.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub ssl_mode: Option<SslMode>,
+    pub ssl_ca: Option<PathBuf>,
+    pub ssl_cert: Option<PathBuf>,
+    pub ssl_key: Option<PathBuf>,
+    pub tls_min_version: Option<MinVersion>,
+}
+
+/// The keys that lived in each kind's table before `[probe.tls]`; named in the error that says
+/// where they went.
+pub(super) const MOVED_TLS_KEYS: [&str; 5] = [
+    "ssl_mode",
+    "ssl_ca",
+    "ssl_cert",
+    "ssl_key",
+    "tls_min_version",
+];
+
+/// `[probe.mysql]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMysql {
+    pub port: Option<NonZeroU16>,
+    pub user: String,
+    pub password: SecretRef,
+    pub database: Option<String>,
+    pub table: Option<String>,
+}
+
+/// `[probe.tcp]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTcp {
+    pub port: Option<NonZeroU16>,
+}
+
+/// `[probe.http]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp {
+    pub port: Option<NonZeroU16>,
+    pub method: Option<String>,
+    pub path: String,
+    #[serde(default)]
+    pub headers: BTreeMap<String, HeaderValueSource>,
+    pub body: Option<String>,
+    pub expect_status: Option<Vec<u16>>,
+    pub expect_body_contains: Option<String>,
+    pub expect_json: Option<RawJsonExpect>,
+    pub expect_header: Option<RawHeaderExpect>,
+    pub verify: Option<RawHttpVerify>,
+}
+
+/// `probe.http.expect_json`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJsonExpect {
+    pub pointer: String,
+    pub equals: String,
+}
+
+/// `probe.http.expect_header`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHeaderExpect {
+    pub name: String,
+    pub equals: String,
+}
+
+/// `[probe.http.verify]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttpVerify {
+    pub method: Option<String>,
+    pub path: String,
+    pub expect_status: Option<Vec<u16>>,
+    pub expect_body_contains: Option<String>,
+}
+
+/// `[probe.otlp]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOtlp {
+    pub port: Option<NonZeroU16>,
+    pub path: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, HeaderValueSource>,
+}
+
+/// `[[branch]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBranch {
+    pub name: String,
+    pub role: Role,
+    pub endpoint: String,
+    pub port: Option<NonZeroU16>,
+}

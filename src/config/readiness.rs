@@ -1,0 +1,209 @@
+//! `[readiness]`: the policy every branch is judged by, and the arithmetic `check` explains.
+
+use super::fmt_dur;
+use super::issues::Issues;
+use super::raw::RawReadiness;
+use crate::readiness::{Condition, Policy, ReadinessState};
+use serde::Deserialize;
+use std::time::Duration;
+
+/// Whether a fired ready condition waits for an operator (`readiness.declare_ready.approval`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Approval {
+    /// Ready when the condition holds.
+    #[default]
+    None,
+    /// `pending_approval` until an operator approves.
+    Required,
+}
+
+/// The state before any evidence (`readiness.initial`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum InitialState {
+    /// Nothing is published until the evidence decides.
+    #[default]
+    Unknown,
+    /// Publishes 1 from the start.
+    Ready,
+    /// Publishes 0 from the start.
+    Unready,
+}
+
+impl From<InitialState> for ReadinessState {
+    fn from(s: InitialState) -> Self {
+        match s {
+            InitialState::Unknown => ReadinessState::Unknown,
+            InitialState::Ready => ReadinessState::Ready,
+            InitialState::Unready => ReadinessState::Unready,
+        }
+    }
+}
+
+const UNREADY_RATE: &str = "readiness.declare_unready.success_rate_below";
+const READY_RATE: &str = "readiness.declare_ready.success_rate_at_or_above";
+
+/// Validate `[readiness]`; `interval` is the probe interval the windows must hold attempts at.
+pub(super) fn section(
+    r: &RawReadiness,
+    interval: Duration,
+    issues: &mut Issues<'_>,
+) -> Option<Policy> {
+    let window = r.window.unwrap_or(Duration::from_secs(60));
+    let min_attempts = r.min_attempts.unwrap_or(10);
+    if min_attempts == 0 {
+        issues.error("readiness.min_attempts", "must be at least 1");
+    }
+    let u = r.declare_unready.as_ref();
+    let unready = Condition {
+        threshold_percent: u.and_then(|u| u.success_rate_below).unwrap_or(95.0),
+        for_: u.and_then(|u| u.for_).unwrap_or(Duration::from_secs(180)),
+        window: u.and_then(|u| u.window).unwrap_or(window),
+    };
+    let x = r.declare_ready.as_ref();
+    let ready = Condition {
+        threshold_percent: x.and_then(|x| x.success_rate_at_or_above).unwrap_or(99.0),
+        for_: x.and_then(|x| x.for_).unwrap_or(Duration::from_secs(600)),
+        window: x.and_then(|x| x.window).unwrap_or(window),
+    };
+    let approval = x.and_then(|x| x.approval).unwrap_or_default();
+    let initial = r.initial.unwrap_or_default();
+    if approval == Approval::Required && initial == InitialState::Ready {
+        issues.warn(
+            "readiness.initial is \"ready\" while declare_ready.approval is \"required\": a fresh start publishes 1 without any approval",
+        );
+    }
+    thresholds(&unready, &ready, issues);
+    let windows = [
+        ("unready", &unready, u.is_some_and(|u| u.window.is_some())),
+        ("ready", &ready, x.is_some_and(|x| x.window.is_some())),
+    ];
+    for (name, c, own_window) in windows {
+        window_fits(name, c, own_window, interval, min_attempts, issues);
+    }
+    Some(Policy {
+        min_attempts,
+        declare_unready: unready,
+        declare_ready: ready,
+        approval_required: approval == Approval::Required,
+        initial: initial.into(),
+    })
+}
+
+/// Both thresholds are percentages, and the ready one is not below the unready one.
+fn thresholds(unready: &Condition, ready: &Condition, issues: &mut Issues<'_>) {
+    for (key, thr) in [
+        (UNREADY_RATE, unready.threshold_percent),
+        (READY_RATE, ready.threshold_percent),
+    ] {
+        if !(0.0..=100.0).contains(&thr) || !thr.is_finite() {
+            issues.error(key, "is a percentage: 0–100");
+        }
+    }
+    if unready.threshold_percent <= 0.0 {
+        issues.warn(
+            "readiness.declare_unready.success_rate_below is 0: no success rate is below it, so a branch is never declared unready",
+        );
+    }
+    if ready.threshold_percent < unready.threshold_percent {
+        issues.error(
+            READY_RATE,
+            format!(
+                "the ready threshold ({}%) is below the unready threshold ({}%): a branch could be declared ready at a rate that declares it unready",
+                ready.threshold_percent, unready.threshold_percent
+            ),
+        );
+    }
+}
+
+/// The condition's window holds `min_attempts` at `interval`; warn when one failure crosses
+/// the threshold.
+fn window_fits(
+    name: &str,
+    c: &Condition,
+    own_window: bool,
+    interval: Duration,
+    min_attempts: u32,
+    issues: &mut Issues<'_>,
+) {
+    let key = format!("readiness.declare_{name}");
+    let wkey = if own_window {
+        format!("{key}.window")
+    } else {
+        "readiness.window".to_string()
+    };
+    let fits = attempts_in(c.window, interval);
+    if fits < u64::from(min_attempts) {
+        issues.error(
+            wkey,
+            format!(
+                "a {} window holds at most {fits} attempts at probe.interval {}, fewer than readiness.min_attempts ({min_attempts}): the {name} condition could never hold",
+                fmt_dur(c.window),
+                fmt_dur(interval)
+            ),
+        );
+    } else if fits > 0 {
+        let one_fail = (fits - 1) as f64 / fits as f64 * 100.0;
+        if one_fail < c.threshold_percent {
+            issues.warn(format!(
+                "{key}: one failure among {fits} attempts in the {} window gives {one_fail:.1}%, which {} the {}% threshold",
+                fmt_dur(c.window),
+                if name == "unready" { "already falls below" } else { "already misses" },
+                c.threshold_percent
+            ));
+        }
+    }
+}
+
+/// How many attempts finish in `window` at one attempt per `interval` (at least).
+pub fn attempts_in(window: Duration, interval: Duration) -> u64 {
+    if interval.is_zero() {
+        return 0;
+    }
+    (window.as_millis() / interval.as_millis().max(1)) as u64
+}
+
+/// What one failed attempt does to a condition's success rate, as a sentence for `check`.
+pub fn one_failure_effect(c: &Condition, interval: Duration, unready: bool) -> String {
+    let n = attempts_in(c.window, interval);
+    if n == 0 {
+        return "window holds no attempt".into();
+    }
+    let rate = (n - 1) as f64 / n as f64 * 100.0;
+    let crosses = rate < c.threshold_percent;
+    let verdict = match (unready, crosses) {
+        (true, true) => "below the threshold: a single failure starts the unready `for` clock",
+        (true, false) => "still above the threshold",
+        (false, true) => "misses the threshold: the ready condition demands zero failures",
+        (false, false) => "still meets the threshold",
+    };
+    format!(
+        "{n} attempts per {} window; one failure → {rate:.1}% ({verdict})",
+        fmt_dur(c.window)
+    )
+}

@@ -1,0 +1,208 @@
+//! `[service]` and `[[branch]]`: what is failed over, and the branches probed by their own names.
+
+use super::issues::Issues;
+use super::raw::{RawBranch, RawService};
+use super::{MAX_CANARY_ID_LEN, MAX_DIMENSION_VALUE_LEN};
+use serde::Deserialize;
+use std::collections::BTreeSet;
+
+/// The service being failed over.
+#[derive(Debug, Clone)]
+pub struct Service {
+    /// Service name, the `Service` metric dimension (e.g. `orders-db`).
+    pub name: String,
+    /// The failover record name; branch probes never resolve it.
+    pub stable_name: String,
+}
+
+/// Route 53 failover role of a branch (config names `PRIMARY`, `SECONDARY`, read
+/// case-insensitively).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+    strum::EnumString,
+)]
+#[serde(try_from = "String")]
+#[strum(serialize_all = "UPPERCASE", ascii_case_insensitive)]
+pub enum Role {
+    /// `PRIMARY` failover record.
+    Primary,
+    /// `SECONDARY` failover record.
+    Secondary,
+}
+
+impl TryFrom<String> for Role {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse().map_err(|_| {
+            format!("unknown role {s:?}; Route 53 failover roles are PRIMARY and SECONDARY")
+        })
+    }
+}
+
+impl Role {
+    /// Route 53 spelling.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// One failover branch.
+#[derive(Debug, Clone)]
+pub struct Branch {
+    /// Branch name, the `Branch` metric dimension (e.g. `primary`).
+    pub name: String,
+    /// Route 53 failover role.
+    pub role: Role,
+    /// The branch-specific endpoint name, resolved on every attempt.
+    pub endpoint: String,
+    /// Server port.
+    pub port: u16,
+}
+
+/// A DNS name as compared and resolved: trimmed, without the root dot, lower case.
+pub(super) fn normalise_name(s: &str) -> String {
+    s.trim().trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// Check a CloudWatch dimension value.
+pub(super) fn check_dimension(key: &str, value: &str, issues: &mut Issues<'_>) {
+    if value.is_empty() || value.len() > MAX_DIMENSION_VALUE_LEN {
+        issues.error(
+            key,
+            "must be 1–1024 characters (it is a CloudWatch dimension value)",
+        );
+    }
+}
+
+/// Validate `[service]`.
+pub(super) fn section(raw: RawService, issues: &mut Issues<'_>) -> Option<Service> {
+    let service = Service {
+        name: raw.name.trim().to_string(),
+        stable_name: normalise_name(&raw.stable_name),
+    };
+    check_dimension("service.name", &service.name, issues);
+    if service.stable_name.is_empty() {
+        issues.error("service.stable_name", "must be the failover record name");
+    }
+    Some(service)
+}
+
+/// Validate the `[[branch]]` list. `default_port` is the probe kind's (`None` when it has none
+/// or the probe table is invalid: then a missing port is not reported again).
+pub(super) fn branches(
+    raw: Vec<RawBranch>,
+    service: &Service,
+    default_port: Option<u16>,
+    probe_ok: bool,
+    issues: &mut Issues<'_>,
+) -> Option<Vec<Branch>> {
+    if raw.is_empty() {
+        issues.error(
+            "branch",
+            "at least one [[branch]] is required (usually a PRIMARY and a SECONDARY)",
+        );
+    }
+    let mut out = Vec::new();
+    let mut names = BTreeSet::new();
+    let mut roles = BTreeSet::new();
+    for (i, b) in raw.into_iter().enumerate() {
+        let name = b.name.trim().to_string();
+        let key = |k: &str| format!("branch[{i}].{k}");
+        check_dimension(&key("name"), &name, issues);
+        if name.len() > MAX_CANARY_ID_LEN {
+            issues.error(
+                key("name"),
+                format!(
+                    "must be at most {MAX_CANARY_ID_LEN} characters (canary table column width)"
+                ),
+            );
+        }
+        if !names.insert(name.clone()) {
+            issues.error(key("name"), format!("duplicate branch name {name:?}"));
+        }
+        if !roles.insert(b.role) {
+            issues.error(
+                key("role"),
+                format!(
+                    "a second {} branch; a failover record set has one of each",
+                    b.role
+                ),
+            );
+        }
+        let endpoint = normalise_name(&b.endpoint);
+        if let Err(why) = check_endpoint(&endpoint, service) {
+            issues.error(key("endpoint"), why);
+        }
+        let port = b.port.map(|p| p.get()).or(default_port);
+        match port {
+            Some(port) => out.push(Branch {
+                name,
+                role: b.role,
+                endpoint,
+                port,
+            }),
+            None if probe_ok => {
+                issues.error(key("port"), "no port: set it here or in [probe.tcp]");
+            }
+            None => {}
+        }
+    }
+    Some(out)
+}
+
+fn check_endpoint(endpoint: &str, service: &Service) -> Result<(), String> {
+    if endpoint.is_empty() {
+        return Err("must not be empty".into());
+    }
+    check_hostname(endpoint)?;
+    if endpoint.eq_ignore_ascii_case(&service.stable_name) {
+        return Err(format!(
+            "{endpoint:?} is the service's stable name; a branch probe must use its branch-specific name, or it would measure whatever Route 53 answers (a circular control loop)"
+        ));
+    }
+    Ok(())
+}
+
+/// Check that `name` is a DNS host name readyprobe can resolve: not an IP address (a branch is
+/// probed by its name), at most 253 characters, labels of 1–63 characters of letters, digits,
+/// `-` and `_`.
+///
+/// # Errors
+/// A message saying what is wrong.
+pub fn check_hostname(name: &str) -> Result<(), String> {
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return Err(format!(
+            "{name:?} is an IP address; a branch is probed by its branch-specific DNS name, so the resolve step sees what the records say"
+        ));
+    }
+    if name.len() > 253 {
+        return Err(format!("{name:?} is longer than 253 characters"));
+    }
+    for label in name.split('.') {
+        if label.is_empty() || label.len() > 63 {
+            return Err(format!(
+                "{name:?} is not a valid host name (each dot-separated label is 1–63 characters)"
+            ));
+        }
+        if !label
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!(
+                "{name:?} is not a valid host name (letters, digits, '-' and '_' only; no scheme, port or path)"
+            ));
+        }
+    }
+    Ok(())
+}
