@@ -215,8 +215,10 @@ fn init_logging(cli: &Cli) -> Result<(), String> {
     }
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .map_err(|e| format!("--log-level {:?}: {e}", cli.log_level))?;
+    // Colour codes only where a person reads them: in a file or CloudWatch Logs they are noise.
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => b.init(),
@@ -268,8 +270,21 @@ pub fn main() -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    rt.block_on(async_main(cli))
+    let code = rt.block_on(async_main(cli));
+    // Dropping the runtime would wait for every blocking thread, including one stuck on a hung
+    // file system; past this bound they are left behind and the process exits.
+    rt.shutdown_timeout(RUNTIME_SHUTDOWN);
+    code
 }
+
+/// How long the runtime may take, once the command is done, to end its tasks and blocking
+/// threads before the process exits without them. Anything still running then is stuck (every
+/// store operation the command waited for has already answered or timed out).
+const RUNTIME_SHUTDOWN: Duration = Duration::from_millis(250);
+
+/// After a stop signal the process ends within `--grace` plus this. Whatever it still waits for
+/// then (a hung state, evidence or sink write) is given up and the process exits [`EXIT_IO`].
+pub const STOP_SLACK: Duration = Duration::from_secs(2);
 
 impl Command {
     /// The config file every subcommand reads.
@@ -294,7 +309,14 @@ async fn async_main(cli: Cli) -> ExitCode {
         Command::Check { strict, .. } => check(&cfg, strict),
         Command::Run {
             duration, grace, ..
-        } => run(cfg, RunOptions { duration, grace }).await,
+        } => {
+            let opts = RunOptions {
+                duration,
+                grace,
+                emf_out: None,
+            };
+            run(cfg, opts).await
+        }
         Command::Probe { branch, .. } => probe_once(&cfg, &branch).await,
         Command::Approve {
             branch,
@@ -347,7 +369,8 @@ async fn run(cfg: Config, opts: RunOptions) -> ExitCode {
     for w in &cfg.warnings {
         tracing::warn!("config: {w}");
     }
-    let e = match runner::run(cfg, opts, shutdown_signal()).await {
+    let stop = shutdown_signal(opts.grace);
+    let e = match runner::run(cfg, opts, stop).await {
         Ok(_) => return ExitCode::from(EXIT_OK),
         Err(e) => e,
     };
@@ -382,15 +405,15 @@ fn check_expiry(cfg: &Config, d: Duration, max: Duration) -> Result<(), String> 
     if d < min {
         return Err(format!(
             "{} is shorter than two state syncs ({}): probers might never read it",
-            config::fmt_dur(d),
-            config::fmt_dur(min)
+            crate::clock::fmt_duration(d),
+            crate::clock::fmt_duration(min)
         ));
     }
     if d > max {
         return Err(format!(
             "{} is longer than the maximum {}",
-            config::fmt_dur(d),
-            config::fmt_dur(max)
+            crate::clock::fmt_duration(d),
+            crate::clock::fmt_duration(max)
         ));
     }
     Ok(())
@@ -458,9 +481,9 @@ async fn approve(
         Ok(d) => d,
         Err(e) => return store_error(e),
     };
-    // Probers that saved within the last 15 minutes will read the approval soon; older entries
-    // (a stopped prober, a scheduled task between runs) read it if they come back in time.
-    let fresh = |p: &crate::control::ProberState| p.saved_at + 15 * 60_000 > now;
+    // Probers that saved recently (control::PROBER_FRESH_MS) will read the approval soon; older
+    // entries (a stopped prober, a scheduled task between runs) read it if they come back in time.
+    let fresh = |p: &crate::control::ProberState| p.is_fresh(now);
     let mut states = Vec::new();
     let (mut pending_fresh, mut pending_stale) = (false, false);
     for (id, ps) in &doc.probers {
@@ -474,7 +497,7 @@ async fn approve(
                 states.push(format!(
                     "{id}: {} (last saved {} ago)",
                     b.state.as_str(),
-                    config::fmt_dur(Duration::from_secs(
+                    crate::clock::fmt_duration(Duration::from_secs(
                         ((now - ps.saved_at).max(0) / 1000) as u64
                     ))
                 ));
@@ -495,7 +518,7 @@ async fn approve(
     if pending_fresh {
         println!(
             "probers apply it at their next sync (within {}) if the ready condition still holds; branch states: {states}",
-            config::fmt_dur(cfg.state.poll_interval)
+            crate::clock::fmt_duration(cfg.state.poll_interval)
         );
         ExitCode::from(EXIT_OK)
     } else if pending_stale {
@@ -575,11 +598,11 @@ async fn override_cmd(
             o.force.as_str(),
             crate::clock::rfc3339(o.expires_at),
             o.reason,
-            config::fmt_dur(cfg.state.poll_interval)
+            crate::clock::fmt_duration(cfg.state.poll_interval)
         ),
         None => println!(
             "override for branch {branch} cleared; probers publish the computed readiness within {}",
-            config::fmt_dur(cfg.state.poll_interval)
+            crate::clock::fmt_duration(cfg.state.poll_interval)
         ),
     }
     ExitCode::from(EXIT_OK)
@@ -609,22 +632,52 @@ async fn status(cfg: &Config, json: bool) -> ExitCode {
     ExitCode::from(EXIT_OK)
 }
 
-/// Resolves with the name of the first termination signal received.
-async fn shutdown_signal() -> &'static str {
+/// Install the SIGTERM and SIGINT handlers now; the future resolves with the name of the first
+/// of them received. From that signal on, the process lives at most `grace` + [`STOP_SLACK`]:
+/// the signal is awaited by a task of its own and the bound kept by a thread of its own, so a
+/// write that hangs inside the runtime, even on the thread that drives `run`, cannot hold it up.
+fn shutdown_signal(grace: Duration) -> impl std::future::Future<Output = &'static str> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (mut term, mut int) = match (
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
     ) {
-        (Ok(t), Ok(i)) => (t, i),
-        _ => {
-            tracing::error!("cannot install signal handlers; stop with --duration");
-            return std::future::pending().await;
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::spawn(async move {
+                let name = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                };
+                exit_after(grace + STOP_SLACK);
+                let _ = tx.send(name);
+            });
         }
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+        _ => tracing::error!("cannot install signal handlers; stop with --duration"),
+    }
+    async move {
+        match rx.await {
+            Ok(name) => name,
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// Exit the process with [`EXIT_IO`] after `limit` unless it has ended by then.
+fn exit_after(limit: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("stop-deadline".into())
+        .spawn(move || {
+            std::thread::sleep(limit);
+            tracing::error!(
+                limit = %crate::clock::fmt_duration(limit),
+                "readyprobe did not stop within the grace period + {} of the stop signal (a state, evidence or sink write hangs); exiting",
+                crate::clock::fmt_duration(STOP_SLACK)
+            );
+            std::process::exit(i32::from(EXIT_IO));
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the stop deadline; the stop may take longer than the grace period");
     }
 }
 
@@ -655,91 +708,15 @@ async fn probe_once(cfg: &Config, branch: &str) -> ExitCode {
         p.branch.port
     );
     for s in &a.steps {
-        let status = match s.class {
-            None => "ok".to_string(),
-            Some(c) => format!("FAILED {c}"),
-        };
-        println!(
-            "  {:<8} {:>9.1} ms  {status}",
-            s.step.as_str(),
-            s.duration_ms
-        );
-        if s.step == crate::failure::Step::Resolve {
-            if let Some(m) = &a.dns {
-                println!(
-                    "             {} answer{}",
-                    m.rcode,
-                    if m.authoritative {
-                        " (authoritative)"
-                    } else {
-                        ""
-                    }
-                );
-            }
-            for ans in &a.answers {
-                println!(
-                    "             {} {} {} (ttl {} s)",
-                    ans.name, ans.rtype, ans.data, ans.ttl
-                );
-            }
-        }
-        if s.step == crate::failure::Step::Connect
-            && let Some(addr) = &a.address
-        {
-            println!("             connected to {addr}");
-        }
-        if s.step == crate::failure::Step::Tls
-            && let Some(t) = &a.tls
-        {
-            println!(
-                "             {} {} ({} certificates)",
-                t.version, t.cipher_suite, t.peer_certificates
-            );
-            if let Some(na) = t.leaf_not_after {
-                println!(
-                    "             leaf certificate valid until {} ({:.1} days)",
-                    crate::clock::rfc3339(na),
-                    (na - a.finished_at) as f64 / 86_400_000.0
-                );
-            }
-        }
+        print_step(s, &a);
     }
-    if let Some(h) = &a.http {
-        println!(
-            "  http     status {}{}",
-            h.status
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "-".into()),
-            h.verify_status
-                .map(|s| format!(", verify status {s}"))
-                .unwrap_or_default()
-        );
-    }
-    if let Some(o) = &a.otlp {
-        println!(
-            "  otlp     status {}{}{}",
-            o.status
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "-".into()),
-            o.rejected
-                .map(|r| format!(", rejected {r}"))
-                .unwrap_or_default(),
-            o.message
-                .as_ref()
-                .map(|m| format!(": {m}"))
-                .unwrap_or_default()
-        );
-    }
-    if let Some(s) = &a.server {
-        println!(
-            "  server   hostname={} server_id={} read_only={} version={}",
-            s.hostname, s.server_id, s.read_only, s.version
-        );
-    }
+    print_answers(&a);
+    print_server(&a);
     match &a.outcome {
         Outcome::Success => {
             println!(
-                "  outcome  success (marker {}, {} ms)",
+                "  outcome  {} (marker {}, {} ms)",
+                a.outcome.as_str(),
                 a.marker,
                 a.finished_at - a.started_at
             );
@@ -750,9 +727,106 @@ async fn probe_once(cfg: &Config, branch: &str) -> ExitCode {
             class,
             message,
         } => {
-            println!("  outcome  FAILED at {step}: {class}: {message}");
+            println!(
+                "  outcome  {} at {step}: {class}: {message}",
+                a.outcome.as_str()
+            );
             ExitCode::from(EXIT_ATTEMPT_FAILED)
         }
+    }
+}
+
+/// One step of `probe`'s report, with what the attempt learned in it.
+fn print_step(s: &probe::StepRecord, a: &probe::Attempt) {
+    use crate::failure::Step;
+    let status = match s.class {
+        None => "ok".to_string(),
+        Some(c) => format!("FAILED {c}"),
+    };
+    println!(
+        "  {:<8} {:>9.1} ms  {status}",
+        s.step.as_str(),
+        s.duration_ms
+    );
+    match s.step {
+        Step::Resolve => {
+            if let Some(m) = &a.dns {
+                let auth = if m.authoritative {
+                    " (authoritative)"
+                } else {
+                    ""
+                };
+                println!("             {} answer{auth}", m.rcode);
+            }
+            for ans in &a.answers {
+                println!(
+                    "             {} {} {} (ttl {} s)",
+                    ans.name, ans.rtype, ans.data, ans.ttl
+                );
+            }
+        }
+        Step::Connect => {
+            if let Some(addr) = &a.address {
+                println!("             connected to {addr}");
+            }
+        }
+        Step::Tls => {
+            if let Some(t) = &a.tls {
+                println!(
+                    "             {} {} ({} certificates)",
+                    t.version, t.cipher_suite, t.peer_certificates
+                );
+            }
+        }
+        Step::Auth | Step::Write | Step::Verify => {}
+    }
+}
+
+/// The `http` and `otlp` kinds' answers, whatever the outcome.
+fn print_answers(a: &probe::Attempt) {
+    let or_dash = |s: Option<u16>| s.map(|s| s.to_string()).unwrap_or_else(|| "-".into());
+    if let Some(h) = &a.http {
+        println!(
+            "  http     status {}{}",
+            or_dash(h.status),
+            h.verify_status
+                .map(|s| format!(", verify status {s}"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(o) = &a.otlp {
+        println!(
+            "  otlp     status {}{}{}",
+            or_dash(o.status),
+            o.rejected
+                .map(|r| format!(", rejected {r}"))
+                .unwrap_or_default(),
+            o.message
+                .as_ref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// Who answered, as far as the attempt learned it: the certificate the server presented
+/// (verified or not) and the server's own identity; printed also when a later step failed.
+fn print_server(a: &probe::Attempt) {
+    if let Some(subject) = &a.certificate_subject {
+        println!("  server   certificate {subject}");
+    }
+    if let Some(na) = a.certificate_not_after {
+        println!(
+            "             certificate valid until {} ({:.1} days)",
+            crate::clock::rfc3339(na),
+            (na - a.finished_at) as f64 / 86_400_000.0
+        );
+    }
+    if let Some(s) = &a.server {
+        println!(
+            "  server   hostname={} server_id={} read_only={} version={}",
+            s.hostname, s.server_id, s.read_only, s.version
+        );
     }
 }
 
@@ -805,7 +879,7 @@ fn probe_steps(kind: &ProbeKind) -> &'static str {
 /// The probe section: schedule and steps, the kind's own settings, where DNS answers come from.
 fn plan_probe(s: &mut String, cfg: &Config) -> std::fmt::Result {
     use std::fmt::Write;
-    let d = config::fmt_dur;
+    let d = crate::clock::fmt_duration;
     writeln!(
         s,
         "probe kind {} every {} (attempt timeout {}, first-attempt jitter ≤ {}): {}",
@@ -843,7 +917,10 @@ fn kind_settings(kind: &ProbeKind) -> String {
             m.table,
             m.ssl_mode.as_str(),
             ca(&m.ssl_ca),
-            m.tls_min_version,
+            match m.tls_min_version {
+                crate::config::MinVersion::Tls12 => "1.2",
+                crate::config::MinVersion::Tls13 => "1.3",
+            },
             m.client_identity
                 .as_ref()
                 .map(|c| format!(", client certificate {}", c.cert.display()))
@@ -900,7 +977,7 @@ fn plan_branches(s: &mut String, cfg: &Config) -> std::fmt::Result {
 /// The readiness policy, with what one failed attempt does to each condition.
 fn plan_readiness(s: &mut String, cfg: &Config) -> std::fmt::Result {
     use std::fmt::Write;
-    let d = config::fmt_dur;
+    let d = crate::clock::fmt_duration;
     let p = &cfg.policy;
     writeln!(
         s,
@@ -946,7 +1023,7 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
     writeln!(
         s,
         "publish every {} to {} in namespace {} (standard resolution, 60 s):",
-        config::fmt_dur(cfg.publish.interval),
+        crate::clock::fmt_duration(cfg.publish.interval),
         sinks.join(", "),
         cfg.publish.namespace
     )?;
@@ -982,7 +1059,7 @@ fn plan_evidence_and_state(s: &mut String, cfg: &Config) -> std::fmt::Result {
         s,
         "prober id {}; state store: {store} (synced every {})",
         cfg.prober_id,
-        config::fmt_dur(cfg.state.poll_interval)
+        crate::clock::fmt_duration(cfg.state.poll_interval)
     )
 }
 

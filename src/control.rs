@@ -5,7 +5,7 @@
 
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Snapshot};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 /// Format version of the control document.
@@ -14,6 +14,20 @@ pub const CONTROL_VERSION: u32 = 2;
 pub const MAX_APPROVALS: usize = 100;
 /// A prober entry not saved for this long (ms) is dropped from the document: 7 days.
 pub const PROBER_RETENTION_MS: Millis = 7 * 86_400_000;
+/// An override is kept in the document this long (ms) after it expired, for `status` and the
+/// record of who forced what: 1 day.
+pub const OVERRIDE_RETENTION_MS: Millis = 86_400_000;
+/// A decision this prober finds in the document under its own id, but has not recorded in this
+/// run, is taken as news for this long (ms) after it was made: 10 minutes. That is a decision
+/// whose write reached the store while its answer was lost (a timeout); an older one was made by
+/// an earlier run, which recorded it then.
+pub const LOST_DECISION_MS: Millis = 10 * 60_000;
+/// An approval that expired more than this long (ms) ago is history, not news, to a prober that
+/// never decided it (e.g. a new prober id): it is neither decided nor recorded. 10 minutes.
+pub const APPROVAL_HISTORY_MS: Millis = 10 * 60_000;
+/// A prober that saved within this long (ms) counts as running: it reads a new approval at its
+/// next sync. 15 minutes; `approve` warns when only staler probers wait for the approval.
+pub const PROBER_FRESH_MS: Millis = 15 * 60_000;
 
 /// Everything the probers and the operator CLI share about one service.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -56,7 +70,14 @@ impl ControlDoc {
             self.approvals.drain(..extra);
         }
         self.overrides
-            .retain(|_, o| o.expires_at + 86_400_000 > now);
+            .retain(|_, o| o.expires_at + OVERRIDE_RETENTION_MS > now);
+    }
+}
+
+impl ProberState {
+    /// Whether this prober saved within [`PROBER_FRESH_MS`] of `now`.
+    pub fn is_fresh(&self, now: Millis) -> bool {
+        self.saved_at + PROBER_FRESH_MS > now
     }
 }
 
@@ -205,6 +226,63 @@ pub fn decide(approval: &Approval, readiness: &Readiness, now: Millis) -> Decisi
     }
 }
 
+/// One prober's turn on the control document (pure; the body of its conditional
+/// read-modify-write): decide every approval of its branches it has not decided yet, take back the
+/// decisions it wrote whose answer was lost, save its readiness, prune.
+///
+/// `readiness` is the prober's copy of its branches at the start of the sync; an approval applied
+/// here is applied to the copy, so the saved snapshot already shows `ready`. The caller applies
+/// the returned decisions to its live state. `recorded` holds the approval ids whose decision the
+/// caller has already taken. Returns the decisions to take, oldest approval first.
+///
+/// A lost answer: the store kept this prober's decision but the prober never heard back, so the
+/// decision is news to it for [`LOST_DECISION_MS`]. An applied one is applied to the copy only
+/// if [`decide`] would still apply it now (the branch may have moved on meanwhile).
+pub fn sync_prober(
+    doc: &mut ControlDoc,
+    me: &str,
+    readiness: &mut BTreeMap<String, Readiness>,
+    recorded: &BTreeSet<String>,
+    now: Millis,
+) -> Vec<(Approval, Decision)> {
+    let mut decided = Vec::new();
+    for a in doc.approvals.iter_mut() {
+        let Some(r) = readiness.get_mut(&a.branch) else {
+            continue;
+        };
+        if let Some(d) = a.decisions.get(me) {
+            if !recorded.contains(&a.id) && d.at + LOST_DECISION_MS > now {
+                if d.applied && decide(a, r, now).applied {
+                    let _ = r.approve(now);
+                }
+                decided.push((a.clone(), d.clone()));
+            }
+            continue;
+        }
+        if a.expires_at + APPROVAL_HISTORY_MS < now {
+            continue;
+        }
+        let d = decide(a, r, now);
+        if d.applied {
+            let _ = r.approve(now);
+        }
+        a.decisions.insert(me.to_string(), d.clone());
+        decided.push((a.clone(), d));
+    }
+    doc.probers.insert(
+        me.to_string(),
+        ProberState {
+            saved_at: now,
+            branches: readiness
+                .iter()
+                .map(|(k, r)| (k.clone(), r.snapshot()))
+                .collect(),
+        },
+    );
+    doc.prune(now);
+    decided
+}
+
 /// Why the evidence at `now` does not support readiness, if it does not: fewer than
 /// `min_attempts` in the ready window, a success rate below the ready threshold, or the unready
 /// condition holding.
@@ -215,7 +293,7 @@ pub fn not_ready_now(r: &Readiness, now: Millis) -> Option<String> {
         return Some(format!(
             "{} attempts in the last {}, fewer than min_attempts {}",
             w.finished,
-            crate::config::fmt_dur(p.declare_ready.window),
+            crate::clock::fmt_duration(p.declare_ready.window),
             p.min_attempts
         ));
     }
@@ -224,7 +302,7 @@ pub fn not_ready_now(r: &Readiness, now: Millis) -> Option<String> {
         return Some(format!(
             "success rate {rate:.1}% < {}% over the last {}",
             p.declare_ready.threshold_percent,
-            crate::config::fmt_dur(p.declare_ready.window)
+            crate::clock::fmt_duration(p.declare_ready.window)
         ));
     }
     if r.holding().0.is_some() {
@@ -245,12 +323,12 @@ pub fn effective_value(computed: Option<f64>, ov: Option<&Override>, now: Millis
 pub fn waiting_for(r: &Readiness, now: Millis) -> String {
     let p = r.policy();
     let (unready_since, ready_since) = r.holding();
-    let fmt = |ms: i64| crate::config::fmt_dur(std::time::Duration::from_millis(ms.max(0) as u64));
+    let fmt = crate::clock::fmt_duration_ms;
     let holding = |since: Millis, for_: std::time::Duration, what: &str| {
         format!(
             "{what} condition holding for {} of {}",
             fmt(now - since),
-            crate::config::fmt_dur(for_)
+            crate::clock::fmt_duration(for_)
         )
     };
     match r.state() {
@@ -267,7 +345,7 @@ pub fn waiting_for(r: &Readiness, now: Millis) -> String {
             None => format!(
                 "the ready condition (success rate ≥ {}% over {} with at least {} attempts) to start holding",
                 p.declare_ready.threshold_percent,
-                crate::config::fmt_dur(p.declare_ready.window),
+                crate::clock::fmt_duration(p.declare_ready.window),
                 p.min_attempts
             ),
         },
@@ -303,17 +381,20 @@ pub fn render_status(
             };
             let r = Readiness::restore(policy.clone(), snap.clone());
             let w = r.window_stats(now, policy.declare_unready.window);
-            let rate = w
-                .success_rate_percent
-                .map(|x| format!("{x:.1}% of {} attempts", w.finished))
-                .unwrap_or_else(|| "no attempts".into());
+            let window = crate::clock::fmt_duration(policy.declare_unready.window);
+            let rate = match w.success_rate_percent {
+                Some(x) => format!(
+                    "success rate {x:.1}% of {} attempts over {window}",
+                    w.finished
+                ),
+                None => format!("no attempts in the last {window}"),
+            };
             let _ = writeln!(
                 s,
-                "  prober {id}: {} since {} (saved {}), success rate {rate} over {}",
+                "  prober {id}: {} since {} (saved {}), {rate}",
                 r.state().as_str(),
                 r.since().map(t).unwrap_or_else(|| "start".into()),
                 t(ps.saved_at),
-                crate::config::fmt_dur(policy.declare_unready.window),
             );
             let _ = writeln!(
                 s,
@@ -446,6 +527,96 @@ mod tests {
             !d.applied && d.detail.contains("fewer than min_attempts"),
             "{d:?}"
         );
+    }
+
+    #[test]
+    fn a_lost_decision_is_taken_back_once_and_only_while_recent() {
+        let r = pending_at(100_000);
+        let since = r.since().unwrap();
+        let now = since + 20;
+        let mut lost = approval(since + 10, since + 60_000);
+        lost.decisions.insert(
+            "p1".into(),
+            Decision {
+                at: now - LOST_DECISION_MS + 1,
+                applied: true,
+                detail: "applied".into(),
+            },
+        );
+        let mut old = lost.clone();
+        old.id = "old".into();
+        old.decisions.get_mut("p1").unwrap().at = now - LOST_DECISION_MS;
+        let mut doc = ControlDoc::new("orders-db");
+        doc.approvals = vec![old, lost];
+        let mut rs: BTreeMap<String, Readiness> = [("primary".to_string(), r)].into();
+        let decided = sync_prober(&mut doc, "p1", &mut rs, &BTreeSet::new(), now);
+        assert_eq!(decided.len(), 1);
+        assert_eq!(decided[0].0.id, "a");
+        assert_eq!(rs["primary"].state(), ReadinessState::Ready);
+        assert_eq!(
+            doc.probers["p1"].branches["primary"].state,
+            ReadinessState::Ready
+        );
+        // Once recorded, it is not news any more.
+        let recorded: BTreeSet<String> = ["a".to_string()].into();
+        let mut rs2: BTreeMap<String, Readiness> =
+            [("primary".to_string(), pending_at(100_000))].into();
+        assert!(sync_prober(&mut doc, "p1", &mut rs2, &recorded, now).is_empty());
+        assert_eq!(rs2["primary"].state(), ReadinessState::PendingApproval);
+    }
+
+    #[test]
+    fn a_prober_decides_each_approval_once() {
+        let r = pending_at(100_000);
+        let since = r.since().unwrap();
+        let mut doc = ControlDoc::new("orders-db");
+        doc.approvals.push(approval(since + 10, since + 60_000));
+        let mut rs: BTreeMap<String, Readiness> = [("primary".to_string(), r)].into();
+        let decided = sync_prober(&mut doc, "p1", &mut rs, &BTreeSet::new(), since + 20);
+        assert!(decided[0].1.applied);
+        assert!(doc.approvals[0].decisions["p1"].applied);
+        let recorded: BTreeSet<String> = ["a".to_string()].into();
+        assert!(sync_prober(&mut doc, "p1", &mut rs, &recorded, since + 30).is_empty());
+        // Another prober decides it for itself.
+        let mut other: BTreeMap<String, Readiness> = BTreeMap::new();
+        other.insert("primary".into(), Readiness::new(policy()));
+        let d = sync_prober(&mut doc, "p2", &mut other, &BTreeSet::new(), since + 40);
+        assert!(!d[0].1.applied);
+        assert_eq!(doc.approvals[0].decisions.len(), 2);
+    }
+
+    #[test]
+    fn status_without_attempts_says_so_plainly() {
+        let mut doc = ControlDoc::new("orders-db");
+        doc.probers.insert(
+            "az-a".into(),
+            ProberState {
+                saved_at: 0,
+                branches: [("primary".to_string(), Readiness::new(policy()).snapshot())].into(),
+            },
+        );
+        let s = render_status(&doc, &policy(), &["primary".into()], 1000);
+        assert!(s.contains("), no attempts in the last 10s\n"), "{s}");
+        let s = render_status(
+            &doc_with(pending_at(100_000)),
+            &policy(),
+            &["primary".into()],
+            100_500,
+        );
+        assert!(s.contains("success rate 100.0% of "), "{s}");
+        assert!(s.contains(" attempts over 10s\n"), "{s}");
+    }
+
+    fn doc_with(r: Readiness) -> ControlDoc {
+        let mut doc = ControlDoc::new("orders-db");
+        doc.probers.insert(
+            "az-a".into(),
+            ProberState {
+                saved_at: 100_000,
+                branches: [("primary".to_string(), r.snapshot())].into(),
+            },
+        );
+        doc
     }
 
     #[test]

@@ -6,11 +6,26 @@
 //! source (`classify_*` below), each covered by a table test.
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
-/// One step of a probe attempt, in the order a probe kind runs them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// One step of a probe attempt, in the order a probe kind runs them. Serde and strum derive the
+/// printed and the serialised name from the same rule; a test holds them equal.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Step {
     /// Look up the branch-specific endpoint name (never the stable name).
     Resolve,
@@ -27,38 +42,31 @@ pub enum Step {
 }
 
 impl Step {
-    /// All steps in execution order.
-    pub const ALL: [Step; 6] = [
-        Step::Resolve,
-        Step::Connect,
-        Step::Tls,
-        Step::Auth,
-        Step::Write,
-        Step::Verify,
-    ];
-
     /// Stable snake_case name, as used in evidence and in the `Step` metric dimension.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Step::Resolve => "resolve",
-            Step::Connect => "connect",
-            Step::Tls => "tls",
-            Step::Auth => "auth",
-            Step::Write => "write",
-            Step::Verify => "verify",
-        }
+        self.into()
     }
 }
 
-impl fmt::Display for Step {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Why an attempt failed. Closed set; the snake_case names are a stable interface.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// Why an attempt failed. Closed set; the snake_case names are a stable interface, printed and
+/// serialised from the same rule.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum FailureClass {
     /// The name does not exist (NXDOMAIN).
     DnsNxdomain,
@@ -131,47 +139,45 @@ pub enum FailureClass {
 }
 
 impl FailureClass {
-    /// Stable snake_case name.
+    /// Stable snake_case name, as used in evidence and logs.
     pub fn as_str(self) -> &'static str {
-        match self {
-            FailureClass::DnsNxdomain => "dns_nxdomain",
-            FailureClass::DnsNodata => "dns_nodata",
-            FailureClass::DnsServfail => "dns_servfail",
-            FailureClass::DnsRefused => "dns_refused",
-            FailureClass::DnsTimeout => "dns_timeout",
-            FailureClass::DnsError => "dns_error",
-            FailureClass::DnsStableName => "dns_stable_name",
-            FailureClass::TcpRefused => "tcp_refused",
-            FailureClass::TcpTimeout => "tcp_timeout",
-            FailureClass::TcpUnreachable => "tcp_unreachable",
-            FailureClass::TcpReset => "tcp_reset",
-            FailureClass::TlsNotOffered => "tls_not_offered",
-            FailureClass::TlsHandshake => "tls_handshake",
-            FailureClass::TlsUntrusted => "tls_untrusted",
-            FailureClass::TlsNameMismatch => "tls_name_mismatch",
-            FailureClass::TlsExpired => "tls_expired",
-            FailureClass::TlsNotYetValid => "tls_not_yet_valid",
-            FailureClass::TlsProtocolVersion => "tls_protocol_version",
-            FailureClass::AuthDenied => "auth_denied",
-            FailureClass::ServerReadOnly => "server_read_only",
-            FailureClass::TooManyConnections => "too_many_connections",
-            FailureClass::LockWaitTimeout => "lock_wait_timeout",
-            FailureClass::ServerGoneAway => "server_gone_away",
-            FailureClass::ServerError => "server_error",
-            FailureClass::VerifyMismatch => "verify_mismatch",
-            FailureClass::HttpStatus => "http_status",
-            FailureClass::HttpBodyMismatch => "http_body_mismatch",
-            FailureClass::HttpWrongBranch => "http_wrong_branch",
-            FailureClass::OtlpRejected => "otlp_rejected",
-            FailureClass::DeadlineExceeded => "deadline_exceeded",
-            FailureClass::ProtocolError => "protocol_error",
-            FailureClass::InternalError => "internal_error",
-        }
+        self.into()
     }
 }
 
-impl fmt::Display for FailureClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strum::IntoEnumIterator;
+
+    #[test]
+    fn step_prints_its_serialised_name() {
+        let mut names = Vec::new();
+        for s in Step::iter() {
+            let json = serde_json::to_value(s).expect("serialise");
+            assert_eq!(json, serde_json::Value::String(s.to_string()), "{s:?}");
+            assert_eq!(s.as_str(), s.to_string());
+            assert_eq!(serde_json::from_value::<Step>(json).expect("back"), s);
+            names.push(s.as_str());
+        }
+        assert_eq!(
+            names,
+            ["resolve", "connect", "tls", "auth", "write", "verify"]
+        );
+    }
+
+    #[test]
+    fn failure_class_prints_its_serialised_name() {
+        for c in FailureClass::iter() {
+            let json = serde_json::to_value(c).expect("serialise");
+            assert_eq!(json, serde_json::Value::String(c.to_string()), "{c:?}");
+            assert_eq!(c.as_str(), c.to_string());
+            assert_eq!(
+                serde_json::from_value::<FailureClass>(json).expect("back"),
+                c
+            );
+        }
+        assert_eq!(FailureClass::TlsNotYetValid.as_str(), "tls_not_yet_valid");
+        assert_eq!(FailureClass::DnsNxdomain.as_str(), "dns_nxdomain");
     }
 }

@@ -27,16 +27,28 @@
 use crate::failure::FailureClass;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
-use std::fmt;
 use std::time::Duration;
 
 pub use crate::clock::Millis;
 use crate::clock::{fmt_duration_ms, rfc3339};
 
-/// Readiness of one failover branch. Serialises to the snake_case names used in evidence and in
-/// the `initial` config key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Readiness of one failover branch. Prints and serialises to the snake_case names used in
+/// evidence, logs and the `initial` config key (serde and strum follow the same rule).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ReadinessState {
     /// No verdict yet: nothing is published.
     Unknown,
@@ -49,22 +61,9 @@ pub enum ReadinessState {
 }
 
 impl ReadinessState {
-    /// All states.
-    pub const ALL: [ReadinessState; 4] = [
-        ReadinessState::Unknown,
-        ReadinessState::Ready,
-        ReadinessState::Unready,
-        ReadinessState::PendingApproval,
-    ];
-
-    /// Stable snake_case name.
+    /// Stable snake_case name (evidence, logs, `status`).
     pub fn as_str(self) -> &'static str {
-        match self {
-            ReadinessState::Unknown => "unknown",
-            ReadinessState::Ready => "ready",
-            ReadinessState::Unready => "unready",
-            ReadinessState::PendingApproval => "pending_approval",
-        }
+        self.into()
     }
 
     /// The metric value for this state: `Some(1.0)` for ready, `Some(0.0)` for unready and
@@ -75,12 +74,6 @@ impl ReadinessState {
             ReadinessState::Unready | ReadinessState::PendingApproval => Some(0.0),
             ReadinessState::Unknown => None,
         }
-    }
-}
-
-impl fmt::Display for ReadinessState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -628,10 +621,7 @@ mod tests {
     ///
     /// Every transition must be checked by an `expect transition` line before the script ends.
     fn check(script: &str) {
-        let mut policy = default_policy();
-        let mut rd: Option<Readiness> = None;
-        let mut unchecked: VecDeque<Transition> = VecDeque::new();
-        let mut last: Option<Transition> = None;
+        let mut s = Script::default();
         for (n, raw) in script.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -639,91 +629,148 @@ mod tests {
             }
             let ctx = format!("line {}: `{line}`", n + 1);
             if let Some(rest) = line.strip_prefix("policy ") {
-                assert!(rd.is_none(), "{ctx}: policy must come first");
-                for kv in rest.split_whitespace() {
-                    let (k, v) = kv.split_once('=').expect("policy key=value");
-                    match k {
-                        "initial" => policy.initial = parse_state(v),
-                        "approval" => policy.approval_required = v == "required",
-                        "min_attempts" => policy.min_attempts = v.parse().expect("min_attempts"),
-                        "unready" => policy.declare_unready = parse_condition(v),
-                        "ready" => policy.declare_ready = parse_condition(v),
-                        _ => panic!("{ctx}: unknown policy key {k}"),
-                    }
-                }
-                continue;
+                s.set_policy(&ctx, rest);
+            } else if let Some(rest) = line.strip_prefix("t=") {
+                s.at(&ctx, rest);
+            } else if line == "restart" {
+                s.restart();
+            } else {
+                let rest = line
+                    .strip_prefix("expect ")
+                    .unwrap_or_else(|| panic!("{ctx}: unknown command"));
+                s.expect(&ctx, rest);
             }
-            let r = rd.get_or_insert_with(|| Readiness::new(policy.clone()));
-            let mut push = |t: Option<Transition>| {
-                if let Some(t) = t {
-                    unchecked.push_back(t.clone());
-                    last = Some(t);
-                }
-            };
-            if let Some(rest) = line.strip_prefix("t=") {
-                let (when, what) = rest.split_once(' ').expect("t=TIME COMMAND");
-                let what = what.trim();
-                if let Some((a, b)) = when.split_once("..") {
-                    let (b, step) = b.split_once('/').expect("t=A..B/STEP");
-                    let (a, b, step) = (parse_span(a), parse_span(b), parse_span(step));
-                    let cycle: Vec<(bool, Option<FailureClass>)> =
-                        match what.strip_prefix('[').and_then(|w| w.strip_suffix(']')) {
-                            Some(items) => items
-                                .split(',')
-                                .flat_map(|i| {
-                                    let (ok, c, n) = parse_outcome(i);
-                                    std::iter::repeat_n((ok, c), n)
-                                })
-                                .collect(),
-                            None => {
-                                let (ok, c, _) = parse_outcome(what);
-                                vec![(ok, c)]
-                            }
-                        };
-                    let mut t = a;
-                    let mut i = 0;
-                    while t < b {
-                        let (success, class) = cycle[i % cycle.len()];
-                        push(r.record(AttemptRecord {
-                            finished_at: BASE + t,
-                            success,
-                            class,
-                        }));
-                        t += step;
-                        i += 1;
-                    }
-                    continue;
-                }
-                let at = BASE + parse_span(when);
-                if what == "tick" {
-                    push(r.evaluate(at));
-                } else if what == "approve" {
-                    let res = r.approve(at);
-                    push(Some(res.unwrap_or_else(|e| panic!("{ctx}: {e}"))));
-                } else if let Some(state) = what.strip_prefix("approve -> error ") {
-                    let err = r.approve(at).expect_err(&ctx);
-                    assert_eq!(err.state, parse_state(state), "{ctx}");
-                    assert!(err.to_string().contains(state), "{ctx}: {err}");
-                } else {
-                    let (success, class, _) = parse_outcome(what);
-                    push(r.record(AttemptRecord {
-                        finished_at: at,
-                        success,
-                        class,
-                    }));
-                }
-                continue;
+        }
+        assert!(
+            s.unchecked.is_empty(),
+            "script ended with unchecked transitions: {:#?}",
+            s.unchecked
+        );
+    }
+
+    /// The state of a running [`check`] script.
+    struct Script {
+        policy: Policy,
+        rd: Option<Readiness>,
+        /// Transitions no `expect transition` line has checked yet, oldest first.
+        unchecked: VecDeque<Transition>,
+        last: Option<Transition>,
+    }
+
+    impl Default for Script {
+        fn default() -> Self {
+            Script {
+                policy: default_policy(),
+                rd: None,
+                unchecked: VecDeque::new(),
+                last: None,
             }
-            if line == "restart" {
-                let json = serde_json::to_string(&r.snapshot()).expect("serialise");
-                let snap: Snapshot = serde_json::from_str(&json).expect("deserialise");
-                *r = Readiness::restore(policy.clone(), snap);
-                continue;
+        }
+    }
+
+    /// `ok`, `fail CLASS` or `[ok*4, fail tcp_reset]`: the outcomes a `t=A..B/STEP` line cycles
+    /// through.
+    fn parse_cycle(what: &str) -> Vec<(bool, Option<FailureClass>)> {
+        match what.strip_prefix('[').and_then(|w| w.strip_suffix(']')) {
+            Some(items) => items
+                .split(',')
+                .flat_map(|i| {
+                    let (ok, c, n) = parse_outcome(i);
+                    std::iter::repeat_n((ok, c), n)
+                })
+                .collect(),
+            None => {
+                let (ok, c, _) = parse_outcome(what);
+                vec![(ok, c)]
             }
-            let rest = line
-                .strip_prefix("expect ")
-                .unwrap_or_else(|| panic!("{ctx}: unknown command"));
+        }
+    }
+
+    impl Script {
+        fn readiness(&mut self) -> &mut Readiness {
+            let policy = &self.policy;
+            self.rd
+                .get_or_insert_with(|| Readiness::new(policy.clone()))
+        }
+
+        fn push(&mut self, t: Option<Transition>) {
+            if let Some(t) = t {
+                self.unchecked.push_back(t.clone());
+                self.last = Some(t);
+            }
+        }
+
+        fn set_policy(&mut self, ctx: &str, rest: &str) {
+            assert!(self.rd.is_none(), "{ctx}: policy must come first");
+            let policy = &mut self.policy;
+            for kv in rest.split_whitespace() {
+                let (k, v) = kv.split_once('=').expect("policy key=value");
+                match k {
+                    "initial" => policy.initial = parse_state(v),
+                    "approval" => policy.approval_required = v == "required",
+                    "min_attempts" => policy.min_attempts = v.parse().expect("min_attempts"),
+                    "unready" => policy.declare_unready = parse_condition(v),
+                    "ready" => policy.declare_ready = parse_condition(v),
+                    _ => panic!("{ctx}: unknown policy key {k}"),
+                }
+            }
+        }
+
+        fn record(&mut self, finished_at: Millis, (success, class): (bool, Option<FailureClass>)) {
+            let t = self.readiness().record(AttemptRecord {
+                finished_at,
+                success,
+                class,
+            });
+            self.push(t);
+        }
+
+        /// `t=TIME COMMAND` or `t=A..B/STEP OUTCOMES`.
+        fn at(&mut self, ctx: &str, rest: &str) {
+            let (when, what) = rest.split_once(' ').expect("t=TIME COMMAND");
+            let what = what.trim();
+            if let Some((a, b)) = when.split_once("..") {
+                let (b, step) = b.split_once('/').expect("t=A..B/STEP");
+                let (a, b, step) = (parse_span(a), parse_span(b), parse_span(step));
+                let cycle = parse_cycle(what);
+                let mut t = a;
+                let mut i = 0;
+                while t < b {
+                    self.record(BASE + t, cycle[i % cycle.len()]);
+                    t += step;
+                    i += 1;
+                }
+                return;
+            }
+            let at = BASE + parse_span(when);
+            if what == "tick" {
+                let t = self.readiness().evaluate(at);
+                self.push(t);
+            } else if what == "approve" {
+                let res = self.readiness().approve(at);
+                self.push(Some(res.unwrap_or_else(|e| panic!("{ctx}: {e}"))));
+            } else if let Some(state) = what.strip_prefix("approve -> error ") {
+                let err = self.readiness().approve(at).expect_err(ctx);
+                assert_eq!(err.state, parse_state(state), "{ctx}");
+                assert!(err.to_string().contains(state), "{ctx}: {err}");
+            } else {
+                let (success, class, _) = parse_outcome(what);
+                self.record(at, (success, class));
+            }
+        }
+
+        /// Snapshot → JSON → restore.
+        fn restart(&mut self) {
+            let policy = self.policy.clone();
+            let r = self.readiness();
+            let json = serde_json::to_string(&r.snapshot()).expect("serialise");
+            let snap: Snapshot = serde_json::from_str(&json).expect("deserialise");
+            *r = Readiness::restore(policy, snap);
+        }
+
+        fn expect(&mut self, ctx: &str, rest: &str) {
             let words: Vec<&str> = rest.split_whitespace().collect();
+            let r = self.readiness();
             match words.as_slice() {
                 ["value", v] => {
                     let want = match *v {
@@ -743,7 +790,8 @@ mod tests {
                     assert_eq!(got, want, "{ctx}");
                 }
                 ["transition", from, "->", to, "at", t] => {
-                    let tr = unchecked
+                    let tr = self
+                        .unchecked
                         .pop_front()
                         .unwrap_or_else(|| panic!("{ctx}: no transition happened"));
                     let got = (tr.from, tr.to, tr.at - BASE);
@@ -751,44 +799,14 @@ mod tests {
                     assert_eq!(got, want, "{ctx}: {tr:#?}");
                 }
                 ["no", "transition"] => {
+                    let unchecked = &self.unchecked;
                     assert!(unchecked.is_empty(), "{ctx}: unexpected {unchecked:#?}");
                 }
-                ["evidence", which, fields @ ..] => {
-                    let tr = last
-                        .as_ref()
-                        .unwrap_or_else(|| panic!("{ctx}: no transition"));
-                    let w = if *which == "unready" {
-                        &tr.unready_window
-                    } else {
-                        &tr.ready_window
-                    };
-                    for f in fields {
-                        let (k, v) = f.split_once('=').expect("evidence key=value");
-                        match k {
-                            "finished" => assert_eq!(w.finished.to_string(), v, "{ctx}"),
-                            "failed" => assert_eq!(w.failed.to_string(), v, "{ctx}"),
-                            "rate" => assert_eq!(
-                                w.success_rate_percent,
-                                Some(v.parse::<f64>().expect("rate")),
-                                "{ctx}"
-                            ),
-                            "classes" => {
-                                let want: Vec<(FailureClass, u32)> = v
-                                    .split(',')
-                                    .map(|c| {
-                                        let (c, n) = c.split_once(':').expect("class:count");
-                                        (parse_class(c), n.parse().expect("count"))
-                                    })
-                                    .collect();
-                                assert_eq!(w.failure_classes, want, "{ctx}");
-                            }
-                            _ => panic!("{ctx}: unknown evidence key {k}"),
-                        }
-                    }
-                }
+                ["evidence", which, fields @ ..] => self.expect_evidence(ctx, which, fields),
                 ["reason", "contains", ..] => {
                     let text = rest.trim_start_matches("reason contains").trim();
-                    let tr = last
+                    let tr = self
+                        .last
                         .as_ref()
                         .unwrap_or_else(|| panic!("{ctx}: no transition"));
                     assert!(tr.reason.contains(text), "{ctx}: reason = {:?}", tr.reason);
@@ -797,10 +815,42 @@ mod tests {
                 _ => panic!("{ctx}: unknown expectation"),
             }
         }
-        assert!(
-            unchecked.is_empty(),
-            "script ended with unchecked transitions: {unchecked:#?}"
-        );
+
+        /// `expect evidence unready|ready KEY=VALUE…` of the last transition.
+        fn expect_evidence(&self, ctx: &str, which: &str, fields: &[&str]) {
+            let tr = self
+                .last
+                .as_ref()
+                .unwrap_or_else(|| panic!("{ctx}: no transition"));
+            let w = if which == "unready" {
+                &tr.unready_window
+            } else {
+                &tr.ready_window
+            };
+            for f in fields {
+                let (k, v) = f.split_once('=').expect("evidence key=value");
+                match k {
+                    "finished" => assert_eq!(w.finished.to_string(), v, "{ctx}"),
+                    "failed" => assert_eq!(w.failed.to_string(), v, "{ctx}"),
+                    "rate" => assert_eq!(
+                        w.success_rate_percent,
+                        Some(v.parse::<f64>().expect("rate")),
+                        "{ctx}"
+                    ),
+                    "classes" => {
+                        let want: Vec<(FailureClass, u32)> = v
+                            .split(',')
+                            .map(|c| {
+                                let (c, n) = c.split_once(':').expect("class:count");
+                                (parse_class(c), n.parse().expect("count"))
+                            })
+                            .collect();
+                        assert_eq!(w.failure_classes, want, "{ctx}");
+                    }
+                    _ => panic!("{ctx}: unknown evidence key {k}"),
+                }
+            }
+        }
     }
 
     // ---------------------------------------------------------------- scenarios
@@ -1179,15 +1229,28 @@ mod tests {
     }
 
     #[test]
-    fn published_values_and_names() {
-        for s in ReadinessState::ALL {
+    fn readiness_state_prints_its_serialised_name() {
+        use strum::IntoEnumIterator;
+        for s in ReadinessState::iter() {
+            let json = serde_json::to_value(s).expect("json");
+            assert_eq!(json, serde_json::Value::String(s.to_string()), "{s:?}");
+            assert_eq!(s.as_str(), s.to_string());
+            assert_eq!(
+                serde_json::from_value::<ReadinessState>(json).expect("back"),
+                s
+            );
+        }
+        assert_eq!(ReadinessState::PendingApproval.as_str(), "pending_approval");
+    }
+
+    #[test]
+    fn published_values() {
+        use strum::IntoEnumIterator;
+        for s in ReadinessState::iter() {
             let mut p = default_policy();
             p.initial = s;
             let r = Readiness::new(p);
             assert_eq!((r.state(), r.since()), (s, None));
-            let json = serde_json::to_string(&s).expect("json");
-            assert_eq!(json, format!("\"{}\"", s.as_str()));
-            assert_eq!(s.to_string(), s.as_str());
         }
         assert_eq!(ReadinessState::Ready.published_value(), Some(1.0));
         assert_eq!(ReadinessState::Unready.published_value(), Some(0.0));

@@ -5,9 +5,11 @@
 use crate::clock::Clock;
 use crate::probe::{Attempt, BranchProbe, run_attempt};
 use hickory_resolver::TokioResolver;
+use std::future::Future;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior, interval_at};
+use tokio_util::sync::CancellationToken;
 
 /// What a branch loop reports.
 #[derive(Debug)]
@@ -34,15 +36,37 @@ pub struct Schedule {
     pub grace: Duration,
 }
 
-/// Run attempts against one branch until `stop` turns true. Returns the last sequence number.
+/// Run attempts against one branch until `stop` is cancelled. Returns the last sequence number.
 pub async fn branch_loop(
     probe: BranchProbe,
     resolver: TokioResolver,
     clock: Clock,
     schedule: Schedule,
     tx: mpsc::Sender<BranchEvent>,
-    mut stop: watch::Receiver<bool>,
+    stop: CancellationToken,
 ) -> u64 {
+    let branch = probe.branch.name.clone();
+    attempt_loop(&branch, clock, schedule, tx, stop, move |seq| {
+        let (probe, resolver) = (probe.clone(), resolver.clone());
+        async move { run_attempt(&probe, &resolver, &clock, seq).await }
+    })
+    .await
+}
+
+/// The loop of [`branch_loop`] with the attempt as a parameter (`attempt(seq)` yields one
+/// finished attempt), so its timing can be tested under paused time without a network.
+async fn attempt_loop<F, Fut>(
+    branch: &str,
+    clock: Clock,
+    schedule: Schedule,
+    tx: mpsc::Sender<BranchEvent>,
+    stop: CancellationToken,
+    attempt: F,
+) -> u64
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = Attempt> + Send + 'static,
+{
     let jitter = if schedule.jitter.is_zero() {
         Duration::ZERO
     } else {
@@ -54,24 +78,21 @@ pub async fn branch_loop(
     loop {
         tokio::select! {
             biased;
-            _ = stopped(&mut stop) => break,
+            _ = stop.cancelled() => break,
             _ = ticker.tick() => {}
         }
         seq += 1;
         // Each attempt runs in a task of its own, so a bug that panics in one attempt is
         // recorded as a failed attempt instead of silently ending this branch's loop.
         let started_at = clock.now_ms();
-        let mut attempt = {
-            let (probe, resolver) = (probe.clone(), resolver.clone());
-            tokio::spawn(async move { run_attempt(&probe, &resolver, &clock, seq).await })
-        };
+        let mut running = tokio::spawn(attempt(seq));
         let finished = tokio::select! {
-            a = &mut attempt => Some(a),
-            _ = stopped(&mut stop) => {
-                match tokio::time::timeout(schedule.grace, &mut attempt).await {
+            a = &mut running => Some(a),
+            _ = stop.cancelled() => {
+                match tokio::time::timeout(schedule.grace, &mut running).await {
                     Ok(a) => Some(a),
                     Err(_) => {
-                        attempt.abort();
+                        running.abort();
                         None
                     }
                 }
@@ -80,9 +101,9 @@ pub async fn branch_loop(
         let event = match finished {
             Some(Ok(a)) => BranchEvent::Attempt(Box::new(a)),
             Some(Err(e)) => {
-                tracing::error!(branch = %probe.branch.name, seq, error = %e, "an attempt failed inside readyprobe; counted as failed");
+                tracing::error!(branch = %branch, seq, error = %e, "an attempt failed inside readyprobe; counted as failed");
                 BranchEvent::Attempt(Box::new(Attempt::internal_failure(
-                    &probe.branch.name,
+                    branch,
                     seq,
                     started_at,
                     clock.now_ms(),
@@ -90,7 +111,7 @@ pub async fn branch_loop(
                 )))
             }
             None => BranchEvent::Abandoned {
-                branch: probe.branch.name.clone(),
+                branch: branch.to_string(),
                 seq,
             },
         };
@@ -101,8 +122,409 @@ pub async fn branch_loop(
     seq
 }
 
-/// Resolves once `stop` is true (at once if it already is).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    // An error means the sender is gone, which also means stop.
-    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+#[cfg(test)]
+mod tests {
+    //! Paused-time tests: tokio's clock only moves when every task waits, so each instant below
+    //! is exact and the outcome does not depend on the machine's load.
+
+    use super::*;
+    use crate::config::StepTimeouts;
+    use crate::failure::{FailureClass, Step};
+    use crate::probe::{Deadline, Outcome, StepError, Steps};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use tokio::task::JoinHandle;
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    fn schedule(interval: Duration, jitter: Duration, grace: Duration) -> Schedule {
+        Schedule {
+            interval,
+            jitter,
+            grace,
+        }
+    }
+
+    fn attempt(
+        branch: &str,
+        seq: u64,
+        started_at: i64,
+        finished_at: i64,
+        outcome: Outcome,
+    ) -> Attempt {
+        Attempt {
+            branch: branch.to_string(),
+            seq,
+            marker: String::new(),
+            started_at,
+            finished_at,
+            steps: Vec::new(),
+            answers: Vec::new(),
+            dns: None,
+            address: None,
+            tls: None,
+            certificate_not_after: None,
+            certificate_subject: None,
+            server: None,
+            http: None,
+            otlp: None,
+            outcome,
+        }
+    }
+
+    /// One test attempt, in tokio time.
+    struct Span {
+        branch: String,
+        seq: u64,
+        start: Instant,
+        /// Once it finished.
+        end: Option<Instant>,
+    }
+
+    /// What the test attempts saw.
+    #[derive(Default)]
+    struct Log {
+        spans: Mutex<Vec<Span>>,
+        in_flight: AtomicUsize,
+        max_in_flight: AtomicUsize,
+    }
+
+    impl Log {
+        fn begin(&self, branch: &str, seq: u64) {
+            let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_in_flight.fetch_max(n, Ordering::SeqCst);
+            self.spans.lock().unwrap().push(Span {
+                branch: branch.into(),
+                seq,
+                start: Instant::now(),
+                end: None,
+            });
+        }
+
+        fn end(&self, branch: &str, seq: u64) {
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            let mut spans = self.spans.lock().unwrap();
+            let span = spans
+                .iter_mut()
+                .find(|s| s.branch == branch && s.seq == seq)
+                .unwrap();
+            span.end = Some(Instant::now());
+        }
+
+        /// Start offsets from `t0` of `branch`'s attempts, in order.
+        fn starts(&self, branch: &str, t0: Instant) -> Vec<Duration> {
+            let spans = self.spans.lock().unwrap();
+            spans
+                .iter()
+                .filter(|s| s.branch == branch)
+                .map(|s| s.start - t0)
+                .collect()
+        }
+
+        /// (start, end) offsets from `t0` of `branch`'s attempts, in order.
+        fn spans(&self, branch: &str, t0: Instant) -> Vec<(Duration, Option<Duration>)> {
+            let spans = self.spans.lock().unwrap();
+            spans
+                .iter()
+                .filter(|s| s.branch == branch)
+                .map(|s| (s.start - t0, s.end.map(|e| e - t0)))
+                .collect()
+        }
+    }
+
+    /// Spawn a loop whose attempt `seq` takes `takes(seq)` and succeeds.
+    fn spawn_loop(
+        branch: &str,
+        schedule: Schedule,
+        log: &Arc<Log>,
+        takes: fn(u64) -> Duration,
+        stop: &CancellationToken,
+        tx: mpsc::Sender<BranchEvent>,
+    ) -> JoinHandle<u64> {
+        let (branch, log, stop) = (branch.to_string(), log.clone(), stop.clone());
+        let clock = Clock::start();
+        tokio::spawn(async move {
+            let name = branch.clone();
+            attempt_loop(&name, clock, schedule, tx, stop, move |seq| {
+                let (branch, log) = (branch.clone(), log.clone());
+                async move {
+                    let start = Instant::now();
+                    log.begin(&branch, seq);
+                    tokio::time::sleep(takes(seq)).await;
+                    log.end(&branch, seq);
+                    attempt(
+                        &branch,
+                        seq,
+                        clock.at(start),
+                        clock.now_ms(),
+                        Outcome::Success,
+                    )
+                }
+            })
+            .await
+        })
+    }
+
+    async fn next_attempt(rx: &mut mpsc::Receiver<BranchEvent>) -> Box<Attempt> {
+        match rx.recv().await {
+            Some(BranchEvent::Attempt(a)) => a,
+            other => panic!("expected an attempt, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn attempts_start_at_the_interval_without_drift() {
+        let t0 = Instant::now();
+        let (tx, mut rx) = mpsc::channel(64);
+        let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
+        // Each attempt takes 3 s: the next one still starts 10 s after the previous start.
+        let h = spawn_loop(
+            "a",
+            schedule(secs(10), Duration::ZERO, secs(5)),
+            &log,
+            |_| secs(3),
+            &stop,
+            tx,
+        );
+        for seq in 1..=4 {
+            assert_eq!(next_attempt(&mut rx).await.seq, seq);
+        }
+        // Cancelled between attempts (the 5th is due at 40 s): the loop ends at once.
+        let cancelled_at = Instant::now();
+        stop.cancel();
+        assert_eq!(h.await.unwrap(), 4);
+        assert_eq!(Instant::now(), cancelled_at);
+        assert_eq!(log.starts("a", t0), [secs(0), secs(10), secs(20), secs(30)]);
+        assert!(rx.recv().await.is_none(), "no attempt after the cancel");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_attempt_delays_the_next_one_and_never_overlaps_it() {
+        let t0 = Instant::now();
+        let (tx, mut rx) = mpsc::channel(64);
+        let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
+        // The first attempt takes 25 s of a 10 s interval, later ones 1 s.
+        let takes = |seq| if seq == 1 { secs(25) } else { secs(1) };
+        let h = spawn_loop(
+            "a",
+            schedule(secs(10), Duration::ZERO, secs(5)),
+            &log,
+            takes,
+            &stop,
+            tx,
+        );
+        for _ in 1..=4 {
+            next_attempt(&mut rx).await;
+        }
+        stop.cancel();
+        h.await.unwrap();
+        assert_eq!(log.max_in_flight.load(Ordering::SeqCst), 1);
+        // The overdue tick fires when the slow attempt ends (25 s); the ticks it missed (10 s,
+        // 20 s) are skipped, not bunched, and the schedule keeps its phase (30 s, 40 s).
+        assert_eq!(
+            log.spans("a", t0),
+            [
+                (secs(0), Some(secs(25))),
+                (secs(25), Some(secs(26))),
+                (secs(30), Some(secs(31))),
+                (secs(40), Some(secs(41))),
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn jitter_spreads_the_first_attempts_of_several_branches() {
+        let t0 = Instant::now();
+        let (tx, mut rx) = mpsc::channel(64);
+        let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
+        let branches: Vec<String> = (0..16).map(|i| format!("b{i}")).collect();
+        let jitter = secs(2);
+        let mut loops = Vec::new();
+        for b in &branches {
+            let sched = schedule(secs(10), jitter, secs(5));
+            loops.push(spawn_loop(
+                b,
+                sched,
+                &log,
+                |_| Duration::ZERO,
+                &stop,
+                tx.clone(),
+            ));
+        }
+        drop(tx);
+        // Two attempts per branch: every first attempt lies within the jitter, every second one
+        // an interval after its branch's first.
+        for _ in 0..2 * branches.len() {
+            next_attempt(&mut rx).await;
+        }
+        stop.cancel();
+        for l in loops {
+            assert_eq!(l.await.unwrap(), 2);
+        }
+        let mut firsts = Vec::new();
+        for b in &branches {
+            let starts = log.starts(b, t0);
+            assert_eq!(starts.len(), 2, "{b}: {starts:?}");
+            assert!(starts[0] <= jitter, "{b} started at {:?}", starts[0]);
+            assert_eq!(starts[1] - starts[0], secs(10), "{b}");
+            firsts.push(starts[0]);
+        }
+        firsts.sort();
+        firsts.dedup();
+        // 16 draws from 2,001 whole milliseconds all alike: probability 2001^-15.
+        assert!(firsts.len() > 1, "all branches started at once: {firsts:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_past_its_deadline_is_a_timed_out_failure_and_the_loop_goes_on() {
+        let t0 = Instant::now();
+        let (tx, mut rx) = mpsc::channel(64);
+        let stop = CancellationToken::new();
+        let clock = Clock::start();
+        let timeout = secs(4);
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let seen = starts.clone();
+        // A peer that never answers the write step, under the attempt deadline as
+        // `probe::run_attempt` sets it (step timeouts longer than the attempt's).
+        let h = tokio::spawn(async move {
+            let sched = schedule(secs(10), Duration::ZERO, secs(5));
+            attempt_loop("a", clock, sched, tx, stop.clone(), move |seq| {
+                let seen = seen.clone();
+                async move {
+                    let start = Instant::now();
+                    seen.lock().unwrap().push(start - t0);
+                    let step_timeouts = StepTimeouts {
+                        resolve: secs(60),
+                        connect: secs(60),
+                        tls: secs(60),
+                        auth: secs(60),
+                        write: secs(60),
+                        verify: secs(60),
+                    };
+                    let deadline = Deadline {
+                        end: start + timeout,
+                        step_timeouts,
+                    };
+                    let mut steps = Steps::new(deadline);
+                    let never = std::future::pending::<Result<(), StepError>>();
+                    let outcome = match steps.run(Step::Write, never).await {
+                        Ok(()) => Outcome::Success,
+                        Err((_, e)) => Outcome::Failure {
+                            step: Step::Write,
+                            class: e.class,
+                            message: e.message,
+                        },
+                    };
+                    let mut a = attempt("a", seq, clock.at(start), clock.now_ms(), outcome);
+                    a.steps = steps.records;
+                    a
+                }
+            })
+            .await
+        });
+        let first = next_attempt(&mut rx).await;
+        assert_eq!(Instant::now() - t0, timeout);
+        assert_eq!(first.finished_at - first.started_at, 4000);
+        match &first.outcome {
+            Outcome::Failure {
+                step,
+                class,
+                message,
+            } => {
+                assert_eq!(
+                    (*step, *class),
+                    (Step::Write, FailureClass::DeadlineExceeded)
+                );
+                assert!(message.contains("attempt deadline"), "{message}");
+            }
+            Outcome::Success => panic!("a hung attempt succeeded"),
+        }
+        assert!(!first.steps[0].ok);
+        let second = next_attempt(&mut rx).await;
+        assert_eq!(second.seq, 2);
+        assert_eq!(*starts.lock().unwrap(), [secs(0), secs(10)]);
+        h.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_attempt_is_an_internal_failure_and_the_loop_goes_on() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let stop = CancellationToken::new();
+        let clock = Clock::start();
+        let token = stop.clone();
+        let h = tokio::spawn(async move {
+            let sched = schedule(secs(10), Duration::ZERO, secs(5));
+            attempt_loop("a", clock, sched, tx, token, move |seq| async move {
+                assert!(seq != 1, "a bug in attempt 1");
+                attempt("a", seq, clock.now_ms(), clock.now_ms(), Outcome::Success)
+            })
+            .await
+        });
+        let first = next_attempt(&mut rx).await;
+        assert!(matches!(
+            first.outcome,
+            Outcome::Failure {
+                class: FailureClass::InternalError,
+                ..
+            }
+        ));
+        assert_eq!(next_attempt(&mut rx).await.outcome, Outcome::Success);
+        stop.cancel();
+        assert_eq!(h.await.unwrap(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancel_lets_an_in_flight_attempt_finish_within_the_grace() {
+        let t0 = Instant::now();
+        let (tx, mut rx) = mpsc::channel(64);
+        let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
+        let h = spawn_loop(
+            "a",
+            schedule(secs(10), Duration::ZERO, secs(5)),
+            &log,
+            |_| secs(3),
+            &stop,
+            tx,
+        );
+        tokio::time::sleep_until(t0 + secs(1)).await;
+        stop.cancel();
+        // The attempt ends at 3 s, inside the 5 s grace: it is reported, and the loop ends then,
+        // not at the end of the grace.
+        assert_eq!(next_attempt(&mut rx).await.seq, 1);
+        assert_eq!(h.await.unwrap(), 1);
+        assert_eq!(Instant::now() - t0, secs(3));
+        assert!(rx.recv().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancel_abandons_an_attempt_that_outlives_the_grace() {
+        let t0 = Instant::now();
+        let (tx, mut rx) = mpsc::channel(64);
+        let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
+        let h = spawn_loop(
+            "a",
+            schedule(secs(10), Duration::ZERO, secs(5)),
+            &log,
+            |_| secs(30),
+            &stop,
+            tx,
+        );
+        tokio::time::sleep_until(t0 + secs(1)).await;
+        stop.cancel();
+        // Cancelled at 1 s with a 5 s grace: abandoned at 6 s, not counted as an attempt.
+        match rx.recv().await {
+            Some(BranchEvent::Abandoned { branch, seq }) => {
+                assert_eq!((branch.as_str(), seq), ("a", 1))
+            }
+            other => panic!("expected the attempt abandoned, got {other:?}"),
+        }
+        assert_eq!(Instant::now() - t0, secs(6));
+        assert_eq!(h.await.unwrap(), 1);
+        assert!(rx.recv().await.is_none());
+        // The abandoned attempt was stopped, not left running.
+        tokio::time::sleep(secs(60)).await;
+        assert_eq!(log.spans("a", t0), [(secs(0), None)]);
+    }
 }

@@ -7,11 +7,22 @@
 //! mid-write leaves the previous version; the `s3` store writes with `If-Match` / `If-None-Match`
 //! conditions and, on a lost race, re-reads the fresh document and applies the change again.
 //! A corrupt or unreadable document is an error: nothing silently starts as `ready` from it.
+//!
+//! A hung file system must not hang the prober: file-store operations run on blocking threads and
+//! answer within [`FILE_OP_BOUND`], open nothing that could block (`O_NONBLOCK`, regular files
+//! only) and read at most [`MAX_DOC_BYTES`].
 
 use crate::control::{CONTROL_VERSION, ControlDoc};
-use std::io::Write;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Largest control document read, in bytes (16 MiB). A real one holds a few prober states and
+/// at most a bounded list of approvals and overrides, so a few KiB; anything this large is not a
+/// control document, and reading it whole (e.g. `/dev/zero` behind the path) would exhaust memory.
+pub const MAX_DOC_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A state store problem.
 #[derive(Debug, thiserror::Error)]
@@ -42,9 +53,6 @@ pub enum StateError {
         /// Writes tried.
         tries: u32,
     },
-    /// The change itself refused (e.g. an unknown branch).
-    #[error("{0}")]
-    Rejected(String),
 }
 
 /// Parse and check a control document (pure).
@@ -67,6 +75,20 @@ pub fn parse_doc(location: &str, bytes: &[u8], service: &str) -> Result<ControlD
         return Err(corrupt(format!("it belongs to service {:?}", doc.service)));
     }
     Ok(doc)
+}
+
+/// Refuse a document over [`MAX_DOC_BYTES`] (`len` is what was read, or announced).
+fn check_size(location: &str, len: u64) -> Result<(), StateError> {
+    if len > MAX_DOC_BYTES {
+        return Err(StateError::Corrupt {
+            location: location.to_string(),
+            reason: format!(
+                "larger than {} MiB, far more than any control document",
+                MAX_DOC_BYTES / (1024 * 1024)
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// A service name made safe for a file or object name (other characters become `_`).
@@ -100,20 +122,17 @@ impl Store {
         }
     }
 
-    /// Read the document; an empty one when none exists yet.
+    /// Read the document; an empty one when none exists yet. The file store answers within
+    /// [`FILE_OP_BOUND`].
     ///
     /// # Errors
-    /// [`StateError`] when it cannot be read or is corrupt.
+    /// [`StateError`] when it cannot be read or is corrupt, or the file system gives no answer
+    /// in time.
     pub async fn load(&self) -> Result<ControlDoc, StateError> {
         match self {
             Store::File(f) => {
-                let f = f.clone();
-                tokio::task::spawn_blocking(move || f.load())
-                    .await
-                    .map_err(|e| StateError::Io {
-                        location: "file store".into(),
-                        reason: e.to_string(),
-                    })?
+                let g = f.clone();
+                f.off_runtime(FILE_OP_BOUND, move || g.load()).await
             }
             Store::S3(s) => s.load().await.map(|(d, _)| d),
         }
@@ -123,21 +142,20 @@ impl Store {
     /// writer's change. `change` may run more than once (after a lost race it sees the fresh
     /// document), so it must depend only on the document it is given and on captured values.
     ///
+    /// The file store answers within [`FILE_OP_BOUND`]; callers that need less wrap the call in
+    /// their own timeout.
+    ///
     /// # Errors
-    /// [`StateError`] from reading, parsing or writing, or from `change` itself.
+    /// [`StateError`] from reading, parsing or writing, or from `change` itself, or when the file
+    /// system gives no answer in time.
     pub async fn update<F>(&self, change: F) -> Result<ControlDoc, StateError>
     where
         F: FnMut(&mut ControlDoc) -> Result<(), StateError> + Send + 'static,
     {
         match self {
             Store::File(f) => {
-                let f = f.clone();
-                tokio::task::spawn_blocking(move || f.update(change))
-                    .await
-                    .map_err(|e| StateError::Io {
-                        location: "file store".into(),
-                        reason: e.to_string(),
-                    })?
+                let g = f.clone();
+                f.off_runtime(FILE_OP_BOUND, move || g.update(change)).await
             }
             Store::S3(s) => s.update(change).await,
         }
@@ -146,6 +164,26 @@ impl Store {
 
 /// How long a file-store writer waits for the lock.
 pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Longest wait for one file-store operation (a read, or a locked read-modify-write including
+/// up to [`LOCK_WAIT`] for the lock). The operation runs on a blocking thread; past this bound
+/// the caller gets an error and the thread is left to finish (or hang) on its own, so a hung
+/// file system never holds a runtime worker, and at exit the runtime does not wait for it.
+pub const FILE_OP_BOUND: Duration = Duration::from_secs(10);
+
+/// Open `path` without waiting and insist on a regular file: a FIFO at the path would block
+/// `open` until a writer (or reader) appears, and a device (`/dev/zero`) would feed an endless
+/// read. `O_NONBLOCK` makes `open` return at once; on a regular file it changes nothing.
+fn open_regular(path: &Path, opts: &mut OpenOptions) -> std::io::Result<File> {
+    let file = opts.custom_flags(libc::O_NONBLOCK).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or directory is in its place)",
+        ));
+    }
+    Ok(file)
+}
 
 /// The file store: `dir/control-<service>.json`, guarded by `dir/control-<service>.lock`.
 #[derive(Debug, Clone)]
@@ -177,14 +215,40 @@ impl FileStore {
         }
     }
 
-    fn read(&self) -> Result<ControlDoc, StateError> {
-        match std::fs::read(&self.path) {
-            Ok(b) => parse_doc(&self.path.display().to_string(), &b, &self.service),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Ok(ControlDoc::new(&self.service))
-            }
-            Err(e) => Err(self.io("read", e)),
+    /// Run a blocking file-store operation on the blocking pool; an error after `bound`.
+    async fn off_runtime<T, F>(&self, bound: Duration, op: F) -> Result<T, StateError>
+    where
+        F: FnOnce() -> Result<T, StateError> + Send + 'static,
+        T: Send + 'static,
+    {
+        match tokio::time::timeout(bound, tokio::task::spawn_blocking(op)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(self.io("file store task", std::io::Error::other(e))),
+            Err(_) => Err(StateError::Io {
+                location: self.path.display().to_string(),
+                reason: format!(
+                    "no answer from the file system within {}",
+                    crate::clock::fmt_duration(bound)
+                ),
+            }),
         }
+    }
+
+    fn read(&self) -> Result<ControlDoc, StateError> {
+        let file = match open_regular(&self.path, OpenOptions::new().read(true)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(ControlDoc::new(&self.service));
+            }
+            Err(e) => return Err(self.io("open", e)),
+        };
+        let mut bytes = Vec::new();
+        file.take(MAX_DOC_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| self.io("read", e))?;
+        let location = self.path.display().to_string();
+        check_size(&location, bytes.len() as u64)?;
+        parse_doc(&location, &bytes, &self.service)
     }
 
     /// Read the document (no lock: the rename makes every read see a whole version).
@@ -232,12 +296,11 @@ impl FileStore {
         // Lock, then make sure the lock file we hold is still the one at that path (someone may
         // have removed it, which would let a second writer lock a fresh file meanwhile).
         let lock = loop {
-            let lock = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&self.lock)
-                .map_err(|e| self.io("open lock file", e))?;
+            let lock = open_regular(
+                &self.lock,
+                OpenOptions::new().create(true).truncate(false).write(true),
+            )
+            .map_err(|e| self.io(&format!("open lock file {}", self.lock.display()), e))?;
             self.acquire(&lock)?;
             use std::os::unix::fs::MetadataExt;
             let held = lock.metadata().map(|m| (m.dev(), m.ino())).ok();
@@ -255,12 +318,19 @@ impl FileStore {
             .path
             .with_extension(format!("json.tmp.{}", std::process::id()));
         let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
+            let mut f = open_regular(
+                &tmp,
+                OpenOptions::new().create(true).truncate(true).write(true),
+            )?;
             f.write_all(&body)?;
             f.sync_all()?;
             drop(f);
             std::fs::rename(&tmp, &self.path)?;
-            if let Ok(d) = std::fs::File::open(dir) {
+            let d = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_DIRECTORY)
+                .open(dir);
+            if let Ok(d) = d {
                 let _ = d.sync_all();
             }
             Ok(())
@@ -367,15 +437,21 @@ impl S3Store {
             .send()
             .await;
         match r {
-            Ok(o) => {
+            Ok(mut o) => {
                 let etag = o.e_tag().map(str::to_string);
-                let bytes = o
+                let location = self.location();
+                check_size(&location, o.content_length().unwrap_or(0).max(0) as u64)?;
+                let mut bytes = Vec::new();
+                while let Some(chunk) = o
                     .body
-                    .collect()
+                    .try_next()
                     .await
                     .map_err(|e| self.io("read body", e))?
-                    .into_bytes();
-                Ok((parse_doc(&self.location(), &bytes, &self.service)?, etag))
+                {
+                    bytes.extend_from_slice(&chunk);
+                    check_size(&location, bytes.len() as u64)?;
+                }
+                Ok((parse_doc(&location, &bytes, &self.service)?, etag))
             }
             Err(e) => {
                 if e.as_service_error().is_some_and(|s| s.is_no_such_key()) {
@@ -512,5 +588,80 @@ mod tests {
         let doc = store.load().unwrap();
         // MAX_APPROVALS bounds the list only when pruned; nothing pruned here.
         assert_eq!(doc.approvals.len(), 200);
+    }
+
+    fn mkfifo(path: &Path) {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn io_reason(r: Result<ControlDoc, StateError>) -> String {
+        match r {
+            Err(StateError::Io { reason, .. }) => reason,
+            other => panic!("expected an I/O error, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fifo_as_the_document_or_lock_is_an_error_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = FileStore::new(dir.path(), "s");
+        let store = Store::File(file.clone());
+        // With no writer on the other end, a plain open of the FIFO would block for ever; the
+        // blocking thread would then keep the process from exiting. A hang fails the test by its
+        // 10 s bound instead of the expected error at once.
+        mkfifo(file.path());
+        let reason = io_reason(store.load().await);
+        assert!(reason.contains("not a regular file"), "{reason}");
+        let reason = io_reason(store.update(|_| Ok(())).await);
+        assert!(reason.contains("not a regular file"), "{reason}");
+        std::fs::remove_file(file.path()).unwrap();
+        let _ = std::fs::remove_file(&file.lock);
+        mkfifo(&file.lock);
+        let reason = io_reason(store.update(|_| Ok(())).await);
+        assert!(reason.contains("open lock file"), "{reason}");
+    }
+
+    #[test]
+    fn a_device_or_an_oversized_file_is_refused_without_reading_it_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path(), "s");
+        std::os::unix::fs::symlink("/dev/zero", store.path()).unwrap();
+        let reason = io_reason(store.load());
+        assert!(reason.contains("not a regular file"), "{reason}");
+        std::fs::remove_file(store.path()).unwrap();
+        // A sparse file one byte over the cap: refused as corrupt, not parsed.
+        let f = File::create(store.path()).unwrap();
+        f.set_len(MAX_DOC_BYTES + 1).unwrap();
+        match store.load() {
+            Err(StateError::Corrupt { reason, .. }) => {
+                assert!(reason.contains("larger than 16 MiB"), "{reason}");
+            }
+            other => panic!("expected corrupt, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stuck_operation_answers_with_an_error_within_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path(), "s");
+        // The operation blocks until released, after the assertion: only the bound can end the
+        // wait, whatever the machine's load.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let r = store
+            .off_runtime(Duration::from_millis(50), move || {
+                let _ = held.recv();
+                Ok(ControlDoc::new("s"))
+            })
+            .await;
+        let reason = io_reason(r);
+        assert!(
+            reason.contains("no answer from the file system within 50ms"),
+            "{reason}"
+        );
+        release.send(()).unwrap();
     }
 }

@@ -34,6 +34,7 @@ PASSWORD_FILE="$DEMO/password"
 [ -f "$PASSWORD_FILE" ] || od -An -tx1 -N12 /dev/urandom | tr -d ' \n' > "$PASSWORD_FILE"
 export READYPROBE_MYSQL_PASSWORD; READYPROBE_MYSQL_PASSWORD=$(cat "$PASSWORD_FILE")
 
+echo "demo: starting two MariaDB servers with TLS: primary on 127.0.0.1:33061, secondary on 127.0.0.1:33062" >&2
 cleanup() {
   infra/local/mariadb.sh stop "$DEMO/primary"
   infra/local/mariadb.sh stop "$DEMO/secondary"
@@ -43,8 +44,14 @@ infra/local/mariadb.sh start primary 33061 "$DEMO/primary" "$DEMO/tls/primary.pe
 infra/local/mariadb.sh start secondary 33062 "$DEMO/secondary" "$DEMO/tls/secondary.pem" "$DEMO/tls/secondary.key" "$DEMO/tls/ca.pem" "$READYPROBE_MYSQL_PASSWORD"
 infra/local/mariadb.sh sql "$DEMO/primary" "SET GLOBAL read_only = OFF"
 
-echo "demo: building readyprobe" >&2
-cargo build --quiet --bin readyprobe
+if [ -x target/debug/readyprobe ]; then
+  echo "demo: building readyprobe; cargo compiles only what changed (seconds, or minutes if the dependencies were last built for the tests)" >&2
+else
+  echo "demo: building readyprobe; the first build compiles every dependency and takes several minutes (about 3 min on 2 cores)" >&2
+fi
+# cargo's own progress (one line per crate, and a progress bar on a terminal) goes to stderr.
+cargo build --bin readyprobe
+echo "demo: build done; checking probes/local-demo.toml" >&2
 BIN=target/debug/readyprobe
 $BIN check --config probes/local-demo.toml >&2
 

@@ -8,10 +8,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+say() { printf 'test.sh: %s\n' "$*" >&2; }
+
+say "1/3 MariaDB server binaries (installed with apt-get if absent; the tests start their own instances)"
 infra/local/mariadb.sh install
+say "2/3 the CloudWatch and S3 emulator on 127.0.0.1:${LOCALSTACK_PORT:-4566} (the first install takes a few minutes)"
 .ci/localstack.sh start
 # The emulator takes any credentials; the tests must never reach a cloud metadata endpoint.
 export AWS_EC2_METADATA_DISABLED=true
 export READYPROBE_TEST_CLOUDWATCH_ENDPOINT="${READYPROBE_TEST_CLOUDWATCH_ENDPOINT:-http://127.0.0.1:${LOCALSTACK_PORT:-4566}}"
 
+if [ -d target/debug/deps ]; then
+  say "3/3 cargo test (unit, property and integration tests; a few minutes)"
+else
+  say "3/3 cargo test; the first build compiles every dependency and takes several minutes (about 3 min on 2 cores), then the tests run for a few minutes"
+fi
 cargo test --locked --all-targets "$@"

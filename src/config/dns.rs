@@ -2,7 +2,7 @@
 
 use super::issues::Issues;
 use super::raw::RawDns;
-use serde::Deserialize;
+use super::values::AddressFamily;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,33 +19,6 @@ pub struct Dns {
     pub timeout: Duration,
     /// Address records asked for. Default `ipv4_then_ipv6`.
     pub address_family: AddressFamily,
-}
-
-/// Which address records the `resolve` step asks for.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    Deserialize,
-    strum::Display,
-    strum::IntoStaticStr,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum AddressFamily {
-    /// A, then AAAA when the name has no A record (default).
-    #[default]
-    Ipv4ThenIpv6,
-    /// AAAA, then A when the name has no AAAA record.
-    Ipv6ThenIpv4,
-    /// A only.
-    Ipv4,
-    /// AAAA only.
-    Ipv6,
 }
 
 /// `ip` (port 53) or `ip:port`.

@@ -4,7 +4,8 @@
 use super::issues::Issues;
 use super::raw::{RawHttp, RawHttpVerify};
 use super::secret::HeaderValueSource;
-use super::tls::{SslMode, TlsSettings};
+use super::tls::TlsSettings;
+use super::values::SslMode;
 use std::collections::BTreeMap;
 use std::path::Path;
 

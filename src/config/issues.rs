@@ -4,10 +4,20 @@
 //! `serde_path_to_error` the key path; validation errors name a key path, which is looked up in
 //! the parser's spanned document tree.
 
-use super::Issue;
 use super::raw::MOVED_TLS_KEYS;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
+
+/// One problem found in a config file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Issue {
+    /// Dotted key path, e.g. `readiness.declare_ready.for` or `branch[1].endpoint`.
+    pub key: String,
+    /// 1-based line of the key in the file, when it appears there.
+    pub line: Option<usize>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
 
 /// Collects the errors and warnings of one validation run.
 pub(crate) struct Issues<'a> {

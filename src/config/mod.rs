@@ -23,33 +23,32 @@ mod service;
 mod state;
 mod tcp;
 mod tls;
+mod values;
 
-pub use dns::{AddressFamily, Dns};
+pub use dns::Dns;
 pub use http::{HttpProbe, HttpRequestSpec};
+pub use issues::Issue;
 pub use mysql::MysqlProbe;
 pub use otlp::OtlpProbe;
-pub use probe::{KindName, ProbeConfig, ProbeKind, StepTimeouts};
-pub use publish::{CloudWatch, Publish, SinkKind};
-pub use readiness::{Approval, InitialState, attempts_in, one_failure_effect};
+pub use probe::{ProbeConfig, ProbeKind, StepTimeouts};
+pub use publish::{CloudWatch, Publish};
+pub use readiness::{attempts_in, one_failure_effect};
 pub use secret::{HeaderValueSource, SecretError, SecretRef};
-pub use service::{Branch, Role, Service, check_hostname};
-pub use state::{S3State, StateConfig, StoreKind, StoreName};
+pub use service::{Branch, Service, check_hostname};
+pub use state::{S3State, StateConfig, StoreKind};
 pub use tcp::TcpProbe;
-pub use tls::{ClientIdentityFiles, MinVersion, SslMode, TlsSettings};
-
-/// The crate's duration formatter under the name other modules still call.
-pub use crate::clock::fmt_duration as fmt_dur;
+pub use tls::{ClientIdentityFiles, TlsSettings};
+pub use values::{
+    AddressFamily, Approval, InitialState, KindName, MinVersion, Role, SinkKind, SslMode, StoreName,
+};
 
 use crate::readiness::Policy;
 use issues::Issues;
 use raw::RawConfig;
+use service::MAX_CANARY_ID_LEN;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// CloudWatch limit: a dimension value is 1–1024 characters.
-const MAX_DIMENSION_VALUE_LEN: usize = 1024;
-/// Width of the `prober_id` and `branch` columns of the canary table (probes/mysql-canary.sql).
-const MAX_CANARY_ID_LEN: usize = 64;
 /// A config larger than this is not a readyprobe config, bytes.
 const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
@@ -84,17 +83,6 @@ pub struct Config {
     pub branches: Vec<Branch>,
     /// Non-fatal findings (e.g. a policy where one failure crosses a threshold).
     pub warnings: Vec<String>,
-}
-
-/// One problem found in a config file.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Issue {
-    /// Dotted key path, e.g. `readiness.declare_ready.for` or `branch[1].endpoint`.
-    pub key: String,
-    /// 1-based line of the key in the file, when it appears there.
-    pub line: Option<usize>,
-    /// What is wrong and what to do.
-    pub message: String,
 }
 
 /// Every problem found in a config file.

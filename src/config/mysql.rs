@@ -3,7 +3,8 @@
 use super::issues::Issues;
 use super::raw::RawMysql;
 use super::secret::SecretRef;
-use super::tls::{ClientIdentityFiles, MinVersion, SslMode, TlsSettings};
+use super::tls::{ClientIdentityFiles, TlsSettings};
+use super::values::{MinVersion, SslMode};
 use std::path::{Path, PathBuf};
 
 /// Settings of the `mysql` probe kind.

@@ -1,14 +1,14 @@
 //! `[probe]`: timing shared by every kind, per-step deadlines, and dispatch to the kind's table.
 
-use super::fmt_dur;
 use super::http::HttpProbe;
 use super::issues::Issues;
 use super::mysql::MysqlProbe;
 use super::otlp::OtlpProbe;
 use super::raw::{RawProbe, RawStepTimeouts};
 use super::tcp::TcpProbe;
+use super::values::KindName;
 use super::{http, mysql, otlp, tcp, tls};
-use serde::Deserialize;
+use crate::clock::fmt_duration;
 use std::path::Path;
 use std::time::Duration;
 
@@ -44,31 +44,6 @@ pub struct StepTimeouts {
     pub write: Duration,
     /// `verify` step deadline.
     pub verify: Duration,
-}
-
-/// A probe kind's config name (`probe.kind`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Deserialize,
-    strum::Display,
-    strum::IntoStaticStr,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum KindName {
-    /// The MySQL/MariaDB writer probe.
-    Mysql,
-    /// A marked HTTP request.
-    Http,
-    /// An OTLP/HTTP export.
-    Otlp,
-    /// Resolve, connect and optionally TLS.
-    Tcp,
 }
 
 /// Kind-specific probe settings; one variant per probe kind.
@@ -125,8 +100,8 @@ fn timing(raw: &RawProbe, issues: &mut Issues<'_>) -> (Duration, Duration, Durat
             "probe.timeout",
             format!(
                 "the attempt timeout ({}) must be shorter than probe.interval ({}) so that at most one attempt per branch is in flight",
-                fmt_dur(timeout),
-                fmt_dur(interval)
+                fmt_duration(timeout),
+                fmt_duration(interval)
             ),
         );
     }
@@ -157,8 +132,8 @@ fn step_timeouts(st: &RawStepTimeouts, timeout: Duration, issues: &mut Issues<'_
             }
             Some(d) if d > timeout => issues.warn(format!(
                 "probe.step_timeout.{k} ({}) is longer than probe.timeout ({}); the attempt deadline applies first",
-                fmt_dur(d),
-                fmt_dur(timeout)
+                fmt_duration(d),
+                fmt_duration(timeout)
             )),
             _ => {}
         }

@@ -1,9 +1,9 @@
 //! `[publish]`: the publish tick, the CloudWatch namespace and the metric sinks.
 
-use super::fmt_dur;
 use super::issues::Issues;
 use super::raw::RawPublish;
-use serde::Deserialize;
+use super::values::SinkKind;
+use crate::clock::fmt_duration;
 use std::time::Duration;
 
 /// CloudWatch limit: a namespace is 1–255 characters.
@@ -20,27 +20,6 @@ pub struct Publish {
     pub sinks: Vec<SinkKind>,
     /// CloudWatch sink settings.
     pub cloudwatch: CloudWatch,
-}
-
-/// A metric sink (config names `cloudwatch`, `emf`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Deserialize,
-    strum::Display,
-    strum::IntoStaticStr,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum SinkKind {
-    /// `PutMetricData` through the AWS SDK.
-    CloudWatch,
-    /// CloudWatch Embedded Metric Format JSON lines on stdout.
-    Emf,
 }
 
 /// Settings of the CloudWatch sink.
@@ -99,7 +78,7 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
     if sinks.contains(&SinkKind::CloudWatch) && interval < Duration::from_secs(60) {
         issues.warn(format!(
             "publish.interval is {}; CloudWatch standard resolution stores one value per 60 s, so a shorter tick only adds samples to the same minute",
-            fmt_dur(interval)
+            fmt_duration(interval)
         ));
     }
     Some(Publish {

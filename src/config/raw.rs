@@ -5,14 +5,10 @@
 //! accepted ones; durations are humantime strings (`"500ms"`, `"5s"`, `"3m"`). Defaults and
 //! cross-field rules are the validated stage's business.
 
-use super::dns::AddressFamily;
-use super::probe::KindName;
-use super::publish::SinkKind;
-use super::readiness::{Approval, InitialState};
 use super::secret::{HeaderValueSource, SecretRef};
-use super::service::Role;
-use super::state::StoreName;
-use super::tls::{MinVersion, SslMode};
+use super::values::{
+    AddressFamily, Approval, InitialState, KindName, MinVersion, Role, SinkKind, SslMode, StoreName,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::num::NonZeroU16;

@@ -1,69 +1,11 @@
 //! `[readiness]`: the policy every branch is judged by, and the arithmetic `check` explains.
 
-use super::fmt_dur;
 use super::issues::Issues;
 use super::raw::RawReadiness;
-use crate::readiness::{Condition, Policy, ReadinessState};
-use serde::Deserialize;
+use super::values::{Approval, InitialState};
+use crate::clock::fmt_duration;
+use crate::readiness::{Condition, Policy};
 use std::time::Duration;
-
-/// Whether a fired ready condition waits for an operator (`readiness.declare_ready.approval`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    Deserialize,
-    strum::Display,
-    strum::IntoStaticStr,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum Approval {
-    /// Ready when the condition holds.
-    #[default]
-    None,
-    /// `pending_approval` until an operator approves.
-    Required,
-}
-
-/// The state before any evidence (`readiness.initial`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    Deserialize,
-    strum::Display,
-    strum::IntoStaticStr,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum InitialState {
-    /// Nothing is published until the evidence decides.
-    #[default]
-    Unknown,
-    /// Publishes 1 from the start.
-    Ready,
-    /// Publishes 0 from the start.
-    Unready,
-}
-
-impl From<InitialState> for ReadinessState {
-    fn from(s: InitialState) -> Self {
-        match s {
-            InitialState::Unknown => ReadinessState::Unknown,
-            InitialState::Ready => ReadinessState::Ready,
-            InitialState::Unready => ReadinessState::Unready,
-        }
-    }
-}
 
 const UNREADY_RATE: &str = "readiness.declare_unready.success_rate_below";
 const READY_RATE: &str = "readiness.declare_ready.success_rate_at_or_above";
@@ -163,8 +105,8 @@ fn window_fits(
             wkey,
             format!(
                 "a {} window holds at most {fits} attempts at probe.interval {}, fewer than readiness.min_attempts ({min_attempts}): the {name} condition could never hold",
-                fmt_dur(c.window),
-                fmt_dur(interval)
+                fmt_duration(c.window),
+                fmt_duration(interval)
             ),
         );
     } else if fits > 0 {
@@ -172,7 +114,7 @@ fn window_fits(
         if one_fail < c.threshold_percent {
             issues.warn(format!(
                 "{key}: one failure among {fits} attempts in the {} window gives {one_fail:.1}%, which {} the {}% threshold",
-                fmt_dur(c.window),
+                fmt_duration(c.window),
                 if name == "unready" { "already falls below" } else { "already misses" },
                 c.threshold_percent
             ));
@@ -204,6 +146,6 @@ pub fn one_failure_effect(c: &Condition, interval: Duration, unready: bool) -> S
     };
     format!(
         "{n} attempts per {} window; one failure → {rate:.1}% ({verdict})",
-        fmt_dur(c.window)
+        fmt_duration(c.window)
     )
 }

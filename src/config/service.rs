@@ -2,9 +2,13 @@
 
 use super::issues::Issues;
 use super::raw::{RawBranch, RawService};
-use super::{MAX_CANARY_ID_LEN, MAX_DIMENSION_VALUE_LEN};
-use serde::Deserialize;
+use super::values::Role;
 use std::collections::BTreeSet;
+
+/// CloudWatch limit: a dimension value is 1–1024 characters.
+const MAX_DIMENSION_VALUE_LEN: usize = 1024;
+/// Width of the `prober_id` and `branch` columns of the canary table (probes/mysql-canary.sql).
+pub(super) const MAX_CANARY_ID_LEN: usize = 64;
 
 /// The service being failed over.
 #[derive(Debug, Clone)]
@@ -13,48 +17,6 @@ pub struct Service {
     pub name: String,
     /// The failover record name; branch probes never resolve it.
     pub stable_name: String,
-}
-
-/// Route 53 failover role of a branch (config names `PRIMARY`, `SECONDARY`, read
-/// case-insensitively).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Deserialize,
-    strum::Display,
-    strum::IntoStaticStr,
-    strum::EnumIter,
-    strum::EnumString,
-)]
-#[serde(try_from = "String")]
-#[strum(serialize_all = "UPPERCASE", ascii_case_insensitive)]
-pub enum Role {
-    /// `PRIMARY` failover record.
-    Primary,
-    /// `SECONDARY` failover record.
-    Secondary,
-}
-
-impl TryFrom<String> for Role {
-    type Error = String;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse().map_err(|_| {
-            format!("unknown role {s:?}; Route 53 failover roles are PRIMARY and SECONDARY")
-        })
-    }
-}
-
-impl Role {
-    /// Route 53 spelling.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
 
 /// One failover branch.

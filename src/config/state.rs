@@ -2,7 +2,7 @@
 
 use super::issues::Issues;
 use super::raw::RawState;
-use serde::Deserialize;
+use super::values::StoreName;
 use std::time::Duration;
 
 /// The shared state store, as configured (the runtime one is `state::Store`).
@@ -22,29 +22,6 @@ pub enum StoreKind {
     File,
     /// One S3 object.
     S3(S3State),
-}
-
-/// A store's config name (`state.store`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    Deserialize,
-    strum::Display,
-    strum::IntoStaticStr,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum StoreName {
-    /// A file in `state_dir`.
-    #[default]
-    File,
-    /// An S3 object (`[state.s3]`).
-    S3,
 }
 
 /// Settings of the S3 state store.

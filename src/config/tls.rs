@@ -4,74 +4,9 @@
 //! whether the files exist and parse is the probe's start-up business (`probe::prepare`).
 
 use super::issues::Issues;
-use super::probe::KindName;
 use super::raw::RawTls;
-use serde::Deserialize;
+use super::values::{KindName, MinVersion, SslMode};
 use std::path::{Path, PathBuf};
-
-/// TLS policy with MySQL's `--ssl-mode` meaning (config names `disabled`, `required`,
-/// `verify_ca`, `verify_identity`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Deserialize,
-    strum::Display,
-    strum::IntoStaticStr,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum SslMode {
-    /// No TLS.
-    Disabled,
-    /// TLS required, certificate not checked.
-    Required,
-    /// TLS required, certificate must chain to `ssl_ca`; name not checked.
-    VerifyCa,
-    /// TLS required, certificate must chain to `ssl_ca` and be valid for the endpoint name.
-    VerifyIdentity,
-}
-
-impl SslMode {
-    /// Config name.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
-/// Minimum TLS protocol version the `tls` step accepts (config names `"1.2"`, `"1.3"`; older
-/// versions are not offered).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Deserialize,
-    strum::Display,
-    strum::IntoStaticStr,
-    strum::EnumIter,
-)]
-pub enum MinVersion {
-    /// TLS 1.2 and 1.3.
-    #[serde(rename = "1.2")]
-    #[strum(serialize = "1.2")]
-    Tls12,
-    /// TLS 1.3 only.
-    #[serde(rename = "1.3")]
-    #[strum(serialize = "1.3")]
-    Tls13,
-}
-
-impl MinVersion {
-    /// Config name.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
 
 /// A client certificate and key (PEM files) for servers that require mTLS.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,12 +1,35 @@
 //! The `connect` step: a fresh TCP connection to a resolved address of the branch.
 
-use crate::failure::FailureClass;
+use crate::failure::{FailureClass, Step};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use tokio::net::TcpStream;
 
-use super::StepError;
+use super::ctx::{StepCtx, StepError, StepFailure};
+
+/// A TCP connection the `connect` step opened, and the address it went to.
+#[derive(Debug)]
+pub struct Connected {
+    pub stream: TcpStream,
+    pub addr: SocketAddr,
+}
+
+/// The `connect` step: a fresh TCP connection to the first of `addresses` that accepts, on the
+/// branch's port; the address goes into the attempt.
+///
+/// # Errors
+/// As [`connect`], or the step's timeout.
+pub async fn run(ctx: &mut StepCtx<'_>, addresses: &[IpAddr]) -> Result<Connected, StepFailure> {
+    let port = ctx.probe.branch.port;
+    let limit = ctx.steps.deadline.step(Step::Connect).limit;
+    let (stream, addr) = ctx
+        .steps
+        .run(Step::Connect, connect(addresses, port, limit))
+        .await?;
+    ctx.learned.address = Some(addr.to_string());
+    Ok(Connected { stream, addr })
+}
 
 /// Connect to the first address that accepts, trying them in answer order within `timeout`
 /// (the whole step, not per address).

@@ -8,11 +8,11 @@
 //! TLS policy, the certificate checked against the endpoint name via a hostname override); its
 //! duration therefore includes that connection's TCP and TLS set-up.
 
+use crate::clock::rfc3339;
 use crate::config::{MysqlProbe, SslMode};
 use crate::failure::{FailureClass, Step};
 use mysql_async::prelude::Queryable;
 use mysql_async::{OptsBuilder, SslOpts};
-use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,40 +20,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{Deadline, StepError, Steps};
-
-/// Server identity read by the `verify` step.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct ServerIdentity {
-    /// `@@hostname`.
-    pub hostname: String,
-    /// `@@server_id`.
-    pub server_id: u64,
-    /// `@@read_only`.
-    pub read_only: bool,
-    /// Server version from the greeting.
-    pub version: String,
-}
-
-/// A prepared mysql probe for one branch: settings plus the secret and TLS config read at start.
-#[derive(Clone)]
-pub struct MysqlTarget {
-    /// Settings from the config.
-    pub settings: MysqlProbe,
-    /// The resolved password (never logged).
-    pub password: String,
-    /// rustls client configuration for the `tls` step (`None` when ssl_mode is disabled).
-    pub tls: Option<Arc<rustls::ClientConfig>>,
-}
-
-impl std::fmt::Debug for MysqlTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MysqlTarget")
-            .field("settings", &self.settings)
-            .field("password", &"<redacted>")
-            .finish()
-    }
-}
+pub use super::attempt::ServerIdentity;
+use super::connect::Connected;
+use super::ctx::{StepCtx, StepError, StepFailure};
+pub use super::target::MysqlTarget;
 
 const CLIENT_LONG_PASSWORD: u32 = 0x0000_0001;
 const CLIENT_PROTOCOL_41: u32 = 0x0000_0200;
@@ -61,153 +31,161 @@ const CLIENT_SSL: u32 = 0x0000_0800;
 const CLIENT_SECURE_CONNECTION: u32 = 0x0000_8000;
 const UTF8MB4_GENERAL_CI: u8 = 45;
 
+/// Longest polite disconnect after the last step: it runs outside every step, within what is
+/// left of the attempt deadline.
+const DISCONNECT_WAIT: Duration = Duration::from_millis(500);
+
+/// The canary row as read back by `verify`: marker, seq, `@@hostname`, `@@server_id`,
+/// `@@read_only`.
+type CanaryRow = (String, u64, String, u64, u8);
+
 /// Run `tls` (when enabled), `auth`, `write` and `verify` after `connect` succeeded.
-#[allow(clippy::too_many_arguments)]
+///
+/// # Errors
+/// The failing step and its class.
 pub async fn run(
+    ctx: &mut StepCtx<'_>,
     target: &MysqlTarget,
-    steps: &mut Steps,
-    deadline: &Deadline,
-    stream: TcpStream,
-    addr: SocketAddr,
-    endpoint: &str,
-    prober_id: &str,
-    branch: &str,
-    seq: u64,
-    marker: &str,
-    observed_at: &str,
-    tls_out: &mut Option<super::tls::TlsInfo>,
-) -> Result<ServerIdentity, (Step, StepError)> {
-    let s = &target.settings;
-    // tls: greeting, SSLRequest, handshake.
-    let version = match &target.tls {
-        Some(cfg) => {
-            let cfg = cfg.clone();
-            steps
-                .run(Step::Tls, deadline.step(Step::Tls), async move {
-                    let mut stream = stream;
-                    let greeting = read_greeting(&mut stream).await?;
-                    if greeting.capabilities & CLIENT_SSL == 0 {
-                        return Err(StepError {
-                            class: FailureClass::TlsNotOffered,
-                            message: "the server does not offer TLS (no CLIENT_SSL capability)"
-                                .into(),
-                        });
-                    }
-                    let caps = CLIENT_LONG_PASSWORD
-                        | CLIENT_PROTOCOL_41
-                        | CLIENT_SSL
-                        | CLIENT_SECURE_CONNECTION;
-                    let mut pkt = Vec::with_capacity(36);
-                    pkt.extend_from_slice(&32u32.to_le_bytes()[..3]);
-                    pkt.push(1); // sequence id
-                    pkt.extend_from_slice(&caps.to_le_bytes());
-                    pkt.extend_from_slice(&(16u32 * 1024 * 1024).to_le_bytes());
-                    pkt.push(UTF8MB4_GENERAL_CI);
-                    pkt.extend_from_slice(&[0u8; 23]);
-                    stream.write_all(&pkt).await.map_err(io_err)?;
-                    let (mut tls, info) = super::tls::handshake(cfg, endpoint, stream).await?;
-                    // Close politely; the server logs an aborted connection otherwise.
-                    let _ = tls.shutdown().await;
-                    Ok((greeting.version, info))
-                })
-                .await
-                .map(|(v, info)| {
-                    *tls_out = Some(info);
-                    v
-                })
-                .map_err(|e| (Step::Tls, e))?
-        }
+    Connected { stream, addr }: Connected,
+) -> Result<(), StepFailure> {
+    // The canary row's `observed_at` (DATETIME, UTC).
+    let observed_at = rfc3339(ctx.clock.now_ms())
+        .replace('T', " ")
+        .trim_end_matches('Z')
+        .to_string();
+    let version = match ctx.tls {
+        Some(cfg) => tls(ctx, cfg.clone(), stream).await?,
         None => {
             drop(stream);
             String::new()
         }
     };
-
     // auth: a mysql_async connection with the same TLS policy.
-    let opts = conn_opts(target, addr, endpoint);
-    let mut conn = steps
-        .run(Step::Auth, deadline.step(Step::Auth), async {
+    let opts = conn_opts(target, addr, ctx.endpoint());
+    let mut conn = ctx
+        .steps
+        .run(Step::Auth, async {
             mysql_async::Conn::new(opts)
                 .await
                 .map_err(|e| classify_mysql(&e))
         })
-        .await
-        .map_err(|e| (Step::Auth, e))?;
-
-    let table = format!("`{}`.`{}`", s.database, s.table);
-    let result = async {
-        steps
-            .run(Step::Write, deadline.step(Step::Write), async {
-                conn.exec_drop(
-                    format!(
-                        "INSERT INTO {table} (prober_id, branch, marker, seq, observed_at) \
-                         VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE \
-                         marker = VALUES(marker), seq = VALUES(seq), observed_at = VALUES(observed_at)"
-                    ),
-                    (prober_id, branch, marker, seq, observed_at),
-                )
-                .await
-                .map(|_| ())
-                .map_err(|e| classify_mysql(&e))
-            })
-            .await
-            .map_err(|e| (Step::Write, e))?;
-        let row: Option<(String, u64, String, u64, u8)> = steps
-            .run(Step::Verify, deadline.step(Step::Verify), async {
-                conn.exec_first(
-                    format!(
-                        "SELECT marker, seq, @@hostname, @@server_id, @@read_only \
-                         FROM {table} WHERE prober_id = ? AND branch = ?"
-                    ),
-                    (prober_id, branch),
-                )
-                .await
-                .map_err(|e| classify_mysql(&e))
-            })
-            .await
-            .map_err(|e| (Step::Verify, e))?;
-        let Some((got_marker, got_seq, hostname, server_id, read_only)) = row else {
-            return Err((
-                Step::Verify,
-                StepError {
-                    class: FailureClass::VerifyMismatch,
-                    message: "the canary row written by this attempt is not there".into(),
-                },
-            ));
-        };
-        let identity = ServerIdentity {
-            hostname,
-            server_id,
-            read_only: read_only != 0,
-            version: version.clone(),
-        };
-        if got_marker != marker || got_seq != seq {
-            steps.fail_last(FailureClass::VerifyMismatch);
-            return Err((
-                Step::Verify,
-                StepError {
-                    class: FailureClass::VerifyMismatch,
-                    message: format!(
-                        "read back marker {got_marker} seq {got_seq}, wrote {marker} seq {seq} (server {})",
-                        identity.hostname
-                    ),
-                },
-            ));
-        }
-        Ok(identity)
-    }
-    .await;
-    // Disconnect outside every step, within what is left of the attempt deadline (at most
-    // 500 ms), so a slow server cannot stretch the attempt past it; past the deadline the
-    // connection is simply dropped.
-    let left = deadline
-        .end
-        .saturating_duration_since(tokio::time::Instant::now())
-        .min(Duration::from_millis(500));
+        .await?;
+    let result = write_and_verify(ctx, &target.settings, &mut conn, &observed_at, version).await;
+    // Disconnect outside every step so a slow server cannot stretch the attempt past its
+    // deadline; past the deadline the connection is simply dropped.
+    let left = ctx.steps.deadline.left().min(DISCONNECT_WAIT);
     if !left.is_zero() {
         let _ = tokio::time::timeout(left, conn.disconnect()).await;
     }
     result
+}
+
+/// The `tls` step: the server greeting, an SSLRequest, the handshake; returns the server version
+/// from the greeting.
+async fn tls(
+    ctx: &mut StepCtx<'_>,
+    cfg: Arc<rustls::ClientConfig>,
+    mut stream: TcpStream,
+) -> Result<String, StepFailure> {
+    let endpoint = ctx.endpoint();
+    let (version, info) = ctx
+        .steps
+        .run(Step::Tls, async move {
+            let greeting = read_greeting(&mut stream).await?;
+            if greeting.capabilities & CLIENT_SSL == 0 {
+                return Err(StepError {
+                    class: FailureClass::TlsNotOffered,
+                    message: "the server does not offer TLS (no CLIENT_SSL capability)".into(),
+                });
+            }
+            stream.write_all(&ssl_request()).await.map_err(io_err)?;
+            let (mut tls, info) = super::tls::handshake(cfg, endpoint, stream).await?;
+            // Close politely; the server logs an aborted connection otherwise.
+            let _ = tls.shutdown().await;
+            Ok((greeting.version, info))
+        })
+        .await?;
+    ctx.learned.tls = Some(info);
+    Ok(version)
+}
+
+/// The SSLRequest packet (protocol 4.1, sequence id 1) that asks the server to start TLS.
+fn ssl_request() -> Vec<u8> {
+    let caps = CLIENT_LONG_PASSWORD | CLIENT_PROTOCOL_41 | CLIENT_SSL | CLIENT_SECURE_CONNECTION;
+    let mut pkt = Vec::with_capacity(36);
+    pkt.extend_from_slice(&32u32.to_le_bytes()[..3]);
+    pkt.push(1); // sequence id
+    pkt.extend_from_slice(&caps.to_le_bytes());
+    pkt.extend_from_slice(&(16u32 * 1024 * 1024).to_le_bytes());
+    pkt.push(UTF8MB4_GENERAL_CI);
+    pkt.extend_from_slice(&[0u8; 23]);
+    pkt
+}
+
+/// The `write` step (the marked upsert of this prober's canary row) and the `verify` step (read
+/// it back with the server's identity). The identity goes into the attempt as soon as it is
+/// read, also when the marker does not match.
+async fn write_and_verify(
+    ctx: &mut StepCtx<'_>,
+    s: &MysqlProbe,
+    conn: &mut mysql_async::Conn,
+    observed_at: &str,
+    version: String,
+) -> Result<(), StepFailure> {
+    let table = format!("`{}`.`{}`", s.database, s.table);
+    let (prober_id, branch) = (&ctx.probe.prober_id, &ctx.probe.branch.name);
+    let (marker, seq) = (ctx.marker.as_str(), ctx.seq);
+    ctx.steps
+        .run(Step::Write, async {
+            conn.exec_drop(
+                format!(
+                    "INSERT INTO {table} (prober_id, branch, marker, seq, observed_at) \
+                     VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE \
+                     marker = VALUES(marker), seq = VALUES(seq), observed_at = VALUES(observed_at)"
+                ),
+                (prober_id, branch, marker, seq, observed_at),
+            )
+            .await
+            .map_err(|e| classify_mysql(&e))
+        })
+        .await?;
+    let row: Option<CanaryRow> = ctx
+        .steps
+        .run(Step::Verify, async {
+            conn.exec_first(
+                format!(
+                    "SELECT marker, seq, @@hostname, @@server_id, @@read_only \
+                     FROM {table} WHERE prober_id = ? AND branch = ?"
+                ),
+                (prober_id, branch),
+            )
+            .await
+            .map_err(|e| classify_mysql(&e))
+        })
+        .await?;
+    let Some((got_marker, got_seq, hostname, server_id, read_only)) = row else {
+        return Err(ctx.steps.fail_last(
+            Step::Verify,
+            FailureClass::VerifyMismatch,
+            "the canary row written by this attempt is not there".into(),
+        ));
+    };
+    let identity = ctx.learned.server.insert(ServerIdentity {
+        hostname,
+        server_id,
+        read_only: read_only != 0,
+        version,
+    });
+    if got_marker != marker || got_seq != seq {
+        let message = format!(
+            "read back marker {got_marker} seq {got_seq}, wrote {marker} seq {seq} (server {})",
+            identity.hostname
+        );
+        return Err(ctx
+            .steps
+            .fail_last(Step::Verify, FailureClass::VerifyMismatch, message));
+    }
+    Ok(())
 }
 
 fn io_err(e: std::io::Error) -> StepError {

@@ -2,7 +2,6 @@
 //! OpenTelemetry ingestion gateway, using the official protobuf types. Success needs a 2xx
 //! **and** no partial-success rejection in the response body.
 
-use crate::config::OtlpProbe;
 use crate::failure::{FailureClass, Step};
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -15,12 +14,12 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
-use serde::Serialize;
-use std::sync::Arc;
-use tokio::net::TcpStream;
 
-use super::http::{Vars, fail};
-use super::{Deadline, StepError, Steps};
+pub use super::attempt::OtlpObservation;
+use super::connect::Connected;
+use super::ctx::{StepCtx, StepError, StepFailure};
+use super::http_client::{Connection, Vars, apply_headers, fail, host_header, tls_or_plain};
+pub use super::target::OtlpTarget;
 
 /// Name of the exported gauge.
 pub const CANARY_METRIC: &str = "readyprobe.canary";
@@ -34,38 +33,6 @@ struct RpcStatus {
     code: i32,
     #[prost(string, tag = "2")]
     message: String,
-}
-
-/// A prepared otlp probe.
-#[derive(Clone)]
-pub struct OtlpTarget {
-    /// Settings.
-    pub settings: OtlpProbe,
-    /// Headers with secrets resolved (values never logged).
-    pub headers: Vec<(http::HeaderName, String)>,
-    /// rustls client configuration (`None` for plain HTTP).
-    pub tls: Option<Arc<rustls::ClientConfig>>,
-}
-
-impl std::fmt::Debug for OtlpTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OtlpTarget")
-            .field("path", &self.settings.path)
-            .finish()
-    }
-}
-
-/// What the gateway answered.
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct OtlpObservation {
-    /// HTTP status.
-    pub status: Option<u16>,
-    /// Rejected data points reported by a partial success.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rejected: Option<i64>,
-    /// The gateway's message, when it gave one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
 }
 
 fn kv(key: &str, value: &str) -> KeyValue {
@@ -115,137 +82,124 @@ pub fn export_request(v: &Vars<'_>, time_unix_nano: u64) -> ExportMetricsService
 }
 
 /// Run `tls` (when enabled) and `write` (the export and its response checks).
-#[allow(clippy::too_many_arguments)]
+///
+/// # Errors
+/// The failing step and its class.
 pub async fn run(
+    ctx: &mut StepCtx<'_>,
     t: &OtlpTarget,
-    steps: &mut Steps,
-    deadline: &Deadline,
-    stream: TcpStream,
-    port: u16,
-    v: Vars<'_>,
-    time_unix_nano: u64,
-    tls_out: &mut Option<super::tls::TlsInfo>,
-    observed: &mut OtlpObservation,
-) -> Result<(), (Step, StepError)> {
-    let io =
-        super::http::tls_or_plain(&t.tls, steps, deadline, stream, v.endpoint, tls_out).await?;
-    let default_port = if t.tls.is_some() { 443 } else { 80 };
-    let host = if port == default_port {
-        v.endpoint.to_string()
-    } else {
-        format!("{}:{port}", v.endpoint)
-    };
-    let mut conn_task = None;
-    let r = steps
-        .run(Step::Write, deadline.step(Step::Write), async {
-            let (mut snd, conn) = super::http::open(io).await?;
-            let conn = conn_task.insert(conn);
+    Connected { stream, .. }: Connected,
+) -> Result<(), StepFailure> {
+    ctx.learned.otlp = Some(OtlpObservation::default());
+    let time_unix_nano = u64::try_from(ctx.clock.now_ms()).unwrap_or(0) * 1_000_000;
+    let io = tls_or_plain(ctx, stream).await?;
+    let host = host_header(ctx.endpoint(), ctx.probe.branch.port, ctx.tls.is_some());
+    let v = Vars::of(ctx.probe, &ctx.marker, ctx.seq);
+    let observed = ctx.learned.otlp.get_or_insert_default();
+    ctx.steps
+        .run(Step::Write, async {
+            let mut conn = Connection::open(io).await?;
             let body = export_request(&v, time_unix_nano).encode_to_vec();
-            let b = http::Request::builder()
+            let mut req = http::Request::builder()
                 .method(http::Method::POST)
                 .uri(&t.settings.path)
                 .header(http::header::HOST, &host)
                 .header(http::header::CONTENT_TYPE, "application/x-protobuf")
-                .header(
-                    http::header::USER_AGENT,
-                    concat!("readyprobe/", env!("CARGO_PKG_VERSION")),
-                );
-            let mut req = b.body(Full::new(Bytes::from(body))).map_err(|e| {
-                fail(FailureClass::ProtocolError, format!("cannot build the request: {e}"))
-            })?;
-            // Configured headers replace the defaults, they never add a second one.
-            for (n, val) in &t.headers {
-                let value = http::HeaderValue::from_str(&super::http::render(val, &v)).map_err(|_| {
-                    fail(FailureClass::ProtocolError, format!("header {n} is not a valid header value"))
-                })?;
-                req.headers_mut().insert(n.clone(), value);
-            }
-            let (status, headers, body) = super::http::send_on(&mut snd, conn, req).await?;
-            observed.status = Some(status.as_u16());
-            if !status.is_success() {
-                // A failed export answers a google.rpc.Status, whose message says why.
-                if let Ok(st) = RpcStatus::decode(body.as_ref())
-                    && !st.message.is_empty()
-                {
-                    observed.message = Some(st.message);
-                }
-            }
-            let partial = if status.is_success() {
-                // A 2xx must carry an export response (an empty body is an empty response);
-                // anything else (an HTML page, JSON, garbage) is not an OTLP gateway's answer.
-                let content_type = headers
-                    .get(http::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok());
-                if !body.is_empty()
-                    && !content_type.is_none_or(|v| v.starts_with("application/x-protobuf"))
-                {
-                    return Err(fail(
-                        FailureClass::ProtocolError,
-                        format!(
-                            "answered {status} with content-type {content_type:?}, not an OTLP protobuf response"
-                        ),
-                    ));
-                }
-                let resp = ExportMetricsServiceResponse::decode(body.as_ref()).map_err(|e| {
+                .header(http::header::USER_AGENT, super::http_client::USER_AGENT)
+                .body(Full::new(Bytes::from(body)))
+                .map_err(|e| {
                     fail(
                         FailureClass::ProtocolError,
-                        format!("answered {status} with a body that is not an export response: {e}"),
+                        format!("cannot build the request: {e}"),
                     )
                 })?;
-                resp.partial_success
-            } else {
-                None
-            };
-            if partial.as_ref().is_some_and(|p| p.rejected_data_points < 0) {
-                return Err(fail(
-                    FailureClass::ProtocolError,
-                    "the gateway reported a negative rejected count".into(),
-                ));
-            }
-            if let Some(p) = &partial {
-                if !p.error_message.is_empty() {
-                    observed.message = Some(p.error_message.clone());
-                }
-                observed.rejected = Some(p.rejected_data_points);
-            }
-            if !status.is_success() {
-                return Err(fail(
-                    FailureClass::HttpStatus,
-                    format!(
-                        "POST {} answered {status}{}",
-                        t.settings.path,
-                        observed
-                            .message
-                            .as_ref()
-                            .map(|m| format!(": {m}"))
-                            .unwrap_or_default()
-                    ),
-                ));
-            }
-            if let Some(p) = partial
-                && p.rejected_data_points > 0
-            {
-                return Err(fail(
-                    FailureClass::OtlpRejected,
-                    format!(
-                        "the gateway accepted the request but rejected {} data point(s): {}",
-                        p.rejected_data_points,
-                        if p.error_message.is_empty() {
-                            "(no message)"
-                        } else {
-                            &p.error_message
-                        }
-                    ),
-                ));
-            }
-            Ok(())
+            apply_headers(&mut req, &t.headers, &v)?;
+            let (status, headers, body) = conn.send(req).await?;
+            check_answer(&t.settings.path, status, &headers, &body, observed)
         })
         .await
-        .map_err(|e| (Step::Write, e));
-    if let Some(c) = conn_task {
-        c.abort();
+}
+
+/// Check the gateway's answer to the export (pure): a 2xx carrying an export response with no
+/// rejected data point. What the gateway said goes into `observed` either way.
+///
+/// # Errors
+/// `http_status` for a non-2xx, `otlp_rejected` for a partial success that rejected data,
+/// `protocol_error` for an answer that is not an OTLP export response.
+fn check_answer(
+    path: &str,
+    status: http::StatusCode,
+    headers: &http::HeaderMap,
+    body: &[u8],
+    observed: &mut OtlpObservation,
+) -> Result<(), StepError> {
+    observed.status = Some(status.as_u16());
+    if !status.is_success() {
+        // A failed export answers a google.rpc.Status, whose message says why.
+        if let Ok(st) = RpcStatus::decode(body)
+            && !st.message.is_empty()
+        {
+            observed.message = Some(st.message);
+        }
+        return Err(fail(
+            FailureClass::HttpStatus,
+            format!(
+                "POST {path} answered {status}{}",
+                observed
+                    .message
+                    .as_ref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ),
+        ));
     }
-    r
+    // A 2xx must carry an export response (an empty body is an empty response); anything else
+    // (an HTML page, JSON, garbage) is not an OTLP gateway's answer.
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if !body.is_empty() && !content_type.is_none_or(|v| v.starts_with("application/x-protobuf")) {
+        return Err(fail(
+            FailureClass::ProtocolError,
+            format!(
+                "answered {status} with content-type {content_type:?}, not an OTLP protobuf response"
+            ),
+        ));
+    }
+    let resp = ExportMetricsServiceResponse::decode(body).map_err(|e| {
+        fail(
+            FailureClass::ProtocolError,
+            format!("answered {status} with a body that is not an export response: {e}"),
+        )
+    })?;
+    let Some(p) = resp.partial_success else {
+        return Ok(());
+    };
+    if p.rejected_data_points < 0 {
+        return Err(fail(
+            FailureClass::ProtocolError,
+            "the gateway reported a negative rejected count".into(),
+        ));
+    }
+    if !p.error_message.is_empty() {
+        observed.message = Some(p.error_message.clone());
+    }
+    observed.rejected = Some(p.rejected_data_points);
+    if p.rejected_data_points > 0 {
+        return Err(fail(
+            FailureClass::OtlpRejected,
+            format!(
+                "the gateway accepted the request but rejected {} data point(s): {}",
+                p.rejected_data_points,
+                if p.error_message.is_empty() {
+                    "(no message)"
+                } else {
+                    &p.error_message
+                }
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 //! that does, so `check` can ask it once and report every problem (`run` refuses to start on any).
 //! Each input is checked on its own, so one missing file never hides another.
 
-use super::{BranchProbe, Target, http, mysql, otlp, resolve, tcp, tls};
+use super::target::{BranchProbe, Target};
+use super::{http, mysql, otlp, resolve, tcp, tls};
 use crate::config::{Config, Dns, HeaderValueSource, ProbeKind, SecretRef, SslMode, TlsSettings};
 use hickory_resolver::TokioResolver;
 use rustls::pki_types::pem::PemObject;
@@ -26,7 +27,7 @@ const MAX_SECRET_BYTES: u64 = 64 * 1024;
 /// secret, or resolv.conf.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrepareProblem {
-    /// The config keys naming the input, e.g. `probe.mysql.ssl_ca`; several when more than one
+    /// The config keys naming the input, e.g. `probe.tls.ssl_ca`; several when more than one
     /// key names the same file or variable, so each input is reported once.
     pub keys: Vec<String>,
     /// The file path, or `environment variable NAME` / `file PATH` for a secret; never a secret's
@@ -154,6 +155,7 @@ fn prepare_resolver(dns: &Dns, problems: &mut Problems) -> Option<TokioResolver>
 }
 
 fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
+    // The kind's table holds its secrets; [probe.tls] holds the TLS settings of every kind.
     let prefix = format!("probe.{}", kind.name());
     let tls_table = "probe.tls";
     match kind {
@@ -364,7 +366,7 @@ fn io_reason(e: &std::io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{AddressFamily, ClientIdentityFiles, MinVersion};
+    use crate::config::ClientIdentityFiles;
 
     fn tls_settings(ca: &Path, cert: &Path, key: &Path) -> TlsSettings {
         TlsSettings {
@@ -374,7 +376,7 @@ mod tests {
                 cert: cert.to_owned(),
                 key: key.to_owned(),
             }),
-            tls_min_version: MinVersion::Tls12,
+            tls_min_version: crate::config::MinVersion::Tls12,
         }
     }
 
@@ -386,21 +388,21 @@ mod tests {
         let missing = dir.path().join("missing.pem");
         let mut problems = Problems::default();
         let s = tls_settings(&missing, &empty, dir.path());
-        assert!(tls_config("probe.http", &s, &mut problems).is_none());
+        assert!(tls_config("probe.tls", &s, &mut problems).is_none());
         let text: Vec<String> = problems.0.iter().map(ToString::to_string).collect();
         assert_eq!(
             text,
             [
                 format!(
-                    "probe.http.ssl_ca: {} is not readable: not found",
+                    "probe.tls.ssl_ca: {} is not readable: not found",
                     missing.display()
                 ),
                 format!(
-                    "probe.http.ssl_cert: {} holds no certificate",
+                    "probe.tls.ssl_cert: {} holds no certificate",
                     empty.display()
                 ),
                 format!(
-                    "probe.http.ssl_key: {} is not a regular file",
+                    "probe.tls.ssl_key: {} is not a regular file",
                     dir.path().display()
                 ),
             ]
@@ -429,16 +431,16 @@ mod tests {
         let (ca, key) = self_signed(dir.path(), "a");
         let (_, other_key) = self_signed(dir.path(), "b");
         let mut problems = Problems::default();
-        let built = tls_config("probe.otlp", &tls_settings(&ca, &ca, &key), &mut problems);
+        let built = tls_config("probe.tls", &tls_settings(&ca, &ca, &key), &mut problems);
         assert!(matches!(built, Some(Some(_))), "{problems:?}");
         assert!(problems.0.is_empty());
 
         let s = tls_settings(&ca, &ca, &other_key);
-        assert!(tls_config("probe.otlp", &s, &mut problems).is_none());
+        assert!(tls_config("probe.tls", &s, &mut problems).is_none());
         assert_eq!(problems.0.len(), 1);
         assert!(
             problems.0[0].to_string().starts_with(&format!(
-                "probe.otlp.ssl_cert, probe.otlp.ssl_key: {} and {} cannot be used together: client identity:",
+                "probe.tls.ssl_cert, probe.tls.ssl_key: {} and {} cannot be used together: client identity:",
                 ca.display(),
                 other_key.display()
             )),
@@ -455,11 +457,11 @@ mod tests {
             missing,
             missing,
         );
-        assert!(tls_config("probe.tcp", &s, &mut problems).is_none());
+        assert!(tls_config("probe.tls", &s, &mut problems).is_none());
         assert_eq!(problems.0.len(), 2);
         assert_eq!(
             problems.0[1].keys,
-            ["probe.tcp.ssl_cert", "probe.tcp.ssl_key"]
+            ["probe.tls.ssl_cert", "probe.tls.ssl_key"]
         );
     }
 
@@ -505,7 +507,7 @@ mod tests {
         assert!(!text.contains("s3cret"), "{text}");
 
         let mut problems = Problems::default();
-        let ok = headers("probe.http", &hs[1..3], &mut problems).unwrap();
+        let ok = headers("probe.tls", &hs[1..3], &mut problems).unwrap();
         assert!(problems.0.is_empty());
         assert_eq!(ok[0].1, "s3cret");
         assert_eq!(ok[1].1, "plain");
@@ -535,7 +537,7 @@ mod tests {
             nameservers: None,
             resolv_conf: "/dev/zero".into(),
             timeout: std::time::Duration::from_secs(1),
-            address_family: AddressFamily::Ipv4ThenIpv6,
+            address_family: crate::config::AddressFamily::Ipv4ThenIpv6,
         };
         assert!(prepare_resolver(&dns, &mut problems).is_none());
         assert_eq!(

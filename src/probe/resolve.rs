@@ -4,7 +4,7 @@
 //! (no search-list expansion), so each attempt sees what the authoritative data says now.
 
 use crate::config::{AddressFamily, Dns};
-use crate::failure::FailureClass;
+use crate::failure::{FailureClass, Step};
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
@@ -15,21 +15,9 @@ use serde::Serialize;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use super::StepError;
-
-/// One record of the answer chain, as seen on this attempt.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Answer {
-    /// Owner name (absolute, with trailing dot).
-    pub name: String,
-    /// `A`, `AAAA` or `CNAME`.
-    #[serde(rename = "type")]
-    pub rtype: String,
-    /// Address or CNAME target.
-    pub data: String,
-    /// TTL in seconds as served.
-    pub ttl: u32,
-}
+pub use super::attempt::Answer;
+use super::attempt::DnsMeta;
+use super::ctx::{StepCtx, StepError, StepFailure};
 
 /// What the resolve step found.
 #[derive(Debug, Clone, Serialize, Default)]
@@ -69,6 +57,46 @@ pub enum ResolverSetupError {
         /// Parser message.
         reason: String,
     },
+}
+
+/// The `resolve` step: look up the branch's endpoint name; the answer chain goes into the attempt.
+///
+/// # Errors
+/// The lookup's class (see [`classify_dns`]), or `dns_stable_name` when the answer chain passes
+/// through the service's stable name.
+pub async fn run(ctx: &mut StepCtx<'_>) -> Result<Resolution, StepFailure> {
+    let probe = ctx.probe;
+    let endpoint = probe.branch.endpoint.as_str();
+    let res = ctx
+        .steps
+        .run(
+            Step::Resolve,
+            resolve_with(ctx.resolver, endpoint, probe.address_family),
+        )
+        .await?;
+    ctx.learned.answers = res.answers.clone();
+    ctx.learned.dns = Some(DnsMeta {
+        rcode: res.rcode.clone(),
+        authoritative: res.authoritative,
+    });
+    if let Some(a) = through_stable_name(&res.answers, &probe.stable_name) {
+        let message = format!(
+            "{endpoint} resolves through the stable name {} ({} {} {}): a branch probe must not follow the failover record",
+            probe.stable_name, a.name, a.rtype, a.data
+        );
+        return Err(ctx
+            .steps
+            .fail_last(Step::Resolve, FailureClass::DnsStableName, message));
+    }
+    Ok(res)
+}
+
+/// The record of `answers` that is, or points at, `stable_name` (pure).
+fn through_stable_name<'a>(answers: &'a [Answer], stable_name: &str) -> Option<&'a Answer> {
+    let is_stable = |s: &str| s.trim_end_matches('.').eq_ignore_ascii_case(stable_name);
+    answers
+        .iter()
+        .find(|a| is_stable(&a.name) || (a.rtype == "CNAME" && is_stable(&a.data)))
 }
 
 /// Build the uncached resolver from the `[dns]` settings.
@@ -287,6 +315,26 @@ mod tests {
             "# glibc options readyprobe ignores\noptions rotate timeout:1 attempts:2 edns0 trust-ad single-request-reopen\nsearch corp.example\nnameserver 127.0.0.1\nnameserver ::1\n",
         ))
         .unwrap();
+    }
+
+    #[test]
+    fn a_cname_to_the_stable_name_is_found() {
+        let rec = |name: &str, rtype: &str, data: &str| Answer {
+            name: name.into(),
+            rtype: rtype.into(),
+            data: data.into(),
+            ttl: 60,
+        };
+        let chain = [
+            rec("db-a.example.", "CNAME", "DB.example."),
+            rec("db.example.", "A", "192.0.2.1"),
+        ];
+        assert_eq!(through_stable_name(&chain, "db.example"), Some(&chain[0]));
+        assert_eq!(
+            through_stable_name(&chain[1..], "db.example"),
+            Some(&chain[1])
+        );
+        assert_eq!(through_stable_name(&chain[1..], "other.example"), None);
     }
 
     #[test]

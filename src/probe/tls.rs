@@ -5,7 +5,7 @@
 //! connection goes to a resolved IP address.
 
 use crate::config::{ClientIdentityFiles, MinVersion, SslMode};
-use crate::failure::FailureClass;
+use crate::failure::{FailureClass, Step};
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
@@ -14,48 +14,43 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
-use serde::Serialize;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
 
-use super::StepError;
-
-/// What the handshake established.
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct TlsInfo {
-    /// Negotiated protocol version, e.g. `TLSv1_3`.
-    pub version: String,
-    /// Negotiated cipher suite.
-    pub cipher_suite: String,
-    /// Number of certificates the server presented.
-    pub peer_certificates: usize,
-    /// The leaf certificate's `notAfter`, ms since the epoch.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub leaf_not_after: Option<i64>,
-}
+pub use super::attempt::TlsInfo;
+use super::ctx::{StepCtx, StepError, StepFailure};
 
 /// Why a TLS client configuration could not be built.
 #[derive(Debug, thiserror::Error)]
 #[error("TLS setup: {0}")]
 pub struct TlsSetupError(pub String);
 
-tokio::task_local! {
-    /// The `notAfter` (ms) of the last server leaf certificate a verifier saw in this attempt,
-    /// whether or not it verified.
-    static SEEN_NOT_AFTER: std::cell::Cell<Option<i64>>;
+/// The server leaf certificate as presented in an attempt, whether or not it verified.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SeenCertificate {
+    /// `notAfter`, ms since the epoch.
+    pub not_after: Option<i64>,
+    /// Subject distinguished name, e.g. `CN=db-a.example, O=Example`.
+    pub subject: Option<String>,
 }
 
-/// Run `f` (an attempt) and return what it returned plus the `notAfter` (ms since the epoch) of the
-/// last server leaf certificate presented during it, verified or not.
-pub async fn with_seen_certificate<F: std::future::Future>(f: F) -> (F::Output, Option<i64>) {
-    SEEN_NOT_AFTER
-        .scope(std::cell::Cell::new(None), async move {
-            let out = f.await;
-            (out, SEEN_NOT_AFTER.with(|c| c.get()))
-        })
-        .await
+tokio::task_local! {
+    /// The last server leaf certificate a verifier saw in this attempt.
+    static SEEN: std::cell::RefCell<Option<SeenCertificate>>;
+}
+
+/// Run `f` (an attempt) and return what it returned plus the last server leaf certificate
+/// presented during it, verified or not.
+pub async fn with_seen_certificate<F: std::future::Future>(
+    f: F,
+) -> (F::Output, Option<SeenCertificate>) {
+    SEEN.scope(std::cell::RefCell::new(None), async move {
+        let out = f.await;
+        (out, SEEN.with(|c| c.borrow_mut().take()))
+    })
+    .await
 }
 
 /// Records the leaf's `notAfter`, then lets the inner verifier decide; with `ignore_name`
@@ -75,8 +70,8 @@ impl ServerCertVerifier for Recording {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let na = not_after_ms(end_entity.as_ref());
-        let _ = SEEN_NOT_AFTER.try_with(|c| c.set(na));
+        let seen = seen_certificate(end_entity.as_ref());
+        let _ = SEEN.try_with(|c| c.replace(Some(seen)));
         match self
             .inner
             .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
@@ -197,8 +192,18 @@ pub fn client_config_for(
 
 /// `notAfter` of a DER certificate, ms since the epoch (`None` when it cannot be parsed).
 pub fn not_after_ms(der: &[u8]) -> Option<i64> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    Some(cert.validity().not_after.timestamp() * 1000)
+    seen_certificate(der).not_after
+}
+
+/// What a DER certificate says about the server (nothing when it cannot be parsed).
+fn seen_certificate(der: &[u8]) -> SeenCertificate {
+    match x509_parser::parse_x509_certificate(der) {
+        Ok((_, cert)) => SeenCertificate {
+            not_after: Some(cert.validity().not_after.timestamp() * 1000),
+            subject: Some(cert.subject().to_string()),
+        },
+        Err(_) => SeenCertificate::default(),
+    }
 }
 
 /// Read a PEM CA bundle.
@@ -219,6 +224,25 @@ pub fn load_roots(path: &Path) -> Result<RootCertStore, TlsSetupError> {
         )));
     }
     Ok(roots)
+}
+
+/// The `tls` step over `stream` (a TCP connection, or one a kind's protocol prelude prepared):
+/// the handshake checked against the endpoint name; the session facts go into the attempt.
+///
+/// # Errors
+/// The handshake's failure, classified by [`classify_tls`], or the step's timeout.
+pub async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+    ctx: &mut StepCtx<'_>,
+    config: Arc<ClientConfig>,
+    stream: S,
+) -> Result<tokio_rustls::client::TlsStream<S>, StepFailure> {
+    let endpoint = ctx.endpoint();
+    let (tls, info) = ctx
+        .steps
+        .run(Step::Tls, handshake(config, endpoint, stream))
+        .await?;
+    ctx.learned.tls = Some(info);
+    Ok(tls)
 }
 
 /// Perform the handshake, checking the certificate against `endpoint` (a DNS name).

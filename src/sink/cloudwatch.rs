@@ -7,6 +7,7 @@
 
 use super::{Datum, SendFuture, Sink, SinkError, Value};
 use crate::config::CloudWatch as CwConfig;
+use aws_sdk_cloudwatch::config::http::HttpResponse;
 use aws_sdk_cloudwatch::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_cloudwatch::primitives::DateTime;
 use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit, StatisticSet};
@@ -132,10 +133,16 @@ impl CloudWatchSink {
     }
 }
 
-/// Decide whether a failed call may succeed later (throttling, timeouts, transport, 5xx).
-pub fn classify_error<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
-    e: &SdkError<E, R>,
-) -> SinkError {
+/// Longest cause kept from a failed call, chars: it goes into one warning and one evidence record
+/// per failed batch, where the SDK's debug rendering (about 1 KB) would drown the rest.
+pub const MAX_CAUSE_CHARS: usize = 200;
+
+/// Decide whether a failed call may succeed later (throttling, timeouts, transport, 5xx codes),
+/// and say why it failed in one bounded line.
+pub fn classify_error<E>(e: &SdkError<E, HttpResponse>) -> SinkError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
     let retryable = match e {
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
             true
@@ -152,20 +159,82 @@ pub fn classify_error<E: ProvideErrorMetadata + std::error::Error + 'static, R: 
         ),
         _ => false,
     };
-    let detail = match e {
-        SdkError::ServiceError(s) => format!(
-            "{}: {}",
-            s.err().code().unwrap_or("unknown"),
-            s.err().message().unwrap_or("")
-        ),
-        other => format!(
-            "{}",
-            aws_smithy_types::error::display::DisplayErrorContext(other)
-        ),
-    };
     SinkError {
-        message: format!("PutMetricData failed: {detail}"),
+        message: one_line(&format!("PutMetricData failed: {}", cause(e))),
         retryable,
+    }
+}
+
+/// The cause of a failed call: the service's error code and message, or what the connection
+/// did ("connection refused", "timeout", "dns error: ..."), never the SDK's debug dump.
+fn cause<E>(e: &SdkError<E, HttpResponse>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match e {
+        SdkError::ServiceError(s) => match (s.err().code(), s.err().message()) {
+            (Some(code), Some(message)) => format!("{code}: {message}"),
+            (Some(code), None) => code.to_string(),
+            (None, _) => format!("HTTP {}: {}", s.raw().status().as_u16(), innermost(s.err())),
+        },
+        SdkError::TimeoutError(_) => format!("timeout: {}", innermost(e)),
+        SdkError::DispatchFailure(d) if d.as_connector_error().is_some_and(|c| c.is_timeout()) => {
+            "timeout".into()
+        }
+        SdkError::DispatchFailure(_) => transport_cause(e),
+        SdkError::ResponseError(r) => format!(
+            "HTTP {}: unreadable response: {}",
+            r.raw().status().as_u16(),
+            innermost(e)
+        ),
+        SdkError::ConstructionFailure(_) => format!("request not built: {}", innermost(e)),
+        _ => innermost(e),
+    }
+}
+
+/// What the connector reported, named by the I/O error kind where there is one.
+fn transport_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut link = Some(e);
+    while let Some(cur) = link {
+        if cur.to_string() == "dns error" {
+            return format!("dns error: {}", innermost(cur));
+        }
+        if let Some(io) = cur.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            let named = match io.kind() {
+                K::ConnectionRefused => "connection refused",
+                K::ConnectionReset => "connection reset",
+                K::ConnectionAborted => "connection aborted",
+                K::TimedOut => "timeout",
+                K::HostUnreachable => "host unreachable",
+                K::NetworkUnreachable => "network unreachable",
+                K::AddrNotAvailable => "address not available",
+                _ => return format!("transport error: {io}"),
+            };
+            return named.into();
+        }
+        link = cur.source();
+    }
+    format!("transport error: {}", innermost(e))
+}
+
+/// The display of the deepest error in the source chain: the most specific message.
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+/// Collapse whitespace to single spaces and cut at [`MAX_CAUSE_CHARS`] (pure).
+fn one_line(s: &str) -> String {
+    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(MAX_CAUSE_CHARS - 1) {
+        Some((cut, _)) if flat.chars().count() > MAX_CAUSE_CHARS => {
+            format!("{}…", flat[..cut].trim_end())
+        }
+        _ => flat,
     }
 }
 
@@ -270,6 +339,156 @@ mod tests {
         for batch in &b {
             assert!(batch.iter().map(|d| estimated_size(d)).sum::<usize>() <= MAX_REQUEST_BYTES);
         }
+    }
+
+    /// An error with a message and a source, like the connector's wrappers.
+    #[derive(Debug)]
+    struct Wrap(&'static str, Box<dyn std::error::Error + Send + Sync>);
+
+    impl std::fmt::Display for Wrap {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Wrap {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&*self.1)
+        }
+    }
+
+    use aws_sdk_cloudwatch::error::{ConnectorError, ErrorMetadata};
+    use aws_sdk_cloudwatch::operation::put_metric_data::PutMetricDataError;
+    use std::io::{Error as IoError, ErrorKind};
+    type E = SdkError<PutMetricDataError, HttpResponse>;
+
+    fn response(status: u16) -> HttpResponse {
+        HttpResponse::new(
+            http::StatusCode::from_u16(status).unwrap().into(),
+            aws_smithy_types::body::SdkBody::empty(),
+        )
+    }
+
+    fn service(code: &str, message: Option<&str>, status: u16) -> E {
+        let mut m = ErrorMetadata::builder().code(code);
+        if let Some(t) = message {
+            m = m.message(t);
+        }
+        SdkError::service_error(PutMetricDataError::generic(m.build()), response(status))
+    }
+
+    /// The connector's chain for a failed connect, as hyper-util builds it.
+    fn connect(step: &'static str, inner: IoError) -> E {
+        SdkError::dispatch_failure(ConnectorError::io(Box::new(Wrap(
+            "client error (Connect)",
+            Box::new(Wrap(step, Box::new(inner))),
+        ))))
+    }
+
+    /// Each case: name, error, retryable, message (empty: cut at the bound, checked by shape).
+    fn check(cases: Vec<(&str, E, bool, &str)>) {
+        for (name, e, retryable, message) in cases {
+            let got = classify_error(&e);
+            assert_eq!(got.retryable, retryable, "{name}");
+            assert!(
+                got.message.chars().count() <= MAX_CAUSE_CHARS && !got.message.contains('\n'),
+                "{name}: {}",
+                got.message
+            );
+            if message.is_empty() {
+                assert!(got.message.ends_with("x x x…"), "{name}: {}", got.message);
+            } else {
+                assert_eq!(got.message, message, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn classify_service_errors() {
+        let long = "x ".repeat(400);
+        check(vec![
+            (
+                "throttled",
+                service("Throttling", Some("Rate exceeded"), 400),
+                true,
+                "PutMetricData failed: Throttling: Rate exceeded",
+            ),
+            (
+                "server fault",
+                service("InternalFailure", None, 500),
+                true,
+                "PutMetricData failed: InternalFailure",
+            ),
+            (
+                "bad request, message on two lines",
+                service("InvalidParameterValue", Some("NaN\nis not valid"), 400),
+                false,
+                "PutMetricData failed: InvalidParameterValue: NaN is not valid",
+            ),
+            (
+                "no error code",
+                SdkError::service_error(
+                    PutMetricDataError::unhandled(Wrap(
+                        "unhandled error",
+                        Box::new(IoError::other("end of input bytes")),
+                    )),
+                    response(404),
+                ),
+                false,
+                "PutMetricData failed: HTTP 404: end of input bytes",
+            ),
+            (
+                "long message",
+                service("InvalidParameterValue", Some(&long), 400),
+                false,
+                "",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn classify_transport_errors() {
+        let no_name = "failed to lookup address information: Name or service not known";
+        check(vec![
+            (
+                "refused",
+                connect("tcp connect error", ErrorKind::ConnectionRefused.into()),
+                true,
+                "PutMetricData failed: connection refused",
+            ),
+            (
+                "dns",
+                connect("dns error", IoError::other(no_name)),
+                true,
+                &format!("PutMetricData failed: dns error: {no_name}"),
+            ),
+            (
+                "connect timeout",
+                SdkError::dispatch_failure(ConnectorError::timeout(Box::new(IoError::other(
+                    "HTTP connect timeout occurred after 3s",
+                )))),
+                true,
+                "PutMetricData failed: timeout",
+            ),
+            (
+                "operation timeout",
+                SdkError::timeout_error(IoError::other("operation timeout occurred after 5s")),
+                true,
+                "PutMetricData failed: timeout: operation timeout occurred after 5s",
+            ),
+            (
+                "unreadable response",
+                SdkError::response_error(IoError::other("body ended early"), response(502)),
+                true,
+                "PutMetricData failed: HTTP 502: unreadable response: body ended early",
+            ),
+            (
+                "not built",
+                SdkError::construction_failure(IoError::other("no region")),
+                false,
+                "PutMetricData failed: request not built: no region",
+            ),
+        ]);
     }
 
     #[test]

@@ -1,10 +1,12 @@
-//! The `emf` sink: CloudWatch Embedded Metric Format JSON lines on stdout (the embedded default).
+//! The `emf` sink: CloudWatch Embedded Metric Format JSON lines on stdout (the embedded default),
+//! or into an [`EmfBuffer`] where a caller (a test) wants to read them instead.
 //!
 //! One line per datum, so a reader (or the CloudWatch Logs agent) never has to split groups.
 
 use super::{Datum, SendFuture, Sink, Value};
 use serde_json::{Map, json};
 use std::io::Write;
+use std::sync::{Arc, Mutex};
 
 /// Encode one datum as an EMF line (pure). `None` for a non-finite datum.
 pub fn encode(namespace: &str, d: &Datum) -> Option<String> {
@@ -35,17 +37,95 @@ pub fn encode(namespace: &str, d: &Datum) -> Option<String> {
     Some(serde_json::Value::Object(root).to_string())
 }
 
-/// Writes EMF lines to stdout.
-#[derive(Debug)]
+/// A shared in-memory destination for EMF lines; clones write to and read the same bytes.
+#[derive(Debug, Clone, Default)]
+pub struct EmfBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl EmfBuffer {
+    /// An empty buffer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Everything written so far, one EMF document per line.
+    pub fn lines(&self) -> Vec<String> {
+        let bytes = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Write for EmfBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Where the lines go.
+enum Out {
+    /// The process's stdout, locked per batch so batches never interleave with other output.
+    Stdout,
+    /// Any other writer.
+    Writer(Box<dyn Write + Send>),
+}
+
+/// Writes EMF lines to stdout or an injected writer.
 pub struct EmfSink {
     namespace: String,
+    out: Out,
+}
+
+impl std::fmt::Debug for EmfSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let out = match self.out {
+            Out::Stdout => "stdout",
+            Out::Writer(_) => "writer",
+        };
+        f.debug_struct("EmfSink")
+            .field("namespace", &self.namespace)
+            .field("out", &out)
+            .finish()
+    }
 }
 
 impl EmfSink {
-    /// A sink for `namespace`.
+    /// A sink for `namespace` writing to stdout.
     pub fn new(namespace: impl Into<String>) -> Self {
         EmfSink {
             namespace: namespace.into(),
+            out: Out::Stdout,
+        }
+    }
+
+    /// A sink for `namespace` writing to `out` (e.g. an [`EmfBuffer`]).
+    pub fn with_writer(namespace: impl Into<String>, out: Box<dyn Write + Send>) -> Self {
+        EmfSink {
+            namespace: namespace.into(),
+            out: Out::Writer(out),
+        }
+    }
+
+    fn write_batch(&mut self, buf: &str) -> std::io::Result<()> {
+        match &mut self.out {
+            Out::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(buf.as_bytes())?;
+                out.flush()
+            }
+            Out::Writer(w) => {
+                w.write_all(buf.as_bytes())?;
+                w.flush()
+            }
         }
     }
 }
@@ -66,13 +146,10 @@ impl Sink for EmfSink {
                     n += 1;
                 }
             }
-            let mut out = std::io::stdout().lock();
-            out.write_all(buf.as_bytes())
-                .and_then(|_| out.flush())
-                .map_err(|e| super::SinkError {
-                    message: format!("stdout: {e}"),
-                    retryable: false,
-                })?;
+            self.write_batch(&buf).map_err(|e| super::SinkError {
+                message: format!("emf output: {e}"),
+                retryable: false,
+            })?;
             Ok(n)
         })
     }
@@ -103,6 +180,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!(got, want);
+    }
+
+    #[tokio::test]
+    async fn writes_one_line_per_finite_datum_to_the_injected_writer() {
+        let buf = EmfBuffer::new();
+        let mut sink = EmfSink::with_writer("N", Box::new(buf.clone()));
+        let d = |v| Datum {
+            metric: "Attempts",
+            dimensions: vec![("Service", "s".into())],
+            value: Value::Single(v),
+            unit: Unit::Count,
+            timestamp: 0,
+        };
+        let sent = sink.send(&[d(1.0), d(f64::NAN), d(2.0)]).await.unwrap();
+        assert_eq!(sent, 2);
+        let lines = buf.lines();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[1].contains("\"Attempts\":2.0"), "{}", lines[1]);
     }
 
     #[test]

@@ -1,58 +1,95 @@
-//! The evidence sink: an append-only JSON-lines file of attempts, transitions, publishes,
-//! starts and stops. Each record is written as one whole line and flushed, so a crash or a
-//! SIGKILL leaves at worst a missing last record, never a torn one that parses as something else.
+//! The evidence sink: an append-only JSON-lines file of [`Record`]s. Each record is written as
+//! one whole line, so a crash or a SIGKILL leaves at worst a missing last record, never a torn one
+//! that parses as something else.
 //!
 //! The file is bounded: when the next record would take it past `max_bytes`, it is renamed to
 //! `<path>.1` (replacing the previous generation) and a fresh file is started, so a long-running
 //! service keeps between one and two generations on disk.
+//!
+//! The file I/O runs on a dedicated thread fed by a bounded queue: a slow, full or hung disk
+//! never blocks the runtime that probes and publishes. The async side only encodes a line and
+//! hands it over; a full queue counts the record as failed, as a failed write would.
 
-use crate::clock::rfc3339;
 use crate::readiness::Millis;
-use serde_json::{Map, Value};
+use crate::record::{Envelope, EvidenceReopened, Record};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use tokio::time::Instant;
 
-/// Appends evidence records.
+/// Lines the queue to the writer thread holds. Attempt records are about 1 KB, so a full queue
+/// is about 1 MB; at a few records per second it covers minutes of a stalled disk.
+const QUEUE_LINES: usize = 1024;
+
+/// Log the first failure and then every this many, so a dead disk does not flood the log.
+const LOG_EVERY: u64 = 100;
+
+/// Appends evidence records through a writer thread.
 #[derive(Debug)]
 pub struct EvidenceWriter {
     path: PathBuf,
-    file: File,
     service: String,
     prober: String,
-    /// Records written by this writer.
-    pub written: u64,
-    /// Records that could not be written (disk full, I/O error). Probing and publishing go on:
-    /// a full disk must not silence the readiness metric.
-    pub failed: u64,
-    /// Size of the current file, bytes.
-    size: u64,
-    /// Rotation threshold, bytes.
-    max_bytes: u64,
+    /// `None` once closed.
+    tx: Option<SyncSender<Msg>>,
+    /// Signalled by the thread when it has drained the queue and synced the file.
+    done: Option<mpsc::Receiver<()>>,
+    counters: Arc<Counters>,
+    /// Records refused because the queue was full.
+    queue_full: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    written: AtomicU64,
+    failed: AtomicU64,
+}
+
+#[derive(Debug)]
+enum Msg {
+    /// One whole line, newline included.
+    Line(String),
+    /// Reopen the file if it was removed or replaced; record `evidence_reopened` at this time
+    /// (ms since the epoch) if so.
+    CheckReplaced(Millis),
 }
 
 impl EvidenceWriter {
-    /// Open (create or append) the evidence file, creating its directory.
+    /// Open (create or append) the evidence file, creating its directory, and start the writer
+    /// thread. Opening is synchronous: it happens once at start-up, where a failure stops the
+    /// run before anything is published.
     ///
     /// # Errors
     /// The I/O error, for the caller to report with the path.
     pub fn open(path: &Path, service: &str, prober: &str, max_bytes: u64) -> io::Result<Self> {
-        if let Some(dir) = path.parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir)?;
-        }
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let file = open_append(path)?;
         let size = file.metadata()?.len();
-        Ok(EvidenceWriter {
+        let counters = Arc::new(Counters::default());
+        let state = FileState {
             path: path.to_owned(),
             file,
-            service: service.into(),
-            prober: prober.into(),
-            written: 0,
-            failed: 0,
             size,
             max_bytes: max_bytes.max(4096),
+            service: service.into(),
+            prober: prober.into(),
+            counters: counters.clone(),
+        };
+        let (tx, rx) = mpsc::sync_channel(QUEUE_LINES);
+        let (done_tx, done_rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("evidence-writer".into())
+            .spawn(move || state.run(rx, done_tx))?;
+        Ok(EvidenceWriter {
+            path: path.to_owned(),
+            service: service.into(),
+            prober: prober.into(),
+            tx: Some(tx),
+            done: Some(done_rx),
+            counters,
+            queue_full: 0,
         })
     }
 
@@ -61,40 +98,178 @@ impl EvidenceWriter {
         &self.path
     }
 
-    /// Append one record: `{"at": RFC 3339, "kind": kind, "service", "prober", ...fields}`.
-    /// `fields` must serialise to a JSON object; other values are stored under `"value"`.
+    /// Records the thread has written.
+    pub fn written(&self) -> u64 {
+        self.counters.written.load(Ordering::Relaxed)
+    }
+
+    /// Records that could not be written (queue full, disk full, I/O error, writer closed).
+    /// Probing and publishing go on: a full disk must not silence the readiness metric.
+    pub fn failed(&self) -> u64 {
+        self.counters.failed.load(Ordering::Relaxed)
+    }
+
+    /// Append one typed record at `at` (ms since the epoch), in its [`Envelope`]. Never blocks;
+    /// a failure is counted in [`failed`](Self::failed) and logged (the first, then every
+    /// hundredth), never returned: evidence is a record of the control loop, not a reason to
+    /// stop it.
+    pub fn record(&mut self, at: Millis, record: &Record) {
+        match Envelope::new(at, &self.service, &self.prober, record).to_line() {
+            Ok(line) => self.send(Msg::Line(line)),
+            Err(e) => {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(kind = record.kind(), error = %e, "cannot encode an evidence record");
+            }
+        }
+    }
+
+    /// Ask the writer thread to reopen the file if it was removed or replaced under us (an
+    /// operator's `rm`, a log shipper's move), so later records do not go into an unlinked
+    /// inode. When it reopens, the thread records `evidence_reopened` at `at` (ms since the
+    /// epoch) as the first line of the new file. Never blocks.
+    pub fn reopen_if_replaced(&mut self, at: Millis) {
+        self.send(Msg::CheckReplaced(at));
+    }
+
+    fn send(&mut self, msg: Msg) {
+        let counts = matches!(msg, Msg::Line(_));
+        let Some(tx) = &self.tx else {
+            if counts {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        };
+        match tx.try_send(msg) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                if counts {
+                    self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                }
+                self.queue_full += 1;
+                if self.queue_full % LOG_EVERY == 1 {
+                    tracing::error!(
+                        path = %self.path.display(),
+                        refused = self.queue_full,
+                        "evidence queue full: the disk is not keeping up; records are lost, probing and publishing go on"
+                    );
+                }
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                if counts {
+                    self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::error!(path = %self.path.display(), "evidence writer thread ended; record lost");
+            }
+        }
+    }
+
+    /// Stop taking records and wait until `deadline` for the thread to write what is queued and
+    /// sync the file. Returns true when it finished; otherwise the thread is left behind
+    /// (detached: it does not keep the process alive) and whatever it still holds may be lost.
+    /// Later records count as failed.
     ///
-    /// A failed write is counted in [`failed`](Self::failed) and logged (the first, then every
-    /// hundredth), never returned: evidence is a record of the control loop, not a reason to stop
-    /// it.
-    pub fn write(&mut self, kind: &str, at: Millis, fields: impl serde::Serialize) {
-        let line = encode(kind, at, &self.service, &self.prober, fields);
+    /// The wait is on a blocking-pool thread in real time, so the runtime is not held and a
+    /// paused test clock cannot cut it short.
+    pub async fn close(&mut self, deadline: Instant) -> bool {
+        drop(self.tx.take());
+        let Some(done) = self.done.take() else {
+            return true;
+        };
+        let budget = deadline.saturating_duration_since(Instant::now());
+        // `Disconnected`: the thread ended without signalling (it panicked); nothing is left.
+        let finished = tokio::task::spawn_blocking(move || {
+            !matches!(
+                done.recv_timeout(budget),
+                Err(mpsc::RecvTimeoutError::Timeout)
+            )
+        })
+        .await
+        .unwrap_or(false);
+        if !finished {
+            tracing::warn!(
+                path = %self.path.display(),
+                waited_ms = budget.as_millis() as u64,
+                "the evidence writer did not finish in time; records still queued may be lost"
+            );
+        }
+        finished
+    }
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// The writer thread's side: the open file and its size.
+struct FileState {
+    path: PathBuf,
+    file: File,
+    /// Size of the current file, bytes.
+    size: u64,
+    /// Rotation threshold, bytes.
+    max_bytes: u64,
+    service: String,
+    prober: String,
+    counters: Arc<Counters>,
+}
+
+impl FileState {
+    fn run(mut self, rx: Receiver<Msg>, done: mpsc::Sender<()>) {
+        while let Ok(msg) = rx.recv() {
+            match msg {
+                Msg::Line(line) => self.append(&line),
+                Msg::CheckReplaced(at) => {
+                    if self.reopen_if_replaced() {
+                        let path = self.path.display().to_string();
+                        let r = Record::EvidenceReopened(EvidenceReopened { path });
+                        match Envelope::new(at, &self.service, &self.prober, r).to_line() {
+                            Ok(line) => self.append(&line),
+                            Err(e) => self.count_failure(&e),
+                        }
+                    }
+                }
+            }
+        }
+        // Every sender is gone: the queue is drained.
+        if let Err(e) = self.file.flush().and_then(|()| self.file.sync_data()) {
+            tracing::error!(path = %self.path.display(), error = %e, "cannot sync evidence");
+        }
+        let _ = done.send(());
+    }
+
+    fn append(&mut self, line: &str) {
         if self.size > 0 && self.size + line.len() as u64 > self.max_bytes {
             self.rotate();
         }
         match self.file.write_all(line.as_bytes()) {
             Ok(()) => {
-                self.written += 1;
+                self.counters.written.fetch_add(1, Ordering::Relaxed);
                 self.size += line.len() as u64;
             }
-            Err(e) => {
-                self.failed += 1;
-                if self.failed % 100 == 1 {
-                    tracing::error!(
-                        path = %self.path.display(),
-                        error = %e,
-                        failed = self.failed,
-                        "cannot write evidence; probing and publishing go on"
-                    );
-                }
-            }
+            Err(e) => self.count_failure(&e),
         }
     }
 
-    /// Reopen the file when it was removed or replaced under us (an operator's `rm`, a log
-    /// shipper's move), so later records are not written into an unlinked inode. Returns true
-    /// when it reopened.
-    pub fn reopen_if_replaced(&mut self) -> bool {
+    fn count_failure(&self, e: &dyn std::fmt::Display) {
+        let failed = self.counters.failed.fetch_add(1, Ordering::Relaxed) + 1;
+        if failed % LOG_EVERY == 1 {
+            tracing::error!(
+                path = %self.path.display(),
+                error = %e,
+                failed,
+                "cannot write evidence; probing and publishing go on"
+            );
+        }
+    }
+
+    /// Reopen the file when the path no longer names the inode we write to. Returns true when
+    /// it reopened.
+    fn reopen_if_replaced(&mut self) -> bool {
         use std::os::unix::fs::MetadataExt;
         let ours = self.file.metadata().map(|m| (m.dev(), m.ino())).ok();
         let on_disk = std::fs::metadata(&self.path)
@@ -103,16 +278,7 @@ impl EvidenceWriter {
         if ours.is_some() && ours == on_disk {
             return false;
         }
-        if let Some(dir) = self.path.parent()
-            && !dir.as_os_str().is_empty()
-        {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        match OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-        {
+        match open_append(&self.path) {
             Ok(f) => {
                 self.size = f.metadata().map(|m| m.len()).unwrap_or(0);
                 self.file = f;
@@ -120,7 +286,7 @@ impl EvidenceWriter {
                 true
             }
             Err(e) => {
-                self.failed += 1;
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(path = %self.path.display(), error = %e, "evidence file was removed and cannot be recreated");
                 false
             }
@@ -132,12 +298,7 @@ impl EvidenceWriter {
             Some(e) => format!("{}.1", e.to_string_lossy()),
             None => "1".into(),
         });
-        let reopened = std::fs::rename(&self.path, &old).and_then(|_| {
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)
-        });
+        let reopened = std::fs::rename(&self.path, &old).and_then(|_| open_append(&self.path));
         match reopened {
             Ok(f) => {
                 self.file = f;
@@ -151,97 +312,7 @@ impl EvidenceWriter {
             }
         }
     }
-
-    /// Flush and fsync.
-    ///
-    /// # Errors
-    /// The I/O error.
-    pub fn sync(&mut self) -> io::Result<()> {
-        self.file.flush()?;
-        self.file.sync_data()
-    }
-}
-
-/// Encode one evidence line, newline included (pure).
-pub fn encode(
-    kind: &str,
-    at: Millis,
-    service: &str,
-    prober: &str,
-    fields: impl serde::Serialize,
-) -> String {
-    let mut m = Map::new();
-    m.insert("at".into(), Value::String(rfc3339(at)));
-    m.insert("at_ms".into(), Value::from(at));
-    m.insert("kind".into(), Value::String(kind.into()));
-    m.insert("service".into(), Value::String(service.into()));
-    m.insert("prober".into(), Value::String(prober.into()));
-    match serde_json::to_value(fields) {
-        Ok(Value::Object(o)) => m.extend(o),
-        Ok(Value::Null) => {}
-        Ok(other) => {
-            m.insert("value".into(), other);
-        }
-        Err(e) => {
-            m.insert("encode_error".into(), Value::String(e.to_string()));
-        }
-    }
-    let mut s = Value::Object(m).to_string();
-    s.push('\n');
-    s
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reopens_a_removed_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("e.jsonl");
-        let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 20).unwrap();
-        w.write("a", 0, serde_json::json!({}));
-        assert!(!w.reopen_if_replaced());
-        std::fs::remove_file(&p).unwrap();
-        assert!(w.reopen_if_replaced());
-        w.write("b", 1, serde_json::json!({}));
-        let text = std::fs::read_to_string(&p).unwrap();
-        assert!(text.contains("\"kind\":\"b\""));
-    }
-
-    #[test]
-    fn rotates_at_max_bytes_keeping_one_generation() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("evidence.jsonl");
-        let mut w = EvidenceWriter::open(&p, "s", "p", 4096).unwrap();
-        for i in 0..200 {
-            w.write("attempt", i, serde_json::json!({"seq": i}));
-        }
-        assert_eq!(w.written, 200);
-        assert_eq!(w.failed, 0);
-        let cur = std::fs::read_to_string(&p).unwrap();
-        let prev = std::fs::read_to_string(dir.path().join("evidence.jsonl.1")).unwrap();
-        assert!(cur.len() <= 4096 && prev.len() <= 4096);
-        // Nothing torn, and the newest record is in the current file.
-        for l in cur.lines().chain(prev.lines()) {
-            serde_json::from_str::<Value>(l).unwrap();
-        }
-        assert!(cur.trim_end().ends_with("\"seq\":199}") || cur.contains("\"seq\":199"));
-    }
-
-    #[test]
-    fn line_shape() {
-        let l = encode(
-            "stop",
-            0,
-            "svc",
-            "p1",
-            serde_json::json!({"reason": "sigterm"}),
-        );
-        let v: Value = serde_json::from_str(l.trim_end()).unwrap();
-        assert_eq!(v["kind"], "stop");
-        assert_eq!(v["at"], "1970-01-01T00:00:00.000Z");
-        assert_eq!(v["reason"], "sigterm");
-        assert!(l.ends_with('\n') && !l.trim_end().contains('\n'));
-    }
-}
+mod tests;

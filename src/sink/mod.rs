@@ -2,7 +2,8 @@
 //! and the one interface every sink implements ([`Sink`]).
 //!
 //! Sinks never decide readiness; they encode and send what the runner hands them. Encoders are
-//! pure and tested against exact expected output; sending is separate.
+//! pure and tested against exact expected output; sending is separate: each sink runs in a task
+//! of its own behind a bounded queue ([`SinkQueue`]).
 
 pub mod cloudwatch;
 pub mod emf;
@@ -12,6 +13,11 @@ use crate::readiness::Millis;
 use serde::Serialize;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// CloudWatch unit of a datum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -48,7 +54,7 @@ pub enum Value {
     Samples(Vec<f64>),
 }
 
-/// One metric datum of the contract (DESIGN.md, "Metric contract").
+/// One metric datum of the contract (README.md, "Metric contract").
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Datum {
     /// Metric name, e.g. `Readiness`.
@@ -220,6 +226,162 @@ pub trait Sink: Send {
     /// the batch's window. Default 1.
     fn max_tries(&self) -> u32 {
         1
+    }
+}
+
+/// Batches a sink's queue holds: a sink this far behind the publish rate drops the next one.
+const QUEUE_BATCHES: usize = 4;
+
+/// A batch in a sink's queue.
+#[derive(Debug)]
+pub struct Queued {
+    /// The batch id, unique within a run.
+    pub id: u64,
+    /// The datums.
+    pub datums: Vec<Datum>,
+    /// The end of the batch's window: no try starts after it, and a try still running is cut.
+    pub deadline: Instant,
+}
+
+/// A sink's account of one batch it took from its queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkReport {
+    /// [`Queued::id`].
+    pub batch: u64,
+    /// Sink name.
+    pub sink: &'static str,
+    /// Datums in the batch.
+    pub datums: usize,
+    /// Datums sent (non-finite ones are skipped).
+    pub sent: usize,
+    /// Tries made, the first included.
+    pub tries: u32,
+    /// Why the batch was dropped; `None` when it was sent.
+    pub error: Option<String>,
+}
+
+/// Why a sink's queue refused a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The queue was full: the sink is slower than the publish rate.
+    Full,
+    /// The sink's task has ended.
+    Closed,
+}
+
+impl Refusal {
+    /// The cause, in a phrase.
+    pub fn why(self) -> &'static str {
+        match self {
+            Refusal::Full => "sink queue full (the sink is slower than the publish rate)",
+            Refusal::Closed => "sink stopped",
+        }
+    }
+}
+
+/// The sending end of one sink's task. Sending never blocks the caller: each sink works
+/// through its own bounded queue, retrying a failed send with backoff within the batch's window,
+/// and reports every batch it took.
+#[derive(Debug)]
+pub struct SinkQueue {
+    name: &'static str,
+    tx: mpsc::Sender<Queued>,
+}
+
+impl SinkQueue {
+    /// Start `sink`'s task on `tracker`. It reports on `reports` until its queue closes (this
+    /// value dropped) or `cancel` fires; a batch in hand then goes unreported.
+    pub fn spawn(
+        sink: Box<dyn Sink>,
+        reports: mpsc::UnboundedSender<SinkReport>,
+        tracker: &TaskTracker,
+        cancel: CancellationToken,
+    ) -> SinkQueue {
+        let name = sink.name();
+        let (tx, rx) = mpsc::channel(QUEUE_BATCHES);
+        tracker.spawn(sink_task(sink, rx, reports, cancel));
+        SinkQueue { name, tx }
+    }
+
+    /// The sink's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Queue a batch, or say why not.
+    ///
+    /// # Errors
+    /// The queue is full, or the task has ended.
+    pub fn offer(&self, batch: Queued) -> Result<(), Refusal> {
+        self.tx.try_send(batch).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => Refusal::Full,
+            mpsc::error::TrySendError::Closed(_) => Refusal::Closed,
+        })
+    }
+}
+
+/// Send one batch, retrying a retryable error with backoff within the batch's window.
+async fn send_batch(sink: &mut dyn Sink, batch: &Queued) -> SinkReport {
+    let window = batch.deadline.saturating_duration_since(Instant::now());
+    let mut backoff = (window / 10).clamp(Duration::from_millis(50), Duration::from_millis(500));
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let remaining = batch.deadline.saturating_duration_since(Instant::now());
+        let sent = tokio::time::timeout(
+            remaining.max(Duration::from_millis(1)),
+            sink.send(&batch.datums),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(SinkError {
+                message: "the publish window closed before the send finished".into(),
+                retryable: false,
+            })
+        });
+        let (sent, error) = match sent {
+            Ok(sent) => (sent, None),
+            Err(e)
+                if e.retryable
+                    && tries < sink.max_tries()
+                    && Instant::now() + backoff < batch.deadline =>
+            {
+                tracing::debug!(sink = sink.name(), error = %e, "publish failed, retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(8));
+                continue;
+            }
+            Err(e) => (0, Some(e.message)),
+        };
+        return SinkReport {
+            batch: batch.id,
+            sink: sink.name(),
+            datums: batch.datums.len(),
+            sent,
+            tries,
+            error,
+        };
+    }
+}
+
+/// A sink's task: send each queued batch and report it, until the queue closes or `cancel`
+/// fires (a batch in hand then goes unreported).
+async fn sink_task(
+    mut sink: Box<dyn Sink>,
+    mut rx: mpsc::Receiver<Queued>,
+    reports: mpsc::UnboundedSender<SinkReport>,
+    cancel: CancellationToken,
+) {
+    while let Some(Some(batch)) = cancel.run_until_cancelled(rx.recv()).await {
+        let Some(report) = cancel
+            .run_until_cancelled(send_batch(sink.as_mut(), &batch))
+            .await
+        else {
+            return;
+        };
+        if reports.send(report).is_err() {
+            return;
+        }
     }
 }
 

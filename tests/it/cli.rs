@@ -1,6 +1,6 @@
 //! The binary as operators and scripts use it: exit codes, messages, signals, files left behind.
 
-use crate::support::config::secret_env;
+use crate::support::config::{ConfigBuilder, secret_env};
 use crate::support::fixture::*;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -110,21 +110,6 @@ fn usage_errors_exit_64_and_help_exits_0() {
     }
 }
 
-#[test]
-fn every_example_config_in_probes_is_valid() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "toml") {
-            // Validation reads no file an example names: every example is valid anywhere.
-            readyprobe::config::load(&p).unwrap_or_else(|e| panic!("{e}"));
-            n += 1;
-        }
-    }
-    assert!(n >= 1, "no example configs in {}", dir.display());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_with_missing_secret_exits_78_and_publishes_nothing() {
     let Some(p) = Pipeline::start_or_skip().await else {
@@ -207,32 +192,188 @@ async fn sigterm_exits_0_within_grace_with_complete_evidence() {
     assert_eq!(publishes, 1, "one final datum set");
 }
 
+/// `readyprobe run --grace <grace>` on `config`, logs to `log`, EMF to nowhere.
+fn spawn_run(
+    config: &std::path::Path,
+    grace: &str,
+    log: &std::path::Path,
+) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+        .args(["run", "--grace", grace, "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Send SIGTERM and wait for the exit; returns the exit code and the time from just before the
+/// signal was sent to the exit.
+async fn terminate(
+    child: &mut tokio::process::Child,
+    log: &std::path::Path,
+) -> (Option<i32>, Duration) {
+    let pid = child.id().unwrap().to_string();
+    let sent = tokio::time::Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = match tokio::time::timeout(Duration::from_secs(15), child.wait()).await {
+        Ok(s) => s.unwrap(),
+        Err(_) => panic!(
+            "no exit 15 s after SIGTERM; log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        ),
+    };
+    (status.code(), sent.elapsed())
+}
+
+fn mkfifo(path: &std::path::Path) {
+    assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
+}
+
+/// With `--grace 1s` the process must be gone 3 s after SIGTERM. The extra second covers what
+/// the product does not control: starting kill(1), the scheduler waking the stopping threads and
+/// the kernel reaping the process on a loaded machine. It is still shorter than any hang this
+/// test provokes: a FIFO blocks a plain `open` for ever, and the held lock keeps a blocking
+/// thread waiting for the lock (5 s) at least 4.4 s past the signal.
+const EXIT_BOUND: Duration = Duration::from_secs(4);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_state_store_never_keeps_the_process_past_grace_plus_2s() {
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let path = p.write_config("hang.toml", &ConfigOpts::default());
+    let state = p.dir.path().join("state");
+    let doc = state.join("control-orders-db.json");
+    let lock_path = state.join("control-orders-db.lock");
+    let log = p.dir.path().join("run.log");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // 1. The control document becomes a FIFO mid-run: syncs fail with a clear error at once,
+    // and SIGTERM ends the run normally.
+    let mut child = spawn_run(&path, "1s", &log);
+    wait_evidence(&p.evidence(), Duration::from_secs(20), |ev| {
+        attempts(ev, "primary").len() >= 3 && doc.exists()
+    })
+    .await;
+    {
+        // Under the store's lock, so that no save in progress renames a file over the FIFO.
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&lock_path)
+            .unwrap();
+        lock.lock().unwrap();
+        std::fs::remove_file(&doc).unwrap();
+        mkfifo(&doc);
+    }
+    wait_evidence(&p.evidence(), Duration::from_secs(20), |ev| {
+        ev.iter().any(|v| {
+            v["kind"] == "state_sync_failed" && v.to_string().contains("not a regular file")
+        })
+    })
+    .await;
+    let (code, took) = terminate(&mut child, &log).await;
+    assert_eq!(code, Some(0), "{}", log_text());
+    assert!(
+        took < EXIT_BOUND,
+        "exit {took:?} after SIGTERM; log:\n{}",
+        log_text()
+    );
+    let ev = read_evidence(&p.evidence());
+    assert_eq!(ev.last().unwrap()["kind"], "stop");
+
+    // 2. A FIFO as the control document at start-up: exit 74 at once, naming the problem.
+    let started = std::time::Instant::now();
+    let out = bin().args(["run", "--config"]).arg(&path).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(74), "{err}");
+    assert!(err.contains("not a regular file"), "{err}");
+    // Not the 10 s store bound, and not a hang.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // 3. The lock held for ever by someone else: the state save waits on a blocking thread that
+    // outlives the run; the process exits without it.
+    std::fs::remove_file(&doc).unwrap();
+    let mut child = spawn_run(&path, "1s", &log);
+    // The document exists again once this run has saved its state.
+    wait_evidence(&p.evidence(), Duration::from_secs(20), |_| doc.exists()).await;
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&lock_path)
+        .unwrap();
+    lock.lock().unwrap();
+    // Past the 500 ms poll interval: a save is now waiting for the lock, and began at most
+    // 600 ms before the signal.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (code, took) = terminate(&mut child, &log).await;
+    assert!(
+        took < EXIT_BOUND,
+        "exit {took:?} after SIGTERM; log:\n{}",
+        log_text()
+    );
+    // 0 when the run's own stop (its final save gives up after 2 s) wins, 74 when the
+    // grace + 2 s bound had to end it; under load either may come first.
+    assert!(
+        matches!(code, Some(0) | Some(74)),
+        "exit {code:?}; log:\n{}",
+        log_text()
+    );
+    drop(lock);
+}
+
 /// The inputs a config names that only `prepare` reads: CA bundles (when the ssl-mode verifies),
 /// client certificates and keys, secret files (absolute or relative to the config's directory),
 /// and secret environment variables. Read from the TOML itself, whatever the config's layout.
 #[derive(Debug, Default)]
 struct NamedInputs {
-    files: Vec<std::path::PathBuf>,
-    env: Vec<String>,
+    /// Config key and path of each file.
+    files: Vec<(String, std::path::PathBuf)>,
+    /// Config key and name of each secret variable.
+    env: Vec<(String, String)>,
 }
 
 fn named_inputs(path: &std::path::Path) -> NamedInputs {
-    fn walk(t: &toml::Table, dir: &std::path::Path, out: &mut NamedInputs) {
+    fn walk(t: &toml::Table, at: &str, dir: &std::path::Path, out: &mut NamedInputs) {
         let verifies = matches!(
             t.get("ssl_mode").and_then(|v| v.as_str()),
             Some("verify_ca" | "verify_identity")
         );
         for (k, v) in t {
+            let key = if at.is_empty() {
+                k.clone()
+            } else {
+                format!("{at}.{k}")
+            };
             match (k.as_str(), v) {
-                ("ssl_ca", toml::Value::String(p)) if verifies => out.files.push(dir.join(p)),
-                ("ssl_cert" | "ssl_key", toml::Value::String(p)) => out.files.push(dir.join(p)),
-                ("env", toml::Value::String(e)) if t.len() == 1 => out.env.push(e.clone()),
-                ("file", toml::Value::String(p)) if t.len() == 1 => out.files.push(dir.join(p)),
-                (_, toml::Value::Table(inner)) => walk(inner, dir, out),
+                ("ssl_ca", toml::Value::String(p)) if verifies => {
+                    out.files.push((key, dir.join(p)))
+                }
+                ("ssl_cert" | "ssl_key", toml::Value::String(p)) => {
+                    out.files.push((key, dir.join(p)))
+                }
+                // A secret by reference names its own table's key.
+                ("env", toml::Value::String(e)) if t.len() == 1 => {
+                    out.env.push((at.to_string(), e.clone()))
+                }
+                ("file", toml::Value::String(p)) if t.len() == 1 => {
+                    out.files.push((at.to_string(), dir.join(p)))
+                }
+                (_, toml::Value::Table(inner)) => walk(inner, &key, dir, out),
                 (_, toml::Value::Array(items)) => {
                     for i in items {
                         if let toml::Value::Table(inner) = i {
-                            walk(inner, dir, out);
+                            walk(inner, &key, dir, out);
                         }
                     }
                 }
@@ -243,7 +384,7 @@ fn named_inputs(path: &std::path::Path) -> NamedInputs {
     let text = std::fs::read_to_string(path).unwrap();
     let table: toml::Table = toml::from_str(&text).unwrap();
     let mut out = NamedInputs::default();
-    walk(&table, path.parent().unwrap(), &mut out);
+    walk(&table, "", path.parent().unwrap(), &mut out);
     out.files.sort();
     out.files.dedup();
     out.env.sort();
@@ -273,23 +414,24 @@ fn check_passes_every_example_and_strict_names_each_missing_input_once() {
         let inputs = named_inputs(&path);
         // Every secret variable is unset here, so each is a problem; a file is one when it is
         // absent (as the examples' /etc/readyprobe files are on a test machine).
-        let missing: Vec<String> = inputs
+        // (config key, subject) of each input that must be reported.
+        let missing: Vec<(&str, String)> = inputs
             .files
             .iter()
-            .filter(|f| !f.is_file())
-            .map(|f| f.display().to_string())
+            .filter(|(_, f)| !f.is_file())
+            .map(|(k, f)| (k.as_str(), f.display().to_string()))
             .chain(
                 inputs
                     .env
                     .iter()
-                    .map(|e| format!("environment variable {e}")),
+                    .map(|(k, e)| (k.as_str(), format!("environment variable {e}"))),
             )
             .collect();
         let check = |strict: bool| {
             let mut c = bin();
             c.arg("check").args(strict.then_some("--strict"));
             c.arg("--config").arg(&path);
-            for e in &inputs.env {
+            for (_, e) in &inputs.env {
                 c.env_remove(e);
             }
             c.output().unwrap()
@@ -311,11 +453,17 @@ fn check_passes_every_example_and_strict_names_each_missing_input_once() {
             let n = stdout.lines().filter(|l| l == w).count();
             assert_eq!(n, 1, "{name}: printed {n} times: {w}");
         }
-        for m in &missing {
+        for (key, m) in &missing {
+            let named: Vec<_> = warnings.iter().filter(|w| w.contains(m.as_str())).collect();
             assert_eq!(
-                warnings.iter().filter(|w| w.contains(m.as_str())).count(),
+                named.len(),
                 1,
                 "{name}: {m} must be named by exactly one warning:\n{stdout}"
+            );
+            assert!(
+                named[0].starts_with(&format!("warning: {key}")),
+                "{name}: the warning names the key the file sets, {key}: {}",
+                named[0]
             );
         }
 
@@ -323,7 +471,7 @@ fn check_passes_every_example_and_strict_names_each_missing_input_once() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let expected = if missing.is_empty() { 0 } else { 78 };
         assert_eq!(out.status.code(), Some(expected), "{name}: {stderr}");
-        for m in &missing {
+        for (_, m) in &missing {
             let named = lines_naming(&stderr, m);
             assert_eq!(named.len(), 1, "{name}: {m} must be named once:\n{stderr}");
             assert!(named[0].starts_with("error: "), "{name}: {stderr}");
@@ -337,47 +485,22 @@ fn check_passes_every_example_and_strict_names_each_missing_input_once() {
 
 /// An http config whose header secrets are a variable and a file, neither available.
 fn config_with_missing_secrets(dir: &std::path::Path, tls: &str) -> std::path::PathBuf {
-    let path = dir.join("secrets.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"prober_id = "it"
-state_dir = "{state}"
-
-[service]
-name = "orders-api"
-stable_name = "api.orders.example"
-
-[dns]
-nameservers = ["127.0.0.1:53"]
-
-[probe]
-kind = "http"
-interval = "2s"
-
-[probe.tls]
+    ConfigBuilder::new(dir, "orders-api", "api.orders.example")
+        .top("state_dir", crate::support::config::path(dir))
+        .nameserver("127.0.0.1:53")
+        .kind("http")
+        .merge(&format!(
+            r#"[probe.tls]
 {tls}
-
 [probe.http]
 method = "POST"
 path = "/orders"
 headers = {{ authorization = {{ env = "READYPROBE_TEST_SURELY_UNSET" }}, x-api-key = {{ file = "missing-key" }} }}
-
-[[branch]]
-name = "primary"
-role = "PRIMARY"
-endpoint = "api-primary.orders.example"
-
-[[branch]]
-name = "secondary"
-role = "SECONDARY"
-endpoint = "api-secondary.orders.example"
-"#,
-            state = dir.display()
-        ),
-    )
-    .unwrap();
-    path
+"#
+        ))
+        .branch("primary", "PRIMARY", "api-primary.orders.example", None)
+        .branch("secondary", "SECONDARY", "api-secondary.orders.example", None)
+        .write(&dir.join("secrets.toml"))
 }
 
 #[test]

@@ -1,13 +1,13 @@
 //! Integration tests.
 
 mod cli;
-mod dns_cases;
 mod failback;
 mod harness_smoke;
 mod http_kind;
+mod mysql_kind;
 mod otlp_kind;
 mod pipeline;
-mod steps;
+mod resolve_step;
 mod support;
 mod tcp_kind;
-mod tls;
+mod tls_step;

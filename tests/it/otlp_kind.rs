@@ -28,141 +28,178 @@ enum Mode {
     Html,
 }
 
+/// A local OTLP/HTTP receiver: answers as `mode` says and keeps the markers it decoded.
+struct Receiver {
+    port: u16,
+    mode: Arc<Mutex<Mode>>,
+    markers: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Receiver {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mode = Arc::new(Mutex::new(Mode::Accept));
+        let markers: Arc<Mutex<Vec<String>>> = Default::default();
+        let (m, seen) = (mode.clone(), markers.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                let (m, seen) = (m.clone(), seen.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            let (m, seen) = (m.clone(), seen.clone());
+                            async move {
+                                Ok::<_, std::convert::Infallible>(answer(req, &m, &seen).await)
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(s), svc)
+                        .await;
+                });
+            }
+        });
+        Receiver {
+            port,
+            mode,
+            markers,
+            task,
+        }
+    }
+
+    fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+}
+
+type Reply = hyper::Response<Full<Bytes>>;
+
+/// Decode the export, note its marker, answer as the current mode says (400 for a request that
+/// is not a marked protobuf export).
+async fn answer(
+    req: hyper::Request<hyper::body::Incoming>,
+    mode: &Mutex<Mode>,
+    seen: &Mutex<Vec<String>>,
+) -> Reply {
+    let ok_type = req
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v == "application/x-protobuf");
+    let body = req.into_body().collect().await.unwrap().to_bytes();
+    let marker = ExportMetricsServiceRequest::decode(body.as_ref())
+        .ok()
+        .and_then(|r| marker_of(&r));
+    let (true, Some(marker)) = (ok_type, marker) else {
+        return reply(400, Default::default());
+    };
+    seen.lock().unwrap().push(marker);
+    let mode = *mode.lock().unwrap();
+    match mode {
+        Mode::Accept => reply(200, Default::default()),
+        Mode::Partial => reply(
+            200,
+            ExportMetricsServiceResponse {
+                partial_success: Some(ExportMetricsPartialSuccess {
+                    rejected_data_points: 1,
+                    error_message: "metric name readyprobe.canary not allowed".into(),
+                }),
+            },
+        ),
+        Mode::BadRequest => {
+            // google.rpc.Status { code: 3, message: "bad resource" }, by hand.
+            let mut b = vec![0x08, 0x03, 0x12, 12];
+            b.extend_from_slice(b"bad resource");
+            hyper::Response::builder()
+                .status(400)
+                .header("content-type", "application/x-protobuf")
+                .body(Full::new(Bytes::from(b)))
+                .unwrap()
+        }
+        Mode::Unavailable => reply(503, Default::default()),
+        Mode::Html => hyper::Response::builder()
+            .status(200)
+            .header("content-type", "text/html")
+            .body(Full::new(Bytes::from("<html>sign in</html>")))
+            .unwrap(),
+    }
+}
+
+fn reply(status: u16, resp: ExportMetricsServiceResponse) -> Reply {
+    hyper::Response::builder()
+        .status(status)
+        .header("content-type", "application/x-protobuf")
+        .body(Full::new(Bytes::from(resp.encode_to_vec())))
+        .unwrap()
+}
+
+/// The `readyprobe.marker` attribute of the export's first data point.
+fn marker_of(r: &ExportMetricsServiceRequest) -> Option<String> {
+    let m = r
+        .resource_metrics
+        .first()?
+        .scope_metrics
+        .first()?
+        .metrics
+        .first()?;
+    let Some(opentelemetry_proto::tonic::metrics::v1::metric::Data::Gauge(g)) = &m.data else {
+        return None;
+    };
+    let attr = g
+        .data_points
+        .first()?
+        .attributes
+        .iter()
+        .find(|a| a.key == "readyprobe.marker")?;
+    match attr.value.as_ref()?.value.as_ref()? {
+        any_value::Value::StringValue(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn write_config(
+    path: &std::path::Path,
+    dir: &std::path::Path,
+    dns: std::net::SocketAddr,
+    port: u16,
+) {
+    ConfigBuilder::new(dir, "otel-gateway", "otel.telemetry.internal.example")
+        .nameserver(dns)
+        .kind("otlp")
+        .set("probe.otlp", "port", i64::from(port))
+        .tls("disabled", None)
+        .branch(
+            "primary",
+            "PRIMARY",
+            "otel-primary.telemetry.internal.example",
+            None,
+        )
+        .write(path);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn otlp_export_accepted_rejected_and_refused() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let mode = Arc::new(Mutex::new(Mode::Accept));
-    let markers: Arc<Mutex<Vec<String>>> = Default::default();
-    let (m, seen) = (mode.clone(), markers.clone());
-    let server = tokio::spawn(async move {
-        while let Ok((s, _)) = listener.accept().await {
-            let (m, seen) = (m.clone(), seen.clone());
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (m, seen) = (m.clone(), seen.clone());
-                        async move {
-                            let ok_type = req
-                                .headers()
-                                .get("content-type")
-                                .is_some_and(|v| v == "application/x-protobuf");
-                            let body = req.into_body().collect().await.unwrap().to_bytes();
-                            let decoded = ExportMetricsServiceRequest::decode(body.as_ref());
-                            let marker = decoded.ok().and_then(|r| {
-                                let m = r
-                                    .resource_metrics
-                                    .first()?
-                                    .scope_metrics
-                                    .first()?
-                                    .metrics
-                                    .first()?
-                                    .clone();
-                                let Some(
-                                    opentelemetry_proto::tonic::metrics::v1::metric::Data::Gauge(g),
-                                ) = m.data
-                                else {
-                                    return None;
-                                };
-                                let attr = g
-                                    .data_points
-                                    .first()?
-                                    .attributes
-                                    .iter()
-                                    .find(|a| a.key == "readyprobe.marker")?
-                                    .clone();
-                                match attr.value?.value? {
-                                    any_value::Value::StringValue(s) => Some(s),
-                                    _ => None,
-                                }
-                            });
-                            let reply = |status: u16, resp: ExportMetricsServiceResponse| {
-                                hyper::Response::builder()
-                                    .status(status)
-                                    .header("content-type", "application/x-protobuf")
-                                    .body(Full::new(Bytes::from(resp.encode_to_vec())))
-                                    .unwrap()
-                            };
-                            if !ok_type || marker.is_none() {
-                                return Ok::<_, std::convert::Infallible>(reply(
-                                    400,
-                                    Default::default(),
-                                ));
-                            }
-                            seen.lock().unwrap().push(marker.unwrap());
-                            let mode = *m.lock().unwrap();
-                            Ok(match mode {
-                                Mode::Accept => reply(200, Default::default()),
-                                Mode::Partial => reply(
-                                    200,
-                                    ExportMetricsServiceResponse {
-                                        partial_success: Some(ExportMetricsPartialSuccess {
-                                            rejected_data_points: 1,
-                                            error_message:
-                                                "metric name readyprobe.canary not allowed".into(),
-                                        }),
-                                    },
-                                ),
-                                Mode::BadRequest => {
-                                    // google.rpc.Status { code: 3, message: "bad resource" }, by hand.
-                                    let mut b = vec![0x08, 0x03, 0x12, 12];
-                                    b.extend_from_slice(b"bad resource");
-                                    hyper::Response::builder()
-                                        .status(400)
-                                        .header("content-type", "application/x-protobuf")
-                                        .body(Full::new(Bytes::from(b)))
-                                        .unwrap()
-                                }
-                                Mode::Unavailable => reply(503, Default::default()),
-                                Mode::Html => hyper::Response::builder()
-                                    .status(200)
-                                    .header("content-type", "text/html")
-                                    .body(Full::new(Bytes::from("<html>sign in</html>")))
-                                    .unwrap(),
-                            })
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(s), svc)
-                    .await;
-            });
-        }
-    });
+    let receiver = Receiver::start().await;
     let dns = DnsServer::start("telemetry.internal.example").await;
     dns.set_a("otel-primary", Ipv4Addr::LOCALHOST, 5).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("otlp.toml");
-    ConfigBuilder::new(
-        dir.path(),
-        "otel-gateway",
-        "otel.telemetry.internal.example",
-    )
-    .nameserver(dns.addr())
-    .kind("otlp")
-    .set("probe.otlp", "port", i64::from(port))
-    .tls("disabled", None)
-    .branch(
-        "primary",
-        "PRIMARY",
-        "otel-primary.telemetry.internal.example",
-        None,
-    )
-    .write(&path);
+    write_config(&path, dir.path(), dns.addr(), receiver.port);
     let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let (resolver, probes) = prepare(&cfg).unwrap();
     let clock = Clock::start();
 
-    *mode.lock().unwrap() = Mode::Accept;
+    receiver.set(Mode::Accept);
     let a = run_attempt(&probes[0], &resolver, &clock, 1).await;
     assert_eq!(a.outcome, Outcome::Success, "{a:?}");
     assert_eq!(
-        markers.lock().unwrap().last(),
+        receiver.markers.lock().unwrap().last(),
         Some(&a.marker),
         "the marker arrived in the protobuf"
     );
 
-    *mode.lock().unwrap() = Mode::Partial;
+    receiver.set(Mode::Partial);
     let a = run_attempt(&probes[0], &resolver, &clock, 2).await;
     match &a.outcome {
         Outcome::Failure {
@@ -182,7 +219,7 @@ async fn otlp_export_accepted_rejected_and_refused() {
     );
     assert_eq!(evidence["otlp"]["rejected"], 1);
 
-    *mode.lock().unwrap() = Mode::Html;
+    receiver.set(Mode::Html);
     let a = run_attempt(&probes[0], &resolver, &clock, 4).await;
     assert!(
         matches!(
@@ -197,7 +234,7 @@ async fn otlp_export_accepted_rejected_and_refused() {
     );
 
     for (m, status) in [(Mode::BadRequest, 400), (Mode::Unavailable, 503)] {
-        *mode.lock().unwrap() = m;
+        receiver.set(m);
         let a = run_attempt(&probes[0], &resolver, &clock, 3).await;
         assert!(
             matches!(
@@ -218,5 +255,5 @@ async fn otlp_export_accepted_rejected_and_refused() {
             );
         }
     }
-    server.abort();
+    receiver.task.abort();
 }

@@ -250,7 +250,6 @@ async fn dead_cloudwatch_endpoint_drops_are_counted_not_fatal() {
     let Some(p) = Pipeline::start_or_skip().await else {
         return;
     };
-    test_credentials();
     let dead = format!("http://127.0.0.1:{}", crate::support::free_tcp_port());
     let cfg = p.config(
         "dead.toml",
@@ -260,9 +259,9 @@ async fn dead_cloudwatch_endpoint_drops_are_counted_not_fatal() {
             ..Default::default()
         },
     );
-    let s = Running::start(cfg, Some(Duration::from_millis(3500)))
-        .finish()
-        .await;
+    let run = Running::start(cfg, Some(Duration::from_millis(3500)));
+    let emf_out = run.emf.clone();
+    let s = run.finish().await;
     let ev = read_evidence(&p.evidence());
     let cw: Vec<_> = ev
         .iter()
@@ -277,6 +276,12 @@ async fn dead_cloudwatch_endpoint_drops_are_counted_not_fatal() {
         cw.iter().any(|v| v["tries"].as_u64().unwrap_or(0) > 1),
         "retried within the window: {cw:?}"
     );
+    // The cause is one short line, not the SDK's debug dump.
+    assert!(
+        cw.iter()
+            .any(|v| v["error"] == "PutMetricData failed: connection refused"),
+        "{cw:?}"
+    );
     assert_eq!(s.dropped_batches["cloudwatch"], cw.len() as u64);
     // Every batch is accounted for in both sinks: the same batches went to each.
     let emf = ev
@@ -290,4 +295,12 @@ async fn dead_cloudwatch_endpoint_drops_are_counted_not_fatal() {
             .any(|v| v["kind"] == "publish" && v["sink"] == "emf" && v["dropped"] == false)
     );
     assert!(s.attempts["primary"] >= 8, "{:?}", s.attempts);
+    // The EMF lines went to the run's buffer, one per datum sent.
+    let emf_sent: u64 = ev
+        .iter()
+        .filter(|v| v["kind"] == "publish" && v["sink"] == "emf")
+        .map(|v| v["sent"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(emf_sent > 0);
+    assert_eq!(emf_out.lines().len() as u64, emf_sent);
 }

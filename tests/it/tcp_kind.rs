@@ -157,6 +157,13 @@ async fn tcp_kind_reports_a_rejected_client_certificate() {
         ),
         "no client certificate must not pass: {a:?}"
     );
+    assert!(
+        a.tls.is_some()
+            && a.certificate_subject
+                .as_deref()
+                .is_some_and(|s| s.contains(NAME)),
+        "what the handshake learned is kept: {a:?}"
+    );
     let client = ca.client_cert("readyprobe-it");
     let cfg = base
         .client_cert(client.cert_pem_path(), client.key_pem_path())

@@ -8,6 +8,7 @@ use super::mariadb::MariaDb;
 use super::tls::TestCa;
 use readyprobe::config::Config;
 use readyprobe::runner::{RunError, RunOptions, RunSummary};
+use readyprobe::sink::emf::EmfBuffer;
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -186,6 +187,8 @@ impl Pipeline {
 
 /// A `readyprobe run` in this process; stop it with [`Running::stop`].
 pub struct Running {
+    /// What the `emf` sink wrote (kept out of the test output).
+    pub emf: EmfBuffer,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<RunSummary, RunError>>,
 }
@@ -198,15 +201,18 @@ impl Running {
             let _ = rx.await;
             "test"
         };
+        let emf = EmfBuffer::new();
         let task = tokio::spawn(readyprobe::runner::run(
             cfg,
             RunOptions {
                 duration,
                 grace: Duration::from_secs(3),
+                emf_out: Some(emf.clone()),
             },
             stop,
         ));
         Running {
+            emf,
             stop: Some(tx),
             task,
         }
@@ -301,25 +307,7 @@ pub fn attempts<'a>(ev: &'a [Value], branch: &str) -> Vec<&'a Value> {
 /// The CloudWatch client, or `None` after a loud skip (panics under CI).
 ///
 /// The prober takes credentials from the default AWS chain, as in production; the emulator
-/// accepts any, so static test credentials are put in the environment once when none are set.
+/// accepts any, and `.cargo/config.toml` gives test processes fake ones.
 pub async fn cloudwatch() -> Option<aws_sdk_cloudwatch::Client> {
-    test_credentials();
     cloudwatch_or_skip().await
-}
-
-/// Put static test credentials in the environment once, when none are set.
-pub fn test_credentials() {
-    static CREDS: std::sync::Once = std::sync::Once::new();
-    CREDS.call_once(|| {
-        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
-            // SAFETY: std's environment functions serialise on one lock, and nothing in this
-            // test process reads the environment through libc directly.
-            unsafe {
-                std::env::set_var("AWS_ACCESS_KEY_ID", "test");
-                std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
-                // Never reach for the instance metadata endpoint from a test.
-                std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
-            }
-        }
-    });
 }

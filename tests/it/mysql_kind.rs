@@ -151,6 +151,10 @@ async fn failure_classes_from_real_peers() {
         (Step::Verify, FailureClass::VerifyMismatch),
         "{a:?}"
     );
+    assert!(
+        a.server.as_ref().is_some_and(|s| !s.hostname.is_empty()),
+        "the server that answered the read-back is kept: {a:?}"
+    );
     p.primary
         .root_exec("DROP TRIGGER readyprobe.canary_mangle_i")
         .await;

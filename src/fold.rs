@@ -1,0 +1,934 @@
+//! The decisions of a run, as a pure fold: each branch's readiness, tick accumulators and
+//! override, the run's counters, and the account of every batch handed to a sink.
+//!
+//! Attempts, publish ticks, store syncs and sink reports go in as data ([`Input`]) with the time;
+//! what to publish, record and log comes out as data ([`Effect`]). No I/O, no clock reads, no
+//! tasks, no logging: the runner executes the effects, in order.
+
+use crate::control::{self, Approval, ControlDoc, Decision, Override};
+use crate::probe::{Attempt, Outcome};
+use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Transition};
+use crate::record::{
+    ApprovalNotApplied, ApprovalRecord, AttemptAbandoned, BothBranchesUnready, OverrideAction,
+    OverrideRecord, Publish, PublishOutcome, PublishReason, Record, Restored, StateSyncFailed,
+    Stop, TransitionRecord,
+};
+use crate::sink::{BranchTick, Datum, Refusal, SinkReport, tick_datums, transition_datum};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a run did, for the caller's summary line and tests.
+#[derive(Debug, Clone, Default)]
+pub struct RunSummary {
+    /// Why it stopped (`duration`, `SIGTERM`, `SIGINT`).
+    pub stop_reason: String,
+    /// Finished attempts per branch.
+    pub attempts: BTreeMap<String, u64>,
+    /// Attempts abandoned at shutdown.
+    pub abandoned: u64,
+    /// Readiness transitions, all branches together.
+    pub transitions: u64,
+    /// Batches dropped per sink (queue full, sink stopped, window closed, or abandoned at
+    /// shutdown).
+    pub dropped_batches: BTreeMap<String, u64>,
+    /// Final state per branch.
+    pub final_states: BTreeMap<String, ReadinessState>,
+    /// Evidence records that could not be written.
+    pub evidence_write_failures: u64,
+    /// Approvals this prober applied.
+    pub approvals_applied: u64,
+    /// Approvals this prober rejected.
+    pub approvals_rejected: u64,
+    /// Syncs with the state store that failed.
+    pub state_sync_failures: u64,
+}
+
+/// One batch of datums for every sink. `id` is unique within a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// From 1.
+    pub id: u64,
+    pub datums: Vec<Datum>,
+    pub reason: PublishReason,
+}
+
+/// What a batch that a sink's queue refused became.
+fn refusal_outcome(why: Refusal) -> PublishOutcome {
+    match why {
+        Refusal::Full => PublishOutcome::DroppedQueueFull,
+        Refusal::Closed => PublishOutcome::SinkStopped,
+    }
+}
+
+/// What goes into the fold.
+#[derive(Debug)]
+pub enum Input {
+    /// A finished attempt.
+    Attempt(Box<Attempt>),
+    /// An attempt cut off by shutdown after the grace period; it does not count.
+    Abandoned {
+        /// Branch name.
+        branch: String,
+        /// Its sequence number.
+        seq: u64,
+    },
+    /// A publish tick: evaluate every branch, publish the tick's datums.
+    Tick {
+        /// True for the last tick of the run ([`PublishReason::Final`]).
+        last: bool,
+    },
+    /// A sync with the store finished: the document as written, and this prober's decisions on
+    /// approvals it had not taken yet (from [`control::sync_prober`]).
+    SyncDone {
+        /// As this sync wrote it.
+        doc: ControlDoc,
+        /// Decisions to take, oldest approval first.
+        decided: Vec<(Approval, Decision)>,
+    },
+    /// A sync with the store failed; probing and publishing go on.
+    SyncFailed {
+        /// The store's error, in a sentence.
+        error: String,
+        /// When the sync started, ms since the epoch; `None` for the final sync, cut off by the
+        /// end of the grace period.
+        started: Option<Millis>,
+    },
+    /// A sink's queue refused batch `batch`.
+    SinkRefused {
+        sink: &'static str,
+        /// [`Batch::id`].
+        batch: u64,
+        why: Refusal,
+    },
+    /// A sink's account of a batch.
+    SinkReport(SinkReport),
+}
+
+/// Severity of a [`Log`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Per-attempt and per-batch detail.
+    Debug,
+    /// Normal operation.
+    Info,
+    /// Needs attention.
+    Warn,
+    /// Something is broken.
+    Error,
+}
+
+/// The structured fields a [`Log`] may carry, named as the log's keys; `None` fields are left
+/// out. Values are display text, except counts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fields {
+    pub service: Option<String>,
+    pub branch: Option<String>,
+    pub seq: Option<u64>,
+    pub step: Option<String>,
+    pub class: Option<String>,
+    pub detail: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub state: Option<String>,
+    pub reason: Option<String>,
+    pub failures: Option<String>,
+    pub by: Option<String>,
+    pub force: Option<String>,
+    pub expires_at: Option<String>,
+    pub sink: Option<String>,
+    pub datums: Option<u64>,
+    pub tries: Option<u64>,
+    pub error: Option<String>,
+    pub attempts: Option<String>,
+    pub transitions: Option<u64>,
+    pub states: Option<String>,
+    pub dropped_batches: Option<String>,
+}
+
+/// A log event for the runner to emit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Log {
+    pub level: Level,
+    pub message: String,
+    pub fields: Fields,
+}
+
+/// What comes out of the fold, to be executed in order.
+#[derive(Debug)]
+pub enum Effect {
+    /// Hand the batch to every sink; tell the fold about each refusal
+    /// ([`Input::SinkRefused`]) and, later, each report ([`Input::SinkReport`]).
+    Publish(Batch),
+    /// Append an evidence record observed at the given instant (ms since the epoch).
+    Record(Millis, Record),
+    /// Emit a log event.
+    Log(Log),
+}
+
+/// What the fold needs to start.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup<'a> {
+    /// Service name (the `Service` dimension).
+    pub service: &'a str,
+    /// This prober's id (its entry in the control document).
+    pub prober: &'a str,
+    /// The readiness policy, the same for every branch.
+    pub policy: &'a Policy,
+    /// Branch names, in config order (the order of each tick's datums).
+    pub branches: &'a [String],
+    /// Sink names, in config order.
+    pub sinks: &'a [&'static str],
+    /// Where the store lives, for log messages.
+    pub store_location: &'a str,
+}
+
+/// Accumulators of one branch between publish ticks.
+#[derive(Debug, Default)]
+struct TickAcc {
+    attempts: u64,
+    failed: u64,
+    /// Durations (ms) of the steps that succeeded, per step name.
+    steps: BTreeMap<&'static str, Vec<f64>>,
+    /// `notAfter` of the leaf certificate last seen, ms since the epoch.
+    cert_not_after: Option<Millis>,
+}
+
+/// One branch's state.
+#[derive(Debug)]
+struct Branch {
+    name: String,
+    readiness: Readiness,
+    acc: TickAcc,
+    /// The override in force, as last read from the store; dropped once it expires.
+    ov: Option<Override>,
+}
+
+impl Branch {
+    /// The published readiness at `now`: an active override's value, else the computed one.
+    fn effective(&self, now: Millis) -> Option<f64> {
+        control::effective_value(self.readiness.published_value(), self.ov.as_ref(), now)
+    }
+}
+
+/// A batch handed to a sink and not yet reported.
+#[derive(Debug, Clone, Copy)]
+struct Outstanding {
+    reason: PublishReason,
+    datums: usize,
+}
+
+/// Every branch of one service, and the run's counters.
+#[derive(Debug)]
+pub struct Fold {
+    service: String,
+    branches: Vec<Branch>,
+    sinks: Vec<&'static str>,
+    restored: Vec<Restored>,
+    /// Batches handed to a sink and not yet reported, per (sink, batch id).
+    outstanding: BTreeMap<(&'static str, u64), Outstanding>,
+    /// Batches handed per sink.
+    handed: BTreeMap<&'static str, u64>,
+    next_batch: u64,
+    /// Approval ids whose decision this run has recorded.
+    recorded: BTreeSet<String>,
+    /// Whether the current all-unready spell has been logged (re-armed when a branch is ready).
+    both_unready_logged: bool,
+    summary: RunSummary,
+    effects: Vec<Effect>,
+}
+
+/// The fold's view of its branches at the start of a sync with the store.
+#[derive(Debug, Clone)]
+pub struct SyncRequest {
+    /// A copy of each branch's readiness.
+    pub readiness: BTreeMap<String, Readiness>,
+    /// Approval ids whose decision this run has recorded.
+    pub recorded: BTreeSet<String>,
+}
+
+fn log(level: Level, message: impl Into<String>, fields: Fields) -> Effect {
+    Effect::Log(Log {
+        level,
+        message: message.into(),
+        fields,
+    })
+}
+
+/// A map as compact JSON text for a log field, e.g. `{"cloudwatch":3}`.
+fn json_text<V: serde::Serialize>(map: &BTreeMap<String, V>) -> String {
+    serde_json::to_string(map).unwrap_or_default()
+}
+
+fn branch_fields(branch: &str) -> Fields {
+    Fields {
+        branch: Some(branch.to_string()),
+        ..Fields::default()
+    }
+}
+
+impl Fold {
+    /// Start the fold: each branch's readiness restored from this prober's saved state in `doc`
+    /// when there is one, and the store's overrides taken. Returns the fold and what to log,
+    /// record and publish at start.
+    pub fn start(setup: Setup<'_>, doc: &ControlDoc, now: Millis) -> (Fold, Vec<Effect>) {
+        let mine = doc.probers.get(setup.prober);
+        let mut restored = Vec::new();
+        let mut branches = Vec::new();
+        for name in setup.branches {
+            let readiness = match mine.and_then(|s| s.branches.get(name)) {
+                Some(snap) => {
+                    restored.push(Restored {
+                        branch: name.clone(),
+                        state: snap.state,
+                        since: snap.since,
+                    });
+                    Readiness::restore(setup.policy.clone(), snap.clone())
+                }
+                None => Readiness::new(setup.policy.clone()),
+            };
+            branches.push(Branch {
+                name: name.clone(),
+                readiness,
+                acc: TickAcc::default(),
+                ov: None,
+            });
+        }
+        let mut fold = Fold {
+            service: setup.service.to_string(),
+            branches,
+            sinks: setup.sinks.to_vec(),
+            restored,
+            outstanding: BTreeMap::new(),
+            handed: BTreeMap::new(),
+            next_batch: 0,
+            recorded: BTreeSet::new(),
+            both_unready_logged: false,
+            summary: RunSummary::default(),
+            effects: Vec::new(),
+        };
+        for r in &fold.restored {
+            fold.effects.push(log(
+                Level::Info,
+                format!("restored readiness state from {}", setup.store_location),
+                Fields {
+                    state: Some(r.state.as_str().into()),
+                    ..branch_fields(&r.branch)
+                },
+            ));
+        }
+        fold.apply_overrides(doc, now);
+        for b in mine.map(|p| p.branches.keys()).into_iter().flatten() {
+            if !setup.branches.contains(b) {
+                fold.effects.push(log(
+                    Level::Warn,
+                    "saved state has a branch that is not in the config; it is dropped at the next save",
+                    branch_fields(b),
+                ));
+            }
+        }
+        let effects = std::mem::take(&mut fold.effects);
+        (fold, effects)
+    }
+
+    /// The branches whose state was restored from the store, for the start record.
+    pub fn restored(&self) -> &[Restored] {
+        &self.restored
+    }
+
+    /// A copy of what a sync with the store needs ([`control::sync_prober`]).
+    pub fn sync_request(&self) -> SyncRequest {
+        SyncRequest {
+            readiness: self
+                .branches
+                .iter()
+                .map(|b| (b.name.clone(), b.readiness.clone()))
+                .collect(),
+            recorded: self.recorded.clone(),
+        }
+    }
+
+    /// Take one input at `now` (ms since the epoch); returns what to do, in order.
+    pub fn handle(&mut self, input: Input, now: Millis) -> Vec<Effect> {
+        match input {
+            Input::Attempt(a) => self.on_attempt(a),
+            Input::Abandoned { branch, seq } => {
+                self.summary.abandoned += 1;
+                self.record(
+                    now,
+                    Record::AttemptAbandoned(AttemptAbandoned { branch, seq }),
+                );
+            }
+            Input::Tick { last } => {
+                let reason = if last {
+                    PublishReason::Final
+                } else {
+                    PublishReason::Tick
+                };
+                self.tick(reason, now);
+            }
+            Input::SyncDone { doc, decided } => self.sync_done(&doc, decided, now),
+            Input::SyncFailed { error, started } => self.sync_failed(error, started, now),
+            Input::SinkRefused { sink, batch, why } => self.refused(sink, batch, why, now),
+            Input::SinkReport(r) => self.on_report(r, now),
+        }
+        std::mem::take(&mut self.effects)
+    }
+
+    /// Every batch handed to a sink and never reported (the grace period ended first) is
+    /// dropped: count, log and record each.
+    pub fn abandon_unsent(&mut self, now: Millis) -> Vec<Effect> {
+        for ((sink, _), o) in std::mem::take(&mut self.outstanding) {
+            *self
+                .summary
+                .dropped_batches
+                .entry(sink.to_string())
+                .or_default() += 1;
+            self.effects.push(log(
+                Level::Warn,
+                "publish abandoned at shutdown",
+                Fields {
+                    sink: Some(sink.into()),
+                    datums: Some(o.datums as u64),
+                    reason: Some(<&str>::from(o.reason).into()),
+                    ..Fields::default()
+                },
+            ));
+            self.record(
+                now,
+                Record::Publish(Publish::new(
+                    sink,
+                    o.reason,
+                    o.datums,
+                    0,
+                    0,
+                    PublishOutcome::AbandonedAtShutdown,
+                    Some("abandoned at shutdown: the grace period ended before it was sent".into()),
+                )),
+            );
+        }
+        std::mem::take(&mut self.effects)
+    }
+
+    /// End the run (call once, after [`abandon_unsent`](Self::abandon_unsent)): the summary,
+    /// the stop record and the final log line, which names every sink that dropped batches and
+    /// says so plainly when one dropped them all.
+    pub fn finish(
+        &mut self,
+        now: Millis,
+        stop_reason: &str,
+        evidence_write_failures: u64,
+    ) -> (RunSummary, Vec<Effect>) {
+        let mut s = std::mem::take(&mut self.summary);
+        s.stop_reason = stop_reason.to_string();
+        s.evidence_write_failures = evidence_write_failures;
+        s.final_states = self
+            .branches
+            .iter()
+            .map(|b| (b.name.clone(), b.readiness.state()))
+            .collect();
+        self.record(
+            now,
+            Record::Stop(Stop {
+                reason: s.stop_reason.clone(),
+                attempts: s.attempts.clone(),
+                abandoned: s.abandoned,
+                transitions: s.transitions,
+                dropped_batches: s.dropped_batches.clone(),
+                final_states: s.final_states.clone(),
+                approvals_applied: s.approvals_applied,
+                approvals_rejected: s.approvals_rejected,
+                state_sync_failures: s.state_sync_failures,
+                evidence_write_failures,
+            }),
+        );
+        let line = self.stopped_log(&s);
+        self.effects.push(Effect::Log(line));
+        (s, std::mem::take(&mut self.effects))
+    }
+
+    fn stopped_log(&self, s: &RunSummary) -> Log {
+        let silent: Vec<String> = self
+            .handed
+            .iter()
+            .filter(|(sink, n)| **n > 0 && s.dropped_batches.get(**sink) == Some(*n))
+            .map(|(sink, n)| {
+                format!("sink {sink} dropped every batch ({n} of {n}): none of this run's datums reached it")
+            })
+            .collect();
+        let (level, message) = if !silent.is_empty() {
+            (Level::Error, format!("stopped; {}", silent.join("; ")))
+        } else if !s.dropped_batches.is_empty() {
+            (
+                Level::Warn,
+                "stopped; some batches were dropped".to_string(),
+            )
+        } else {
+            (Level::Info, "stopped".to_string())
+        };
+        Log {
+            level,
+            message,
+            fields: Fields {
+                reason: Some(s.stop_reason.clone()),
+                attempts: Some(json_text(&s.attempts)),
+                transitions: Some(s.transitions),
+                states: Some(json_text(&s.final_states)),
+                dropped_batches: (!s.dropped_batches.is_empty())
+                    .then(|| json_text(&s.dropped_batches)),
+                ..Fields::default()
+            },
+        }
+    }
+
+    fn record(&mut self, at: Millis, record: Record) {
+        self.effects.push(Effect::Record(at, record));
+    }
+
+    fn branch_mut(&mut self, name: &str) -> Option<&mut Branch> {
+        self.branches.iter_mut().find(|b| b.name == name)
+    }
+
+    fn on_attempt(&mut self, a: Box<Attempt>) {
+        *self.summary.attempts.entry(a.branch.clone()).or_default() += 1;
+        let fields = Fields {
+            seq: Some(a.seq),
+            ..branch_fields(&a.branch)
+        };
+        self.effects.push(match &a.outcome {
+            Outcome::Success => log(Level::Debug, "attempt ok", fields),
+            Outcome::Failure {
+                step,
+                class,
+                message,
+            } => log(
+                Level::Debug,
+                "attempt failed",
+                Fields {
+                    step: Some(step.to_string()),
+                    class: Some(class.to_string()),
+                    detail: Some(message.clone()),
+                    ..fields
+                },
+            ),
+        });
+        let record = a.record();
+        let transition = self.branch_mut(&a.branch).and_then(|b| {
+            b.acc.attempts += 1;
+            if a.outcome != Outcome::Success {
+                b.acc.failed += 1;
+            }
+            for s in a.steps.iter().filter(|s| s.ok) {
+                b.acc
+                    .steps
+                    .entry(s.step.as_str())
+                    .or_default()
+                    .push(s.duration_ms);
+            }
+            if let Some(na) = a.certificate_not_after {
+                b.acc.cert_not_after = Some(na);
+            }
+            b.readiness.record(record)
+        });
+        let branch = a.branch.clone();
+        self.record(a.finished_at, Record::Attempt(*a));
+        if let Some(t) = transition {
+            self.on_transition(&branch, &t);
+        }
+    }
+
+    fn on_transition(&mut self, branch: &str, t: &Transition) {
+        self.summary.transitions += 1;
+        let Some(b) = self.branches.iter().find(|b| b.name == branch) else {
+            return;
+        };
+        let ov = b.ov.clone().filter(|o| o.active(t.at));
+        let published = control::effective_value(b.readiness.published_value(), ov.as_ref(), t.at);
+        let classes: Vec<String> = t
+            .unready_window
+            .failure_classes
+            .iter()
+            .map(|(c, n)| format!("{c}×{n}"))
+            .collect();
+        let level = if t.to == ReadinessState::Unready {
+            Level::Warn
+        } else {
+            Level::Info
+        };
+        self.effects.push(log(
+            level,
+            "readiness transition",
+            Fields {
+                from: Some(t.from.as_str().into()),
+                to: Some(t.to.as_str().into()),
+                reason: Some(t.reason.clone()),
+                failures: Some(format!("{classes:?}")),
+                ..branch_fields(branch)
+            },
+        ));
+        if t.to == ReadinessState::PendingApproval {
+            self.effects.push(log(
+                Level::Warn,
+                format!("ready condition held its full `for`: waiting for an operator (readyprobe approve --branch {branch} --by WHO --reason TEXT)"),
+                branch_fields(branch),
+            ));
+        }
+        self.record(
+            t.at,
+            Record::Transition(TransitionRecord {
+                branch: branch.to_string(),
+                transition: t.clone(),
+                published,
+                override_: ov,
+            }),
+        );
+        if let Some(v) = published {
+            let d = transition_datum(&self.service, branch, v, t.at);
+            self.publish(vec![d], PublishReason::Transition);
+        }
+    }
+
+    /// Evaluate every branch at `now`, then publish the tick's datums (the heartbeat included).
+    fn tick(&mut self, reason: PublishReason, now: Millis) {
+        self.expire_overrides(now);
+        let mut ticks = Vec::with_capacity(self.branches.len());
+        for i in 0..self.branches.len() {
+            if let Some(t) = self.branches[i].readiness.evaluate(now) {
+                let name = self.branches[i].name.clone();
+                self.on_transition(&name, &t);
+            }
+            let b = &mut self.branches[i];
+            let stats = b
+                .readiness
+                .window_stats(now, b.readiness.policy().declare_unready.window);
+            let acc = std::mem::take(&mut b.acc);
+            let effective = b.effective(now);
+            ticks.push(BranchTick {
+                branch: b.name.clone(),
+                readiness: effective,
+                is_ready: effective == Some(1.0),
+                is_known: effective.is_some(),
+                success_rate: stats.success_rate_percent,
+                attempts: acc.attempts,
+                failed: acc.failed,
+                step_durations: acc.steps.into_iter().collect(),
+                // Only what a handshake showed since the last tick: no handshake, no datum.
+                cert_not_after: acc.cert_not_after,
+            });
+        }
+        let all_unready = ticks.iter().all(|t| t.is_known && !t.is_ready);
+        if all_unready && !self.both_unready_logged {
+            self.effects.push(log(
+                Level::Error,
+                "NO BRANCH IS READY: Route 53 failover fails open and answers with the PRIMARY regardless; BothBranchesUnready = 1",
+                Fields {
+                    service: Some(self.service.clone()),
+                    ..Fields::default()
+                },
+            ));
+            self.record(now, Record::BothBranchesUnready(BothBranchesUnready::new()));
+            self.both_unready_logged = true;
+        } else if !all_unready {
+            self.both_unready_logged = false;
+        }
+        let datums = tick_datums(&self.service, &ticks, now);
+        self.publish(datums, reason);
+    }
+
+    /// Hand a batch to every sink; each stays outstanding until the sink reports it or its
+    /// queue refuses it.
+    fn publish(&mut self, datums: Vec<Datum>, reason: PublishReason) {
+        self.next_batch += 1;
+        let id = self.next_batch;
+        for &sink in &self.sinks {
+            *self.handed.entry(sink).or_default() += 1;
+            self.outstanding.insert(
+                (sink, id),
+                Outstanding {
+                    reason,
+                    datums: datums.len(),
+                },
+            );
+        }
+        self.effects
+            .push(Effect::Publish(Batch { id, datums, reason }));
+    }
+
+    fn refused(&mut self, sink: &'static str, batch: u64, why: Refusal, now: Millis) {
+        let Some(o) = self.outstanding.remove(&(sink, batch)) else {
+            return;
+        };
+        *self
+            .summary
+            .dropped_batches
+            .entry(sink.to_string())
+            .or_default() += 1;
+        self.effects.push(log(
+            Level::Warn,
+            "publish dropped",
+            Fields {
+                sink: Some(sink.into()),
+                datums: Some(o.datums as u64),
+                reason: Some(why.why().into()),
+                ..Fields::default()
+            },
+        ));
+        self.record(
+            now,
+            Record::Publish(Publish::new(
+                sink,
+                o.reason,
+                o.datums,
+                0,
+                0,
+                refusal_outcome(why),
+                Some(why.why().into()),
+            )),
+        );
+    }
+
+    fn on_report(&mut self, r: SinkReport, now: Millis) {
+        let Some(o) = self.outstanding.remove(&(r.sink, r.batch)) else {
+            return;
+        };
+        let fields = Fields {
+            sink: Some(r.sink.into()),
+            ..Fields::default()
+        };
+        if let Some(err) = &r.error {
+            *self
+                .summary
+                .dropped_batches
+                .entry(r.sink.to_string())
+                .or_default() += 1;
+            self.effects.push(log(
+                Level::Warn,
+                "publish failed; batch dropped",
+                Fields {
+                    datums: Some(r.datums as u64),
+                    tries: Some(u64::from(r.tries)),
+                    error: Some(err.clone()),
+                    ..fields
+                },
+            ));
+        } else {
+            self.effects.push(log(
+                Level::Debug,
+                "published",
+                Fields {
+                    datums: Some(r.sent as u64),
+                    ..fields
+                },
+            ));
+        }
+        self.record(
+            now,
+            Record::Publish(Publish::new(
+                r.sink,
+                o.reason,
+                r.datums,
+                r.sent,
+                r.tries,
+                match r.error {
+                    Some(_) => PublishOutcome::Failed,
+                    None => PublishOutcome::Sent,
+                },
+                r.error,
+            )),
+        );
+    }
+
+    /// Take a finished sync: record its decisions, apply approved failbacks, take overrides.
+    fn sync_done(&mut self, doc: &ControlDoc, decided: Vec<(Approval, Decision)>, now: Millis) {
+        for (a, d) in decided {
+            self.recorded.insert(a.id.clone());
+            self.record(
+                now,
+                Record::Approval(ApprovalRecord {
+                    branch: a.branch.clone(),
+                    approval_id: a.id.clone(),
+                    by: a.by.clone(),
+                    reason: a.reason.clone(),
+                    given_at: a.at,
+                    expires_at: a.expires_at,
+                    applied: d.applied,
+                    detail: d.detail.clone(),
+                }),
+            );
+            if d.applied {
+                self.apply_approval(&a, now);
+            } else {
+                self.summary.approvals_rejected += 1;
+                self.effects.push(log(
+                    Level::Warn,
+                    "operator approval rejected",
+                    Fields {
+                        by: Some(a.by.clone()),
+                        detail: Some(d.detail.clone()),
+                        ..branch_fields(&a.branch)
+                    },
+                ));
+            }
+        }
+        self.apply_overrides(doc, now);
+    }
+
+    /// Apply an approval the store decided as applied to the live state.
+    fn apply_approval(&mut self, a: &Approval, now: Millis) {
+        let Some(b) = self.branch_mut(&a.branch) else {
+            return;
+        };
+        match b.readiness.approve(now) {
+            Ok(t) => {
+                self.summary.approvals_applied += 1;
+                self.effects.push(log(
+                    Level::Info,
+                    "operator approval applied",
+                    Fields {
+                        by: Some(a.by.clone()),
+                        reason: Some(a.reason.clone()),
+                        ..branch_fields(&a.branch)
+                    },
+                ));
+                self.on_transition(&a.branch, &t);
+            }
+            Err(e) => {
+                // The branch left pending_approval while the sync was in flight.
+                let state = b.readiness.state();
+                self.effects.push(log(
+                    Level::Warn,
+                    "approval decided but not applied: the branch left pending_approval meanwhile",
+                    Fields {
+                        error: Some(e.to_string()),
+                        ..branch_fields(&a.branch)
+                    },
+                ));
+                self.record(
+                    now,
+                    Record::ApprovalNotApplied(ApprovalNotApplied {
+                        branch: a.branch.clone(),
+                        approval_id: a.id.clone(),
+                        state,
+                    }),
+                );
+            }
+        }
+    }
+
+    fn sync_failed(&mut self, error: String, started: Option<Millis>, now: Millis) {
+        self.summary.state_sync_failures += 1;
+        let message = match started {
+            Some(_) => {
+                "cannot sync with the state store; probing goes on, retrying at the next poll"
+            }
+            None => "final state sync did not finish within the grace period",
+        };
+        self.effects.push(log(
+            Level::Error,
+            message,
+            Fields {
+                error: Some(error.clone()),
+                ..Fields::default()
+            },
+        ));
+        self.record(
+            now,
+            Record::StateSyncFailed(StateSyncFailed {
+                error,
+                started_at: started,
+            }),
+        );
+    }
+
+    /// Take the store's overrides; record and publish at once every one that starts, changes or
+    /// is cleared.
+    fn apply_overrides(&mut self, doc: &ControlDoc, now: Millis) {
+        // Expiries first, so the one that just ran out is recorded as expired, not as cleared
+        // when the store's copy of it is seen to be inactive.
+        self.expire_overrides(now);
+        for i in 0..self.branches.len() {
+            let b = &mut self.branches[i];
+            let new = doc
+                .overrides
+                .get(&b.name)
+                .filter(|o| o.active(now))
+                .cloned();
+            if b.ov == new {
+                continue;
+            }
+            b.ov = new;
+            let (name, ov, effective) = (b.name.clone(), b.ov.clone(), b.effective(now));
+            match ov {
+                Some(o) => {
+                    self.effects.push(log(
+                        Level::Warn,
+                        "override in force: the published readiness is forced",
+                        Fields {
+                            force: Some(o.force.as_str().into()),
+                            by: Some(o.by.clone()),
+                            reason: Some(o.reason.clone()),
+                            expires_at: Some(crate::clock::rfc3339(o.expires_at)),
+                            ..branch_fields(&name)
+                        },
+                    ));
+                    self.override_record(now, &name, OverrideAction::Set, Some(o));
+                }
+                None => {
+                    self.effects.push(log(
+                        Level::Warn,
+                        "override cleared: the computed readiness is published again",
+                        branch_fields(&name),
+                    ));
+                    self.override_record(now, &name, OverrideAction::Cleared, None);
+                }
+            }
+            // A cleared override whose branch is unknown has nothing to publish.
+            if let Some(v) = effective {
+                let d = transition_datum(&self.service, &name, v, now);
+                self.publish(vec![d], PublishReason::Override);
+            }
+        }
+    }
+
+    /// End overrides whose expiry passed (no store round trip needed).
+    fn expire_overrides(&mut self, now: Millis) {
+        for i in 0..self.branches.len() {
+            let b = &mut self.branches[i];
+            let Some(o) = b.ov.take_if(|o| !o.active(now)) else {
+                continue;
+            };
+            let (name, effective) = (b.name.clone(), b.effective(now));
+            self.effects.push(log(
+                Level::Warn,
+                "override expired: the computed readiness is published again",
+                Fields {
+                    force: Some(o.force.as_str().into()),
+                    ..branch_fields(&name)
+                },
+            ));
+            self.override_record(now, &name, OverrideAction::Expired, Some(o));
+            if let Some(v) = effective {
+                let d = transition_datum(&self.service, &name, v, now);
+                self.publish(vec![d], PublishReason::Override);
+            }
+        }
+    }
+
+    fn override_record(
+        &mut self,
+        now: Millis,
+        branch: &str,
+        action: OverrideAction,
+        ov: Option<Override>,
+    ) {
+        self.record(
+            now,
+            Record::Override(OverrideRecord {
+                branch: branch.to_string(),
+                action,
+                override_: ov,
+            }),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,615 @@
+//! Unit tests of the fold with plain data: no tokio, no files.
+
+use super::*;
+use crate::control::{Forced, ProberState};
+use crate::readiness::Condition;
+use crate::sink::Value;
+use serde_json::Value as Json;
+use std::time::Duration;
+
+const SINKS: [&str; 2] = ["cloudwatch", "emf"];
+
+fn policy() -> Policy {
+    Policy {
+        min_attempts: 2,
+        declare_unready: Condition {
+            threshold_percent: 95.0,
+            for_: Duration::from_secs(1),
+            window: Duration::from_secs(10),
+        },
+        declare_ready: Condition {
+            threshold_percent: 99.0,
+            for_: Duration::from_secs(2),
+            window: Duration::from_secs(10),
+        },
+        approval_required: true,
+        initial: ReadinessState::Unready,
+    }
+}
+
+fn start(doc: &ControlDoc) -> (Fold, Vec<Effect>) {
+    let branches = ["primary".to_string(), "secondary".to_string()];
+    let setup = Setup {
+        service: "orders-db",
+        prober: "p1",
+        policy: &policy(),
+        branches: &branches,
+        sinks: &SINKS,
+        store_location: "memory",
+    };
+    Fold::start(setup, doc, 0)
+}
+
+fn attempt(branch: &str, seq: u64, at: Millis, ok: bool) -> Input {
+    let mut a = Attempt::internal_failure(branch, seq, at - 10, at, "refused".into());
+    if ok {
+        a.outcome = Outcome::Success;
+    }
+    Input::Attempt(Box::new(a))
+}
+
+/// Attempts on `branch` every 500 ms in `[from, to)`; returns the effects and the next time.
+fn drive(f: &mut Fold, branch: &str, from: Millis, to: Millis, ok: bool) -> Vec<Effect> {
+    let mut out = Vec::new();
+    let mut t = from;
+    while t < to {
+        out.extend(f.handle(attempt(branch, t as u64, t, ok), t));
+        t += 500;
+    }
+    out
+}
+
+/// The evidence records among the effects, as the JSON the writer stores.
+fn records(effects: &[Effect]) -> Vec<Json> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Record(_, r) => Some(serde_json::to_value(r).unwrap()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn of_kind(effects: &[Effect], kind: &str) -> Vec<Json> {
+    records(effects)
+        .into_iter()
+        .filter(|r| r["kind"] == kind)
+        .collect()
+}
+
+fn batches(effects: &[Effect]) -> Vec<&Batch> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Publish(b) => Some(b),
+            _ => None,
+        })
+        .collect()
+}
+
+fn logs(effects: &[Effect]) -> Vec<&Log> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Log(l) => Some(l),
+            _ => None,
+        })
+        .collect()
+}
+
+fn readiness_values(b: &Batch, branch: &str) -> Vec<f64> {
+    b.datums
+        .iter()
+        .filter(|d| d.metric == "Readiness" && d.dimensions[1].1 == branch)
+        .map(|d| match d.value {
+            Value::Single(v) => v,
+            Value::Samples(_) => f64::NAN,
+        })
+        .collect()
+}
+
+/// A fold whose primary entered pending_approval; returns it and when.
+fn pending() -> (Fold, Millis) {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let e = drive(&mut f, "primary", 500, 5000, true);
+    let t = of_kind(&e, "transition");
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(t[0]["transition"]["to"], "pending_approval");
+    (f, t[0]["transition"]["at"].as_i64().unwrap())
+}
+
+fn approval(id: &str, at: Millis, expires_at: Millis) -> Approval {
+    Approval {
+        id: id.into(),
+        branch: "primary".into(),
+        by: "op".into(),
+        reason: "checked".into(),
+        at,
+        expires_at,
+        decisions: BTreeMap::new(),
+    }
+}
+
+/// One sync as the runner does it: the store's document goes through
+/// `control::sync_prober` with the fold's copy, then back into the fold.
+fn sync(f: &mut Fold, doc: &mut ControlDoc, now: Millis) -> Vec<Effect> {
+    let req = f.sync_request();
+    let mut copy = req.readiness.clone();
+    let decided = control::sync_prober(doc, "p1", &mut copy, &req.recorded, now);
+    f.handle(
+        Input::SyncDone {
+            doc: doc.clone(),
+            decided,
+        },
+        now,
+    )
+}
+
+#[test]
+fn an_approval_given_while_pending_is_applied() {
+    let (mut f, since) = pending();
+    let mut doc = ControlDoc::new("orders-db");
+    doc.approvals
+        .push(approval("a1", since + 10, since + 60_000));
+    let e = sync(&mut f, &mut doc, since + 20);
+    let a = of_kind(&e, "approval");
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0]["applied"], true);
+    let t = of_kind(&e, "transition");
+    assert_eq!(t[0]["transition"]["to"], "ready");
+    assert_eq!(t[0]["published"], 1.0);
+    let b = batches(&e);
+    assert_eq!(b[0].reason, PublishReason::Transition);
+    assert_eq!(readiness_values(b[0], "primary"), [1.0]);
+    // The saved snapshot already shows ready, and the decision is in the document.
+    assert_eq!(
+        doc.probers["p1"].branches["primary"].state,
+        ReadinessState::Ready
+    );
+    assert!(doc.approvals[0].decisions["p1"].applied);
+    // Taken once: the next sync has nothing new.
+    assert!(of_kind(&sync(&mut f, &mut doc, since + 100), "approval").is_empty());
+    let (s, _) = f.finish(since + 200, "duration", 0);
+    assert_eq!((s.approvals_applied, s.approvals_rejected), (1, 0));
+    assert_eq!(s.final_states["primary"], ReadinessState::Ready);
+}
+
+#[test]
+fn an_approval_given_before_pending_is_rejected_and_stays_rejected() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let mut doc = ControlDoc::new("orders-db");
+    doc.approvals.push(approval("early", 100, 600_000));
+    let e = sync(&mut f, &mut doc, 200);
+    let a = of_kind(&e, "approval");
+    assert_eq!(a[0]["applied"], false);
+    assert!(
+        a[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not pending_approval")
+    );
+    assert!(
+        logs(&e)
+            .iter()
+            .any(|l| l.message == "operator approval rejected")
+    );
+    // Later the branch waits for approval: the early approval does not pre-authorise it.
+    let e = drive(&mut f, "primary", 500, 5000, true);
+    assert_eq!(
+        of_kind(&e, "transition")[0]["transition"]["to"],
+        "pending_approval"
+    );
+    let e = sync(&mut f, &mut doc, 5000);
+    assert!(of_kind(&e, "approval").is_empty() && of_kind(&e, "transition").is_empty());
+    let (s, _) = f.finish(5000, "duration", 0);
+    assert_eq!((s.approvals_applied, s.approvals_rejected), (0, 1));
+    assert_eq!(s.final_states["primary"], ReadinessState::PendingApproval);
+}
+
+#[test]
+fn an_expired_approval_is_rejected_and_an_old_one_is_history() {
+    let (mut f, since) = pending();
+    let mut doc = ControlDoc::new("orders-db");
+    doc.approvals
+        .push(approval("stale", since + 10, since + 15));
+    // Expired long before this prober saw it: neither decided nor recorded.
+    doc.approvals.push(approval(
+        "history",
+        0,
+        since - control::APPROVAL_HISTORY_MS - 1,
+    ));
+    let e = sync(&mut f, &mut doc, since + 20);
+    let a = of_kind(&e, "approval");
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!(a[0]["approval_id"], "stale");
+    assert_eq!(a[0]["applied"], false);
+    assert!(a[0]["detail"].as_str().unwrap().contains("expired"));
+    assert!(of_kind(&e, "transition").is_empty());
+    assert!(doc.approvals[1].decisions.is_empty());
+}
+
+#[test]
+fn a_decision_whose_answer_was_lost_is_taken_at_the_next_sync() {
+    let (mut f, since) = pending();
+    let mut a = approval("lost", since + 10, since + 60_000);
+    // A previous sync of this prober wrote the decision; its answer never came back.
+    a.decisions.insert(
+        "p1".into(),
+        Decision {
+            at: since + 20,
+            applied: true,
+            detail: "applied: pending_approval → ready".into(),
+        },
+    );
+    let mut old = approval("old", since + 10, since + 60_000);
+    old.decisions.insert(
+        "p1".into(),
+        Decision {
+            at: since + 20 - control::LOST_DECISION_MS,
+            applied: true,
+            detail: "applied".into(),
+        },
+    );
+    let mut doc = ControlDoc::new("orders-db");
+    doc.approvals = vec![old, a];
+    let e = sync(&mut f, &mut doc, since + 30);
+    let rec = of_kind(&e, "approval");
+    assert_eq!(rec.len(), 1, "only the recent one is news: {rec:?}");
+    assert_eq!(rec[0]["approval_id"], "lost");
+    assert_eq!(of_kind(&e, "transition")[0]["transition"]["to"], "ready");
+    assert_eq!(
+        doc.probers["p1"].branches["primary"].state,
+        ReadinessState::Ready
+    );
+    // Recorded once.
+    assert!(of_kind(&sync(&mut f, &mut doc, since + 40), "approval").is_empty());
+}
+
+#[test]
+fn a_lost_decision_is_not_applied_once_the_branch_moved_on() {
+    let (mut f, since) = pending();
+    // The branch fails again: pending_approval → unready.
+    let e = drive(&mut f, "primary", since + 500, since + 5000, false);
+    assert_eq!(of_kind(&e, "transition")[0]["transition"]["to"], "unready");
+    let mut a = approval("lost", since + 10, since + 60_000);
+    a.decisions.insert(
+        "p1".into(),
+        Decision {
+            at: since + 20,
+            applied: true,
+            detail: "applied".into(),
+        },
+    );
+    let mut doc = ControlDoc::new("orders-db");
+    doc.approvals.push(a);
+    let e = sync(&mut f, &mut doc, since + 5000);
+    assert_eq!(of_kind(&e, "approval").len(), 1);
+    let n = of_kind(&e, "approval_not_applied");
+    assert_eq!(n[0]["state"], "unready");
+    assert!(of_kind(&e, "transition").is_empty());
+    assert_eq!(
+        doc.probers["p1"].branches["primary"].state,
+        ReadinessState::Unready
+    );
+}
+
+fn forced(force: Forced, expires_at: Millis) -> Override {
+    Override {
+        force,
+        by: "op".into(),
+        reason: "maintenance".into(),
+        at: 0,
+        expires_at,
+    }
+}
+
+#[test]
+fn overrides_set_clear_and_expire() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let mut doc = ControlDoc::new("orders-db");
+    doc.overrides
+        .insert("primary".into(), forced(Forced::Ready, 10_000));
+    let e = sync(&mut f, &mut doc, 1000);
+    let o = of_kind(&e, "override");
+    assert_eq!(o.len(), 1);
+    assert_eq!(
+        (&o[0]["branch"], &o[0]["action"]),
+        (&"primary".into(), &"set".into())
+    );
+    assert_eq!(o[0]["override"]["force"], "ready");
+    let b = batches(&e);
+    assert_eq!(b[0].reason, PublishReason::Override);
+    assert_eq!(readiness_values(b[0], "primary"), [1.0]);
+    // Unchanged at the next sync: nothing new.
+    assert!(sync(&mut f, &mut doc, 2000).is_empty());
+    // The tick publishes the forced value.
+    let e = f.handle(Input::Tick { last: false }, 3000);
+    assert_eq!(readiness_values(batches(&e)[0], "primary"), [1.0]);
+    // Cleared by the operator: the computed value (unready) is published at once.
+    doc.overrides.clear();
+    let e = sync(&mut f, &mut doc, 4000);
+    assert_eq!(of_kind(&e, "override")[0]["action"], "cleared");
+    assert!(of_kind(&e, "override")[0].get("override").is_none());
+    assert_eq!(readiness_values(batches(&e)[0], "primary"), [0.0]);
+    // Set again, then it expires at a tick: recorded once, not again at the next sync
+    // that still reads the expired copy.
+    doc.overrides
+        .insert("primary".into(), forced(Forced::Ready, 6000));
+    assert_eq!(of_kind(&sync(&mut f, &mut doc, 5000), "override").len(), 1);
+    let e = f.handle(Input::Tick { last: false }, 6000);
+    let o = of_kind(&e, "override");
+    assert_eq!(o[0]["action"], "expired");
+    let b = batches(&e);
+    assert_eq!(b[0].reason, PublishReason::Override);
+    assert_eq!(readiness_values(b[0], "primary"), [0.0]);
+    assert_eq!(b[1].reason, PublishReason::Tick);
+    assert_eq!(readiness_values(b[1], "primary"), [0.0]);
+    assert!(of_kind(&sync(&mut f, &mut doc, 7000), "override").is_empty());
+}
+
+#[test]
+fn a_transition_under_an_override_publishes_the_forced_value() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let mut doc = ControlDoc::new("orders-db");
+    doc.overrides
+        .insert("primary".into(), forced(Forced::Unready, 60_000));
+    sync(&mut f, &mut doc, 100);
+    let e = drive(&mut f, "primary", 500, 5000, true);
+    let t = of_kind(&e, "transition");
+    assert_eq!(t[0]["transition"]["to"], "pending_approval");
+    assert_eq!(t[0]["published"], 0.0);
+    assert_eq!(t[0]["override"]["force"], "unready");
+}
+
+#[test]
+fn both_unready_is_logged_once_and_rearmed() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let flagged = |e: &[Effect]| {
+        let r = of_kind(e, "both_branches_unready").len();
+        let l = logs(e)
+            .iter()
+            .filter(|l| l.level == Level::Error && l.message.starts_with("NO BRANCH IS READY"))
+            .count();
+        assert_eq!(r, l);
+        r
+    };
+    let fail_open = |e: &[Effect]| {
+        batches(e)
+            .last()
+            .unwrap()
+            .datums
+            .iter()
+            .find(|d| d.metric == "BothBranchesUnready")
+            .map(|d| d.value.clone())
+    };
+    let e = f.handle(Input::Tick { last: false }, 1000);
+    assert_eq!(flagged(&e), 1);
+    assert_eq!(fail_open(&e), Some(Value::Single(1.0)));
+    let e = f.handle(Input::Tick { last: false }, 2000);
+    assert_eq!(flagged(&e), 0, "once per spell");
+    assert_eq!(fail_open(&e), Some(Value::Single(1.0)), "the datum goes on");
+    // One branch ready (forced): the spell ends and re-arms.
+    let mut doc = ControlDoc::new("orders-db");
+    doc.overrides
+        .insert("secondary".into(), forced(Forced::Ready, 3500));
+    sync(&mut f, &mut doc, 2500);
+    let e = f.handle(Input::Tick { last: false }, 3000);
+    assert_eq!(flagged(&e), 0);
+    assert_eq!(fail_open(&e), Some(Value::Single(0.0)));
+    let e = f.handle(Input::Tick { last: false }, 4000);
+    assert_eq!(flagged(&e), 1, "a new spell is flagged again");
+}
+
+#[test]
+fn no_fail_open_flag_while_a_branch_is_unknown() {
+    let branches = ["primary".to_string(), "secondary".to_string()];
+    let p = Policy {
+        initial: ReadinessState::Unknown,
+        ..policy()
+    };
+    let setup = Setup {
+        service: "orders-db",
+        prober: "p1",
+        policy: &p,
+        branches: &branches,
+        sinks: &SINKS,
+        store_location: "memory",
+    };
+    let (mut f, _) = Fold::start(setup, &ControlDoc::new("orders-db"), 0);
+    let e = f.handle(Input::Tick { last: false }, 1000);
+    assert!(of_kind(&e, "both_branches_unready").is_empty());
+}
+
+#[test]
+fn a_tick_publishes_what_happened_since_the_last_one() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    drive(&mut f, "primary", 100, 1600, true);
+    f.handle(attempt("secondary", 1, 1000, false), 1000);
+    let e = f.handle(Input::Tick { last: false }, 2000);
+    let b = batches(&e);
+    assert_eq!(b.len(), 1);
+    let count = |metric: &str, branch: &str| {
+        b[0].datums
+            .iter()
+            .find(|d| d.metric == metric && d.dimensions[1].1 == branch)
+            .map(|d| d.value.clone())
+    };
+    assert_eq!(count("Attempts", "primary"), Some(Value::Single(3.0)));
+    assert_eq!(
+        count("FailedAttempts", "secondary"),
+        Some(Value::Single(1.0))
+    );
+    assert!(b[0].datums.iter().any(|d| d.metric == "Heartbeat"));
+    let e = f.handle(Input::Tick { last: true }, 3000);
+    let b = batches(&e);
+    let last = b.last().unwrap();
+    assert_eq!(last.reason, PublishReason::Final);
+    assert!(
+        last.datums
+            .iter()
+            .any(|d| d.metric == "Attempts" && d.value == Value::Single(0.0))
+    );
+    let (s, _) = f.finish(3000, "SIGTERM", 0);
+    assert_eq!(s.attempts["primary"], 3);
+    assert_eq!(s.attempts["secondary"], 1);
+}
+
+#[test]
+fn saved_state_is_restored_and_unknown_branches_are_named() {
+    let (f, _) = pending();
+    let snap = f.sync_request().readiness["primary"].snapshot();
+    let mut doc = ControlDoc::new("orders-db");
+    doc.probers.insert(
+        "p1".into(),
+        ProberState {
+            saved_at: 0,
+            branches: [
+                ("primary".to_string(), snap.clone()),
+                ("gone".to_string(), snap),
+            ]
+            .into_iter()
+            .collect(),
+        },
+    );
+    let (f, e) = start(&doc);
+    assert_eq!(f.restored().len(), 1);
+    assert_eq!(f.restored()[0].state, ReadinessState::PendingApproval);
+    assert!(
+        logs(&e)
+            .iter()
+            .any(|l| l.level == Level::Warn && l.fields.branch.as_deref() == Some("gone"))
+    );
+}
+
+fn report(batch: u64, sink: &'static str, error: Option<&str>) -> Input {
+    Input::SinkReport(SinkReport {
+        batch,
+        sink,
+        datums: 5,
+        sent: if error.is_some() { 0 } else { 5 },
+        tries: 3,
+        error: error.map(Into::into),
+    })
+}
+
+#[test]
+fn every_batch_is_accounted_for_per_sink() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let id = |e: &[Effect]| batches(e)[0].id;
+    let b1 = id(&f.handle(Input::Tick { last: false }, 1000));
+    // Queue full at cloudwatch; sent by emf.
+    let e = f.handle(
+        Input::SinkRefused {
+            sink: "cloudwatch",
+            batch: b1,
+            why: Refusal::Full,
+        },
+        1001,
+    );
+    let p = of_kind(&e, "publish");
+    assert_eq!(
+        (&p[0]["dropped"], &p[0]["tries"]),
+        (&true.into(), &0.into())
+    );
+    assert!(p[0]["error"].as_str().unwrap().contains("queue full"));
+    assert_eq!(p[0]["reason"], "tick");
+    let e = f.handle(report(b1, "emf", None), 1002);
+    assert_eq!(of_kind(&e, "publish")[0]["dropped"], false);
+    // A report for a batch already accounted is not counted twice.
+    assert!(f.handle(report(b1, "emf", None), 1003).is_empty());
+    // Failed send at cloudwatch; emf never reports (abandoned at shutdown).
+    let b2 = id(&f.handle(Input::Tick { last: false }, 2000));
+    let e = f.handle(report(b2, "cloudwatch", Some("connection refused")), 2500);
+    let p = of_kind(&e, "publish");
+    assert_eq!(
+        (&p[0]["dropped"], &p[0]["tries"]),
+        (&true.into(), &3.into())
+    );
+    assert_eq!(p[0]["error"], "connection refused");
+    // A closed queue (the sink's task ended).
+    let b3 = id(&f.handle(Input::Tick { last: true }, 3000));
+    f.handle(
+        Input::SinkRefused {
+            sink: "cloudwatch",
+            batch: b3,
+            why: Refusal::Closed,
+        },
+        3000,
+    );
+    f.handle(report(b3, "emf", None), 3001);
+    let e = f.abandon_unsent(3100);
+    let p = of_kind(&e, "publish");
+    assert_eq!(p.len(), 1);
+    assert_eq!(
+        (&p[0]["sink"], &p[0]["dropped"]),
+        (&"emf".into(), &true.into())
+    );
+    assert!(
+        p[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("abandoned at shutdown")
+    );
+    let (s, e) = f.finish(3200, "SIGTERM", 0);
+    let want: BTreeMap<String, u64> = [("cloudwatch".into(), 3), ("emf".into(), 1)].into();
+    assert_eq!(s.dropped_batches, want);
+    let stop = of_kind(&e, "stop");
+    assert_eq!(stop[0]["dropped_batches"]["cloudwatch"], 3);
+    // The last line says which sink published nothing.
+    let last = logs(&e)[0];
+    assert_eq!(last.level, Level::Error);
+    assert!(
+        last.message
+            .contains("sink cloudwatch dropped every batch (3 of 3)"),
+        "{}",
+        last.message
+    );
+    assert!(!last.message.contains("emf dropped"));
+    assert_eq!(
+        last.fields.dropped_batches.as_deref(),
+        Some(r#"{"cloudwatch":3,"emf":1}"#)
+    );
+}
+
+#[test]
+fn a_clean_run_stops_quietly() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let b = batches(&f.handle(Input::Tick { last: true }, 1000))[0].id;
+    for sink in SINKS {
+        f.handle(report(b, sink, None), 1001);
+    }
+    assert!(f.abandon_unsent(1002).is_empty());
+    let (s, e) = f.finish(1003, "duration", 2);
+    assert!(s.dropped_batches.is_empty());
+    assert_eq!(s.evidence_write_failures, 2);
+    let last = logs(&e)[0];
+    assert_eq!(
+        (last.level, last.message.as_str()),
+        (Level::Info, "stopped")
+    );
+    assert_eq!(last.fields.dropped_batches, None);
+}
+
+#[test]
+fn an_abandoned_attempt_is_counted_not_folded() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let e = f.handle(
+        Input::Abandoned {
+            branch: "primary".into(),
+            seq: 7,
+        },
+        100,
+    );
+    assert_eq!(of_kind(&e, "attempt_abandoned")[0]["seq"], 7);
+    let e = f.handle(
+        Input::SyncFailed {
+            error: "disk on fire".into(),
+            started: Some(50),
+        },
+        100,
+    );
+    assert_eq!(of_kind(&e, "state_sync_failed")[0]["started_at"], 50);
+    let (s, _) = f.finish(200, "SIGINT", 0);
+    assert_eq!((s.abandoned, s.state_sync_failures), (1, 1));
+    assert!(s.attempts.is_empty());
+}

@@ -1,0 +1,248 @@
+//! What an attempt produces: the [`Attempt`] record with its [`Outcome`], and the facts the steps
+//! learn on the way (DNS answers, TLS session, server identity, HTTP and OTLP answers).
+//!
+//! A leaf: plain data that the steps, the kinds and the dispatcher in `probe` all use, so none of
+//! them imports another to reach it.
+
+use crate::failure::{FailureClass, Step};
+use crate::readiness::{AttemptRecord, Millis};
+use serde::Serialize;
+
+/// Response code and authoritative flag of the DNS answer an attempt used.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct DnsMeta {
+    /// Response code, e.g. `NoError`.
+    pub rcode: String,
+    pub authoritative: bool,
+}
+
+/// The outcome of an attempt. Its printed name ([`Outcome::as_str`]) is its serialised `result`
+/// tag, from the same rule.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, strum::IntoStaticStr)]
+#[serde(tag = "result", rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Outcome {
+    /// Every step succeeded.
+    Success,
+    /// A step failed.
+    Failure {
+        step: Step,
+        class: FailureClass,
+        /// What happened, for a human (never containing secrets; at most 1 KiB).
+        message: String,
+    },
+}
+
+impl Outcome {
+    /// `success` or `failure`, as in the evidence's `result` field.
+    pub fn as_str(&self) -> &'static str {
+        self.into()
+    }
+}
+
+/// One finished attempt: the unit of evidence and of the success rate.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct Attempt {
+    pub branch: String,
+    /// Per-branch sequence number, from 1.
+    pub seq: u64,
+    /// Fresh random marker written by this attempt (32 hex chars).
+    pub marker: String,
+    /// Start, ms since the epoch.
+    pub started_at: Millis,
+    /// End, ms since the epoch.
+    pub finished_at: Millis,
+    /// Steps in order, with durations.
+    pub steps: Vec<StepRecord>,
+    /// DNS answer chain.
+    pub answers: Vec<Answer>,
+    /// Response code and authoritative flag of the DNS answer used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns: Option<DnsMeta>,
+    /// The address connected to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// TLS session facts (after a completed handshake).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsInfo>,
+    /// `notAfter` (ms since the epoch) of the server's leaf certificate as presented in this
+    /// attempt, whether or not it verified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate_not_after: Option<Millis>,
+    /// Subject of the server's leaf certificate as presented in this attempt, whether or not it
+    /// verified: who answered, also when the attempt failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate_subject: Option<String>,
+    /// Server identity from `verify`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerIdentity>,
+    /// HTTP statuses (`http` kind).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpObservation>,
+    /// The gateway's answer (`otlp` kind).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<OtlpObservation>,
+    /// Success, or the failing step and class.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+impl Attempt {
+    /// An attempt that ended because readyprobe itself failed (e.g. a panic in a probe task).
+    pub fn internal_failure(
+        branch: &str,
+        seq: u64,
+        started_at: Millis,
+        finished_at: Millis,
+        message: String,
+    ) -> Self {
+        Attempt {
+            branch: branch.to_string(),
+            seq,
+            marker: String::new(),
+            started_at,
+            finished_at,
+            steps: Vec::new(),
+            answers: Vec::new(),
+            dns: None,
+            address: None,
+            tls: None,
+            certificate_not_after: None,
+            certificate_subject: None,
+            server: None,
+            http: None,
+            otlp: None,
+            outcome: Outcome::Failure {
+                step: Step::Resolve,
+                class: FailureClass::InternalError,
+                message,
+            },
+        }
+    }
+
+    /// The readiness core's view of this attempt.
+    pub fn record(&self) -> AttemptRecord {
+        AttemptRecord {
+            finished_at: self.finished_at,
+            success: self.outcome == Outcome::Success,
+            class: match &self.outcome {
+                Outcome::Success => None,
+                Outcome::Failure { class, .. } => Some(*class),
+            },
+        }
+    }
+}
+
+/// What an attempt has learned so far; kept when a later step fails, so the evidence and
+/// `readyprobe probe` show it either way.
+#[derive(Debug, Clone, Default)]
+pub struct Learned {
+    /// The DNS answer chain.
+    pub answers: Vec<Answer>,
+    pub dns: Option<DnsMeta>,
+    /// The address connected to.
+    pub address: Option<String>,
+    /// TLS session facts, set once a handshake completed.
+    pub tls: Option<TlsInfo>,
+    /// The server's own identity (`mysql` kind), set once the read-back returned a row.
+    pub server: Option<ServerIdentity>,
+    pub http: Option<HttpObservation>,
+    pub otlp: Option<OtlpObservation>,
+}
+
+/// One step's outcome inside an attempt.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct StepRecord {
+    pub step: Step,
+    /// Wall time the step took, in ms.
+    pub duration_ms: f64,
+    pub ok: bool,
+    /// Set when the step failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<FailureClass>,
+}
+
+/// One record of the answer chain, as seen on this attempt.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct Answer {
+    /// Owner name (absolute, with trailing dot).
+    pub name: String,
+    /// `A`, `AAAA` or `CNAME`.
+    #[serde(rename = "type")]
+    pub rtype: String,
+    /// Address or CNAME target.
+    pub data: String,
+    /// TTL in seconds as served.
+    pub ttl: u32,
+}
+
+/// What the handshake established.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Default)]
+pub struct TlsInfo {
+    /// Negotiated protocol version, e.g. `TLSv1_3`.
+    pub version: String,
+    /// Negotiated cipher suite.
+    pub cipher_suite: String,
+    /// Number of certificates the server presented.
+    pub peer_certificates: usize,
+    /// The leaf certificate's `notAfter`, ms since the epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leaf_not_after: Option<i64>,
+}
+
+/// Server identity read by the `verify` step.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct ServerIdentity {
+    /// `@@hostname`.
+    pub hostname: String,
+    /// `@@server_id`.
+    pub server_id: u64,
+    /// `@@read_only`.
+    pub read_only: bool,
+    /// Server version from the greeting.
+    pub version: String,
+}
+
+/// What the requests returned.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Default)]
+pub struct HttpObservation {
+    /// Status of the marked request.
+    pub status: Option<u16>,
+    /// Status of the verify request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify_status: Option<u16>,
+}
+
+/// What the gateway answered.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Default)]
+pub struct OtlpObservation {
+    /// HTTP status.
+    pub status: Option<u16>,
+    /// Rejected data points reported by a partial success.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<i64>,
+    /// The gateway's message, when it gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_prints_its_serialised_name() {
+        let every = [
+            Outcome::Success,
+            Outcome::Failure {
+                step: Step::Verify,
+                class: FailureClass::VerifyMismatch,
+                message: "m".into(),
+            },
+        ];
+        for o in every {
+            let json = serde_json::to_value(&o).expect("serialise");
+            assert_eq!(json["result"], o.as_str(), "{o:?}");
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! Evidence records as types: what one line of the evidence file holds, written by
+//! [`EvidenceWriter`](crate::sink::evidence::EvidenceWriter) and read back by [`read_lines`].
+//!
+//! One line is an [`Envelope`] (when, which service, which prober) around one [`Record`], whose
+//! `kind` field names the variant. Each kind has exactly one shape, so a reader (the drill report,
+//! an operator's `jq`) never guesses which fields a line has. Field names are part of the
+//! evidence contract: renaming one breaks saved files and the queries that read them.
+
+use crate::clock::rfc3339;
+use crate::control::Override;
+use crate::probe::Attempt;
+use crate::readiness::{Millis, ReadinessState, Transition};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{self, BufRead};
+
+/// Longest line [`read_lines`] accepts, bytes. Attempt records are a few KB at most (step
+/// messages are cut at 1 KB); anything near this limit is not evidence.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// One line of the evidence file. The writer serialises an `Envelope<&Record>` (no copy of the
+/// record); a reader gets an `Envelope<Record>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope<R = Record> {
+    /// When it happened, RFC 3339 UTC with milliseconds (for people and log tools).
+    pub at: String,
+    /// When it happened, ms since the UNIX epoch (for programs).
+    pub at_ms: Millis,
+    /// The `Service` dimension of the run that wrote it.
+    pub service: String,
+    /// The prober id of the run that wrote it.
+    pub prober: String,
+    /// The record, with its `kind`.
+    #[serde(flatten)]
+    pub record: R,
+}
+
+impl<R: Serialize> Envelope<R> {
+    /// Wrap `record` with its time (ms since the epoch) and origin.
+    pub fn new(at_ms: Millis, service: &str, prober: &str, record: R) -> Self {
+        Envelope {
+            at: rfc3339(at_ms),
+            at_ms,
+            service: service.into(),
+            prober: prober.into(),
+            record,
+        }
+    }
+
+    /// One evidence line, newline included (pure).
+    ///
+    /// # Errors
+    /// The serialiser's error (not expected for these types: every map key is a string).
+    pub fn to_line(&self) -> serde_json::Result<String> {
+        let mut s = serde_json::to_string(self)?;
+        s.push('\n');
+        Ok(s)
+    }
+}
+
+/// One evidence record; `kind` on the line is the variant's snake_case name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Record {
+    /// A run started.
+    Start(Start),
+    /// A probe attempt finished.
+    Attempt(Attempt),
+    /// An attempt was still running when shutdown's grace period ended.
+    AttemptAbandoned(AttemptAbandoned),
+    /// A branch's readiness changed state.
+    Transition(TransitionRecord),
+    /// A batch of datums was handed to a sink, or could not be.
+    Publish(Publish),
+    /// This prober decided an operator's approval.
+    Approval(ApprovalRecord),
+    /// An approval was decided as applied but the branch had left `pending_approval` meanwhile.
+    ApprovalNotApplied(ApprovalNotApplied),
+    /// An override started, was cleared, or expired.
+    Override(OverrideRecord),
+    /// A sync with the state store failed.
+    StateSyncFailed(StateSyncFailed),
+    /// No branch is ready (logged once per episode).
+    BothBranchesUnready(BothBranchesUnready),
+    /// The evidence file was removed or replaced and has been reopened.
+    EvidenceReopened(EvidenceReopened),
+    /// A run stopped; its summary.
+    Stop(Stop),
+}
+
+impl Record {
+    /// The `kind` written on the line (the same name serde writes; a test holds them equal).
+    pub fn kind(&self) -> &'static str {
+        self.into()
+    }
+}
+
+/// `start`: the configuration a run probes with and the state it continues from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Start {
+    /// Path of the config file.
+    pub config: String,
+    /// The branches probed, in config order.
+    pub branches: Vec<StartBranch>,
+    /// How long the run is meant to last, ms; `None` until a signal.
+    pub duration_ms: Option<u64>,
+    /// Where the state store is (`path` or `s3://bucket/key`).
+    pub state_store: String,
+    /// Branches whose readiness was restored from the store.
+    pub restored: Vec<Restored>,
+}
+
+/// One branch in a `start` record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartBranch {
+    /// Branch name (the `Branch` dimension).
+    pub name: String,
+    /// Route 53 failover role, `PRIMARY` or `SECONDARY`.
+    pub role: String,
+    /// DNS name probed.
+    pub endpoint: String,
+    /// Port probed.
+    pub port: u16,
+}
+
+/// One restored branch in a `start` record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Restored {
+    /// Branch name.
+    pub branch: String,
+    /// State it continues in.
+    pub state: ReadinessState,
+    /// When that state was entered, ms since the epoch; `None` for the initial state.
+    pub since: Option<Millis>,
+}
+
+/// `attempt_abandoned`: an attempt cut off at shutdown (it counts in no window).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptAbandoned {
+    /// Branch name.
+    pub branch: String,
+    /// The attempt's per-branch sequence number.
+    pub seq: u64,
+}
+
+/// `transition`: a readiness change and what was published for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransitionRecord {
+    /// Branch name.
+    pub branch: String,
+    /// The change and the window statistics behind it.
+    pub transition: Transition,
+    /// The value published at once (0 or 1, the override's when one is in force); `None` when
+    /// nothing is published (state still unknown).
+    pub published: Option<f64>,
+    /// The override in force, if any.
+    #[serde(rename = "override")]
+    pub override_: Option<Override>,
+}
+
+/// What became of one batch handed to one sink.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum PublishOutcome {
+    /// The sink sent it.
+    Sent,
+    /// Every try failed, or the publish window closed first.
+    Failed,
+    /// The sink's queue was full (the sink is slower than the publish rate); never tried.
+    DroppedQueueFull,
+    /// The sink's task had stopped; never tried.
+    SinkStopped,
+    /// Shutdown's grace period ended before the sink reported on it.
+    AbandonedAtShutdown,
+}
+
+impl PublishOutcome {
+    /// Whether the batch's datums did not reach the sink's destination.
+    pub fn is_dropped(self) -> bool {
+        self != PublishOutcome::Sent
+    }
+}
+
+/// Why a batch was published.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum PublishReason {
+    /// The periodic publish tick.
+    Tick,
+    /// The last tick at shutdown.
+    Final,
+    /// A readiness transition, published at once.
+    Transition,
+    /// An override started, was cleared or expired, published at once.
+    Override,
+}
+
+/// `publish`: one batch for one sink, whatever became of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Publish {
+    /// Sink name (`emf`, `cloudwatch`).
+    pub sink: String,
+    /// Why the batch was published.
+    pub reason: PublishReason,
+    /// Datums in the batch.
+    pub datums: usize,
+    /// Datums the sink confirmed sent.
+    pub sent: usize,
+    /// Send attempts made (0 when it never reached the sink).
+    pub tries: u32,
+    /// True unless `outcome` is `sent`; kept beside `outcome` for existing queries.
+    pub dropped: bool,
+    /// What became of it.
+    pub outcome: PublishOutcome,
+    /// One-line cause when it was not sent.
+    pub error: Option<String>,
+}
+
+impl Publish {
+    /// A record with `dropped` derived from `outcome`.
+    pub fn new(
+        sink: &str,
+        reason: PublishReason,
+        datums: usize,
+        sent: usize,
+        tries: u32,
+        outcome: PublishOutcome,
+        error: Option<String>,
+    ) -> Self {
+        Publish {
+            sink: sink.into(),
+            reason,
+            datums,
+            sent,
+            tries,
+            dropped: outcome.is_dropped(),
+            outcome,
+            error,
+        }
+    }
+}
+
+/// `approval`: this prober's decision on an operator's approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    /// Branch approved.
+    pub branch: String,
+    /// The approval's id.
+    pub approval_id: String,
+    /// Who approved.
+    pub by: String,
+    /// The operator's reason.
+    pub reason: String,
+    /// When the approval was given, ms since the epoch.
+    pub given_at: Millis,
+    /// When it stops being valid, ms since the epoch.
+    pub expires_at: Millis,
+    /// Applied (true) or rejected.
+    pub applied: bool,
+    /// Why, in a sentence.
+    pub detail: String,
+}
+
+/// `approval_not_applied`: decided as applied, but the branch had moved on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalNotApplied {
+    /// Branch name.
+    pub branch: String,
+    /// The approval's id.
+    pub approval_id: String,
+    /// The state the branch was in instead of `pending_approval`.
+    pub state: ReadinessState,
+}
+
+/// What happened to an override.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum OverrideAction {
+    /// It started or changed.
+    Set,
+    /// An operator cleared it.
+    Cleared,
+    /// Its expiry passed.
+    Expired,
+}
+
+/// `override`: an override started, changed, was cleared or expired.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OverrideRecord {
+    /// Branch name.
+    pub branch: String,
+    /// What happened.
+    pub action: OverrideAction,
+    /// The override set or expired; absent when cleared (the store no longer has it).
+    #[serde(rename = "override", default, skip_serializing_if = "Option::is_none")]
+    pub override_: Option<Override>,
+}
+
+/// `state_sync_failed`: a read-modify-write of the control document failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateSyncFailed {
+    /// What failed.
+    pub error: String,
+    /// When the sync started, ms since the epoch; `None` for the final sync cut off at shutdown.
+    pub started_at: Option<Millis>,
+}
+
+/// `both_branches_unready`: no branch is ready, so Route 53 fails open.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BothBranchesUnready {
+    /// What that means for DNS answers.
+    pub explanation: String,
+}
+
+impl BothBranchesUnready {
+    /// The record with its standard explanation.
+    pub fn new() -> Self {
+        BothBranchesUnready {
+            explanation: "no branch is ready; with every failover health check unhealthy Route 53 answers with the primary record anyway (fail-open)".into(),
+        }
+    }
+}
+
+impl Default for BothBranchesUnready {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `evidence_reopened`: the file was removed or replaced; records before this one may be in the
+/// old file (or gone).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceReopened {
+    /// The evidence file's path.
+    pub path: String,
+}
+
+/// `stop`: a run's summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stop {
+    /// Why it stopped (`duration`, `SIGTERM`, `SIGINT`, ...).
+    pub reason: String,
+    /// Finished attempts per branch.
+    pub attempts: BTreeMap<String, u64>,
+    /// Attempts abandoned at shutdown.
+    pub abandoned: u64,
+    /// Readiness transitions.
+    pub transitions: u64,
+    /// Batches not sent, per sink.
+    pub dropped_batches: BTreeMap<String, u64>,
+    /// Readiness state per branch at the end.
+    pub final_states: BTreeMap<String, ReadinessState>,
+    /// Approvals this prober applied.
+    pub approvals_applied: u64,
+    /// Approvals this prober rejected.
+    pub approvals_rejected: u64,
+    /// Failed syncs with the state store.
+    pub state_sync_failures: u64,
+    /// Evidence records that could not be written (this one excluded).
+    pub evidence_write_failures: u64,
+}
+
+/// A line [`read_lines`] could not turn into an [`Envelope`].
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {reason}")]
+pub struct LineError {
+    /// 1-based line number.
+    pub line: u64,
+    /// What was wrong.
+    pub reason: LineErrorReason,
+}
+
+/// What was wrong with a line.
+#[derive(Debug, thiserror::Error)]
+pub enum LineErrorReason {
+    /// Reading failed; the iterator ends after this item.
+    #[error("cannot read: {0}")]
+    Io(#[from] io::Error),
+    /// Longer than [`MAX_LINE_BYTES`]; skipped without being held in memory.
+    #[error("longer than {MAX_LINE_BYTES} bytes")]
+    TooLong,
+    /// Not an evidence record (torn, foreign, or of an unknown kind).
+    #[error("not an evidence record: {0}")]
+    Parse(#[from] serde_json::Error),
+}
+
+/// Read evidence lines, one item per non-blank line: the record, or why that line is not one.
+/// A bad line never ends the iteration (only a read error does), and no line takes more than
+/// [`MAX_LINE_BYTES`] of memory.
+pub fn read_lines<R: BufRead>(reader: R) -> impl Iterator<Item = Result<Envelope, LineError>> {
+    Lines {
+        reader,
+        line: 0,
+        done: false,
+    }
+}
+
+struct Lines<R> {
+    reader: R,
+    line: u64,
+    done: bool,
+}
+
+impl<R: BufRead> Lines<R> {
+    /// The next raw line without its newline, and whether it was cut at the limit; `None` at the
+    /// end.
+    fn raw_line(&mut self) -> Option<io::Result<(Vec<u8>, bool)>> {
+        let mut buf = Vec::new();
+        let mut too_long = false;
+        let mut any = false;
+        loop {
+            let chunk = match self.reader.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Some(Err(e)),
+            };
+            if chunk.is_empty() {
+                return any.then_some(Ok((buf, too_long)));
+            }
+            any = true;
+            let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (i, true),
+                None => (chunk.len(), false),
+            };
+            if buf.len() + take > MAX_LINE_BYTES {
+                too_long = true;
+                buf = Vec::new();
+            } else if !too_long {
+                buf.extend_from_slice(&chunk[..take]);
+            }
+            self.reader.consume(take + usize::from(end));
+            if end {
+                return Some(Ok((buf, too_long)));
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for Lines<R> {
+    type Item = Result<Envelope, LineError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            let raw = self.raw_line()?;
+            self.line += 1;
+            let line = self.line;
+            let err = |reason| Some(Err(LineError { line, reason }));
+            match raw {
+                Err(e) => {
+                    self.done = true;
+                    return err(LineErrorReason::Io(e));
+                }
+                Ok((_, true)) => return err(LineErrorReason::TooLong),
+                Ok((bytes, false)) if bytes.iter().all(u8::is_ascii_whitespace) => continue,
+                Ok((bytes, false)) => {
+                    return Some(serde_json::from_slice(&bytes).map_err(|e| LineError {
+                        line,
+                        reason: e.into(),
+                    }));
+                }
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,198 @@
+//! The effect executor of a run: feeds inputs to the fold and carries out what comes back
+//! (evidence records, batches for the sink queues, log events), and runs the store syncs whose
+//! results go back in.
+
+use crate::clock::Clock;
+use crate::control::{self, Approval, ControlDoc, Decision};
+use crate::fold::{Batch, Effect, Fold, Input, Level, Log};
+use crate::readiness::Millis;
+use crate::record::Record;
+use crate::scheduler::BranchEvent;
+use crate::sink::evidence::EvidenceWriter;
+use crate::sink::{Queued, SinkQueue};
+use crate::state::{StateError, Store};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// What a background sync produced: the document and this prober's decisions to take.
+pub(super) struct SyncOutcome {
+    started: Millis,
+    result: Result<(ControlDoc, Vec<(Approval, Decision)>), StateError>,
+}
+
+/// The fold and what executes its effects.
+pub(super) struct Shell {
+    pub(super) fold: Fold,
+    pub(super) evidence: EvidenceWriter,
+    pub(super) sinks: Vec<SinkQueue>,
+    pub(super) clock: Clock,
+    pub(super) store: Store,
+    pub(super) prober: String,
+    /// A batch's window: one publish interval.
+    pub(super) publish_window: Duration,
+    /// How long a sync may take before it counts as failed.
+    pub(super) sync_bound: Duration,
+}
+
+impl Shell {
+    pub(super) fn feed(&mut self, input: Input) {
+        let effects = self.fold.handle(input, self.clock.now_ms());
+        self.execute(effects);
+    }
+
+    pub(super) fn execute(&mut self, effects: Vec<Effect>) {
+        for e in effects {
+            match e {
+                Effect::Publish(b) => self.hand(b),
+                Effect::Record(at, r) => self.write(at, &r),
+                Effect::Log(l) => emit(&l),
+            }
+        }
+    }
+
+    pub(super) fn write(&mut self, at: Millis, r: &Record) {
+        self.evidence.record(at, r);
+    }
+
+    /// Queue a batch for every sink; a full or closed queue is the fold's to account.
+    pub(super) fn hand(&mut self, b: Batch) {
+        let deadline = Instant::now() + self.publish_window;
+        let mut refused = Vec::new();
+        for s in &self.sinks {
+            let q = Queued {
+                id: b.id,
+                datums: b.datums.clone(),
+                deadline,
+            };
+            if let Err(why) = s.offer(q) {
+                refused.push((s.name(), why));
+            }
+        }
+        for (sink, why) in refused {
+            self.feed(Input::SinkRefused {
+                sink,
+                batch: b.id,
+                why,
+            });
+        }
+    }
+
+    pub(super) fn on_branch_event(&mut self, ev: BranchEvent) {
+        self.feed(match ev {
+            BranchEvent::Attempt(a) => Input::Attempt(a),
+            BranchEvent::Abandoned { branch, seq } => Input::Abandoned { branch, seq },
+        });
+    }
+
+    pub(super) fn tick(&mut self, last: bool) {
+        self.evidence.reopen_if_replaced(self.clock.now_ms());
+        self.feed(Input::Tick { last });
+    }
+
+    /// Start a sync with the store in the background: save this prober's readiness, decide new
+    /// approvals, read overrides, in one conditional read-modify-write of the control document
+    /// ([`control::sync_prober`]). The run loop goes on meanwhile (a slow or stuck store never
+    /// stalls probing or publishing); [`finish_sync`](Self::finish_sync) takes the result.
+    pub(super) fn start_sync(&self) -> JoinHandle<SyncOutcome> {
+        let now = self.clock.now_ms();
+        let req = self.fold.sync_request();
+        let me = self.prober.clone();
+        let (store, bound) = (self.store.clone(), self.sync_bound);
+        let out: Arc<Mutex<Vec<(Approval, Decision)>>> = Arc::default();
+        let out2 = out.clone();
+        tokio::spawn(async move {
+            // The store may run the change more than once (a conflicting writer): each run
+            // starts again from the copy taken now.
+            let update = store.update(move |doc| {
+                let mut readiness = req.readiness.clone();
+                let decided = control::sync_prober(doc, &me, &mut readiness, &req.recorded, now);
+                *out2.lock().unwrap_or_else(|p| p.into_inner()) = decided;
+                Ok(())
+            });
+            let result = match tokio::time::timeout(bound, update).await {
+                Ok(r) => r,
+                Err(_) => Err(StateError::Io {
+                    location: store.location(),
+                    reason: format!(
+                        "no answer within {}; probing and publishing go on",
+                        crate::clock::fmt_duration(bound)
+                    ),
+                }),
+            };
+            let decided = std::mem::take(&mut *out.lock().unwrap_or_else(|p| p.into_inner()));
+            SyncOutcome {
+                started: now,
+                result: result.map(|doc| (doc, decided)),
+            }
+        })
+    }
+
+    /// Take a finished sync.
+    pub(super) fn finish_sync(&mut self, joined: Result<SyncOutcome, tokio::task::JoinError>) {
+        let outcome = joined.unwrap_or_else(|e| SyncOutcome {
+            started: self.clock.now_ms(),
+            result: Err(StateError::Io {
+                location: self.store.location(),
+                reason: format!("sync task ended: {e}"),
+            }),
+        });
+        self.feed(match outcome.result {
+            Ok((doc, decided)) => Input::SyncDone { doc, decided },
+            Err(e) => Input::SyncFailed {
+                error: e.to_string(),
+                started: Some(outcome.started),
+            },
+        });
+    }
+}
+
+/// Display a text field when it is set.
+fn shown(v: &Option<String>) -> Option<tracing::field::DisplayValue<&str>> {
+    v.as_deref().map(tracing::field::display)
+}
+
+/// Emit a fold's log event as a tracing event of its level, under the `readyprobe::runner`
+/// target (which log filters name).
+fn emit(log: &Log) {
+    macro_rules! at {
+        ($level:expr) => {{
+            let f = &log.fields;
+            tracing::event!(
+                target: "readyprobe::runner",
+                $level,
+                service = shown(&f.service),
+                branch = shown(&f.branch),
+                seq = f.seq,
+                step = shown(&f.step),
+                class = shown(&f.class),
+                detail = shown(&f.detail),
+                from = shown(&f.from),
+                to = shown(&f.to),
+                state = shown(&f.state),
+                reason = shown(&f.reason),
+                failures = shown(&f.failures),
+                by = shown(&f.by),
+                force = shown(&f.force),
+                expires_at = shown(&f.expires_at),
+                sink = shown(&f.sink),
+                datums = f.datums,
+                tries = f.tries,
+                error = shown(&f.error),
+                attempts = shown(&f.attempts),
+                transitions = f.transitions,
+                states = shown(&f.states),
+                dropped_batches = shown(&f.dropped_batches),
+                "{}",
+                log.message
+            )
+        }};
+    }
+    match log.level {
+        Level::Debug => at!(tracing::Level::DEBUG),
+        Level::Info => at!(tracing::Level::INFO),
+        Level::Warn => at!(tracing::Level::WARN),
+        Level::Error => at!(tracing::Level::ERROR),
+    }
+}
