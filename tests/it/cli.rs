@@ -337,27 +337,43 @@ async fn a_hanging_state_store_never_keeps_the_process_past_grace_plus_2s() {
 /// and secret environment variables. Read from the TOML itself, whatever the config's layout.
 #[derive(Debug, Default)]
 struct NamedInputs {
-    files: Vec<std::path::PathBuf>,
-    env: Vec<String>,
+    /// Config key and path of each file.
+    files: Vec<(String, std::path::PathBuf)>,
+    /// Config key and name of each secret variable.
+    env: Vec<(String, String)>,
 }
 
 fn named_inputs(path: &std::path::Path) -> NamedInputs {
-    fn walk(t: &toml::Table, dir: &std::path::Path, out: &mut NamedInputs) {
+    fn walk(t: &toml::Table, at: &str, dir: &std::path::Path, out: &mut NamedInputs) {
         let verifies = matches!(
             t.get("ssl_mode").and_then(|v| v.as_str()),
             Some("verify_ca" | "verify_identity")
         );
         for (k, v) in t {
+            let key = if at.is_empty() {
+                k.clone()
+            } else {
+                format!("{at}.{k}")
+            };
             match (k.as_str(), v) {
-                ("ssl_ca", toml::Value::String(p)) if verifies => out.files.push(dir.join(p)),
-                ("ssl_cert" | "ssl_key", toml::Value::String(p)) => out.files.push(dir.join(p)),
-                ("env", toml::Value::String(e)) if t.len() == 1 => out.env.push(e.clone()),
-                ("file", toml::Value::String(p)) if t.len() == 1 => out.files.push(dir.join(p)),
-                (_, toml::Value::Table(inner)) => walk(inner, dir, out),
+                ("ssl_ca", toml::Value::String(p)) if verifies => {
+                    out.files.push((key, dir.join(p)))
+                }
+                ("ssl_cert" | "ssl_key", toml::Value::String(p)) => {
+                    out.files.push((key, dir.join(p)))
+                }
+                // A secret by reference names its own table's key.
+                ("env", toml::Value::String(e)) if t.len() == 1 => {
+                    out.env.push((at.to_string(), e.clone()))
+                }
+                ("file", toml::Value::String(p)) if t.len() == 1 => {
+                    out.files.push((at.to_string(), dir.join(p)))
+                }
+                (_, toml::Value::Table(inner)) => walk(inner, &key, dir, out),
                 (_, toml::Value::Array(items)) => {
                     for i in items {
                         if let toml::Value::Table(inner) = i {
-                            walk(inner, dir, out);
+                            walk(inner, &key, dir, out);
                         }
                     }
                 }
@@ -368,7 +384,7 @@ fn named_inputs(path: &std::path::Path) -> NamedInputs {
     let text = std::fs::read_to_string(path).unwrap();
     let table: toml::Table = toml::from_str(&text).unwrap();
     let mut out = NamedInputs::default();
-    walk(&table, path.parent().unwrap(), &mut out);
+    walk(&table, "", path.parent().unwrap(), &mut out);
     out.files.sort();
     out.files.dedup();
     out.env.sort();
@@ -398,23 +414,24 @@ fn check_passes_every_example_and_strict_names_each_missing_input_once() {
         let inputs = named_inputs(&path);
         // Every secret variable is unset here, so each is a problem; a file is one when it is
         // absent (as the examples' /etc/readyprobe files are on a test machine).
-        let missing: Vec<String> = inputs
+        // (config key, subject) of each input that must be reported.
+        let missing: Vec<(&str, String)> = inputs
             .files
             .iter()
-            .filter(|f| !f.is_file())
-            .map(|f| f.display().to_string())
+            .filter(|(_, f)| !f.is_file())
+            .map(|(k, f)| (k.as_str(), f.display().to_string()))
             .chain(
                 inputs
                     .env
                     .iter()
-                    .map(|e| format!("environment variable {e}")),
+                    .map(|(k, e)| (k.as_str(), format!("environment variable {e}"))),
             )
             .collect();
         let check = |strict: bool| {
             let mut c = bin();
             c.arg("check").args(strict.then_some("--strict"));
             c.arg("--config").arg(&path);
-            for e in &inputs.env {
+            for (_, e) in &inputs.env {
                 c.env_remove(e);
             }
             c.output().unwrap()
@@ -436,11 +453,17 @@ fn check_passes_every_example_and_strict_names_each_missing_input_once() {
             let n = stdout.lines().filter(|l| l == w).count();
             assert_eq!(n, 1, "{name}: printed {n} times: {w}");
         }
-        for m in &missing {
+        for (key, m) in &missing {
+            let named: Vec<_> = warnings.iter().filter(|w| w.contains(m.as_str())).collect();
             assert_eq!(
-                warnings.iter().filter(|w| w.contains(m.as_str())).count(),
+                named.len(),
                 1,
                 "{name}: {m} must be named by exactly one warning:\n{stdout}"
+            );
+            assert!(
+                named[0].starts_with(&format!("warning: {key}")),
+                "{name}: the warning names the key the file sets, {key}: {}",
+                named[0]
             );
         }
 
@@ -448,7 +471,7 @@ fn check_passes_every_example_and_strict_names_each_missing_input_once() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let expected = if missing.is_empty() { 0 } else { 78 };
         assert_eq!(out.status.code(), Some(expected), "{name}: {stderr}");
-        for m in &missing {
+        for (_, m) in &missing {
             let named = lines_naming(&stderr, m);
             assert_eq!(named.len(), 1, "{name}: {m} must be named once:\n{stderr}");
             assert!(named[0].starts_with("error: "), "{name}: {stderr}");
