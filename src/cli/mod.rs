@@ -274,7 +274,7 @@ pub fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(70);
+            return ExitCode::from(EXIT_INTERNAL);
         }
     };
     let code = rt.block_on(async_main(cli));

@@ -9,7 +9,10 @@ pub(super) async fn probe_once(cfg: &Config, branch: &str) -> ExitCode {
     let (resolver, probes) = match probe::prepare(cfg) {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("error: cannot prepare probes: {e}");
+            for p in &e.problems {
+                eprintln!("error: {p}");
+            }
+            eprintln!("error: cannot prepare probes; nothing was probed");
             return ExitCode::from(EXIT_UNAVAILABLE_INPUT);
         }
     };

@@ -19,27 +19,6 @@ use super::http_client::{
 };
 pub use super::target::HttpTarget;
 
-/// Read header secrets.
-///
-/// # Errors
-/// The secret's error.
-pub fn resolve_headers(
-    headers: &[(http::HeaderName, HeaderValueSource)],
-) -> Result<Vec<(http::HeaderName, String)>, crate::config::SecretError> {
-    headers
-        .iter()
-        .map(|(n, v)| {
-            Ok((
-                n.clone(),
-                match v {
-                    HeaderValueSource::Plain(s) => s.clone(),
-                    HeaderValueSource::Secret(r) => r.resolve()?,
-                },
-            ))
-        })
-        .collect()
-}
-
 /// Longest JSON value quoted in a mismatch message, bytes.
 const MAX_QUOTED_JSON: usize = 200;
 
