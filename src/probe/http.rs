@@ -3,7 +3,7 @@
 //! read-back request. Resolve, connect and TLS are readyprobe's own steps; hyper speaks HTTP/1.1
 //! over the connection they produced (see `http_client`).
 
-use crate::config::{HeaderValueSource, HttpRequestSpec};
+use crate::config::HttpRequestSpec;
 use crate::failure::{FailureClass, Step};
 use http_body_util::Full;
 use hyper::body::Bytes;
