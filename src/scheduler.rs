@@ -147,33 +147,6 @@ mod tests {
         }
     }
 
-    fn attempt(
-        branch: &str,
-        seq: u64,
-        started_at: i64,
-        finished_at: i64,
-        outcome: Outcome,
-    ) -> Attempt {
-        Attempt {
-            branch: branch.to_string(),
-            seq,
-            marker: String::new(),
-            started_at,
-            finished_at,
-            steps: Vec::new(),
-            answers: Vec::new(),
-            dns: None,
-            address: None,
-            tls: None,
-            certificate_not_after: None,
-            certificate_subject: None,
-            server: None,
-            http: None,
-            otlp: None,
-            outcome,
-        }
-    }
-
     /// One test attempt, in tokio time.
     struct Span {
         branch: String,
@@ -254,7 +227,7 @@ mod tests {
                     log.begin(&branch, seq);
                     tokio::time::sleep(takes(seq)).await;
                     log.end(&branch, seq);
-                    attempt(
+                    Attempt::bare(
                         &branch,
                         seq,
                         clock.at(start),
@@ -417,7 +390,7 @@ mod tests {
                             message: e.message,
                         },
                     };
-                    let mut a = attempt("a", seq, clock.at(start), clock.now_ms(), outcome);
+                    let mut a = Attempt::bare("a", seq, clock.at(start), clock.now_ms(), outcome);
                     a.steps = steps.records;
                     a
                 }
@@ -458,7 +431,7 @@ mod tests {
             let sched = schedule(secs(10), Duration::ZERO, secs(5));
             attempt_loop("a", clock, sched, tx, token, move |seq| async move {
                 assert!(seq != 1, "a bug in attempt 1");
-                attempt("a", seq, clock.now_ms(), clock.now_ms(), Outcome::Success)
+                Attempt::bare("a", seq, clock.now_ms(), clock.now_ms(), Outcome::Success)
             })
             .await
         });

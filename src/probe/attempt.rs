@@ -88,13 +88,13 @@ pub struct Attempt {
 }
 
 impl Attempt {
-    /// An attempt that ended because readyprobe itself failed (e.g. a panic in a probe task).
-    pub fn internal_failure(
+    /// An attempt that learned nothing: no step records, no observations, just its outcome.
+    pub fn bare(
         branch: &str,
         seq: u64,
         started_at: Millis,
         finished_at: Millis,
-        message: String,
+        outcome: Outcome,
     ) -> Self {
         Attempt {
             branch: branch.to_string(),
@@ -112,12 +112,24 @@ impl Attempt {
             server: None,
             http: None,
             otlp: None,
-            outcome: Outcome::Failure {
-                step: Step::Resolve,
-                class: FailureClass::InternalError,
-                message,
-            },
+            outcome,
         }
+    }
+
+    /// An attempt that ended because readyprobe itself failed (e.g. a panic in a probe task).
+    pub fn internal_failure(
+        branch: &str,
+        seq: u64,
+        started_at: Millis,
+        finished_at: Millis,
+        message: String,
+    ) -> Self {
+        let outcome = Outcome::Failure {
+            step: Step::Resolve,
+            class: FailureClass::InternalError,
+            message,
+        };
+        Attempt::bare(branch, seq, started_at, finished_at, outcome)
     }
 
     /// The readiness core's view of this attempt.
