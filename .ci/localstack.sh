@@ -37,7 +37,7 @@ LOG_FILE="$RUN_DIR/localstack-$PORT.log"
 HEALTH_URL="http://$HOST:$PORT/_localstack/health"
 MIN_PY_MINOR=13
 
-say() { echo "[localstack] $*"; }
+say() { echo "[localstack] $*" >&2; }
 die() { echo "[localstack] ERROR: $*" >&2; exit 1; }
 
 # ---------------------------------------------------------------- python

@@ -16,6 +16,9 @@ DRILL=${DRILL:-1}
 command -v cargo >/dev/null || { echo "demo: cargo is required (Rust toolchain)" >&2; exit 1; }
 infra/local/mariadb.sh install
 
+if [ -e "$DEMO/state/control-orders-db.json" ]; then
+  echo "demo: continuing from the readiness saved by an earlier run in $DEMO/state (rm -rf $DEMO to start from unknown)" >&2
+fi
 mkdir -p "$DEMO/tls" "$DEMO/state"
 if [ ! -f "$DEMO/tls/ca.pem" ]; then
   echo "demo: creating a throwaway CA and server certificates in $DEMO/tls" >&2

@@ -171,7 +171,7 @@ pub enum Command {
         /// Why (required with --force).
         #[arg(long, required_unless_present = "clear")]
         reason: Option<String>,
-        /// Who (default: $USER).
+        /// Who (default: $USER, else "unknown").
         #[arg(long)]
         by: Option<String>,
         /// Remove the branch's override.

@@ -37,7 +37,7 @@ fn now_ms() -> crate::readiness::Millis {
     crate::clock::Clock::start().now_ms()
 }
 
-fn check_branch(cfg: &Config, branch: &str) -> Result<(), ExitCode> {
+pub(super) fn check_branch(cfg: &Config, branch: &str) -> Result<(), ExitCode> {
     if cfg.branches.iter().any(|b| b.name == branch) {
         return Ok(());
     }

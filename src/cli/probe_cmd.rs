@@ -1,11 +1,15 @@
 //! `readyprobe probe`: one real attempt against one branch, every step printed.
 
-use super::{EXIT_ATTEMPT_FAILED, EXIT_INVALID_CONFIG, EXIT_OK, EXIT_UNAVAILABLE_INPUT};
+use super::{EXIT_ATTEMPT_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_UNAVAILABLE_INPUT};
 use crate::config::Config;
 use crate::probe::{self, Outcome};
 use std::process::ExitCode;
 
 pub(super) async fn probe_once(cfg: &Config, branch: &str) -> ExitCode {
+    // A mistyped branch is a usage error (64) whatever else is missing.
+    if let Err(code) = super::operator::check_branch(cfg, branch) {
+        return code;
+    }
     let (resolver, probes) = match probe::prepare(cfg) {
         Ok(x) => x,
         Err(e) => {
@@ -17,13 +21,8 @@ pub(super) async fn probe_once(cfg: &Config, branch: &str) -> ExitCode {
         }
     };
     let Some(p) = probes.iter().find(|p| p.branch.name == branch) else {
-        let names: Vec<_> = cfg.branches.iter().map(|b| b.name.as_str()).collect();
-        eprintln!(
-            "error: no branch {branch:?} in {}; branches: {}",
-            cfg.source.display(),
-            names.join(", ")
-        );
-        return ExitCode::from(EXIT_INVALID_CONFIG);
+        eprintln!("error: no probe was prepared for branch {branch:?}");
+        return ExitCode::from(EXIT_INTERNAL);
     };
     let clock = crate::clock::Clock::start();
     let a = probe::run_attempt(p, &resolver, &clock, 1).await;
