@@ -315,8 +315,9 @@ async fn shutdown(
     tracing::info!(reason = %stop_reason, grace = %crate::clock::fmt_duration(grace), "stopping");
     let grace_end = Instant::now() + grace;
     // Everything below ends by `hard_end`, inside the process's own limit of grace +
-    // `cli::STOP_SLACK` (2 s), so a clean stop never meets the watchdog's exit 74.
-    let hard_end = grace_end + Duration::from_millis(1_700);
+    // `cli::STOP_SLACK` (2 s) with room for the runtime's own shutdown, so a clean stop never
+    // meets the watchdog's exit 74.
+    let hard_end = grace_end + Duration::from_millis(1_500);
     w.stop_loops.cancel();
     let drain = async {
         while let Some(ev) = w.events.recv().await {
@@ -358,6 +359,8 @@ async fn shutdown(
     tokio::pin!(sinks_done);
     loop {
         tokio::select! {
+            // Finished sinks win over a deadline that has passed meanwhile.
+            biased;
             _ = &mut sinks_done => break,
             Some(rep) = w.reports.recv() => shell.feed(Input::SinkReport(rep)),
             _ = tokio::time::sleep_until(final_deadline) => {

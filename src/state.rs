@@ -175,12 +175,19 @@ pub const FILE_OP_BOUND: Duration = Duration::from_secs(10);
 /// `open` until a writer (or reader) appears, and a device (`/dev/zero`) would feed an endless
 /// read. `O_NONBLOCK` makes `open` return at once; on a regular file it changes nothing.
 fn open_regular(path: &Path, opts: &mut OpenOptions) -> std::io::Result<File> {
-    let file = opts.custom_flags(libc::O_NONBLOCK).open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::new(
+    let not_regular = || {
+        std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "not a regular file (a FIFO, device or directory is in its place)",
-        ));
+        )
+    };
+    // Checked first for a clear message: a FIFO without a reader fails the open with ENXIO.
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Err(not_regular());
+    }
+    let file = opts.custom_flags(libc::O_NONBLOCK).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
     }
     Ok(file)
 }

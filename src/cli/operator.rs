@@ -174,8 +174,10 @@ pub(super) async fn override_cmd(
             eprintln!("error: --expires: {e}");
             return ExitCode::from(EXIT_INVALID_CONFIG);
         }
-        if reason.trim().is_empty() {
-            eprintln!("error: --reason must not be empty (it is the override's record)");
+        if by.trim().is_empty() || reason.trim().is_empty() {
+            eprintln!(
+                "error: --by and --reason must not be empty (they are the override's record)"
+            );
             return ExitCode::from(EXIT_INVALID_CONFIG);
         }
         Some(crate::control::Override {

@@ -14,6 +14,7 @@ use crate::readiness::Millis;
 use crate::record::{Envelope, EvidenceReopened, Record};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +56,9 @@ enum Msg {
     /// Reopen the file if it was removed or replaced; record `evidence_reopened` at this time
     /// (ms since the epoch) if so.
     CheckReplaced(Millis),
+    /// Tests: hold the thread until the sender is dropped, as a hung disk would.
+    #[cfg(test)]
+    Stall(mpsc::Receiver<()>),
 }
 
 impl EvidenceWriter {
@@ -202,7 +206,28 @@ fn open_append(path: &Path) -> io::Result<File> {
     {
         std::fs::create_dir_all(dir)?;
     }
-    OpenOptions::new().create(true).append(true).open(path)
+    // Anything but a regular file is refused, with a message that says so (a FIFO without a
+    // reader would otherwise fail the open with a bare ENXIO). O_NONBLOCK: a FIFO planted after
+    // this check must not block the open either; it has no effect on a regular file.
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Err(not_regular());
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    Ok(file)
+}
+
+fn not_regular() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "not a regular file (a FIFO, device or directory is in its place)",
+    )
 }
 
 /// The writer thread's side: the open file and its size.
@@ -223,6 +248,10 @@ impl FileState {
         while let Ok(msg) = rx.recv() {
             match msg {
                 Msg::Line(line) => self.append(&line),
+                #[cfg(test)]
+                Msg::Stall(release) => {
+                    let _ = release.recv();
+                }
                 Msg::CheckReplaced(at) => {
                     if self.reopen_if_replaced() {
                         let path = self.path.display().to_string();
