@@ -203,7 +203,11 @@ pub enum ForceArg {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. \"55s\", \"5m\")"))
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. \"55s\", \"5m\")"))?;
+    if d > config::MAX_DURATION {
+        return Err("longer than the longest accepted duration, 366 days".into());
+    }
+    Ok(d)
 }
 
 fn init_logging(cli: &Cli) -> Result<(), String> {

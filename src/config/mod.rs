@@ -32,6 +32,7 @@ pub use mysql::MysqlProbe;
 pub use otlp::OtlpProbe;
 pub use probe::{ProbeConfig, ProbeKind, StepTimeouts};
 pub use publish::{CloudWatch, Publish};
+pub use raw::MAX_DURATION;
 pub use readiness::{attempts_in, one_failure_effect};
 pub use secret::{HeaderValueSource, SecretError, SecretRef};
 pub use service::{Branch, Service, check_hostname};
@@ -316,6 +317,30 @@ endpoint = "mysql-secondary.orders.internal.example"
     fn with(replace: &str, by: &str) -> String {
         assert!(BASE.contains(replace), "{replace}");
         BASE.replacen(replace, by, 1)
+    }
+
+    /// Durations beyond a year are refused by key and line, never overflow later arithmetic.
+    #[test]
+    fn overlong_durations_are_errors_not_panics() {
+        for (table, key) in [
+            ("probe", "interval"),
+            ("probe", "timeout"),
+            ("probe", "jitter"),
+        ] {
+            let text = with(
+                &format!("[{table}]\n"),
+                &format!("[{table}]\n{key} = \"5000000000000000000s\"\n"),
+            );
+            let found = issues(&text);
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert_eq!(found[0].key, format!("{table}.{key}"));
+            assert!(found[0].message.contains("366 days"), "{found:?}");
+        }
+        let ok = with(
+            "[probe]\n",
+            "[probe]\ninterval = \"366d\"\ntimeout = \"1s\"\n",
+        );
+        assert!(issues(&ok).iter().all(|i| i.key != "probe.interval"));
     }
 
     #[test]

@@ -15,6 +15,23 @@ use std::num::NonZeroU16;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The longest duration any key accepts. Longer ones are no readyprobe setting, and bounding
+/// them keeps every product and sum of durations (window × attempts, deadlines from now) far from
+/// overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// A humantime duration (`"500ms"`, `"5s"`, `"3m"`) of at most [`MAX_DURATION`].
+fn bounded_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let v: Option<Duration> = humantime_serde::deserialize(d)?;
+    match v {
+        Some(x) if x > MAX_DURATION => Err(serde::de::Error::custom(format!(
+            "{} is longer than the longest accepted duration, 366 days",
+            humantime::format_duration(x)
+        ))),
+        _ => Ok(v),
+    }
+}
+
 /// A whole config file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,7 +66,7 @@ pub(super) struct RawService {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawReadiness {
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub window: Option<Duration>,
     pub min_attempts: Option<u32>,
     pub declare_unready: Option<RawUnready>,
@@ -62,9 +79,9 @@ pub(super) struct RawReadiness {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUnready {
     pub success_rate_below: Option<f64>,
-    #[serde(default, rename = "for", with = "humantime_serde")]
+    #[serde(default, rename = "for", deserialize_with = "bounded_duration")]
     pub for_: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub window: Option<Duration>,
 }
 
@@ -73,9 +90,9 @@ pub(super) struct RawUnready {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawReady {
     pub success_rate_at_or_above: Option<f64>,
-    #[serde(default, rename = "for", with = "humantime_serde")]
+    #[serde(default, rename = "for", deserialize_with = "bounded_duration")]
     pub for_: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub window: Option<Duration>,
     pub approval: Option<Approval>,
 }
@@ -84,7 +101,7 @@ pub(super) struct RawReady {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPublish {
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub interval: Option<Duration>,
     pub namespace: Option<String>,
     pub sinks: Option<Vec<SinkKind>>,
@@ -98,7 +115,7 @@ pub(super) struct RawPublish {
 pub(super) struct RawCloudWatch {
     pub region: Option<String>,
     pub endpoint_url: Option<String>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub operation_timeout: Option<Duration>,
     pub max_attempts: Option<u32>,
 }
@@ -108,7 +125,7 @@ pub(super) struct RawCloudWatch {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawState {
     pub store: Option<StoreName>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub poll_interval: Option<Duration>,
     pub s3: Option<RawS3State>,
 }
@@ -138,7 +155,7 @@ pub(super) struct RawDns {
     pub nameservers: Option<Vec<String>>,
     pub address_family: Option<AddressFamily>,
     pub resolv_conf: Option<PathBuf>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub timeout: Option<Duration>,
 }
 
@@ -147,11 +164,11 @@ pub(super) struct RawDns {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawProbe {
     pub kind: KindName,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub interval: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub timeout: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub jitter: Option<Duration>,
     #[serde(default)]
     pub step_timeout: RawStepTimeouts,
@@ -166,17 +183,17 @@ pub(super) struct RawProbe {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStepTimeouts {
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub resolve: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub connect: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub tls: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub auth: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub write: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub verify: Option<Duration>,
 }
 
