@@ -379,7 +379,7 @@ pub fn render_status(
             let Some(snap) = ps.branches.get(b) else {
                 continue;
             };
-            let r = Readiness::restore(policy.clone(), snap.clone());
+            let r = Readiness::restore(policy.clone(), snap.clone().clamped(now));
             let w = r.window_stats(now, policy.declare_unready.window);
             let window = crate::clock::fmt_duration(policy.declare_unready.window);
             let rate = match w.success_rate_percent {

@@ -281,7 +281,7 @@ impl Fold {
                         state: snap.state,
                         since: snap.since,
                     });
-                    Readiness::restore(setup.policy.clone(), snap.clone())
+                    Readiness::restore(setup.policy.clone(), snap.clone().clamped(now))
                 }
                 None => Readiness::new(setup.policy.clone()),
             };
@@ -314,6 +314,15 @@ impl Fold {
                     ..branch_fields(&r.branch)
                 },
             ));
+        }
+        for (b, snap) in mine.map(|p| &p.branches).into_iter().flatten() {
+            if setup.branches.contains(b) && snap.clone().clamped(now) != *snap {
+                fold.effects.push(log(
+                    Level::Warn,
+                    "saved state is dated after this host's clock (clock skew between probers, or a clock stepped back): its future instants are ignored",
+                    branch_fields(b),
+                ));
+            }
         }
         fold.apply_overrides(doc, now);
         for b in mine.map(|p| p.branches.keys()).into_iter().flatten() {

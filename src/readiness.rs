@@ -165,6 +165,22 @@ pub struct Snapshot {
     pub attempts: Vec<AttemptRecord>,
 }
 
+impl Snapshot {
+    /// The snapshot as it can be trusted at `now`: attempts that finished after `now` are
+    /// dropped, a holding clock that starts after `now` is cleared (the condition starts holding
+    /// afresh), and a `since` after `now` becomes `now`. A document written by a host whose clock
+    /// ran ahead (or read after an NTP step back) would otherwise put the evaluation clock in the
+    /// future, where every window is empty and the state can never change.
+    #[must_use]
+    pub fn clamped(mut self, now: Millis) -> Snapshot {
+        self.attempts.retain(|a| a.finished_at <= now);
+        self.since = self.since.map(|t| t.min(now));
+        self.unready_holding_since = self.unready_holding_since.filter(|t| *t <= now);
+        self.ready_holding_since = self.ready_holding_since.filter(|t| *t <= now);
+        self
+    }
+}
+
 /// The outcome of one finished probe attempt.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct AttemptRecord {
@@ -1205,6 +1221,48 @@ mod tests {
         assert_eq!(r.snapshot().attempts.len(), 300);
         r.evaluate(BASE + 20_000 * S);
         assert!(r.snapshot().attempts.is_empty());
+    }
+
+    /// A snapshot dated an hour ahead must not freeze the state: restored clamped, a branch
+    /// failing every attempt still becomes unready after the `for`.
+    #[test]
+    fn a_snapshot_from_the_future_does_not_freeze_readiness() {
+        let now: Millis = 1_000_000_000;
+        let ahead = now + 3_600_000;
+        let snap = Snapshot {
+            state: ReadinessState::Ready,
+            since: Some(ahead),
+            unready_holding_since: None,
+            ready_holding_since: Some(ahead),
+            attempts: (0..30)
+                .map(|i| AttemptRecord {
+                    finished_at: ahead - i * 2_000,
+                    success: true,
+                    class: None,
+                })
+                .collect(),
+        };
+        let fail_for_5m = |r: &mut Readiness| {
+            (1..=150)
+                .filter_map(|i| {
+                    r.record(AttemptRecord {
+                        finished_at: now + i * 2_000,
+                        success: false,
+                        class: Some(FailureClass::ServerReadOnly),
+                    })
+                })
+                .count()
+        };
+        let mut unclamped = Readiness::restore(default_policy(), snap.clone());
+        assert_eq!(
+            fail_for_5m(&mut unclamped),
+            0,
+            "the defect this guards against"
+        );
+        let mut r = Readiness::restore(default_policy(), snap.clamped(now));
+        assert_eq!(r.since(), Some(now));
+        assert_eq!(fail_for_5m(&mut r), 1);
+        assert_eq!(r.state(), ReadinessState::Unready);
     }
 
     #[test]

@@ -481,6 +481,29 @@ fn saved_state_is_restored_and_unknown_branches_are_named() {
     );
 }
 
+#[test]
+fn saved_state_dated_ahead_is_named_and_clamped() {
+    let (f, _) = pending();
+    let snap = f.sync_request().readiness["primary"].snapshot();
+    let saved_since = snap.since.expect("pending has a since");
+    let mut doc = ControlDoc::new("orders-db");
+    let branches = [("primary".to_string(), snap)].into_iter().collect();
+    doc.probers.insert(
+        "p1".into(),
+        ProberState {
+            saved_at: 0,
+            branches,
+        },
+    );
+    // This host's clock reads 0: everything saved lies ahead of it.
+    let (f, e) = start(&doc);
+    assert!(saved_since > 0);
+    assert!(logs(&e).iter().any(|l| l.level == Level::Warn
+        && l.message.contains("dated after this host's clock")
+        && l.fields.branch.as_deref() == Some("primary")));
+    assert_eq!(f.sync_request().readiness["primary"].since(), Some(0));
+}
+
 fn report(batch: u64, sink: &'static str, error: Option<&str>) -> Input {
     Input::SinkReport(SinkReport {
         batch,
