@@ -109,7 +109,8 @@ pub enum FailureClass {
     /// The server rejected the probe identity or its privileges (MySQL 1044, 1045, 1698, 3159;
     /// 1142/1143 when a GRANT on the canary table is missing).
     AuthDenied,
-    /// The server is read-only (MySQL 1290 `--read-only`, 1836 read-only mode).
+    /// The server is read-only (MySQL 1290 `--read-only`, 1836 read-only mode, 1036 a table opened
+    /// read-only, e.g. under `innodb_read_only`).
     ServerReadOnly,
     /// The server refused the connection for lack of capacity (MySQL 1040, 1203).
     TooManyConnections,

@@ -333,7 +333,8 @@ pub fn classify_mysql(e: &mysql_async::Error) -> StepError {
 /// Map a MySQL/MariaDB server error code to a failure class.
 pub fn classify_server_code(code: u16) -> FailureClass {
     match code {
-        1290 | 1836 => FailureClass::ServerReadOnly,
+        // 1036: a table opened read-only, as every InnoDB table is under `innodb_read_only`.
+        1036 | 1290 | 1836 => FailureClass::ServerReadOnly,
         1044 | 1045 | 1142 | 1143 | 1698 | 3159 => FailureClass::AuthDenied,
         1040 | 1203 => FailureClass::TooManyConnections,
         1205 | 1213 => FailureClass::LockWaitTimeout,
@@ -359,6 +360,7 @@ mod tests {
         let cases = [
             (server(1290), FailureClass::ServerReadOnly),
             (server(1836), FailureClass::ServerReadOnly),
+            (server(1036), FailureClass::ServerReadOnly),
             (server(1045), FailureClass::AuthDenied),
             (server(3159), FailureClass::AuthDenied),
             (server(1040), FailureClass::TooManyConnections),
