@@ -386,32 +386,15 @@ impl Fold {
     /// dropped: count, log and record each.
     pub fn abandon_unsent(&mut self, now: Millis) -> Vec<Effect> {
         for ((sink, _), o) in std::mem::take(&mut self.outstanding) {
-            *self
-                .summary
-                .dropped_batches
-                .entry(sink.to_string())
-                .or_default() += 1;
-            self.effects.push(log(
-                Level::Warn,
-                "publish abandoned at shutdown",
-                Fields {
-                    sink: Some(sink.into()),
-                    datums: Some(o.datums as u64),
-                    reason: Some(<&str>::from(o.reason).into()),
-                    ..Fields::default()
-                },
-            ));
-            self.record(
+            let why = "abandoned at shutdown: the grace period ended before it was sent";
+            let reason = <&str>::from(o.reason);
+            self.unsent(
+                sink,
+                &o,
+                reason,
+                why,
+                PublishOutcome::AbandonedAtShutdown,
                 now,
-                Record::Publish(Publish::new(
-                    sink,
-                    o.reason,
-                    o.datums,
-                    0,
-                    0,
-                    PublishOutcome::AbandonedAtShutdown,
-                    Some("abandoned at shutdown: the grace period ended before it was sent".into()),
-                )),
             );
         }
         std::mem::take(&mut self.effects)
@@ -665,6 +648,24 @@ impl Fold {
         let Some(o) = self.outstanding.remove(&(sink, batch)) else {
             return;
         };
+        self.unsent(sink, &o, why.why(), why.why(), refusal_outcome(why), now);
+    }
+
+    /// A batch that never reached its sink: counted as dropped, logged (with `log_reason`) and
+    /// recorded (with `why` as its error).
+    fn unsent(
+        &mut self,
+        sink: &'static str,
+        o: &Outstanding,
+        log_reason: &str,
+        why: &str,
+        outcome: PublishOutcome,
+        now: Millis,
+    ) {
+        let message = match outcome {
+            PublishOutcome::AbandonedAtShutdown => "publish abandoned at shutdown",
+            _ => "publish dropped",
+        };
         *self
             .summary
             .dropped_batches
@@ -672,26 +673,16 @@ impl Fold {
             .or_default() += 1;
         self.effects.push(log(
             Level::Warn,
-            "publish dropped",
+            message,
             Fields {
                 sink: Some(sink.into()),
                 datums: Some(o.datums as u64),
-                reason: Some(why.why().into()),
+                reason: Some(log_reason.into()),
                 ..Fields::default()
             },
         ));
-        self.record(
-            now,
-            Record::Publish(Publish::new(
-                sink,
-                o.reason,
-                o.datums,
-                0,
-                0,
-                refusal_outcome(why),
-                Some(why.why().into()),
-            )),
-        );
+        let publish = Publish::new(sink, o.reason, o.datums, 0, 0, outcome, Some(why.into()));
+        self.record(now, Record::Publish(publish));
     }
 
     fn on_report(&mut self, r: SinkReport, now: Millis) {
