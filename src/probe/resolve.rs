@@ -142,7 +142,8 @@ pub fn build_resolver(dns: &Dns) -> Result<TokioResolver, ResolverSetupError> {
     opts.cache_size = 0;
     opts.use_hosts_file = ResolveHosts::Never;
     opts.timeout = dns.timeout;
-    opts.attempts = 1;
+    // hickory's `attempts` counts retries after the first query: 0 is one query per lookup.
+    opts.attempts = 0;
     opts.ndots = 0;
     opts.preserve_intermediates = true;
     // Ask two nameservers at once when there are two or more, so a dead one never makes an
