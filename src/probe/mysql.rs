@@ -335,7 +335,8 @@ pub fn classify_server_code(code: u16) -> FailureClass {
     match code {
         // 1036: a table opened read-only, as every InnoDB table is under `innodb_read_only`.
         1036 | 1290 | 1836 => FailureClass::ServerReadOnly,
-        1044 | 1045 | 1142 | 1143 | 1698 | 3159 => FailureClass::AuthDenied,
+        // 3118 (MySQL) and 4151 (MariaDB): the account is locked.
+        1044 | 1045 | 1142 | 1143 | 1698 | 3118 | 3159 | 4151 => FailureClass::AuthDenied,
         1040 | 1203 => FailureClass::TooManyConnections,
         1205 | 1213 => FailureClass::LockWaitTimeout,
         1053 | 1927 | 2006 | 2013 => FailureClass::ServerGoneAway,
@@ -363,6 +364,8 @@ mod tests {
             (server(1036), FailureClass::ServerReadOnly),
             (server(1045), FailureClass::AuthDenied),
             (server(3159), FailureClass::AuthDenied),
+            (server(3118), FailureClass::AuthDenied),
+            (server(4151), FailureClass::AuthDenied),
             (server(1040), FailureClass::TooManyConnections),
             (server(1205), FailureClass::LockWaitTimeout),
             (server(1213), FailureClass::LockWaitTimeout),
