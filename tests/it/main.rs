@@ -2,6 +2,7 @@
 
 mod cli;
 mod failback;
+mod fault_matrix;
 mod harness_smoke;
 mod http_kind;
 mod mysql_kind;
