@@ -62,6 +62,35 @@ async fn mysql_too_many_connections() {
     }
 }
 
+/// As above, and an administrator's session in the slot kept for administrators: the server
+/// answers the connection with error 1040 instead of its greeting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_too_many_connections_at_the_greeting() {
+    let Some(row) = Row::with_db(&["--max-connections=10"]).await else {
+        return;
+    };
+    let opts: mysql_async::Opts = row.db().client_opts("readyprobe", PASSWORD).into();
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        held.push(
+            mysql_async::Conn::new(opts.clone())
+                .await
+                .expect("hold a session"),
+        );
+    }
+    let admin = row
+        .db()
+        .root_conn()
+        .await
+        .expect("the administrators' slot");
+    let got = row.run(&row.db_config(), THREE_TICKS).await;
+    all_fail(&got, "tls", "too_many_connections");
+    let _ = admin.disconnect().await;
+    for c in held {
+        let _ = c.disconnect().await;
+    }
+}
+
 /// `read_only = ON` and the probe's ordinary user: the write is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_read_only() {

@@ -2,8 +2,9 @@
 //! one way to make a real kernel drop SYNs (a blackholed host) or answer them with a reset,
 //! without touching the host's own firewall. Needs root, `ip` and `nft` (Debian `nftables`).
 //!
-//! The far address is `10.231.<n>.2`, the near one `10.231.<n>.1` (a /30 per namespace); names
-//! carry the process id and a counter so parallel tests and test processes never collide.
+//! Each namespace gets a /30 in 10.231.0.0/16 (near end `.1`, far end `.2` of the block) chosen
+//! from the process id and a counter, and a name carrying both, so parallel tests and test
+//! processes do not collide.
 
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
@@ -64,16 +65,16 @@ impl NetNs {
         static NEXT: AtomicU8 = AtomicU8::new(0);
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let pid = std::process::id();
-        // Subnet byte from pid and counter: distinct for the tests of one process, and unlikely
-        // to meet another process's (whose namespace would also carry another name).
-        let subnet = (pid as u8).wrapping_mul(16).wrapping_add(n % 16);
+        // 16384 /30 blocks: four per process (the counter), by the low 12 bits of the pid.
+        let block = (pid % 4096) * 4 + u32::from(n % 4);
+        let [_, _, hi, lo] = (block * 4).to_be_bytes();
         let name = format!("rpf-{pid}-{n}");
         let ns = NetNs {
             name: name.clone(),
-            far: Ipv4Addr::new(10, 231, subnet, 2),
+            far: Ipv4Addr::new(10, 231, hi, lo + 2),
         };
         let (near_if, far_if) = (format!("rpa{pid:x}{n}"), format!("rpb{pid:x}{n}"));
-        let near = format!("10.231.{subnet}.1/30");
+        let near = format!("10.231.{hi}.{}/30", lo + 1);
         let far = format!("{}/30", ns.far);
         run(&["ip", "netns", "add", &name]);
         run(&[
