@@ -107,7 +107,8 @@ pub enum FailureClass {
     /// No TLS protocol version acceptable to both sides.
     TlsProtocolVersion,
     /// The server rejected the probe identity or its privileges (MySQL 1044, 1045, 1698, 3159;
-    /// 1142/1143 when a GRANT on the canary table is missing).
+    /// a locked account: MySQL 3118, MariaDB 4151; 1142/1143 when a GRANT on the canary table is
+    /// missing).
     AuthDenied,
     /// The server is read-only (MySQL 1290 `--read-only`, 1836 read-only mode, 1036 a table opened
     /// read-only, e.g. under `innodb_read_only`).

@@ -204,7 +204,8 @@ pub fn test_resolver(server: SocketAddr) -> TokioResolver {
     opts.cache_size = 0;
     opts.use_hosts_file = ResolveHosts::Never;
     opts.timeout = Duration::from_secs(2);
-    opts.attempts = 1;
+    // hickory counts retries: 0 means one query per lookup.
+    opts.attempts = 0;
     opts.ndots = 0;
     Resolver::builder_with_config(config, TokioRuntimeProvider::default())
         .with_options(opts)
