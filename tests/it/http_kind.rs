@@ -253,6 +253,7 @@ async fn a_server_that_speaks_first_is_a_protocol_error() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &dns, port, ca.ca_pem_path())
         .tls("disabled", None)
+        .set("probe.tls", "danger_send_secrets_unverified", true)
         .load(&dir.path().join("http.toml"));
     let (resolver, probes) = prepare(&cfg).unwrap();
     let a = run_attempt(&probes[0], &resolver, &Clock::start(), 1).await;
