@@ -296,3 +296,45 @@ async fn failure_classes_from_real_peers() {
         (Step::Connect, FailureClass::TcpRefused)
     );
 }
+
+/// Under `innodb_read_only` a canary table of another engine (Aria here) still takes the write:
+/// the server's own `@@innodb_read_only` fails the attempt at `verify` as `server_read_only`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_under_innodb_read_only_fails_verify_even_when_the_write_went_through() {
+    use crate::support::mariadb::{MariaDb, MariaDbOptions, canary_sql, split_sql_script};
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let cert =
+        p.ca.server_cert(&[PRIMARY], &[IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+    let ro = MariaDb::start_with(MariaDbOptions {
+        tls: Some(cert),
+        extra_args: vec!["--innodb-read-only".into()],
+    })
+    .await;
+    let script = canary_sql(PASSWORD).replace("ENGINE = InnoDB", "ENGINE = Aria");
+    for stmt in split_sql_script(&script) {
+        ro.root_exec(&stmt).await;
+    }
+    let text = p
+        .builder(&ConfigOpts {
+            interval_ms: 2000,
+            timeout_ms: 1500,
+            primary_port: Some(ro.port()),
+            policy: "[readiness]\nwindow = \"30s\"\nmin_attempts = 5\n",
+            ..Default::default()
+        })
+        .build();
+    let a = attempt(&p, text, "primary").await;
+    assert_eq!(
+        failure(&a),
+        (Step::Verify, FailureClass::ServerReadOnly),
+        "{a:?}"
+    );
+    assert!(
+        a.steps.iter().any(|s| s.step == Step::Write && s.ok),
+        "{a:?}"
+    );
+    let s = a.server.as_ref().unwrap();
+    assert!(s.innodb_read_only && !s.read_only, "{s:?}");
+}

@@ -71,8 +71,8 @@ fn readyprobe(args: &[&str], config: &Path, token: &str) -> (Option<i32>, String
     (out.status.code(), text)
 }
 
-/// Every command an operator runs against `config`, each output checked; `probe` and the two
-/// runs (text and JSON logs at debug level) are given the echo `modes` to answer in.
+/// Every command an operator runs against `config` (the two runs with text and JSON logs at debug
+/// level), each output checked; `during(i)` runs before the `i`th command.
 fn every_command(config: &Path, branch: &str, s: &(String, String), mut during: impl FnMut(usize)) {
     let runs: [&[&str]; 7] = [
         &["check"],
