@@ -217,3 +217,43 @@ pub fn new_marker() -> String {
     let v: u128 = rand::random();
     format!("{v:032x}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A secret that straddles the 1 KiB cut is redacted whole before the message is cut.
+    #[tokio::test]
+    async fn a_message_is_redacted_before_it_is_cut() {
+        let secret = "S3cr3t-at-the-cut";
+        let second = Duration::from_secs(1);
+        let deadline = Deadline {
+            end: Instant::now() + second,
+            step_timeouts: StepTimeouts {
+                resolve: second,
+                connect: second,
+                tls: second,
+                auth: second,
+                write: second,
+                verify: second,
+            },
+        };
+        let mut steps = Steps::new(deadline).redacting(Redactor::new([secret]));
+        let message = format!("{}{secret} and again {secret}", "x".repeat(MAX_MESSAGE - 6));
+        let failing = async {
+            Err::<(), _>(StepError {
+                class: FailureClass::HttpWrongBranch,
+                message: message.clone(),
+            })
+        };
+        let (_, e) = steps.run(Step::Write, failing).await.unwrap_err();
+        assert!(!e.message.contains("S3cr"), "{}", e.message);
+        assert!(
+            e.message.ends_with("x<redac…"),
+            "cut inside the marker: {}",
+            e.message
+        );
+        let (_, e) = steps.fail_last(Step::Verify, FailureClass::VerifyMismatch, message);
+        assert!(!e.message.contains("S3cr"), "{}", e.message);
+    }
+}
