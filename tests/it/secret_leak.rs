@@ -27,9 +27,15 @@ fn assert_clean(what: &str, text: &str, (secret, tail): &(String, String)) {
     );
 }
 
-/// The http config: a marked POST to the echo server with the secret twice, from a variable
+/// The http config: a marked POST to the echo server with the secret twice, from `token`
 /// (Authorization) and from a file (x-api-key).
-fn http_config(dir: &Path, dns: std::net::SocketAddr, port: u16, ca: &Path) -> ConfigBuilder {
+fn http_config(
+    dir: &Path,
+    dns: std::net::SocketAddr,
+    port: u16,
+    ca: &Path,
+    token: toml::Value,
+) -> ConfigBuilder {
     ConfigBuilder::new(dir, "orders-api", "api.orders.internal.example")
         .clear("readiness")
         .merge(FAST_POLICY)
@@ -48,7 +54,7 @@ fn http_config(dir: &Path, dns: std::net::SocketAddr, port: u16, ca: &Path) -> C
         .set("probe.http", "body", r#"{"canary": "{{marker}}"}"#)
         .merge(&format!(
             "[probe.http]\nheaders = {{ authorization = {}, x-api-key = {} }}\nexpect_json = {{ pointer = \"/id\", equals = \"{{{{marker}}}}\" }}\nexpect_header = {{ name = \"x-branch\", equals = \"{{{{branch}}}}\" }}\n",
-            secret_env(TOKEN_VAR),
+            token,
             secret_file(&dir.join("api-key")),
         ))
         .branch("primary", "PRIMARY", API, None)
@@ -125,7 +131,7 @@ fn assert_files_clean(dir: &Path, skip: &[&Path], s: &(String, String)) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_secret_appears_in_no_output_log_evidence_or_debug() {
+async fn the_secret_appears_in_no_output_log_evidence_or_state_file() {
     let Some(p) = Pipeline::start_or_skip().await else {
         return;
     };
@@ -147,19 +153,9 @@ async fn the_secret_appears_in_no_output_log_evidence_or_debug() {
         .await;
 
     let mysql = p.write_config("mysql.toml", &ConfigOpts::default());
-    let http =
-        http_config(dir, p.dns.addr(), echo.port, p.ca.ca_pem_path()).write(&dir.join("http.toml"));
-
-    // The Debug of the loaded configs and the prepared targets.
-    for config in [&mysql, &http] {
-        let cfg = readyprobe::config::load(config).unwrap_or_else(|e| panic!("{e}"));
-        assert_clean("Config Debug", &format!("{cfg:?}"), &s);
-        // The variable is not set in this process: the http config prepares with it missing.
-        match readyprobe::probe::prepare(&cfg) {
-            Ok((_, probes)) => assert_clean("BranchProbe Debug", &format!("{probes:?}"), &s),
-            Err(e) => assert_clean("PrepareError", &format!("{e} {e:?}"), &s),
-        }
-    }
+    let token = secret_env(TOKEN_VAR);
+    let http = http_config(dir, p.dns.addr(), echo.port, p.ca.ca_pem_path(), token)
+        .write(&dir.join("http.toml"));
 
     every_command(&mysql, "secondary", &s, |_| {});
     let ev = read_evidence(&p.evidence());
@@ -195,4 +191,40 @@ async fn the_secret_appears_in_no_output_log_evidence_or_debug() {
     let secrets = [dir.join("password"), dir.join("api-key")];
     let skip: Vec<&Path> = secrets.iter().map(|p| p.as_path()).collect();
     assert_files_clean(dir, &skip, &s);
+}
+
+/// The `Debug` of the loaded configs and of the prepared targets (which hold the resolved
+/// secrets) shows no secret value.
+#[test]
+fn debug_of_config_and_prepared_targets_holds_no_secret() {
+    let s = secret();
+    let ca = crate::support::tls::TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(dir.join("password"), &s.0).unwrap();
+    std::fs::write(dir.join("api-key"), &s.0).unwrap();
+    let ns: std::net::SocketAddr = "127.0.0.1:53".parse().unwrap();
+    let mysql = ConfigBuilder::new(dir, "orders-db", "mysql.orders.internal.example")
+        .nameserver(ns)
+        .kind("mysql")
+        .tls("verify_identity", Some(ca.ca_pem_path()))
+        .set("probe.mysql", "user", "readyprobe")
+        .set(
+            "probe.mysql",
+            "password",
+            secret_file(&dir.join("password")),
+        )
+        .branch("primary", "PRIMARY", PRIMARY, Some(3306));
+    let token = secret_file(&dir.join("api-key"));
+    let http = http_config(dir, ns, 443, ca.ca_pem_path(), token);
+    for (name, b) in [("mysql.toml", mysql), ("http.toml", http)] {
+        let cfg = b.load(&dir.join(name));
+        assert_clean("Config Debug", &format!("{cfg:?}"), &s);
+        let (_, probes) = readyprobe::probe::prepare(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            !probes[0].target.secrets().is_empty(),
+            "{name}: secrets resolved"
+        );
+        assert_clean("BranchProbe Debug", &format!("{probes:?}"), &s);
+    }
 }
