@@ -51,7 +51,7 @@ const DANGER_KEY: &str = "probe.tls.danger_send_secrets_unverified";
 pub(super) fn guard_secrets(tls: &TlsSettings, secret_keys: &[String], issues: &mut Issues<'_>) {
     let mode = tls.ssl_mode;
     let what = match mode {
-        SslMode::Disabled => "sends them without TLS",
+        SslMode::Disabled => "does not use TLS",
         SslMode::Required => "does not verify the server's certificate",
         SslMode::VerifyCa => "does not check that the certificate is for the endpoint name",
         SslMode::VerifyIdentity => "",
