@@ -267,6 +267,7 @@ password = { env = "READYPROBE_MYSQL_PASSWORD" }
 
 [probe.tls]
 ssl_mode = "required"
+danger_send_secrets_unverified = true
 
 [[branch]]
 name = "primary"
@@ -322,6 +323,7 @@ endpoint = "mysql-secondary.orders.internal.example"
               BothBranchesUnready    None (0/1)     [Service]
             evidence: /var/lib/readyprobe/evidence.jsonl
             prober id az-a; state store: /var/lib/readyprobe/control-orders-db.json (synced every 10s)
+            warning: probe.tls.danger_send_secrets_unverified is true: ssl_mode "required" does not verify the server's certificate, and probe.mysql.password is sent anyway; a server that is not the branch can capture it (evidence records tls_verified: false)
         "#]]
         .assert_eq(&plan_of(MYSQL));
     }

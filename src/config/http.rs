@@ -4,7 +4,7 @@
 use super::issues::Issues;
 use super::raw::{RawHttp, RawHttpVerify};
 use super::secret::HeaderValueSource;
-use super::tls::TlsSettings;
+use super::tls::{TlsSettings, guard_secrets};
 use super::values::SslMode;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -84,6 +84,18 @@ pub(super) fn headers(
     out
 }
 
+/// The config keys of the headers whose values are secrets, under `prefix`.
+pub(super) fn secret_header_keys(
+    prefix: &str,
+    headers: &[(http::HeaderName, HeaderValueSource)],
+) -> Vec<String> {
+    headers
+        .iter()
+        .filter(|(_, v)| matches!(v, HeaderValueSource::Secret(_)))
+        .map(|(n, _)| format!("{prefix}.headers.{n}"))
+        .collect()
+}
+
 /// Validate one request (`probe.http` or `probe.http.verify`).
 fn request_spec(
     prefix: &str,
@@ -150,6 +162,7 @@ pub(super) fn section(
     };
     let request = request_spec("probe.http", main, "POST", issues);
     let headers = headers("probe.http", h.headers, base, issues);
+    guard_secrets(&tls, &secret_header_keys("probe.http", &headers), issues);
     let expect_header = match h.expect_header {
         Some(e) => match http::HeaderName::from_bytes(e.name.as_bytes()) {
             Ok(n) => Some((n, e.equals)),

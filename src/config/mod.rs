@@ -291,7 +291,7 @@ kind = "mysql"
 
 [probe.tls]
 ssl_mode = "required"
-
+danger_send_secrets_unverified = true
 [probe.mysql]
 user = "readyprobe"
 password = { env = "PW" }

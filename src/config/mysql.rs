@@ -3,7 +3,7 @@
 use super::issues::Issues;
 use super::raw::RawMysql;
 use super::secret::SecretRef;
-use super::tls::{ClientIdentityFiles, TlsSettings};
+use super::tls::{ClientIdentityFiles, TlsSettings, guard_secrets};
 use super::values::{MinVersion, SslMode};
 use std::path::{Path, PathBuf};
 
@@ -60,6 +60,7 @@ pub(super) fn section(
     if m.user.is_empty() {
         issues.error("probe.mysql.user", "must not be empty");
     }
+    guard_secrets(&tls, &["probe.mysql.password".to_string()], issues);
     Some(MysqlProbe {
         port: m.port.map_or(3306, |p| p.get()),
         user: m.user,

@@ -1,10 +1,10 @@
 //! `[probe.otlp]`: an OTLP/HTTP export of one marked data point to a telemetry gateway.
 
-use super::http::headers;
+use super::http::{headers, secret_header_keys};
 use super::issues::Issues;
 use super::raw::RawOtlp;
 use super::secret::HeaderValueSource;
-use super::tls::TlsSettings;
+use super::tls::{TlsSettings, guard_secrets};
 use std::path::Path;
 
 /// Settings of the `otlp` probe kind.
@@ -35,6 +35,7 @@ pub(super) fn section(
         );
     }
     let headers = headers("probe.otlp", o.headers, base, issues);
+    guard_secrets(&tls, &secret_header_keys("probe.otlp", &headers), issues);
     Some(OtlpProbe {
         port: o.port.map_or(4318, |p| p.get()),
         tls,

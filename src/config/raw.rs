@@ -206,6 +206,7 @@ pub(super) struct RawTls {
     pub ssl_cert: Option<PathBuf>,
     pub ssl_key: Option<PathBuf>,
     pub tls_min_version: Option<MinVersion>,
+    pub danger_send_secrets_unverified: Option<bool>,
 }
 
 /// The keys that lived in each kind's table before `[probe.tls]`; named in the error that says

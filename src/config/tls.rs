@@ -28,6 +28,51 @@ pub struct TlsSettings {
     pub client_identity: Option<ClientIdentityFiles>,
     /// Minimum TLS version. Default 1.2.
     pub tls_min_version: MinVersion,
+    /// `danger_send_secrets_unverified`: send the kind's secrets over a session that does not
+    /// verify the server's chain and name (or no TLS). Default false.
+    pub danger_send_secrets_unverified: bool,
+}
+
+impl TlsSettings {
+    /// Whether every session verifies the server's certificate chain **and** its name
+    /// (`verify_identity`): the only sessions a secret is sent over unless the danger key allows
+    /// it. `verify_ca` does not count: any certificate from the same CA (another branch, another
+    /// service) would receive the secret.
+    pub fn verified(&self) -> bool {
+        self.ssl_mode == SslMode::VerifyIdentity
+    }
+}
+
+const DANGER_KEY: &str = "probe.tls.danger_send_secrets_unverified";
+
+/// The rule for a kind that sends secrets (`secret_keys`, the config keys holding them): only
+/// over a verified session, unless the danger key allows it (then a warning). The danger key
+/// without an unverified session carrying a secret is a warning too: it does nothing.
+pub(super) fn guard_secrets(tls: &TlsSettings, secret_keys: &[String], issues: &mut Issues<'_>) {
+    let mode = tls.ssl_mode;
+    let what = match mode {
+        SslMode::Disabled => "does not use TLS",
+        SslMode::Required => "does not verify the server's certificate",
+        SslMode::VerifyCa => "does not check that the certificate is for the endpoint name",
+        SslMode::VerifyIdentity => "",
+    };
+    match (tls.verified() || secret_keys.is_empty(), tls.danger_send_secrets_unverified) {
+        (true, false) => {}
+        (true, true) => issues.warn(format!(
+            "{DANGER_KEY} has no effect: no secret is sent over an unverified session"
+        )),
+        (false, false) => issues.error(
+            format!("{PREFIX}.ssl_mode"),
+            format!(
+                "ssl_mode \"{mode}\" {what}, so {} would go to whichever server answers: use ssl_mode = \"verify_identity\" with ssl_ca, or accept the risk with {DANGER_KEY} = true",
+                secret_keys.join(", ")
+            ),
+        ),
+        (false, true) => issues.warn(format!(
+            "{DANGER_KEY} is true: ssl_mode \"{mode}\" {what}, and {} is sent anyway; a server that is not the branch can capture it (evidence records tls_verified: false)",
+            secret_keys.join(", ")
+        )),
+    }
 }
 
 const PREFIX: &str = "probe.tls";
@@ -101,10 +146,83 @@ pub(super) fn section(
             None
         }
     };
+    let danger_send_secrets_unverified = raw.danger_send_secrets_unverified.unwrap_or(false);
+    if kind == KindName::Tcp && danger_send_secrets_unverified {
+        issues.warn(format!(
+            "{DANGER_KEY} has no effect: the tcp kind sends no secret"
+        ));
+    }
     Some(TlsSettings {
         ssl_mode,
         ssl_ca,
         client_identity,
         tls_min_version: raw.tls_min_version.unwrap_or(MinVersion::Tls12),
+        danger_send_secrets_unverified,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+    use std::path::Path;
+
+    fn config(tls: &str, kind: &str) -> String {
+        let kind_table = match kind {
+            "mysql" => "[probe.mysql]\nuser = \"u\"\npassword = { env = \"PW\" }\n",
+            _ => "[probe.http]\npath = \"/\"\nheaders = { authorization = { env = \"T\" } }\n",
+        };
+        format!(
+            "[service]\nname = \"s\"\nstable_name = \"s.example\"\n[probe]\nkind = \"{kind}\"\n[probe.tls]\n{tls}\n{kind_table}[[branch]]\nname = \"a\"\nrole = \"PRIMARY\"\nendpoint = \"a.example\"\n"
+        )
+    }
+
+    fn errors(text: &str) -> Vec<String> {
+        match parse(Path::new("/c/x.toml"), text) {
+            Ok(_) => Vec::new(),
+            Err(e) => e
+                .issues
+                .iter()
+                .map(|i| format!("{}:{} {}", i.line.unwrap_or(0), i.key, i.message))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_secret_goes_only_over_a_verified_session_unless_the_danger_key_allows_it() {
+        for kind in ["mysql", "http"] {
+            for mode in ["disabled", "required", "verify_ca"] {
+                let tls = format!("ssl_mode = \"{mode}\"\nssl_ca = \"ca.pem\"");
+                let e = errors(&config(&tls, kind));
+                assert_eq!(e.len(), 1, "{kind} {mode}: {e:?}");
+                assert!(
+                    e[0].starts_with("7:probe.tls.ssl_mode ")
+                        && e[0].contains("danger_send_secrets_unverified = true")
+                        && e[0].contains(if kind == "mysql" {
+                            "probe.mysql.password"
+                        } else {
+                            "probe.http.headers.authorization"
+                        }),
+                    "{kind} {mode}: {e:?}"
+                );
+                let allowed = format!("{tls}\ndanger_send_secrets_unverified = true");
+                let cfg = parse(Path::new("/c/x.toml"), &config(&allowed, kind))
+                    .unwrap_or_else(|e| panic!("{kind} {mode}: {e}"));
+                assert!(
+                    cfg.warnings.iter().any(|w| w
+                        .contains("probe.tls.danger_send_secrets_unverified is true: ssl_mode")),
+                    "{kind} {mode}: {:?}",
+                    cfg.warnings
+                );
+            }
+            let verified = "ssl_mode = \"verify_identity\"\nssl_ca = \"ca.pem\"";
+            assert_eq!(errors(&config(verified, kind)), Vec::<String>::new());
+            let useless = format!("{verified}\ndanger_send_secrets_unverified = true");
+            let cfg = parse(Path::new("/c/x.toml"), &config(&useless, kind)).unwrap();
+            assert!(
+                cfg.warnings.iter().any(|w| w.contains("has no effect")),
+                "{:?}",
+                cfg.warnings
+            );
+        }
+    }
 }

@@ -4,6 +4,7 @@
 //! A leaf: plain data that the steps, the kinds and the dispatcher in `probe` all use, so none of
 //! them imports another to reach it.
 
+use super::target::Redactor;
 use crate::failure::{FailureClass, Step};
 use crate::readiness::{AttemptRecord, Millis};
 use serde::Serialize;
@@ -65,6 +66,11 @@ pub struct Attempt {
     /// TLS session facts (after a completed handshake).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsInfo>,
+    /// Whether every TLS session of this attempt verified the server's certificate chain and
+    /// name (`verify_identity`); false without TLS, and for the modes that send secrets only
+    /// under `danger_send_secrets_unverified`.
+    #[serde(default)]
+    pub tls_verified: bool,
     /// `notAfter` (ms since the epoch) of the server's leaf certificate as presented in this
     /// attempt, whether or not it verified.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -107,6 +113,7 @@ impl Attempt {
             dns: None,
             address: None,
             tls: None,
+            tls_verified: false,
             certificate_not_after: None,
             certificate_subject: None,
             server: None,
@@ -162,6 +169,20 @@ pub struct Learned {
     pub otlp: Option<OtlpObservation>,
 }
 
+impl Learned {
+    /// Remove the configured secrets from everything the target told: the server's host name
+    /// and version, the gateway's message.
+    pub fn redact(&mut self, r: &Redactor) {
+        if let Some(s) = &mut self.server {
+            r.redact_in_place(&mut s.hostname);
+            r.redact_in_place(&mut s.version);
+        }
+        if let Some(m) = self.otlp.as_mut().and_then(|o| o.message.as_mut()) {
+            r.redact_in_place(m);
+        }
+    }
+}
+
 /// One step's outcome inside an attempt.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct StepRecord {
@@ -211,6 +232,9 @@ pub struct ServerIdentity {
     pub server_id: u64,
     /// `@@read_only`.
     pub read_only: bool,
+    /// `@@innodb_read_only`.
+    #[serde(default)]
+    pub innodb_read_only: bool,
     /// Server version from the greeting.
     pub version: String,
 }

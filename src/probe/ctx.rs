@@ -3,7 +3,7 @@
 //! learned so far. A step or kind takes `&mut StepCtx` and returns its value or a [`StepFailure`].
 
 use super::attempt::{Learned, StepRecord};
-use super::target::BranchProbe;
+use super::target::{BranchProbe, Redactor};
 use crate::clock::Clock;
 use crate::config::StepTimeouts;
 use crate::failure::{FailureClass, Step};
@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// A step failed: its class and a human message (never containing secrets).
+/// A step failed: its class and a human message. The message may quote what the target sent;
+/// [`Steps`] removes every configured secret from it before it is recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepError {
     pub class: FailureClass,
@@ -69,6 +70,8 @@ pub struct Steps {
     pub deadline: Deadline,
     /// Records so far, in execution order.
     pub records: Vec<StepRecord>,
+    /// Removes the configured secrets from every failure message.
+    pub redactor: Redactor,
 }
 
 /// Longest failure message kept, bytes: messages go into every evidence record.
@@ -79,6 +82,22 @@ impl Steps {
         Steps {
             deadline,
             records: Vec::new(),
+            redactor: Redactor::default(),
+        }
+    }
+
+    /// These steps, removing `redactor`'s secrets from every failure message.
+    pub fn redacting(self, redactor: Redactor) -> Self {
+        Steps { redactor, ..self }
+    }
+
+    /// A failure message with the secrets removed (before any truncation, so no part of a
+    /// secret survives at the cut) and at most [`MAX_MESSAGE`] bytes.
+    fn clean(&self, message: &mut String) {
+        self.redactor.redact_in_place(message);
+        if message.len() > MAX_MESSAGE {
+            message.truncate(message.floor_char_boundary(MAX_MESSAGE));
+            message.push('…');
         }
     }
 
@@ -98,11 +117,7 @@ impl Steps {
             Err(_) => Err(timed_out(step, budget)),
         };
         let r = r.map_err(|mut e| {
-            if e.message.len() > MAX_MESSAGE {
-                e.message
-                    .truncate(e.message.floor_char_boundary(MAX_MESSAGE));
-                e.message.push('…');
-            }
+            self.clean(&mut e.message);
             e
         });
         self.records.push(StepRecord {
@@ -116,7 +131,13 @@ impl Steps {
 
     /// Fail the last recorded step: a check after the step's I/O found a problem. Returns the
     /// failure to hand back.
-    pub fn fail_last(&mut self, step: Step, class: FailureClass, message: String) -> StepFailure {
+    pub fn fail_last(
+        &mut self,
+        step: Step,
+        class: FailureClass,
+        mut message: String,
+    ) -> StepFailure {
+        self.clean(&mut message);
         if let Some(last) = self.records.last_mut() {
             last.ok = false;
             last.class = Some(class);
@@ -180,7 +201,7 @@ impl<'a> StepCtx<'a> {
             seq,
             marker: new_marker(),
             tls: probe.target.tls(),
-            steps: Steps::new(deadline),
+            steps: Steps::new(deadline).redacting(probe.redactor.clone()),
             learned: Learned::default(),
         }
     }
@@ -195,4 +216,44 @@ impl<'a> StepCtx<'a> {
 pub fn new_marker() -> String {
     let v: u128 = rand::random();
     format!("{v:032x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A secret that straddles the 1 KiB cut is redacted whole before the message is cut.
+    #[tokio::test]
+    async fn a_message_is_redacted_before_it_is_cut() {
+        let secret = "S3cr3t-at-the-cut";
+        let second = Duration::from_secs(1);
+        let deadline = Deadline {
+            end: Instant::now() + second,
+            step_timeouts: StepTimeouts {
+                resolve: second,
+                connect: second,
+                tls: second,
+                auth: second,
+                write: second,
+                verify: second,
+            },
+        };
+        let mut steps = Steps::new(deadline).redacting(Redactor::new([secret]));
+        let message = format!("{}{secret} and again {secret}", "x".repeat(MAX_MESSAGE - 6));
+        let failing = async {
+            Err::<(), _>(StepError {
+                class: FailureClass::HttpWrongBranch,
+                message: message.clone(),
+            })
+        };
+        let (_, e) = steps.run(Step::Write, failing).await.unwrap_err();
+        assert!(!e.message.contains("S3cr"), "{}", e.message);
+        assert!(
+            e.message.ends_with("x<redac…"),
+            "cut inside the marker: {}",
+            e.message
+        );
+        let (_, e) = steps.fail_last(Step::Verify, FailureClass::VerifyMismatch, message);
+        assert!(!e.message.contains("S3cr"), "{}", e.message);
+    }
 }

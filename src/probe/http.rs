@@ -18,6 +18,7 @@ use super::http_client::{
     Connection, Io, Vars, apply_headers, fail, host_header, render, tls_or_plain,
 };
 pub use super::target::HttpTarget;
+use super::target::Redactor;
 
 /// Longest JSON value quoted in a mismatch message, bytes.
 const MAX_QUOTED_JSON: usize = 200;
@@ -37,8 +38,9 @@ pub async fn run(
     let host = host_header(ctx.endpoint(), ctx.probe.branch.port, tls.is_some());
     let v = Vars::of(ctx.probe, &ctx.marker, ctx.seq);
     let observed = ctx.learned.http.get_or_insert_default();
+    let redactor = &ctx.probe.redactor;
     ctx.steps
-        .run(Step::Write, write(t, &v, &host, io, observed))
+        .run(Step::Write, write(t, &v, &host, io, observed, redactor))
         .await?;
     if let Some(spec) = &t.settings.verify {
         // The read-back uses a connection of its own to the same address: a server may close
@@ -63,6 +65,7 @@ async fn write(
     host: &str,
     io: Box<dyn Io>,
     observed: &mut HttpObservation,
+    redactor: &Redactor,
 ) -> Result<(), StepError> {
     let s = &t.settings;
     let mut conn = Connection::open(io).await?;
@@ -114,16 +117,22 @@ async fn write(
         }
     }
     if let Some((pointer, want)) = &s.expect_json {
-        check_json(&body, pointer, &render(want, v))?;
+        check_json(&body, pointer, &render(want, v), redactor)?;
     }
     Ok(())
 }
 
-/// The value at `pointer` in the JSON `body` must equal `want` (pure).
+/// The value at `pointer` in the JSON `body` must equal `want` (pure). The value quoted in the
+/// mismatch message is redacted before it is shortened, so no part of a secret survives the cut.
 ///
 /// # Errors
 /// `http_body_mismatch` when the body is not JSON or the value differs or is absent.
-fn check_json(body: &[u8], pointer: &str, want: &str) -> Result<(), StepError> {
+fn check_json(
+    body: &[u8],
+    pointer: &str,
+    want: &str,
+    redactor: &Redactor,
+) -> Result<(), StepError> {
     let doc: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
         fail(
             FailureClass::HttpBodyMismatch,
@@ -146,7 +155,7 @@ fn check_json(body: &[u8], pointer: &str, want: &str) -> Result<(), StepError> {
     }
     let quoted = got
         .map(|g| {
-            let mut t = g.to_string();
+            let mut t = redactor.redact(&g.to_string());
             if t.len() > MAX_QUOTED_JSON {
                 t.truncate(t.floor_char_boundary(MAX_QUOTED_JSON));
                 t.push('…');
@@ -261,13 +270,26 @@ mod tests {
     #[test]
     fn json_values_compare_by_type() {
         let body = br#"{"a": {"n": 1e2, "s": "x", "b": true}}"#;
-        assert!(check_json(body, "/a/n", "100").is_ok());
-        assert!(check_json(body, "/a/s", "x").is_ok());
-        assert!(check_json(body, "/a/b", "true").is_ok());
-        let e = check_json(body, "/a/missing", "x").unwrap_err();
+        let r = Redactor::default();
+        assert!(check_json(body, "/a/n", "100", &r).is_ok());
+        assert!(check_json(body, "/a/s", "x", &r).is_ok());
+        assert!(check_json(body, "/a/b", "true", &r).is_ok());
+        let e = check_json(body, "/a/missing", "x", &r).unwrap_err();
         assert_eq!(e.class, FailureClass::HttpBodyMismatch);
         assert_eq!(e.message, r#"JSON /a/missing is absent, expected "x""#);
-        let e = check_json(b"<html>", "/a", "x").unwrap_err();
+        let e = check_json(b"<html>", "/a", "x", &r).unwrap_err();
         assert_eq!(e.class, FailureClass::HttpBodyMismatch);
+    }
+
+    /// A secret echoed at the cut of the quoted value is redacted whole, not cut in two.
+    #[test]
+    fn a_quoted_json_value_is_redacted_before_it_is_shortened() {
+        let secret = "Bearer S3cr3t-\"quoted\"-token";
+        let r = Redactor::new([secret]);
+        let echoed = serde_json::json!({ "auth": format!("{}{secret}", "x".repeat(180)) });
+        let body = serde_json::to_vec(&echoed).unwrap();
+        let e = check_json(&body, "/auth", "other", &r).unwrap_err();
+        assert!(!e.message.contains("S3cr3t"), "{}", e.message);
+        assert!(e.message.contains("<redacted>"), "{}", e.message);
     }
 }

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
 use super::ctx::{StepCtx, StepError, StepFailure};
-use super::target::BranchProbe;
+use super::target::{BranchProbe, Header};
 
 /// Largest response body read, bytes.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -82,10 +82,15 @@ pub(crate) fn host_header(endpoint: &str, port: u16, tls: bool) -> String {
 /// `protocol_error` when a rendered value is not a valid header value.
 pub(crate) fn apply_headers(
     req: &mut http::Request<Full<Bytes>>,
-    headers: &[(http::HeaderName, String)],
+    headers: &[Header],
     v: &Vars<'_>,
 ) -> Result<(), StepError> {
-    for (n, val) in headers {
+    for Header {
+        name: n,
+        value: val,
+        ..
+    } in headers
+    {
         let value = http::HeaderValue::from_str(&render(val, v)).map_err(|_| {
             fail(
                 FailureClass::ProtocolError,

@@ -24,7 +24,7 @@ pub mod tls;
 
 pub use attempt::{Attempt, DnsMeta, Learned, Outcome, StepRecord};
 pub use ctx::{Deadline, StepBudget, StepCtx, StepError, StepFailure, Steps, new_marker};
-pub use target::{BranchProbe, Target};
+pub use target::{BranchProbe, Redactor, Target};
 
 pub use prepare::{PrepareError, PrepareProblem, prepare};
 
@@ -42,7 +42,8 @@ pub async fn run_attempt(
     let mut ctx = StepCtx::new(probe, resolver, clock, seq);
     let (result, certificate) = tls::with_seen_certificate(run_steps(&mut ctx)).await;
     let certificate = certificate.unwrap_or_default();
-    let learned = ctx.learned;
+    let mut learned = ctx.learned;
+    learned.redact(&probe.redactor);
     Attempt {
         branch: probe.branch.name.clone(),
         seq,
@@ -54,8 +55,9 @@ pub async fn run_attempt(
         dns: learned.dns,
         address: learned.address,
         tls: learned.tls,
+        tls_verified: probe.tls_verified,
         certificate_not_after: certificate.not_after,
-        certificate_subject: certificate.subject,
+        certificate_subject: certificate.subject.map(|s| probe.redactor.redact(&s)),
         server: learned.server,
         http: learned.http,
         otlp: learned.otlp,

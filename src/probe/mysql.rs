@@ -36,8 +36,8 @@ const UTF8MB4_GENERAL_CI: u8 = 45;
 const DISCONNECT_WAIT: Duration = Duration::from_millis(500);
 
 /// The canary row as read back by `verify`: marker, seq, `@@hostname`, `@@server_id`,
-/// `@@read_only`.
-type CanaryRow = (String, u64, String, u64, u8);
+/// `@@read_only`, `@@innodb_read_only`.
+type CanaryRow = (String, u64, String, u64, u8, u8);
 
 /// Run `tls` (when enabled), `auth`, `write` and `verify` after `connect` succeeded.
 ///
@@ -154,7 +154,7 @@ async fn write_and_verify(
         .run(Step::Verify, async {
             conn.exec_first(
                 format!(
-                    "SELECT marker, seq, @@hostname, @@server_id, @@read_only \
+                    "SELECT marker, seq, @@hostname, @@server_id, @@read_only, @@innodb_read_only \
                      FROM {table} WHERE prober_id = ? AND branch = ?"
                 ),
                 (prober_id, branch),
@@ -163,7 +163,7 @@ async fn write_and_verify(
             .map_err(|e| classify_mysql(&e))
         })
         .await?;
-    let Some((got_marker, got_seq, hostname, server_id, read_only)) = row else {
+    let Some((got_marker, got_seq, hostname, server_id, read_only, innodb_read_only)) = row else {
         return Err(ctx.steps.fail_last(
             Step::Verify,
             FailureClass::VerifyMismatch,
@@ -174,8 +174,25 @@ async fn write_and_verify(
         hostname,
         server_id,
         read_only: read_only != 0,
+        innodb_read_only: innodb_read_only != 0,
         version,
     });
+    // A user with SUPER or READ_ONLY ADMIN writes through read_only; the application's users
+    // cannot, so the branch cannot do its job whatever this write did.
+    if identity.read_only || identity.innodb_read_only {
+        let message = format!(
+            "server {} reports {} = 1: the write went through only because the probe user bypasses it (SUPER or READ_ONLY ADMIN); the application's writes are refused",
+            identity.hostname,
+            if identity.read_only {
+                "@@read_only"
+            } else {
+                "@@innodb_read_only"
+            }
+        );
+        return Err(ctx
+            .steps
+            .fail_last(Step::Verify, FailureClass::ServerReadOnly, message));
+    }
     if got_marker != marker || got_seq != seq {
         let message = format!(
             "read back marker {got_marker} seq {got_seq}, wrote {marker} seq {seq} (server {})",

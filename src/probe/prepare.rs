@@ -5,7 +5,7 @@
 //! that does, so `check` can ask it once and report every problem (`run` refuses to start on any).
 //! Each input is checked on its own, so one missing file never hides another.
 
-use super::target::{BranchProbe, Target};
+use super::target::{BranchProbe, Header, Redactor, Target};
 use super::{http, mysql, otlp, resolve, tcp, tls};
 use crate::config::{Config, Dns, HeaderValueSource, ProbeKind, SecretRef, SslMode, TlsSettings};
 use hickory_resolver::TokioResolver;
@@ -109,6 +109,8 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
             problems: problems.0,
         });
     };
+    let tls_verified = tls_settings(&cfg.probe.kind).verified();
+    let redactor = Redactor::new(target.secrets());
     let probes = cfg
         .branches
         .iter()
@@ -120,6 +122,8 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
             timeout: cfg.probe.timeout,
             step_timeouts: cfg.probe.step_timeouts,
             target: target.clone(),
+            tls_verified,
+            redactor: redactor.clone(),
         })
         .collect();
     Ok((resolver, probes))
@@ -154,6 +158,22 @@ fn prepare_resolver(dns: &Dns, problems: &mut Problems) -> Option<TokioResolver>
     }
 }
 
+/// The kind's TLS settings (the mysql kind keeps them among its own).
+fn tls_settings(kind: &ProbeKind) -> TlsSettings {
+    match kind {
+        ProbeKind::Mysql(m) => TlsSettings {
+            ssl_mode: m.ssl_mode,
+            ssl_ca: m.ssl_ca.clone(),
+            client_identity: m.client_identity.clone(),
+            tls_min_version: m.tls_min_version,
+            danger_send_secrets_unverified: false,
+        },
+        ProbeKind::Tcp(t) => t.tls.clone(),
+        ProbeKind::Http(h) => h.tls.clone(),
+        ProbeKind::Otlp(o) => o.tls.clone(),
+    }
+}
+
 fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
     // The kind's table holds its secrets; [probe.tls] holds the TLS settings of every kind.
     let prefix = format!("probe.{}", kind.name());
@@ -161,13 +181,7 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
     match kind {
         ProbeKind::Mysql(m) => {
             let password = secret(format!("{prefix}.password"), &m.password, problems);
-            let settings = TlsSettings {
-                ssl_mode: m.ssl_mode,
-                ssl_ca: m.ssl_ca.clone(),
-                client_identity: m.client_identity.clone(),
-                tls_min_version: m.tls_min_version,
-            };
-            let tls = tls_config(tls_table, &settings, problems);
+            let tls = tls_config(tls_table, &tls_settings(kind), problems);
             Some(Target::Mysql(Box::new(mysql::MysqlTarget {
                 settings: m.clone(),
                 password: password?,
@@ -220,15 +234,20 @@ fn headers(
     prefix: &str,
     headers: &[(::http::HeaderName, HeaderValueSource)],
     problems: &mut Problems,
-) -> Option<Vec<(::http::HeaderName, String)>> {
+) -> Option<Vec<Header>> {
     let mut out = Vec::with_capacity(headers.len());
     let mut complete = true;
     for (name, v) in headers {
+        let header = |value: String, secret: bool| Header {
+            name: name.clone(),
+            value,
+            secret,
+        };
         match v {
-            HeaderValueSource::Plain(s) => out.push((name.clone(), s.clone())),
+            HeaderValueSource::Plain(s) => out.push(header(s.clone(), false)),
             HeaderValueSource::Secret(r) => {
                 match secret(format!("{prefix}.headers.{name}"), r, problems) {
-                    Some(value) => out.push((name.clone(), value)),
+                    Some(value) => out.push(header(value, true)),
                     None => complete = false,
                 }
             }
@@ -377,6 +396,7 @@ mod tests {
                 key: key.to_owned(),
             }),
             tls_min_version: crate::config::MinVersion::Tls12,
+            danger_send_secrets_unverified: false,
         }
     }
 
@@ -509,8 +529,9 @@ mod tests {
         let mut problems = Problems::default();
         let ok = headers("probe.tls", &hs[1..3], &mut problems).unwrap();
         assert!(problems.0.is_empty());
-        assert_eq!(ok[0].1, "s3cret");
-        assert_eq!(ok[1].1, "plain");
+        assert_eq!((ok[0].value.as_str(), ok[0].secret), ("s3cret", true));
+        assert_eq!((ok[1].value.as_str(), ok[1].secret), ("plain", false));
+        assert_eq!(format!("{ok:?}"), r#"[x-b: <redacted>, x-c: "plain"]"#);
     }
 
     #[test]

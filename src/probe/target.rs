@@ -20,6 +20,80 @@ pub struct BranchProbe {
     pub timeout: Duration,
     pub step_timeouts: StepTimeouts,
     pub target: Target,
+    /// Whether every TLS session of an attempt verifies the server's chain and name
+    /// (`verify_identity`); recorded on every attempt as `tls_verified`.
+    pub tls_verified: bool,
+    /// Removes the configured secrets from text the target sends back.
+    pub redactor: Redactor,
+}
+
+/// What replaces a secret in text read back from a target.
+pub const REDACTED: &str = "<redacted>";
+
+/// The configured secrets' values (the MySQL password, secret header values) and the one
+/// function that removes them from text a target sent back: server messages, header values,
+/// bodies, mismatch messages. Each secret is matched as written and as it looks quoted by
+/// `{:?}` or as a JSON string; where secrets overlap, the longest match wins, so a secret that
+/// is part of another never leaves the rest of the longer one behind.
+#[derive(Clone, Default)]
+pub struct Redactor {
+    matcher: Option<Arc<aho_corasick::AhoCorasick>>,
+}
+
+impl Redactor {
+    /// A redactor of `secrets` (empty ones are ignored).
+    pub fn new<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut patterns: Vec<String> = Vec::new();
+        for s in secrets.into_iter().filter(|s| !s.is_empty()) {
+            let debug = format!("{s:?}");
+            let json = serde_json::to_string(s).unwrap_or_default();
+            for p in [s, unquote(&debug), unquote(&json)] {
+                if !p.is_empty() && !patterns.iter().any(|q| q == p) {
+                    patterns.push(p.to_string());
+                }
+            }
+        }
+        if patterns.is_empty() {
+            return Redactor::default();
+        }
+        let matcher = aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .build(&patterns)
+            .ok()
+            .map(Arc::new);
+        Redactor { matcher }
+    }
+
+    /// `text` with every occurrence of every secret replaced by [`REDACTED`].
+    pub fn redact(&self, text: &str) -> String {
+        match &self.matcher {
+            Some(m) => m.replace_all(text, &vec![REDACTED; m.patterns_len()]),
+            None => text.to_string(),
+        }
+    }
+
+    /// [`Redactor::redact`] in place.
+    pub fn redact_in_place(&self, text: &mut String) {
+        if self
+            .matcher
+            .as_ref()
+            .is_some_and(|m| m.is_match(text.as_str()))
+        {
+            *text = self.redact(text);
+        }
+    }
+}
+
+/// `s` without its first and last character (the quotes of a quoted string).
+fn unquote(s: &str) -> &str {
+    s.get(1..s.len().saturating_sub(1)).unwrap_or_default()
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.matcher.as_ref().map_or(0, |m| m.patterns_len());
+        write!(f, "Redactor({n} patterns)")
+    }
 }
 
 /// Kind-specific prepared target; one variant per probe kind.
@@ -32,6 +106,16 @@ pub enum Target {
 }
 
 impl Target {
+    /// The resolved secrets this target sends: the MySQL password, secret header values.
+    pub fn secrets(&self) -> Vec<&str> {
+        match self {
+            Target::Mysql(t) => vec![t.password.as_str()],
+            Target::Tcp(_) => Vec::new(),
+            Target::Http(t) => secret_values(&t.headers),
+            Target::Otlp(t) => secret_values(&t.headers),
+        }
+    }
+
     /// The kind's TLS client configuration; `None` when TLS is off.
     pub fn tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
         match self {
@@ -39,6 +123,34 @@ impl Target {
             Target::Tcp(t) => t.tls.as_ref(),
             Target::Http(t) => t.tls.as_ref(),
             Target::Otlp(t) => t.tls.as_ref(),
+        }
+    }
+}
+
+fn secret_values(headers: &[Header]) -> Vec<&str> {
+    headers
+        .iter()
+        .filter(|h| h.secret)
+        .map(|h| h.value.as_str())
+        .collect()
+}
+
+/// A request header with its value resolved.
+#[derive(Clone)]
+pub struct Header {
+    pub name: http::HeaderName,
+    /// The value (a template); never logged when `secret`.
+    pub value: String,
+    /// Whether the value came from a secret reference.
+    pub secret: bool,
+}
+
+impl std::fmt::Debug for Header {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.secret {
+            write!(f, "{}: <redacted>", self.name)
+        } else {
+            write!(f, "{}: {:?}", self.name, self.value)
         }
     }
 }
@@ -67,8 +179,8 @@ impl std::fmt::Debug for MysqlTarget {
 #[derive(Clone)]
 pub struct HttpTarget {
     pub settings: HttpProbe,
-    /// Headers with secrets resolved (values never logged).
-    pub headers: Vec<(http::HeaderName, String)>,
+    /// Headers with secrets resolved (secret values never logged).
+    pub headers: Vec<Header>,
     /// rustls client configuration (`None` for plain HTTP).
     pub tls: Option<Arc<rustls::ClientConfig>>,
 }
@@ -77,10 +189,7 @@ impl std::fmt::Debug for HttpTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpTarget")
             .field("request", &self.settings.request)
-            .field(
-                "headers",
-                &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-            )
+            .field("headers", &self.headers)
             .finish()
     }
 }
@@ -89,8 +198,8 @@ impl std::fmt::Debug for HttpTarget {
 #[derive(Clone)]
 pub struct OtlpTarget {
     pub settings: OtlpProbe,
-    /// Headers with secrets resolved (values never logged).
-    pub headers: Vec<(http::HeaderName, String)>,
+    /// Headers with secrets resolved (secret values never logged).
+    pub headers: Vec<Header>,
     /// rustls client configuration (`None` for plain HTTP).
     pub tls: Option<Arc<rustls::ClientConfig>>,
 }
@@ -108,4 +217,24 @@ impl std::fmt::Debug for OtlpTarget {
 pub struct TcpTarget {
     /// rustls client configuration (`None` when ssl_mode is disabled).
     pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_occurrence_of_every_secret_is_redacted_longest_first() {
+        let r = Redactor::new(["pw", "pw-longer", "tok\"en\\x", ""]);
+        assert_eq!(
+            r.redact("a pw-longer b pw c pwpw"),
+            "a <redacted> b <redacted> c <redacted><redacted>"
+        );
+        // As quoted by `{:?}` and by JSON: the escaped form is matched too.
+        let quoted = format!("{:?} {}", "tok\"en\\x", serde_json::json!("tok\"en\\x"));
+        assert_eq!(r.redact(&quoted), "\"<redacted>\" \"<redacted>\"");
+        assert_eq!(r.redact("nothing here"), "nothing here");
+        assert_eq!(Redactor::default().redact("pw"), "pw");
+        assert_eq!(format!("{r:?}"), "Redactor(4 patterns)");
+    }
 }

@@ -108,12 +108,14 @@ fn attempt_ok() -> Record {
             peer_certificates: 2,
             leaf_not_after: Some(AT + 86_400_000),
         }),
+        tls_verified: true,
         certificate_not_after: Some(AT + 86_400_000),
         certificate_subject: Some("CN=db-1.orders-db.example.internal".into()),
         server: Some(mysql::ServerIdentity {
             hostname: "db-1".into(),
             server_id: 7,
             read_only: false,
+            innodb_read_only: false,
             version: "11.4.2-MariaDB".into(),
         }),
         http: None,
@@ -139,6 +141,7 @@ fn attempt_failed() -> Record {
         dns: None,
         address: Some("10.0.1.5:3306".into()),
         tls: None,
+        tls_verified: false,
         certificate_not_after: None,
         certificate_subject: None,
         server: None,
@@ -301,13 +304,13 @@ fn golden_attempt() {
     check(
         attempt_ok(),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"attempt","branch":"primary","seq":42,"marker":"0123456789abcdef0123456789abcdef","started_at":1767323045653,"finished_at":1767323045678,"steps":[{"step":"resolve","duration_ms":1.5,"ok":true},{"step":"connect","duration_ms":0.25,"ok":true}],"answers":[{"name":"primary.orders-db.example.internal.","type":"A","data":"10.0.0.5","ttl":60}],"dns":{"rcode":"NoError","authoritative":true},"address":"10.0.0.5:3306","tls":{"version":"TLSv1_3","cipher_suite":"TLS13_AES_128_GCM_SHA256","peer_certificates":2,"leaf_not_after":1767409445678},"certificate_not_after":1767409445678,"certificate_subject":"CN=db-1.orders-db.example.internal","server":{"hostname":"db-1","server_id":7,"read_only":false,"version":"11.4.2-MariaDB"},"result":"success"}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"attempt","branch":"primary","seq":42,"marker":"0123456789abcdef0123456789abcdef","started_at":1767323045653,"finished_at":1767323045678,"steps":[{"step":"resolve","duration_ms":1.5,"ok":true},{"step":"connect","duration_ms":0.25,"ok":true}],"answers":[{"name":"primary.orders-db.example.internal.","type":"A","data":"10.0.0.5","ttl":60}],"dns":{"rcode":"NoError","authoritative":true},"address":"10.0.0.5:3306","tls":{"version":"TLSv1_3","cipher_suite":"TLS13_AES_128_GCM_SHA256","peer_certificates":2,"leaf_not_after":1767409445678},"tls_verified":true,"certificate_not_after":1767409445678,"certificate_subject":"CN=db-1.orders-db.example.internal","server":{"hostname":"db-1","server_id":7,"read_only":false,"innodb_read_only":false,"version":"11.4.2-MariaDB"},"result":"success"}"#
         ]],
     );
     check(
         attempt_failed(),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"attempt","branch":"secondary","seq":3,"marker":"fedcba9876543210fedcba9876543210","started_at":1767323044678,"finished_at":1767323045678,"steps":[{"step":"connect","duration_ms":0.5,"ok":false,"class":"tcp_refused"}],"answers":[],"address":"10.0.1.5:3306","result":"failure","step":"connect","class":"tcp_refused","message":"connection refused"}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"attempt","branch":"secondary","seq":3,"marker":"fedcba9876543210fedcba9876543210","started_at":1767323044678,"finished_at":1767323045678,"steps":[{"step":"connect","duration_ms":0.5,"ok":false,"class":"tcp_refused"}],"answers":[],"address":"10.0.1.5:3306","tls_verified":false,"result":"failure","step":"connect","class":"tcp_refused","message":"connection refused"}"#
         ]],
     );
 }

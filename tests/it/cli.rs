@@ -506,7 +506,10 @@ headers = {{ authorization = {{ env = "READYPROBE_TEST_SURELY_UNSET" }}, x-api-k
 #[test]
 fn run_names_every_unavailable_secret_once_and_exits_78() {
     let dir = tempfile::tempdir().unwrap();
-    let path = config_with_missing_secrets(dir.path(), "ssl_mode = \"disabled\"");
+    let path = config_with_missing_secrets(
+        dir.path(),
+        "ssl_mode = \"disabled\"\ndanger_send_secrets_unverified = true",
+    );
     let out = bin()
         .args(["run", "--duration", "5s", "--config"])
         .arg(&path)

@@ -253,6 +253,7 @@ async fn a_server_that_speaks_first_is_a_protocol_error() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &dns, port, ca.ca_pem_path())
         .tls("disabled", None)
+        .set("probe.tls", "danger_send_secrets_unverified", true)
         .load(&dir.path().join("http.toml"));
     let (resolver, probes) = prepare(&cfg).unwrap();
     let a = run_attempt(&probes[0], &resolver, &Clock::start(), 1).await;
@@ -270,4 +271,132 @@ async fn a_server_that_speaks_first_is_a_protocol_error() {
         other => panic!("{other:?}"),
     }
     server.abort();
+}
+
+/// What the echo server sends back.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Echo {
+    /// `201`, the Authorization value as the `x-branch` header, `{"id":"<marker>"}`.
+    Header,
+    /// `201`, the right `x-branch`, the Authorization value as the JSON `id`.
+    Json,
+    /// `200`, the right `x-branch` and id, the Authorization value in every header and body.
+    Everywhere,
+}
+
+/// An HTTPS server for `name` that reflects the request's Authorization header back as
+/// `mode` says: the hostile peer redaction is for. Aborted on drop.
+pub struct EchoServer {
+    pub port: u16,
+    pub mode: Arc<Mutex<Echo>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for EchoServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl EchoServer {
+    pub async fn start(ca: &TestCa, name: &str) -> EchoServer {
+        let cert = ca.server_cert(&[name], &[IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+        let acceptor = tokio_rustls::TlsAcceptor::from(cert.rustls_server_config());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mode = Arc::new(Mutex::new(Echo::Header));
+        let m = mode.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                let (acceptor, mode) = (acceptor.clone(), m.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(s).await else {
+                        return;
+                    };
+                    let svc = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            let mode = *mode.lock().unwrap();
+                            async move { Ok::<_, std::convert::Infallible>(echo(mode, req).await) }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        EchoServer { port, mode, task }
+    }
+
+    pub fn set(&self, mode: Echo) {
+        *self.mode.lock().unwrap() = mode;
+    }
+}
+
+async fn echo(
+    mode: Echo,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> hyper::Response<Full<Bytes>> {
+    let auth = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let body = req.into_body().collect().await.unwrap().to_bytes();
+    let marker = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["canary"].as_str().map(String::from))
+        .unwrap_or_default();
+    let (status, branch, id) = match mode {
+        Echo::Header => (201, auth.clone(), marker),
+        Echo::Json => (201, "primary".to_string(), auth.clone()),
+        Echo::Everywhere => (200, "primary".to_string(), marker),
+    };
+    let json = serde_json::json!({ "id": id, "you_sent": auth, "twice": [auth, auth] });
+    hyper::Response::builder()
+        .status(status)
+        .header("x-branch", branch)
+        .header("x-echo", &auth)
+        .header("www-authenticate", &auth)
+        .body(Full::new(Bytes::from(json.to_string())))
+        .unwrap()
+}
+
+/// A server that reflects the Authorization value into a response header and the JSON body:
+/// the mismatch messages that quote them carry `<redacted>` instead, in the attempt and its
+/// evidence line, also when the secret contains characters `{:?}` and JSON escape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reflected_secret_is_redacted_from_messages_and_evidence() {
+    const SECRET: &str = "Bearer S3cr3t-\"echo\"-7f3a";
+    let ca = TestCa::new();
+    let server = EchoServer::start(&ca, NAME).await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("api-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &dns, server.port, ca.ca_pem_path())
+        .unset("probe.http", "expect_status")
+        .load(&dir.path().join("http.toml"));
+    std::fs::write(dir.path().join("token"), format!("{SECRET}\n")).unwrap();
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    for (seq, mode, class) in [
+        (1, Echo::Header, FailureClass::HttpWrongBranch),
+        (2, Echo::Json, FailureClass::HttpBodyMismatch),
+    ] {
+        server.set(mode);
+        let a = run_attempt(&probes[0], &resolver, &Clock::start(), seq).await;
+        let Outcome::Failure {
+            class: got,
+            message,
+            ..
+        } = &a.outcome
+        else {
+            panic!("{mode:?} must fail: {a:?}");
+        };
+        assert_eq!(*got, class, "{a:?}");
+        assert!(message.contains("<redacted>"), "{mode:?}: {message}");
+        let line = serde_json::to_string(&a).unwrap();
+        assert!(!line.contains("S3cr3t"), "{mode:?}: {line}");
+        assert!(!format!("{a:?}").contains("S3cr3t"), "{mode:?}");
+    }
 }

@@ -9,6 +9,7 @@ mod mysql_kind;
 mod otlp_kind;
 mod pipeline;
 mod resolve_step;
+mod secret_leak;
 mod support;
 mod tcp_kind;
 mod tls_step;

@@ -58,6 +58,114 @@ async fn every_step_succeeds_and_is_recorded() {
     let server = a.server.as_ref().unwrap();
     assert!(!server.read_only);
     assert!(server.version.contains("MariaDB"), "{server:?}");
+    assert!(a.tls_verified, "verify_identity: chain and name checked");
+}
+
+fn bin() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+}
+
+/// Attempt records of a bounded in-process run of `text` (both branches).
+async fn run_attempts(p: &Pipeline, name: &str, text: String) -> Vec<serde_json::Value> {
+    let path = p.dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_file(p.evidence());
+    Running::start(cfg, Some(std::time::Duration::from_millis(1500)))
+        .finish()
+        .await;
+    read_evidence(&p.evidence())
+        .into_iter()
+        .filter(|r| r["kind"] == "attempt")
+        .collect()
+}
+
+/// ssl_mode `required` accepts any certificate, so the password would go to whichever server
+/// answers: a config error naming the danger key, unless that key allows it; then `check` warns
+/// and every attempt's evidence says `tls_verified: false`. Under verify_identity it says true.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_goes_only_over_a_verified_session_unless_a_danger_key_allows_it() {
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let opts = ConfigOpts::default();
+    let required = p.builder(&opts).tls("required", None);
+    let path = p.dir.path().join("required.toml");
+    std::fs::write(&path, required.build()).unwrap();
+    for cmd in ["check", "run"] {
+        let out = bin().arg(cmd).arg("--config").arg(&path).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{cmd}: {err}");
+        assert!(
+            err.contains(&format!("{}:", path.display()))
+                && err.contains("probe.tls.ssl_mode")
+                && err.contains("probe.tls.danger_send_secrets_unverified = true"),
+            "{cmd}: {err}"
+        );
+    }
+    assert!(!p.evidence().exists(), "nothing ran");
+
+    let allowed = required.set("probe.tls", "danger_send_secrets_unverified", true);
+    std::fs::write(&path, allowed.build()).unwrap();
+    let out = bin()
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("warning: probe.tls.danger_send_secrets_unverified is true"),
+        "{text}"
+    );
+    let attempts = run_attempts(&p, "allowed.toml", allowed.build()).await;
+    assert!(attempts.len() >= 2, "{attempts:?}");
+    for a in &attempts {
+        assert_eq!(a["result"], "success", "{a}");
+        assert!(a["tls"]["version"].is_string(), "a TLS session: {a}");
+        assert_eq!(a["tls_verified"], false, "{a}");
+    }
+
+    let attempts = run_attempts(&p, "verified.toml", p.builder(&opts).build()).await;
+    assert!(attempts.len() >= 2, "{attempts:?}");
+    for a in &attempts {
+        assert_eq!(a["result"], "success", "{a}");
+        assert_eq!(a["tls_verified"], true, "{a}");
+    }
+}
+
+/// A probe user that may write through `read_only` (READ_ONLY ADMIN in MariaDB 10.11, or SUPER)
+/// gets its write in, but the application's users would not: the attempt fails at `verify` as
+/// `server_read_only`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_reports_read_only_fails_verify_even_when_the_write_went_through() {
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    p.primary
+        .root_exec("GRANT READ_ONLY ADMIN ON *.* TO 'readyprobe'@'%'")
+        .await;
+    p.primary.set_read_only(true).await;
+    let a = attempt(&p, builder(&p).build(), "primary").await;
+    assert_eq!(
+        failure(&a),
+        (Step::Verify, FailureClass::ServerReadOnly),
+        "{a:?}"
+    );
+    let write = a.steps.iter().find(|s| s.step == Step::Write).unwrap();
+    assert!(write.ok, "the write itself went through: {a:?}");
+    assert!(a.server.as_ref().is_some_and(|s| s.read_only), "{a:?}");
+    let rows: Vec<String> = p
+        .primary
+        .root_query(&format!(
+            "SELECT marker FROM readyprobe.canary WHERE marker = '{}'",
+            a.marker
+        ))
+        .await;
+    assert_eq!(rows.len(), 1, "the marked row is on the server");
+    p.primary.set_read_only(false).await;
+    let a = attempt(&p, builder(&p).build(), "primary").await;
+    assert_eq!(a.outcome, Outcome::Success, "{a:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,4 +295,46 @@ async fn failure_classes_from_real_peers() {
         failure(&attempt(&p, base, "secondary").await),
         (Step::Connect, FailureClass::TcpRefused)
     );
+}
+
+/// Under `innodb_read_only` a canary table of another engine (Aria here) still takes the write:
+/// the server's own `@@innodb_read_only` fails the attempt at `verify` as `server_read_only`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_under_innodb_read_only_fails_verify_even_when_the_write_went_through() {
+    use crate::support::mariadb::{MariaDb, MariaDbOptions, canary_sql, split_sql_script};
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let cert =
+        p.ca.server_cert(&[PRIMARY], &[IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+    let ro = MariaDb::start_with(MariaDbOptions {
+        tls: Some(cert),
+        extra_args: vec!["--innodb-read-only".into()],
+    })
+    .await;
+    let script = canary_sql(PASSWORD).replace("ENGINE = InnoDB", "ENGINE = Aria");
+    for stmt in split_sql_script(&script) {
+        ro.root_exec(&stmt).await;
+    }
+    let text = p
+        .builder(&ConfigOpts {
+            interval_ms: 2000,
+            timeout_ms: 1500,
+            primary_port: Some(ro.port()),
+            policy: "[readiness]\nwindow = \"30s\"\nmin_attempts = 5\n",
+            ..Default::default()
+        })
+        .build();
+    let a = attempt(&p, text, "primary").await;
+    assert_eq!(
+        failure(&a),
+        (Step::Verify, FailureClass::ServerReadOnly),
+        "{a:?}"
+    );
+    assert!(
+        a.steps.iter().any(|s| s.step == Step::Write && s.ok),
+        "{a:?}"
+    );
+    let s = a.server.as_ref().unwrap();
+    assert!(s.innodb_read_only && !s.read_only, "{s:?}");
 }

@@ -26,6 +26,8 @@ enum Mode {
     Unavailable,
     /// 200 with an HTML page (a login portal, a proxy error page).
     Html,
+    /// A partial success whose message quotes the request's Authorization value twice.
+    EchoAuth,
 }
 
 /// A local OTLP/HTTP receiver: answers as `mode` says and keeps the markers it decoded.
@@ -87,6 +89,12 @@ async fn answer(
         .headers()
         .get("content-type")
         .is_some_and(|v| v == "application/x-protobuf");
+    let auth = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("(none)")
+        .to_string();
     let body = req.into_body().collect().await.unwrap().to_bytes();
     let marker = ExportMetricsServiceRequest::decode(body.as_ref())
         .ok()
@@ -118,6 +126,15 @@ async fn answer(
                 .unwrap()
         }
         Mode::Unavailable => reply(503, Default::default()),
+        Mode::EchoAuth => reply(
+            200,
+            ExportMetricsServiceResponse {
+                partial_success: Some(ExportMetricsPartialSuccess {
+                    rejected_data_points: 1,
+                    error_message: format!("token {auth} is not allowed here ({auth})"),
+                }),
+            },
+        ),
         Mode::Html => hyper::Response::builder()
             .status(200)
             .header("content-type", "text/html")
@@ -164,6 +181,11 @@ fn write_config(
     dns: std::net::SocketAddr,
     port: u16,
 ) {
+    config(dir, dns, port).write(path);
+}
+
+/// The otlp kind's config: plain OTLP/HTTP to `port` on the primary's name.
+fn config(dir: &std::path::Path, dns: std::net::SocketAddr, port: u16) -> ConfigBuilder {
     ConfigBuilder::new(dir, "otel-gateway", "otel.telemetry.internal.example")
         .nameserver(dns)
         .kind("otlp")
@@ -175,7 +197,6 @@ fn write_config(
             "otel-primary.telemetry.internal.example",
             None,
         )
-        .write(path);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,5 +276,39 @@ async fn otlp_export_accepted_rejected_and_refused() {
             );
         }
     }
+    receiver.task.abort();
+}
+
+/// A gateway that quotes the Authorization value in its rejection: the attempt's message and the
+/// recorded gateway message carry `<redacted>` instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_message_quoting_the_token_is_redacted() {
+    const TOKEN: &str = "Bearer S3cr3t-otlp-41c9";
+    let receiver = Receiver::start().await;
+    let dns = DnsServer::start("telemetry.internal.example").await;
+    dns.set_a("otel-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+    let cfg = config(dir.path(), dns.addr(), receiver.port)
+        .set("probe.tls", "danger_send_secrets_unverified", true)
+        .merge("[probe.otlp]\nheaders = { authorization = { file = \"token\" } }\n")
+        .load(&dir.path().join("otlp.toml"));
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    receiver.set(Mode::EchoAuth);
+    let a = run_attempt(&probes[0], &resolver, &Clock::start(), 1).await;
+    let Outcome::Failure { class, message, .. } = &a.outcome else {
+        panic!("{a:?}");
+    };
+    assert_eq!(*class, FailureClass::OtlpRejected, "{a:?}");
+    assert_eq!(
+        a.otlp.as_ref().unwrap().message.as_deref(),
+        Some("token <redacted> is not allowed here (<redacted>)")
+    );
+    assert!(
+        message.contains("token <redacted> is not allowed"),
+        "{message}"
+    );
+    assert!(!serde_json::to_string(&a).unwrap().contains("S3cr3t"));
+    assert!(!a.tls_verified, "plain HTTP");
     receiver.task.abort();
 }
