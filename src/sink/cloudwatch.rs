@@ -10,9 +10,13 @@ use crate::config::CloudWatch as CwConfig;
 use crate::readiness::Millis;
 use crate::record::PublishFailureClass;
 use aws_sdk_cloudwatch::config::http::HttpResponse;
+use aws_sdk_cloudwatch::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_cloudwatch::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_cloudwatch::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_cloudwatch::primitives::DateTime;
 use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit, StatisticSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// PutMetricData limit: datums per request.
@@ -119,7 +123,42 @@ pub struct CloudWatchSink {
     client: aws_sdk_cloudwatch::Client,
     namespace: String,
     max_tries: u32,
+    signed: Signed,
 }
+
+/// Set once the current call has a signed request: a call cut short before that spent its time
+/// obtaining credentials (a provider that fails retries within its own budget, longer than a
+/// publish window), which is a credentials failure, not a slow CloudWatch.
+#[derive(Debug, Clone, Default)]
+struct Signed(Arc<AtomicBool>);
+
+impl Signed {
+    fn reset(&self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+    fn get(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Intercept for Signed {
+    fn name(&self) -> &'static str {
+        "readyprobe-signed"
+    }
+
+    fn read_after_signing(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.0.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The message of a call cut short before its request was signed.
+const NO_CREDENTIALS_IN_TIME: &str = "PutMetricData failed: no credentials before the timeout (the credentials provider did not answer in time)";
 
 impl CloudWatchSink {
     /// Build the client from the default AWS chain plus the config's region, endpoint and
@@ -142,10 +181,15 @@ impl CloudWatchSink {
             loader = loader.endpoint_url(e);
         }
         let shared = loader.load().await;
+        let signed = Signed::default();
+        let conf = aws_sdk_cloudwatch::config::Builder::from(&shared)
+            .interceptor(signed.clone())
+            .build();
         CloudWatchSink {
-            client: aws_sdk_cloudwatch::Client::new(&shared),
+            client: aws_sdk_cloudwatch::Client::from_conf(conf),
             namespace: namespace.to_string(),
             max_tries: cfg.max_attempts.max(1),
+            signed,
         }
     }
 }
@@ -317,6 +361,20 @@ impl Sink for CloudWatchSink {
         self.max_tries
     }
 
+    fn cut_short(&self) -> SinkError {
+        if self.signed.get() {
+            SinkError {
+                message: "the publish window closed before the send finished".into(),
+                class: PublishFailureClass::PublishTimeout,
+            }
+        } else {
+            SinkError {
+                message: NO_CREDENTIALS_IN_TIME.into(),
+                class: PublishFailureClass::PublishCredentials,
+            }
+        }
+    }
+
     fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a> {
         Box::pin(async move {
             let (reqs, skipped) = batches(datums, crate::clock::Clock::start().now_ms());
@@ -330,13 +388,20 @@ impl Sink for CloudWatchSink {
             for req in reqs {
                 let data: Vec<MetricDatum> = req.iter().filter_map(|d| encode(d)).collect();
                 let n = data.len();
+                self.signed.reset();
                 self.client
                     .put_metric_data()
                     .namespace(&self.namespace)
                     .set_metric_data(Some(data))
                     .send()
                     .await
-                    .map_err(|e| classify_error(&e))?;
+                    .map_err(|e| match e {
+                        SdkError::TimeoutError(_) if !self.signed.get() => SinkError {
+                            message: NO_CREDENTIALS_IN_TIME.into(),
+                            class: PublishFailureClass::PublishCredentials,
+                        },
+                        e => classify_error(&e),
+                    })?;
                 sent += n;
             }
             Ok(sent)

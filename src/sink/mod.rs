@@ -259,6 +259,13 @@ pub trait Sink: Send {
     fn max_tries(&self) -> u32 {
         1
     }
+    /// Why a send that the publish window cut short failed. Default: a timeout.
+    fn cut_short(&self) -> SinkError {
+        SinkError {
+            message: "the publish window closed before the send finished".into(),
+            class: PublishFailureClass::PublishTimeout,
+        }
+    }
 }
 
 /// Batches a sink's queue holds: a sink this far behind the publish rate drops the oldest.
@@ -459,12 +466,7 @@ async fn send_batch(sink: &mut dyn Sink, batch: &Queued) -> SinkReport {
         tries += 1;
         let sent = tokio::time::timeout_at(batch.deadline, sink.send(&batch.datums))
             .await
-            .unwrap_or_else(|_| {
-                Err(SinkError {
-                    message: "the publish window closed before the send finished".into(),
-                    class: PublishFailureClass::PublishTimeout,
-                })
-            });
+            .unwrap_or_else(|_| Err(sink.cut_short()));
         let e = match sent {
             Ok(sent) => {
                 return SinkReport {
