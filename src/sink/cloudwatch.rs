@@ -289,7 +289,16 @@ where
         SdkError::ServiceError(s) => match (s.err().code(), s.err().message()) {
             (Some(code), Some(message)) => format!("{code}: {message}"),
             (Some(code), None) => code.to_string(),
-            (None, _) => format!("HTTP {}: {}", s.raw().status().as_u16(), innermost(s.err())),
+            // A proxy's answer (HTML, plain text, no body): the parser's complaint about it says
+            // nothing useful; the status does.
+            (None, _) => {
+                let status = s.raw().status().as_u16();
+                let reason = http::StatusCode::from_u16(status)
+                    .ok()
+                    .and_then(|c| c.canonical_reason())
+                    .unwrap_or("");
+                format!("HTTP {status} {reason} (no error code in the response)")
+            }
         },
         SdkError::TimeoutError(_) => format!("timeout: {}", innermost(e)),
         SdkError::DispatchFailure(d) if d.as_connector_error().is_some_and(|c| c.is_timeout()) => {
@@ -595,25 +604,25 @@ mod tests {
                 "no error code",
                 bodiless(404),
                 C::PublishRejected,
-                "PutMetricData failed: HTTP 404: end of input bytes",
+                "PutMetricData failed: HTTP 404 Not Found (no error code in the response)",
             ),
             (
                 "bodiless 408",
                 bodiless(408),
                 C::PublishHttp408,
-                "PutMetricData failed: HTTP 408: end of input bytes",
+                "PutMetricData failed: HTTP 408 Request Timeout (no error code in the response)",
             ),
             (
                 "bodiless 429",
                 bodiless(429),
                 C::PublishThrottled,
-                "PutMetricData failed: HTTP 429: end of input bytes",
+                "PutMetricData failed: HTTP 429 Too Many Requests (no error code in the response)",
             ),
             (
                 "a proxy's 503",
                 bodiless(503),
                 C::Publish5xx,
-                "PutMetricData failed: HTTP 503: end of input bytes",
+                "PutMetricData failed: HTTP 503 Service Unavailable (no error code in the response)",
             ),
             (
                 "long message",

@@ -132,6 +132,68 @@ async fn each_outage_shape_gets_its_class() {
     );
 }
 
+/// Through the sink's queue with the real SDK: each retryable outage shape gets exactly
+/// `max_attempts` (3) requests within a 10 s window, then the batch is failed with its class; once
+/// the fault clears, the next batch goes out in one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_shape_is_tried_exactly_max_attempts_times() {
+    use readyprobe::record::PublishOutcome;
+    use readyprobe::sink::{Queued, SinkQueue};
+    let fake = FakeCloudWatch::start().await;
+    let cfg = CwConfig {
+        region: Some("us-east-1".into()),
+        endpoint_url: Some(fake.url.clone()),
+        operation_timeout: Duration::from_secs(1),
+        max_attempts: 3,
+    };
+    let sink = CloudWatchSink::new(&cfg, "Faults", Duration::from_secs(10)).await;
+    let (tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let tracker = tokio_util::task::TaskTracker::new();
+    let q = SinkQueue::spawn(
+        Box::new(sink),
+        tx,
+        &tracker,
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let shapes = [
+        (Some(Fault::Hang), Some(C::PublishTimeout)),
+        (Some(Fault::Throttle), Some(C::PublishThrottled)),
+        (Some(Fault::TooManyRequests), Some(C::PublishThrottled)),
+        (Some(Fault::Status(503)), Some(C::Publish5xx)),
+        (Some(Fault::Bodiless408), Some(C::PublishHttp408)),
+        (Some(Fault::Reset), Some(C::PublishUnreachable)),
+        (None, None),
+    ];
+    let mut before = 0;
+    for (id, (fault, class)) in shapes.into_iter().enumerate() {
+        fake.set_fault(fault);
+        let b = Queued {
+            id: id as u64,
+            datums: vec![datum("Readiness", 1.0, now_ms())],
+            deadline: tokio::time::Instant::now() + Duration::from_secs(10),
+        };
+        q.offer(b).unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(15), reports.recv())
+            .await
+            .expect("no report within the window")
+            .unwrap();
+        let requests = fake.seen().len() - before;
+        before += requests;
+        let want = if fault.is_some() { 3 } else { 1 };
+        assert_eq!(
+            (r.tries, requests),
+            (want, want as usize),
+            "{fault:?}: {r:?}"
+        );
+        assert_eq!(r.class, class, "{fault:?}: {r:?}");
+        let outcome = match fault {
+            Some(_) => PublishOutcome::Failed,
+            None => PublishOutcome::Sent,
+        };
+        assert_eq!(r.outcome, outcome, "{fault:?}");
+    }
+}
+
 /// A TCP listener for the probe to connect to (the `tcp` kind, no TLS).
 async fn target() -> (u16, tokio::task::JoinHandle<()>) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
