@@ -61,7 +61,6 @@ const EMF: &str = "emf";
 /// What a batch that a sink's queue refused became.
 fn refusal_outcome(why: Refusal) -> PublishOutcome {
     match why {
-        Refusal::Full => PublishOutcome::DroppedQueueFull,
         Refusal::Closed => PublishOutcome::SinkStopped,
     }
 }

@@ -319,11 +319,10 @@ impl SinkReport {
     }
 }
 
-/// Why a sink's queue refused a batch.
+/// Why a sink's queue refused a batch (a full queue never refuses: it drops its oldest batch
+/// and reports it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// The queue was full: the sink is slower than the publish rate.
-    Full,
     /// The sink's task has ended.
     Closed,
 }
@@ -332,7 +331,6 @@ impl Refusal {
     /// The cause, in a phrase.
     pub fn why(self) -> &'static str {
         match self {
-            Refusal::Full => QUEUE_FULL,
             Refusal::Closed => "sink stopped",
         }
     }
