@@ -632,18 +632,18 @@ impl Fold {
         }
         let datums = tick_datums(&self.service, &ticks, now);
         self.publish(datums, reason);
-        self.publish_failures(reason, now);
+        self.publish_failures(now);
     }
 
     /// The failed batches counted since the last tick, as `PublishFailures` datums for the
     /// `emf` sink only: the count must not depend on the sink that is failing.
-    fn publish_failures(&mut self, reason: PublishReason, now: Millis) {
+    fn publish_failures(&mut self, now: Millis) {
         if self.failures.is_empty() || !self.sinks.contains(&EMF) {
             return;
         }
         let counts: Vec<_> = std::mem::take(&mut self.failures).into_iter().collect();
         let datums = publish_failure_datums(&self.service, &counts, now);
-        self.publish_to(datums, reason, vec![EMF]);
+        self.publish_to(datums, PublishReason::PublishFailures, vec![EMF]);
     }
 
     /// Hand a batch to every sink; each stays outstanding until the sink reports it or its

@@ -274,6 +274,8 @@ pub enum PublishReason {
     Transition,
     /// An override started, was cleared or expired, published at once.
     Override,
+    /// The `PublishFailures` count of the previous tick's failed batches, to the `emf` sink alone.
+    PublishFailures,
 }
 
 /// `publish`: one batch for one sink, whatever became of it.

@@ -563,6 +563,7 @@ fn failures_are_classed_and_counted_on_emf_only() {
     assert_eq!(bs.len(), 2, "the tick and the PublishFailures batch");
     assert_eq!(bs[0].sinks, SINKS);
     assert_eq!(bs[1].sinks, ["emf"]);
+    assert_eq!(bs[1].reason, PublishReason::PublishFailures);
     let d: Vec<_> = bs[1]
         .datums
         .iter()
