@@ -194,6 +194,108 @@ async fn each_shape_is_tried_exactly_max_attempts_times() {
     }
 }
 
+/// Per outage shape, through the queue and the real SDK: five batches arrive while the first is
+/// in hand and the fault lasts its three tries. The queue (4) drops the oldest waiting batch (2),
+/// batch 1 fails after exactly 3 requests, then the rest go out newest first (6, 5, 4, 3), one
+/// request each: 7 requests in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_each_shape_the_newest_batch_goes_first() {
+    use readyprobe::record::PublishOutcome as O;
+    use readyprobe::sink::{Queued, SinkQueue};
+    let shapes = [
+        (Fault::Hang, C::PublishTimeout),
+        (Fault::Throttle, C::PublishThrottled),
+        (Fault::TooManyRequests, C::PublishThrottled),
+        (Fault::Status(500), C::Publish5xx),
+        (Fault::Bodiless408, C::PublishHttp408),
+        (Fault::Reset, C::PublishUnreachable),
+    ];
+    for (fault, class) in shapes {
+        let fake = FakeCloudWatch::start().await;
+        let cfg = CwConfig {
+            region: Some("us-east-1".into()),
+            endpoint_url: Some(fake.url.clone()),
+            operation_timeout: Duration::from_secs(1),
+            max_attempts: 3,
+        };
+        let sink = CloudWatchSink::new(&cfg, "Faults", Duration::from_secs(15)).await;
+        let (tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
+        let tracker = tokio_util::task::TaskTracker::new();
+        let q = SinkQueue::spawn(
+            Box::new(sink),
+            tx,
+            &tracker,
+            tokio_util::sync::CancellationToken::new(),
+        );
+        tracker.close();
+        fake.set_fault_for(fault, 3);
+        let now = now_ms();
+        for id in 1..=6u64 {
+            if id == 2 {
+                // Batch 1 is in hand once its first request arrived.
+                let t = tokio::time::Instant::now();
+                while fake.seen().is_empty() {
+                    assert!(t.elapsed() < Duration::from_secs(10), "no request");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            q.offer(Queued {
+                id,
+                datums: vec![datum("Readiness", id as f64, now)],
+                deadline: tokio::time::Instant::now() + Duration::from_secs(15),
+            })
+            .unwrap();
+        }
+        drop(q);
+        tokio::time::timeout(Duration::from_secs(30), tracker.wait())
+            .await
+            .expect("the queue did not drain");
+        let mut got = Vec::new();
+        while let Ok(r) = reports.try_recv() {
+            got.push((r.batch, r.outcome, r.class, r.tries));
+        }
+        assert_eq!(
+            got,
+            [
+                (2, O::DroppedQueueFull, None, 0),
+                (1, O::Failed, Some(class), 3),
+                (6, O::Sent, None, 1),
+                (5, O::Sent, None, 1),
+                (4, O::Sent, None, 1),
+                (3, O::Sent, None, 1),
+            ],
+            "{fault:?}"
+        );
+        let seen = fake.seen();
+        let delivered: Vec<_> = seen
+            .iter()
+            .map(|s| {
+                (
+                    s.fault,
+                    s.datums
+                        .iter()
+                        .map(|d| d.value.unwrap())
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        let f = Some(fault);
+        assert_eq!(
+            delivered,
+            [
+                (f, vec![1.0]),
+                (f, vec![1.0]),
+                (f, vec![1.0]),
+                (None, vec![6.0]),
+                (None, vec![5.0]),
+                (None, vec![4.0]),
+                (None, vec![3.0]),
+            ],
+            "{fault:?}"
+        );
+    }
+}
+
 /// A TCP listener for the probe to connect to (the `tcp` kind, no TLS).
 async fn target() -> (u16, tokio::task::JoinHandle<()>) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

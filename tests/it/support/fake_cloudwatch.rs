@@ -110,6 +110,8 @@ impl Seen {
 #[derive(Default)]
 struct State {
     fault: Option<Fault>,
+    /// Requests the fault still applies to (`None`: until changed).
+    budget: Option<usize>,
     seen: Vec<Seen>,
     creds: Option<FakeCredentials>,
 }
@@ -159,7 +161,16 @@ impl FakeCloudWatch {
 
     /// Inject `fault` into every request from now on (`None`: answer normally).
     pub fn set_fault(&self, fault: Option<Fault>) {
-        self.lock().fault = fault;
+        let mut s = self.lock();
+        s.fault = fault;
+        s.budget = None;
+    }
+
+    /// Inject `fault` into the next `n` requests only.
+    pub fn set_fault_for(&self, fault: Fault, n: usize) {
+        let mut s = self.lock();
+        s.fault = Some(fault);
+        s.budget = Some(n);
     }
 
     /// Accept only requests signed with unexpired credentials issued by `creds`.
@@ -237,8 +248,16 @@ async fn handle(req: Request<Incoming>, st: &Arc<Mutex<State>>, reset: &Notify) 
     let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES + 1);
     let body = limited.collect().await.map(|b| b.to_bytes());
     let (fault, creds) = {
-        let s = st.lock().unwrap_or_else(|p| p.into_inner());
-        (s.fault, s.creds.clone())
+        let mut s = st.lock().unwrap_or_else(|p| p.into_inner());
+        let fault = s.fault;
+        if let Some(n) = s.budget.as_mut() {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                s.fault = None;
+                s.budget = None;
+            }
+        }
+        (fault, s.creds.clone())
     };
     let mut seen = Seen {
         at,
