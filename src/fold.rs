@@ -638,10 +638,10 @@ impl Fold {
     /// The failed batches counted since the last tick, as `PublishFailures` datums for the
     /// `emf` sink only: the count must not depend on the sink that is failing.
     fn publish_failures(&mut self, now: Millis) {
-        if self.failures.is_empty() || !self.sinks.contains(&EMF) {
+        let counts: Vec<_> = std::mem::take(&mut self.failures).into_iter().collect();
+        if counts.is_empty() || !self.sinks.contains(&EMF) {
             return;
         }
-        let counts: Vec<_> = std::mem::take(&mut self.failures).into_iter().collect();
         let datums = publish_failure_datums(&self.service, &counts, now);
         self.publish_to(datums, PublishReason::PublishFailures, vec![EMF]);
     }

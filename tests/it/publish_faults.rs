@@ -95,6 +95,150 @@ async fn the_fake_decodes_exactly_and_refuses_what_cloudwatch_refuses() {
     assert_eq!(fake.seen().len(), 2);
 }
 
+/// The fake refuses each request CloudWatch documents as invalid (sent by a raw SDK client,
+/// which does not check), and accepts the same request made valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_enforces_the_documented_limits() {
+    use aws_sdk_cloudwatch::types::{Dimension, MetricDatum};
+    use aws_smithy_types::DateTime;
+    let fake = FakeCloudWatch::start().await;
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(&fake.url)
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .load()
+        .await;
+    let client = aws_sdk_cloudwatch::Client::new(&config);
+    let now = now_ms();
+    let dim = |k: &str, v: &str| Dimension::builder().name(k).value(v).build();
+    let m = |value: f64, ts: i64, dims: Vec<Dimension>| {
+        MetricDatum::builder()
+            .metric_name("Readiness")
+            .value(value)
+            .timestamp(DateTime::from_millis(ts))
+            .set_dimensions(Some(dims))
+            .build()
+    };
+    let ok = || m(1.0, now, vec![dim("Service", "orders-db")]);
+    let cases: Vec<(&str, Vec<MetricDatum>, bool)> = vec![
+        ("valid", vec![ok()], true),
+        ("NaN", vec![m(f64::NAN, now, vec![])], false),
+        ("infinite", vec![m(f64::INFINITY, now, vec![])], false),
+        ("beyond 2^360", vec![m(2f64.powi(361), now, vec![])], false),
+        (
+            "15 days old",
+            vec![m(1.0, now - 15 * 86_400_000, vec![])],
+            false,
+        ),
+        (
+            "3 hours ahead",
+            vec![m(1.0, now + 3 * 3_600_000, vec![])],
+            false,
+        ),
+        (
+            "31 dimensions",
+            vec![m(
+                1.0,
+                now,
+                (0..31).map(|i| dim(&format!("D{i}"), "v")).collect(),
+            )],
+            false,
+        ),
+        (
+            "30 dimensions",
+            vec![m(
+                1.0,
+                now,
+                (0..30).map(|i| dim(&format!("D{i}"), "v")).collect(),
+            )],
+            true,
+        ),
+        (
+            "control character",
+            vec![m(1.0, now, vec![dim("Service", "a\u{7}b")])],
+            false,
+        ),
+        (
+            "non-ASCII value",
+            vec![m(1.0, now, vec![dim("Service", "café")])],
+            false,
+        ),
+        (
+            "name 256 long",
+            vec![m(1.0, now, vec![dim(&"n".repeat(256), "v")])],
+            false,
+        ),
+        (
+            "value 1025 long",
+            vec![m(1.0, now, vec![dim("Service", &"v".repeat(1025))])],
+            false,
+        ),
+        (
+            "name starts with ':'",
+            vec![m(1.0, now, vec![dim(":x", "v")])],
+            false,
+        ),
+        ("1001 datums", (0..1001).map(|_| ok()).collect(), false),
+        ("1000 datums", (0..1000).map(|_| ok()).collect(), true),
+    ];
+    for (name, data, accepted) in cases {
+        let r = client
+            .put_metric_data()
+            .namespace("Faults")
+            .set_metric_data(Some(data))
+            .send()
+            .await;
+        match (r, accepted) {
+            (Ok(_), true) => {}
+            (Err(e), false) => {
+                let e = readyprobe::sink::cloudwatch::classify_error(&e);
+                assert_eq!(e.class, C::PublishRejected, "{name}: {}", e.message);
+                assert!(
+                    e.message.contains("InvalidParameterValue"),
+                    "{name}: {}",
+                    e.message
+                );
+            }
+            (r, _) => panic!("{name}: {r:?}"),
+        }
+    }
+}
+
+/// The sink splits a large batch within the limits the strict fake enforces: 2,500 datums with
+/// long dimension values go out as requests of at most 1,000, every one accepted, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_batch_is_split_within_the_limits() {
+    let fake = FakeCloudWatch::start().await;
+    let mut s = sink(&fake.url, Duration::from_secs(10)).await;
+    let now = now_ms();
+    let ds: Vec<Datum> = (0..2500)
+        .map(|i| Datum {
+            dimensions: vec![
+                ("Service", "s".repeat(255)),
+                ("Branch", format!("{i:0>255}")),
+            ],
+            ..datum("Attempts", f64::from(i), now)
+        })
+        .collect();
+    assert_eq!(s.send(&ds).await.unwrap(), 2500);
+    let seen = fake.seen();
+    assert!(
+        seen.iter().all(|r| r.accepted()),
+        "{:?}",
+        seen.iter().find(|r| !r.accepted())
+    );
+    let sizes: Vec<_> = seen.iter().map(|r| r.datums.len()).collect();
+    assert!(
+        sizes.iter().all(|n| *n <= 1000) && sizes.iter().sum::<usize>() == 2500,
+        "{sizes:?}"
+    );
+    let values: Vec<f64> = seen
+        .iter()
+        .flat_map(|r| r.datums.iter().map(|d| d.value.unwrap()))
+        .collect();
+    assert_eq!(values, (0..2500).map(f64::from).collect::<Vec<_>>());
+}
+
 /// Each outage shape, one request each, gets its class through the SDK's real parsing; the
 /// message stays one bounded line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

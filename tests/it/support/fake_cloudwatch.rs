@@ -3,7 +3,7 @@
 //!
 //! LocalStack accepts what CloudWatch refuses (NaN, timestamps outside the accepted range), and
 //! cannot fail on demand. This fake decodes each request's CBOR body, enforces the documented
-//! PutMetricData limits (≤ 1,000 datums, ≤ 1 MB, finite values within ±2^360, timestamps at most
+//! PutMetricData limits (≤ 1,000 datums, ≤ 1 MB on the wire, gzip or not, finite values within ±2^360, timestamps at most
 //! two weeks old and two hours ahead, ≤ 30 dimensions, names 1–255 and values 1–1024 ASCII
 //! characters without control characters), records every request, and answers with the error
 //! shapes the SDK parses: a CBOR map with `__type` and `message`, plus the `x-amzn-query-error`
@@ -245,8 +245,17 @@ async fn handle(req: Request<Incoming>, st: &Arc<Mutex<State>>, reset: &Notify) 
             .headers()
             .get("smithy-protocol")
             .is_some_and(|v| v == "rpc-v2-cbor");
+    let gzip = req
+        .headers()
+        .get("content-encoding")
+        .is_some_and(|v| v == "gzip");
     let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES + 1);
-    let body = limited.collect().await.map(|b| b.to_bytes());
+    let body = limited
+        .collect()
+        .await
+        .map(|b| b.to_bytes().to_vec())
+        .map_err(|_| ())
+        .and_then(|b| if gzip { gunzip(&b) } else { Ok(b) });
     let (fault, creds) = {
         let mut s = st.lock().unwrap_or_else(|p| p.into_inner());
         let fault = s.fault;
@@ -270,7 +279,9 @@ async fn handle(req: Request<Incoming>, st: &Arc<Mutex<State>>, reset: &Notify) 
     };
     let decoded = match &body {
         Ok(b) => decode_request(b),
-        Err(_) => Err(format!("request body over {MAX_BODY_BYTES} bytes")),
+        Err(()) => Err(format!(
+            "request body over {MAX_BODY_BYTES} bytes, or not valid gzip"
+        )),
     };
     if let Ok((ns, datums)) = &decoded {
         seen.namespace = Some(ns.clone());
@@ -332,6 +343,20 @@ async fn handle(req: Request<Incoming>, st: &Arc<Mutex<State>>, reset: &Notify) 
         }
         (None, _) => std::future::pending().await,
     }
+}
+
+/// Largest body the fake inflates a gzip request to, bytes.
+const MAX_INFLATED_BYTES: u64 = 64 << 20;
+
+/// Inflate a gzip body (the SDK compresses large PutMetricData requests), bounded.
+fn gunzip(b: &[u8]) -> Result<Vec<u8>, ()> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(b)
+        .take(MAX_INFLATED_BYTES)
+        .read_to_end(&mut out)
+        .map_err(|_| ())?;
+    Ok(out)
 }
 
 /// A decoded CBOR item (the subset rpcv2Cbor uses).
@@ -449,9 +474,6 @@ fn value_ok(v: f64) -> bool {
 /// Decode and check one `PutMetricData` body: the namespace and its datums, or why CloudWatch
 /// would refuse it.
 fn decode_request(body: &[u8]) -> Result<(String, Vec<FakeDatum>), String> {
-    if body.len() > MAX_BODY_BYTES {
-        return Err(format!("request body over {MAX_BODY_BYTES} bytes"));
-    }
     let mut d = minicbor::Decoder::new(body);
     let root = item(&mut d, 0)?;
     let ns = root
