@@ -441,6 +441,24 @@ impl Drop for SinkQueue {
     }
 }
 
+/// Longest error message a report carries, bytes: whatever a sink says, the evidence and the log
+/// get one short line, never a dump.
+pub const MAX_ERROR_BYTES: usize = 1024;
+
+/// `s` on one line (whitespace runs collapsed to one space), cut at [`MAX_ERROR_BYTES`] on a
+/// character boundary with `…` (pure).
+pub fn bounded_line(s: &str) -> String {
+    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.len() <= MAX_ERROR_BYTES {
+        return flat;
+    }
+    let mut cut = MAX_ERROR_BYTES - '…'.len_utf8();
+    while !flat.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &flat[..cut])
+}
+
 /// The longest pause between tries.
 const MAX_BACKOFF: Duration = Duration::from_secs(8);
 
@@ -494,7 +512,7 @@ async fn send_batch(sink: &mut dyn Sink, batch: &Queued) -> SinkReport {
             tries,
             outcome: PublishOutcome::Failed,
             class: Some(e.class),
-            error: Some(e.message),
+            error: Some(bounded_line(&e.message)),
         };
     }
 }
@@ -626,6 +644,8 @@ mod queue_tests {
         Fail(PublishFailureClass),
         /// Never answers.
         Hang,
+        /// Fails with a 25 KB multi-line message.
+        Dump,
     }
 
     /// A sink whose answer is decided by a script from the call's number and start time; it
@@ -657,6 +677,10 @@ mod queue_tests {
                         class,
                     }),
                     Answer::Hang => std::future::pending().await,
+                    Answer::Dump => Err(SinkError {
+                        message: "Error {\n  kind: Other,\n}\n".repeat(1000),
+                        class: PublishFailureClass::PublishRejected,
+                    }),
                 }
             })
         }
@@ -798,6 +822,35 @@ mod queue_tests {
             assert!((500..=1000).contains(&p2), "second pause {p2} ms: {at:?}");
         }
         assert_eq!(&at[6..], [40_000, 60_000]);
+    }
+
+    /// A 15 KB multi-line message becomes one line of at most 1 KiB.
+    #[test]
+    fn error_messages_are_one_bounded_line() {
+        let dump = "Error {\n    kind: Io,\n    source: \"é\",\n}\n".repeat(400);
+        assert!(dump.len() > 15_000);
+        let got = bounded_line(&dump);
+        assert!(
+            got.len() <= MAX_ERROR_BYTES && !got.contains('\n'),
+            "{}",
+            got.len()
+        );
+        assert!(got.starts_with("Error { kind: Io, source: \"é\", }") && got.ends_with('…'));
+        assert_eq!(bounded_line(" a\n\tb "), "a b");
+    }
+
+    /// Whatever a sink says, its report carries one line of at most 1 KiB.
+    #[tokio::test(start_paused = true)]
+    async fn a_sinks_dump_is_reported_as_one_bounded_line() {
+        let mut r = rig(1, |_, _| Answer::Dump);
+        r.offer(1, 0, 10_000).await;
+        let rep = r.reports.recv().await.unwrap();
+        let e = rep.error.unwrap();
+        assert!(
+            e.len() <= MAX_ERROR_BYTES && !e.contains('\n'),
+            "{}",
+            e.len()
+        );
     }
 
     /// The pauses are jittered: over many draws they spread across their range.
