@@ -10,10 +10,12 @@ use crate::probe::{Attempt, Outcome};
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Transition};
 use crate::record::{
     ApprovalNotApplied, ApprovalRecord, AttemptAbandoned, BothBranchesUnready, OverrideAction,
-    OverrideRecord, Publish, PublishOutcome, PublishReason, Record, Restored, StateSyncFailed,
-    Stop, TransitionRecord,
+    OverrideRecord, Publish, PublishFailureClass, PublishOutcome, PublishReason, Record, Restored,
+    StateSyncFailed, Stop, TransitionRecord,
 };
-use crate::sink::{BranchTick, Datum, Refusal, SinkReport, tick_datums, transition_datum};
+use crate::sink::{
+    BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, tick_datums, transition_datum,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a run did, for the caller's summary line and tests.
@@ -49,12 +51,16 @@ pub struct Batch {
     pub id: u64,
     pub datums: Vec<Datum>,
     pub reason: PublishReason,
+    /// The sinks it is for (names), in config order.
+    pub sinks: Vec<&'static str>,
 }
+
+/// The sink that publishes the fold's own accounting (`PublishFailures`).
+const EMF: &str = "emf";
 
 /// What a batch that a sink's queue refused became.
 fn refusal_outcome(why: Refusal) -> PublishOutcome {
     match why {
-        Refusal::Full => PublishOutcome::DroppedQueueFull,
         Refusal::Closed => PublishOutcome::SinkStopped,
     }
 }
@@ -227,6 +233,8 @@ pub struct Fold {
     outstanding: BTreeMap<(&'static str, u64), Outstanding>,
     /// Batches handed per sink.
     handed: BTreeMap<&'static str, u64>,
+    /// Failed batches per class since the last tick, for the `PublishFailures` datums.
+    failures: BTreeMap<PublishFailureClass, u64>,
     next_batch: u64,
     /// Approval ids whose decision this run has recorded.
     recorded: BTreeSet<String>,
@@ -299,6 +307,7 @@ impl Fold {
             restored,
             outstanding: BTreeMap::new(),
             handed: BTreeMap::new(),
+            failures: BTreeMap::new(),
             next_batch: 0,
             recorded: BTreeSet::new(),
             both_unready_logged: false,
@@ -623,14 +632,32 @@ impl Fold {
         }
         let datums = tick_datums(&self.service, &ticks, now);
         self.publish(datums, reason);
+        self.publish_failures(now);
+    }
+
+    /// The failed batches counted since the last tick, as `PublishFailures` datums for the
+    /// `emf` sink only: the count must not depend on the sink that is failing.
+    fn publish_failures(&mut self, now: Millis) {
+        let counts: Vec<_> = std::mem::take(&mut self.failures).into_iter().collect();
+        if counts.is_empty() || !self.sinks.contains(&EMF) {
+            return;
+        }
+        let datums = publish_failure_datums(&self.service, &counts, now);
+        self.publish_to(datums, PublishReason::PublishFailures, vec![EMF]);
     }
 
     /// Hand a batch to every sink; each stays outstanding until the sink reports it or its
     /// queue refuses it.
     fn publish(&mut self, datums: Vec<Datum>, reason: PublishReason) {
+        let sinks = self.sinks.clone();
+        self.publish_to(datums, reason, sinks);
+    }
+
+    /// Hand a batch to `sinks`.
+    fn publish_to(&mut self, datums: Vec<Datum>, reason: PublishReason, sinks: Vec<&'static str>) {
         self.next_batch += 1;
         let id = self.next_batch;
-        for &sink in &self.sinks {
+        for &sink in &sinks {
             *self.handed.entry(sink).or_default() += 1;
             self.outstanding.insert(
                 (sink, id),
@@ -640,8 +667,12 @@ impl Fold {
                 },
             );
         }
-        self.effects
-            .push(Effect::Publish(Batch { id, datums, reason }));
+        self.effects.push(Effect::Publish(Batch {
+            id,
+            datums,
+            reason,
+            sinks,
+        }));
     }
 
     fn refused(&mut self, sink: &'static str, batch: u64, why: Refusal, now: Millis) {
@@ -691,21 +722,31 @@ impl Fold {
         };
         let fields = Fields {
             sink: Some(r.sink.into()),
+            datums: Some(r.datums as u64),
             ..Fields::default()
         };
-        if let Some(err) = &r.error {
+        if r.outcome.is_dropped() {
             *self
                 .summary
                 .dropped_batches
                 .entry(r.sink.to_string())
                 .or_default() += 1;
+            if let Some(c) = r.class {
+                *self.failures.entry(c).or_default() += 1;
+            }
+            let message = match r.outcome {
+                PublishOutcome::Failed => "publish failed; batch dropped",
+                PublishOutcome::Expired => "publish expired in the queue; batch dropped",
+                _ => "publish dropped",
+            };
             self.effects.push(log(
                 Level::Warn,
-                "publish failed; batch dropped",
+                message,
                 Fields {
-                    datums: Some(r.datums as u64),
                     tries: Some(u64::from(r.tries)),
-                    error: Some(err.clone()),
+                    class: r.class.map(|c| c.as_str().into()),
+                    error: r.error.clone(),
+                    reason: Some(<&str>::from(o.reason).into()),
                     ..fields
                 },
             ));
@@ -719,21 +760,10 @@ impl Fold {
                 },
             ));
         }
-        self.record(
-            now,
-            Record::Publish(Publish::new(
-                r.sink,
-                o.reason,
-                r.datums,
-                r.sent,
-                r.tries,
-                match r.error {
-                    Some(_) => PublishOutcome::Failed,
-                    None => PublishOutcome::Sent,
-                },
-                r.error,
-            )),
+        let publish = Publish::new(
+            r.sink, o.reason, r.datums, r.sent, r.tries, r.outcome, r.error,
         );
+        self.record(now, Record::Publish(publish.with_class(r.class)));
     }
 
     /// Take a finished sync: record its decisions, apply approved failbacks, take overrides.

@@ -184,6 +184,64 @@ pub enum PublishOutcome {
     SinkStopped,
     /// Shutdown's grace period ended before the sink reported on it.
     AbandonedAtShutdown,
+    /// Its window closed while it waited behind an outage: too old to be worth sending; never
+    /// tried.
+    Expired,
+}
+
+/// Why a publish failed, in a closed set an alarm or a query can rely on.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum PublishFailureClass {
+    /// No answer within the try's timeout, or the publish window closed first.
+    PublishTimeout,
+    /// The service throttled the call (`Throttling`, HTTP 429).
+    PublishThrottled,
+    /// HTTP 408 (request timeout), typically from a proxy or load balancer, often bodiless.
+    #[serde(rename = "publish_http_408")]
+    #[strum(serialize = "publish_http_408")]
+    PublishHttp408,
+    /// HTTP 5xx: the service or a proxy on the way failed.
+    #[serde(rename = "publish_5xx")]
+    #[strum(serialize = "publish_5xx")]
+    Publish5xx,
+    /// No usable credentials: the provider failed, or the service refused them (expired,
+    /// unknown, bad signature).
+    PublishCredentials,
+    /// The service refused the request itself (a 4xx other than the above): retrying the same
+    /// request cannot help.
+    PublishRejected,
+    /// The endpoint was not reached: DNS, refused, reset, unreachable.
+    PublishUnreachable,
+}
+
+impl PublishFailureClass {
+    /// The snake_case name, as in evidence and the `Class` dimension.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Whether a later try of the same request may succeed.
+    pub fn retryable(self) -> bool {
+        !matches!(
+            self,
+            PublishFailureClass::PublishCredentials | PublishFailureClass::PublishRejected
+        )
+    }
 }
 
 impl PublishOutcome {
@@ -216,6 +274,8 @@ pub enum PublishReason {
     Transition,
     /// An override started, was cleared or expired, published at once.
     Override,
+    /// The `PublishFailures` count of the previous tick's failed batches, to the `emf` sink alone.
+    PublishFailures,
 }
 
 /// `publish`: one batch for one sink, whatever became of it.
@@ -237,6 +297,8 @@ pub struct Publish {
     pub outcome: PublishOutcome,
     /// One-line cause when it was not sent.
     pub error: Option<String>,
+    /// Why the last try failed, when it was tried and failed (`outcome` = `failed`).
+    pub class: Option<PublishFailureClass>,
 }
 
 impl Publish {
@@ -259,7 +321,13 @@ impl Publish {
             dropped: outcome.is_dropped(),
             outcome,
             error,
+            class: None,
         }
+    }
+
+    /// The same record with the class of its failure.
+    pub fn with_class(self, class: Option<PublishFailureClass>) -> Self {
+        Publish { class, ..self }
     }
 }
 

@@ -213,6 +213,7 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
         ),
         ("Heartbeat", "Count", "Service"),
         ("BothBranchesUnready", "None (0/1)", "Service"),
+        ("PublishFailures", "Count", "Service, Class (emf only)"),
     ] {
         writeln!(s, "  {m:<22} {unit:<14} [{dims}]")?;
     }
@@ -321,6 +322,7 @@ endpoint = "mysql-secondary.orders.internal.example"
               CertificateExpiryDays  None (days)    [Service, Branch (TLS)]
               Heartbeat              Count          [Service]
               BothBranchesUnready    None (0/1)     [Service]
+              PublishFailures        Count          [Service, Class (emf only)]
             evidence: /var/lib/readyprobe/evidence.jsonl
             prober id az-a; state store: /var/lib/readyprobe/control-orders-db.json (synced every 10s)
             warning: probe.tls.danger_send_secrets_unverified is true: ssl_mode "required" does not verify the server's certificate, and probe.mysql.password is sent anyway; a server that is not the branch can capture it (evidence records tls_verified: false)

@@ -511,8 +511,83 @@ fn report(batch: u64, sink: &'static str, error: Option<&str>) -> Input {
         datums: 5,
         sent: if error.is_some() { 0 } else { 5 },
         tries: 3,
+        outcome: match error {
+            Some(_) => PublishOutcome::Failed,
+            None => PublishOutcome::Sent,
+        },
+        class: error.map(|_| PublishFailureClass::PublishUnreachable),
         error: error.map(Into::into),
     })
+}
+
+/// A report of a batch the sink's queue dropped untried.
+fn untried(batch: u64, sink: &'static str, outcome: PublishOutcome) -> Input {
+    Input::SinkReport(SinkReport {
+        batch,
+        sink,
+        datums: 5,
+        sent: 0,
+        tries: 0,
+        outcome,
+        class: None,
+        error: Some("dropped".into()),
+    })
+}
+
+#[test]
+fn failures_are_classed_and_counted_on_emf_only() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let b1 = batches(&f.handle(Input::Tick { last: false }, 1000))[0].id;
+    let b2 = batches(&f.handle(Input::Tick { last: false }, 2000))[0].id;
+    let b3 = batches(&f.handle(Input::Tick { last: false }, 3000))[0].id;
+    let e = f.handle(report(b1, "cloudwatch", Some("connection reset")), 3100);
+    let p = of_kind(&e, "publish");
+    assert_eq!(
+        (&p[0]["outcome"], &p[0]["class"]),
+        (&"failed".into(), &"publish_unreachable".into())
+    );
+    let l = logs(&e)[0];
+    assert_eq!(l.fields.class.as_deref(), Some("publish_unreachable"));
+    // Dropped untried: counted as dropped, no class, no PublishFailures.
+    for (b, outcome) in [
+        (b2, PublishOutcome::DroppedQueueFull),
+        (b3, PublishOutcome::Expired),
+    ] {
+        let e = f.handle(untried(b, "cloudwatch", outcome), 3200);
+        let p = of_kind(&e, "publish");
+        assert_eq!(p[0]["outcome"], <&str>::from(outcome));
+        assert_eq!(p[0]["class"], serde_json::Value::Null);
+    }
+    let e = f.handle(Input::Tick { last: false }, 4000);
+    let bs = batches(&e);
+    assert_eq!(bs.len(), 2, "the tick and the PublishFailures batch");
+    assert_eq!(bs[0].sinks, SINKS);
+    assert_eq!(bs[1].sinks, ["emf"]);
+    assert_eq!(bs[1].reason, PublishReason::PublishFailures);
+    let d: Vec<_> = bs[1]
+        .datums
+        .iter()
+        .map(|d| (d.metric, d.dimensions.clone(), d.value.clone(), d.timestamp))
+        .collect();
+    assert_eq!(
+        d,
+        [(
+            "PublishFailures",
+            vec![
+                ("Service", "orders-db".to_string()),
+                ("Class", "publish_unreachable".to_string())
+            ],
+            Value::Single(1.0),
+            4000
+        )]
+    );
+    // Counted once: the next tick has nothing to add.
+    assert_eq!(
+        batches(&f.handle(Input::Tick { last: false }, 5000)).len(),
+        1
+    );
+    let (s, _) = f.finish(6000, "duration", 0);
+    assert_eq!(s.dropped_batches["cloudwatch"], 3);
 }
 
 #[test]
@@ -520,21 +595,16 @@ fn every_batch_is_accounted_for_per_sink() {
     let (mut f, _) = start(&ControlDoc::new("orders-db"));
     let id = |e: &[Effect]| batches(e)[0].id;
     let b1 = id(&f.handle(Input::Tick { last: false }, 1000));
-    // Queue full at cloudwatch; sent by emf.
+    // Dropped from a full queue at cloudwatch; sent by emf.
     let e = f.handle(
-        Input::SinkRefused {
-            sink: "cloudwatch",
-            batch: b1,
-            why: Refusal::Full,
-        },
+        untried(b1, "cloudwatch", PublishOutcome::DroppedQueueFull),
         1001,
     );
     let p = of_kind(&e, "publish");
     assert_eq!(
-        (&p[0]["dropped"], &p[0]["tries"]),
-        (&true.into(), &0.into())
+        (&p[0]["dropped"], &p[0]["tries"], &p[0]["outcome"]),
+        (&true.into(), &0.into(), &"dropped_queue_full".into())
     );
-    assert!(p[0]["error"].as_str().unwrap().contains("queue full"));
     assert_eq!(p[0]["reason"], "tick");
     let e = f.handle(report(b1, "emf", None), 1002);
     assert_eq!(of_kind(&e, "publish")[0]["dropped"], false);
@@ -549,8 +619,12 @@ fn every_batch_is_accounted_for_per_sink() {
         (&true.into(), &3.into())
     );
     assert_eq!(p[0]["error"], "connection refused");
-    // A closed queue (the sink's task ended).
-    let b3 = id(&f.handle(Input::Tick { last: true }, 3000));
+    // A closed queue (the sink's task ended). The failure above is counted on emf.
+    let e = f.handle(Input::Tick { last: true }, 3000);
+    let b3 = id(&e);
+    let counted = &batches(&e)[1];
+    assert_eq!(counted.sinks, ["emf"]);
+    f.handle(report(counted.id, "emf", None), 3001);
     f.handle(
         Input::SinkRefused {
             sink: "cloudwatch",

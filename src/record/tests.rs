@@ -185,15 +185,18 @@ fn publish_sent() -> Record {
 }
 
 fn publish_failed() -> Record {
-    Record::Publish(Publish::new(
-        "cloudwatch",
-        PublishReason::Transition,
-        1,
-        0,
-        3,
-        PublishOutcome::Failed,
-        Some("connection refused".into()),
-    ))
+    Record::Publish(
+        Publish::new(
+            "cloudwatch",
+            PublishReason::Transition,
+            1,
+            0,
+            3,
+            PublishOutcome::Failed,
+            Some("connection refused".into()),
+        )
+        .with_class(Some(PublishFailureClass::PublishUnreachable)),
+    )
 }
 
 fn approval() -> Record {
@@ -343,13 +346,13 @@ fn golden_publish() {
     check(
         publish_sent(),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"cloudwatch","reason":"tick","datums":12,"sent":12,"tries":1,"dropped":false,"outcome":"sent","error":null}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"cloudwatch","reason":"tick","datums":12,"sent":12,"tries":1,"dropped":false,"outcome":"sent","error":null,"class":null}"#
         ]],
     );
     check(
         publish_failed(),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"cloudwatch","reason":"transition","datums":1,"sent":0,"tries":3,"dropped":true,"outcome":"failed","error":"connection refused"}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"cloudwatch","reason":"transition","datums":1,"sent":0,"tries":3,"dropped":true,"outcome":"failed","error":"connection refused","class":"publish_unreachable"}"#
         ]],
     );
     let never_tried = |outcome, error: &str| {
@@ -366,13 +369,19 @@ fn golden_publish() {
     check(
         never_tried(PublishOutcome::DroppedQueueFull, "sink queue full"),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"emf","reason":"final","datums":4,"sent":0,"tries":0,"dropped":true,"outcome":"dropped_queue_full","error":"sink queue full"}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"emf","reason":"final","datums":4,"sent":0,"tries":0,"dropped":true,"outcome":"dropped_queue_full","error":"sink queue full","class":null}"#
+        ]],
+    );
+    check(
+        never_tried(PublishOutcome::Expired, "its publish window closed"),
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"emf","reason":"final","datums":4,"sent":0,"tries":0,"dropped":true,"outcome":"expired","error":"its publish window closed","class":null}"#
         ]],
     );
     check(
         never_tried(PublishOutcome::SinkStopped, "sink stopped"),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"emf","reason":"final","datums":4,"sent":0,"tries":0,"dropped":true,"outcome":"sink_stopped","error":"sink stopped"}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"emf","reason":"final","datums":4,"sent":0,"tries":0,"dropped":true,"outcome":"sink_stopped","error":"sink stopped","class":null}"#
         ]],
     );
     check(
@@ -381,7 +390,7 @@ fn golden_publish() {
             "abandoned at shutdown: the grace period ended before it was sent",
         ),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"emf","reason":"final","datums":4,"sent":0,"tries":0,"dropped":true,"outcome":"abandoned_at_shutdown","error":"abandoned at shutdown: the grace period ended before it was sent"}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"emf","reason":"final","datums":4,"sent":0,"tries":0,"dropped":true,"outcome":"abandoned_at_shutdown","error":"abandoned at shutdown: the grace period ended before it was sent","class":null}"#
         ]],
     );
 }
@@ -501,6 +510,7 @@ fn printed_names_are_the_serialised_ones() {
     }
     check_all::<PublishOutcome>();
     check_all::<PublishReason>();
+    check_all::<PublishFailureClass>();
     check_all::<OverrideAction>();
 }
 

@@ -60,7 +60,7 @@ impl Shell {
     pub(super) fn hand(&mut self, b: Batch) {
         let deadline = Instant::now() + self.publish_window;
         let mut refused = Vec::new();
-        for s in &self.sinks {
+        for s in self.sinks.iter().filter(|s| b.sinks.contains(&s.name())) {
             let q = Queued {
                 id: b.id,
                 datums: b.datums.clone(),

@@ -7,10 +7,16 @@
 
 use super::{Datum, SendFuture, Sink, SinkError, Value};
 use crate::config::CloudWatch as CwConfig;
+use crate::readiness::Millis;
+use crate::record::PublishFailureClass;
 use aws_sdk_cloudwatch::config::http::HttpResponse;
+use aws_sdk_cloudwatch::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_cloudwatch::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_cloudwatch::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_cloudwatch::primitives::DateTime;
 use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit, StatisticSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// PutMetricData limit: datums per request.
@@ -55,6 +61,20 @@ pub fn encode(d: &Datum) -> Option<MetricDatum> {
     Some(b.build())
 }
 
+/// PutMetricData limit: a datum's timestamp may be at most two weeks in the past.
+pub const MAX_AGE_MS: Millis = 14 * 86_400_000;
+/// PutMetricData limit: a datum's timestamp may be at most two hours in the future.
+pub const MAX_AHEAD_MS: Millis = 2 * 3_600_000;
+/// Margin kept inside both limits, for clock skew and time on the wire.
+const VALIDITY_MARGIN_MS: Millis = 300_000;
+
+/// Whether CloudWatch would accept `d`'s timestamp when it arrives at `now` (pure): not more
+/// than two weeks old, not more than two hours ahead, with a margin of five minutes.
+pub fn within_validity(d: &Datum, now: Millis) -> bool {
+    d.timestamp >= now - MAX_AGE_MS + VALIDITY_MARGIN_MS
+        && d.timestamp <= now + MAX_AHEAD_MS - VALIDITY_MARGIN_MS
+}
+
 /// A conservative upper bound of one datum's size on the wire, bytes.
 pub fn estimated_size(d: &Datum) -> usize {
     // Fixed fields (name, unit, timestamp, resolution, value or statistic set) plus dimensions;
@@ -66,15 +86,16 @@ pub fn estimated_size(d: &Datum) -> usize {
             .sum::<usize>()
 }
 
-/// Split datums into requests within the PutMetricData limits (pure). Non-finite datums are left
-/// out; their count is returned second.
-pub fn batches(datums: &[Datum]) -> (Vec<Vec<&Datum>>, usize) {
+/// Split datums into requests within the PutMetricData limits (pure). Non-finite datums and
+/// ones CloudWatch would refuse at `now` as too old or too far ahead are left out; their count
+/// is returned second.
+pub fn batches(datums: &[Datum], now: Millis) -> (Vec<Vec<&Datum>>, usize) {
     let mut out: Vec<Vec<&Datum>> = Vec::new();
     let mut skipped = 0;
     let mut cur: Vec<&Datum> = Vec::new();
     let mut bytes = 0;
     for d in datums {
-        if !d.is_finite() {
+        if !d.is_finite() || !within_validity(d, now) {
             skipped += 1;
             continue;
         }
@@ -102,7 +123,42 @@ pub struct CloudWatchSink {
     client: aws_sdk_cloudwatch::Client,
     namespace: String,
     max_tries: u32,
+    signed: Signed,
 }
+
+/// Set once the current call has a signed request: a call cut short before that spent its time
+/// obtaining credentials (a provider that fails retries within its own budget, longer than a
+/// publish window), which is a credentials failure, not a slow CloudWatch.
+#[derive(Debug, Clone, Default)]
+struct Signed(Arc<AtomicBool>);
+
+impl Signed {
+    fn reset(&self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+    fn get(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Intercept for Signed {
+    fn name(&self) -> &'static str {
+        "readyprobe-signed"
+    }
+
+    fn read_after_signing(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.0.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The message of a call cut short before its request was signed.
+const NO_CREDENTIALS_IN_TIME: &str = "PutMetricData failed: no credentials before the timeout (the credentials provider did not answer in time)";
 
 impl CloudWatchSink {
     /// Build the client from the default AWS chain plus the config's region, endpoint and
@@ -125,10 +181,15 @@ impl CloudWatchSink {
             loader = loader.endpoint_url(e);
         }
         let shared = loader.load().await;
+        let signed = Signed::default();
+        let conf = aws_sdk_cloudwatch::config::Builder::from(&shared)
+            .interceptor(signed.clone())
+            .build();
         CloudWatchSink {
-            client: aws_sdk_cloudwatch::Client::new(&shared),
+            client: aws_sdk_cloudwatch::Client::from_conf(conf),
             namespace: namespace.to_string(),
             max_tries: cfg.max_attempts.max(1),
+            signed,
         }
     }
 }
@@ -137,31 +198,84 @@ impl CloudWatchSink {
 /// per failed batch, where the SDK's debug rendering (about 1 KB) would drown the rest.
 pub const MAX_CAUSE_CHARS: usize = 200;
 
-/// Decide whether a failed call may succeed later (throttling, timeouts, transport, 5xx codes),
-/// and say why it failed in one bounded line.
+/// Service error codes that mean the credentials in use are expired, unknown, badly signed or
+/// not allowed to publish.
+const CREDENTIAL_CODES: &[&str] = &[
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "SignatureDoesNotMatch",
+    "InvalidSignatureException",
+    "IncompleteSignature",
+    "MissingAuthenticationToken",
+    "AccessDenied",
+    "AccessDeniedException",
+];
+
+/// Class of an HTTP status that is a failure whatever the body says (a proxy's or load
+/// balancer's answer often has no body the SDK can parse, so no error code).
+fn class_of_status(status: u16) -> Option<PublishFailureClass> {
+    match status {
+        408 => Some(PublishFailureClass::PublishHttp408),
+        429 => Some(PublishFailureClass::PublishThrottled),
+        500..=599 => Some(PublishFailureClass::Publish5xx),
+        _ => None,
+    }
+}
+
+/// Class of a service error: by code where the service named one, else by HTTP status.
+fn class_of_service(code: Option<&str>, status: u16) -> PublishFailureClass {
+    match code {
+        Some("Throttling" | "ThrottlingException" | "RequestLimitExceeded") => {
+            PublishFailureClass::PublishThrottled
+        }
+        Some("InternalServiceError" | "InternalFailure" | "ServiceUnavailable") => {
+            PublishFailureClass::Publish5xx
+        }
+        Some(c) if CREDENTIAL_CODES.contains(&c) => PublishFailureClass::PublishCredentials,
+        _ => class_of_status(status).unwrap_or(PublishFailureClass::PublishRejected),
+    }
+}
+
+/// True when something in `e`'s source chain says credentials could not be had (the SDK
+/// resolves them before sending, and reports a provider's failure as a dispatch failure).
+fn credentials_failed(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut link = Some(e);
+    while let Some(cur) = link {
+        if cur.to_string().to_ascii_lowercase().contains("credential") {
+            return true;
+        }
+        link = cur.source();
+    }
+    false
+}
+
+/// Classify a failed call (throttled, timeout, 408, 5xx, credentials, rejected, unreachable;
+/// the class says whether a later try may succeed) and say why it failed in one bounded line.
 pub fn classify_error<E>(e: &SdkError<E, HttpResponse>) -> SinkError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
-    let retryable = match e {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            true
+    use PublishFailureClass as C;
+    let class = match e {
+        SdkError::TimeoutError(_) => C::PublishTimeout,
+        SdkError::DispatchFailure(d) if d.as_connector_error().is_some_and(|c| c.is_timeout()) => {
+            C::PublishTimeout
         }
-        SdkError::ServiceError(s) => matches!(
-            s.err().code(),
-            Some(
-                "Throttling"
-                    | "ThrottlingException"
-                    | "InternalServiceError"
-                    | "InternalFailure"
-                    | "ServiceUnavailable"
-            )
-        ),
-        _ => false,
+        SdkError::DispatchFailure(_) if credentials_failed(e) => C::PublishCredentials,
+        SdkError::DispatchFailure(_) => C::PublishUnreachable,
+        SdkError::ServiceError(s) => class_of_service(s.err().code(), s.raw().status().as_u16()),
+        SdkError::ResponseError(r) => {
+            class_of_status(r.raw().status().as_u16()).unwrap_or(C::PublishUnreachable)
+        }
+        SdkError::ConstructionFailure(_) if credentials_failed(e) => C::PublishCredentials,
+        SdkError::ConstructionFailure(_) => C::PublishRejected,
+        _ => C::PublishUnreachable,
     };
     SinkError {
         message: one_line(&format!("PutMetricData failed: {}", cause(e))),
-        retryable,
+        class,
     }
 }
 
@@ -175,7 +289,16 @@ where
         SdkError::ServiceError(s) => match (s.err().code(), s.err().message()) {
             (Some(code), Some(message)) => format!("{code}: {message}"),
             (Some(code), None) => code.to_string(),
-            (None, _) => format!("HTTP {}: {}", s.raw().status().as_u16(), innermost(s.err())),
+            // A proxy's answer (HTML, plain text, no body): the parser's complaint about it says
+            // nothing useful; the status does.
+            (None, _) => {
+                let status = s.raw().status().as_u16();
+                let reason = http::StatusCode::from_u16(status)
+                    .ok()
+                    .and_then(|c| c.canonical_reason())
+                    .unwrap_or("");
+                format!("HTTP {status} {reason} (no error code in the response)")
+            }
         },
         SdkError::TimeoutError(_) => format!("timeout: {}", innermost(e)),
         SdkError::DispatchFailure(d) if d.as_connector_error().is_some_and(|c| c.is_timeout()) => {
@@ -247,20 +370,47 @@ impl Sink for CloudWatchSink {
         self.max_tries
     }
 
+    fn cut_short(&self) -> SinkError {
+        if self.signed.get() {
+            SinkError {
+                message: "the publish window closed before the send finished".into(),
+                class: PublishFailureClass::PublishTimeout,
+            }
+        } else {
+            SinkError {
+                message: NO_CREDENTIALS_IN_TIME.into(),
+                class: PublishFailureClass::PublishCredentials,
+            }
+        }
+    }
+
     fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a> {
         Box::pin(async move {
-            let (reqs, _skipped) = batches(datums);
+            let (reqs, skipped) = batches(datums, crate::clock::Clock::start().now_ms());
+            if skipped > 0 {
+                tracing::warn!(
+                    skipped,
+                    "datums left out: not finite, or outside CloudWatch's accepted time range"
+                );
+            }
             let mut sent = 0;
             for req in reqs {
                 let data: Vec<MetricDatum> = req.iter().filter_map(|d| encode(d)).collect();
                 let n = data.len();
+                self.signed.reset();
                 self.client
                     .put_metric_data()
                     .namespace(&self.namespace)
                     .set_metric_data(Some(data))
                     .send()
                     .await
-                    .map_err(|e| classify_error(&e))?;
+                    .map_err(|e| match e {
+                        SdkError::TimeoutError(_) if !self.signed.get() => SinkError {
+                            message: NO_CREDENTIALS_IN_TIME.into(),
+                            class: PublishFailureClass::PublishCredentials,
+                        },
+                        e => classify_error(&e),
+                    })?;
                 sent += n;
             }
             Ok(sent)
@@ -272,6 +422,7 @@ impl Sink for CloudWatchSink {
 mod tests {
     use super::*;
     use crate::sink::Unit;
+    use strum::VariantArray;
 
     fn datum(i: usize) -> Datum {
         Datum {
@@ -330,7 +481,7 @@ mod tests {
         let mut ds: Vec<Datum> = (0..2500).map(datum).collect();
         ds[7].value = Value::Single(f64::NAN);
         ds[8].value = Value::Single(f64::INFINITY);
-        let (b, skipped) = batches(&ds);
+        let (b, skipped) = batches(&ds, 1_700_000_000_000);
         assert_eq!(skipped, 2);
         assert_eq!(
             b.iter().map(|b| b.len()).collect::<Vec<_>>(),
@@ -385,11 +536,11 @@ mod tests {
         ))))
     }
 
-    /// Each case: name, error, retryable, message (empty: cut at the bound, checked by shape).
-    fn check(cases: Vec<(&str, E, bool, &str)>) {
-        for (name, e, retryable, message) in cases {
+    /// Each case: name, error, class, message (empty: cut at the bound, checked by shape).
+    fn check(cases: Vec<(&str, E, PublishFailureClass, &str)>) {
+        for (name, e, class, message) in cases {
             let got = classify_error(&e);
-            assert_eq!(got.retryable, retryable, "{name}");
+            assert_eq!(got.class, class, "{name}");
             assert!(
                 got.message.chars().count() <= MAX_CAUSE_CHARS && !got.message.contains('\n'),
                 "{name}: {}",
@@ -403,6 +554,20 @@ mod tests {
         }
     }
 
+    use PublishFailureClass as C;
+
+    /// A service error whose body the SDK could not parse (no code), as a proxy's bodiless
+    /// answer gives.
+    fn bodiless(status: u16) -> E {
+        SdkError::service_error(
+            PutMetricDataError::unhandled(Wrap(
+                "unhandled error",
+                Box::new(IoError::other("end of input bytes")),
+            )),
+            response(status),
+        )
+    }
+
     #[test]
     fn classify_service_errors() {
         let long = "x ".repeat(400);
@@ -410,40 +575,77 @@ mod tests {
             (
                 "throttled",
                 service("Throttling", Some("Rate exceeded"), 400),
-                true,
+                C::PublishThrottled,
                 "PutMetricData failed: Throttling: Rate exceeded",
             ),
             (
                 "server fault",
                 service("InternalFailure", None, 500),
-                true,
+                C::Publish5xx,
                 "PutMetricData failed: InternalFailure",
             ),
             (
                 "bad request, message on two lines",
                 service("InvalidParameterValue", Some("NaN\nis not valid"), 400),
-                false,
+                C::PublishRejected,
                 "PutMetricData failed: InvalidParameterValue: NaN is not valid",
             ),
             (
-                "no error code",
-                SdkError::service_error(
-                    PutMetricDataError::unhandled(Wrap(
-                        "unhandled error",
-                        Box::new(IoError::other("end of input bytes")),
-                    )),
-                    response(404),
+                "expired token",
+                service(
+                    "ExpiredToken",
+                    Some("The security token included in the request is expired"),
+                    403,
                 ),
-                false,
-                "PutMetricData failed: HTTP 404: end of input bytes",
+                C::PublishCredentials,
+                "PutMetricData failed: ExpiredToken: The security token included in the request is expired",
+            ),
+            (
+                "no error code",
+                bodiless(404),
+                C::PublishRejected,
+                "PutMetricData failed: HTTP 404 Not Found (no error code in the response)",
+            ),
+            (
+                "bodiless 408",
+                bodiless(408),
+                C::PublishHttp408,
+                "PutMetricData failed: HTTP 408 Request Timeout (no error code in the response)",
+            ),
+            (
+                "bodiless 429",
+                bodiless(429),
+                C::PublishThrottled,
+                "PutMetricData failed: HTTP 429 Too Many Requests (no error code in the response)",
+            ),
+            (
+                "a proxy's 503",
+                bodiless(503),
+                C::Publish5xx,
+                "PutMetricData failed: HTTP 503 Service Unavailable (no error code in the response)",
             ),
             (
                 "long message",
                 service("InvalidParameterValue", Some(&long), 400),
-                false,
+                C::PublishRejected,
                 "",
             ),
         ]);
+    }
+
+    #[test]
+    fn retryable_classes() {
+        let retryable: Vec<_> = C::VARIANTS.iter().filter(|c| c.retryable()).collect();
+        assert_eq!(
+            retryable,
+            [
+                &C::PublishTimeout,
+                &C::PublishThrottled,
+                &C::PublishHttp408,
+                &C::Publish5xx,
+                &C::PublishUnreachable
+            ]
+        );
     }
 
     #[test]
@@ -453,42 +655,80 @@ mod tests {
             (
                 "refused",
                 connect("tcp connect error", ErrorKind::ConnectionRefused.into()),
-                true,
+                C::PublishUnreachable,
                 "PutMetricData failed: connection refused",
+            ),
+            (
+                "reset",
+                connect("connection error", ErrorKind::ConnectionReset.into()),
+                C::PublishUnreachable,
+                "PutMetricData failed: connection reset",
             ),
             (
                 "dns",
                 connect("dns error", IoError::other(no_name)),
-                true,
+                C::PublishUnreachable,
                 &format!("PutMetricData failed: dns error: {no_name}"),
+            ),
+            (
+                "credentials provider failed",
+                SdkError::dispatch_failure(ConnectorError::other(
+                    Box::new(Wrap(
+                        "failed to load credentials",
+                        Box::new(IoError::other("HTTP 500 from the container endpoint")),
+                    )),
+                    None,
+                )),
+                C::PublishCredentials,
+                "PutMetricData failed: transport error: HTTP 500 from the container endpoint",
             ),
             (
                 "connect timeout",
                 SdkError::dispatch_failure(ConnectorError::timeout(Box::new(IoError::other(
                     "HTTP connect timeout occurred after 3s",
                 )))),
-                true,
+                C::PublishTimeout,
                 "PutMetricData failed: timeout",
             ),
             (
                 "operation timeout",
                 SdkError::timeout_error(IoError::other("operation timeout occurred after 5s")),
-                true,
+                C::PublishTimeout,
                 "PutMetricData failed: timeout: operation timeout occurred after 5s",
             ),
             (
                 "unreadable response",
                 SdkError::response_error(IoError::other("body ended early"), response(502)),
-                true,
+                C::Publish5xx,
                 "PutMetricData failed: HTTP 502: unreadable response: body ended early",
             ),
             (
                 "not built",
                 SdkError::construction_failure(IoError::other("no region")),
-                false,
+                C::PublishRejected,
                 "PutMetricData failed: request not built: no region",
             ),
         ]);
+    }
+
+    #[test]
+    fn validity_window_keeps_what_cloudwatch_accepts() {
+        let now = 1_700_000_000_000;
+        let at = |t| Datum {
+            timestamp: t,
+            ..datum(0)
+        };
+        let ds = vec![
+            at(now - MAX_AGE_MS),             // two weeks old: refused
+            at(now - MAX_AGE_MS + 600_000),   // inside the margin: sent
+            at(now),                          // sent
+            at(now + MAX_AHEAD_MS - 600_000), // sent
+            at(now + MAX_AHEAD_MS),           // two hours ahead: refused
+        ];
+        let (b, skipped) = batches(&ds, now);
+        assert_eq!(skipped, 2);
+        let kept: Vec<_> = b[0].iter().map(|d| d.timestamp - now).collect();
+        assert_eq!(kept, [-MAX_AGE_MS + 600_000, 0, MAX_AHEAD_MS - 600_000]);
     }
 
     #[test]
@@ -498,7 +738,7 @@ mod tests {
             ..datum(0)
         };
         let ds = vec![big; 900];
-        let (b, _) = batches(&ds);
+        let (b, _) = batches(&ds, 1_700_000_000_000);
         assert!(b.len() > 1);
         for batch in &b {
             assert!(batch.iter().map(|d| estimated_size(d)).sum::<usize>() <= MAX_REQUEST_BYTES);

@@ -148,7 +148,8 @@ impl Sink for EmfSink {
             }
             self.write_batch(&buf).map_err(|e| super::SinkError {
                 message: format!("emf output: {e}"),
-                retryable: false,
+                // The destination (stdout, a pipe) cannot be written.
+                class: crate::record::PublishFailureClass::PublishUnreachable,
             })?;
             Ok(n)
         })

@@ -10,11 +10,14 @@ pub mod emf;
 pub mod evidence;
 
 use crate::readiness::Millis;
+use crate::record::{PublishFailureClass, PublishOutcome};
 use serde::Serialize;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -189,6 +192,27 @@ pub fn tick_datums(service: &str, branches: &[BranchTick], now: Millis) -> Vec<D
     out
 }
 
+/// The `PublishFailures` datums: failed batches per class since the previous tick (pure).
+pub fn publish_failure_datums(
+    service: &str,
+    counts: &[(PublishFailureClass, u64)],
+    now: Millis,
+) -> Vec<Datum> {
+    counts
+        .iter()
+        .map(|(class, n)| Datum {
+            metric: "PublishFailures",
+            dimensions: vec![
+                ("Service", service.to_string()),
+                ("Class", class.as_str().to_string()),
+            ],
+            value: Value::Single(*n as f64),
+            unit: Unit::Count,
+            timestamp: now,
+        })
+        .collect()
+}
+
 /// The `Readiness` datum sent at once on a transition.
 pub fn transition_datum(service: &str, branch: &str, value: f64, now: Millis) -> Datum {
     Datum {
@@ -207,10 +231,17 @@ pub fn transition_datum(service: &str, branch: &str, value: f64, now: Millis) ->
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct SinkError {
-    /// What happened (no credentials).
+    /// What happened, in one bounded line (no credentials).
     pub message: String,
-    /// Whether a later try may succeed (throttling, timeouts, 5xx).
-    pub retryable: bool,
+    /// Why, in the closed set of publish failure classes.
+    pub class: PublishFailureClass,
+}
+
+impl SinkError {
+    /// Whether a later try may succeed (throttling, timeouts, 408, 5xx, transport).
+    pub fn retryable(&self) -> bool {
+        self.class.retryable()
+    }
 }
 
 /// Future returned by [`Sink::send`].
@@ -220,17 +251,25 @@ pub type SendFuture<'a> = Pin<Box<dyn Future<Output = Result<usize, SinkError>> 
 pub trait Sink: Send {
     /// Stable sink name for logs and evidence (`cloudwatch`, `emf`).
     fn name(&self) -> &'static str;
-    /// Send a batch; returns how many datums were sent (non-finite ones are skipped).
+    /// Send a batch; returns how many datums were sent (non-finite ones, and ones the
+    /// destination would refuse as too old or too far ahead, are skipped).
     fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a>;
     /// Tries per batch (first try included) the runner may make for a retryable error, within
     /// the batch's window. Default 1.
     fn max_tries(&self) -> u32 {
         1
     }
+    /// Why a send that the publish window cut short failed. Default: a timeout.
+    fn cut_short(&self) -> SinkError {
+        SinkError {
+            message: "the publish window closed before the send finished".into(),
+            class: PublishFailureClass::PublishTimeout,
+        }
+    }
 }
 
-/// Batches a sink's queue holds: a sink this far behind the publish rate drops the next one.
-const QUEUE_BATCHES: usize = 4;
+/// Batches a sink's queue holds: a sink this far behind the publish rate drops the oldest.
+pub const QUEUE_BATCHES: usize = 4;
 
 /// A batch in a sink's queue.
 #[derive(Debug)]
@@ -243,7 +282,7 @@ pub struct Queued {
     pub deadline: Instant,
 }
 
-/// A sink's account of one batch it took from its queue.
+/// A sink's account of one batch it took, or dropped from, its queue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SinkReport {
     /// [`Queued::id`].
@@ -254,17 +293,36 @@ pub struct SinkReport {
     pub datums: usize,
     /// Datums sent (non-finite ones are skipped).
     pub sent: usize,
-    /// Tries made, the first included.
+    /// Tries made, the first included (0: never tried).
     pub tries: u32,
+    /// What became of it: `sent`, `failed`, `expired` or `dropped_queue_full`.
+    pub outcome: PublishOutcome,
+    /// Why the last try failed (`outcome` = `failed`).
+    pub class: Option<PublishFailureClass>,
     /// Why the batch was dropped; `None` when it was sent.
     pub error: Option<String>,
 }
 
-/// Why a sink's queue refused a batch.
+impl SinkReport {
+    /// A batch dropped without a try.
+    fn untried(sink: &'static str, b: &Queued, outcome: PublishOutcome, why: &str) -> Self {
+        SinkReport {
+            batch: b.id,
+            sink,
+            datums: b.datums.len(),
+            sent: 0,
+            tries: 0,
+            outcome,
+            class: None,
+            error: Some(why.into()),
+        }
+    }
+}
+
+/// Why a sink's queue refused a batch (a full queue never refuses: it drops its oldest batch
+/// and reports it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// The queue was full: the sink is slower than the publish rate.
-    Full,
     /// The sink's task has ended.
     Closed,
 }
@@ -273,24 +331,56 @@ impl Refusal {
     /// The cause, in a phrase.
     pub fn why(self) -> &'static str {
         match self {
-            Refusal::Full => "sink queue full (the sink is slower than the publish rate)",
             Refusal::Closed => "sink stopped",
         }
     }
 }
 
+/// Why the oldest batch left a full queue.
+const QUEUE_FULL: &str = "sink queue full (the sink is slower than the publish rate): the oldest batch made way for a newer one";
+/// Why a batch left the queue untried.
+const EXPIRED: &str =
+    "its publish window closed while it waited behind an outage: too old to send, never tried";
+
+/// What a sink's queue and its task share.
+#[derive(Debug, Default)]
+struct QueueState {
+    /// Oldest first.
+    batches: VecDeque<Queued>,
+    /// The sending end is gone: send what is left, then stop.
+    senders_gone: bool,
+    /// The task has ended: refuse every batch.
+    task_gone: bool,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<QueueState>,
+    wake: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// The sending end of one sink's task. Sending never blocks the caller: each sink works
-/// through its own bounded queue, retrying a failed send with backoff within the batch's window,
-/// and reports every batch it took.
+/// through its own bounded queue, newest batch first (after an outage the current readiness
+/// goes out before the backlog), retrying a failed send with jittered backoff within the
+/// batch's window, and reports every batch it took or dropped. A full queue drops its oldest
+/// batch; a batch whose window closed while it waited is dropped untried.
 #[derive(Debug)]
 pub struct SinkQueue {
     name: &'static str,
-    tx: mpsc::Sender<Queued>,
+    shared: Arc<Shared>,
+    reports: mpsc::UnboundedSender<SinkReport>,
 }
 
 impl SinkQueue {
     /// Start `sink`'s task on `tracker`. It reports on `reports` until its queue closes (this
-    /// value dropped) or `cancel` fires; a batch in hand then goes unreported.
+    /// value dropped, and what it held sent) or `cancel` fires; a batch in hand then goes
+    /// unreported.
     pub fn spawn(
         sink: Box<dyn Sink>,
         reports: mpsc::UnboundedSender<SinkReport>,
@@ -298,9 +388,13 @@ impl SinkQueue {
         cancel: CancellationToken,
     ) -> SinkQueue {
         let name = sink.name();
-        let (tx, rx) = mpsc::channel(QUEUE_BATCHES);
-        tracker.spawn(sink_task(sink, rx, reports, cancel));
-        SinkQueue { name, tx }
+        let shared = Arc::new(Shared::default());
+        tracker.spawn(sink_task(sink, shared.clone(), reports.clone(), cancel));
+        SinkQueue {
+            name,
+            shared,
+            reports,
+        }
     }
 
     /// The sink's name.
@@ -308,81 +402,163 @@ impl SinkQueue {
         self.name
     }
 
-    /// Queue a batch, or say why not.
+    /// Queue a batch, or say why not. A full queue makes room by dropping its oldest batch,
+    /// which is reported (`dropped_queue_full`) on the reports channel.
     ///
     /// # Errors
-    /// The queue is full, or the task has ended.
+    /// The task has ended.
     pub fn offer(&self, batch: Queued) -> Result<(), Refusal> {
-        self.tx.try_send(batch).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => Refusal::Full,
-            mpsc::error::TrySendError::Closed(_) => Refusal::Closed,
-        })
+        let evicted = {
+            let mut st = self.shared.lock();
+            if st.task_gone {
+                return Err(Refusal::Closed);
+            }
+            st.batches.push_back(batch);
+            (st.batches.len() > QUEUE_BATCHES)
+                .then(|| st.batches.pop_front())
+                .flatten()
+        };
+        self.shared.wake.notify_one();
+        if let Some(old) = evicted {
+            let report = SinkReport::untried(
+                self.name,
+                &old,
+                PublishOutcome::DroppedQueueFull,
+                QUEUE_FULL,
+            );
+            if self.reports.send(report).is_err() {
+                return Err(Refusal::Closed);
+            }
+        }
+        Ok(())
     }
+}
+
+impl Drop for SinkQueue {
+    fn drop(&mut self) {
+        self.shared.lock().senders_gone = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+/// Longest error message a report carries, bytes: whatever a sink says, the evidence and the log
+/// get one short line, never a dump.
+pub const MAX_ERROR_BYTES: usize = 1024;
+
+/// `s` on one line (whitespace runs collapsed to one space), cut at [`MAX_ERROR_BYTES`] on a
+/// character boundary with `…` (pure).
+pub fn bounded_line(s: &str) -> String {
+    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.len() <= MAX_ERROR_BYTES {
+        return flat;
+    }
+    let mut cut = MAX_ERROR_BYTES - '…'.len_utf8();
+    while !flat.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &flat[..cut])
+}
+
+/// The longest pause between tries.
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
+
+/// The pause before try `tries + 1`: exponential from a base of a tenth of the window
+/// (50–500 ms), capped at [`MAX_BACKOFF`], with equal jitter (half fixed, half random) so
+/// probers that failed together do not retry together.
+fn backoff(window: Duration, tries: u32) -> Duration {
+    let base = (window / 10).clamp(Duration::from_millis(50), Duration::from_millis(500));
+    let full = base
+        .saturating_mul(1 << tries.saturating_sub(1).min(16))
+        .min(MAX_BACKOFF);
+    let half = full / 2;
+    half + half.mul_f64(rand::random::<f64>())
 }
 
 /// Send one batch, retrying a retryable error with backoff within the batch's window.
 async fn send_batch(sink: &mut dyn Sink, batch: &Queued) -> SinkReport {
     let window = batch.deadline.saturating_duration_since(Instant::now());
-    let mut backoff = (window / 10).clamp(Duration::from_millis(50), Duration::from_millis(500));
     let mut tries = 0;
     loop {
         tries += 1;
-        let remaining = batch.deadline.saturating_duration_since(Instant::now());
-        let sent = tokio::time::timeout(
-            remaining.max(Duration::from_millis(1)),
-            sink.send(&batch.datums),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(SinkError {
-                message: "the publish window closed before the send finished".into(),
-                retryable: false,
-            })
-        });
-        let (sent, error) = match sent {
-            Ok(sent) => (sent, None),
-            Err(e)
-                if e.retryable
-                    && tries < sink.max_tries()
-                    && Instant::now() + backoff < batch.deadline =>
-            {
-                tracing::debug!(sink = sink.name(), error = %e, "publish failed, retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(8));
-                continue;
+        let sent = tokio::time::timeout_at(batch.deadline, sink.send(&batch.datums))
+            .await
+            .unwrap_or_else(|_| Err(sink.cut_short()));
+        let e = match sent {
+            Ok(sent) => {
+                return SinkReport {
+                    batch: batch.id,
+                    sink: sink.name(),
+                    datums: batch.datums.len(),
+                    sent,
+                    tries,
+                    outcome: PublishOutcome::Sent,
+                    class: None,
+                    error: None,
+                };
             }
-            Err(e) => (0, Some(e.message)),
+            Err(e) => e,
         };
+        let pause = backoff(window, tries);
+        if e.retryable() && tries < sink.max_tries() && Instant::now() + pause < batch.deadline {
+            tracing::debug!(sink = sink.name(), error = %e, "publish failed, retrying");
+            tokio::time::sleep(pause).await;
+            continue;
+        }
         return SinkReport {
             batch: batch.id,
             sink: sink.name(),
             datums: batch.datums.len(),
-            sent,
+            sent: 0,
             tries,
-            error,
+            outcome: PublishOutcome::Failed,
+            class: Some(e.class),
+            error: Some(bounded_line(&e.message)),
         };
     }
 }
 
-/// A sink's task: send each queued batch and report it, until the queue closes or `cancel`
-/// fires (a batch in hand then goes unreported).
+/// The next batch to work on: the newest, or `None` once the queue is closed and empty.
+async fn next_batch(shared: &Shared) -> Option<Queued> {
+    loop {
+        let wake = shared.wake.notified();
+        {
+            let mut st = shared.lock();
+            if let Some(b) = st.batches.pop_back() {
+                return Some(b);
+            }
+            if st.senders_gone {
+                return None;
+            }
+        }
+        wake.await;
+    }
+}
+
+/// A sink's task: send each queued batch (newest first) and report it, until the queue closes
+/// and is empty or `cancel` fires (a batch in hand then goes unreported).
 async fn sink_task(
     mut sink: Box<dyn Sink>,
-    mut rx: mpsc::Receiver<Queued>,
+    shared: Arc<Shared>,
     reports: mpsc::UnboundedSender<SinkReport>,
     cancel: CancellationToken,
 ) {
-    while let Some(Some(batch)) = cancel.run_until_cancelled(rx.recv()).await {
-        let Some(report) = cancel
-            .run_until_cancelled(send_batch(sink.as_mut(), &batch))
-            .await
-        else {
-            return;
+    while let Some(Some(batch)) = cancel.run_until_cancelled(next_batch(&shared)).await {
+        let report = if Instant::now() >= batch.deadline {
+            SinkReport::untried(sink.name(), &batch, PublishOutcome::Expired, EXPIRED)
+        } else {
+            match cancel
+                .run_until_cancelled(send_batch(sink.as_mut(), &batch))
+                .await
+            {
+                Some(r) => r,
+                None => break,
+            }
         };
         if reports.send(report).is_err() {
-            return;
+            break;
         }
     }
+    shared.lock().task_gone = true;
 }
 
 #[cfg(test)]
@@ -447,5 +623,272 @@ mod tests {
             .find(|d| d.metric == "BothBranchesUnready")
             .unwrap();
         assert_eq!(f.value, Value::Single(1.0));
+    }
+}
+
+#[cfg(test)]
+mod queue_tests {
+    //! The queue and its task under tokio's paused clock: exact call counts, call times and
+    //! delivery order, whatever the machine's load.
+
+    use super::*;
+    use std::sync::Mutex as StdMutex;
+
+    /// Each call: when (ms since the test's start) and its datums' timestamps.
+    type Calls = Arc<StdMutex<Vec<(u64, Vec<Millis>)>>>;
+
+    /// What the scripted sink does with a call.
+    #[derive(Debug, Clone, Copy)]
+    enum Answer {
+        Ok,
+        Fail(PublishFailureClass),
+        /// Never answers.
+        Hang,
+        /// Fails with a 25 KB multi-line message.
+        Dump,
+    }
+
+    /// A sink whose answer is decided by a script from the call's number and start time; it
+    /// logs each call (ms since the test's start, datum timestamps).
+    struct Scripted {
+        t0: Instant,
+        tries: u32,
+        script: Box<dyn Fn(usize, u64) -> Answer + Send>,
+        calls: Calls,
+    }
+
+    impl Sink for Scripted {
+        fn name(&self) -> &'static str {
+            "cloudwatch"
+        }
+        fn max_tries(&self) -> u32 {
+            self.tries
+        }
+        fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a> {
+            let at = self.t0.elapsed().as_millis() as u64;
+            let mut calls = self.calls.lock().unwrap();
+            let answer = (self.script)(calls.len(), at);
+            calls.push((at, datums.iter().map(|d| d.timestamp).collect()));
+            Box::pin(async move {
+                match answer {
+                    Answer::Ok => Ok(datums.len()),
+                    Answer::Fail(class) => Err(SinkError {
+                        message: class.as_str().into(),
+                        class,
+                    }),
+                    Answer::Hang => std::future::pending().await,
+                    Answer::Dump => Err(SinkError {
+                        message: "Error {\n  kind: Other,\n}\n".repeat(1000),
+                        class: PublishFailureClass::PublishRejected,
+                    }),
+                }
+            })
+        }
+    }
+
+    struct Rig {
+        t0: Instant,
+        queue: Option<SinkQueue>,
+        reports: mpsc::UnboundedReceiver<SinkReport>,
+        calls: Calls,
+        tracker: TaskTracker,
+    }
+
+    fn rig(tries: u32, script: impl Fn(usize, u64) -> Answer + Send + 'static) -> Rig {
+        let t0 = Instant::now();
+        let calls = Arc::default();
+        let (tx, reports) = mpsc::unbounded_channel();
+        let tracker = TaskTracker::new();
+        let sink = Scripted {
+            t0,
+            tries,
+            script: Box::new(script),
+            calls: Arc::clone(&calls),
+        };
+        let queue = SinkQueue::spawn(Box::new(sink), tx, &tracker, CancellationToken::new());
+        tracker.close();
+        Rig {
+            t0,
+            queue: Some(queue),
+            reports,
+            calls,
+            tracker,
+        }
+    }
+
+    impl Rig {
+        /// Offer batch `id` (one datum stamped `id`) at `at_ms`, its window `window_ms` long.
+        async fn offer(&self, id: u64, at_ms: u64, window_ms: u64) {
+            tokio::time::sleep_until(self.t0 + Duration::from_millis(at_ms)).await;
+            let q = Queued {
+                id,
+                datums: vec![transition_datum("s", "primary", 1.0, id as Millis)],
+                deadline: Instant::now() + Duration::from_millis(window_ms),
+            };
+            self.queue.as_ref().unwrap().offer(q).unwrap();
+        }
+
+        /// Close the queue, wait for the task, and return every report (batch, outcome, class,
+        /// tries) and every call (ms, datum timestamps).
+        async fn finish(mut self) -> (Vec<Report>, Vec<(u64, Vec<Millis>)>) {
+            drop(self.queue.take());
+            self.tracker.wait().await;
+            let mut out = Vec::new();
+            while let Ok(r) = self.reports.try_recv() {
+                out.push((r.batch, r.outcome, r.class, r.tries));
+            }
+            let calls = self.calls.lock().unwrap().clone();
+            (out, calls)
+        }
+    }
+
+    type Report = (u64, PublishOutcome, Option<PublishFailureClass>, u32);
+    use PublishFailureClass as C;
+    use PublishOutcome as O;
+
+    /// A hang behind which five batches pile up: the oldest waiting one makes way (counted),
+    /// the hung try is cut at its window's end, then the newest goes first, and one whose
+    /// window closed while it waited is dropped untried, never sent.
+    #[tokio::test(start_paused = true)]
+    async fn after_a_hang_the_newest_goes_first_and_the_expired_are_dropped() {
+        // Calls started before 8 s hang; later ones succeed.
+        let r = rig(
+            3,
+            |_, at| if at < 8_000 { Answer::Hang } else { Answer::Ok },
+        );
+        r.offer(1, 0, 10_000).await; // taken at once; hangs until 10 s
+        r.offer(2, 1_000, 10_000).await;
+        r.offer(3, 2_000, 7_000).await; // window ends at 9 s
+        r.offer(4, 3_000, 10_000).await;
+        r.offer(5, 4_000, 10_000).await;
+        r.offer(6, 5_000, 10_000).await; // queue full: 2 makes way
+        tokio::time::sleep_until(r.t0 + Duration::from_secs(20)).await;
+        let (reports, calls) = r.finish().await;
+        assert_eq!(
+            reports,
+            [
+                (2, O::DroppedQueueFull, None, 0),
+                (1, O::Failed, Some(C::PublishTimeout), 1),
+                (6, O::Sent, None, 1),
+                (5, O::Sent, None, 1),
+                (4, O::Sent, None, 1),
+                (3, O::Expired, None, 0),
+            ]
+        );
+        assert_eq!(
+            calls,
+            [
+                (0, vec![1]),
+                (10_000, vec![6]),
+                (10_000, vec![5]),
+                (10_000, vec![4])
+            ]
+        );
+    }
+
+    /// Retryable failures are retried up to `max_tries` with jittered, growing pauses (window
+    /// 10 s: base 500 ms, pauses in [250, 500] then [500, 1000] ms); a non-retryable one is
+    /// tried once; no retry whose pause would end after the window (20 ms: the pause is at
+    /// least 25 ms).
+    #[tokio::test(start_paused = true)]
+    async fn retries_are_bounded_jittered_and_inside_the_window() {
+        let r = rig(3, |n, _| match n {
+            0..=1 => Answer::Fail(C::PublishThrottled), // batch 1: two throttles, then sent
+            2 => Answer::Ok,
+            3..=5 => Answer::Fail(C::Publish5xx), // batch 2: three 5xx: failed
+            6 => Answer::Fail(C::PublishCredentials), // batch 3: not retryable
+            _ => Answer::Fail(C::PublishHttp408), // batch 4: window too short to retry
+        });
+        r.offer(1, 0, 10_000).await;
+        r.offer(2, 20_000, 10_000).await;
+        r.offer(3, 40_000, 10_000).await;
+        r.offer(4, 60_000, 20).await;
+        tokio::time::sleep_until(r.t0 + Duration::from_secs(80)).await;
+        let (reports, calls) = r.finish().await;
+        assert_eq!(
+            reports,
+            [
+                (1, O::Sent, None, 3),
+                (2, O::Failed, Some(C::Publish5xx), 3),
+                (3, O::Failed, Some(C::PublishCredentials), 1),
+                (4, O::Failed, Some(C::PublishHttp408), 1),
+            ]
+        );
+        let at: Vec<u64> = calls.iter().map(|c| c.0).collect();
+        assert_eq!(at.len(), 8, "{at:?}");
+        for start in [0, 3] {
+            let (p1, p2) = (at[start + 1] - at[start], at[start + 2] - at[start + 1]);
+            assert!((250..=500).contains(&p1), "first pause {p1} ms: {at:?}");
+            assert!((500..=1000).contains(&p2), "second pause {p2} ms: {at:?}");
+        }
+        assert_eq!(&at[6..], [40_000, 60_000]);
+    }
+
+    /// A 15 KB multi-line message becomes one line of at most 1 KiB.
+    #[test]
+    fn error_messages_are_one_bounded_line() {
+        let dump = "Error {\n    kind: Io,\n    source: \"é\",\n}\n".repeat(400);
+        assert!(dump.len() > 15_000);
+        let got = bounded_line(&dump);
+        assert!(
+            got.len() <= MAX_ERROR_BYTES && !got.contains('\n'),
+            "{}",
+            got.len()
+        );
+        assert!(got.starts_with("Error { kind: Io, source: \"é\", }") && got.ends_with('…'));
+        assert_eq!(bounded_line(" a\n\tb "), "a b");
+    }
+
+    /// Whatever a sink says, its report carries one line of at most 1 KiB.
+    #[tokio::test(start_paused = true)]
+    async fn a_sinks_dump_is_reported_as_one_bounded_line() {
+        let mut r = rig(1, |_, _| Answer::Dump);
+        r.offer(1, 0, 10_000).await;
+        let rep = r.reports.recv().await.unwrap();
+        let e = rep.error.unwrap();
+        assert!(
+            e.len() <= MAX_ERROR_BYTES && !e.contains('\n'),
+            "{}",
+            e.len()
+        );
+    }
+
+    /// The pauses are jittered: over many draws they spread across their range.
+    #[test]
+    fn backoff_is_jittered_within_its_bounds() {
+        let draws: Vec<Duration> = (0..200)
+            .map(|_| backoff(Duration::from_secs(10), 1))
+            .collect();
+        let (lo, hi) = (draws.iter().min().unwrap(), draws.iter().max().unwrap());
+        assert!(*lo >= Duration::from_millis(250) && *hi <= Duration::from_millis(500));
+        assert!(*hi - *lo > Duration::from_millis(100), "{lo:?}..{hi:?}");
+        assert_eq!(
+            backoff(Duration::from_secs(600), 10).max(MAX_BACKOFF),
+            MAX_BACKOFF
+        );
+    }
+
+    /// A queue whose task ended refuses batches as closed.
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_task_refuses() {
+        let (tx, _reports) = mpsc::unbounded_channel();
+        let tracker = TaskTracker::new();
+        let cancel = CancellationToken::new();
+        let sink = Scripted {
+            t0: Instant::now(),
+            tries: 1,
+            script: Box::new(|_, _| Answer::Ok),
+            calls: Arc::default(),
+        };
+        let q = SinkQueue::spawn(Box::new(sink), tx, &tracker, cancel.clone());
+        tracker.close();
+        cancel.cancel();
+        tracker.wait().await;
+        let b = Queued {
+            id: 1,
+            datums: vec![],
+            deadline: Instant::now() + Duration::from_secs(1),
+        };
+        assert_eq!(q.offer(b), Err(Refusal::Closed));
     }
 }

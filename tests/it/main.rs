@@ -8,6 +8,7 @@ mod http_kind;
 mod mysql_kind;
 mod otlp_kind;
 mod pipeline;
+mod publish_faults;
 mod resolve_step;
 mod secret_leak;
 mod support;

@@ -7,6 +7,7 @@
 pub mod cloudwatch;
 pub mod config;
 pub mod dns;
+pub mod fake_cloudwatch;
 pub mod faults;
 pub mod fixture;
 pub mod mariadb;

@@ -1,0 +1,738 @@
+//! Publishing through CloudWatch outages, against the strict fake CloudWatch
+//! (`support::fake_cloudwatch`) over the SDK's real protocol: every failure gets its class, each
+//! try is one request, probing keeps its cadence, nothing CloudWatch would refuse is sent, and the
+//! failures are counted on the EMF sink.
+
+use crate::support::config::{ConfigBuilder, path};
+use crate::support::dns::DnsServer;
+use crate::support::fake_cloudwatch::{CredsMode, FakeCloudWatch, FakeCredentials, Fault, now_ms};
+use readyprobe::config::CloudWatch as CwConfig;
+use readyprobe::record::PublishFailureClass as C;
+use readyprobe::sink::cloudwatch::CloudWatchSink;
+use readyprobe::sink::{Datum, Sink, Unit, Value};
+use serde_json::Value as Json;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+use tokio::process::Command;
+
+fn datum(metric: &'static str, value: f64, timestamp: i64) -> Datum {
+    Datum {
+        metric,
+        dimensions: vec![
+            ("Service", "orders-db".into()),
+            ("Branch", "primary".into()),
+        ],
+        value: Value::Single(value),
+        unit: Unit::None,
+        timestamp,
+    }
+}
+
+async fn sink(url: &str, timeout: Duration) -> CloudWatchSink {
+    let cfg = CwConfig {
+        region: Some("us-east-1".into()),
+        endpoint_url: Some(url.into()),
+        operation_timeout: timeout,
+        max_attempts: 1,
+    };
+    CloudWatchSink::new(&cfg, "Faults", Duration::from_secs(60)).await
+}
+
+/// Through the real SDK: the fake decodes exactly what was sent, the sink leaves out what
+/// CloudWatch would refuse (NaN, a timestamp older than two weeks), and the fake itself refuses
+/// such a datum when a client sends it anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_decodes_exactly_and_refuses_what_cloudwatch_refuses() {
+    let fake = FakeCloudWatch::start().await;
+    let mut s = sink(&fake.url, Duration::from_secs(5)).await;
+    let now = now_ms();
+    let stale = now - 15 * 86_400_000;
+    let sent = s
+        .send(&[
+            datum("Readiness", 1.0, now),
+            datum("Readiness", f64::NAN, now),
+            datum("Readiness", 0.0, stale),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(sent, 1);
+    let seen = fake.seen();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].accepted(), "{:?}", seen[0]);
+    assert_eq!(seen[0].namespace.as_deref(), Some("Faults"));
+    let d = &seen[0].datums;
+    assert_eq!(d.len(), 1);
+    assert_eq!(
+        (
+            d[0].metric.as_str(),
+            d[0].value,
+            d[0].timestamp,
+            d[0].unit.as_deref(),
+            d[0].storage_resolution
+        ),
+        ("Readiness", Some(1.0), now, Some("None"), Some(60))
+    );
+    assert_eq!(d[0].dim("Branch"), Some("primary"));
+
+    // A client that does send the stale datum is refused, with the error shape the SDK reads.
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(&fake.url)
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .load()
+        .await;
+    let client = aws_sdk_cloudwatch::Client::new(&config);
+    let err = client
+        .put_metric_data()
+        .namespace("Faults")
+        .metric_data(readyprobe::sink::cloudwatch::encode(&datum("Readiness", 0.0, stale)).unwrap())
+        .send()
+        .await
+        .unwrap_err();
+    let e = readyprobe::sink::cloudwatch::classify_error(&err);
+    assert_eq!(e.class, C::PublishRejected, "{}", e.message);
+    assert!(e.message.contains("InvalidParameterValue"), "{}", e.message);
+    assert_eq!(fake.seen().len(), 2);
+}
+
+/// The fake refuses each request CloudWatch documents as invalid (sent by a raw SDK client,
+/// which does not check), and accepts the same request made valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_enforces_the_documented_limits() {
+    use aws_sdk_cloudwatch::types::{Dimension, MetricDatum};
+    use aws_smithy_types::DateTime;
+    let fake = FakeCloudWatch::start().await;
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(&fake.url)
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .load()
+        .await;
+    let client = aws_sdk_cloudwatch::Client::new(&config);
+    let now = now_ms();
+    let dim = |k: &str, v: &str| Dimension::builder().name(k).value(v).build();
+    let m = |value: f64, ts: i64, dims: Vec<Dimension>| {
+        MetricDatum::builder()
+            .metric_name("Readiness")
+            .value(value)
+            .timestamp(DateTime::from_millis(ts))
+            .set_dimensions(Some(dims))
+            .build()
+    };
+    let ok = || m(1.0, now, vec![dim("Service", "orders-db")]);
+    let cases: Vec<(&str, Vec<MetricDatum>, bool)> = vec![
+        ("valid", vec![ok()], true),
+        ("NaN", vec![m(f64::NAN, now, vec![])], false),
+        ("infinite", vec![m(f64::INFINITY, now, vec![])], false),
+        ("beyond 2^360", vec![m(2f64.powi(361), now, vec![])], false),
+        (
+            "15 days old",
+            vec![m(1.0, now - 15 * 86_400_000, vec![])],
+            false,
+        ),
+        (
+            "3 hours ahead",
+            vec![m(1.0, now + 3 * 3_600_000, vec![])],
+            false,
+        ),
+        (
+            "31 dimensions",
+            vec![m(
+                1.0,
+                now,
+                (0..31).map(|i| dim(&format!("D{i}"), "v")).collect(),
+            )],
+            false,
+        ),
+        (
+            "30 dimensions",
+            vec![m(
+                1.0,
+                now,
+                (0..30).map(|i| dim(&format!("D{i}"), "v")).collect(),
+            )],
+            true,
+        ),
+        (
+            "control character",
+            vec![m(1.0, now, vec![dim("Service", "a\u{7}b")])],
+            false,
+        ),
+        (
+            "non-ASCII value",
+            vec![m(1.0, now, vec![dim("Service", "café")])],
+            false,
+        ),
+        (
+            "name 256 long",
+            vec![m(1.0, now, vec![dim(&"n".repeat(256), "v")])],
+            false,
+        ),
+        (
+            "value 1025 long",
+            vec![m(1.0, now, vec![dim("Service", &"v".repeat(1025))])],
+            false,
+        ),
+        (
+            "name starts with ':'",
+            vec![m(1.0, now, vec![dim(":x", "v")])],
+            false,
+        ),
+        ("1001 datums", (0..1001).map(|_| ok()).collect(), false),
+        ("1000 datums", (0..1000).map(|_| ok()).collect(), true),
+    ];
+    for (name, data, accepted) in cases {
+        let r = client
+            .put_metric_data()
+            .namespace("Faults")
+            .set_metric_data(Some(data))
+            .send()
+            .await;
+        match (r, accepted) {
+            (Ok(_), true) => {}
+            (Err(e), false) => {
+                let e = readyprobe::sink::cloudwatch::classify_error(&e);
+                assert_eq!(e.class, C::PublishRejected, "{name}: {}", e.message);
+                assert!(
+                    e.message.contains("InvalidParameterValue"),
+                    "{name}: {}",
+                    e.message
+                );
+            }
+            (r, _) => panic!("{name}: {r:?}"),
+        }
+    }
+}
+
+/// The sink splits a large batch within the limits the strict fake enforces: 2,500 datums with
+/// long dimension values go out as requests of at most 1,000, every one accepted, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_batch_is_split_within_the_limits() {
+    let fake = FakeCloudWatch::start().await;
+    let mut s = sink(&fake.url, Duration::from_secs(10)).await;
+    let now = now_ms();
+    let ds: Vec<Datum> = (0..2500)
+        .map(|i| Datum {
+            dimensions: vec![
+                ("Service", "s".repeat(255)),
+                ("Branch", format!("{i:0>255}")),
+            ],
+            ..datum("Attempts", f64::from(i), now)
+        })
+        .collect();
+    assert_eq!(s.send(&ds).await.unwrap(), 2500);
+    let seen = fake.seen();
+    assert!(
+        seen.iter().all(|r| r.accepted()),
+        "{:?}",
+        seen.iter().find(|r| !r.accepted())
+    );
+    let sizes: Vec<_> = seen.iter().map(|r| r.datums.len()).collect();
+    assert!(
+        sizes.iter().all(|n| *n <= 1000) && sizes.iter().sum::<usize>() == 2500,
+        "{sizes:?}"
+    );
+    let values: Vec<f64> = seen
+        .iter()
+        .flat_map(|r| r.datums.iter().map(|d| d.value.unwrap()))
+        .collect();
+    assert_eq!(values, (0..2500).map(f64::from).collect::<Vec<_>>());
+}
+
+/// Each outage shape, one request each, gets its class through the SDK's real parsing; the
+/// message stays one bounded line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_outage_shape_gets_its_class() {
+    let fake = FakeCloudWatch::start().await;
+    let mut s = sink(&fake.url, Duration::from_millis(800)).await;
+    let cases = [
+        (Fault::Hang, C::PublishTimeout),
+        (Fault::Throttle, C::PublishThrottled),
+        (Fault::TooManyRequests, C::PublishThrottled),
+        (Fault::Status(503), C::Publish5xx),
+        (Fault::Status(500), C::Publish5xx),
+        (Fault::Bodiless408, C::PublishHttp408),
+        (Fault::Reset, C::PublishUnreachable),
+    ];
+    for (i, (fault, class)) in cases.into_iter().enumerate() {
+        fake.set_fault(Some(fault));
+        let e = s
+            .send(&[datum("Readiness", 1.0, now_ms())])
+            .await
+            .unwrap_err();
+        assert_eq!(e.class, class, "{fault:?}: {}", e.message);
+        assert!(e.retryable(), "{fault:?}");
+        assert!(
+            e.message.len() <= 1024 && !e.message.contains('\n'),
+            "{fault:?}: {}",
+            e.message
+        );
+        assert_eq!(fake.seen().len(), i + 1, "{fault:?}: one request per try");
+    }
+    fake.set_fault(None);
+    assert_eq!(
+        s.send(&[datum("Readiness", 1.0, now_ms())]).await.unwrap(),
+        1
+    );
+}
+
+/// Through the sink's queue with the real SDK: each retryable outage shape gets exactly
+/// `max_attempts` (3) requests within a 10 s window, then the batch is failed with its class; once
+/// the fault clears, the next batch goes out in one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_shape_is_tried_exactly_max_attempts_times() {
+    use readyprobe::record::PublishOutcome;
+    use readyprobe::sink::{Queued, SinkQueue};
+    let fake = FakeCloudWatch::start().await;
+    let cfg = CwConfig {
+        region: Some("us-east-1".into()),
+        endpoint_url: Some(fake.url.clone()),
+        operation_timeout: Duration::from_secs(1),
+        max_attempts: 3,
+    };
+    let sink = CloudWatchSink::new(&cfg, "Faults", Duration::from_secs(10)).await;
+    let (tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let tracker = tokio_util::task::TaskTracker::new();
+    let q = SinkQueue::spawn(
+        Box::new(sink),
+        tx,
+        &tracker,
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let shapes = [
+        (Some(Fault::Hang), Some(C::PublishTimeout)),
+        (Some(Fault::Throttle), Some(C::PublishThrottled)),
+        (Some(Fault::TooManyRequests), Some(C::PublishThrottled)),
+        (Some(Fault::Status(503)), Some(C::Publish5xx)),
+        (Some(Fault::Bodiless408), Some(C::PublishHttp408)),
+        (Some(Fault::Reset), Some(C::PublishUnreachable)),
+        (None, None),
+    ];
+    let mut before = 0;
+    for (id, (fault, class)) in shapes.into_iter().enumerate() {
+        fake.set_fault(fault);
+        let b = Queued {
+            id: id as u64,
+            datums: vec![datum("Readiness", 1.0, now_ms())],
+            deadline: tokio::time::Instant::now() + Duration::from_secs(10),
+        };
+        q.offer(b).unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(15), reports.recv())
+            .await
+            .expect("no report within the window")
+            .unwrap();
+        let requests = fake.seen().len() - before;
+        before += requests;
+        let want = if fault.is_some() { 3 } else { 1 };
+        assert_eq!(
+            (r.tries, requests),
+            (want, want as usize),
+            "{fault:?}: {r:?}"
+        );
+        assert_eq!(r.class, class, "{fault:?}: {r:?}");
+        let outcome = match fault {
+            Some(_) => PublishOutcome::Failed,
+            None => PublishOutcome::Sent,
+        };
+        assert_eq!(r.outcome, outcome, "{fault:?}");
+    }
+}
+
+/// Per outage shape, through the queue and the real SDK: five batches arrive while the first is
+/// in hand and the fault lasts its three tries. The queue (4) drops the oldest waiting batch (2),
+/// batch 1 fails after exactly 3 requests, then the rest go out newest first (6, 5, 4, 3), one
+/// request each: 7 requests in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_each_shape_the_newest_batch_goes_first() {
+    use readyprobe::record::PublishOutcome as O;
+    use readyprobe::sink::{Queued, SinkQueue};
+    let shapes = [
+        (Fault::Hang, C::PublishTimeout),
+        (Fault::Throttle, C::PublishThrottled),
+        (Fault::TooManyRequests, C::PublishThrottled),
+        (Fault::Status(500), C::Publish5xx),
+        (Fault::Bodiless408, C::PublishHttp408),
+        (Fault::Reset, C::PublishUnreachable),
+    ];
+    for (fault, class) in shapes {
+        let fake = FakeCloudWatch::start().await;
+        let cfg = CwConfig {
+            region: Some("us-east-1".into()),
+            endpoint_url: Some(fake.url.clone()),
+            operation_timeout: Duration::from_secs(1),
+            max_attempts: 3,
+        };
+        let sink = CloudWatchSink::new(&cfg, "Faults", Duration::from_secs(15)).await;
+        let (tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
+        let tracker = tokio_util::task::TaskTracker::new();
+        let q = SinkQueue::spawn(
+            Box::new(sink),
+            tx,
+            &tracker,
+            tokio_util::sync::CancellationToken::new(),
+        );
+        tracker.close();
+        fake.set_fault_for(fault, 3);
+        let now = now_ms();
+        for id in 1..=6u64 {
+            if id == 2 {
+                // Batch 1 is in hand once its first request arrived.
+                let t = tokio::time::Instant::now();
+                while fake.seen().is_empty() {
+                    assert!(t.elapsed() < Duration::from_secs(10), "no request");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            q.offer(Queued {
+                id,
+                datums: vec![datum("Readiness", id as f64, now)],
+                deadline: tokio::time::Instant::now() + Duration::from_secs(15),
+            })
+            .unwrap();
+        }
+        drop(q);
+        tokio::time::timeout(Duration::from_secs(30), tracker.wait())
+            .await
+            .expect("the queue did not drain");
+        let mut got = Vec::new();
+        while let Ok(r) = reports.try_recv() {
+            got.push((r.batch, r.outcome, r.class, r.tries));
+        }
+        assert_eq!(
+            got,
+            [
+                (2, O::DroppedQueueFull, None, 0),
+                (1, O::Failed, Some(class), 3),
+                (6, O::Sent, None, 1),
+                (5, O::Sent, None, 1),
+                (4, O::Sent, None, 1),
+                (3, O::Sent, None, 1),
+            ],
+            "{fault:?}"
+        );
+        let seen = fake.seen();
+        let delivered: Vec<_> = seen
+            .iter()
+            .map(|s| {
+                (
+                    s.fault,
+                    s.datums
+                        .iter()
+                        .map(|d| d.value.unwrap())
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        let f = Some(fault);
+        assert_eq!(
+            delivered,
+            [
+                (f, vec![1.0]),
+                (f, vec![1.0]),
+                (f, vec![1.0]),
+                (None, vec![6.0]),
+                (None, vec![5.0]),
+                (None, vec![4.0]),
+                (None, vec![3.0]),
+            ],
+            "{fault:?}"
+        );
+    }
+}
+
+/// A TCP listener for the probe to connect to (the `tcp` kind, no TLS).
+async fn target() -> (u16, tokio::task::JoinHandle<()>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            drop(s);
+        }
+    });
+    (port, task)
+}
+
+const NAME: &str = "gw-primary.orders.internal.example";
+
+/// A run's config: a 500 ms tcp probe, a 1 s publish tick to `emf` and the fake CloudWatch.
+fn config(dir: &std::path::Path, dns: &DnsServer, port: u16, cw: &str) -> std::path::PathBuf {
+    ConfigBuilder::new(dir, "gateway", "gw.orders.internal.example")
+        .nameserver(dns.addr())
+        .kind("tcp")
+        .set("probe", "interval", "500ms")
+        .set("probe", "timeout", "400ms")
+        .set("probe", "jitter", "0s")
+        .set("probe.tcp", "port", i64::from(port))
+        .tls("disabled", None)
+        .set("publish", "interval", "1s")
+        .set(
+            "publish",
+            "sinks",
+            toml::Value::Array(vec!["emf".into(), "cloudwatch".into()]),
+        )
+        .set("publish.cloudwatch", "endpoint_url", cw)
+        .set("publish.cloudwatch", "region", "us-east-1")
+        .set("publish.cloudwatch", "max_attempts", 3)
+        .set("evidence", "path", path(&dir.join("evidence.jsonl")))
+        .branch("primary", "PRIMARY", NAME, None)
+        .write(&dir.join("run.toml"))
+}
+
+/// What a run left: evidence records and EMF lines.
+struct Run {
+    evidence: Vec<Json>,
+    emf: Vec<Json>,
+    started: i64,
+}
+
+impl Run {
+    fn publishes(&self, sink: &str) -> Vec<&Json> {
+        self.evidence
+            .iter()
+            .filter(|v| v["kind"] == "publish" && v["sink"] == sink)
+            .collect()
+    }
+}
+
+/// Run the binary for `secs` with `env`, calling `during(elapsed)` every 100 ms.
+async fn run_binary(
+    cfg: &std::path::Path,
+    secs: u64,
+    env: &[(&str, &str)],
+    remove: &[&str],
+    mut during: impl FnMut(Duration),
+) -> Run {
+    let started = now_ms();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_readyprobe"));
+    cmd.args(["run", "--grace", "3s", "--duration"])
+        .arg(format!("{secs}s"))
+        .arg("--config")
+        .arg(cfg)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    for k in remove {
+        cmd.env_remove(k);
+    }
+    let child = cmd.spawn().unwrap();
+    let t0 = tokio::time::Instant::now();
+    let out = tokio::spawn(child.wait_with_output());
+    while !out.is_finished() {
+        during(t0.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs + 30),
+            "the run did not stop"
+        );
+    }
+    let out = out.await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(0), "exit status");
+    let read = |s: &str| -> Vec<Json> {
+        s.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let ev_path = cfg.parent().unwrap().join("evidence.jsonl");
+    Run {
+        evidence: read(&std::fs::read_to_string(ev_path).unwrap()),
+        emf: read(&String::from_utf8_lossy(&out.stdout)),
+        started,
+    }
+}
+
+/// Checks that hold for every outage shape, given when the outage was (ms since the epoch).
+fn check_run(run: &Run, fake: &FakeCloudWatch, outage: (i64, i64), class: C) {
+    let seen = fake.seen();
+    let cw = run.publishes("cloudwatch");
+    // Each try is one request: the tries the evidence counts are exactly the requests made.
+    let tries: u64 = cw.iter().map(|p| p["tries"].as_u64().unwrap()).sum();
+    assert_eq!(tries, seen.len() as u64, "tries vs requests");
+    // Retries are bounded.
+    assert!(cw.iter().all(|p| p["tries"].as_u64().unwrap() <= 3));
+    // Every failure has the outage's class; dropped batches are counted in the stop record.
+    let failed: Vec<_> = cw.iter().filter(|p| p["outcome"] == "failed").collect();
+    assert!(!failed.is_empty(), "no publish failed during the outage");
+    for p in &failed {
+        assert_eq!(p["class"], class.as_str(), "{p}");
+        assert!(p["error"].as_str().unwrap().len() <= 1024, "{p}");
+    }
+    let dropped = cw.iter().filter(|p| p["dropped"] == true).count() as u64;
+    let stop = run.evidence.iter().find(|v| v["kind"] == "stop").unwrap();
+    assert_eq!(
+        stop["dropped_batches"]["cloudwatch"].as_u64().unwrap_or(0),
+        dropped
+    );
+    // Publishing resumed after the outage.
+    assert!(
+        seen.iter().any(|s| s.accepted() && s.at > outage.1),
+        "nothing accepted after the outage"
+    );
+    // Nothing stale was delivered: every accepted datum was at most one publish window (1 s,
+    // plus 2 s of slack) old when it arrived, and none was refused by the strict fake.
+    for s in &seen {
+        assert_eq!(s.refused, None, "{s:?}");
+        if s.accepted() {
+            for d in &s.datums {
+                assert!(
+                    s.at - d.timestamp <= 3_000,
+                    "stale datum delivered: {d:?} at {}",
+                    s.at
+                );
+            }
+        }
+    }
+    // Probing kept its cadence through the outage (500 ms: at least 60% of the attempts).
+    let during = run
+        .evidence
+        .iter()
+        .filter(|v| v["kind"] == "attempt")
+        .filter(|v| (outage.0..outage.1).contains(&v["finished_at"].as_i64().unwrap()))
+        .count() as i64;
+    let expected = (outage.1 - outage.0) / 500;
+    assert!(
+        during * 10 >= expected * 6,
+        "{during} attempts during a {} ms outage",
+        outage.1 - outage.0
+    );
+    // The failures are counted on EMF, by class, and never more than failed.
+    let counted: f64 = run
+        .emf
+        .iter()
+        .filter(|l| l["PublishFailures"].is_number())
+        .map(|l| {
+            assert_eq!(l["Class"], class.as_str(), "{l}");
+            assert_eq!(l["Service"], "gateway");
+            l["PublishFailures"].as_f64().unwrap()
+        })
+        .sum();
+    assert!(
+        counted >= 1.0 && counted <= failed.len() as f64,
+        "PublishFailures {counted}, failed batches {}",
+        failed.len()
+    );
+    assert!(run.started < outage.0);
+}
+
+/// One outage shape end to end: healthy 0–3 s, `fault` 3–7 s, healthy until the 11 s run ends.
+async fn outage(fault: Fault, class: C) {
+    let fake = FakeCloudWatch::start().await;
+    let (port, _t) = target().await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &dns, port, &fake.url);
+    let mut window = (0, 0);
+    let run = run_binary(&cfg, 11, &[], &[], |t| {
+        if t >= Duration::from_secs(3) && window.0 == 0 {
+            fake.set_fault(Some(fault));
+            window.0 = now_ms();
+        }
+        if t >= Duration::from_secs(7) && window.1 == 0 {
+            fake.set_fault(None);
+            window.1 = now_ms();
+        }
+    })
+    .await;
+    check_run(&run, &fake, window, class);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_hang() {
+    outage(Fault::Hang, C::PublishTimeout).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_throttling() {
+    outage(Fault::Throttle, C::PublishThrottled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_429() {
+    outage(Fault::TooManyRequests, C::PublishThrottled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_5xx() {
+    outage(Fault::Status(502), C::Publish5xx).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_bodiless_408() {
+    outage(Fault::Bodiless408, C::PublishHttp408).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_reset() {
+    outage(Fault::Reset, C::PublishUnreachable).await;
+}
+
+/// Container credentials that expire: the endpoint fails while the SDK must renew them
+/// (publishes fail as `publish_credentials`), then rotates, and publishing resumes; no request
+/// ever reaches CloudWatch signed with an expired or unknown key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_credentials_expiry() {
+    let fake = FakeCloudWatch::start().await;
+    // The SDK renews 5–10 s before expiry: with 12 s, renewal is due 2–7 s after issue.
+    let creds = FakeCredentials::start(Duration::from_secs(12)).await;
+    fake.require(&creds);
+    let (port, _t) = target().await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &dns, port, &fake.url);
+    let mut window = (0, 0);
+    let env = [("AWS_CONTAINER_CREDENTIALS_FULL_URI", creds.url.as_str())];
+    let remove = [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+    ];
+    // The endpoint fails from the first issue on, past the latest renewal (7 s after issue),
+    // then rotates.
+    let run = run_binary(&cfg, 16, &env, &remove, |_| {
+        if window.0 == 0 && creds.requests().iter().any(|r| r.1 == 200) {
+            creds.set_mode(CredsMode::Fail);
+            window.0 = now_ms();
+        }
+        if window.0 != 0 && window.1 == 0 && now_ms() >= window.0 + 8_500 {
+            creds.set_mode(CredsMode::Rotate);
+            window.1 = now_ms();
+        }
+    })
+    .await;
+    assert!(
+        window.1 != 0,
+        "the credentials were never issued, or never rotated"
+    );
+    let seen = fake.seen();
+    assert!(
+        seen.iter().all(|s| s.accepted()),
+        "a request with expired or unknown credentials reached CloudWatch: {:?}",
+        seen.iter().find(|s| !s.accepted())
+    );
+    let reqs = creds.requests();
+    assert!(reqs.iter().any(|r| r.1 == 500), "{reqs:?}");
+    assert!(reqs.iter().filter(|r| r.1 == 200).count() >= 2, "{reqs:?}");
+    let cw = run.publishes("cloudwatch");
+    let failed: Vec<_> = cw.iter().filter(|p| p["outcome"] == "failed").collect();
+    assert!(!failed.is_empty());
+    for p in &failed {
+        assert_eq!(p["class"], "publish_credentials", "{p}");
+        // No request goes out without credentials.
+        let at = p["at_ms"].as_i64().unwrap();
+        assert!(at > window.0, "{p}");
+    }
+    assert!(
+        seen.iter().any(|s| s.at > window.1),
+        "publishing did not resume after rotation"
+    );
+    let counted = run
+        .emf
+        .iter()
+        .any(|l| l["PublishFailures"].is_number() && l["Class"] == "publish_credentials");
+    assert!(counted, "no PublishFailures for publish_credentials on EMF");
+}
