@@ -14,7 +14,6 @@ use crate::readiness::Millis;
 use crate::record::{Envelope, EvidenceReopened, Record};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -206,28 +205,9 @@ fn open_append(path: &Path) -> io::Result<File> {
     {
         std::fs::create_dir_all(dir)?;
     }
-    // Anything but a regular file is refused, with a message that says so (a FIFO without a
-    // reader would otherwise fail the open with a bare ENXIO). O_NONBLOCK: a FIFO planted after
-    // this check must not block the open either; it has no effect on a regular file.
-    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
-        return Err(not_regular());
-    }
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(not_regular());
-    }
-    Ok(file)
-}
-
-fn not_regular() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        "not a regular file (a FIFO, device or directory is in its place)",
-    )
+    // Anything but a regular file is refused, a symbolic link included, with a message that
+    // names it; nothing blocks on a FIFO (see `state::open_regular`).
+    crate::state::open_regular(path, OpenOptions::new().create(true).append(true))
 }
 
 /// The writer thread's side: the open file and its size.

@@ -136,3 +136,29 @@ async fn a_fifo_swapped_in_is_not_opened() {
     assert_eq!(w.written(), 1);
     assert_eq!(kinds(&moved), ["attempt_abandoned"]);
 }
+
+/// A link planted where the evidence file goes, at start or mid-run in place of the file: it is
+/// refused naming the path, and the file it points to gets nothing (the process runs as root).
+#[tokio::test]
+async fn a_symlink_at_the_path_is_refused_and_its_target_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("passwd");
+    std::fs::write(&target, "root:x:0:0\n").unwrap();
+    let p = dir.path().join("evidence.jsonl");
+    std::os::unix::fs::symlink(&target, &p).unwrap();
+    let e = EvidenceWriter::open(&p, "s", "p", 1 << 20).unwrap_err();
+    let named = format!("{} is a symbolic link", p.display());
+    assert!(e.to_string().contains(&named), "{e}");
+    std::fs::remove_file(&p).unwrap();
+
+    let moved = dir.path().join("moved.jsonl");
+    let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 20).unwrap();
+    std::fs::rename(&p, &moved).unwrap();
+    std::os::unix::fs::symlink(&target, &p).unwrap();
+    w.reopen_if_replaced(1);
+    w.record(2, &abandoned(1));
+    assert!(w.close(soon()).await);
+    assert_eq!(kinds(&moved), ["attempt_abandoned"]);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "root:x:0:0\n");
+}
