@@ -1,6 +1,7 @@
 //! The evidence sink: an append-only JSON-lines file of [`Record`]s. Each record is written as
-//! one whole line, so a crash or a SIGKILL leaves at worst a missing last record, never a torn one
-//! that parses as something else.
+//! one whole line with one `write_all`, so a crash or a SIGKILL leaves at worst a missing last
+//! record, never a torn one that parses as something else; a write that fails part-way (a full
+//! disk) is cut back off the file, so the next record starts on its own line.
 //!
 //! The file is bounded: when the next record would take it past `max_bytes`, it is renamed to
 //! `<path>.1` (replacing the previous generation) and a fresh file is started, so a long-running
@@ -255,12 +256,33 @@ impl FileState {
         if self.size > 0 && self.size + line.len() as u64 > self.max_bytes {
             self.rotate();
         }
+        // The length before the write, from the file itself (a record written by another
+        // process, or a truncation, since our last write is not lost by the cut below).
+        let before = self.file.metadata().map(|m| m.len());
         match self.file.write_all(line.as_bytes()) {
             Ok(()) => {
                 self.counters.written.fetch_add(1, Ordering::Relaxed);
-                self.size += line.len() as u64;
+                self.size = before.unwrap_or(self.size) + line.len() as u64;
             }
-            Err(e) => self.count_failure(&e),
+            Err(e) => {
+                // A full disk takes part of a line before it fails: cut the file back, so the
+                // next record starts on a line of its own instead of continuing a torn one.
+                self.cut_back(before);
+                self.count_failure(&e);
+            }
+        }
+    }
+
+    /// Truncate the file to `before`, its length before a failed write.
+    fn cut_back(&mut self, before: io::Result<u64>) {
+        let cut = before.and_then(|len| self.file.set_len(len).map(|()| len));
+        match cut {
+            Ok(len) => self.size = len,
+            Err(e) => tracing::error!(
+                path = %self.path.display(),
+                error = %e,
+                "cannot cut a partly written evidence record; the file may hold a torn line"
+            ),
         }
     }
 
