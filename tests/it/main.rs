@@ -1,6 +1,7 @@
 //! Integration tests.
 
 mod cli;
+mod duplicate_prober;
 mod failback;
 mod harness_smoke;
 mod http_kind;
