@@ -69,8 +69,14 @@ impl EvidenceWriter {
     /// # Errors
     /// The I/O error, for the caller to report with the path.
     pub fn open(path: &Path, service: &str, prober: &str, max_bytes: u64) -> io::Result<Self> {
-        let file = open_append(path)?;
-        let size = file.metadata()?.len();
+        let mut file = open_append(path)?;
+        let mut size = file.metadata()?.len();
+        if ends_torn(&file, size)? {
+            // A run killed mid-write left part of a line: end it, so this run's first record
+            // starts a line of its own (the torn one reads back as one bad line).
+            file.write_all(b"\n")?;
+            size += 1;
+        }
         let counters = Arc::new(Counters::default());
         let state = FileState {
             path: path.to_owned(),
@@ -200,6 +206,17 @@ impl EvidenceWriter {
     }
 }
 
+/// Whether a file of `size` bytes ends in anything but a newline.
+fn ends_torn(file: &File, size: u64) -> io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    if size == 0 {
+        return Ok(false);
+    }
+    let mut last = [0u8];
+    file.read_exact_at(&mut last, size - 1)?;
+    Ok(last != *b"\n")
+}
+
 fn open_append(path: &Path) -> io::Result<File> {
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
@@ -208,7 +225,10 @@ fn open_append(path: &Path) -> io::Result<File> {
     }
     // Anything but a regular file is refused, a symbolic link included, with a message that
     // names it; nothing blocks on a FIFO (see `state::open_regular`).
-    crate::state::open_regular(path, OpenOptions::new().create(true).append(true))
+    crate::state::open_regular(
+        path,
+        OpenOptions::new().read(true).create(true).append(true),
+    )
 }
 
 /// The writer thread's side: the open file and its size.

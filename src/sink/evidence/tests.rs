@@ -252,3 +252,23 @@ async fn a_full_disk_loses_whole_records_never_part_of_one() {
     assert_eq!(seqs.len() as u64, written);
     assert_eq!(seqs[seqs.len() - 3..], [103, 104, 105]);
 }
+
+/// A run killed mid-write left part of a line: the next run's first record starts a line of its
+/// own, and only the torn line reads back as bad.
+#[tokio::test]
+async fn a_torn_last_line_from_a_killed_run_is_ended_before_appending() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("evidence.jsonl");
+    let whole = Envelope::new(0, "s", "p", &abandoned(1)).to_line().unwrap();
+    std::fs::write(&p, format!("{whole}{}", &whole[..20])).unwrap();
+    let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 20).unwrap();
+    w.record(1, &abandoned(2));
+    assert!(w.close(soon()).await);
+    let lines: Vec<_> = read_lines(io::BufReader::new(File::open(&p).unwrap())).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[1].is_err(), "{lines:?}");
+    match &lines[2].as_ref().unwrap().record {
+        Record::AttemptAbandoned(a) => assert_eq!(a.seq, 2),
+        other => panic!("unexpected {other:?}"),
+    }
+}
