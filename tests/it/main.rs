@@ -1,7 +1,6 @@
 //! Integration tests.
 
 mod cli;
-mod duplicate_prober;
 mod failback;
 mod harness_smoke;
 mod http_kind;
@@ -9,6 +8,7 @@ mod mysql_kind;
 mod otlp_kind;
 mod pipeline;
 mod resolve_step;
+mod state_dir;
 mod support;
 mod tcp_kind;
 mod tls_step;

@@ -1,6 +1,7 @@
-//! Two `readyprobe run` processes with one `prober_id` on one state directory: each notices the
-//! other through the control document, says so at ERROR and in its evidence; a plain restart
-//! (one process after the other) does not.
+//! What `readyprobe run` does with its state directory: it opens nothing there through a symbolic
+//! link; and two processes with one `prober_id` on one directory each notice the other through
+//! the control document and say so at ERROR and in their evidence, while a plain restart (one
+//! process after the other) does not.
 
 use crate::support::config::{ConfigBuilder, path};
 use crate::support::dns::DnsServer;
@@ -19,26 +20,31 @@ struct Run {
     log: PathBuf,
 }
 
+/// The config of a run named `name` in `dir`, its evidence in `evidence`.
+fn config(dir: &Path, name: &str, dns: &DnsServer, port: u16, evidence: &Path) -> PathBuf {
+    ConfigBuilder::new(dir, "orders-queue", "mq.orders.internal.example")
+        .nameserver(dns.addr())
+        .kind("tcp")
+        .set("probe.tcp", "port", i64::from(port))
+        .set("probe", "interval", "200ms")
+        .set("probe", "timeout", "150ms")
+        .set("publish", "interval", "1s")
+        .set("state", "poll_interval", "300ms")
+        .set("evidence", "path", path(evidence))
+        .branch(
+            "primary",
+            "PRIMARY",
+            "mq-primary.orders.internal.example",
+            None,
+        )
+        .write(&dir.join(format!("{name}.toml")))
+}
+
 impl Run {
     fn start(dir: &Path, name: &str, dns: &DnsServer, port: u16) -> Run {
         let evidence = dir.join(format!("{name}.jsonl"));
         let log = dir.join(format!("{name}.log"));
-        let config = ConfigBuilder::new(dir, "orders-queue", "mq.orders.internal.example")
-            .nameserver(dns.addr())
-            .kind("tcp")
-            .set("probe.tcp", "port", i64::from(port))
-            .set("probe", "interval", "200ms")
-            .set("probe", "timeout", "150ms")
-            .set("publish", "interval", "1s")
-            .set("state", "poll_interval", "300ms")
-            .set("evidence", "path", path(&evidence))
-            .branch(
-                "primary",
-                "PRIMARY",
-                "mq-primary.orders.internal.example",
-                None,
-            )
-            .write(&dir.join(format!("{name}.toml")));
+        let config = config(dir, name, dns, port, &evidence);
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
             .args(["run", "--grace", "2s", "--config"])
             .arg(&config)
@@ -155,4 +161,39 @@ async fn two_processes_with_one_prober_id_each_report_the_other() {
         assert!(line.contains("ERROR"), "{line}");
         assert!(line.contains("\"it\"") && line.contains(&store), "{line}");
     }
+}
+
+/// A link planted in place of the evidence file or the control document: `run` exits 74 at start
+/// with a message naming the link, and the file it points to is not touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_refuses_a_symlink_in_the_state_dir_naming_it() {
+    let dns = DnsServer::start("orders.internal.example").await;
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("shadow");
+    std::fs::write(&target, "root:*:0:0\n").unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let evidence = state.join("evidence.jsonl");
+    let doc = state.join("control-orders-queue.json");
+    for link in [&evidence, &doc] {
+        std::os::unix::fs::symlink(&target, link).unwrap();
+        let cfg = config(dir.path(), "links", &dns, 9, &evidence);
+        let out = tokio::time::timeout(
+            Duration::from_secs(30),
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+                .args(["run", "--duration", "1s", "--config"])
+                .arg(&cfg)
+                .output(),
+        )
+        .await
+        .expect("run exits at start")
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(74), "{stderr}");
+        let named = format!("{} is a symbolic link", link.display());
+        assert!(stderr.contains(&named), "{stderr}");
+        std::fs::remove_file(link).unwrap();
+    }
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "root:*:0:0\n");
 }
