@@ -46,6 +46,10 @@ pub struct ControlDoc {
     /// Active (or expired, not yet pruned) overrides per branch.
     #[serde(default)]
     pub overrides: BTreeMap<String, Override>,
+    /// Per prober id, the instance (one random id per `run` process) that last saved its entry:
+    /// how a process tells that another one runs with its prober id ([`claim_instance`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub instances: BTreeMap<String, String>,
 }
 
 impl ControlDoc {
@@ -57,6 +61,7 @@ impl ControlDoc {
             probers: BTreeMap::new(),
             approvals: Vec::new(),
             overrides: BTreeMap::new(),
+            instances: BTreeMap::new(),
         }
     }
 
@@ -71,6 +76,67 @@ impl ControlDoc {
         }
         self.overrides
             .retain(|_, o| o.expires_at + OVERRIDE_RETENTION_MS > now);
+        let probers = &self.probers;
+        self.instances.retain(|id, _| probers.contains_key(id));
+    }
+}
+
+/// Another `run` process that saved under this process's prober id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtherInstance {
+    /// Its instance id.
+    pub instance: String,
+    /// When it saved, ms since the epoch (its entry's `saved_at`).
+    pub saved_at: Millis,
+}
+
+/// Mark `me`'s entry as saved by `instance` (call it in the same change as [`sync_prober`],
+/// before it, which saves the entry); returns the other instance that saved it last, if any.
+/// Whether that means a second live prober is [`InstanceWatch`]'s to decide.
+pub fn claim_instance(doc: &mut ControlDoc, me: &str, instance: &str) -> Option<OtherInstance> {
+    let previous = doc.instances.insert(me.to_string(), instance.to_string())?;
+    (previous != instance).then(|| OtherInstance {
+        instance: previous,
+        saved_at: doc.probers.get(me).map_or(0, |p| p.saved_at),
+    })
+}
+
+/// One `run` process's view of its prober id in the store. Two processes with one prober id
+/// overwrite each other's readiness and canary rows (`verify_mismatch`); each saves its own
+/// random instance id beside its entry at every sync, so a process that finds another instance
+/// id there, after a sync of its own had saved, knows that a second process runs with its id.
+/// Finding one at its first sync is not a duplicate: that is the entry of the run before
+/// (a restart).
+#[derive(Debug, Clone)]
+pub struct InstanceWatch {
+    /// This process's instance id.
+    pub instance: String,
+    saved: bool,
+}
+
+impl InstanceWatch {
+    /// A watch for the process whose instance id is `instance`.
+    pub fn new(instance: impl Into<String>) -> Self {
+        InstanceWatch {
+            instance: instance.into(),
+            saved: false,
+        }
+    }
+
+    /// Take a finished sync: `found` is what [`claim_instance`] returned in it (`None` for a
+    /// failed sync, which saved nothing). Returns the duplicate, if the entry this process
+    /// saved before was overwritten by another instance since.
+    pub fn after_sync(
+        &mut self,
+        saved: bool,
+        found: Option<OtherInstance>,
+    ) -> Option<OtherInstance> {
+        if !saved {
+            return None;
+        }
+        let duplicate = if self.saved { found } else { None };
+        self.saved = true;
+        duplicate
     }
 }
 
@@ -448,6 +514,47 @@ mod tests {
     use super::*;
     use crate::readiness::{AttemptRecord, Condition};
     use std::time::Duration;
+
+    /// One process's sync: claim, then save its entry at `now`.
+    fn sync_as(doc: &mut ControlDoc, w: &mut InstanceWatch, now: Millis) -> Option<OtherInstance> {
+        let found = claim_instance(doc, "p1", &w.instance);
+        sync_prober(doc, "p1", &mut BTreeMap::new(), &BTreeSet::new(), now);
+        w.after_sync(true, found)
+    }
+
+    #[test]
+    fn a_restart_is_not_a_duplicate_but_two_live_instances_are() {
+        let mut doc = ControlDoc::new("s");
+        let mut old = InstanceWatch::new("aaaa");
+        assert_eq!(sync_as(&mut doc, &mut old, 1_000), None);
+        assert_eq!(sync_as(&mut doc, &mut old, 2_000), None);
+        // The old run stops; the next one finds its entry at its first sync, and its own after.
+        let mut new = InstanceWatch::new("bbbb");
+        assert_eq!(sync_as(&mut doc, &mut new, 3_000), None);
+        assert_eq!(sync_as(&mut doc, &mut new, 4_000), None);
+        // A second process with the same prober id starts: it says nothing at its first sync
+        // (it cannot tell a restart), the first one notices at its next, and then both do.
+        let mut twin = InstanceWatch::new("cccc");
+        assert_eq!(sync_as(&mut doc, &mut twin, 4_500), None);
+        let seen = sync_as(&mut doc, &mut new, 5_000);
+        assert_eq!(
+            seen,
+            Some(OtherInstance {
+                instance: "cccc".into(),
+                saved_at: 4_500
+            })
+        );
+        assert_eq!(
+            sync_as(&mut doc, &mut twin, 5_500).unwrap().instance,
+            "bbbb"
+        );
+        // A failed sync saved nothing and decides nothing.
+        assert_eq!(twin.after_sync(false, None), None);
+        // The document keeps one instance per prober entry, and drops it with the entry.
+        assert_eq!(doc.instances["p1"], "cccc");
+        doc.prune(5_500 + PROBER_RETENTION_MS);
+        assert!(doc.instances.is_empty());
+    }
 
     fn policy() -> Policy {
         Policy {

@@ -85,6 +85,8 @@ pub enum Record {
     BothBranchesUnready(BothBranchesUnready),
     /// The evidence file was removed or replaced and has been reopened.
     EvidenceReopened(EvidenceReopened),
+    /// Another `run` process saved readiness under this prober id since this one last did.
+    DuplicateProber(DuplicateProber),
     /// A run stopped; its summary.
     Stop(Stop),
 }
@@ -435,6 +437,20 @@ impl Default for BothBranchesUnready {
 pub struct EvidenceReopened {
     /// The evidence file's path.
     pub path: String,
+}
+
+/// `duplicate_prober`: two `run` processes share one prober id and overwrite each other's
+/// readiness and canary rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DuplicateProber {
+    /// The state store where the other process's entry was found.
+    pub state_store: String,
+    /// This process's instance id.
+    pub instance: String,
+    /// The other process's instance id.
+    pub other_instance: String,
+    /// When the other process saved, ms since the epoch.
+    pub other_saved_at: Millis,
 }
 
 /// `stop`: a run's summary.

@@ -11,7 +11,7 @@ mod shell;
 
 use crate::clock::Clock;
 use crate::config::{Config, SinkKind, StoreKind};
-use crate::control::ControlDoc;
+use crate::control::{ControlDoc, InstanceWatch};
 use crate::fold::{Fold, Input, Setup};
 use crate::probe;
 use crate::record::{Record, Start, StartBranch};
@@ -127,6 +127,7 @@ where
     tracing::info!(
         service = %cfg.service.name,
         prober = %cfg.prober_id,
+        instance = %shell.instances.instance,
         branches = cfg.branches.len(),
         interval = %crate::clock::fmt_duration(cfg.probe.interval),
         publish_interval = %crate::clock::fmt_duration(cfg.publish.interval),
@@ -235,6 +236,7 @@ fn start(
         prober: cfg.prober_id.clone(),
         publish_window: cfg.publish.interval,
         sync_bound: cfg.state.poll_interval.max(Duration::from_secs(5)),
+        instances: InstanceWatch::new(format!("{:016x}", rand::random::<u64>())),
     };
     shell.write(now, &record);
     shell.execute(effects);

@@ -171,25 +171,47 @@ pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// file system never holds a runtime worker, and at exit the runtime does not wait for it.
 pub const FILE_OP_BOUND: Duration = Duration::from_secs(10);
 
-/// Open `path` without waiting and insist on a regular file: a FIFO at the path would block
-/// `open` until a writer (or reader) appears, and a device (`/dev/zero`) would feed an endless
-/// read. `O_NONBLOCK` makes `open` return at once; on a regular file it changes nothing.
-fn open_regular(path: &Path, opts: &mut OpenOptions) -> std::io::Result<File> {
+/// Open `path` without waiting, without following a symbolic link, and insist on a regular
+/// file. A FIFO at the path would block `open` until a writer (or reader) appears, and a device
+/// (`/dev/zero`) would feed an endless read: `O_NONBLOCK` makes `open` return at once (on a
+/// regular file it changes nothing). A link planted at the path would make a process that runs
+/// as root read or write wherever it points: `O_NOFOLLOW` refuses it, also when it appears
+/// between the check and the open. The evidence writer opens its file through here too.
+pub(crate) fn open_regular(path: &Path, opts: &mut OpenOptions) -> std::io::Result<File> {
     let not_regular = || {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "not a regular file (a FIFO, device or directory is in its place)",
         )
     };
-    // Checked first for a clear message: a FIFO without a reader fails the open with ENXIO.
-    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
-        return Err(not_regular());
+    // Checked first for clear messages: a FIFO without a reader fails the open with ENXIO, a
+    // link with ELOOP ("too many levels of symbolic links").
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => return Err(symlink_refused(path)),
+        Ok(m) if !m.is_file() => return Err(not_regular()),
+        _ => {}
     }
-    let file = opts.custom_flags(libc::O_NONBLOCK).open(path)?;
+    let file = opts
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => symlink_refused(path),
+            _ => e,
+        })?;
     if !file.metadata()?.is_file() {
         return Err(not_regular());
     }
     Ok(file)
+}
+
+fn symlink_refused(path: &Path) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "{} is a symbolic link; refusing to follow it (remove it: readyprobe opens only regular files there)",
+            path.display()
+        ),
+    )
 }
 
 /// The file store: `dir/control-<service>.json`, guarded by `dir/control-<service>.lock`.
@@ -213,6 +235,12 @@ impl FileStore {
     /// The document path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The temporary file a write goes through before its rename onto the document.
+    fn tmp_path(&self) -> PathBuf {
+        self.path
+            .with_extension(format!("json.tmp.{}", std::process::id()))
     }
 
     fn io(&self, what: &str, e: std::io::Error) -> StateError {
@@ -311,7 +339,7 @@ impl FileStore {
             self.acquire(&lock)?;
             use std::os::unix::fs::MetadataExt;
             let held = lock.metadata().map(|m| (m.dev(), m.ino())).ok();
-            let at_path = std::fs::metadata(&self.lock)
+            let at_path = std::fs::symlink_metadata(&self.lock)
                 .map(|m| (m.dev(), m.ino()))
                 .ok();
             if held.is_some() && held == at_path {
@@ -321,9 +349,7 @@ impl FileStore {
         let mut doc = self.read()?;
         change(&mut doc)?;
         let body = serde_json::to_vec_pretty(&doc).map_err(|e| self.io("encode", e.into()))?;
-        let tmp = self
-            .path
-            .with_extension(format!("json.tmp.{}", std::process::id()));
+        let tmp = self.tmp_path();
         let write = || -> std::io::Result<()> {
             let mut f = open_regular(
                 &tmp,
@@ -346,7 +372,7 @@ impl FileStore {
         if r.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
-        r.map_err(|e| self.io("write", e))?;
+        r.map_err(|e| self.io(&format!("write {}", tmp.display()), e))?;
         drop(lock); // releases the lock
         Ok(doc)
     }
@@ -636,10 +662,10 @@ mod tests {
     fn a_device_or_an_oversized_file_is_refused_without_reading_it_whole() {
         let dir = tempfile::tempdir().unwrap();
         let store = FileStore::new(dir.path(), "s");
-        std::os::unix::fs::symlink("/dev/zero", store.path()).unwrap();
+        std::fs::create_dir(store.path()).unwrap();
         let reason = io_reason(store.load());
         assert!(reason.contains("not a regular file"), "{reason}");
-        std::fs::remove_file(store.path()).unwrap();
+        std::fs::remove_dir(store.path()).unwrap();
         // A sparse file one byte over the cap: refused as corrupt, not parsed.
         let f = File::create(store.path()).unwrap();
         f.set_len(MAX_DOC_BYTES + 1).unwrap();
@@ -648,6 +674,45 @@ mod tests {
                 assert!(reason.contains("larger than 16 MiB"), "{reason}");
             }
             other => panic!("expected corrupt, got {other:?}"),
+        }
+    }
+
+    /// A link planted at each name the store opens (document, lock, temporary file) pointing
+    /// outside the directory: every operation that would open it fails naming the link, and
+    /// the file it points to is neither read, created nor written.
+    #[test]
+    fn a_symlink_at_any_store_file_is_refused_and_its_target_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path(), "s");
+        let valid = serde_json::to_vec(&ControlDoc::new("s")).unwrap();
+        let names = [store.path.clone(), store.lock.clone(), store.tmp_path()];
+        for (i, link) in names.iter().enumerate() {
+            let target = outside.path().join(format!("target-{i}"));
+            std::fs::write(&target, &valid).unwrap();
+            let missing = outside.path().join(format!("missing-{i}"));
+            for to in [&target, &missing] {
+                // (The lock file an earlier round created is replaced by the link.)
+                let _ = std::fs::remove_file(link);
+                std::os::unix::fs::symlink(to, link).unwrap();
+                let mut results = vec![store.update(|_| Ok(()))];
+                if i == 0 {
+                    results.push(store.load());
+                }
+                for r in results {
+                    let reason = io_reason(r);
+                    let named = format!("{} is a symbolic link", link.display());
+                    assert!(reason.contains(&named), "{reason}");
+                }
+                // (A failed write removes its temporary file, the link in its place included.)
+                let _ = std::fs::remove_file(link);
+            }
+            assert_eq!(std::fs::read(&target).unwrap(), valid, "{}", link.display());
+            assert!(
+                !missing.exists(),
+                "{} created through a link",
+                missing.display()
+            );
         }
     }
 

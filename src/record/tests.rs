@@ -249,6 +249,15 @@ fn evidence_reopened() -> Record {
     })
 }
 
+fn duplicate_prober() -> Record {
+    Record::DuplicateProber(DuplicateProber {
+        state_store: "s3://readyprobe-state/readyprobe/control-orders-db.json".into(),
+        instance: "6f1c2a9e04b7d3c8".into(),
+        other_instance: "b2e47d10c9a35f61".into(),
+        other_saved_at: 1767323040012,
+    })
+}
+
 fn stop() -> Record {
     Record::Stop(Stop {
         reason: "SIGTERM".into(),
@@ -288,6 +297,7 @@ fn every_kind() -> Vec<Record> {
         state_sync_failed(),
         Record::BothBranchesUnready(BothBranchesUnready::new()),
         evidence_reopened(),
+        duplicate_prober(),
         stop(),
     ]
 }
@@ -478,6 +488,16 @@ fn golden_evidence_reopened() {
         evidence_reopened(),
         expect![[
             r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"evidence_reopened","path":"/var/log/readyprobe/evidence.jsonl"}"#
+        ]],
+    );
+}
+
+#[test]
+fn golden_duplicate_prober() {
+    check(
+        duplicate_prober(),
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"duplicate_prober","state_store":"s3://readyprobe-state/readyprobe/control-orders-db.json","instance":"6f1c2a9e04b7d3c8","other_instance":"b2e47d10c9a35f61","other_saved_at":1767323040012}"#
         ]],
     );
 }

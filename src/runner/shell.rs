@@ -3,10 +3,10 @@
 //! results go back in.
 
 use crate::clock::Clock;
-use crate::control::{self, Approval, ControlDoc, Decision};
+use crate::control::{self, Approval, ControlDoc, Decision, InstanceWatch, OtherInstance};
 use crate::fold::{Batch, Effect, Fold, Input, Level, Log};
 use crate::readiness::Millis;
-use crate::record::Record;
+use crate::record::{DuplicateProber, Record};
 use crate::scheduler::BranchEvent;
 use crate::sink::evidence::EvidenceWriter;
 use crate::sink::{Queued, SinkQueue};
@@ -16,11 +16,16 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// What a background sync produced: the document and this prober's decisions to take.
+/// What a background sync produced: the document and this prober's decisions to take, and the
+/// other instance it found under this prober id.
 pub(super) struct SyncOutcome {
     started: Millis,
     result: Result<(ControlDoc, Vec<(Approval, Decision)>), StateError>,
+    found: Option<OtherInstance>,
 }
+
+/// What the sync closure hands back out: its decisions and the instance it found.
+type SyncOut = (Vec<(Approval, Decision)>, Option<OtherInstance>);
 
 /// The fold and what executes its effects.
 pub(super) struct Shell {
@@ -34,6 +39,8 @@ pub(super) struct Shell {
     pub(super) publish_window: Duration,
     /// How long a sync may take before it counts as failed.
     pub(super) sync_bound: Duration,
+    /// This process's instance id and whether another process saves under its prober id.
+    pub(super) instances: InstanceWatch,
 }
 
 impl Shell {
@@ -99,16 +106,18 @@ impl Shell {
         let now = self.clock.now_ms();
         let req = self.fold.sync_request();
         let me = self.prober.clone();
+        let instance = self.instances.instance.clone();
         let (store, bound) = (self.store.clone(), self.sync_bound);
-        let out: Arc<Mutex<Vec<(Approval, Decision)>>> = Arc::default();
+        let out: Arc<Mutex<SyncOut>> = Arc::default();
         let out2 = out.clone();
         tokio::spawn(async move {
             // The store may run the change more than once (a conflicting writer): each run
             // starts again from the copy taken now.
             let update = store.update(move |doc| {
                 let mut readiness = req.readiness.clone();
+                let found = control::claim_instance(doc, &me, &instance);
                 let decided = control::sync_prober(doc, &me, &mut readiness, &req.recorded, now);
-                *out2.lock().unwrap_or_else(|p| p.into_inner()) = decided;
+                *out2.lock().unwrap_or_else(|p| p.into_inner()) = (decided, found);
                 Ok(())
             });
             let result = match tokio::time::timeout(bound, update).await {
@@ -121,10 +130,12 @@ impl Shell {
                     ),
                 }),
             };
-            let decided = std::mem::take(&mut *out.lock().unwrap_or_else(|p| p.into_inner()));
+            let (decided, found) =
+                std::mem::take(&mut *out.lock().unwrap_or_else(|p| p.into_inner()));
             SyncOutcome {
                 started: now,
                 result: result.map(|doc| (doc, decided)),
+                found,
             }
         })
     }
@@ -137,7 +148,14 @@ impl Shell {
                 location: self.store.location(),
                 reason: format!("sync task ended: {e}"),
             }),
+            found: None,
         });
+        let duplicate = self
+            .instances
+            .after_sync(outcome.result.is_ok(), outcome.found);
+        if let Some(other) = duplicate {
+            self.duplicate(other);
+        }
         self.feed(match outcome.result {
             Ok((doc, decided)) => Input::SyncDone { doc, decided },
             Err(e) => Input::SyncFailed {
@@ -145,6 +163,30 @@ impl Shell {
                 started: Some(outcome.started),
             },
         });
+    }
+}
+
+impl Shell {
+    /// Another process saves under this prober id: say so at ERROR and in the evidence, at every
+    /// sync that finds it, until one of the two is stopped or given its own id.
+    fn duplicate(&mut self, other: OtherInstance) {
+        let store = self.store.location();
+        tracing::error!(
+            prober = %self.prober,
+            state = %store,
+            instance = %self.instances.instance,
+            other_instance = %other.instance,
+            other_saved_at = %crate::clock::rfc3339(other.saved_at),
+            "another readyprobe process runs with prober_id {:?} on this state store: the two overwrite each other's readiness and canary rows (verify_mismatch); give each prober its own prober_id",
+            self.prober
+        );
+        let r = Record::DuplicateProber(DuplicateProber {
+            state_store: store,
+            instance: self.instances.instance.clone(),
+            other_instance: other.instance,
+            other_saved_at: other.saved_at,
+        });
+        self.write(self.clock.now_ms(), &r);
     }
 }
 

@@ -1,6 +1,7 @@
 //! The evidence sink: an append-only JSON-lines file of [`Record`]s. Each record is written as
-//! one whole line, so a crash or a SIGKILL leaves at worst a missing last record, never a torn one
-//! that parses as something else.
+//! one whole line with one `write_all`, so a crash or a SIGKILL leaves at worst a missing last
+//! record, never a torn one that parses as something else; a write that fails part-way (a full
+//! disk) is cut back off the file, so the next record starts on its own line.
 //!
 //! The file is bounded: when the next record would take it past `max_bytes`, it is renamed to
 //! `<path>.1` (replacing the previous generation) and a fresh file is started, so a long-running
@@ -14,7 +15,6 @@ use crate::readiness::Millis;
 use crate::record::{Envelope, EvidenceReopened, Record};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,8 +69,14 @@ impl EvidenceWriter {
     /// # Errors
     /// The I/O error, for the caller to report with the path.
     pub fn open(path: &Path, service: &str, prober: &str, max_bytes: u64) -> io::Result<Self> {
-        let file = open_append(path)?;
-        let size = file.metadata()?.len();
+        let mut file = open_append(path)?;
+        let mut size = file.metadata()?.len();
+        if ends_torn(&file, size)? {
+            // A run killed mid-write left part of a line: end it, so this run's first record
+            // starts a line of its own (the torn one reads back as one bad line).
+            file.write_all(b"\n")?;
+            size += 1;
+        }
         let counters = Arc::new(Counters::default());
         let state = FileState {
             path: path.to_owned(),
@@ -200,33 +206,28 @@ impl EvidenceWriter {
     }
 }
 
+/// Whether a file of `size` bytes ends in anything but a newline.
+fn ends_torn(file: &File, size: u64) -> io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    if size == 0 {
+        return Ok(false);
+    }
+    let mut last = [0u8];
+    file.read_exact_at(&mut last, size - 1)?;
+    Ok(last != *b"\n")
+}
+
 fn open_append(path: &Path) -> io::Result<File> {
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
     {
         std::fs::create_dir_all(dir)?;
     }
-    // Anything but a regular file is refused, with a message that says so (a FIFO without a
-    // reader would otherwise fail the open with a bare ENXIO). O_NONBLOCK: a FIFO planted after
-    // this check must not block the open either; it has no effect on a regular file.
-    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
-        return Err(not_regular());
-    }
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(not_regular());
-    }
-    Ok(file)
-}
-
-fn not_regular() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        "not a regular file (a FIFO, device or directory is in its place)",
+    // Anything but a regular file is refused, a symbolic link included, with a message that
+    // names it; nothing blocks on a FIFO (see `state::open_regular`).
+    crate::state::open_regular(
+        path,
+        OpenOptions::new().read(true).create(true).append(true),
     )
 }
 
@@ -275,12 +276,33 @@ impl FileState {
         if self.size > 0 && self.size + line.len() as u64 > self.max_bytes {
             self.rotate();
         }
+        // The length before the write, from the file itself (a record written by another
+        // process, or a truncation, since our last write is not lost by the cut below).
+        let before = self.file.metadata().map(|m| m.len());
         match self.file.write_all(line.as_bytes()) {
             Ok(()) => {
                 self.counters.written.fetch_add(1, Ordering::Relaxed);
-                self.size += line.len() as u64;
+                self.size = before.unwrap_or(self.size) + line.len() as u64;
             }
-            Err(e) => self.count_failure(&e),
+            Err(e) => {
+                // A full disk takes part of a line before it fails: cut the file back, so the
+                // next record starts on a line of its own instead of continuing a torn one.
+                self.cut_back(before);
+                self.count_failure(&e);
+            }
+        }
+    }
+
+    /// Truncate the file to `before`, its length before a failed write.
+    fn cut_back(&mut self, before: io::Result<u64>) {
+        let cut = before.and_then(|len| self.file.set_len(len).map(|()| len));
+        match cut {
+            Ok(len) => self.size = len,
+            Err(e) => tracing::error!(
+                path = %self.path.display(),
+                error = %e,
+                "cannot cut a partly written evidence record; the file may hold a torn line"
+            ),
         }
     }
 

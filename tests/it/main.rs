@@ -11,6 +11,7 @@ mod pipeline;
 mod publish_faults;
 mod resolve_step;
 mod secret_leak;
+mod state_dir;
 mod support;
 mod tcp_kind;
 mod tls_step;

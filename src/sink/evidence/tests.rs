@@ -136,3 +136,139 @@ async fn a_fifo_swapped_in_is_not_opened() {
     assert_eq!(w.written(), 1);
     assert_eq!(kinds(&moved), ["attempt_abandoned"]);
 }
+
+/// A link planted where the evidence file goes, at start or mid-run in place of the file: it is
+/// refused naming the path, and the file it points to gets nothing (the process runs as root).
+#[tokio::test]
+async fn a_symlink_at_the_path_is_refused_and_its_target_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("passwd");
+    std::fs::write(&target, "root:x:0:0\n").unwrap();
+    let p = dir.path().join("evidence.jsonl");
+    std::os::unix::fs::symlink(&target, &p).unwrap();
+    let e = EvidenceWriter::open(&p, "s", "p", 1 << 20).unwrap_err();
+    let named = format!("{} is a symbolic link", p.display());
+    assert!(e.to_string().contains(&named), "{e}");
+    std::fs::remove_file(&p).unwrap();
+
+    let moved = dir.path().join("moved.jsonl");
+    let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 20).unwrap();
+    std::fs::rename(&p, &moved).unwrap();
+    std::os::unix::fs::symlink(&target, &p).unwrap();
+    w.reopen_if_replaced(1);
+    w.record(2, &abandoned(1));
+    assert!(w.close(soon()).await);
+    assert_eq!(kinds(&moved), ["attempt_abandoned"]);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "root:x:0:0\n");
+}
+
+/// A small tmpfs mounted on a temporary directory, unmounted on drop. `None` when this machine
+/// cannot mount one (not root, no privilege): the caller skips, or fails under `CI=true`.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .ok()?;
+        if out.status.success() {
+            return Some(Tmpfs(dir));
+        }
+        let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "cannot mount a tmpfs (needed under CI=true): {why}"
+        );
+        eprintln!("*** SKIPPED: cannot mount a tmpfs: {why} ***");
+        None
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // Lazy: the writer thread may still hold the file for a moment after `close`.
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+/// Wait until the writer thread has handled `n` records (written or failed).
+async fn settle(w: &EvidenceWriter, n: u64) {
+    for _ in 0..5_000 {
+        if w.written() + w.failed() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    panic!("writer handled {} of {n} records", w.written() + w.failed());
+}
+
+/// On a really full file system (a 64 KiB tmpfs, filled up), records that do not fit are lost
+/// whole and counted; the one that fits only in part is cut back off, so after space is freed
+/// every line of the file is a whole record, and the records after the loss are all there.
+#[tokio::test]
+async fn a_full_disk_loses_whole_records_never_part_of_one() {
+    let Some(fs) = Tmpfs::mount("64k") else {
+        return;
+    };
+    let p = fs.0.path().join("evidence.jsonl");
+    let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 20).unwrap();
+    // Three records leave the file's only page partly used.
+    for i in 0..3u64 {
+        w.record(i as i64, &abandoned(i));
+    }
+    settle(&w, 3).await;
+    // Fill every other page.
+    let filler = fs.0.path().join("filler");
+    let mut f = File::create(&filler).unwrap();
+    let chunk = vec![b'x'; 512];
+    while f.write_all(&chunk).is_ok() {}
+    drop(f);
+    // These fill the rest of the page; one of them fits only in part; the rest fit not at all.
+    for i in 3..103u64 {
+        w.record(i as i64, &abandoned(i));
+    }
+    settle(&w, 103).await;
+    assert!(w.failed() > 0, "nothing failed: the disk was not full");
+    std::fs::remove_file(&filler).unwrap();
+    for i in 103..106u64 {
+        w.record(i as i64, &abandoned(i));
+    }
+    assert!(w.close(soon()).await);
+    let (written, failed) = (w.written(), w.failed());
+    assert_eq!(written + failed, 106);
+    let seqs: Vec<u64> = read_lines(io::BufReader::new(File::open(&p).unwrap()))
+        .map(|e| match e.expect("every line a whole record").record {
+            Record::AttemptAbandoned(a) => a.seq,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(seqs.len() as u64, written);
+    assert_eq!(seqs[seqs.len() - 3..], [103, 104, 105]);
+}
+
+/// A run killed mid-write left part of a line: the next run's first record starts a line of its
+/// own, and only the torn line reads back as bad.
+#[tokio::test]
+async fn a_torn_last_line_from_a_killed_run_is_ended_before_appending() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("evidence.jsonl");
+    let whole = Envelope::new(0, "s", "p", &abandoned(1)).to_line().unwrap();
+    std::fs::write(&p, format!("{whole}{}", &whole[..20])).unwrap();
+    let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 20).unwrap();
+    w.record(1, &abandoned(2));
+    assert!(w.close(soon()).await);
+    let lines: Vec<_> = read_lines(io::BufReader::new(File::open(&p).unwrap())).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[1].is_err(), "{lines:?}");
+    match &lines[2].as_ref().unwrap().record {
+        Record::AttemptAbandoned(a) => assert_eq!(a.seq, 2),
+        other => panic!("unexpected {other:?}"),
+    }
+}
