@@ -1,6 +1,7 @@
 //! Integration tests.
 
 mod cli;
+mod config_hostile;
 mod failback;
 mod harness_smoke;
 mod http_kind;
