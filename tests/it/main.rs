@@ -3,6 +3,7 @@
 mod cli;
 mod config_hostile;
 mod failback;
+mod fuzz;
 mod harness_smoke;
 mod http_kind;
 mod mysql_kind;
