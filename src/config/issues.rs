@@ -176,8 +176,8 @@ impl<'a> Issues<'a> {
 }
 
 /// The name of the `[table]` or `[[table]]` header last opened before `offset`, the start of a
-/// line ("" at the top level). A header-like line inside a multi-line string can mislead it; the line number in the
-/// same issue does not.
+/// line ("" at the top level). A header-like line inside a multi-line string, or a key inside an
+/// inline table, can make the path approximate; the line number in the same issue is exact.
 fn table_above(text: &str, offset: usize) -> &str {
     text.get(..offset)
         .unwrap_or("")
