@@ -43,14 +43,18 @@ impl<'a> Issues<'a> {
     }
 
     /// Record an error on the dotted key path `key` (e.g. `branch[1].endpoint`).
+    /// The same error twice in a row (two rules reaching one shared key) is recorded once.
     pub(super) fn error(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        let key = key.into();
+        let (key, message) = (key.into(), message.into());
+        if self
+            .errors
+            .last()
+            .is_some_and(|e| e.key == key && e.message == message)
+        {
+            return;
+        }
         let line = self.line_of_key(&key);
-        self.errors.push(Issue {
-            key,
-            line,
-            message: message.into(),
-        });
+        self.errors.push(Issue { key, line, message });
     }
 
     /// Record a non-fatal finding.

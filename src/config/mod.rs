@@ -33,7 +33,7 @@ pub use otlp::OtlpProbe;
 pub use probe::{ProbeConfig, ProbeKind, StepTimeouts};
 pub use publish::{CloudWatch, Publish};
 pub use raw::MAX_DURATION;
-pub use readiness::{MAX_WINDOW, attempts_in, one_failure_effect};
+pub use readiness::{MAX_WINDOW, MAX_WINDOW_ATTEMPTS, attempts_in, one_failure_effect};
 pub use secret::{HeaderValueSource, SecretError, SecretRef};
 pub use service::{Branch, Service, check_hostname};
 pub use state::{S3State, StateConfig, StoreKind};

@@ -15,6 +15,11 @@ const READY_RATE: &str = "readiness.declare_ready.success_rate_at_or_above";
 /// a day at the shortest probe interval is already the largest document worth carrying.
 pub const MAX_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
+/// The most attempts one window may hold at the probe interval. Every attempt of a window is
+/// saved (about 60 bytes) per branch and prober to the control document, which is read whole
+/// and refused above 16 MiB (`state::MAX_DOC_BYTES`): 20,000 keep a prober's branch near 1 MiB.
+pub const MAX_WINDOW_ATTEMPTS: u64 = 20_000;
+
 /// Validate `[readiness]`; `interval` is the probe interval the windows must hold attempts at
 /// (`None` when it is invalid: the windows are then not measured against it).
 pub(super) fn section(
@@ -131,8 +136,21 @@ fn window_fits(
     } else {
         "readiness.window".to_string()
     };
+    if c.window > MAX_WINDOW {
+        // Already an error of its own.
+        return;
+    }
     let fits = attempts_in(c.window, interval);
-    if fits < u64::from(min_attempts) {
+    if fits > MAX_WINDOW_ATTEMPTS {
+        issues.error(
+            wkey,
+            format!(
+                "a {} window holds {fits} attempts at probe.interval {}, more than {MAX_WINDOW_ATTEMPTS}: each prober saves every attempt of its windows to the shared control document (read whole, at most 16 MiB); shorten the window or lengthen probe.interval",
+                fmt_duration(c.window),
+                fmt_duration(interval)
+            ),
+        );
+    } else if fits < u64::from(min_attempts) {
         issues.error(
             wkey,
             format!(
