@@ -496,3 +496,60 @@ fn many_bad_tables_are_all_reported() {
     // Four problems per table but the first (which is the only PRIMARY and its name unique).
     assert_eq!(got.len(), 4 * n - 2);
 }
+
+/// `probe` prints what the peer sent (here a certificate subject with escape sequences, from a
+/// real TLS server on loopback) escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_escapes_what_the_peer_sent() {
+    use crate::support::config::ConfigBuilder;
+    use crate::support::dns::DnsServer;
+    use crate::support::tls::TestCa;
+    let ca = TestCa::new();
+    // Presented, not verified (`required`): any subject reaches the report.
+    let cert = ca.client_cert("evil\u{1b}]0;pwned\u{7}\u{1b}[2J\nFORGED line");
+    let acceptor = tokio_rustls::TlsAcceptor::from(cert.rustls_server_config());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = acceptor.accept(s).await;
+            });
+        }
+    });
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gateway", std::net::Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = ConfigBuilder::new(dir.path(), "gateway", "gw.orders.internal.example")
+        .nameserver(dns.addr())
+        .kind("tcp")
+        .set("probe.tcp", "port", i64::from(port))
+        .tls("required", None)
+        .branch(
+            "primary",
+            "PRIMARY",
+            "gateway.orders.internal.example",
+            None,
+        )
+        .write(&dir.path().join("c.toml"));
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+        .args(["probe", "--branch", "primary", "--config"])
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    server.abort();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_inert(&out.stdout);
+    assert!(
+        text.contains("certificate") && text.contains("pwned"),
+        "{text}"
+    );
+}
