@@ -358,11 +358,13 @@ async fn async_main(cli: Cli) -> ExitCode {
 /// Only `check` and `run` (and `probe`) read secrets and CA files; the operator commands need
 /// nothing but the config and the state store.
 fn check(cfg: &Config, strict: bool) -> ExitCode {
-    print!("{}", plan(cfg));
+    // Names, paths and problems quote the config: escaped, so it cannot drive the terminal.
+    print!("{}", config::escape_controls_by_line(&plan(cfg)));
     let Err(e) = probe::prepare(cfg) else {
         return ExitCode::from(EXIT_OK);
     };
     for p in &e.problems {
+        let p = config::escape_controls(&p.to_string()).into_owned();
         if strict {
             eprintln!("error: {p}");
         } else {
@@ -388,7 +390,7 @@ async fn run(cfg: Config, opts: RunOptions) -> ExitCode {
     match e {
         runner::RunError::Prepare(e) => {
             for p in &e.problems {
-                eprintln!("error: {p}");
+                eprintln!("error: {}", config::escape_controls(&p.to_string()));
             }
             let n = e.problems.len();
             eprintln!(

@@ -50,8 +50,20 @@ pub(super) fn check_branch(cfg: &Config, branch: &str) -> Result<(), ExitCode> {
     Err(ExitCode::from(EXIT_INVALID_CONFIG))
 }
 
+/// `--by` and `--reason` are one line of text: a control character would reach every later
+/// `status` reader's terminal (escaped there) and the evidence.
+fn printable_record(by: &str, reason: &str) -> Result<(), ExitCode> {
+    if (by.chars().chain(reason.chars())).any(char::is_control) {
+        eprintln!(
+            "error: --by and --reason must not contain control characters (newlines, escapes)"
+        );
+        return Err(ExitCode::from(EXIT_INVALID_CONFIG));
+    }
+    Ok(())
+}
+
 fn store_error(e: crate::state::StateError) -> ExitCode {
-    eprintln!("error: {e}");
+    eprintln!("error: {}", crate::config::escape_controls(&e.to_string()));
     ExitCode::from(EXIT_IO)
 }
 
@@ -72,6 +84,9 @@ pub(super) async fn approve(
     if by.trim().is_empty() || reason.trim().is_empty() {
         eprintln!("error: --by and --reason must not be empty (they are the approval's record)");
         return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
+    if let Err(c) = printable_record(by, reason) {
+        return c;
     }
     let now = now_ms();
     let approval = crate::control::Approval {
@@ -127,7 +142,8 @@ pub(super) async fn approve(
     let states = if states.is_empty() {
         "no prober has saved state for this branch yet".to_string()
     } else {
-        states.join(", ")
+        // Prober ids come from the shared document, any writer's.
+        crate::config::escape_controls(&states.join(", ")).into_owned()
     };
     if pending_fresh {
         println!(
@@ -180,6 +196,9 @@ pub(super) async fn override_cmd(
             );
             return ExitCode::from(EXIT_INVALID_CONFIG);
         }
+        if let Err(c) = printable_record(&by, &reason) {
+            return c;
+        }
         Some(crate::control::Override {
             force: match force {
                 ForceArg::Ready => crate::control::Forced::Ready,
@@ -213,7 +232,7 @@ pub(super) async fn override_cmd(
             "override for branch {branch}: publish {} until {} ({}); probers apply it within {}",
             o.force.as_str(),
             crate::clock::rfc3339(o.expires_at),
-            o.reason,
+            crate::config::escape_controls(&o.reason),
             crate::clock::fmt_duration(cfg.state.poll_interval)
         ),
         None => println!(
@@ -240,10 +259,39 @@ pub(super) async fn status(cfg: &Config, json: bool) -> ExitCode {
         }
     } else {
         let branches: Vec<String> = cfg.branches.iter().map(|b| b.name.clone()).collect();
-        print!(
-            "{}",
-            crate::control::render_status(&doc, &cfg.policy, &branches, now_ms())
-        );
+        // The document is any writer's: its ids, names and reasons are escaped field by field
+        // (a newline in a reason must not forge a line of the report).
+        let text = crate::control::render_status(&inert(doc), &cfg.policy, &branches, now_ms());
+        print!("{}", crate::config::escape_controls_by_line(&text));
     }
     ExitCode::from(EXIT_OK)
+}
+
+/// `doc` with every free-text field escaped for a terminal ([`crate::config::escape_controls`]).
+/// Names that are already printable, as every configured branch name is, are unchanged.
+fn inert(mut doc: crate::control::ControlDoc) -> crate::control::ControlDoc {
+    let esc = |s: &mut String| {
+        if let std::borrow::Cow::Owned(e) = crate::config::escape_controls(s) {
+            *s = e;
+        }
+    };
+    esc(&mut doc.service);
+    doc.probers = rekey(doc.probers);
+    for o in doc.overrides.values_mut() {
+        esc(&mut o.by);
+        esc(&mut o.reason);
+    }
+    for a in &mut doc.approvals {
+        for f in [&mut a.id, &mut a.branch, &mut a.by, &mut a.reason] {
+            esc(f);
+        }
+        a.decisions = rekey(std::mem::take(&mut a.decisions));
+    }
+    doc
+}
+
+fn rekey<V>(m: std::collections::BTreeMap<String, V>) -> std::collections::BTreeMap<String, V> {
+    m.into_iter()
+        .map(|(k, v)| (crate::config::escape_controls(&k).into_owned(), v))
+        .collect()
 }

@@ -1,7 +1,7 @@
 //! `readyprobe probe`: one real attempt against one branch, every step printed.
 
 use super::{EXIT_ATTEMPT_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_UNAVAILABLE_INPUT};
-use crate::config::Config;
+use crate::config::{Config, escape_controls as esc};
 use crate::probe::{self, Outcome};
 use std::process::ExitCode;
 
@@ -14,7 +14,7 @@ pub(super) async fn probe_once(cfg: &Config, branch: &str) -> ExitCode {
         Ok(x) => x,
         Err(e) => {
             for p in &e.problems {
-                eprintln!("error: {p}");
+                eprintln!("error: {}", esc(&p.to_string()));
             }
             eprintln!("error: cannot prepare probes; nothing was probed");
             return ExitCode::from(EXIT_UNAVAILABLE_INPUT);
@@ -53,9 +53,11 @@ pub(super) async fn probe_once(cfg: &Config, branch: &str) -> ExitCode {
             class,
             message,
         } => {
+            // The message may quote the peer (a server error, a response body): escaped.
             println!(
-                "  outcome  {} at {step}: {class}: {message}",
-                a.outcome.as_str()
+                "  outcome  {} at {step}: {class}: {}",
+                a.outcome.as_str(),
+                esc(message)
             );
             ExitCode::from(EXIT_ATTEMPT_FAILED)
         }
@@ -87,7 +89,10 @@ fn print_step(s: &probe::StepRecord, a: &probe::Attempt) {
             for ans in &a.answers {
                 println!(
                     "             {} {} {} (ttl {} s)",
-                    ans.name, ans.rtype, ans.data, ans.ttl
+                    esc(&ans.name),
+                    ans.rtype,
+                    esc(&ans.data),
+                    ans.ttl
                 );
             }
         }
@@ -129,7 +134,7 @@ fn print_answers(a: &probe::Attempt) {
                 .unwrap_or_default(),
             o.message
                 .as_ref()
-                .map(|m| format!(": {m}"))
+                .map(|m| format!(": {}", esc(m)))
                 .unwrap_or_default()
         );
     }
@@ -139,7 +144,7 @@ fn print_answers(a: &probe::Attempt) {
 /// (verified or not) and the server's own identity; printed also when a later step failed.
 fn print_server(a: &probe::Attempt) {
     if let Some(subject) = &a.certificate_subject {
-        println!("  server   certificate {subject}");
+        println!("  server   certificate {}", esc(subject));
     }
     if let Some(na) = a.certificate_not_after {
         println!(
@@ -151,7 +156,10 @@ fn print_server(a: &probe::Attempt) {
     if let Some(s) = &a.server {
         println!(
             "  server   hostname={} server_id={} read_only={} version={}",
-            s.hostname, s.server_id, s.read_only, s.version
+            esc(&s.hostname),
+            s.server_id,
+            s.read_only,
+            esc(&s.version)
         );
     }
 }

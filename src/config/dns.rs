@@ -1,6 +1,7 @@
 //! `[dns]`: how the `resolve` step asks, and whom.
 
 use super::issues::Issues;
+use super::probe::{MIN_TIMEOUT, too_short};
 use super::raw::RawDns;
 use super::values::AddressFamily;
 use std::net::SocketAddr;
@@ -15,7 +16,7 @@ pub struct Dns {
     /// resolv.conf path used when `nameservers` is absent (read by the probe at start-up, not
     /// by validation). Default `/etc/resolv.conf`.
     pub resolv_conf: PathBuf,
-    /// Timeout of one query to one nameserver. Default 1 s.
+    /// Timeout of one query to one nameserver. Default 1 s, at least 10 ms.
     pub timeout: Duration,
     /// Address records asked for. Default `ipv4_then_ipv6`.
     pub address_family: AddressFamily,
@@ -53,12 +54,16 @@ pub(super) fn section(raw: RawDns, issues: &mut Issues<'_>) -> Option<Dns> {
         }
         out
     });
+    let timeout = raw.timeout.unwrap_or(Duration::from_secs(1));
+    if timeout < MIN_TIMEOUT {
+        issues.error("dns.timeout", too_short(timeout, MIN_TIMEOUT));
+    }
     Some(Dns {
         nameservers,
         resolv_conf: raw
             .resolv_conf
             .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf")),
-        timeout: raw.timeout.unwrap_or(Duration::from_secs(1)),
+        timeout,
         address_family: raw.address_family.unwrap_or_default(),
     })
 }

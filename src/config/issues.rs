@@ -5,6 +5,7 @@
 //! the parser's spanned document tree.
 
 use super::raw::MOVED_TLS_KEYS;
+use std::borrow::Cow;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
@@ -21,7 +22,9 @@ pub struct Issue {
 
 /// Collects the errors and warnings of one validation run.
 pub(crate) struct Issues<'a> {
-    text: &'a str,
+    /// Byte offset of every `\n` in the text, ascending: a line lookup is a binary search, so
+    /// reporting many issues stays linear in the file size.
+    newlines: Vec<usize>,
     doc: Option<Spanned<DeTable<'a>>>,
     pub(super) errors: Vec<Issue>,
     pub(super) warnings: Vec<String>,
@@ -32,7 +35,7 @@ impl<'a> Issues<'a> {
     /// does not parse: then nothing is located).
     pub(super) fn new(text: &'a str, doc: Option<Spanned<DeTable<'a>>>) -> Self {
         Issues {
-            text,
+            newlines: newline_offsets(text),
             doc,
             errors: Vec::new(),
             warnings: Vec::new(),
@@ -40,14 +43,18 @@ impl<'a> Issues<'a> {
     }
 
     /// Record an error on the dotted key path `key` (e.g. `branch[1].endpoint`).
+    /// The same error twice in a row (two rules reaching one shared key) is recorded once.
     pub(super) fn error(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        let key = key.into();
+        let (key, message) = (key.into(), message.into());
+        if self
+            .errors
+            .last()
+            .is_some_and(|e| e.key == key && e.message == message)
+        {
+            return;
+        }
         let line = self.line_of_key(&key);
-        self.errors.push(Issue {
-            key,
-            line,
-            message: message.into(),
-        });
+        self.errors.push(Issue { key, line, message });
     }
 
     /// Record a non-fatal finding.
@@ -57,12 +64,7 @@ impl<'a> Issues<'a> {
 
     /// 1-based line of a byte offset.
     fn line_of(&self, offset: usize) -> usize {
-        let end = offset.min(self.text.len());
-        self.text.as_bytes()[..end]
-            .iter()
-            .filter(|b| **b == b'\n')
-            .count()
-            + 1
+        self.newlines.partition_point(|&n| n < offset) + 1
     }
 
     /// Line of a dotted key path in the document: the line of its last key (or array element);
@@ -137,14 +139,73 @@ impl<'a> Issues<'a> {
         }
     }
 
-    /// The issue of a TOML syntax error.
-    pub(super) fn syntax_issue(&self, e: &toml::de::Error) -> Issue {
-        Issue {
-            key: "(syntax)".into(),
-            line: e.span().map(|s| self.line_of(s.start)),
-            message: e.message().to_string(),
+    /// The issue of a TOML syntax error in `text`. toml's "duplicate key" names no key: the
+    /// key is read from the error's span and its table from the header above it.
+    pub(super) fn syntax_issue(&self, e: &toml::de::Error, text: &str) -> Issue {
+        let line = e.span().map(|s| self.line_of(s.start));
+        let message = e.message().trim_end().to_string();
+        let written = e
+            .span()
+            .and_then(|s| Some((s.start, text.get(s)?.trim())))
+            .filter(|(_, k)| !k.is_empty() && k.len() <= 200 && !k.contains('\n'));
+        match (message.starts_with("duplicate"), written) {
+            (true, Some((start, k))) => {
+                let line_start = text
+                    .get(..start)
+                    .unwrap_or("")
+                    .rfind('\n')
+                    .map_or(0, |i| i + 1);
+                let header = header_name(text[line_start..].lines().next().unwrap_or(""));
+                let table = table_above(text, line_start);
+                let key = if let Some(h) = header {
+                    h.to_string()
+                } else if table.is_empty() {
+                    k.to_string()
+                } else {
+                    format!("{table}.{k}")
+                };
+                Issue {
+                    message: format!("{message}: `{key}` is written more than once; keep one"),
+                    key,
+                    line,
+                }
+            }
+            _ => Issue {
+                key: "(syntax)".into(),
+                line,
+                message,
+            },
         }
     }
+}
+
+/// The name of the `[table]` or `[[table]]` header last opened before `offset`, the start of a
+/// line ("" at the top level). A header-like line inside a multi-line string, or a key inside an
+/// inline table, can make the path approximate; the line number in the same issue is exact.
+fn table_above(text: &str, offset: usize) -> &str {
+    text.get(..offset)
+        .unwrap_or("")
+        .lines()
+        .rev()
+        .find_map(header_name)
+        .unwrap_or("")
+}
+
+/// The table name of a `[table]` or `[[table]]` header line.
+fn header_name(line: &str) -> Option<&str> {
+    let l = line.trim_start();
+    l.starts_with('[').then(|| {
+        let l = l.split('#').next().unwrap_or(l).trim();
+        l.trim_start_matches('[').trim_end_matches(']').trim()
+    })
+}
+
+/// Offsets of the newlines of `text`.
+fn newline_offsets(text: &str) -> Vec<usize> {
+    text.bytes()
+        .enumerate()
+        .filter_map(|(i, b)| (b == b'\n').then_some(i))
+        .collect()
 }
 
 fn join(table: &str, field: &str) -> String {
@@ -159,4 +220,39 @@ fn between<'a>(s: &'a str, start: &str, end: &str) -> Option<&'a str> {
     let i = s.find(start)? + start.len();
     let j = s[i..].find(end)? + i;
     Some(&s[i..j])
+}
+
+/// `s` with every control character (C0, DEL, C1) escaped the way Rust writes it (`\n`,
+/// `\u{1b}`) and every bidirectional formatting character as `\u{202e}`, so that text taken
+/// from a config file, a state document or the command line cannot move the cursor, recolour,
+/// retitle or reorder a terminal. Borrowed when nothing needs escaping.
+pub fn escape_controls(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(needs_escape) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else if needs_escape(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`escape_controls`] on each line of a multi-line text: its newlines are kept, every other
+/// control character is escaped.
+pub fn escape_controls_by_line(s: &str) -> String {
+    s.split('\n')
+        .map(escape_controls)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }

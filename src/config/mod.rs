@@ -27,13 +27,13 @@ mod values;
 
 pub use dns::Dns;
 pub use http::{HttpProbe, HttpRequestSpec};
-pub use issues::Issue;
+pub use issues::{Issue, escape_controls, escape_controls_by_line};
 pub use mysql::MysqlProbe;
 pub use otlp::OtlpProbe;
 pub use probe::{ProbeConfig, ProbeKind, StepTimeouts};
 pub use publish::{CloudWatch, Publish};
 pub use raw::MAX_DURATION;
-pub use readiness::{attempts_in, one_failure_effect};
+pub use readiness::{MAX_WINDOW, MAX_WINDOW_ATTEMPTS, attempts_in, one_failure_effect};
 pub use secret::{HeaderValueSource, SecretError, SecretRef};
 pub use service::{Branch, Service, check_hostname};
 pub use state::{S3State, StateConfig, StoreKind};
@@ -97,13 +97,17 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Keys and messages may quote the file's text: escaped, so a hostile config cannot
+        // drive the terminal or forge lines of this report.
         let n = self.issues.len();
-        let file = self.path.display();
+        let file = self.path.display().to_string();
+        let file = escape_controls(&file);
         write!(f, "{file}: {n} error{}", if n == 1 { "" } else { "s" })?;
         for i in &self.issues {
+            let (key, message) = (escape_controls(&i.key), escape_controls(&i.message));
             match i.line {
-                Some(l) => write!(f, "\n  {file}:{l}: {}: {}", i.key, i.message)?,
-                None => write!(f, "\n  {file}: {}: {}", i.key, i.message)?,
+                Some(l) => write!(f, "\n  {file}:{l}: {key}: {message}")?,
+                None => write!(f, "\n  {file}: {key}: {message}")?,
             }
         }
         Ok(())
@@ -161,7 +165,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     // One parse: the spanned tree feeds the deserialiser and locates validation errors.
     let doc = match toml::de::DeTable::parse(text) {
         Ok(doc) => doc,
-        Err(e) => return Err(fail(Issues::new(text, None).syntax_issue(&e))),
+        Err(e) => return Err(fail(Issues::new(text, None).syntax_issue(&e, text))),
     };
     let mut issues = Issues::new(text, Some(doc.clone()));
     let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::from(doc))

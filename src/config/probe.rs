@@ -82,20 +82,37 @@ impl ProbeKind {
     }
 }
 
-/// The attempt interval, default 2 s (the readiness rules need it even when the rest of
-/// `[probe]` is invalid).
-pub(super) fn interval(raw: &RawProbe) -> Duration {
-    raw.interval.unwrap_or(Duration::from_secs(2))
+/// The shortest attempt interval.
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// The shortest attempt and step timeout: below it no DNS answer, TCP handshake or TLS
+/// handshake completes even on loopback, so every attempt would fail.
+pub(super) const MIN_TIMEOUT: Duration = Duration::from_millis(10);
+
+/// The attempt interval (default 2 s), `None` when it is below the minimum: the rules that
+/// depend on it (timeout, jitter, readiness windows) are then not checked, so the one error is
+/// the interval's.
+pub(super) fn interval(raw: &RawProbe) -> Option<Duration> {
+    Some(raw.interval.unwrap_or(Duration::from_secs(2))).filter(|i| *i >= MIN_INTERVAL)
 }
 
 /// Attempt interval, timeout and jitter with their defaults and ordering rules.
 fn timing(raw: &RawProbe, issues: &mut Issues<'_>) -> (Duration, Duration, Duration) {
-    let interval = interval(raw);
-    if interval < Duration::from_millis(100) {
-        issues.error("probe.interval", "must be at least 100ms");
-    }
+    let Some(interval) = interval(raw) else {
+        issues.error(
+            "probe.interval",
+            format!("must be at least {}", fmt_duration(MIN_INTERVAL)),
+        );
+        // Whatever else is written is checked against its own bounds only.
+        let timeout = raw.timeout.unwrap_or(MIN_TIMEOUT);
+        if timeout < MIN_TIMEOUT {
+            issues.error("probe.timeout", too_short(timeout, MIN_TIMEOUT));
+        }
+        return (MIN_INTERVAL, timeout, Duration::ZERO);
+    };
     let timeout = raw.timeout.unwrap_or(interval * 4 / 5);
-    if timeout >= interval {
+    if timeout < MIN_TIMEOUT {
+        issues.error("probe.timeout", too_short(timeout, MIN_TIMEOUT));
+    } else if timeout >= interval {
         issues.error(
             "probe.timeout",
             format!(
@@ -105,9 +122,6 @@ fn timing(raw: &RawProbe, issues: &mut Issues<'_>) -> (Duration, Duration, Durat
             ),
         );
     }
-    if timeout.is_zero() {
-        issues.error("probe.timeout", "must be greater than 0");
-    }
     let jitter = raw
         .jitter
         .unwrap_or_else(|| (interval / 10).min(Duration::from_secs(1)));
@@ -115,6 +129,15 @@ fn timing(raw: &RawProbe, issues: &mut Issues<'_>) -> (Duration, Duration, Durat
         issues.error("probe.jitter", "must be shorter than probe.interval");
     }
     (interval, timeout, jitter)
+}
+
+/// The message for a duration below its key's minimum.
+pub(super) fn too_short(d: Duration, min: Duration) -> String {
+    format!(
+        "{} is shorter than the minimum, {}: nothing could finish in it",
+        humantime::format_duration(d),
+        fmt_duration(min)
+    )
 }
 
 fn step_timeouts(st: &RawStepTimeouts, timeout: Duration, issues: &mut Issues<'_>) -> StepTimeouts {
@@ -127,8 +150,11 @@ fn step_timeouts(st: &RawStepTimeouts, timeout: Duration, issues: &mut Issues<'_
         ("verify", st.verify),
     ] {
         match d {
-            Some(d) if d.is_zero() => {
-                issues.error(format!("probe.step_timeout.{k}"), "must be greater than 0");
+            Some(d) if d < MIN_TIMEOUT => {
+                issues.error(
+                    format!("probe.step_timeout.{k}"),
+                    too_short(d, MIN_TIMEOUT),
+                );
             }
             Some(d) if d > timeout => issues.warn(format!(
                 "probe.step_timeout.{k} ({}) is longer than probe.timeout ({}); the attempt deadline applies first",

@@ -6,6 +6,10 @@ use super::values::SinkKind;
 use crate::clock::fmt_duration;
 use std::time::Duration;
 
+/// The shortest `PutMetricData` try timeout: a TLS handshake and a request to a regional
+/// endpoint need most of a second, so a shorter one fails every publish.
+const MIN_OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// CloudWatch limit: a namespace is 1–255 characters.
 const MAX_NAMESPACE_LEN: usize = 255;
 
@@ -27,9 +31,10 @@ pub struct Publish {
 pub struct CloudWatch {
     /// Region; default from the AWS chain (`AWS_REGION`, profile, ECS metadata).
     pub region: Option<String>,
-    /// Endpoint override (e.g. an emulator or a VPC interface endpoint).
+    /// Endpoint override (e.g. an emulator or a VPC interface endpoint): an http(s) URL with a
+    /// host.
     pub endpoint_url: Option<String>,
-    /// Timeout of one `PutMetricData` try. Default 10 s, capped at the publish interval so one
+    /// Timeout of one `PutMetricData` try. Default 10 s, at least 1 s, capped at the publish interval so one
     /// tick's publish never overlaps the next.
     pub operation_timeout: Duration,
     /// Tries per batch (first try included) for retryable failures (throttling, 5xx, timeouts,
@@ -43,6 +48,39 @@ fn namespace_ok(ns: &str) -> bool {
         && !ns.starts_with("AWS/")
         && !ns.starts_with(':')
         && ns.is_ascii()
+}
+
+/// Check an AWS endpoint override: an absolute `http` or `https` URL with a host, and no user
+/// name or password in it (the SDK signs requests; credentials never belong in a URL).
+///
+/// # Errors
+/// A message saying what is wrong.
+pub(super) fn check_endpoint_url(url: &str) -> Result<(), String> {
+    // A URL with `@` may carry a password: never echoed.
+    let shown = || {
+        if url.contains('@') {
+            "the URL".to_string()
+        } else {
+            format!("{:?}", url.chars().take(100).collect::<String>())
+        }
+    };
+    let uri: http::Uri = url.parse().map_err(|e| {
+        format!(
+            "{} is not a URL ({e}); write e.g. \"https://monitoring.eu-west-1.amazonaws.com\"",
+            shown()
+        )
+    })?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(format!("{} must start with http:// or https://", shown()));
+    }
+    match uri.authority() {
+        Some(a) if a.as_str().contains('@') => Err(format!(
+            "{} carries a user name or password; the SDK signs requests, remove them",
+            shown()
+        )),
+        Some(a) if !a.host().is_empty() => Ok(()),
+        _ => Err(format!("{} has no host", shown())),
+    }
 }
 
 /// Validate `[publish]`.
@@ -71,6 +109,21 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
         );
     }
     let cw = raw.cloudwatch;
+    let operation_timeout = cw.operation_timeout.unwrap_or(Duration::from_secs(10));
+    if operation_timeout < MIN_OPERATION_TIMEOUT {
+        issues.error(
+            "publish.cloudwatch.operation_timeout",
+            format!(
+                "{} is shorter than the minimum, 1s: no PutMetricData call could finish in it",
+                humantime::format_duration(operation_timeout)
+            ),
+        );
+    }
+    if let Some(url) = &cw.endpoint_url
+        && let Err(why) = check_endpoint_url(url)
+    {
+        issues.error("publish.cloudwatch.endpoint_url", why);
+    }
     let max_attempts = cw.max_attempts.unwrap_or(3);
     if !(1..=10).contains(&max_attempts) {
         issues.error("publish.cloudwatch.max_attempts", "must be 1–10");
@@ -88,10 +141,7 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
         cloudwatch: CloudWatch {
             region: cw.region,
             endpoint_url: cw.endpoint_url,
-            operation_timeout: cw
-                .operation_timeout
-                .unwrap_or(Duration::from_secs(10))
-                .min(interval),
+            operation_timeout: operation_timeout.min(interval),
             max_attempts,
         },
     })

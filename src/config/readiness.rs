@@ -10,12 +10,24 @@ use std::time::Duration;
 const UNREADY_RATE: &str = "readiness.declare_unready.success_rate_below";
 const READY_RATE: &str = "readiness.declare_ready.success_rate_at_or_above";
 
-/// Validate `[readiness]`; `interval` is the probe interval the windows must hold attempts at.
+/// The longest readiness window or `for` duration. The readiness state keeps every attempt of
+/// its longest window, and that state is saved to the shared control document on every sync:
+/// a day at the shortest probe interval is already the largest document worth carrying.
+pub const MAX_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// The most attempts one window may hold at the probe interval. Every attempt of a window is
+/// saved (about 60 bytes) per branch and prober to the control document, which is read whole
+/// and refused above 16 MiB (`state::MAX_DOC_BYTES`): 20,000 keep a prober's branch near 1 MiB.
+pub const MAX_WINDOW_ATTEMPTS: u64 = 20_000;
+
+/// Validate `[readiness]`; `interval` is the probe interval the windows must hold attempts at
+/// (`None` when it is invalid: the windows are then not measured against it).
 pub(super) fn section(
     r: &RawReadiness,
-    interval: Duration,
+    interval: Option<Duration>,
     issues: &mut Issues<'_>,
 ) -> Option<Policy> {
+    bounded_windows(r, issues);
     let window = r.window.unwrap_or(Duration::from_secs(60));
     let min_attempts = r.min_attempts.unwrap_or(10);
     if min_attempts == 0 {
@@ -45,8 +57,10 @@ pub(super) fn section(
         ("unready", &unready, u.is_some_and(|u| u.window.is_some())),
         ("ready", &ready, x.is_some_and(|x| x.window.is_some())),
     ];
-    for (name, c, own_window) in windows {
-        window_fits(name, c, own_window, interval, min_attempts, issues);
+    if let Some(interval) = interval {
+        for (name, c, own_window) in windows {
+            window_fits(name, c, own_window, interval, min_attempts, issues);
+        }
     }
     Some(Policy {
         min_attempts,
@@ -55,6 +69,29 @@ pub(super) fn section(
         approval_required: approval == Approval::Required,
         initial: initial.into(),
     })
+}
+
+/// Every written window and `for` is at most [`MAX_WINDOW`].
+fn bounded_windows(r: &RawReadiness, issues: &mut Issues<'_>) {
+    let u = r.declare_unready.as_ref();
+    let x = r.declare_ready.as_ref();
+    for (key, d) in [
+        ("readiness.window", r.window),
+        ("readiness.declare_unready.window", u.and_then(|u| u.window)),
+        ("readiness.declare_unready.for", u.and_then(|u| u.for_)),
+        ("readiness.declare_ready.window", x.and_then(|x| x.window)),
+        ("readiness.declare_ready.for", x.and_then(|x| x.for_)),
+    ] {
+        if let Some(d) = d.filter(|d| *d > MAX_WINDOW) {
+            issues.error(
+                key,
+                format!(
+                    "{} is longer than the longest readiness window, 24h (the attempts it spans are kept in the state saved to the shared control document)",
+                    fmt_duration(d)
+                ),
+            );
+        }
+    }
 }
 
 /// Both thresholds are percentages, and the ready one is not below the unready one.
@@ -99,8 +136,21 @@ fn window_fits(
     } else {
         "readiness.window".to_string()
     };
+    if c.window > MAX_WINDOW {
+        // Already an error of its own.
+        return;
+    }
     let fits = attempts_in(c.window, interval);
-    if fits < u64::from(min_attempts) {
+    if fits > MAX_WINDOW_ATTEMPTS {
+        issues.error(
+            wkey,
+            format!(
+                "a {} window holds {fits} attempts at probe.interval {}, more than {MAX_WINDOW_ATTEMPTS}: each prober saves every attempt of its windows to the shared control document (read whole, at most 16 MiB); shorten the window or lengthen probe.interval",
+                fmt_duration(c.window),
+                fmt_duration(interval)
+            ),
+        );
+    } else if fits < u64::from(min_attempts) {
         issues.error(
             wkey,
             format!(

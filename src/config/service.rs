@@ -5,8 +5,15 @@ use super::raw::{RawBranch, RawService};
 use super::values::Role;
 use std::collections::BTreeSet;
 
-/// CloudWatch limit: a dimension value is 1–1024 characters.
-const MAX_DIMENSION_VALUE_LEN: usize = 1024;
+/// The longest name a CloudWatch dimension value may carry here, characters. CloudWatch's own
+/// limit is 1024, but a name also keys files, the state document and the evidence; 255 is the
+/// file-name limit of common Linux file systems.
+const MAX_NAME_LEN: usize = 255;
+/// The longest service name, characters: it is part of the file store's file names, the longest
+/// being `control-<service>.json.tmp.<pid>` (`state::FileStore`; a pid has at most 10 digits),
+/// and a file name is at most 255 bytes.
+pub(super) const MAX_SERVICE_NAME_LEN: usize =
+    MAX_NAME_LEN - "control-".len() - ".json.tmp.".len() - 10;
 /// Width of the `prober_id` and `branch` columns of the canary table (probes/mysql-canary.sql).
 pub(super) const MAX_CANARY_ID_LEN: usize = 64;
 
@@ -37,12 +44,24 @@ pub(super) fn normalise_name(s: &str) -> String {
     s.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// Check a CloudWatch dimension value.
-pub(super) fn check_dimension(key: &str, value: &str, issues: &mut Issues<'_>) {
-    if value.is_empty() || value.len() > MAX_DIMENSION_VALUE_LEN {
+/// Check a name that becomes a CloudWatch dimension value (and keys files and documents):
+/// 1–`max` characters of printable ASCII. CloudWatch dimension values must be ASCII without
+/// control characters; a name that cannot be published would fail every publish.
+pub(super) fn check_dimension(key: &str, value: &str, max: usize, issues: &mut Issues<'_>) {
+    if value.is_empty() || value.len() > max {
         issues.error(
             key,
-            "must be 1–1024 characters (it is a CloudWatch dimension value)",
+            format!(
+                "must be 1–{max} characters, it has {} (it is a CloudWatch dimension value and part of file names)",
+                value.chars().count()
+            ),
+        );
+    } else if let Some(c) = value.chars().find(|c| !matches!(c, ' '..='~')) {
+        issues.error(
+            key,
+            format!(
+                "{value:?} contains {c:?}: CloudWatch dimension values are printable ASCII (no control characters, no non-ASCII letters)"
+            ),
         );
     }
 }
@@ -53,9 +72,11 @@ pub(super) fn section(raw: RawService, issues: &mut Issues<'_>) -> Option<Servic
         name: raw.name.trim().to_string(),
         stable_name: normalise_name(&raw.stable_name),
     };
-    check_dimension("service.name", &service.name, issues);
+    check_dimension("service.name", &service.name, MAX_SERVICE_NAME_LEN, issues);
     if service.stable_name.is_empty() {
         issues.error("service.stable_name", "must be the failover record name");
+    } else if let Err(why) = check_hostname(&service.stable_name) {
+        issues.error("service.stable_name", why);
     }
     Some(service)
 }
@@ -81,15 +102,8 @@ pub(super) fn branches(
     for (i, b) in raw.into_iter().enumerate() {
         let name = b.name.trim().to_string();
         let key = |k: &str| format!("branch[{i}].{k}");
-        check_dimension(&key("name"), &name, issues);
-        if name.len() > MAX_CANARY_ID_LEN {
-            issues.error(
-                key("name"),
-                format!(
-                    "must be at most {MAX_CANARY_ID_LEN} characters (canary table column width)"
-                ),
-            );
-        }
+        // The canary table's column is the tighter bound.
+        check_dimension(&key("name"), &name, MAX_CANARY_ID_LEN, issues);
         if !names.insert(name.clone()) {
             issues.error(key("name"), format!("duplicate branch name {name:?}"));
         }
@@ -137,8 +151,10 @@ fn check_endpoint(endpoint: &str, service: &Service) -> Result<(), String> {
 }
 
 /// Check that `name` is a DNS host name readyprobe can resolve: not an IP address (a branch is
-/// probed by its name), at most 253 characters, labels of 1–63 characters of letters, digits,
-/// `-` and `_`.
+/// probed by its name), at most 253 characters (RFC 1035), labels of 1–63 characters of
+/// letters, digits, `-` and `_`, not starting or ending with `-` (RFC 1123). `_` is accepted:
+/// Route 53 record names may carry it (e.g. `_mysql._tcp.example`), and resolvers look such
+/// names up like any other.
 ///
 /// # Errors
 /// A message saying what is wrong.
@@ -149,7 +165,10 @@ pub fn check_hostname(name: &str) -> Result<(), String> {
         ));
     }
     if name.len() > 253 {
-        return Err(format!("{name:?} is longer than 253 characters"));
+        return Err(format!(
+            "a name of {} characters is longer than the 253 a DNS name may have",
+            name.chars().count()
+        ));
     }
     for label in name.split('.') {
         if label.is_empty() || label.len() > 63 {
@@ -163,6 +182,11 @@ pub fn check_hostname(name: &str) -> Result<(), String> {
         {
             return Err(format!(
                 "{name:?} is not a valid host name (letters, digits, '-' and '_' only; no scheme, port or path)"
+            ));
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(format!(
+                "{name:?} is not a valid host name (a label must not start or end with '-')"
             ));
         }
     }

@@ -33,7 +33,8 @@ pub struct S3State {
     pub key_prefix: String,
     /// Region; default from the AWS chain.
     pub region: Option<String>,
-    /// Endpoint override (emulator, VPC endpoint); implies path-style addressing.
+    /// Endpoint override (emulator, VPC endpoint): an http(s) URL with a host; implies
+    /// path-style addressing.
     pub endpoint_url: Option<String>,
 }
 
@@ -62,6 +63,11 @@ pub(super) fn section(
         (StoreName::S3, Some(s3)) => {
             if s3.bucket.is_empty() {
                 issues.error("state.s3.bucket", "must name a bucket");
+            }
+            if let Some(url) = &s3.endpoint_url
+                && let Err(why) = super::publish::check_endpoint_url(url)
+            {
+                issues.error("state.s3.endpoint_url", why);
             }
             Some(StoreKind::S3(S3State {
                 bucket: s3.bucket,

@@ -1,8 +1,10 @@
 //! Integration tests.
 
 mod cli;
+mod config_hostile;
 mod failback;
 mod fault_matrix;
+mod fuzz;
 mod harness_smoke;
 mod http_kind;
 mod mysql_kind;
