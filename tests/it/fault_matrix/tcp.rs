@@ -68,10 +68,11 @@ async fn tcp_reset_mid_query() {
         },
     )
     .await;
-    let config = row
-        .config(proxy.addr().port())
-        .tls("disabled", None)
-        .set("probe.tls", "danger_send_secrets_unverified", true);
+    let config = row.config(proxy.addr().port()).tls("disabled", None).set(
+        "probe.tls",
+        "danger_send_secrets_unverified",
+        true,
+    );
     let got = row.run(&config, THREE_TICKS).await;
     all_fail(&got, "write", "tcp_reset");
 }
@@ -106,10 +107,11 @@ async fn tcp_slow_write() {
         },
     )
     .await;
-    let config = row
-        .config(proxy.addr().port())
-        .tls("disabled", None)
-        .set("probe.tls", "danger_send_secrets_unverified", true);
+    let config = row.config(proxy.addr().port()).tls("disabled", None).set(
+        "probe.tls",
+        "danger_send_secrets_unverified",
+        true,
+    );
     let got = row.run(&config, THREE_TICKS).await;
     all_fail(&got, "write", "deadline_exceeded");
 }
