@@ -309,7 +309,14 @@ impl Fold {
             handed: BTreeMap::new(),
             failures: BTreeMap::new(),
             next_batch: 0,
-            recorded: BTreeSet::new(),
+            // Decisions this prober id already has in the document were taken (and recorded)
+            // by an earlier run: a restart must not record them again as news.
+            recorded: doc
+                .approvals
+                .iter()
+                .filter(|a| a.decisions.contains_key(setup.prober))
+                .map(|a| a.id.clone())
+                .collect(),
             both_unready_logged: false,
             summary: RunSummary::default(),
             effects: Vec::new(),

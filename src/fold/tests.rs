@@ -175,6 +175,26 @@ fn an_approval_given_while_pending_is_applied() {
 }
 
 #[test]
+fn a_restart_does_not_record_the_decisions_of_an_earlier_run_again() {
+    let (mut f, since) = pending();
+    let mut doc = ControlDoc::new("orders-db");
+    doc.approvals
+        .push(approval("a1", since + 10, since + 60_000));
+    assert_eq!(
+        of_kind(&sync(&mut f, &mut doc, since + 20), "approval").len(),
+        1
+    );
+    // The next run of a scheduled task starts from that document a minute later: the decision
+    // is history to it, neither an approval nor an approval_not_applied.
+    let (mut next, _) = start(&doc);
+    let e = sync(&mut next, &mut doc, since + 60_000);
+    assert!(of_kind(&e, "approval").is_empty(), "{:?}", records(&e));
+    assert!(of_kind(&e, "approval_not_applied").is_empty());
+    let (s, _) = next.finish(since + 61_000, "duration", 0);
+    assert_eq!((s.approvals_applied, s.approvals_rejected), (0, 0));
+}
+
+#[test]
 fn an_approval_given_before_pending_is_rejected_and_stays_rejected() {
     let (mut f, _) = start(&ControlDoc::new("orders-db"));
     let mut doc = ControlDoc::new("orders-db");
