@@ -200,6 +200,11 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
         sinks.join(", "),
         cfg.publish.namespace
     )?;
+    let failures = if cfg.publish.sinks.contains(&SinkKind::Emf) {
+        "Service, Class (emf only)"
+    } else {
+        "Service, Class: not published, needs the emf sink"
+    };
     for (m, unit, dims) in [
         ("Readiness", "None (0/1)", "Service, Branch"),
         ("SuccessRate", "Percent", "Service, Branch"),
@@ -213,7 +218,7 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
         ),
         ("Heartbeat", "Count", "Service"),
         ("BothBranchesUnready", "None (0/1)", "Service"),
-        ("PublishFailures", "Count", "Service, Class (emf only)"),
+        ("PublishFailures", "Count", failures),
     ] {
         writeln!(s, "  {m:<22} {unit:<14} [{dims}]")?;
     }
