@@ -56,8 +56,17 @@ pub fn rfc3339(ms: Millis) -> String {
 
 /// Format a duration the way config files write them (`1m 30s`, `500ms`), to the millisecond.
 pub fn fmt_duration(d: Duration) -> String {
+    const DAY_MS: u64 = 24 * 3600 * 1000;
     let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    humantime::format_duration(Duration::from_millis(ms)).to_string()
+    // Whole days as `d`, never humantime's months and years (30.44 and 365.25 days), so "400d"
+    // reads back as 400d and not as "1year 1month 4days 7h 26m 24s".
+    let (days, rest) = (ms / DAY_MS, ms % DAY_MS);
+    let rest = humantime::format_duration(Duration::from_millis(rest)).to_string();
+    match (days, rest.as_str()) {
+        (0, _) => rest,
+        (_, "0s") => format!("{days}d"),
+        _ => format!("{days}d {rest}"),
+    }
 }
 
 /// [`fmt_duration`] of a span in milliseconds; a negative span is written as `0s`.
@@ -75,6 +84,9 @@ mod tests {
         assert_eq!(fmt_duration(Duration::from_micros(1500)), "1ms");
         assert_eq!(fmt_duration_ms(-3), "0s");
         assert_eq!(fmt_duration_ms(180_000), "3m");
+        assert_eq!(fmt_duration(Duration::from_secs(400 * 86_400)), "400d");
+        assert_eq!(fmt_duration(Duration::from_secs(86_400 + 3_600)), "1d 1h");
+        assert_eq!(fmt_duration(Duration::from_secs(31 * 86_400)), "31d");
     }
 
     #[test]

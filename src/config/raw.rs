@@ -26,7 +26,7 @@ fn bounded_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Dur
     match v {
         Some(x) if x > MAX_DURATION => Err(serde::de::Error::custom(format!(
             "{} is longer than the longest accepted duration, 366 days",
-            humantime::format_duration(x)
+            crate::clock::fmt_duration(x)
         ))),
         _ => Ok(v),
     }
