@@ -63,11 +63,11 @@ pub enum RunError {
     },
 }
 
-/// Open the configured state store.
-pub async fn open_store(cfg: &Config) -> Store {
+/// Open the configured state store for `service`'s control document.
+pub async fn open_store(cfg: &Config, service: &str) -> Store {
     match &cfg.state.store {
-        StoreKind::File => Store::File(FileStore::new(&cfg.state_dir, &cfg.service.name)),
-        StoreKind::S3(s3) => Store::S3(S3Store::new(s3, &cfg.service.name).await),
+        StoreKind::File => Store::File(FileStore::new(&cfg.state_dir, service)),
+        StoreKind::S3(s3) => Store::S3(S3Store::new(s3, service).await),
     }
 }
 
@@ -94,11 +94,12 @@ where
 {
     let clock = Clock::start();
     let (resolver, probes) = probe::prepare(&cfg)?;
-    let store = open_store(&cfg).await;
+    let svc = &cfg.services[0];
+    let store = open_store(&cfg, &svc.service.name).await;
     let doc = store.load().await?;
     let evidence = EvidenceWriter::open(
         &cfg.evidence_path,
-        &cfg.service.name,
+        &svc.service.name,
         &cfg.prober_id,
         cfg.evidence_max_bytes,
     )
@@ -112,8 +113,8 @@ where
     let stop_loops = CancellationToken::new();
     let (att_tx, events) = mpsc::channel::<BranchEvent>(256);
     let schedule = Schedule {
-        interval: cfg.probe.interval,
-        jitter: cfg.probe.jitter,
+        interval: svc.probe.interval,
+        jitter: svc.probe.jitter,
         grace: opts.grace,
     };
     let loops = probes
@@ -125,11 +126,11 @@ where
         .collect();
     drop(att_tx);
     tracing::info!(
-        service = %cfg.service.name,
+        service = %svc.service.name,
         prober = %cfg.prober_id,
         instance = %shell.instances.instance,
-        branches = cfg.branches.len(),
-        interval = %crate::clock::fmt_duration(cfg.probe.interval),
+        branches = svc.branches.len(),
+        interval = %crate::clock::fmt_duration(svc.probe.interval),
         publish_interval = %crate::clock::fmt_duration(cfg.publish.interval),
         sinks = ?cfg.publish.sinks,
         state = %shell.store.location(),
@@ -199,13 +200,14 @@ fn start(
     doc: &ControlDoc,
 ) -> Shell {
     let now = clock.now_ms();
-    let branches: Vec<String> = cfg.branches.iter().map(|b| b.name.clone()).collect();
+    let svc = &cfg.services[0];
+    let branches: Vec<String> = svc.branches.iter().map(|b| b.name.clone()).collect();
     let sink_names: Vec<&'static str> = sinks.iter().map(SinkQueue::name).collect();
     let location = store.location();
     let setup = Setup {
-        service: &cfg.service.name,
+        service: &svc.service.name,
         prober: &cfg.prober_id,
-        policy: &cfg.policy,
+        policy: &svc.policy,
         branches: &branches,
         sinks: &sink_names,
         store_location: &location,
@@ -213,7 +215,7 @@ fn start(
     let (fold, effects) = Fold::start(setup, doc, now);
     let record = Record::Start(Start {
         config: cfg.source.display().to_string(),
-        branches: cfg
+        branches: svc
             .branches
             .iter()
             .map(|b| StartBranch {

@@ -7,7 +7,9 @@
 
 use super::target::{BranchProbe, Header, Redactor, Target};
 use super::{http, mysql, otlp, resolve, tcp, tls};
-use crate::config::{Config, Dns, HeaderValueSource, ProbeKind, SecretRef, SslMode, TlsSettings};
+use crate::config::{
+    Config, Dns, HeaderValueSource, ProbeKind, SecretRef, ServiceConfig, SslMode, TlsSettings,
+};
 use hickory_resolver::TokioResolver;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -94,33 +96,64 @@ impl Problems {
     }
 }
 
-/// Prepare the probes of every branch: read secrets, load CA bundles and client identities,
-/// build the resolver.
+/// Prepare the probes of every branch of every service: read secrets, load CA bundles and
+/// client identities, build the resolver.
 ///
 /// # Errors
 /// [`PrepareError`] listing every secret, CA bundle, client certificate or key and resolv.conf
 /// that is unavailable, each once.
 pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), PrepareError> {
+    let mut problems = Vec::new();
+    let mut prepared = None;
+    for svc in &cfg.services {
+        match prepare_service(cfg, svc) {
+            Ok((resolver, probes)) => {
+                let (_, all) = prepared.get_or_insert_with(|| (resolver, Vec::new()));
+                all.extend(probes);
+            }
+            Err(e) => {
+                for p in e.problems {
+                    if !problems.contains(&p) {
+                        problems.push(p);
+                    }
+                }
+            }
+        }
+    }
+    match prepared {
+        Some(p) if problems.is_empty() => Ok(p),
+        _ => Err(PrepareError { problems }),
+    }
+}
+
+/// Prepare the probes of one service's branches.
+///
+/// # Errors
+/// As [`prepare`], for this service's inputs.
+pub fn prepare_service(
+    cfg: &Config,
+    svc: &ServiceConfig,
+) -> Result<(TokioResolver, Vec<BranchProbe>), PrepareError> {
     let mut problems = Problems::default();
     let resolver = prepare_resolver(&cfg.dns, &mut problems);
-    let target = prepare_target(&cfg.probe.kind, &mut problems);
+    let target = prepare_target(&svc.probe.kind, &mut problems);
     let (Some(resolver), Some(target), true) = (resolver, target, problems.0.is_empty()) else {
         return Err(PrepareError {
             problems: problems.0,
         });
     };
-    let tls_verified = tls_settings(&cfg.probe.kind).verified();
+    let tls_verified = tls_settings(&svc.probe.kind).verified();
     let redactor = Redactor::new(target.secrets());
-    let probes = cfg
+    let probes = svc
         .branches
         .iter()
         .map(|b| BranchProbe {
             branch: b.clone(),
             prober_id: cfg.prober_id.clone(),
-            stable_name: cfg.service.stable_name.clone(),
+            stable_name: svc.service.stable_name.clone(),
             address_family: cfg.dns.address_family,
-            timeout: cfg.probe.timeout,
-            step_timeouts: cfg.probe.step_timeouts,
+            timeout: svc.probe.timeout,
+            step_timeouts: svc.probe.step_timeouts,
             target: target.clone(),
             tls_verified,
             redactor: redactor.clone(),

@@ -460,6 +460,8 @@ fn check_passes_every_example_and_strict_names_each_missing_input_once() {
                 1,
                 "{name}: {m} must be named by exactly one warning:\n{stdout}"
             );
+            // A [[service]]'s own input is named by its probe key, with the service after it.
+            let key = key.strip_prefix("service.").unwrap_or(key);
             assert!(
                 named[0].starts_with(&format!("warning: {key}")),
                 "{name}: the warning names the key the file sets, {key}: {}",
