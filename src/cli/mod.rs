@@ -441,13 +441,6 @@ async fn run(cfg: Config, opts: RunOptions) -> ExitCode {
     for w in &cfg.warnings {
         tracing::warn!("config: {w}");
     }
-    if cfg.services.len() > 1 {
-        eprintln!(
-            "error: {}: run probes one service per process in this build; `check` and the operator commands accept [[service]] configs",
-            cfg.source.display()
-        );
-        return ExitCode::from(EXIT_INVALID_CONFIG);
-    }
     let stop = shutdown_signal(opts.grace);
     let e = match runner::run(cfg, opts, stop).await {
         Ok(_) => return ExitCode::from(EXIT_OK),

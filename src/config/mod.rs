@@ -37,7 +37,6 @@ pub use raw::MAX_DURATION;
 pub use readiness::{MAX_WINDOW, MAX_WINDOW_ATTEMPTS, attempts_in, one_failure_effect};
 pub use secret::{HeaderValueSource, SecretError, SecretRef};
 pub use service::{Branch, Service, check_hostname};
-// ServiceConfig is defined in this module.
 pub use state::{S3State, StateConfig, StoreKind};
 pub use tcp::TcpProbe;
 pub use tls::{ClientIdentityFiles, TlsSettings};
