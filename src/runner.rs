@@ -158,9 +158,12 @@ where
     })?;
     let namespaces: BTreeSet<String> = cfg.services.iter().map(|s| s.namespace.clone()).collect();
     let (queues, reports, sink_tasks, stop_sinks) = spawn_sinks(&cfg, &opts, &namespaces).await;
-    let mut shell = start(
-        &cfg, &opts, clock, &prepared, stores, evidence, queues, &docs,
-    );
+    let outputs = Outputs {
+        stores,
+        evidence,
+        sinks: queues,
+    };
+    let mut shell = start(&cfg, &opts, clock, &prepared, outputs, &docs);
 
     let stop_loops = CancellationToken::new();
     let (att_tx, events) = mpsc::channel::<(usize, BranchEvent)>(256);
@@ -255,15 +258,16 @@ async fn spawn_sinks(
 
 /// Build the fold from the stored documents, write the start records (one per running service)
 /// and report each service that could not be prepared.
-#[allow(clippy::too_many_arguments)]
 fn start(
     cfg: &Config,
     opts: &RunOptions,
     clock: Clock,
     prepared: &Prepared<'_>,
-    stores: Vec<Store>,
-    evidence: EvidenceWriter,
-    sinks: Vec<(String, SinkQueue)>,
+    Outputs {
+        stores,
+        evidence,
+        sinks,
+    }: Outputs,
     docs: &[ControlDoc],
 ) -> Shell {
     let now = clock.now_ms();
@@ -358,6 +362,13 @@ fn start(
         }
     }
     shell
+}
+
+/// Where a run's results go: one store per running service, the evidence, the sink queues.
+struct Outputs {
+    stores: Vec<Store>,
+    evidence: EvidenceWriter,
+    sinks: Vec<(String, SinkQueue)>,
 }
 
 /// The store syncs in flight, at most one per service.

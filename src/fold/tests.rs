@@ -715,3 +715,81 @@ fn an_abandoned_attempt_is_counted_not_folded() {
     assert_eq!((s.abandoned, s.state_sync_failures), (1, 1));
     assert!(s.attempts.is_empty());
 }
+
+/// Services of one run: a tick packs every service in a namespace into one batch, each datum
+/// with its own `Service`; an attempt, a sync and a record belong to their own service.
+#[test]
+fn a_tick_packs_every_service_of_a_namespace_into_one_batch() {
+    let branches = ["primary".to_string(), "secondary".to_string()];
+    let docs = [
+        ControlDoc::new("orders-db"),
+        ControlDoc::new("payments-db"),
+        ControlDoc::new("telemetry"),
+    ];
+    let p = policy();
+    let svc = |i: usize, service, namespace| ServiceSetup {
+        service,
+        namespace,
+        policy: &p,
+        branches: &branches,
+        store_location: "memory",
+        doc: &docs[i],
+    };
+    let services = [
+        svc(0, "orders-db", "Readyprobe"),
+        svc(1, "payments-db", "Readyprobe"),
+        svc(2, "telemetry", "Telemetry"),
+    ];
+    let unavailable = [("broken-db".to_string(), "Readyprobe".to_string())];
+    let setup = Setup {
+        prober: "p1",
+        services: &services,
+        unavailable: &unavailable,
+        sinks: &SINKS,
+    };
+    let (mut f, _) = Fold::start(setup, 0);
+    let mut a = Attempt::internal_failure("primary", 1, 0, 10, "x".into());
+    a.outcome = Outcome::Success;
+    let e = f.handle(Input::Attempt(1, Box::new(a)), 10);
+    let r = of_kind(&e, "attempt");
+    assert_eq!(r.len(), 1);
+    let Effect::Record(_, service, _) = e.iter().find(|e| matches!(e, Effect::Record(..))).unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(service, "payments-db");
+
+    let e = f.handle(Input::Tick { last: false }, 1000);
+    let b = batches(&e);
+    assert_eq!(b.len(), 2, "one batch per namespace: {b:?}");
+    let services_of = |b: &Batch, metric: &str| -> Vec<String> {
+        b.datums
+            .iter()
+            .filter(|d| d.metric == metric)
+            .map(|d| d.dimensions[0].1.clone())
+            .collect()
+    };
+    let (main, tele) = (b[0], b[1]);
+    assert_eq!(main.namespace, "Readyprobe");
+    assert_eq!(services_of(main, "Heartbeat"), ["orders-db", "payments-db"]);
+    assert_eq!(services_of(main, "ServiceUnavailable"), ["broken-db"]);
+    assert_eq!(tele.namespace, "Telemetry");
+    assert_eq!(services_of(tele, "Heartbeat"), ["telemetry"]);
+    // Only payments-db/primary attempted.
+    let attempts: Vec<(String, f64)> = main
+        .datums
+        .iter()
+        .filter(|d| d.metric == "Attempts")
+        .map(|d| {
+            let Value::Single(v) = d.value else { panic!() };
+            (format!("{}/{}", d.dimensions[0].1, d.dimensions[1].1), v)
+        })
+        .filter(|(_, v)| *v > 0.0)
+        .collect();
+    assert_eq!(attempts, [("payments-db/primary".to_string(), 1.0)]);
+    // A sync of one service's document touches only its branches.
+    assert_eq!(f.sync_request(2).readiness.len(), 2);
+    let s = f.finish(2000, "test", 0).0;
+    assert_eq!(s.attempts["payments-db/primary"], 1);
+    assert_eq!(s.final_states.len(), 6);
+}

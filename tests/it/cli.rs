@@ -591,3 +591,96 @@ fn operator_commands_need_neither_secrets_nor_ca_files() {
     let (code, text) = run(&["status", "--json"]);
     assert_eq!(code, Some(0), "{text}");
 }
+
+/// With several services, the operator commands act on the one `--service` names, in its own
+/// control document; without it they name the services and change nothing.
+#[test]
+fn operator_commands_take_the_service_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/fleet.toml"),
+    )
+    .unwrap()
+    .replace(
+        "state_dir = \"/var/lib/readyprobe\"",
+        &format!("state_dir = {:?}", dir.path()),
+    )
+    .replace("store = \"s3\"", "store = \"file\"")
+    .replace(
+        "s3 = { bucket = \"readyprobe-state\", key_prefix = \"readyprobe/\" }",
+        "",
+    );
+    let path = dir.path().join("fleet.toml");
+    std::fs::write(&path, text).unwrap();
+    let run = |args: &[&str]| {
+        let out = bin()
+            .args(args)
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let force = |service: Option<&str>| {
+        let mut a = vec![
+            "override",
+            "--branch",
+            "primary",
+            "--force",
+            "unready",
+            "--expires",
+            "1h",
+            "--reason",
+            "maintenance",
+            "--by",
+            "it",
+        ];
+        if let Some(s) = service {
+            a.extend(["--service", s]);
+        }
+        run(&a)
+    };
+    for args in [
+        &["status"][..],
+        &[
+            "approve", "--branch", "primary", "--by", "it", "--reason", "x",
+        ],
+    ] {
+        let (code, text) = run(args);
+        assert_eq!(code, Some(64), "{args:?}: {text}");
+        assert!(
+            text.contains("--service") && text.contains("orders-db, payments-db, orders-api"),
+            "{args:?}: {text}"
+        );
+    }
+    let (code, text) = force(None);
+    assert_eq!(code, Some(64), "{text}");
+    let (code, text) = force(Some("billing-db"));
+    assert_eq!(code, Some(64), "{text}");
+    assert!(text.contains("no service \"billing-db\""), "{text}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "nothing written"
+    );
+
+    let (code, text) = force(Some("payments-db"));
+    assert_eq!(code, Some(0), "{text}");
+    let doc = |service: &str| {
+        std::fs::read_to_string(dir.path().join(format!("control-{service}.json"))).ok()
+    };
+    let payments = doc("payments-db").expect("payments-db's control document");
+    assert!(payments.contains("maintenance"), "{payments}");
+    assert!(doc("orders-db").is_none() && doc("orders-api").is_none());
+    let (code, text) = run(&["status", "--service", "payments-db"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("payments-db"), "{text}");
+    let (code, text) = run(&["status", "--service", "orders-db"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("maintenance"), "{text}");
+}
