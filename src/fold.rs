@@ -35,7 +35,7 @@ pub struct RunSummary {
     /// Batches dropped per sink (queue full, sink stopped, window closed, or abandoned at
     /// shutdown).
     pub dropped_batches: BTreeMap<String, u64>,
-    /// Final state per branch.
+    /// Final state per branch (keyed as `attempts`).
     pub final_states: BTreeMap<String, ReadinessState>,
     /// Evidence records that could not be written.
     pub evidence_write_failures: u64,

@@ -149,7 +149,13 @@ fn one(
     let (probe, interval) = match raw_probe {
         Some(p) => {
             let interval = probe::interval(&p.probe);
-            (probe::section(p.probe, base, issues), interval)
+            let spread = p.probe.jitter.is_none();
+            let mut probe = probe::section(p.probe, base, issues);
+            // Many branches in one process: their first attempts spread over the interval.
+            if let Some(c) = probe.as_mut().filter(|_| spread) {
+                c.jitter = c.interval * 9 / 10;
+            }
+            (probe, interval)
         }
         None => (None, None),
     };
@@ -259,6 +265,8 @@ endpoint = "api-primary.orders.internal.example"
             panic!()
         };
         assert_eq!(orders.probe.interval, Duration::from_secs(2));
+        // Without `jitter`, first attempts spread over 90 % of the interval.
+        assert_eq!(orders.probe.jitter, Duration::from_millis(1800));
         assert_eq!(orders.namespace, "Readyprobe");
         assert_eq!(payments.probe.interval, Duration::from_secs(5));
         assert_eq!(payments.namespace, "Payments");
