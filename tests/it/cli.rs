@@ -684,3 +684,128 @@ fn operator_commands_take_the_service_by_name() {
     assert_eq!(code, Some(0), "{text}");
     assert!(!text.contains("maintenance"), "{text}");
 }
+
+/// A `[[service]]` config: a service whose secret is missing is reported (ERROR line, evidence,
+/// `ServiceUnavailable` datum) while the other runs (exit 0); with no service able to start,
+/// `run` exits 78 and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_starts_the_services_it_can_and_reports_the_others() {
+    let dns = crate::support::dns::DnsServer::start("fleet.internal.example").await;
+    dns.set_a("gw-primary", std::net::Ipv4Addr::LOCALHOST, 5)
+        .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accept = tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            drop(s);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let write = |gateway_tls: &str| {
+        let text = format!(
+            r#"
+state_dir = {dir:?}
+[publish]
+interval = "1s"
+[dns]
+nameservers = ["{ns}"]
+[probe]
+kind = "mysql"
+interval = "200ms"
+[probe.tls]
+ssl_mode = "disabled"
+danger_send_secrets_unverified = true
+[probe.mysql]
+user = "readyprobe"
+password = {{ file = {missing:?} }}
+
+[[service]]
+name = "gateway"
+stable_name = "gw.fleet.internal.example"
+probe = {{ kind = "tcp", tcp = {{ port = {port} }}{gateway_tls} }}
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "gw-primary.fleet.internal.example"
+
+[[service]]
+name = "broken-db"
+stable_name = "db.fleet.internal.example"
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "db-primary.fleet.internal.example"
+"#,
+            dir = dir.path(),
+            ns = dns.addr(),
+            missing = dir.path().join("no-such-password"),
+        );
+        let path = dir.path().join("fleet.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let run = |path: &std::path::Path| {
+        let path = path.to_owned();
+        tokio::task::spawn_blocking(move || {
+            bin()
+                .args(["run", "--duration", "3s", "--config"])
+                .arg(&path)
+                .output()
+                .unwrap()
+        })
+    };
+    let out = run(&write("")).await.unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let error = lines_naming(&stderr, "cannot prepare this service");
+    assert_eq!(error.len(), 1, "{stderr}");
+    assert!(
+        error[0].contains("ERROR")
+            && error[0].contains("broken-db")
+            && error[0].contains("no-such-password"),
+        "{}",
+        error[0]
+    );
+    let datums = |metric: &str, service: &str| {
+        stdout
+            .lines()
+            .filter(|l| {
+                l.contains(&format!("\"{metric}\""))
+                    && l.contains(&format!("\"Service\":\"{service}\""))
+            })
+            .count()
+    };
+    assert!(datums("ServiceUnavailable", "broken-db") >= 2, "{stdout}");
+    assert!(datums("Heartbeat", "gateway") >= 2, "{stdout}");
+    assert_eq!(datums("Heartbeat", "broken-db"), 0, "{stdout}");
+    let ev = read_evidence(&dir.path().join("evidence.jsonl"));
+    assert!(
+        ev.iter()
+            .any(|v| v["kind"] == "service_unavailable" && v["service"] == "broken-db")
+    );
+    assert!(
+        ev.iter().any(|v| v["kind"] == "attempt"
+            && v["service"] == "gateway"
+            && v["result"] == "success")
+    );
+
+    // Both services unavailable: nothing starts.
+    std::fs::remove_file(dir.path().join("evidence.jsonl")).unwrap();
+    let path = write(&format!(
+        ", tls = {{ ssl_mode = \"verify_identity\", ssl_ca = {:?} }}",
+        dir.path().join("no-such-ca.pem")
+    ));
+    let out = run(&path).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("no-such-ca.pem") && stderr.contains("no-such-password"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+    assert!(!dir.path().join("evidence.jsonl").exists());
+    accept.abort();
+}
