@@ -249,6 +249,10 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
     ] {
         writeln!(s, "  {m:<22} {unit:<14} [{dims}]")?;
     }
+    if cfg.services.len() > 1 {
+        let (m, unit, dims) = ("ServiceUnavailable", "None (1)", "Service (not prepared)");
+        writeln!(s, "  {m:<22} {unit:<14} [{dims}]")?;
+    }
     Ok(())
 }
 
@@ -395,5 +399,21 @@ endpoint = "mysql-secondary.orders.internal.example"
         "#]].assert_eq(&probe_lines_of(
             "[probe]\nkind = \"otlp\"\ninterval = \"2s\"\n[probe.otlp]\n[probe.tls]\nssl_mode = \"disabled\"\n",
         ));
+    }
+
+    /// A config of several services: a plan per service, then one summary of the load.
+    #[test]
+    fn plan_of_several_services_ends_with_their_load() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/fleet.toml");
+        let plan = plan(&config::load(&path).unwrap_or_else(|e| panic!("{e}")));
+        let services: Vec<&str> = plan.lines().filter(|l| l.starts_with("service ")).collect();
+        assert_eq!(services.len(), 3, "{plan}");
+        assert_eq!(plan.matches("branches:").count(), 3, "{plan}");
+        // 2 × (4 + 6 steps + TLS) + 2 per mysql service, 2 × (4 + 4 steps + TLS) + 2 for http.
+        let summary: Vec<&str> = plan.lines().filter(|l| l.starts_with("summary:")).collect();
+        assert_eq!(
+            summary,
+            ["summary: 3 services, 6 branches, 3.0 attempts/s, up to 68 datums/min"]
+        );
     }
 }
