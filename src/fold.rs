@@ -440,7 +440,7 @@ impl Fold {
     fn key(&self, svc: usize, branch: &str) -> String {
         match &self.services[..] {
             [_] => branch.to_string(),
-            s => format!("{}/{branch}", s[svc].name),
+            _ => format!("{}/{branch}", self.svc_name(svc)),
         }
     }
 

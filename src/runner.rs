@@ -482,6 +482,7 @@ async fn shutdown(
     let final_deadline = grace_end
         .max(Instant::now() + Duration::from_secs(1))
         .min(hard_end - Duration::from_millis(300));
+    let mut unsaved: BTreeSet<usize> = (0..shell.stores.len()).collect();
     let final_sync = async {
         while let Some((service, j)) = syncing.next().await {
             shell.finish_sync(service, j);
@@ -491,13 +492,14 @@ async fn shutdown(
         }
         while let Some((service, j)) = syncing.next().await {
             shell.finish_sync(service, j);
+            unsaved.remove(&service);
         }
     };
     if tokio::time::timeout_at(final_deadline, final_sync)
         .await
         .is_err()
     {
-        for service in 0..shell.stores.len() {
+        for service in unsaved {
             shell.feed(Input::SyncFailed {
                 service,
                 error: "the final sync did not finish within the grace period".into(),

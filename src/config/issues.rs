@@ -57,16 +57,15 @@ impl<'a> Issues<'a> {
     /// (`service[2].probe.timeout`) unless only the top-level default is written in the file.
     pub(super) fn error(&mut self, key: impl Into<String>, message: impl Into<String>) {
         let (mut key, mut message) = (key.into(), message.into());
+        let head = key.split(['.', '[']).next().unwrap_or("");
         if let Some(sc) = &self.scope
-            && (key.starts_with("probe") || key.starts_with("readiness"))
+            && (head == "probe" || head == "readiness")
         {
             let scoped = format!("{}.{key}", sc.prefix);
             if self.line_of_key(&scoped).is_none() && self.line_of_key(&key).is_some() {
                 message = format!(
                     "{message} (in {} {:?}, which takes it from the top-level [{}])",
-                    sc.prefix,
-                    sc.name,
-                    key.split(['.', '[']).next().unwrap_or("")
+                    sc.prefix, sc.name, head
                 );
             } else {
                 key = scoped;
