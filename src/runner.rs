@@ -94,20 +94,28 @@ struct Prepared<'a> {
 }
 
 /// Prepare every service on its own: one that cannot be prepared does not stop the others.
+/// The resolver is built once; without it no service runs.
 fn prepare_all(cfg: &Config) -> Prepared<'_> {
     let mut p = Prepared {
         running: Vec::new(),
         resolver: None,
         unavailable: Vec::new(),
     };
+    let resolver = match probe::resolver(cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            p.unavailable = cfg.services.iter().map(|s| (s, e.clone())).collect();
+            return p;
+        }
+    };
     for svc in &cfg.services {
-        match probe::prepare_service(cfg, svc) {
-            Ok((resolver, probes)) => {
-                p.resolver.get_or_insert(resolver);
-                p.running.push((svc, probes));
-            }
+        match probe::branches(cfg, svc) {
+            Ok(probes) => p.running.push((svc, probes)),
             Err(e) => p.unavailable.push((svc, e)),
         }
+    }
+    if !p.running.is_empty() {
+        p.resolver = Some(resolver);
     }
     p
 }

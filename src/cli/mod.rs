@@ -405,8 +405,16 @@ fn check(cfg: &Config, strict: bool) -> ExitCode {
     print!("{}", config::escape_controls_by_line(&plan(cfg)));
     // Each unavailable input once, with the services it stops when there are several.
     let mut problems: Vec<(String, Vec<&str>)> = Vec::new();
+    if let Err(e) = probe::resolver(cfg) {
+        let all = cfg.services.iter().map(|s| s.service.name.as_str());
+        problems.extend(
+            e.problems
+                .iter()
+                .map(|p| (p.to_string(), all.clone().collect())),
+        );
+    }
     for svc in &cfg.services {
-        let Err(e) = probe::prepare_service(cfg, svc) else {
+        let Err(e) = probe::branches(cfg, svc) else {
             continue;
         };
         for p in e.problems.iter().map(ToString::to_string) {
