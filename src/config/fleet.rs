@@ -98,13 +98,21 @@ pub(super) fn validate(
     let config = shared_sections(path, shared, host, issues);
     let default_ns = config.as_ref().map(|c| c.publish.namespace.clone());
     let mut names = BTreeSet::new();
+    let mut documents = BTreeSet::new();
     let mut services = Vec::new();
     for (i, s) in raw.service.into_iter().enumerate() {
         let key = format!("service[{i}]");
-        if !names.insert(s.name.trim().to_string()) {
+        let name = s.name.trim();
+        let document = format!("control-{}.json", crate::state::safe(name));
+        if !names.insert(name.to_string()) {
             issues.error(
                 format!("{key}.name"),
-                format!("duplicate service name {:?}", s.name.trim()),
+                format!("duplicate service name {name:?}"),
+            );
+        } else if !documents.insert(document.clone()) {
+            issues.error(
+                format!("{key}.name"),
+                format!("{name:?} shares its control document {document} with an earlier service (characters other than A–Z a–z 0–9 - _ . become _): rename one"),
             );
         }
         let defaults = (raw.probe.as_ref(), raw.readiness.as_ref());
@@ -333,6 +341,13 @@ endpoint = "api-primary.orders.internal.example"
         let got = issues(&text);
         assert_eq!(got[0].key, "service[1].name", "{got:?}");
         assert!(got[0].message.contains("duplicate"), "{got:?}");
+
+        let text = FLEET.replace("name = \"payments-db\"", "name = \"orders db\"");
+        let text = text.replace("name = \"orders-api\"", "name = \"orders/db\"");
+        let got = issues(&text);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].key, "service[2].name", "{got:?}");
+        assert!(got[0].message.contains("control-orders_db.json"), "{got:?}");
 
         let text = FLEET.replace("namespace = \"Payments\"", "namespace = \"AWS/RDS\"");
         assert_eq!(issues(&text)[0].key, "service[1].namespace");
