@@ -207,7 +207,12 @@ where
         }
     }
     drop(att_tx);
+    let state = match &shell.stores[..] {
+        [one] => one.location(),
+        many => format!("{} control documents", many.len()),
+    };
     tracing::info!(
+        service = %label,
         services = cfg.services.len(),
         unavailable = prepared.unavailable.len(),
         prober = %cfg.prober_id,
@@ -215,7 +220,7 @@ where
         branches,
         publish_interval = %crate::clock::fmt_duration(cfg.publish.interval),
         sinks = ?cfg.publish.sinks,
-        state = %shell.stores.iter().map(Store::location).collect::<Vec<_>>().join(", "),
+        state = %state,
         evidence = %cfg.evidence_path.display(),
         "readyprobe started"
     );
