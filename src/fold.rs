@@ -1,5 +1,7 @@
-//! The decisions of a run, as a pure fold: each branch's readiness, tick accumulators and
-//! override, the run's counters, and the account of every batch handed to a sink.
+//! The decisions of a run, as a pure fold: each service's branches (readiness, tick
+//! accumulators, override), restored snapshots, recorded approvals and fail-open flag, the run's
+//! counters, and the account of every batch handed to a sink, shared by all services so that a
+//! publish tick packs every service's datums into one batch per namespace.
 //!
 //! Attempts, publish ticks, store syncs and sink reports go in as data ([`Input`]) with the time;
 //! what to publish, record and log comes out as data ([`Effect`]). No I/O, no clock reads, no
@@ -14,7 +16,8 @@ use crate::record::{
     StateSyncFailed, Stop, TransitionRecord,
 };
 use crate::sink::{
-    BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, tick_datums, transition_datum,
+    BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, service_unavailable_datum,
+    tick_datums, transition_datum,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct RunSummary {
     /// Why it stopped (`duration`, `SIGTERM`, `SIGINT`).
     pub stop_reason: String,
-    /// Finished attempts per branch.
+    /// Finished attempts per branch (keyed `service/branch` when the run has several services).
     pub attempts: BTreeMap<String, u64>,
     /// Attempts abandoned at shutdown.
     pub abandoned: u64,
@@ -32,7 +35,7 @@ pub struct RunSummary {
     /// Batches dropped per sink (queue full, sink stopped, window closed, or abandoned at
     /// shutdown).
     pub dropped_batches: BTreeMap<String, u64>,
-    /// Final state per branch.
+    /// Final state per branch (keyed as `attempts`).
     pub final_states: BTreeMap<String, ReadinessState>,
     /// Evidence records that could not be written.
     pub evidence_write_failures: u64,
@@ -53,6 +56,8 @@ pub struct Batch {
     pub reason: PublishReason,
     /// The sinks it is for (names), in config order.
     pub sinks: Vec<&'static str>,
+    /// The CloudWatch namespace of its datums.
+    pub namespace: String,
 }
 
 /// The sink that publishes the fold's own accounting (`PublishFailures`).
@@ -68,10 +73,12 @@ fn refusal_outcome(why: Refusal) -> PublishOutcome {
 /// What goes into the fold.
 #[derive(Debug)]
 pub enum Input {
-    /// A finished attempt.
-    Attempt(Box<Attempt>),
+    /// A finished attempt of a branch of service `.0` (its index in [`Setup::services`]).
+    Attempt(usize, Box<Attempt>),
     /// An attempt cut off by shutdown after the grace period; it does not count.
     Abandoned {
+        /// Index of the service.
+        service: usize,
         /// Branch name.
         branch: String,
         /// Its sequence number.
@@ -85,6 +92,8 @@ pub enum Input {
     /// A sync with the store finished: the document as written, and this prober's decisions on
     /// approvals it had not taken yet (from [`control::sync_prober`]).
     SyncDone {
+        /// Index of the service whose control document it is.
+        service: usize,
         /// As this sync wrote it.
         doc: ControlDoc,
         /// Decisions to take, oldest approval first.
@@ -92,6 +101,8 @@ pub enum Input {
     },
     /// A sync with the store failed; probing and publishing go on.
     SyncFailed {
+        /// Index of the service whose control document it is.
+        service: usize,
         /// The store's error, in a sentence.
         error: String,
         /// When the sync started, ms since the epoch; `None` for the final sync, cut off by the
@@ -164,8 +175,9 @@ pub enum Effect {
     /// Hand the batch to every sink; tell the fold about each refusal
     /// ([`Input::SinkRefused`]) and, later, each report ([`Input::SinkReport`]).
     Publish(Batch),
-    /// Append an evidence record observed at the given instant (ms since the epoch).
-    Record(Millis, Record),
+    /// Append an evidence record observed at the given instant (ms since the epoch), for the
+    /// named service (`*`: the whole run, when it has several services).
+    Record(Millis, String, Record),
     /// Emit a log event.
     Log(Log),
 }
@@ -173,18 +185,32 @@ pub enum Effect {
 /// What the fold needs to start.
 #[derive(Debug, Clone, Copy)]
 pub struct Setup<'a> {
+    /// This prober's id (its entry in each control document).
+    pub prober: &'a str,
+    /// The services, in config order; their index names them in [`Input`].
+    pub services: &'a [ServiceSetup<'a>],
+    /// Services that could not be prepared (name, namespace): a `ServiceUnavailable` datum for
+    /// each at every tick.
+    pub unavailable: &'a [(String, String)],
+    /// Sink names, in config order.
+    pub sinks: &'a [&'static str],
+}
+
+/// One service at start.
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceSetup<'a> {
     /// Service name (the `Service` dimension).
     pub service: &'a str,
-    /// This prober's id (its entry in the control document).
-    pub prober: &'a str,
-    /// The readiness policy, the same for every branch.
+    /// The CloudWatch namespace of its datums.
+    pub namespace: &'a str,
+    /// The readiness policy of its branches.
     pub policy: &'a Policy,
     /// Branch names, in config order (the order of each tick's datums).
     pub branches: &'a [String],
-    /// Sink names, in config order.
-    pub sinks: &'a [&'static str],
-    /// Where the store lives, for log messages.
+    /// Where its control document lives, for log messages.
     pub store_location: &'a str,
+    /// Its control document as loaded.
+    pub doc: &'a ControlDoc,
 }
 
 /// Accumulators of one branch between publish ticks.
@@ -201,6 +227,8 @@ struct TickAcc {
 /// One branch's state.
 #[derive(Debug)]
 struct Branch {
+    /// Index of its service.
+    svc: usize,
     name: String,
     readiness: Readiness,
     acc: TickAcc,
@@ -222,13 +250,26 @@ struct Outstanding {
     datums: usize,
 }
 
-/// Every branch of one service, and the run's counters.
+/// What the fold keeps per service besides its branches.
+#[derive(Debug)]
+struct Svc {
+    name: String,
+    namespace: String,
+    restored: Vec<Restored>,
+    /// Approval ids whose decision this run has recorded.
+    recorded: BTreeSet<String>,
+    /// Whether the current all-unready spell has been logged (re-armed when a branch is ready).
+    both_unready_logged: bool,
+}
+
+/// Every branch of every service, and the run's counters.
 #[derive(Debug)]
 pub struct Fold {
-    service: String,
+    services: Vec<Svc>,
+    /// Services that could not be prepared: (name, namespace).
+    unavailable: Vec<(String, String)>,
     branches: Vec<Branch>,
     sinks: Vec<&'static str>,
-    restored: Vec<Restored>,
     /// Batches handed to a sink and not yet reported, per (sink, batch id).
     outstanding: BTreeMap<(&'static str, u64), Outstanding>,
     /// Batches handed per sink.
@@ -236,10 +277,6 @@ pub struct Fold {
     /// Failed batches per class since the last tick, for the `PublishFailures` datums.
     failures: BTreeMap<PublishFailureClass, u64>,
     next_batch: u64,
-    /// Approval ids whose decision this run has recorded.
-    recorded: BTreeSet<String>,
-    /// Whether the current all-unready spell has been logged (re-armed when a branch is ready).
-    both_unready_logged: bool,
     summary: RunSummary,
     effects: Vec<Effect>,
 }
@@ -266,21 +303,48 @@ fn json_text<V: serde::Serialize>(map: &BTreeMap<String, V>) -> String {
     serde_json::to_string(map).unwrap_or_default()
 }
 
-fn branch_fields(branch: &str) -> Fields {
+fn branch_fields(service: &str, branch: &str) -> Fields {
     Fields {
+        service: Some(service.to_string()),
         branch: Some(branch.to_string()),
         ..Fields::default()
     }
 }
 
+fn service_fields(service: &str) -> Fields {
+    Fields {
+        service: Some(service.to_string()),
+        ..Fields::default()
+    }
+}
+
 impl Fold {
-    /// Start the fold: each branch's readiness restored from this prober's saved state in `doc`
-    /// when there is one, and the store's overrides taken. Returns the fold and what to log,
-    /// record and publish at start.
-    pub fn start(setup: Setup<'_>, doc: &ControlDoc, now: Millis) -> (Fold, Vec<Effect>) {
-        let mine = doc.probers.get(setup.prober);
+    /// Start the fold: each branch's readiness restored from this prober's saved state in its
+    /// service's document when there is one, and the stores' overrides taken. Returns the fold
+    /// and what to log, record and publish at start.
+    pub fn start(setup: Setup<'_>, now: Millis) -> (Fold, Vec<Effect>) {
+        let mut fold = Fold {
+            services: Vec::new(),
+            unavailable: setup.unavailable.to_vec(),
+            branches: Vec::new(),
+            sinks: setup.sinks.to_vec(),
+            outstanding: BTreeMap::new(),
+            handed: BTreeMap::new(),
+            failures: BTreeMap::new(),
+            next_batch: 0,
+            summary: RunSummary::default(),
+            effects: Vec::new(),
+        };
+        for (i, s) in setup.services.iter().enumerate() {
+            fold.start_service(i, s, setup.prober, now);
+        }
+        let effects = std::mem::take(&mut fold.effects);
+        (fold, effects)
+    }
+
+    fn start_service(&mut self, svc: usize, setup: &ServiceSetup<'_>, prober: &str, now: Millis) {
+        let mine = setup.doc.probers.get(prober);
         let mut restored = Vec::new();
-        let mut branches = Vec::new();
         for name in setup.branches {
             let readiness = match mine.and_then(|s| s.branches.get(name)) {
                 Some(snap) => {
@@ -293,91 +357,113 @@ impl Fold {
                 }
                 None => Readiness::new(setup.policy.clone()),
             };
-            branches.push(Branch {
+            self.branches.push(Branch {
+                svc,
                 name: name.clone(),
                 readiness,
                 acc: TickAcc::default(),
                 ov: None,
             });
         }
-        let mut fold = Fold {
-            service: setup.service.to_string(),
-            branches,
-            sinks: setup.sinks.to_vec(),
-            restored,
-            outstanding: BTreeMap::new(),
-            handed: BTreeMap::new(),
-            failures: BTreeMap::new(),
-            next_batch: 0,
-            // Decisions this prober id already has in the document were taken (and recorded)
-            // by an earlier run: a restart must not record them again as news.
-            recorded: doc
-                .approvals
-                .iter()
-                .filter(|a| a.decisions.contains_key(setup.prober))
-                .map(|a| a.id.clone())
-                .collect(),
-            both_unready_logged: false,
-            summary: RunSummary::default(),
-            effects: Vec::new(),
-        };
-        for r in &fold.restored {
-            fold.effects.push(log(
+        let service = setup.service;
+        for r in &restored {
+            self.effects.push(log(
                 Level::Info,
                 format!("restored readiness state from {}", setup.store_location),
                 Fields {
                     state: Some(r.state.as_str().into()),
-                    ..branch_fields(&r.branch)
+                    ..branch_fields(service, &r.branch)
                 },
             ));
         }
+        self.services.push(Svc {
+            name: service.to_string(),
+            namespace: setup.namespace.to_string(),
+            restored,
+            // Decisions this prober id already has in the document were taken (and recorded)
+            // by an earlier run: a restart must not record them again as news.
+            recorded: setup
+                .doc
+                .approvals
+                .iter()
+                .filter(|a| a.decisions.contains_key(prober))
+                .map(|a| a.id.clone())
+                .collect(),
+            both_unready_logged: false,
+        });
         for (b, snap) in mine.map(|p| &p.branches).into_iter().flatten() {
             if setup.branches.contains(b) && snap.clone().clamped(now) != *snap {
-                fold.effects.push(log(
+                self.effects.push(log(
                     Level::Warn,
                     "saved state is dated after this host's clock (clock skew between probers, or a clock stepped back): its future instants are ignored",
-                    branch_fields(b),
+                    branch_fields(service, b),
                 ));
             }
         }
-        fold.apply_overrides(doc, now);
+        self.apply_overrides(svc, setup.doc, now);
         for b in mine.map(|p| p.branches.keys()).into_iter().flatten() {
             if !setup.branches.contains(b) {
-                fold.effects.push(log(
+                self.effects.push(log(
                     Level::Warn,
                     "saved state has a branch that is not in the config; it is dropped at the next save",
-                    branch_fields(b),
+                    branch_fields(service, b),
                 ));
             }
         }
-        let effects = std::mem::take(&mut fold.effects);
-        (fold, effects)
     }
 
-    /// The branches whose state was restored from the store, for the start record.
-    pub fn restored(&self) -> &[Restored] {
-        &self.restored
+    /// The branches of service `svc` whose state was restored from the store, for its start
+    /// record.
+    pub fn restored(&self, svc: usize) -> &[Restored] {
+        self.services.get(svc).map_or(&[], |s| &s.restored)
     }
 
-    /// A copy of what a sync with the store needs ([`control::sync_prober`]).
-    pub fn sync_request(&self) -> SyncRequest {
+    /// A copy of what a sync of service `svc`'s document needs ([`control::sync_prober`]).
+    pub fn sync_request(&self, svc: usize) -> SyncRequest {
         SyncRequest {
             readiness: self
                 .branches
                 .iter()
+                .filter(|b| b.svc == svc)
                 .map(|b| (b.name.clone(), b.readiness.clone()))
                 .collect(),
-            recorded: self.recorded.clone(),
+            recorded: self
+                .services
+                .get(svc)
+                .map(|s| s.recorded.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The service a record about the whole run is written for: the one service's name, or
+    /// `*` when the run has several.
+    fn run_label(&self) -> String {
+        match &self.services[..] {
+            [one] => one.name.clone(),
+            _ => "*".to_string(),
+        }
+    }
+
+    /// The summary key of a branch: its name, or `service/branch` with several services.
+    fn key(&self, svc: usize, branch: &str) -> String {
+        match &self.services[..] {
+            [_] => branch.to_string(),
+            _ => format!("{}/{branch}", self.svc_name(svc)),
         }
     }
 
     /// Take one input at `now` (ms since the epoch); returns what to do, in order.
     pub fn handle(&mut self, input: Input, now: Millis) -> Vec<Effect> {
         match input {
-            Input::Attempt(a) => self.on_attempt(a),
-            Input::Abandoned { branch, seq } => {
+            Input::Attempt(svc, a) => self.on_attempt(svc, a),
+            Input::Abandoned {
+                service,
+                branch,
+                seq,
+            } => {
                 self.summary.abandoned += 1;
-                self.record(
+                self.record_for(
+                    service,
                     now,
                     Record::AttemptAbandoned(AttemptAbandoned { branch, seq }),
                 );
@@ -390,8 +476,16 @@ impl Fold {
                 };
                 self.tick(reason, now);
             }
-            Input::SyncDone { doc, decided } => self.sync_done(&doc, decided, now),
-            Input::SyncFailed { error, started } => self.sync_failed(error, started, now),
+            Input::SyncDone {
+                service,
+                doc,
+                decided,
+            } => self.sync_done(service, &doc, decided, now),
+            Input::SyncFailed {
+                service,
+                error,
+                started,
+            } => self.sync_failed(service, error, started, now),
             Input::SinkRefused { sink, batch, why } => self.refused(sink, batch, why, now),
             Input::SinkReport(r) => self.on_report(r, now),
         }
@@ -431,7 +525,7 @@ impl Fold {
         s.final_states = self
             .branches
             .iter()
-            .map(|b| (b.name.clone(), b.readiness.state()))
+            .map(|b| (self.key(b.svc, &b.name), b.readiness.state()))
             .collect();
         self.record(
             now,
@@ -487,19 +581,36 @@ impl Fold {
         }
     }
 
+    /// A record about the whole run.
     fn record(&mut self, at: Millis, record: Record) {
-        self.effects.push(Effect::Record(at, record));
+        let label = self.run_label();
+        self.effects.push(Effect::Record(at, label, record));
     }
 
-    fn branch_mut(&mut self, name: &str) -> Option<&mut Branch> {
-        self.branches.iter_mut().find(|b| b.name == name)
+    /// A record about service `svc`.
+    fn record_for(&mut self, svc: usize, at: Millis, record: Record) {
+        let name = self.services.get(svc).map(|s| s.name.clone());
+        let name = name.unwrap_or_else(|| self.run_label());
+        self.effects.push(Effect::Record(at, name, record));
     }
 
-    fn on_attempt(&mut self, a: Box<Attempt>) {
-        *self.summary.attempts.entry(a.branch.clone()).or_default() += 1;
+    /// The index of service `svc`'s branch `name`.
+    fn branch_ix(&self, svc: usize, name: &str) -> Option<usize> {
+        self.branches
+            .iter()
+            .position(|b| b.svc == svc && b.name == name)
+    }
+
+    fn svc_name(&self, svc: usize) -> &str {
+        self.services.get(svc).map_or("", |s| s.name.as_str())
+    }
+
+    fn on_attempt(&mut self, svc: usize, a: Box<Attempt>) {
+        let key = self.key(svc, &a.branch);
+        *self.summary.attempts.entry(key).or_default() += 1;
         let fields = Fields {
             seq: Some(a.seq),
-            ..branch_fields(&a.branch)
+            ..branch_fields(self.svc_name(svc), &a.branch)
         };
         self.effects.push(match &a.outcome {
             Outcome::Success => log(Level::Debug, "attempt ok", fields),
@@ -519,7 +630,9 @@ impl Fold {
             ),
         });
         let record = a.record();
-        let transition = self.branch_mut(&a.branch).and_then(|b| {
+        let ix = self.branch_ix(svc, &a.branch);
+        let transition = ix.and_then(|i| {
+            let b = &mut self.branches[i];
             b.acc.attempts += 1;
             if a.outcome != Outcome::Success {
                 b.acc.failed += 1;
@@ -536,18 +649,18 @@ impl Fold {
             }
             b.readiness.record(record)
         });
-        let branch = a.branch.clone();
-        self.record(a.finished_at, Record::Attempt(*a));
-        if let Some(t) = transition {
-            self.on_transition(&branch, &t);
+        self.record_for(svc, a.finished_at, Record::Attempt(*a));
+        if let (Some(i), Some(t)) = (ix, transition) {
+            self.on_transition(i, &t);
         }
     }
 
-    fn on_transition(&mut self, branch: &str, t: &Transition) {
+    /// A transition of branch `ix`.
+    fn on_transition(&mut self, ix: usize, t: &Transition) {
         self.summary.transitions += 1;
-        let Some(b) = self.branches.iter().find(|b| b.name == branch) else {
-            return;
-        };
+        let b = &self.branches[ix];
+        let (svc, branch) = (b.svc, b.name.clone());
+        let service = self.svc_name(svc).to_string();
         let ov = b.ov.clone().filter(|o| o.active(t.at));
         let published = control::effective_value(b.readiness.published_value(), ov.as_ref(), t.at);
         let classes: Vec<String> = t
@@ -569,39 +682,67 @@ impl Fold {
                 to: Some(t.to.as_str().into()),
                 reason: Some(t.reason.clone()),
                 failures: Some(format!("{classes:?}")),
-                ..branch_fields(branch)
+                ..branch_fields(&service, &branch)
             },
         ));
         if t.to == ReadinessState::PendingApproval {
+            let which = if self.services.len() > 1 {
+                format!("--service {service} ")
+            } else {
+                String::new()
+            };
             self.effects.push(log(
                 Level::Warn,
-                format!("ready condition held its full `for`: waiting for an operator (readyprobe approve --branch {branch} --by WHO --reason TEXT)"),
-                branch_fields(branch),
+                format!("ready condition held its full `for`: waiting for an operator (readyprobe approve {which}--branch {branch} --by WHO --reason TEXT)"),
+                branch_fields(&service, &branch),
             ));
         }
-        self.record(
+        self.record_for(
+            svc,
             t.at,
             Record::Transition(TransitionRecord {
-                branch: branch.to_string(),
+                branch: branch.clone(),
                 transition: t.clone(),
                 published,
                 override_: ov,
             }),
         );
         if let Some(v) = published {
-            let d = transition_datum(&self.service, branch, v, t.at);
-            self.publish(vec![d], PublishReason::Transition);
+            let d = transition_datum(&service, &branch, v, t.at);
+            let ns = self.services[svc].namespace.clone();
+            self.publish(vec![d], PublishReason::Transition, ns);
         }
     }
 
-    /// Evaluate every branch at `now`, then publish the tick's datums (the heartbeat included).
+    /// Evaluate every branch at `now`, then publish the tick's datums (each service's heartbeat
+    /// included), one batch per namespace.
     fn tick(&mut self, reason: PublishReason, now: Millis) {
         self.expire_overrides(now);
-        let mut ticks = Vec::with_capacity(self.branches.len());
+        let mut by_ns: BTreeMap<String, Vec<Datum>> = BTreeMap::new();
+        for svc in 0..self.services.len() {
+            let datums = self.tick_service(svc, now);
+            let ns = self.services[svc].namespace.clone();
+            by_ns.entry(ns).or_default().extend(datums);
+        }
+        for (name, ns) in &self.unavailable {
+            let d = service_unavailable_datum(name, now);
+            by_ns.entry(ns.clone()).or_default().push(d);
+        }
+        for (ns, datums) in by_ns {
+            self.publish(datums, reason, ns);
+        }
+        self.publish_failures(now);
+    }
+
+    /// Evaluate service `svc`'s branches at `now`; its tick datums.
+    fn tick_service(&mut self, svc: usize, now: Millis) -> Vec<Datum> {
+        let mut ticks = Vec::new();
         for i in 0..self.branches.len() {
+            if self.branches[i].svc != svc {
+                continue;
+            }
             if let Some(t) = self.branches[i].readiness.evaluate(now) {
-                let name = self.branches[i].name.clone();
-                self.on_transition(&name, &t);
+                self.on_transition(i, &t);
             }
             let b = &mut self.branches[i];
             let stats = b
@@ -623,45 +764,58 @@ impl Fold {
             });
         }
         let all_unready = ticks.iter().all(|t| t.is_known && !t.is_ready);
-        if all_unready && !self.both_unready_logged {
+        let name = self.services[svc].name.clone();
+        if all_unready && !self.services[svc].both_unready_logged {
             self.effects.push(log(
                 Level::Error,
                 "NO BRANCH IS READY: Route 53 failover fails open and answers with the PRIMARY regardless; BothBranchesUnready = 1",
-                Fields {
-                    service: Some(self.service.clone()),
-                    ..Fields::default()
-                },
+                service_fields(&name),
             ));
-            self.record(now, Record::BothBranchesUnready(BothBranchesUnready::new()));
-            self.both_unready_logged = true;
+            self.record_for(
+                svc,
+                now,
+                Record::BothBranchesUnready(BothBranchesUnready::new()),
+            );
+            self.services[svc].both_unready_logged = true;
         } else if !all_unready {
-            self.both_unready_logged = false;
+            self.services[svc].both_unready_logged = false;
         }
-        let datums = tick_datums(&self.service, &ticks, now);
-        self.publish(datums, reason);
-        self.publish_failures(now);
+        tick_datums(&name, &ticks, now)
     }
 
     /// The failed batches counted since the last tick, as `PublishFailures` datums for the
-    /// `emf` sink only: the count must not depend on the sink that is failing.
+    /// `emf` sink only: the count must not depend on the sink that is failing. With several
+    /// services each one's datum carries the run's count (their batches are shared).
     fn publish_failures(&mut self, now: Millis) {
         let counts: Vec<_> = std::mem::take(&mut self.failures).into_iter().collect();
         if counts.is_empty() || !self.sinks.contains(&EMF) {
             return;
         }
-        let datums = publish_failure_datums(&self.service, &counts, now);
-        self.publish_to(datums, PublishReason::PublishFailures, vec![EMF]);
+        let mut by_ns: BTreeMap<String, Vec<Datum>> = BTreeMap::new();
+        for s in &self.services {
+            let datums = publish_failure_datums(&s.name, &counts, now);
+            by_ns.entry(s.namespace.clone()).or_default().extend(datums);
+        }
+        for (ns, datums) in by_ns {
+            self.publish_to(datums, PublishReason::PublishFailures, vec![EMF], ns);
+        }
     }
 
     /// Hand a batch to every sink; each stays outstanding until the sink reports it or its
     /// queue refuses it.
-    fn publish(&mut self, datums: Vec<Datum>, reason: PublishReason) {
+    fn publish(&mut self, datums: Vec<Datum>, reason: PublishReason, namespace: String) {
         let sinks = self.sinks.clone();
-        self.publish_to(datums, reason, sinks);
+        self.publish_to(datums, reason, sinks, namespace);
     }
 
-    /// Hand a batch to `sinks`.
-    fn publish_to(&mut self, datums: Vec<Datum>, reason: PublishReason, sinks: Vec<&'static str>) {
+    /// Hand a batch for `namespace` to `sinks`.
+    fn publish_to(
+        &mut self,
+        datums: Vec<Datum>,
+        reason: PublishReason,
+        sinks: Vec<&'static str>,
+        namespace: String,
+    ) {
         self.next_batch += 1;
         let id = self.next_batch;
         for &sink in &sinks {
@@ -679,6 +833,7 @@ impl Fold {
             datums,
             reason,
             sinks,
+            namespace,
         }));
     }
 
@@ -774,10 +929,21 @@ impl Fold {
     }
 
     /// Take a finished sync: record its decisions, apply approved failbacks, take overrides.
-    fn sync_done(&mut self, doc: &ControlDoc, decided: Vec<(Approval, Decision)>, now: Millis) {
+    fn sync_done(
+        &mut self,
+        svc: usize,
+        doc: &ControlDoc,
+        decided: Vec<(Approval, Decision)>,
+        now: Millis,
+    ) {
+        if svc >= self.services.len() {
+            return;
+        }
+        let service = self.services[svc].name.clone();
         for (a, d) in decided {
-            self.recorded.insert(a.id.clone());
-            self.record(
+            self.services[svc].recorded.insert(a.id.clone());
+            self.record_for(
+                svc,
                 now,
                 Record::Approval(ApprovalRecord {
                     branch: a.branch.clone(),
@@ -791,7 +957,7 @@ impl Fold {
                 }),
             );
             if d.applied {
-                self.apply_approval(&a, now);
+                self.apply_approval(svc, &a, now);
             } else {
                 self.summary.approvals_rejected += 1;
                 self.effects.push(log(
@@ -800,19 +966,21 @@ impl Fold {
                     Fields {
                         by: Some(a.by.clone()),
                         detail: Some(d.detail.clone()),
-                        ..branch_fields(&a.branch)
+                        ..branch_fields(&service, &a.branch)
                     },
                 ));
             }
         }
-        self.apply_overrides(doc, now);
+        self.apply_overrides(svc, doc, now);
     }
 
     /// Apply an approval the store decided as applied to the live state.
-    fn apply_approval(&mut self, a: &Approval, now: Millis) {
-        let Some(b) = self.branch_mut(&a.branch) else {
+    fn apply_approval(&mut self, svc: usize, a: &Approval, now: Millis) {
+        let Some(ix) = self.branch_ix(svc, &a.branch) else {
             return;
         };
+        let service = self.svc_name(svc).to_string();
+        let b = &mut self.branches[ix];
         match b.readiness.approve(now) {
             Ok(t) => {
                 self.summary.approvals_applied += 1;
@@ -822,10 +990,10 @@ impl Fold {
                     Fields {
                         by: Some(a.by.clone()),
                         reason: Some(a.reason.clone()),
-                        ..branch_fields(&a.branch)
+                        ..branch_fields(&service, &a.branch)
                     },
                 ));
-                self.on_transition(&a.branch, &t);
+                self.on_transition(ix, &t);
             }
             Err(e) => {
                 // The branch left pending_approval while the sync was in flight.
@@ -835,10 +1003,11 @@ impl Fold {
                     "approval decided but not applied: the branch left pending_approval meanwhile",
                     Fields {
                         error: Some(e.to_string()),
-                        ..branch_fields(&a.branch)
+                        ..branch_fields(&service, &a.branch)
                     },
                 ));
-                self.record(
+                self.record_for(
+                    svc,
                     now,
                     Record::ApprovalNotApplied(ApprovalNotApplied {
                         branch: a.branch.clone(),
@@ -850,7 +1019,7 @@ impl Fold {
         }
     }
 
-    fn sync_failed(&mut self, error: String, started: Option<Millis>, now: Millis) {
+    fn sync_failed(&mut self, svc: usize, error: String, started: Option<Millis>, now: Millis) {
         self.summary.state_sync_failures += 1;
         let message = match started {
             Some(_) => {
@@ -863,10 +1032,11 @@ impl Fold {
             message,
             Fields {
                 error: Some(error.clone()),
-                ..Fields::default()
+                ..service_fields(self.svc_name(svc))
             },
         ));
-        self.record(
+        self.record_for(
+            svc,
             now,
             Record::StateSyncFailed(StateSyncFailed {
                 error,
@@ -877,11 +1047,14 @@ impl Fold {
 
     /// Take the store's overrides; record and publish at once every one that starts, changes or
     /// is cleared.
-    fn apply_overrides(&mut self, doc: &ControlDoc, now: Millis) {
+    fn apply_overrides(&mut self, svc: usize, doc: &ControlDoc, now: Millis) {
         // Expiries first, so the one that just ran out is recorded as expired, not as cleared
         // when the store's copy of it is seen to be inactive.
         self.expire_overrides(now);
         for i in 0..self.branches.len() {
+            if self.branches[i].svc != svc {
+                continue;
+            }
             let b = &mut self.branches[i];
             let new = doc
                 .overrides
@@ -893,6 +1066,7 @@ impl Fold {
             }
             b.ov = new;
             let (name, ov, effective) = (b.name.clone(), b.ov.clone(), b.effective(now));
+            let service = self.svc_name(svc).to_string();
             match ov {
                 Some(o) => {
                     self.effects.push(log(
@@ -903,24 +1077,25 @@ impl Fold {
                             by: Some(o.by.clone()),
                             reason: Some(o.reason.clone()),
                             expires_at: Some(crate::clock::rfc3339(o.expires_at)),
-                            ..branch_fields(&name)
+                            ..branch_fields(&service, &name)
                         },
                     ));
-                    self.override_record(now, &name, OverrideAction::Set, Some(o));
+                    self.override_record(svc, now, &name, OverrideAction::Set, Some(o));
                 }
                 None => {
                     self.effects.push(log(
                         Level::Warn,
                         "override cleared: the computed readiness is published again",
-                        branch_fields(&name),
+                        branch_fields(&service, &name),
                     ));
-                    self.override_record(now, &name, OverrideAction::Cleared, None);
+                    self.override_record(svc, now, &name, OverrideAction::Cleared, None);
                 }
             }
             // A cleared override whose branch is unknown has nothing to publish.
             if let Some(v) = effective {
-                let d = transition_datum(&self.service, &name, v, now);
-                self.publish(vec![d], PublishReason::Override);
+                let d = transition_datum(&service, &name, v, now);
+                let ns = self.services[svc].namespace.clone();
+                self.publish(vec![d], PublishReason::Override, ns);
             }
         }
     }
@@ -932,31 +1107,35 @@ impl Fold {
             let Some(o) = b.ov.take_if(|o| !o.active(now)) else {
                 continue;
             };
-            let (name, effective) = (b.name.clone(), b.effective(now));
+            let (svc, name, effective) = (b.svc, b.name.clone(), b.effective(now));
+            let service = self.svc_name(svc).to_string();
             self.effects.push(log(
                 Level::Warn,
                 "override expired: the computed readiness is published again",
                 Fields {
                     force: Some(o.force.as_str().into()),
-                    ..branch_fields(&name)
+                    ..branch_fields(&service, &name)
                 },
             ));
-            self.override_record(now, &name, OverrideAction::Expired, Some(o));
+            self.override_record(svc, now, &name, OverrideAction::Expired, Some(o));
             if let Some(v) = effective {
-                let d = transition_datum(&self.service, &name, v, now);
-                self.publish(vec![d], PublishReason::Override);
+                let d = transition_datum(&service, &name, v, now);
+                let ns = self.services[svc].namespace.clone();
+                self.publish(vec![d], PublishReason::Override, ns);
             }
         }
     }
 
     fn override_record(
         &mut self,
+        svc: usize,
         now: Millis,
         branch: &str,
         action: OverrideAction,
         ov: Option<Override>,
     ) {
-        self.record(
+        self.record_for(
+            svc,
             now,
             Record::Override(OverrideRecord {
                 branch: branch.to_string(),

@@ -87,6 +87,8 @@ pub enum Record {
     EvidenceReopened(EvidenceReopened),
     /// Another `run` process saved readiness under this prober id since this one last did.
     DuplicateProber(DuplicateProber),
+    /// A service of the config could not be prepared; the others run.
+    ServiceUnavailable(ServiceUnavailable),
     /// A run stopped; its summary.
     Stop(Stop),
 }
@@ -407,6 +409,14 @@ pub struct StateSyncFailed {
     pub error: String,
     /// When the sync started, ms since the epoch; `None` for the final sync cut off at shutdown.
     pub started_at: Option<Millis>,
+}
+
+/// `service_unavailable`: `run` could not prepare this service (a secret, CA bundle or client
+/// certificate unavailable) and probes the others; its `ServiceUnavailable` datum is 1 every tick.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceUnavailable {
+    /// Each unavailable input, in a sentence naming its key.
+    pub problems: Vec<String>,
 }
 
 /// `both_branches_unready`: no branch is ready, so Route 53 fails open.

@@ -118,6 +118,9 @@ pub enum Command {
         /// Branch name.
         #[arg(long, short)]
         branch: String,
+        /// Service name; required when the config has several services.
+        #[arg(long, short = 's')]
+        service: Option<String>,
     },
     /// Approve the failback of a branch waiting in `pending_approval`.
     ///
@@ -135,6 +138,9 @@ pub enum Command {
         /// Branch name.
         #[arg(long, short)]
         branch: String,
+        /// Service name; required when the config has several services.
+        #[arg(long, short = 's')]
+        service: Option<String>,
         /// Who approves (recorded in the evidence).
         #[arg(long)]
         by: String,
@@ -157,6 +163,9 @@ pub enum Command {
         /// Branch name.
         #[arg(long, short)]
         branch: String,
+        /// Service name; required when the config has several services.
+        #[arg(long, short = 's')]
+        service: Option<String>,
         /// Value to force.
         #[arg(
             long,
@@ -187,6 +196,9 @@ pub enum Command {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]
         config: PathBuf,
+        /// Service name; required when the config has several services.
+        #[arg(long, short = 's')]
+        service: Option<String>,
         /// Print the raw control document as JSON.
         #[arg(long)]
         json: bool,
@@ -328,16 +340,26 @@ async fn async_main(cli: Cli) -> ExitCode {
             };
             run(cfg, opts).await
         }
-        Command::Probe { branch, .. } => probe_cmd::probe_once(&cfg, &branch).await,
+        Command::Probe {
+            branch, service, ..
+        } => match pick(&cfg, service.as_deref()) {
+            Ok(svc) => probe_cmd::probe_once(&cfg, svc, &branch).await,
+            Err(code) => code,
+        },
         Command::Approve {
             branch,
+            service,
             by,
             reason,
             expires,
             ..
-        } => operator::approve(&cfg, &branch, &by, &reason, expires).await,
+        } => match pick(&cfg, service.as_deref()) {
+            Ok(svc) => operator::approve(&cfg, svc, &branch, &by, &reason, expires).await,
+            Err(code) => code,
+        },
         Command::Override {
             branch,
+            service,
             force,
             expires,
             reason,
@@ -348,10 +370,31 @@ async fn async_main(cli: Cli) -> ExitCode {
             let by = by
                 .or_else(|| std::env::var("USER").ok())
                 .unwrap_or_else(|| "unknown".into());
-            operator::override_cmd(&cfg, &branch, force, expires, reason, by, clear).await
+            let svc = match pick(&cfg, service.as_deref()) {
+                Ok(svc) => svc,
+                Err(code) => return code,
+            };
+            let target = operator::Target {
+                cfg: &cfg,
+                svc,
+                branch: &branch,
+            };
+            operator::override_cmd(target, force, expires, reason, by, clear).await
         }
-        Command::Status { json, .. } => operator::status(&cfg, json).await,
+        Command::Status { json, service, .. } => match pick(&cfg, service.as_deref()) {
+            Ok(svc) => operator::status(&cfg, svc, json).await,
+            Err(code) => code,
+        },
     }
+}
+
+/// The service a command acts on: `--service`, or the config's only one (exit 64 otherwise,
+/// naming the services).
+fn pick<'a>(cfg: &'a Config, name: Option<&str>) -> Result<&'a config::ServiceConfig, ExitCode> {
+    cfg.service(name).map_err(|e| {
+        eprintln!("error: {}", config::escape_controls(&e));
+        ExitCode::from(EXIT_INVALID_CONFIG)
+    })
 }
 
 /// `check`: the plan, then one question to [`probe::prepare`], one line per problem it reports.
@@ -360,18 +403,42 @@ async fn async_main(cli: Cli) -> ExitCode {
 fn check(cfg: &Config, strict: bool) -> ExitCode {
     // Names, paths and problems quote the config: escaped, so it cannot drive the terminal.
     print!("{}", config::escape_controls_by_line(&plan(cfg)));
-    let Err(e) = probe::prepare(cfg) else {
-        return ExitCode::from(EXIT_OK);
-    };
-    for p in &e.problems {
-        let p = config::escape_controls(&p.to_string()).into_owned();
+    // Each unavailable input once, with the services it stops when there are several.
+    let mut problems: Vec<(String, Vec<&str>)> = Vec::new();
+    if let Err(e) = probe::resolver(cfg) {
+        let all = cfg.services.iter().map(|s| s.service.name.as_str());
+        problems.extend(
+            e.problems
+                .iter()
+                .map(|p| (p.to_string(), all.clone().collect())),
+        );
+    }
+    for svc in &cfg.services {
+        let Err(e) = probe::branches(cfg, svc) else {
+            continue;
+        };
+        for p in e.problems.iter().map(ToString::to_string) {
+            match problems.iter_mut().find(|(q, _)| *q == p) {
+                Some((_, names)) => names.push(&svc.service.name),
+                None => problems.push((p, vec![&svc.service.name])),
+            }
+        }
+    }
+    for (p, names) in &problems {
+        let of = if cfg.services.len() > 1 {
+            let s = if names.len() == 1 { "" } else { "s" };
+            format!(", in service{s} {}", names.join(", "))
+        } else {
+            String::new()
+        };
+        let p = config::escape_controls(&format!("{p}{of}")).into_owned();
         if strict {
             eprintln!("error: {p}");
         } else {
             println!("warning: {p} (run would exit {EXIT_UNAVAILABLE_INPUT})");
         }
     }
-    ExitCode::from(if strict {
+    ExitCode::from(if strict && !problems.is_empty() {
         EXIT_UNAVAILABLE_INPUT
     } else {
         EXIT_OK

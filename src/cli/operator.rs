@@ -2,7 +2,7 @@
 //! store only: no probe, no secret, no CA file, no publish.
 
 use super::{EXIT_ATTEMPT_FAILED, EXIT_INVALID_CONFIG, EXIT_IO, EXIT_OK, ForceArg};
-use crate::config::Config;
+use crate::config::{Config, ServiceConfig};
 use crate::runner;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -37,13 +37,29 @@ fn now_ms() -> crate::readiness::Millis {
     crate::clock::Clock::start().now_ms()
 }
 
-pub(super) fn check_branch(cfg: &Config, branch: &str) -> Result<(), ExitCode> {
-    if cfg.branches.iter().any(|b| b.name == branch) {
+/// What `override` acts on: the config, the service and its branch.
+pub(super) struct Target<'a> {
+    pub(super) cfg: &'a Config,
+    pub(super) svc: &'a ServiceConfig,
+    pub(super) branch: &'a str,
+}
+
+pub(super) fn check_branch(
+    cfg: &Config,
+    svc: &ServiceConfig,
+    branch: &str,
+) -> Result<(), ExitCode> {
+    if svc.branches.iter().any(|b| b.name == branch) {
         return Ok(());
     }
-    let names: Vec<_> = cfg.branches.iter().map(|b| b.name.as_str()).collect();
+    let names: Vec<_> = svc.branches.iter().map(|b| b.name.as_str()).collect();
+    let of = if cfg.services.len() > 1 {
+        format!(" service {:?} of", svc.service.name)
+    } else {
+        String::new()
+    };
     eprintln!(
-        "error: no branch {branch:?} in {}; branches: {}",
+        "error: no branch {branch:?} in{of} {}; branches: {}",
         cfg.source.display(),
         names.join(", ")
     );
@@ -69,12 +85,13 @@ fn store_error(e: crate::state::StateError) -> ExitCode {
 
 pub(super) async fn approve(
     cfg: &Config,
+    svc: &ServiceConfig,
     branch: &str,
     by: &str,
     reason: &str,
     expires: Duration,
 ) -> ExitCode {
-    if let Err(c) = check_branch(cfg, branch) {
+    if let Err(c) = check_branch(cfg, svc, branch) {
         return c;
     }
     if let Err(e) = check_expiry(cfg, expires, MAX_APPROVAL) {
@@ -98,7 +115,7 @@ pub(super) async fn approve(
         expires_at: now + expires.as_millis() as i64,
         decisions: Default::default(),
     };
-    let store = runner::open_store(cfg).await;
+    let store = runner::open_store(cfg, &svc.service.name).await;
     let a = approval.clone();
     let doc = match store
         .update(move |doc| {
@@ -165,19 +182,18 @@ pub(super) async fn approve(
 }
 
 pub(super) async fn override_cmd(
-    cfg: &Config,
-    branch: &str,
+    Target { cfg, svc, branch }: Target<'_>,
     force: Option<ForceArg>,
     expires: Option<Duration>,
     reason: Option<String>,
     by: String,
     clear: bool,
 ) -> ExitCode {
-    if let Err(c) = check_branch(cfg, branch) {
+    if let Err(c) = check_branch(cfg, svc, branch) {
         return c;
     }
     let now = now_ms();
-    let store = runner::open_store(cfg).await;
+    let store = runner::open_store(cfg, &svc.service.name).await;
     let b = branch.to_string();
     let new = if clear {
         None
@@ -243,8 +259,8 @@ pub(super) async fn override_cmd(
     ExitCode::from(EXIT_OK)
 }
 
-pub(super) async fn status(cfg: &Config, json: bool) -> ExitCode {
-    let store = runner::open_store(cfg).await;
+pub(super) async fn status(cfg: &Config, svc: &ServiceConfig, json: bool) -> ExitCode {
+    let store = runner::open_store(cfg, &svc.service.name).await;
     let doc = match store.load().await {
         Ok(d) => d,
         Err(e) => return store_error(e),
@@ -258,10 +274,10 @@ pub(super) async fn status(cfg: &Config, json: bool) -> ExitCode {
             }
         }
     } else {
-        let branches: Vec<String> = cfg.branches.iter().map(|b| b.name.clone()).collect();
+        let branches: Vec<String> = svc.branches.iter().map(|b| b.name.clone()).collect();
         // The document is any writer's: its ids, names and reasons are escaped field by field
         // (a newline in a reason must not forge a line of the report).
-        let text = crate::control::render_status(&inert(doc), &cfg.policy, &branches, now_ms());
+        let text = crate::control::render_status(&inert(doc), &svc.policy, &branches, now_ms());
         print!("{}", crate::config::escape_controls_by_line(&text));
     }
     ExitCode::from(EXIT_OK)

@@ -1,6 +1,6 @@
 //! The text `check` prints: branches, steps, metrics and dimensions, the policy arithmetic. Pure.
 
-use crate::config::{self, Config, ProbeKind, SinkKind};
+use crate::config::{self, Config, ProbeKind, ServiceConfig, SinkKind};
 use std::path::PathBuf;
 
 /// The `check` plan (pure): branches, steps, metrics and dimensions, the policy arithmetic.
@@ -14,20 +14,52 @@ pub fn plan(cfg: &Config) -> String {
 fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
     use std::fmt::Write;
     writeln!(s, "{}: valid", cfg.source.display())?;
-    writeln!(
-        s,
-        "service {} (stable name {}, never probed as a branch)",
-        cfg.service.name, cfg.service.stable_name
-    )?;
-    plan_probe(s, cfg)?;
-    plan_branches(s, cfg)?;
-    plan_readiness(s, cfg)?;
+    for svc in &cfg.services {
+        let ns = if svc.namespace == cfg.publish.namespace {
+            String::new()
+        } else {
+            format!(", namespace {}", svc.namespace)
+        };
+        writeln!(
+            s,
+            "service {} (stable name {}, never probed as a branch{ns})",
+            svc.service.name, svc.service.stable_name
+        )?;
+        plan_probe(s, cfg, svc)?;
+        plan_branches(s, svc)?;
+        plan_readiness(s, svc)?;
+    }
     plan_publish(s, cfg)?;
     plan_evidence_and_state(s, cfg)?;
+    writeln!(s, "{}", summary(cfg))?;
     for w in &cfg.warnings {
         writeln!(s, "warning: {w}")?;
     }
     Ok(())
+}
+
+/// The load of the whole config in one line: services, branches, attempts per second and the
+/// most datums a minute of publish ticks carries (every step succeeding, every branch known).
+fn summary(cfg: &Config) -> String {
+    let (mut branches, mut per_s, mut per_tick) = (0, 0.0, 0);
+    for svc in &cfg.services {
+        let n = svc.branches.len();
+        branches += n;
+        per_s += n as f64 / svc.probe.interval.as_secs_f64();
+        let steps = probe_steps(&svc.probe.kind);
+        let tls = usize::from(steps.contains("tls"));
+        // Readiness, SuccessRate, Attempts, FailedAttempts, one StepDuration per step, and
+        // CertificateExpiryDays with TLS; Heartbeat and BothBranchesUnready per service.
+        per_tick += n * (4 + steps.split(" → ").count() + tls) + 2;
+    }
+    let ticks_per_min = 60.0 / cfg.publish.interval.as_secs_f64();
+    let services = cfg.services.len();
+    format!(
+        "summary: {services} service{}, {branches} branch{}, {per_s:.1} attempts/s, up to {:.0} datums/min",
+        if services == 1 { "" } else { "s" },
+        if branches == 1 { "" } else { "es" },
+        per_tick as f64 * ticks_per_min
+    )
 }
 
 /// The steps one attempt of `kind` runs, in order.
@@ -50,19 +82,19 @@ fn probe_steps(kind: &ProbeKind) -> &'static str {
 }
 
 /// The probe section: schedule and steps, the kind's own settings, where DNS answers come from.
-fn plan_probe(s: &mut String, cfg: &Config) -> std::fmt::Result {
+fn plan_probe(s: &mut String, cfg: &Config, svc: &ServiceConfig) -> std::fmt::Result {
     use std::fmt::Write;
     let d = crate::clock::fmt_duration;
     writeln!(
         s,
         "probe kind {} every {} (attempt timeout {}, first-attempt jitter ≤ {}): {}",
-        cfg.probe.kind.name(),
-        d(cfg.probe.interval),
-        d(cfg.probe.timeout),
-        d(cfg.probe.jitter),
-        probe_steps(&cfg.probe.kind)
+        svc.probe.kind.name(),
+        d(svc.probe.interval),
+        d(svc.probe.timeout),
+        d(svc.probe.jitter),
+        probe_steps(&svc.probe.kind)
     )?;
-    writeln!(s, "  {}", kind_settings(&cfg.probe.kind))?;
+    writeln!(s, "  {}", kind_settings(&svc.probe.kind))?;
     let dns = match &cfg.dns.nameservers {
         Some(ns) => ns
             .iter()
@@ -131,10 +163,10 @@ fn kind_settings(kind: &ProbeKind) -> String {
     }
 }
 
-fn plan_branches(s: &mut String, cfg: &Config) -> std::fmt::Result {
+fn plan_branches(s: &mut String, svc: &ServiceConfig) -> std::fmt::Result {
     use std::fmt::Write;
     writeln!(s, "branches:")?;
-    for b in &cfg.branches {
+    for b in &svc.branches {
         writeln!(
             s,
             "  {:<12} {:<9} {}:{}",
@@ -148,10 +180,10 @@ fn plan_branches(s: &mut String, cfg: &Config) -> std::fmt::Result {
 }
 
 /// The readiness policy, with what one failed attempt does to each condition.
-fn plan_readiness(s: &mut String, cfg: &Config) -> std::fmt::Result {
+fn plan_readiness(s: &mut String, svc: &ServiceConfig) -> std::fmt::Result {
     use std::fmt::Write;
     let d = crate::clock::fmt_duration;
-    let p = &cfg.policy;
+    let p = &svc.policy;
     writeln!(
         s,
         "readiness (initial {}, min_attempts {}):",
@@ -164,7 +196,7 @@ fn plan_readiness(s: &mut String, cfg: &Config) -> std::fmt::Result {
         p.declare_unready.threshold_percent,
         d(p.declare_unready.window),
         d(p.declare_unready.for_),
-        config::one_failure_effect(&p.declare_unready, cfg.probe.interval, true)
+        config::one_failure_effect(&p.declare_unready, svc.probe.interval, true)
     )?;
     writeln!(
         s,
@@ -177,7 +209,7 @@ fn plan_readiness(s: &mut String, cfg: &Config) -> std::fmt::Result {
         } else {
             ""
         },
-        config::one_failure_effect(&p.declare_ready, cfg.probe.interval, false)
+        config::one_failure_effect(&p.declare_ready, svc.probe.interval, false)
     )
 }
 
@@ -222,6 +254,10 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
     ] {
         writeln!(s, "  {m:<22} {unit:<14} [{dims}]")?;
     }
+    if cfg.services.len() > 1 {
+        let (m, unit, dims) = ("ServiceUnavailable", "None (1)", "Service (not prepared)");
+        writeln!(s, "  {m:<22} {unit:<14} [{dims}]")?;
+    }
     Ok(())
 }
 
@@ -229,11 +265,20 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
 fn plan_evidence_and_state(s: &mut String, cfg: &Config) -> std::fmt::Result {
     use std::fmt::Write;
     writeln!(s, "evidence: {}", cfg.evidence_path.display())?;
-    let document = format!("control-{}.json", crate::state::safe(&cfg.service.name));
-    let store = match &cfg.state.store {
-        config::StoreKind::File => cfg.state_dir.join(document).display().to_string(),
-        config::StoreKind::S3(s3) => format!("s3://{}/{}{document}", s3.bucket, s3.key_prefix),
-    };
+    let store = cfg
+        .services
+        .iter()
+        .map(|svc| {
+            let document = format!("control-{}.json", crate::state::safe(&svc.service.name));
+            match &cfg.state.store {
+                config::StoreKind::File => cfg.state_dir.join(document).display().to_string(),
+                config::StoreKind::S3(s3) => {
+                    format!("s3://{}/{}{document}", s3.bucket, s3.key_prefix)
+                }
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     writeln!(
         s,
         "prober id {}; state store: {store} (synced every {})",
@@ -330,6 +375,7 @@ endpoint = "mysql-secondary.orders.internal.example"
               PublishFailures        Count          [Service, Class (emf only)]
             evidence: /var/lib/readyprobe/evidence.jsonl
             prober id az-a; state store: /var/lib/readyprobe/control-orders-db.json (synced every 10s)
+            summary: 1 service, 2 branches, 1.0 attempts/s, up to 24 datums/min
             warning: probe.tls.danger_send_secrets_unverified is true: ssl_mode "required" does not verify the server's certificate, and probe.mysql.password is sent anyway; a server that is not the branch can capture it (evidence records tls_verified: false)
         "#]]
         .assert_eq(&plan_of(MYSQL));
@@ -358,5 +404,21 @@ endpoint = "mysql-secondary.orders.internal.example"
         "#]].assert_eq(&probe_lines_of(
             "[probe]\nkind = \"otlp\"\ninterval = \"2s\"\n[probe.otlp]\n[probe.tls]\nssl_mode = \"disabled\"\n",
         ));
+    }
+
+    /// A config of several services: a plan per service, then one summary of the load.
+    #[test]
+    fn plan_of_several_services_ends_with_their_load() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/fleet.toml");
+        let plan = plan(&config::load(&path).unwrap_or_else(|e| panic!("{e}")));
+        let services: Vec<&str> = plan.lines().filter(|l| l.starts_with("service ")).collect();
+        assert_eq!(services.len(), 3, "{plan}");
+        assert_eq!(plan.matches("branches:").count(), 3, "{plan}");
+        // 2 × (4 + 6 steps + TLS) + 2 per mysql service, 2 × (4 + 4 steps + TLS) + 2 for http.
+        let summary: Vec<&str> = plan.lines().filter(|l| l.starts_with("summary:")).collect();
+        assert_eq!(
+            summary,
+            ["summary: 3 services, 6 branches, 3.0 attempts/s, up to 68 datums/min"]
+        );
     }
 }

@@ -1,16 +1,16 @@
 //! `readyprobe probe`: one real attempt against one branch, every step printed.
 
 use super::{EXIT_ATTEMPT_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_UNAVAILABLE_INPUT};
-use crate::config::{Config, escape_controls as esc};
+use crate::config::{Config, ServiceConfig, escape_controls as esc};
 use crate::probe::{self, Outcome};
 use std::process::ExitCode;
 
-pub(super) async fn probe_once(cfg: &Config, branch: &str) -> ExitCode {
+pub(super) async fn probe_once(cfg: &Config, svc: &ServiceConfig, branch: &str) -> ExitCode {
     // A mistyped branch is a usage error (64) whatever else is missing.
-    if let Err(code) = super::operator::check_branch(cfg, branch) {
+    if let Err(code) = super::operator::check_branch(cfg, svc, branch) {
         return code;
     }
-    let (resolver, probes) = match probe::prepare(cfg) {
+    let (resolver, probes) = match probe::prepare_service(cfg, svc) {
         Ok(x) => x,
         Err(e) => {
             for p in &e.problems {

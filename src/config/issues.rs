@@ -28,6 +28,14 @@ pub(crate) struct Issues<'a> {
     doc: Option<Spanned<DeTable<'a>>>,
     pub(super) errors: Vec<Issue>,
     pub(super) warnings: Vec<String>,
+    /// The `[[service]]` whose merged `probe` and `readiness` tables are being validated.
+    pub(super) scope: Option<Scope>,
+}
+
+/// One `[[service]]` entry: its key prefix (`service[2]`) and its name, for messages.
+pub(super) struct Scope {
+    pub(super) prefix: String,
+    pub(super) name: String,
 }
 
 impl<'a> Issues<'a> {
@@ -39,13 +47,30 @@ impl<'a> Issues<'a> {
             doc,
             errors: Vec::new(),
             warnings: Vec::new(),
+            scope: None,
         }
     }
 
     /// Record an error on the dotted key path `key` (e.g. `branch[1].endpoint`).
     /// The same error twice in a row (two rules reaching one shared key) is recorded once.
+    /// Inside a [`Scope`], a `probe.*` or `readiness.*` key is the service's own
+    /// (`service[2].probe.timeout`) unless only the top-level default is written in the file.
     pub(super) fn error(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        let (key, message) = (key.into(), message.into());
+        let (mut key, mut message) = (key.into(), message.into());
+        let head = key.split(['.', '[']).next().unwrap_or("");
+        if let Some(sc) = &self.scope
+            && (head == "probe" || head == "readiness")
+        {
+            let scoped = format!("{}.{key}", sc.prefix);
+            if self.line_of_key(&scoped).is_none() && self.line_of_key(&key).is_some() {
+                message = format!(
+                    "{message} (in {} {:?}, which takes it from the top-level [{}])",
+                    sc.prefix, sc.name, head
+                );
+            } else {
+                key = scoped;
+            }
+        }
         if self
             .errors
             .last()
@@ -53,13 +78,28 @@ impl<'a> Issues<'a> {
         {
             return;
         }
-        let line = self.line_of_key(&key);
+        let mut line = self.line_of_key(&key);
+        if line.is_none() && self.scope.is_some() {
+            // A key the merged table lacks: the line of the nearest table that is written.
+            let mut k = key.as_str();
+            while let Some(i) = k.rfind('.') {
+                k = &k[..i];
+                line = self.line_of_key(k);
+                if line.is_some() {
+                    break;
+                }
+            }
+        }
         self.errors.push(Issue { key, line, message });
     }
 
-    /// Record a non-fatal finding.
+    /// Record a non-fatal finding (inside a [`Scope`], naming its service).
     pub(super) fn warn(&mut self, message: impl Into<String>) {
-        self.warnings.push(message.into());
+        let message = message.into();
+        self.warnings.push(match &self.scope {
+            Some(sc) => format!("{} {:?}: {message}", sc.prefix, sc.name),
+            None => message,
+        });
     }
 
     /// 1-based line of a byte offset.

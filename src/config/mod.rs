@@ -10,6 +10,7 @@
 //! environment variable; those are the probe's start-up business (`probe::prepare`).
 
 mod dns;
+mod fleet;
 mod http;
 mod issues;
 mod mysql;
@@ -45,7 +46,7 @@ pub use values::{
 
 use crate::readiness::Policy;
 use issues::Issues;
-use raw::RawConfig;
+use raw::{RawConfig, RawFleetConfig};
 use service::MAX_CANARY_ID_LEN;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -66,10 +67,6 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// Where the shared control document (readiness, approvals, overrides) lives.
     pub state: StateConfig,
-    /// The failed-over service.
-    pub service: Service,
-    /// The readiness policy shared by all branches.
-    pub policy: Policy,
     /// Publishing settings.
     pub publish: Publish,
     /// Evidence JSON-lines file. Default `<state_dir>/evidence.jsonl`.
@@ -78,12 +75,56 @@ pub struct Config {
     pub evidence_max_bytes: u64,
     /// DNS settings of the `resolve` step.
     pub dns: Dns,
-    /// The probe run against every branch.
-    pub probe: ProbeConfig,
-    /// The branches, in config order.
-    pub branches: Vec<Branch>,
+    /// The services, in config order (one for a config with a single `[service]` table).
+    pub services: Vec<ServiceConfig>,
     /// Non-fatal findings (e.g. a policy where one failure crosses a threshold).
     pub warnings: Vec<String>,
+}
+
+/// One failed-over service: its branches and how they are probed, decided and published.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// The failed-over service.
+    pub service: Service,
+    /// The readiness policy of its branches.
+    pub policy: Policy,
+    /// The probe run against each of its branches.
+    pub probe: ProbeConfig,
+    /// Its branches, in config order.
+    pub branches: Vec<Branch>,
+    /// CloudWatch namespace of its datums. Default `publish.namespace`.
+    pub namespace: String,
+}
+
+impl Config {
+    /// The service an operator command acts on: the one named, or the only one.
+    ///
+    /// # Errors
+    /// A sentence naming the services when `name` is missing with several or names none of them.
+    pub fn service(&self, name: Option<&str>) -> Result<&ServiceConfig, String> {
+        let names = || {
+            self.services
+                .iter()
+                .map(|s| s.service.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match name {
+            Some(n) => self
+                .services
+                .iter()
+                .find(|s| s.service.name == n)
+                .ok_or_else(|| {
+                    format!("no service {n:?} in the config; its services: {}", names())
+                }),
+            None if self.services.len() == 1 => Ok(&self.services[0]),
+            None => Err(format!(
+                "the config has {} services; name one with --service ({})",
+                self.services.len(),
+                names()
+            )),
+        }
+    }
 }
 
 /// Every problem found in a config file.
@@ -168,10 +209,22 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         Err(e) => return Err(fail(Issues::new(text, None).syntax_issue(&e, text))),
     };
     let mut issues = Issues::new(text, Some(doc.clone()));
-    let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::from(doc))
-        .map_err(|e| fail(issues.serde_issue(&e)))?;
-    let host = raw.prober_id.is_none().then(default_prober_id);
-    match validate(path, raw, host, &mut issues) {
+    let fleet = matches!(
+        doc.get_ref().get("service").map(|v| v.get_ref()),
+        Some(toml::de::DeValue::Array(_))
+    );
+    let checked = if fleet {
+        let raw: RawFleetConfig = serde_path_to_error::deserialize(toml::Deserializer::from(doc))
+            .map_err(|e| fail(issues.serde_issue(&e)))?;
+        let host = raw.prober_id.is_none().then(default_prober_id);
+        fleet::validate(path, raw, host, &mut issues)
+    } else {
+        let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::from(doc))
+            .map_err(|e| fail(issues.serde_issue(&e)))?;
+        let host = raw.prober_id.is_none().then(default_prober_id);
+        validate(path, raw, host, &mut issues)
+    };
+    match checked {
         Some(mut cfg) if issues.errors.is_empty() => {
             cfg.warnings = issues.warnings;
             Ok(cfg)
@@ -187,8 +240,18 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     }
 }
 
-/// The checked stage: every section in turn, all errors collected. Pure: `host` is the
-/// default prober id, read by the caller.
+/// The settings every service shares, as written.
+pub(super) struct RawShared {
+    prober_id: Option<String>,
+    state_dir: Option<PathBuf>,
+    publish: raw::RawPublish,
+    evidence: raw::RawEvidence,
+    state: raw::RawState,
+    dns: raw::RawDns,
+}
+
+/// The checked stage of the single-service form: every section in turn, all errors collected.
+/// Pure: `host` is the default prober id, read by the caller.
 fn validate(
     path: &Path,
     raw: RawConfig,
@@ -196,7 +259,48 @@ fn validate(
     issues: &mut Issues<'_>,
 ) -> Option<Config> {
     let base = path.parent().unwrap_or(Path::new("."));
-    let service = service::section(raw.service, issues)?;
+    let service = service::section(raw.service, "service", issues)?;
+    let shared = RawShared {
+        prober_id: raw.prober_id,
+        state_dir: raw.state_dir,
+        publish: raw.publish,
+        evidence: raw.evidence,
+        state: raw.state,
+        dns: raw.dns,
+    };
+    let config = shared_sections(path, shared, host, issues);
+    let interval = probe::interval(&raw.probe);
+    let probe = probe::section(raw.probe, base, issues);
+    let default_port = probe.as_ref().and_then(|p| p.kind.default_port());
+    let branches = service::branches(
+        raw.branch,
+        "branch",
+        &service,
+        default_port,
+        probe.is_some(),
+        issues,
+    )?;
+    let policy = readiness::section(&raw.readiness, interval, issues);
+    let mut config = config?;
+    config.services.push(ServiceConfig {
+        namespace: config.publish.namespace.clone(),
+        service,
+        policy: policy?,
+        probe: probe?,
+        branches,
+    });
+    Some(config)
+}
+
+/// The shared sections: prober id, state directory, evidence, publish, state store and DNS.
+/// The config it returns has no services yet.
+pub(super) fn shared_sections(
+    path: &Path,
+    raw: RawShared,
+    host: Option<String>,
+    issues: &mut Issues<'_>,
+) -> Option<Config> {
+    let base = path.parent().unwrap_or(Path::new("."));
     let prober_id = raw
         .prober_id
         .or(host)
@@ -219,11 +323,6 @@ fn validate(
         Some(p) => p,
         None => state_dir.join("evidence.jsonl"),
     };
-    let interval = probe::interval(&raw.probe);
-    let probe = probe::section(raw.probe, base, issues);
-    let default_port = probe.as_ref().and_then(|p| p.kind.default_port());
-    let branches = service::branches(raw.branch, &service, default_port, probe.is_some(), issues)?;
-    let policy = readiness::section(&raw.readiness, interval, issues);
     let publish = publish::section(raw.publish, issues);
     let publish_interval = publish.as_ref().map(|p| p.interval);
     let state = publish_interval.and_then(|i| state::section(raw.state, i, issues));
@@ -233,14 +332,11 @@ fn validate(
         prober_id,
         state_dir,
         state: state?,
-        service,
-        policy: policy?,
         publish: publish?,
         evidence_path,
         evidence_max_bytes: evidence_mb.clamp(1, 1_048_576) * 1024 * 1024,
         dns: dns?,
-        probe: probe?,
-        branches,
+        services: Vec::new(),
         warnings: Vec::new(),
     })
 }
@@ -350,16 +446,22 @@ endpoint = "mysql-secondary.orders.internal.example"
     #[test]
     fn defaults_resolve() {
         let c = parse(Path::new("/etc/readyprobe/t.toml"), BASE).unwrap();
-        assert_eq!(c.probe.interval, Duration::from_secs(2));
-        assert_eq!(c.probe.timeout, Duration::from_millis(1600));
-        assert_eq!(c.policy.min_attempts, 10);
-        assert_eq!(c.policy.declare_unready.window, Duration::from_secs(60));
-        assert_eq!(c.policy.declare_ready.for_, Duration::from_secs(600));
+        assert_eq!(c.services[0].probe.interval, Duration::from_secs(2));
+        assert_eq!(c.services[0].probe.timeout, Duration::from_millis(1600));
+        assert_eq!(c.services[0].policy.min_attempts, 10);
+        assert_eq!(
+            c.services[0].policy.declare_unready.window,
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            c.services[0].policy.declare_ready.for_,
+            Duration::from_secs(600)
+        );
         assert_eq!(c.publish.sinks, [SinkKind::Emf]);
         assert_eq!(c.publish.namespace, "Readyprobe");
-        assert_eq!(c.branches[0].port, 3306);
+        assert_eq!(c.services[0].branches[0].port, 3306);
         assert_eq!(c.state_dir, PathBuf::from("/etc/readyprobe/state"));
-        assert_eq!(c.policy.initial, ReadinessState::Unknown);
+        assert_eq!(c.services[0].policy.initial, ReadinessState::Unknown);
     }
 
     #[test]
@@ -527,7 +629,7 @@ endpoint = "mysql-secondary.orders.internal.example"
         assert!(got.iter().any(|i| i.key == "branch[0].port"), "{got:?}");
         let ok = tcp.replace("[probe.tcp]", "[probe.tcp]\nport = 443");
         let c = parse(Path::new("t.toml"), &ok).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(c.branches[1].port, 443);
+        assert_eq!(c.services[0].branches[1].port, 443);
         assert!(c.warnings.iter().any(|w| w.contains("liveness-level")));
     }
 
@@ -640,8 +742,8 @@ endpoint = "mysql-secondary.orders.internal.example"
         let text = with("ssl_mode = \"required\"", "ssl_mode = \"verify_ca\"\nssl_ca = \"/nonexistent/ca.pem\"\nssl_cert = \"client.pem\"\nssl_key = \"client.key\"")
             .replace("{ env = \"PW\" }", "{ file = \"secrets/pw\" }");
         let c = parse(Path::new("/etc/readyprobe/t.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
-        let ProbeKind::Mysql(m) = &c.probe.kind else {
-            panic!("{:?}", c.probe.kind)
+        let ProbeKind::Mysql(m) = &c.services[0].probe.kind else {
+            panic!("{:?}", c.services[0].probe.kind)
         };
         assert_eq!(m.ssl_ca.as_deref(), Some(Path::new("/nonexistent/ca.pem")));
         let id = m.client_identity.as_ref().unwrap();

@@ -42,7 +42,7 @@ pub struct CloudWatch {
     pub max_attempts: u32,
 }
 
-fn namespace_ok(ns: &str) -> bool {
+pub(super) fn namespace_ok(ns: &str) -> bool {
     !ns.is_empty()
         && ns.len() <= MAX_NAMESPACE_LEN
         && !ns.starts_with("AWS/")

@@ -54,6 +54,42 @@ pub(super) struct RawConfig {
     pub branch: Vec<RawBranch>,
 }
 
+/// A config file with several `[[service]]` entries. `[probe]` and `[readiness]` are defaults
+/// here, kept as plain tables: each service's own tables are merged over them key by key before
+/// they are read as [`RawProbe`] and [`RawReadiness`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFleetConfig {
+    pub prober_id: Option<String>,
+    pub state_dir: Option<PathBuf>,
+    pub service: Vec<RawFleetService>,
+    pub readiness: Option<toml::Table>,
+    #[serde(default)]
+    pub publish: RawPublish,
+    #[serde(default)]
+    pub evidence: RawEvidence,
+    #[serde(default)]
+    pub state: RawState,
+    #[serde(default)]
+    pub dns: RawDns,
+    pub probe: Option<toml::Table>,
+    /// Refused: in this form each service lists its own `[[service.branch]]`.
+    pub branch: Option<toml::Value>,
+}
+
+/// One `[[service]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFleetService {
+    pub name: String,
+    pub stable_name: String,
+    pub namespace: Option<String>,
+    pub probe: Option<toml::Table>,
+    pub readiness: Option<toml::Table>,
+    #[serde(default)]
+    pub branch: Vec<RawBranch>,
+}
+
 /// `[service]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -66,25 +66,29 @@ pub(super) fn check_dimension(key: &str, value: &str, max: usize, issues: &mut I
     }
 }
 
-/// Validate `[service]`.
-pub(super) fn section(raw: RawService, issues: &mut Issues<'_>) -> Option<Service> {
+/// Validate `[service]` (or one `[[service]]`, whose key is `key`, e.g. `service[2]`).
+pub(super) fn section(raw: RawService, key: &str, issues: &mut Issues<'_>) -> Option<Service> {
     let service = Service {
         name: raw.name.trim().to_string(),
         stable_name: normalise_name(&raw.stable_name),
     };
-    check_dimension("service.name", &service.name, MAX_SERVICE_NAME_LEN, issues);
+    let name_key = format!("{key}.name");
+    check_dimension(&name_key, &service.name, MAX_SERVICE_NAME_LEN, issues);
+    let stable_key = format!("{key}.stable_name");
     if service.stable_name.is_empty() {
-        issues.error("service.stable_name", "must be the failover record name");
+        issues.error(stable_key, "must be the failover record name");
     } else if let Err(why) = check_hostname(&service.stable_name) {
-        issues.error("service.stable_name", why);
+        issues.error(stable_key, why);
     }
     Some(service)
 }
 
-/// Validate the `[[branch]]` list. `default_port` is the probe kind's (`None` when it has none
+/// Validate the `[[branch]]` list (or a service's `[[service.branch]]`, whose key is `key`).
+/// `default_port` is the probe kind's (`None` when it has none
 /// or the probe table is invalid: then a missing port is not reported again).
 pub(super) fn branches(
     raw: Vec<RawBranch>,
+    key: &str,
     service: &Service,
     default_port: Option<u16>,
     probe_ok: bool,
@@ -92,8 +96,15 @@ pub(super) fn branches(
 ) -> Option<Vec<Branch>> {
     if raw.is_empty() {
         issues.error(
-            "branch",
-            "at least one [[branch]] is required (usually a PRIMARY and a SECONDARY)",
+            key,
+            format!(
+                "at least one [[{}]] is required (usually a PRIMARY and a SECONDARY)",
+                if key == "branch" {
+                    key
+                } else {
+                    "service.branch"
+                }
+            ),
         );
     }
     let mut out = Vec::new();
@@ -101,7 +112,7 @@ pub(super) fn branches(
     let mut roles = BTreeSet::new();
     for (i, b) in raw.into_iter().enumerate() {
         let name = b.name.trim().to_string();
-        let key = |k: &str| format!("branch[{i}].{k}");
+        let key = |k: &str| format!("{key}[{i}].{k}");
         // The canary table's column is the tighter bound.
         check_dimension(&key("name"), &name, MAX_CANARY_ID_LEN, issues);
         if !names.insert(name.clone()) {

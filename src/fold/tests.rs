@@ -27,17 +27,28 @@ fn policy() -> Policy {
     }
 }
 
-fn start(doc: &ControlDoc) -> (Fold, Vec<Effect>) {
+/// A fold of one service, `orders-db`, with `doc` as its control document.
+fn start_with(doc: &ControlDoc, policy: &Policy) -> (Fold, Vec<Effect>) {
     let branches = ["primary".to_string(), "secondary".to_string()];
-    let setup = Setup {
+    let services = [ServiceSetup {
         service: "orders-db",
-        prober: "p1",
-        policy: &policy(),
+        namespace: "Readyprobe",
+        policy,
         branches: &branches,
-        sinks: &SINKS,
         store_location: "memory",
+        doc,
+    }];
+    let setup = Setup {
+        prober: "p1",
+        services: &services,
+        unavailable: &[],
+        sinks: &SINKS,
     };
-    Fold::start(setup, doc, 0)
+    Fold::start(setup, 0)
+}
+
+fn start(doc: &ControlDoc) -> (Fold, Vec<Effect>) {
+    start_with(doc, &policy())
 }
 
 fn attempt(branch: &str, seq: u64, at: Millis, ok: bool) -> Input {
@@ -45,7 +56,7 @@ fn attempt(branch: &str, seq: u64, at: Millis, ok: bool) -> Input {
     if ok {
         a.outcome = Outcome::Success;
     }
-    Input::Attempt(Box::new(a))
+    Input::Attempt(0, Box::new(a))
 }
 
 /// Attempts on `branch` every 500 ms in `[from, to)`; returns the effects and the next time.
@@ -64,7 +75,7 @@ fn records(effects: &[Effect]) -> Vec<Json> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Record(_, r) => Some(serde_json::to_value(r).unwrap()),
+            Effect::Record(_, _, r) => Some(serde_json::to_value(r).unwrap()),
             _ => None,
         })
         .collect()
@@ -133,11 +144,12 @@ fn approval(id: &str, at: Millis, expires_at: Millis) -> Approval {
 /// One sync as the runner does it: the store's document goes through
 /// `control::sync_prober` with the fold's copy, then back into the fold.
 fn sync(f: &mut Fold, doc: &mut ControlDoc, now: Millis) -> Vec<Effect> {
-    let req = f.sync_request();
+    let req = f.sync_request(0);
     let mut copy = req.readiness.clone();
     let decided = control::sync_prober(doc, "p1", &mut copy, &req.recorded, now);
     f.handle(
         Input::SyncDone {
+            service: 0,
             doc: doc.clone(),
             decided,
         },
@@ -422,20 +434,11 @@ fn both_unready_is_logged_once_and_rearmed() {
 
 #[test]
 fn no_fail_open_flag_while_a_branch_is_unknown() {
-    let branches = ["primary".to_string(), "secondary".to_string()];
     let p = Policy {
         initial: ReadinessState::Unknown,
         ..policy()
     };
-    let setup = Setup {
-        service: "orders-db",
-        prober: "p1",
-        policy: &p,
-        branches: &branches,
-        sinks: &SINKS,
-        store_location: "memory",
-    };
-    let (mut f, _) = Fold::start(setup, &ControlDoc::new("orders-db"), 0);
+    let (mut f, _) = start_with(&ControlDoc::new("orders-db"), &p);
     let e = f.handle(Input::Tick { last: false }, 1000);
     assert!(of_kind(&e, "both_branches_unready").is_empty());
 }
@@ -477,7 +480,7 @@ fn a_tick_publishes_what_happened_since_the_last_one() {
 #[test]
 fn saved_state_is_restored_and_unknown_branches_are_named() {
     let (f, _) = pending();
-    let snap = f.sync_request().readiness["primary"].snapshot();
+    let snap = f.sync_request(0).readiness["primary"].snapshot();
     let mut doc = ControlDoc::new("orders-db");
     doc.probers.insert(
         "p1".into(),
@@ -492,8 +495,8 @@ fn saved_state_is_restored_and_unknown_branches_are_named() {
         },
     );
     let (f, e) = start(&doc);
-    assert_eq!(f.restored().len(), 1);
-    assert_eq!(f.restored()[0].state, ReadinessState::PendingApproval);
+    assert_eq!(f.restored(0).len(), 1);
+    assert_eq!(f.restored(0)[0].state, ReadinessState::PendingApproval);
     assert!(
         logs(&e)
             .iter()
@@ -504,7 +507,7 @@ fn saved_state_is_restored_and_unknown_branches_are_named() {
 #[test]
 fn saved_state_dated_ahead_is_named_and_clamped() {
     let (f, _) = pending();
-    let snap = f.sync_request().readiness["primary"].snapshot();
+    let snap = f.sync_request(0).readiness["primary"].snapshot();
     let saved_since = snap.since.expect("pending has a since");
     let mut doc = ControlDoc::new("orders-db");
     let branches = [("primary".to_string(), snap)].into_iter().collect();
@@ -521,7 +524,7 @@ fn saved_state_dated_ahead_is_named_and_clamped() {
     assert!(logs(&e).iter().any(|l| l.level == Level::Warn
         && l.message.contains("dated after this host's clock")
         && l.fields.branch.as_deref() == Some("primary")));
-    assert_eq!(f.sync_request().readiness["primary"].since(), Some(0));
+    assert_eq!(f.sync_request(0).readiness["primary"].since(), Some(0));
 }
 
 fn report(batch: u64, sink: &'static str, error: Option<&str>) -> Input {
@@ -712,6 +715,7 @@ fn an_abandoned_attempt_is_counted_not_folded() {
     let (mut f, _) = start(&ControlDoc::new("orders-db"));
     let e = f.handle(
         Input::Abandoned {
+            service: 0,
             branch: "primary".into(),
             seq: 7,
         },
@@ -720,6 +724,7 @@ fn an_abandoned_attempt_is_counted_not_folded() {
     assert_eq!(of_kind(&e, "attempt_abandoned")[0]["seq"], 7);
     let e = f.handle(
         Input::SyncFailed {
+            service: 0,
             error: "disk on fire".into(),
             started: Some(50),
         },
@@ -729,4 +734,82 @@ fn an_abandoned_attempt_is_counted_not_folded() {
     let (s, _) = f.finish(200, "SIGINT", 0);
     assert_eq!((s.abandoned, s.state_sync_failures), (1, 1));
     assert!(s.attempts.is_empty());
+}
+
+/// Services of one run: a tick packs every service in a namespace into one batch, each datum
+/// with its own `Service`; an attempt, a sync and a record belong to their own service.
+#[test]
+fn a_tick_packs_every_service_of_a_namespace_into_one_batch() {
+    let branches = ["primary".to_string(), "secondary".to_string()];
+    let docs = [
+        ControlDoc::new("orders-db"),
+        ControlDoc::new("payments-db"),
+        ControlDoc::new("telemetry"),
+    ];
+    let p = policy();
+    let svc = |i: usize, service, namespace| ServiceSetup {
+        service,
+        namespace,
+        policy: &p,
+        branches: &branches,
+        store_location: "memory",
+        doc: &docs[i],
+    };
+    let services = [
+        svc(0, "orders-db", "Readyprobe"),
+        svc(1, "payments-db", "Readyprobe"),
+        svc(2, "telemetry", "Telemetry"),
+    ];
+    let unavailable = [("broken-db".to_string(), "Readyprobe".to_string())];
+    let setup = Setup {
+        prober: "p1",
+        services: &services,
+        unavailable: &unavailable,
+        sinks: &SINKS,
+    };
+    let (mut f, _) = Fold::start(setup, 0);
+    let mut a = Attempt::internal_failure("primary", 1, 0, 10, "x".into());
+    a.outcome = Outcome::Success;
+    let e = f.handle(Input::Attempt(1, Box::new(a)), 10);
+    let r = of_kind(&e, "attempt");
+    assert_eq!(r.len(), 1);
+    let Effect::Record(_, service, _) = e.iter().find(|e| matches!(e, Effect::Record(..))).unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(service, "payments-db");
+
+    let e = f.handle(Input::Tick { last: false }, 1000);
+    let b = batches(&e);
+    assert_eq!(b.len(), 2, "one batch per namespace: {b:?}");
+    let services_of = |b: &Batch, metric: &str| -> Vec<String> {
+        b.datums
+            .iter()
+            .filter(|d| d.metric == metric)
+            .map(|d| d.dimensions[0].1.clone())
+            .collect()
+    };
+    let (main, tele) = (b[0], b[1]);
+    assert_eq!(main.namespace, "Readyprobe");
+    assert_eq!(services_of(main, "Heartbeat"), ["orders-db", "payments-db"]);
+    assert_eq!(services_of(main, "ServiceUnavailable"), ["broken-db"]);
+    assert_eq!(tele.namespace, "Telemetry");
+    assert_eq!(services_of(tele, "Heartbeat"), ["telemetry"]);
+    // Only payments-db/primary attempted.
+    let attempts: Vec<(String, f64)> = main
+        .datums
+        .iter()
+        .filter(|d| d.metric == "Attempts")
+        .map(|d| {
+            let Value::Single(v) = d.value else { panic!() };
+            (format!("{}/{}", d.dimensions[0].1, d.dimensions[1].1), v)
+        })
+        .filter(|(_, v)| *v > 0.0)
+        .collect();
+    assert_eq!(attempts, [("payments-db/primary".to_string(), 1.0)]);
+    // A sync of one service's document touches only its branches.
+    assert_eq!(f.sync_request(2).readiness.len(), 2);
+    let s = f.finish(2000, "test", 0).0;
+    assert_eq!(s.attempts["payments-db/primary"], 1);
+    assert_eq!(s.final_states.len(), 6);
 }

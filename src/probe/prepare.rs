@@ -7,7 +7,9 @@
 
 use super::target::{BranchProbe, Header, Redactor, Target};
 use super::{http, mysql, otlp, resolve, tcp, tls};
-use crate::config::{Config, Dns, HeaderValueSource, ProbeKind, SecretRef, SslMode, TlsSettings};
+use crate::config::{
+    Config, Dns, HeaderValueSource, ProbeKind, SecretRef, ServiceConfig, SslMode, TlsSettings,
+};
 use hickory_resolver::TokioResolver;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -51,7 +53,7 @@ impl fmt::Display for PrepareProblem {
 
 /// Start-up failure while preparing probes: every problem found (resolv.conf first, then the probe
 /// kind's secrets and TLS files).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub struct PrepareError {
     /// One entry per unavailable file or secret; never empty.
     pub problems: Vec<PrepareProblem>,
@@ -94,39 +96,99 @@ impl Problems {
     }
 }
 
-/// Prepare the probes of every branch: read secrets, load CA bundles and client identities,
-/// build the resolver.
+/// Prepare the probes of every branch of every service: read secrets, load CA bundles and
+/// client identities, build the resolver.
 ///
 /// # Errors
 /// [`PrepareError`] listing every secret, CA bundle, client certificate or key and resolv.conf
 /// that is unavailable, each once.
 pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), PrepareError> {
+    let resolver = resolver(cfg);
+    let mut problems = resolver
+        .as_ref()
+        .err()
+        .map(|e| e.problems.clone())
+        .unwrap_or_default();
+    let mut probes = Vec::new();
+    for svc in &cfg.services {
+        match branches(cfg, svc) {
+            Ok(p) => probes.extend(p),
+            Err(e) => {
+                for p in e.problems {
+                    if !problems.contains(&p) {
+                        problems.push(p);
+                    }
+                }
+            }
+        }
+    }
+    match resolver {
+        Ok(r) if problems.is_empty() => Ok((r, probes)),
+        _ => Err(PrepareError { problems }),
+    }
+}
+
+/// Prepare one service's branch probes and the resolver (the `probe` command).
+///
+/// # Errors
+/// As [`prepare`], for the resolver's and this service's inputs.
+pub fn prepare_service(
+    cfg: &Config,
+    svc: &ServiceConfig,
+) -> Result<(TokioResolver, Vec<BranchProbe>), PrepareError> {
+    match (resolver(cfg), branches(cfg, svc)) {
+        (Ok(r), Ok(p)) => Ok((r, p)),
+        (r, p) => {
+            let mut problems = r.err().map(|e| e.problems).unwrap_or_default();
+            problems.extend(p.err().map(|e| e.problems).unwrap_or_default());
+            Err(PrepareError { problems })
+        }
+    }
+}
+
+/// Build the resolver every branch shares.
+///
+/// # Errors
+/// [`PrepareError`] naming resolv.conf when it is unusable.
+pub fn resolver(cfg: &Config) -> Result<TokioResolver, PrepareError> {
     let mut problems = Problems::default();
-    let resolver = prepare_resolver(&cfg.dns, &mut problems);
-    let target = prepare_target(&cfg.probe.kind, &mut problems);
-    let (Some(resolver), Some(target), true) = (resolver, target, problems.0.is_empty()) else {
+    match prepare_resolver(&cfg.dns, &mut problems) {
+        Some(r) if problems.0.is_empty() => Ok(r),
+        _ => Err(PrepareError {
+            problems: problems.0,
+        }),
+    }
+}
+
+/// Prepare one service's branch probes: its secrets, CA bundle and client identity.
+///
+/// # Errors
+/// [`PrepareError`] listing each of its inputs that is unavailable.
+pub fn branches(cfg: &Config, svc: &ServiceConfig) -> Result<Vec<BranchProbe>, PrepareError> {
+    let mut problems = Problems::default();
+    let target = prepare_target(&svc.probe.kind, &mut problems);
+    let (Some(target), true) = (target, problems.0.is_empty()) else {
         return Err(PrepareError {
             problems: problems.0,
         });
     };
-    let tls_verified = tls_settings(&cfg.probe.kind).verified();
+    let tls_verified = tls_settings(&svc.probe.kind).verified();
     let redactor = Redactor::new(target.secrets());
-    let probes = cfg
+    Ok(svc
         .branches
         .iter()
         .map(|b| BranchProbe {
             branch: b.clone(),
             prober_id: cfg.prober_id.clone(),
-            stable_name: cfg.service.stable_name.clone(),
+            stable_name: svc.service.stable_name.clone(),
             address_family: cfg.dns.address_family,
-            timeout: cfg.probe.timeout,
-            step_timeouts: cfg.probe.step_timeouts,
+            timeout: svc.probe.timeout,
+            step_timeouts: svc.probe.step_timeouts,
             target: target.clone(),
             tls_verified,
             redactor: redactor.clone(),
         })
-        .collect();
-    Ok((resolver, probes))
+        .collect())
 }
 
 fn prepare_resolver(dns: &Dns, problems: &mut Problems) -> Option<TokioResolver> {

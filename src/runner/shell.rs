@@ -13,12 +13,13 @@ use crate::sink::{Queued, SinkQueue};
 use crate::state::{StateError, Store};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// What a background sync produced: the document and this prober's decisions to take, and the
 /// other instance it found under this prober id.
 pub(super) struct SyncOutcome {
+    /// Index of the service whose document it is.
+    pub(super) service: usize,
     started: Millis,
     result: Result<(ControlDoc, Vec<(Approval, Decision)>), StateError>,
     found: Option<OtherInstance>,
@@ -31,16 +32,19 @@ type SyncOut = (Vec<(Approval, Decision)>, Option<OtherInstance>);
 pub(super) struct Shell {
     pub(super) fold: Fold,
     pub(super) evidence: EvidenceWriter,
-    pub(super) sinks: Vec<SinkQueue>,
+    /// Each sink's queue with the namespace it publishes to.
+    pub(super) sinks: Vec<(String, SinkQueue)>,
     pub(super) clock: Clock,
-    pub(super) store: Store,
+    /// One store per running service (its control document), in the fold's service order.
+    pub(super) stores: Vec<Store>,
     pub(super) prober: String,
     /// A batch's window: one publish interval.
     pub(super) publish_window: Duration,
     /// How long a sync may take before it counts as failed.
     pub(super) sync_bound: Duration,
-    /// This process's instance id and whether another process saves under its prober id.
-    pub(super) instances: InstanceWatch,
+    /// This process's instance id and whether another process saves under its prober id, per
+    /// store.
+    pub(super) instances: Vec<InstanceWatch>,
 }
 
 impl Shell {
@@ -53,7 +57,7 @@ impl Shell {
         for e in effects {
             match e {
                 Effect::Publish(b) => self.hand(b),
-                Effect::Record(at, r) => self.write(at, &r),
+                Effect::Record(at, service, r) => self.evidence.record_for(at, &service, &r),
                 Effect::Log(l) => emit(&l),
             }
         }
@@ -67,7 +71,9 @@ impl Shell {
     pub(super) fn hand(&mut self, b: Batch) {
         let deadline = Instant::now() + self.publish_window;
         let mut refused = Vec::new();
-        for s in self.sinks.iter().filter(|s| b.sinks.contains(&s.name())) {
+        let mine =
+            |(ns, s): &&(String, SinkQueue)| *ns == b.namespace && b.sinks.contains(&s.name());
+        for (_, s) in self.sinks.iter().filter(mine) {
             let q = Queued {
                 id: b.id,
                 datums: b.datums.clone(),
@@ -86,10 +92,15 @@ impl Shell {
         }
     }
 
-    pub(super) fn on_branch_event(&mut self, ev: BranchEvent) {
+    /// An event of a branch of running service `service`.
+    pub(super) fn on_branch_event(&mut self, (service, ev): (usize, BranchEvent)) {
         self.feed(match ev {
-            BranchEvent::Attempt(a) => Input::Attempt(a),
-            BranchEvent::Abandoned { branch, seq } => Input::Abandoned { branch, seq },
+            BranchEvent::Attempt(a) => Input::Attempt(service, a),
+            BranchEvent::Abandoned { branch, seq } => Input::Abandoned {
+                service,
+                branch,
+                seq,
+            },
         });
     }
 
@@ -102,15 +113,18 @@ impl Shell {
     /// approvals, read overrides, in one conditional read-modify-write of the control document
     /// ([`control::sync_prober`]). The run loop goes on meanwhile (a slow or stuck store never
     /// stalls probing or publishing); [`finish_sync`](Self::finish_sync) takes the result.
-    pub(super) fn start_sync(&self) -> JoinHandle<SyncOutcome> {
+    pub(super) fn sync_task(
+        &self,
+        service: usize,
+    ) -> impl std::future::Future<Output = SyncOutcome> + Send + 'static {
         let now = self.clock.now_ms();
-        let req = self.fold.sync_request();
+        let req = self.fold.sync_request(service);
         let me = self.prober.clone();
-        let instance = self.instances.instance.clone();
-        let (store, bound) = (self.store.clone(), self.sync_bound);
+        let instance = self.instances[service].instance.clone();
+        let (store, bound) = (self.stores[service].clone(), self.sync_bound);
         let out: Arc<Mutex<SyncOut>> = Arc::default();
         let out2 = out.clone();
-        tokio::spawn(async move {
+        async move {
             // The store may run the change more than once (a conflicting writer): each run
             // starts again from the copy taken now.
             let update = store.update(move |doc| {
@@ -133,32 +147,41 @@ impl Shell {
             let (decided, found) =
                 std::mem::take(&mut *out.lock().unwrap_or_else(|p| p.into_inner()));
             SyncOutcome {
+                service,
                 started: now,
                 result: result.map(|doc| (doc, decided)),
                 found,
             }
-        })
+        }
     }
 
-    /// Take a finished sync.
-    pub(super) fn finish_sync(&mut self, joined: Result<SyncOutcome, tokio::task::JoinError>) {
+    /// Take a finished sync of service `service`'s document.
+    pub(super) fn finish_sync(
+        &mut self,
+        service: usize,
+        joined: Result<SyncOutcome, tokio::task::JoinError>,
+    ) {
         let outcome = joined.unwrap_or_else(|e| SyncOutcome {
+            service,
             started: self.clock.now_ms(),
             result: Err(StateError::Io {
-                location: self.store.location(),
+                location: self.stores[service].location(),
                 reason: format!("sync task ended: {e}"),
             }),
             found: None,
         });
-        let duplicate = self
-            .instances
-            .after_sync(outcome.result.is_ok(), outcome.found);
+        let duplicate = self.instances[service].after_sync(outcome.result.is_ok(), outcome.found);
         if let Some(other) = duplicate {
-            self.duplicate(other);
+            self.duplicate(service, other);
         }
         self.feed(match outcome.result {
-            Ok((doc, decided)) => Input::SyncDone { doc, decided },
+            Ok((doc, decided)) => Input::SyncDone {
+                service,
+                doc,
+                decided,
+            },
             Err(e) => Input::SyncFailed {
+                service,
                 error: e.to_string(),
                 started: Some(outcome.started),
             },
@@ -169,12 +192,12 @@ impl Shell {
 impl Shell {
     /// Another process saves under this prober id: say so at ERROR and in the evidence, at every
     /// sync that finds it, until one of the two is stopped or given its own id.
-    fn duplicate(&mut self, other: OtherInstance) {
-        let store = self.store.location();
+    fn duplicate(&mut self, service: usize, other: OtherInstance) {
+        let store = self.stores[service].location();
         tracing::error!(
             prober = %self.prober,
             state = %store,
-            instance = %self.instances.instance,
+            instance = %self.instances[service].instance,
             other_instance = %other.instance,
             other_saved_at = %crate::clock::rfc3339(other.saved_at),
             "another readyprobe process runs with prober_id {:?} on this state store: the two overwrite each other's readiness and canary rows (verify_mismatch); give each prober its own prober_id",
@@ -182,7 +205,7 @@ impl Shell {
         );
         let r = Record::DuplicateProber(DuplicateProber {
             state_store: store,
-            instance: self.instances.instance.clone(),
+            instance: self.instances[service].instance.clone(),
             other_instance: other.instance,
             other_saved_at: other.saved_at,
         });

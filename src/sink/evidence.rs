@@ -124,7 +124,13 @@ impl EvidenceWriter {
     /// hundredth), never returned: evidence is a record of the control loop, not a reason to
     /// stop it.
     pub fn record(&mut self, at: Millis, record: &Record) {
-        match Envelope::new(at, &self.service, &self.prober, record).to_line() {
+        let service = self.service.clone();
+        self.record_for(at, &service, record);
+    }
+
+    /// [`record`](Self::record) for the named service (a run with several services).
+    pub fn record_for(&mut self, at: Millis, service: &str, record: &Record) {
+        match Envelope::new(at, service, &self.prober, record).to_line() {
             Ok(line) => self.send(Msg::Line(line)),
             Err(e) => {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);

@@ -192,6 +192,17 @@ pub fn tick_datums(service: &str, branches: &[BranchTick], now: Millis) -> Vec<D
     out
 }
 
+/// The `ServiceUnavailable` datum of a service `run` could not prepare: 1, every tick (pure).
+pub fn service_unavailable_datum(service: &str, now: Millis) -> Datum {
+    Datum {
+        metric: "ServiceUnavailable",
+        dimensions: vec![("Service", service.to_string())],
+        value: Value::Single(1.0),
+        unit: Unit::None,
+        timestamp: now,
+    }
+}
+
 /// The `PublishFailures` datums: failed batches per class since the previous tick (pure).
 pub fn publish_failure_datums(
     service: &str,

@@ -460,6 +460,8 @@ fn check_passes_every_example_and_strict_names_each_missing_input_once() {
                 1,
                 "{name}: {m} must be named by exactly one warning:\n{stdout}"
             );
+            // A [[service]]'s own input is named by its probe key, with the service after it.
+            let key = key.strip_prefix("service.").unwrap_or(key);
             assert!(
                 named[0].starts_with(&format!("warning: {key}")),
                 "{name}: the warning names the key the file sets, {key}: {}",
@@ -588,4 +590,222 @@ fn operator_commands_need_neither_secrets_nor_ca_files() {
     assert_eq!(code, Some(0), "{text}");
     let (code, text) = run(&["status", "--json"]);
     assert_eq!(code, Some(0), "{text}");
+}
+
+/// With several services, the operator commands act on the one `--service` names, in its own
+/// control document; without it they name the services and change nothing.
+#[test]
+fn operator_commands_take_the_service_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/fleet.toml"),
+    )
+    .unwrap()
+    .replace(
+        "state_dir = \"/var/lib/readyprobe\"",
+        &format!("state_dir = {:?}", dir.path()),
+    )
+    .replace("store = \"s3\"", "store = \"file\"")
+    .replace(
+        "s3 = { bucket = \"readyprobe-state\", key_prefix = \"readyprobe/\" }",
+        "",
+    );
+    let path = dir.path().join("fleet.toml");
+    std::fs::write(&path, text).unwrap();
+    let run = |args: &[&str]| {
+        let out = bin()
+            .args(args)
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let force = |service: Option<&str>| {
+        let mut a = vec![
+            "override",
+            "--branch",
+            "primary",
+            "--force",
+            "unready",
+            "--expires",
+            "1h",
+            "--reason",
+            "maintenance",
+            "--by",
+            "it",
+        ];
+        if let Some(s) = service {
+            a.extend(["--service", s]);
+        }
+        run(&a)
+    };
+    for args in [
+        &["status"][..],
+        &[
+            "approve", "--branch", "primary", "--by", "it", "--reason", "x",
+        ],
+    ] {
+        let (code, text) = run(args);
+        assert_eq!(code, Some(64), "{args:?}: {text}");
+        assert!(
+            text.contains("--service") && text.contains("orders-db, payments-db, orders-api"),
+            "{args:?}: {text}"
+        );
+    }
+    let (code, text) = force(None);
+    assert_eq!(code, Some(64), "{text}");
+    let (code, text) = force(Some("billing-db"));
+    assert_eq!(code, Some(64), "{text}");
+    assert!(text.contains("no service \"billing-db\""), "{text}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "nothing written"
+    );
+
+    let (code, text) = force(Some("payments-db"));
+    assert_eq!(code, Some(0), "{text}");
+    let doc = |service: &str| {
+        std::fs::read_to_string(dir.path().join(format!("control-{service}.json"))).ok()
+    };
+    let payments = doc("payments-db").expect("payments-db's control document");
+    assert!(payments.contains("maintenance"), "{payments}");
+    assert!(doc("orders-db").is_none() && doc("orders-api").is_none());
+    let (code, text) = run(&["status", "--service", "payments-db"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("payments-db"), "{text}");
+    let (code, text) = run(&["status", "--service", "orders-db"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("maintenance"), "{text}");
+}
+
+/// A `[[service]]` config: a service whose secret is missing is reported (ERROR line, evidence,
+/// `ServiceUnavailable` datum) while the other runs (exit 0); with no service able to start,
+/// `run` exits 78 and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_starts_the_services_it_can_and_reports_the_others() {
+    let dns = crate::support::dns::DnsServer::start("fleet.internal.example").await;
+    dns.set_a("gw-primary", std::net::Ipv4Addr::LOCALHOST, 5)
+        .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accept = tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            drop(s);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let write = |gateway_tls: &str| {
+        let text = format!(
+            r#"
+state_dir = {dir:?}
+[publish]
+interval = "1s"
+[dns]
+nameservers = ["{ns}"]
+[probe]
+kind = "mysql"
+interval = "200ms"
+[probe.tls]
+ssl_mode = "disabled"
+danger_send_secrets_unverified = true
+[probe.mysql]
+user = "readyprobe"
+password = {{ file = {missing:?} }}
+
+[[service]]
+name = "gateway"
+stable_name = "gw.fleet.internal.example"
+probe = {{ kind = "tcp", tcp = {{ port = {port} }}{gateway_tls} }}
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "gw-primary.fleet.internal.example"
+
+[[service]]
+name = "broken-db"
+stable_name = "db.fleet.internal.example"
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "db-primary.fleet.internal.example"
+"#,
+            dir = dir.path(),
+            ns = dns.addr(),
+            missing = dir.path().join("no-such-password"),
+        );
+        let path = dir.path().join("fleet.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let run = |path: &std::path::Path| {
+        let path = path.to_owned();
+        tokio::task::spawn_blocking(move || {
+            bin()
+                .args(["run", "--duration", "3s", "--config"])
+                .arg(&path)
+                .output()
+                .unwrap()
+        })
+    };
+    let out = run(&write("")).await.unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let error = lines_naming(&stderr, "cannot prepare this service");
+    assert_eq!(error.len(), 1, "{stderr}");
+    assert!(
+        error[0].contains("ERROR")
+            && error[0].contains("broken-db")
+            && error[0].contains("no-such-password"),
+        "{}",
+        error[0]
+    );
+    let datums = |metric: &str, service: &str| {
+        stdout
+            .lines()
+            .filter(|l| {
+                l.contains(&format!("\"{metric}\""))
+                    && l.contains(&format!("\"Service\":\"{service}\""))
+            })
+            .count()
+    };
+    assert!(datums("ServiceUnavailable", "broken-db") >= 2, "{stdout}");
+    assert!(datums("Heartbeat", "gateway") >= 2, "{stdout}");
+    assert_eq!(datums("Heartbeat", "broken-db"), 0, "{stdout}");
+    let ev = read_evidence(&dir.path().join("evidence.jsonl"));
+    assert!(
+        ev.iter()
+            .any(|v| v["kind"] == "service_unavailable" && v["service"] == "broken-db")
+    );
+    assert!(
+        ev.iter().any(|v| v["kind"] == "attempt"
+            && v["service"] == "gateway"
+            && v["result"] == "success")
+    );
+
+    // Both services unavailable: nothing starts.
+    std::fs::remove_file(dir.path().join("evidence.jsonl")).unwrap();
+    let path = write(&format!(
+        ", tls = {{ ssl_mode = \"verify_identity\", ssl_ca = {:?} }}",
+        dir.path().join("no-such-ca.pem")
+    ));
+    let out = run(&path).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("no-such-ca.pem") && stderr.contains("no-such-password"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+    assert!(!dir.path().join("evidence.jsonl").exists());
+    accept.abort();
 }

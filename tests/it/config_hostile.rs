@@ -248,7 +248,7 @@ async fn the_longest_service_name_fits_the_file_store() {
         &format!("name = \"{}\"", "s".repeat(227)),
     );
     let cfg = config::parse(&dir.path().join("c.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
-    let file = readyprobe::state::FileStore::new(dir.path(), &cfg.service.name);
+    let file = readyprobe::state::FileStore::new(dir.path(), &cfg.services[0].service.name);
     let path = file.path().to_owned();
     readyprobe::state::Store::File(file)
         .update(|doc| {

@@ -4,6 +4,7 @@ mod cli;
 mod config_hostile;
 mod failback;
 mod fault_matrix;
+mod fleet;
 mod fuzz;
 mod harness_smoke;
 mod http_kind;

@@ -1,0 +1,366 @@
+//! The `[[service]]` form: several services in one config. Shared settings are read once; each
+//! service's `probe` and `readiness` tables are merged key by key over the top-level ones
+//! (nested tables recursively; a service naming another `kind` drops the default's kind table),
+//! then validated by the same sections as the single-service form, with keys named
+//! `service[i].…`.
+
+use super::issues::{Issues, Scope};
+use super::raw::{RawFleetConfig, RawFleetService, RawProbe, RawReadiness, RawService};
+use super::{
+    Config, RawShared, ServiceConfig, probe, publish, readiness, service, shared_sections,
+};
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::path::Path;
+use toml::{Table, Value};
+
+/// `{ probe = … }`, so serde's key paths start with `probe.` as in a file.
+#[derive(Deserialize)]
+struct ProbeOnly {
+    probe: RawProbe,
+}
+
+/// `{ readiness = … }`.
+#[derive(Deserialize)]
+struct ReadinessOnly {
+    readiness: RawReadiness,
+}
+
+/// `over` merged into `base` key by key; tables merge recursively, anything else replaces.
+fn merge(base: &mut Table, over: Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(Value::Table(b)), Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// A service's probe table over the default: a different `kind` drops the default's kind table.
+fn merged_probe(default: Option<&Table>, own: Option<Table>) -> Table {
+    let mut t = default.cloned().unwrap_or_default();
+    if let Some(own) = own {
+        if let (Some(Value::String(old)), Some(new)) = (t.get("kind"), own.get("kind"))
+            && new.as_str() != Some(old.as_str())
+        {
+            let old = old.clone();
+            t.remove(&old);
+        }
+        merge(&mut t, own);
+    }
+    t
+}
+
+/// `table` read as `T` under the top-level key `name`; a serde error is recorded in scope.
+fn read<T: for<'de> Deserialize<'de>>(
+    name: &str,
+    table: Table,
+    issues: &mut Issues<'_>,
+) -> Option<T> {
+    let mut wrapper = Table::new();
+    wrapper.insert(name.into(), Value::Table(table));
+    match serde_path_to_error::deserialize(Value::Table(wrapper)) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            let i = issues.serde_issue(&e);
+            issues.error(i.key, i.message);
+            None
+        }
+    }
+}
+
+/// The checked stage of the `[[service]]` form. Pure: `host` is the default prober id.
+pub(super) fn validate(
+    path: &Path,
+    raw: RawFleetConfig,
+    host: Option<String>,
+    issues: &mut Issues<'_>,
+) -> Option<Config> {
+    if raw.branch.is_some() {
+        issues.error(
+            "branch",
+            "with [[service]] entries, each service lists its own branches as [[service.branch]]",
+        );
+    }
+    if raw.service.is_empty() {
+        issues.error("service", "at least one [[service]] is required");
+    }
+    let shared = RawShared {
+        prober_id: raw.prober_id,
+        state_dir: raw.state_dir,
+        publish: raw.publish,
+        evidence: raw.evidence,
+        state: raw.state,
+        dns: raw.dns,
+    };
+    let config = shared_sections(path, shared, host, issues);
+    let default_ns = config.as_ref().map(|c| c.publish.namespace.clone());
+    let mut names = BTreeSet::new();
+    let mut documents = BTreeSet::new();
+    let mut services = Vec::new();
+    for (i, s) in raw.service.into_iter().enumerate() {
+        let key = format!("service[{i}]");
+        let name = s.name.trim();
+        let document = format!("control-{}.json", crate::state::safe(name));
+        if !names.insert(name.to_string()) {
+            issues.error(
+                format!("{key}.name"),
+                format!("duplicate service name {name:?}"),
+            );
+        } else if !documents.insert(document.clone()) {
+            issues.error(
+                format!("{key}.name"),
+                format!("{name:?} shares its control document {document} with an earlier service (characters other than A–Z a–z 0–9 - _ . become _): rename one"),
+            );
+        }
+        let defaults = (raw.probe.as_ref(), raw.readiness.as_ref());
+        services.push(one(path, key, s, defaults, default_ns.as_deref(), issues));
+    }
+    let mut config = config?;
+    config.services = services.into_iter().collect::<Option<_>>()?;
+    Some(config)
+}
+
+/// Validate one `[[service]]` with the defaults merged in.
+fn one(
+    path: &Path,
+    key: String,
+    s: RawFleetService,
+    (probe_default, readiness_default): (Option<&Table>, Option<&Table>),
+    default_ns: Option<&str>,
+    issues: &mut Issues<'_>,
+) -> Option<ServiceConfig> {
+    let base = path.parent().unwrap_or(Path::new("."));
+    let raw_service = RawService {
+        name: s.name,
+        stable_name: s.stable_name,
+    };
+    let service = service::section(raw_service, &key, issues)?;
+    if let Some(ns) = &s.namespace
+        && !publish::namespace_ok(ns)
+    {
+        issues.error(
+            format!("{key}.namespace"),
+            "CloudWatch namespaces are 1–255 ASCII characters, must not start with \"AWS/\" or ':'",
+        );
+    }
+    issues.scope = Some(Scope {
+        prefix: key.clone(),
+        name: service.name.clone(),
+    });
+    let raw_probe = read::<ProbeOnly>("probe", merged_probe(probe_default, s.probe), issues);
+    let mut r = readiness_default.cloned().unwrap_or_default();
+    merge(&mut r, s.readiness.unwrap_or_default());
+    let raw_readiness = read::<ReadinessOnly>("readiness", r, issues);
+    let (probe, interval) = match raw_probe {
+        Some(p) => {
+            let interval = probe::interval(&p.probe);
+            let spread = p.probe.jitter.is_none();
+            let mut probe = probe::section(p.probe, base, issues);
+            // Many branches in one process: their first attempts spread over the interval.
+            if let Some(c) = probe.as_mut().filter(|_| spread) {
+                c.jitter = c.interval * 9 / 10;
+            }
+            (probe, interval)
+        }
+        None => (None, None),
+    };
+    let policy = raw_readiness.and_then(|r| readiness::section(&r.readiness, interval, issues));
+    issues.scope = None;
+    let default_port = probe.as_ref().and_then(|p| p.kind.default_port());
+    let branches = service::branches(
+        s.branch,
+        &format!("{key}.branch"),
+        &service,
+        default_port,
+        probe.is_some(),
+        issues,
+    )?;
+    Some(ServiceConfig {
+        namespace: s.namespace.or(default_ns.map(str::to_string))?,
+        service,
+        policy: policy?,
+        probe: probe?,
+        branches,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Issue, ProbeKind, parse};
+    use std::path::Path;
+    use std::time::Duration;
+
+    const FLEET: &str = r#"
+prober_id = "az-a"
+
+[probe]
+kind = "mysql"
+interval = "2s"
+[probe.tls]
+ssl_mode = "verify_identity"
+ssl_ca = "/etc/ssl/rds.pem"
+[probe.mysql]
+user = "readyprobe"
+password = { env = "PW" }
+
+[readiness]
+window = "60s"
+declare_unready = { success_rate_below = 95.0, for = "3m" }
+
+[[service]]
+name = "orders-db"
+stable_name = "mysql.orders.internal.example"
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "mysql-primary.orders.internal.example"
+[[service.branch]]
+name = "secondary"
+role = "SECONDARY"
+endpoint = "mysql-secondary.orders.internal.example"
+
+[[service]]
+name = "payments-db"
+stable_name = "mysql.payments.internal.example"
+namespace = "Payments"
+probe = { interval = "5s", mysql = { database = "canary" } }
+readiness = { declare_unready = { for = "1m" } }
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "mysql-primary.payments.internal.example"
+
+[[service]]
+name = "orders-api"
+stable_name = "api.orders.internal.example"
+[service.probe]
+kind = "http"
+[service.probe.http]
+path = "/health"
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "api-primary.orders.internal.example"
+"#;
+
+    fn issues(text: &str) -> Vec<Issue> {
+        match parse(Path::new("fleet.toml"), text) {
+            Ok(_) => vec![],
+            Err(e) => e.issues,
+        }
+    }
+
+    fn line_of(text: &str, needle: &str) -> Option<usize> {
+        let lines: Vec<&str> = text.lines().collect();
+        lines
+            .iter()
+            .rposition(|l| l.contains(needle))
+            .map(|i| i + 1)
+    }
+
+    /// Each service's tables are merged key by key over the defaults; another kind replaces
+    /// the default's kind table.
+    #[test]
+    fn services_merge_their_overrides_over_the_defaults() {
+        let c =
+            parse(Path::new("/etc/readyprobe/fleet.toml"), FLEET).unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<_> = c.services.iter().map(|s| s.service.name.as_str()).collect();
+        assert_eq!(names, ["orders-db", "payments-db", "orders-api"]);
+        let [orders, payments, api] = &c.services[..] else {
+            panic!()
+        };
+        assert_eq!(orders.probe.interval, Duration::from_secs(2));
+        // Without `jitter`, first attempts spread over 90 % of the interval.
+        assert_eq!(orders.probe.jitter, Duration::from_millis(1800));
+        assert_eq!(orders.namespace, "Readyprobe");
+        assert_eq!(payments.probe.interval, Duration::from_secs(5));
+        assert_eq!(payments.namespace, "Payments");
+        let ProbeKind::Mysql(m) = &payments.probe.kind else {
+            panic!("{:?}", payments.probe.kind)
+        };
+        // Nested tables merge: the user is the default's, the database the service's.
+        assert_eq!(
+            (m.user.as_str(), m.database.as_str()),
+            ("readyprobe", "canary")
+        );
+        assert!(m.ssl_ca.is_some());
+        assert_eq!(
+            payments.policy.declare_unready.for_,
+            Duration::from_secs(60)
+        );
+        assert_eq!(payments.policy.declare_unready.threshold_percent, 95.0);
+        assert_eq!(orders.policy.declare_unready.for_, Duration::from_secs(180));
+        let ProbeKind::Http(h) = &api.probe.kind else {
+            panic!("{:?}", api.probe.kind)
+        };
+        assert_eq!(h.request.path, "/health");
+        assert_eq!(api.branches[0].port, 443);
+        assert_eq!(c.service(Some("payments-db")).unwrap().branches.len(), 1);
+        let e = c.service(None).unwrap_err();
+        assert!(e.contains("orders-db, payments-db, orders-api"), "{e}");
+        assert!(c.service(Some("nope")).unwrap_err().contains("orders-api"));
+    }
+
+    /// Errors name the service by index, with the line where the key is written.
+    #[test]
+    fn errors_name_the_service_key_and_line() {
+        let text = FLEET.replace(
+            "endpoint = \"mysql-primary.payments.internal.example\"",
+            "endpoint = \"mysql.payments.internal.example\"",
+        );
+        let got = issues(&text);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].key, "service[1].branch[0].endpoint");
+        assert_eq!(got[0].line, line_of(&text, "endpoint = \"mysql.payments"));
+
+        // A service's own bad value is its key; an inherited one stays the top-level key and
+        // the message names the service.
+        let text = FLEET.replace("interval = \"5s\"", "interval = \"5s\", timeout = \"9s\"");
+        let got = issues(&text);
+        assert_eq!(got[0].key, "service[1].probe.timeout", "{got:?}");
+        assert_eq!(got[0].line, line_of(&text, "timeout = \"9s\""));
+        let text = FLEET.replace("interval = \"2s\"", "interval = \"2s\"\ntimeout = \"3s\"");
+        let got = issues(&text);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got.iter().all(|i| i.key == "probe.timeout"), "{got:?}");
+        assert!(
+            got[0].message.contains("service[0] \"orders-db\""),
+            "{got:?}"
+        );
+        assert_eq!(got[0].line, line_of(&text, "timeout = \"3s\""));
+
+        let text = FLEET.replace("path = \"/health\"", "path = \"/health\"\npaht = 1");
+        let got = issues(&text);
+        assert_eq!(got[0].key, "service[2].probe.http.paht", "{got:?}");
+        assert_eq!(got[0].line, line_of(&text, "paht"));
+
+        let text = FLEET.replace("name = \"payments-db\"", "name = \"orders-db\"");
+        let got = issues(&text);
+        assert_eq!(got[0].key, "service[1].name", "{got:?}");
+        assert!(got[0].message.contains("duplicate"), "{got:?}");
+
+        let text = FLEET.replace("name = \"payments-db\"", "name = \"orders db\"");
+        let text = text.replace("name = \"orders-api\"", "name = \"orders/db\"");
+        let got = issues(&text);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].key, "service[2].name", "{got:?}");
+        assert!(got[0].message.contains("control-orders_db.json"), "{got:?}");
+
+        let text = FLEET.replace("namespace = \"Payments\"", "namespace = \"AWS/RDS\"");
+        assert_eq!(issues(&text)[0].key, "service[1].namespace");
+
+        let text = format!(
+            "{FLEET}\n[[branch]]\nname = \"x\"\nrole = \"PRIMARY\"\nendpoint = \"x.example\"\n"
+        );
+        assert_eq!(issues(&text)[0].key, "branch");
+        let text = FLEET.replace("[probe.mysql]\nuser = \"readyprobe\"\n", "[probe.mysql]\n");
+        let got = issues(&text);
+        assert!(
+            got.iter().any(|i| i.key == "service[0].probe.mysql.user"),
+            "{got:?}"
+        );
+    }
+}
