@@ -350,9 +350,22 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
     cur.to_string()
 }
 
-/// Collapse whitespace to single spaces and cut at [`MAX_CAUSE_CHARS`] (pure).
+/// Collapse whitespace to single spaces, escape other control characters (an endpoint's message
+/// must not drive the terminal a log is read on: `\x1b` becomes `\u{1b}`) and cut at
+/// [`MAX_CAUSE_CHARS`] (pure).
 fn one_line(s: &str) -> String {
-    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat: String = s
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .flat_map(|c| {
+            let esc = c.is_control().then(|| c.escape_default());
+            esc.into_iter()
+                .flatten()
+                .chain((!c.is_control()).then_some(c))
+        })
+        .collect();
     match flat.char_indices().nth(MAX_CAUSE_CHARS - 1) {
         Some((cut, _)) if flat.chars().count() > MAX_CAUSE_CHARS => {
             format!("{}…", flat[..cut].trim_end())
@@ -432,6 +445,16 @@ mod tests {
             unit: Unit::Count,
             timestamp: 1_700_000_000_000,
         }
+    }
+
+    #[test]
+    fn one_line_escapes_control_characters() {
+        assert_eq!(
+            one_line("a\n b\t\u{1b}]0;PWNED\u{7}\u{0}\u{9b}c"),
+            r"a b \u{1b}]0;PWNED\u{7}\u{0}\u{9b}c"
+        );
+        let long = "\u{1b}".repeat(1000);
+        assert!(one_line(&long).chars().count() <= MAX_CAUSE_CHARS + 1);
     }
 
     #[test]

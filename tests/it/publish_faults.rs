@@ -736,3 +736,27 @@ async fn outage_credentials_expiry() {
         .any(|l| l["PublishFailures"].is_number() && l["Class"] == "publish_credentials");
     assert!(counted, "no PublishFailures for publish_credentials on EMF");
 }
+
+/// An error message carrying terminal escape sequences (a title change, a bell) reaches the log
+/// and evidence escaped, never raw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_in_an_error_message_are_escaped() {
+    let fake = FakeCloudWatch::start().await;
+    let mut s = sink(&fake.url, Duration::from_secs(5)).await;
+    fake.set_fault(Some(Fault::Rejected("bad \u{1b}]0;PWNED\u{7} value\u{0}")));
+    let e = s
+        .send(&[datum("Readiness", 1.0, now_ms())])
+        .await
+        .unwrap_err();
+    assert_eq!(e.class, C::PublishRejected, "{}", e.message);
+    assert!(
+        !e.message.chars().any(char::is_control),
+        "raw control character in {:?}",
+        e.message
+    );
+    assert!(
+        e.message.contains(r"bad \u{1b}]0;PWNED\u{7} value\u{0}"),
+        "{}",
+        e.message
+    );
+}
