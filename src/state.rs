@@ -437,6 +437,9 @@ impl S3Store {
         let shared = loader.load().await;
         let s3cfg = aws_sdk_s3::config::Builder::from(&shared)
             .force_path_style(cfg.endpoint_url.is_some())
+            // A little over the document cap, so an oversized body is refused by `check_size`
+            // with its own message; the limit stops an endless error body.
+            .interceptor(crate::sink::BodyLimit(MAX_DOC_BYTES as usize + 64 * 1024))
             .build();
         S3Store {
             client: aws_sdk_s3::Client::from_conf(s3cfg),

@@ -23,6 +23,8 @@ use std::time::Duration;
 pub const MAX_DATUMS_PER_REQUEST: usize = 1000;
 /// PutMetricData limit: request payload, bytes.
 pub const MAX_REQUEST_BYTES: usize = 1_000_000;
+/// Largest response body read from CloudWatch, bytes (1 MiB; a real answer is a few hundred).
+pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 
 /// Encode one datum (pure). `None` for a non-finite datum.
 pub fn encode(d: &Datum) -> Option<MetricDatum> {
@@ -184,6 +186,7 @@ impl CloudWatchSink {
         let signed = Signed::default();
         let conf = aws_sdk_cloudwatch::config::Builder::from(&shared)
             .interceptor(signed.clone())
+            .interceptor(super::BodyLimit(MAX_RESPONSE_BYTES))
             .build();
         CloudWatchSink {
             client: aws_sdk_cloudwatch::Client::from_conf(conf),
