@@ -6,6 +6,7 @@ mod failback;
 mod fault_matrix;
 mod fuzz;
 mod harness_smoke;
+mod hostile_state;
 mod http_kind;
 mod mysql_kind;
 mod otlp_kind;
