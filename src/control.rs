@@ -29,6 +29,45 @@ pub const APPROVAL_HISTORY_MS: Millis = 10 * 60_000;
 /// next sync. 15 minutes; `approve` warns when only staler probers wait for the approval.
 pub const PROBER_FRESH_MS: Millis = 15 * 60_000;
 
+/// Clock skew tolerated between hosts sharing a document (ms): a prober entry saved further
+/// ahead of the reader's clock counts as neither fresh nor worth keeping. 5 minutes.
+pub const MAX_CLOCK_SKEW_MS: Millis = 5 * 60_000;
+
+/// The first instant in `doc` outside `[0, year 9999]` (the range [`crate::clock::rfc3339`]
+/// writes), as the field's path and value (pure).
+pub fn time_out_of_range(doc: &ControlDoc) -> Option<(String, Millis)> {
+    let mut times: Vec<(String, Millis)> = Vec::new();
+    for (id, p) in &doc.probers {
+        times.push((format!("probers.{id}.saved_at"), p.saved_at));
+        for (b, snap) in &p.branches {
+            let at = |f: &str| format!("probers.{id}.branches.{b}.{f}");
+            let opts = [
+                ("since", snap.since),
+                ("unready_holding_since", snap.unready_holding_since),
+                ("ready_holding_since", snap.ready_holding_since),
+            ];
+            times.extend(opts.into_iter().filter_map(|(f, t)| Some((at(f), t?))));
+            for (i, a) in snap.attempts.iter().enumerate() {
+                times.push((at(&format!("attempts[{i}].finished_at")), a.finished_at));
+            }
+        }
+    }
+    for (i, a) in doc.approvals.iter().enumerate() {
+        times.push((format!("approvals[{i}].at"), a.at));
+        times.push((format!("approvals[{i}].expires_at"), a.expires_at));
+        for (id, d) in &a.decisions {
+            times.push((format!("approvals[{i}].decisions.{id}.at"), d.at));
+        }
+    }
+    for (b, o) in &doc.overrides {
+        times.push((format!("overrides.{b}.at"), o.at));
+        times.push((format!("overrides.{b}.expires_at"), o.expires_at));
+    }
+    times
+        .into_iter()
+        .find(|(_, t)| !(0..=crate::clock::MAX_RFC3339_MS).contains(t))
+}
+
 /// Everything the probers and the operator CLI share about one service.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -69,13 +108,13 @@ impl ControlDoc {
     /// a day before `now`, and probers not saved for [`PROBER_RETENTION_MS`].
     pub fn prune(&mut self, now: Millis) {
         self.probers
-            .retain(|_, p| p.saved_at + PROBER_RETENTION_MS > now);
+            .retain(|_, p| p.saved_at.saturating_add(PROBER_RETENTION_MS) > now && !p.ahead(now));
         if self.approvals.len() > MAX_APPROVALS {
             let extra = self.approvals.len() - MAX_APPROVALS;
             self.approvals.drain(..extra);
         }
         self.overrides
-            .retain(|_, o| o.expires_at + OVERRIDE_RETENTION_MS > now);
+            .retain(|_, o| o.expires_at.saturating_add(OVERRIDE_RETENTION_MS) > now);
         let probers = &self.probers;
         self.instances.retain(|id, _| probers.contains_key(id));
     }
@@ -143,7 +182,13 @@ impl InstanceWatch {
 impl ProberState {
     /// Whether this prober saved within [`PROBER_FRESH_MS`] of `now`.
     pub fn is_fresh(&self, now: Millis) -> bool {
-        self.saved_at + PROBER_FRESH_MS > now
+        self.saved_at.saturating_add(PROBER_FRESH_MS) > now && !self.ahead(now)
+    }
+
+    /// Whether this entry was saved more than [`MAX_CLOCK_SKEW_MS`] after `now`: written by a
+    /// host whose clock runs ahead, so its `saved_at` says nothing about whether it still runs.
+    pub fn ahead(&self, now: Millis) -> bool {
+        self.saved_at > now.saturating_add(MAX_CLOCK_SKEW_MS)
     }
 }
 
@@ -317,7 +362,7 @@ pub fn sync_prober(
             continue;
         };
         if let Some(d) = a.decisions.get(me) {
-            if !recorded.contains(&a.id) && d.at + LOST_DECISION_MS > now {
+            if !recorded.contains(&a.id) && d.at.saturating_add(LOST_DECISION_MS) > now {
                 if d.applied && decide(a, r, now).applied {
                     let _ = r.approve(now);
                 }
@@ -325,7 +370,7 @@ pub fn sync_prober(
             }
             continue;
         }
-        if a.expires_at + APPROVAL_HISTORY_MS < now {
+        if a.expires_at.saturating_add(APPROVAL_HISTORY_MS) < now {
             continue;
         }
         let d = decide(a, r, now);
@@ -393,7 +438,7 @@ pub fn waiting_for(r: &Readiness, now: Millis) -> String {
     let holding = |since: Millis, for_: std::time::Duration, what: &str| {
         format!(
             "{what} condition holding for {} of {}",
-            fmt(now - since),
+            fmt(now.saturating_sub(since)),
             crate::clock::fmt_duration(for_)
         )
     };
@@ -520,6 +565,55 @@ mod tests {
         let found = claim_instance(doc, "p1", &w.instance);
         sync_prober(doc, "p1", &mut BTreeMap::new(), &BTreeSet::new(), now);
         w.after_sync(true, found)
+    }
+
+    /// Times at the ends of `i64` (refused by `parse_doc`, but a document built in memory may
+    /// still carry them) neither overflow nor keep an entry fresh for ever.
+    #[test]
+    fn extreme_times_saturate_and_a_future_save_is_stale() {
+        let now = 1_700_000_000_000;
+        let mut doc = ControlDoc::new("s");
+        doc.overrides.insert(
+            "primary".into(),
+            Override {
+                force: Forced::Ready,
+                by: "x".into(),
+                reason: "y".into(),
+                at: Millis::MIN,
+                expires_at: Millis::MAX,
+            },
+        );
+        let ahead = |saved_at| ProberState {
+            saved_at,
+            branches: BTreeMap::new(),
+        };
+        doc.probers.insert("far".into(), ahead(Millis::MAX));
+        doc.probers
+            .insert("skewed".into(), ahead(now + MAX_CLOCK_SKEW_MS));
+        doc.probers
+            .insert("ahead".into(), ahead(now + MAX_CLOCK_SKEW_MS + 1));
+        assert!(!doc.probers["far"].is_fresh(now));
+        assert!(!doc.probers["ahead"].is_fresh(now));
+        assert!(doc.probers["skewed"].is_fresh(now));
+        doc.prune(now);
+        assert!(doc.overrides.contains_key("primary"));
+        assert_eq!(doc.probers.keys().collect::<Vec<_>>(), ["skewed"]);
+        assert_eq!(
+            time_out_of_range(&doc),
+            Some(("overrides.primary.at".into(), Millis::MIN))
+        );
+        doc.overrides.get_mut("primary").unwrap().at = 0;
+        assert_eq!(
+            time_out_of_range(&doc),
+            Some(("overrides.primary.expires_at".into(), Millis::MAX))
+        );
+        doc.overrides.get_mut("primary").unwrap().expires_at = crate::clock::MAX_RFC3339_MS;
+        assert_eq!(time_out_of_range(&doc), None);
+        doc.probers.insert("far".into(), ahead(Millis::MAX));
+        assert_eq!(
+            time_out_of_range(&doc),
+            Some(("probers.far.saved_at".into(), Millis::MAX))
+        );
     }
 
     #[test]

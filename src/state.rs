@@ -58,7 +58,8 @@ pub enum StateError {
 /// Parse and check a control document (pure).
 ///
 /// # Errors
-/// [`StateError::Corrupt`] for bad JSON, another version or another service.
+/// [`StateError::Corrupt`] for bad JSON, another version or another service, or an instant
+/// outside 1970 to year 9999 (naming the field).
 pub fn parse_doc(location: &str, bytes: &[u8], service: &str) -> Result<ControlDoc, StateError> {
     let corrupt = |reason: String| StateError::Corrupt {
         location: location.to_string(),
@@ -73,6 +74,12 @@ pub fn parse_doc(location: &str, bytes: &[u8], service: &str) -> Result<ControlD
     }
     if doc.service != service {
         return Err(corrupt(format!("it belongs to service {:?}", doc.service)));
+    }
+    if let Some((field, t)) = crate::control::time_out_of_range(&doc) {
+        return Err(corrupt(format!(
+            "{field} is {t}, outside 0 (1970) to {} (year 9999) ms since the epoch",
+            crate::clock::MAX_RFC3339_MS
+        )));
     }
     Ok(doc)
 }
@@ -412,6 +419,9 @@ where
     }
 }
 
+/// Bound of one S3 call, the response body included, s.
+pub const S3_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Attempts of one [`S3Store::update`] before giving up on a contended object.
 pub const S3_MAX_TRIES: u32 = 16;
 
@@ -423,7 +433,7 @@ impl S3Store {
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .timeout_config(
                 aws_config::timeout::TimeoutConfig::builder()
-                    .operation_timeout(Duration::from_secs(10))
+                    .operation_timeout(S3_OPERATION_TIMEOUT)
                     .operation_attempt_timeout(Duration::from_secs(4))
                     .connect_timeout(Duration::from_secs(3))
                     .build(),
@@ -437,6 +447,9 @@ impl S3Store {
         let shared = loader.load().await;
         let s3cfg = aws_sdk_s3::config::Builder::from(&shared)
             .force_path_style(cfg.endpoint_url.is_some())
+            // A little over the document cap, so an oversized body is refused by `check_size`
+            // with its own message; the limit stops an endless error body.
+            .interceptor(crate::sink::BodyLimit(MAX_DOC_BYTES as usize + 64 * 1024))
             .build();
         S3Store {
             client: aws_sdk_s3::Client::from_conf(s3cfg),
@@ -462,6 +475,21 @@ impl S3Store {
     /// # Errors
     /// As [`Store::load`].
     pub async fn load(&self) -> Result<(ControlDoc, Option<String>), StateError> {
+        // The SDK's operation timeout ends when the response head arrives; the body is read
+        // after, so a peer trickling it would hold the load (and `run`'s start) for ever.
+        match tokio::time::timeout(S3_OPERATION_TIMEOUT, self.load_unbounded()).await {
+            Ok(r) => r,
+            Err(_) => Err(self.io(
+                "GetObject",
+                format!(
+                    "no whole answer within {} s",
+                    S3_OPERATION_TIMEOUT.as_secs()
+                ),
+            )),
+        }
+    }
+
+    async fn load_unbounded(&self) -> Result<(ControlDoc, Option<String>), StateError> {
         let r = self
             .client
             .get_object()
@@ -587,6 +615,59 @@ mod tests {
             store.update(|_| Ok(())),
             Err(StateError::Corrupt { .. })
         ));
+    }
+
+    /// Instants outside 1970 to year 9999 make the document corrupt, and the reason names the
+    /// field.
+    #[test]
+    fn a_time_out_of_range_is_corrupt_naming_its_field() {
+        let doc = |field: &str, value: i64| {
+            let v = serde_json::json!({
+                "version": CONTROL_VERSION,
+                "service": "s",
+                "probers": {"p1": {"saved_at": 10, "branches": {}}},
+                "overrides": {"primary": {"force": "ready", "by": "a", "reason": "b",
+                              "at": 1, "expires_at": 2}},
+            });
+            let mut text = v.to_string();
+            text = text.replace(
+                &format!(
+                    "\"{field}\":{}",
+                    if field == "saved_at" {
+                        10
+                    } else if field == "at" {
+                        1
+                    } else {
+                        2
+                    }
+                ),
+                &format!("\"{field}\":{value}"),
+            );
+            parse_doc("loc", text.as_bytes(), "s")
+        };
+        assert!(doc("saved_at", 10).is_ok());
+        for (field, value, path) in [
+            ("saved_at", i64::MAX, "probers.p1.saved_at"),
+            ("saved_at", -1, "probers.p1.saved_at"),
+            ("at", i64::MIN, "overrides.primary.at"),
+            ("expires_at", i64::MAX, "overrides.primary.expires_at"),
+            (
+                "expires_at",
+                crate::clock::MAX_RFC3339_MS + 1,
+                "overrides.primary.expires_at",
+            ),
+        ] {
+            match doc(field, value) {
+                Err(StateError::Corrupt { reason, .. }) => {
+                    assert!(
+                        reason.contains(path) && reason.contains(&value.to_string()),
+                        "{reason}"
+                    );
+                }
+                other => panic!("{field} = {value}: {other:?}"),
+            }
+        }
+        assert!(doc("expires_at", crate::clock::MAX_RFC3339_MS).is_ok());
     }
 
     #[test]

@@ -82,8 +82,8 @@ pub enum Command {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]
         config: PathBuf,
-        /// Stop after this long, e.g. `55s` (scheduled-task mode).
-        #[arg(long, value_parser = parse_duration)]
+        /// Stop after this long, e.g. `55s` (scheduled-task mode); more than zero.
+        #[arg(long, value_parser = parse_run_duration)]
         duration: Option<Duration>,
         /// After a stop request, how long in-flight attempts and the final publish may take.
         #[arg(long, value_parser = parse_duration, default_value = "10s")]
@@ -222,6 +222,28 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// `run --duration`: a zero one would stop before the first attempt, probing nothing.
+fn parse_run_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("must be more than zero (a run of 0s probes nothing)".into());
+    }
+    Ok(d)
+}
+
+/// A one-shot command's stdout may be a pipe its reader closes early (`status | head -1`): such a
+/// command then ends as Unix filters do, by `SIGPIPE`, instead of panicking in `println!`. `run`
+/// keeps Rust's default (ignored, writes fail with `EPIPE`), which its EMF writer handles.
+/// Sockets are unaffected: the standard library sends on TCP with `MSG_NOSIGNAL`, and the probes
+/// open no Unix-domain sockets (`mysql` is told not to prefer one).
+fn restore_sigpipe() {
+    // SAFETY: called from `main` before the runtime or any other thread exists, so nothing can
+    // race the change of disposition; `SIG_DFL` installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn init_logging(cli: &Cli) -> Result<(), String> {
     // A bare word that is not a level would parse as a target name and silence every log line.
     for directive in cli.log_level.split(',') {
@@ -279,6 +301,9 @@ pub fn main() -> ExitCode {
             });
         }
     };
+    if !matches!(cli.command, Command::Run { .. }) {
+        restore_sigpipe();
+    }
     if let Err(e) = init_logging(&cli) {
         eprintln!("error: {e}");
         return ExitCode::from(EXIT_INVALID_CONFIG);

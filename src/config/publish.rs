@@ -42,12 +42,55 @@ pub struct CloudWatch {
     pub max_attempts: u32,
 }
 
+/// CloudWatch's namespace rule: 1–255 of `0-9 A-Z a-z . - _ / # :` and space, not starting
+/// with `AWS/` (reserved) or `:`.
 pub(super) fn namespace_ok(ns: &str) -> bool {
     !ns.is_empty()
         && ns.len() <= MAX_NAMESPACE_LEN
         && !ns.starts_with("AWS/")
         && !ns.starts_with(':')
-        && ns.is_ascii()
+        && ns
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-_/#: ".contains(c))
+}
+
+/// Check an endpoint URL's authority (user info already refused): a DNS host name or an IP
+/// literal (`[…]` for IPv6), and a port of 1–65535 if one is given.
+fn check_authority(authority: &str) -> Result<(), String> {
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (v6, after) = rest
+            .split_once(']')
+            .ok_or("its IPv6 address has no closing ']'")?;
+        v6.parse::<std::net::Ipv6Addr>()
+            .map_err(|_| format!("[{v6}] is not an IPv6 address"))?;
+        match after.strip_prefix(':') {
+            Some(p) => ("", Some(p)),
+            None if after.is_empty() => ("", None),
+            None => return Err(format!("unexpected {after:?} after the IPv6 address")),
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if let Some(p) = port
+        && !(p.bytes().all(|b| b.is_ascii_digit()) && matches!(p.parse::<u16>(), Ok(1..)))
+    {
+        return Err(format!("port {p:?} is not 1–65535"));
+    }
+    if host.is_empty() {
+        return Ok(()); // an IPv6 literal, checked above
+    }
+    let last = host.trim_end_matches('.').rsplit('.').next().unwrap_or("");
+    if !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()) {
+        // A name whose last label is a number is an IPv4 address to a URL parser.
+        return host
+            .parse::<std::net::Ipv4Addr>()
+            .map(|_| ())
+            .map_err(|_| format!("{host:?} is not an IPv4 address"));
+    }
+    super::service::check_hostname(host.strip_suffix('.').unwrap_or(host))
 }
 
 /// Check an AWS endpoint override: an absolute `http` or `https` URL with a host, and no user
@@ -78,7 +121,9 @@ pub(super) fn check_endpoint_url(url: &str) -> Result<(), String> {
             "{} carries a user name or password; the SDK signs requests, remove them",
             shown()
         )),
-        Some(a) if !a.host().is_empty() => Ok(()),
+        Some(a) if !a.host().is_empty() => {
+            check_authority(a.as_str()).map_err(|why| format!("{}: {why}", shown()))
+        }
         _ => Err(format!("{} has no host", shown())),
     }
 }
@@ -93,7 +138,7 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
     if !namespace_ok(&namespace) {
         issues.error(
             "publish.namespace",
-            "CloudWatch namespaces are 1–255 ASCII characters, must not start with \"AWS/\" or ':'",
+            "CloudWatch namespaces are 1–255 characters of 0-9 A-Z a-z . - _ / # : and space, not starting with \"AWS/\" or ':'",
         );
     }
     let mut sinks: Vec<SinkKind> = Vec::new();
@@ -145,4 +190,59 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
             max_attempts,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_follow_cloudwatch_rules() {
+        for ok in ["Readyprobe", "Team/Orders db_1.x-y#2:z", &"a".repeat(255)] {
+            assert!(namespace_ok(ok), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "AWS/RDS",
+            ":x",
+            "N\u{1b}[31m\u{7}\u{0}x",
+            "tab\there",
+            "naïve",
+            "a,b",
+            &"a".repeat(256),
+        ] {
+            assert!(!namespace_ok(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn endpoint_hosts_and_ports_are_checked() {
+        for ok in [
+            "http://127.0.0.1:4566",
+            "https://monitoring.eu-west-1.amazonaws.com",
+            "https://monitoring.eu-west-1.amazonaws.com.",
+            "http://[::1]:4566",
+            "http://[fd00::2]",
+            "http://localhost:65535/",
+            "http://vpce-0a1b.monitoring.eu-west-1.vpce.amazonaws.com:1",
+        ] {
+            assert_eq!(check_endpoint_url(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("http://127.0.0.1:99999", "1–65535"),
+            ("http://127.0.0.1:0", "1–65535"),
+            ("http://a..b", "label"),
+            ("http://-bad-.com", "'-'"),
+            ("http://ex\u{e4}mple.com", "URL"),
+            ("http://300.1.1.1", "IPv4"),
+            ("http://1.2.3", "IPv4"),
+            ("http://[::g]:80", "IPv6"),
+        ] {
+            let got = check_endpoint_url(bad);
+            assert!(
+                got.as_ref().is_err_and(|e| e.contains(why)),
+                "{bad}: {got:?}"
+            );
+        }
+    }
 }

@@ -23,6 +23,8 @@ use std::time::Duration;
 pub const MAX_DATUMS_PER_REQUEST: usize = 1000;
 /// PutMetricData limit: request payload, bytes.
 pub const MAX_REQUEST_BYTES: usize = 1_000_000;
+/// Largest response body read from CloudWatch, bytes (1 MiB; a real answer is a few hundred).
+pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 
 /// Encode one datum (pure). `None` for a non-finite datum.
 pub fn encode(d: &Datum) -> Option<MetricDatum> {
@@ -184,6 +186,7 @@ impl CloudWatchSink {
         let signed = Signed::default();
         let conf = aws_sdk_cloudwatch::config::Builder::from(&shared)
             .interceptor(signed.clone())
+            .interceptor(super::BodyLimit(MAX_RESPONSE_BYTES))
             .build();
         CloudWatchSink {
             client: aws_sdk_cloudwatch::Client::from_conf(conf),
@@ -350,9 +353,22 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
     cur.to_string()
 }
 
-/// Collapse whitespace to single spaces and cut at [`MAX_CAUSE_CHARS`] (pure).
+/// Collapse whitespace to single spaces, escape other control characters (an endpoint's message
+/// must not drive the terminal a log is read on: `\x1b` becomes `\u{1b}`) and cut at
+/// [`MAX_CAUSE_CHARS`] (pure).
 fn one_line(s: &str) -> String {
-    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat: String = s
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .flat_map(|c| {
+            let esc = c.is_control().then(|| c.escape_default());
+            esc.into_iter()
+                .flatten()
+                .chain((!c.is_control()).then_some(c))
+        })
+        .collect();
     match flat.char_indices().nth(MAX_CAUSE_CHARS - 1) {
         Some((cut, _)) if flat.chars().count() > MAX_CAUSE_CHARS => {
             format!("{}…", flat[..cut].trim_end())
@@ -432,6 +448,16 @@ mod tests {
             unit: Unit::Count,
             timestamp: 1_700_000_000_000,
         }
+    }
+
+    #[test]
+    fn one_line_escapes_control_characters() {
+        assert_eq!(
+            one_line("a\n b\t\u{1b}]0;PWNED\u{7}\u{0}\u{9b}c"),
+            r"a b \u{1b}]0;PWNED\u{7}\u{0}\u{9b}c"
+        );
+        let long = "\u{1b}".repeat(1000);
+        assert!(one_line(&long).chars().count() <= MAX_CAUSE_CHARS + 1);
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod fault_matrix;
 mod fleet;
 mod fuzz;
 mod harness_smoke;
+mod hostile_state;
 mod http_kind;
 mod mysql_kind;
 mod otlp_kind;

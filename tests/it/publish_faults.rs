@@ -736,3 +736,123 @@ async fn outage_credentials_expiry() {
         .any(|l| l["PublishFailures"].is_number() && l["Class"] == "publish_credentials");
     assert!(counted, "no PublishFailures for publish_credentials on EMF");
 }
+
+/// An error message carrying terminal escape sequences (a title change, a bell) reaches the log
+/// and evidence escaped, never raw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_in_an_error_message_are_escaped() {
+    let fake = FakeCloudWatch::start().await;
+    let mut s = sink(&fake.url, Duration::from_secs(5)).await;
+    fake.set_fault(Some(Fault::Rejected("bad \u{1b}]0;PWNED\u{7} value\u{0}")));
+    let e = s
+        .send(&[datum("Readiness", 1.0, now_ms())])
+        .await
+        .unwrap_err();
+    assert_eq!(e.class, C::PublishRejected, "{}", e.message);
+    assert!(
+        !e.message.chars().any(char::is_control),
+        "raw control character in {:?}",
+        e.message
+    );
+    assert!(
+        e.message.contains(r"bad \u{1b}]0;PWNED\u{7} value\u{0}"),
+        "{}",
+        e.message
+    );
+}
+
+/// A listener that answers every request with `400` and a chunked body that never ends, written
+/// as fast as the peer reads it.
+pub(crate) async fn endless_400() -> (String, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = "HTTP/1.1 400 Bad Request\r\nsmithy-protocol: rpc-v2-cbor\r\n\
+                            content-type: application/cbor\r\ntransfer-encoding: chunked\r\n\r\n";
+                if s.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let mut chunk = format!("{:x}\r\n", 1 << 20).into_bytes();
+                chunk.extend(std::iter::repeat_n(b'a', 1 << 20));
+                chunk.extend_from_slice(b"\r\n");
+                while s.write_all(&chunk).await.is_ok() {}
+            });
+        }
+    });
+    (url, task)
+}
+
+/// The peak resident memory of a running process, kB (`VmHWM`).
+pub(crate) fn peak_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// An endpoint answering `400` with an endless body: the run reads at most 1 MiB of it per try
+/// (its peak memory stays far under 200 MB; unbounded, it grew past 1 GB within the 1 s timeout),
+/// and every try fails as `publish_unreachable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_error_body_is_cut_off() {
+    let (url, _l) = endless_400().await;
+    let (port, _t) = target().await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &dns, port, &url);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_readyprobe"));
+    cmd.args(["run", "--grace", "3s", "--duration", "5s", "--config"])
+        .arg(&cfg)
+        .envs([
+            ("AWS_ACCESS_KEY_ID", "AKIDTEST"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ])
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_PROFILE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id().unwrap();
+    let t0 = tokio::time::Instant::now();
+    let mut peak = 0;
+    let status = loop {
+        if let Some(kb) = peak_kb(pid) {
+            peak = peak.max(kb);
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(40),
+            "the run did not stop"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.code(), Some(0));
+    assert!(peak > 0, "no memory reading");
+    assert!(peak < 200 * 1024, "peak resident memory {peak} kB");
+    let evidence = std::fs::read_to_string(dir.path().join("evidence.jsonl")).unwrap();
+    let failed: Vec<Json> = evidence
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Json>(l).ok())
+        .filter(|v| v["kind"] == "publish" && v["sink"] == "cloudwatch" && v["outcome"] == "failed")
+        .collect();
+    assert!(!failed.is_empty(), "no failed publish: {evidence}");
+    for p in &failed {
+        assert_eq!(p["class"], "publish_unreachable", "{p}");
+    }
+    eprintln!("peak resident memory {peak} kB");
+}

@@ -57,6 +57,8 @@ pub enum Fault {
     Bodiless408,
     /// The connection is reset (RST) after the request is read.
     Reset,
+    /// 400 `InvalidParameterValue` with this message (say, one carrying escape sequences).
+    Rejected(&'static str),
 }
 
 /// One datum as decoded from a request.
@@ -289,6 +291,7 @@ async fn handle(req: Request<Incoming>, st: &Arc<Mutex<State>>, reset: &Notify) 
     }
     let answer = match fault {
         Some(Fault::Hang | Fault::Reset) => None,
+        Some(Fault::Rejected(message)) => Some(invalid(message)),
         Some(Fault::Throttle) => Some(cbor_error(
             400,
             "com.amazon.coral.availability#ThrottlingException",

@@ -1,0 +1,337 @@
+//! The binary against hostile state and output: control documents with instants at the ends of
+//! `i64` or in the future, an S3 endpoint that trickles its body, a stdout closed by its reader,
+//! and a zero `--duration`.
+
+use crate::support::config::ConfigBuilder;
+use crate::support::dns::DnsServer;
+use serde_json::json;
+use std::net::Ipv4Addr;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+const SERVICE: &str = "gateway";
+
+/// A tcp-kind config whose one branch, `primary`, points at a listener that accepts and closes.
+async fn config(dir: &Path, state: &str) -> (PathBuf, DnsServer) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            drop(s);
+        }
+    });
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let cfg = ConfigBuilder::new(dir, SERVICE, "gw.orders.internal.example")
+        .nameserver(dns.addr())
+        .kind("tcp")
+        .set("probe", "interval", "500ms")
+        .set("probe", "timeout", "400ms")
+        .set("probe.tcp", "port", i64::from(port))
+        .tls("disabled", None)
+        .merge(state)
+        .branch(
+            "primary",
+            "PRIMARY",
+            "gw-primary.orders.internal.example",
+            None,
+        )
+        .write(&dir.join("run.toml"));
+    (cfg, dns)
+}
+
+/// Run the binary with `args` and the config; fails the test if it outlives `bound`.
+async fn readyprobe(args: &[&str], cfg: &Path, bound: Duration) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+        .args(args)
+        .arg("--config")
+        .arg(cfg)
+        .envs([
+            ("AWS_ACCESS_KEY_ID", "AKIDTEST"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ])
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_PROFILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::timeout(bound, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("readyprobe {args:?} still running after {bound:?}"))
+        .unwrap()
+}
+
+fn write_doc(dir: &Path, doc: &serde_json::Value) {
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(
+        state.join(format!("control-{SERVICE}.json")),
+        serde_json::to_vec_pretty(doc).unwrap(),
+    )
+    .unwrap();
+}
+
+fn now_ms() -> i64 {
+    crate::support::fake_cloudwatch::now_ms()
+}
+
+/// An entry of prober `id` saved at `saved_at`, with `primary` waiting for approval.
+fn pending_prober(saved_at: i64) -> serde_json::Value {
+    json!({
+        "saved_at": saved_at,
+        "branches": {"primary": {
+            "state": "pending_approval",
+            "since": 1_700_000_000_000i64,
+            "unready_holding_since": null,
+            "ready_holding_since": null,
+            "attempts": [],
+        }},
+    })
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// An override from `i64::MIN` to `i64::MAX` (it overflowed every sync, stopping the
+/// prober's state syncing): `run` refuses the document at start and `status` refuses it, both
+/// exit 74 naming the field; neither panics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_and_status_refuse_an_override_at_the_ends_of_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _dns) = config(dir.path(), "").await;
+    write_doc(
+        dir.path(),
+        &json!({
+            "version": 2,
+            "service": SERVICE,
+            "overrides": {"primary": {"force": "ready", "by": "x", "reason": "y",
+                          "at": i64::MIN, "expires_at": i64::MAX}},
+        }),
+    );
+    let bound = Duration::from_secs(30);
+    let run = readyprobe(&["run", "--duration", "3s"], &cfg, bound).await;
+    let status = readyprobe(&["status"], &cfg, bound).await;
+    for (what, out) in [("run", run), ("status", status)] {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(74), "{what}: {err}");
+        assert!(err.contains("overrides.primary.at"), "{what}: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+    }
+}
+
+/// A prober entry saved at `i64::MAX` made `approve` exit 101 (an overflow); now the document
+/// is refused, exit 74, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_refuses_a_prober_saved_at_the_end_of_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _dns) = config(dir.path(), "").await;
+    write_doc(
+        dir.path(),
+        &json!({"version": 2, "service": SERVICE,
+                "probers": {"p1": pending_prober(i64::MAX)}}),
+    );
+    let args = [
+        "approve", "--branch", "primary", "--by", "ops", "--reason", "drill",
+    ];
+    let out = readyprobe(&args, &cfg, Duration::from_secs(30)).await;
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(74), "{err}");
+    assert!(err.contains("probers.p1.saved_at"), "{err}");
+}
+
+/// A prober entry saved a day ahead of this clock (a host whose clock runs ahead) is not taken
+/// for a running prober: `approve` warns that only stale probers wait, as it would for a stopped
+/// one, instead of promising the approval is applied at the next sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_counts_a_prober_saved_in_the_future_as_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _dns) = config(dir.path(), "").await;
+    let args = [
+        "approve", "--branch", "primary", "--by", "ops", "--reason", "drill",
+    ];
+    for (saved_at, fresh) in [(now_ms() + 86_400_000, false), (now_ms(), true)] {
+        write_doc(
+            dir.path(),
+            &json!({"version": 2, "service": SERVICE,
+                    "probers": {"p1": pending_prober(saved_at)}}),
+        );
+        let out = readyprobe(&args, &cfg, Duration::from_secs(30)).await;
+        let (o, e) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{o}{e}");
+        assert_eq!(
+            o.contains("apply it at their next sync"),
+            fresh,
+            "saved_at {saved_at}: {o}{e}"
+        );
+        assert_eq!(e.contains("have not saved recently"), !fresh, "{o}{e}");
+    }
+}
+
+/// A fake S3 that answers every request `200` with `Content-Length: 1000`, then sends one byte
+/// per second.
+async fn trickling_s3() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                            etag: \"abc\"\r\ncontent-length: 1000\r\n\r\n{";
+                if s.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if s.write_all(b" ").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+/// An S3 endpoint trickling the control document (it held `run`'s start, and `status`, for
+/// ever): both give up within the 10 s operation timeout (30 s allowed here), exit 74, and say
+/// why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickling_s3_body_fails_the_start_within_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = trickling_s3().await;
+    let state = format!(
+        "[state]\nstore = \"s3\"\n[state.s3]\nbucket = \"b\"\nregion = \"us-east-1\"\nendpoint_url = \"{url}\"\n"
+    );
+    let (cfg, _dns) = config(dir.path(), &state).await;
+    let bound = Duration::from_secs(30);
+    let t0 = std::time::Instant::now();
+    let (run, status) = tokio::join!(
+        readyprobe(&["run", "--duration", "5s"], &cfg, bound),
+        readyprobe(&["status"], &cfg, bound),
+    );
+    eprintln!("both answered after {:?}", t0.elapsed());
+    for (what, out) in [("run", run), ("status", status)] {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(74), "{what}: {err}");
+        assert!(err.contains("GetObject"), "{what}: {err}");
+    }
+}
+
+/// One-shot commands whose stdout reader is gone end by `SIGPIPE`, as Unix filters do, never
+/// by a panic (exit 101); `run`, whose EMF goes to that stdout, still runs to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_one_shot_commands_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _dns) = config(dir.path(), "").await;
+    let cases: [&[&str]; 4] = [
+        &["check"],
+        &["status"],
+        &["probe", "--branch", "primary"],
+        &["run", "--duration", "2s"],
+    ];
+    for args in cases {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+            .args(args)
+            .arg("--config")
+            .arg(&cfg)
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // Not `output()`: tokio's would replace the closed pipe with a fresh one.
+        let out = tokio::time::timeout(Duration::from_secs(30), out.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        if args[0] == "run" {
+            assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        } else {
+            assert_eq!(
+                out.status.signal(),
+                Some(libc::SIGPIPE),
+                "{args:?}: {:?} {err}",
+                out.status
+            );
+        }
+    }
+}
+
+/// `run --duration 0s` probed nothing and exited 0; it is a usage error now (exit 64).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_duration_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _dns) = config(dir.path(), "").await;
+    for d in ["0s", "0ms"] {
+        let out = readyprobe(&["run", "--duration", d], &cfg, Duration::from_secs(30)).await;
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{d}: {err}");
+        assert!(err.contains("more than zero"), "{d}: {err}");
+    }
+}
+
+/// An S3 endpoint answering `400` with an endless body (`status` grew past 3 GB in 10 s): the
+/// SDK reads at most a little over the 16 MiB document cap of it, so `status` stays far under
+/// 200 MB, and exits 74.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_s3_error_body_is_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _l) = crate::publish_faults::endless_400().await;
+    let state = format!(
+        "[state]\nstore = \"s3\"\n[state.s3]\nbucket = \"b\"\nregion = \"us-east-1\"\nendpoint_url = \"{url}\"\n"
+    );
+    let (cfg, _dns) = config(dir.path(), &state).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+        .args(["status", "--config"])
+        .arg(&cfg)
+        .envs([
+            ("AWS_ACCESS_KEY_ID", "AKIDTEST"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let t0 = std::time::Instant::now();
+    let mut peak = 0;
+    let status = loop {
+        if let Some(kb) = crate::publish_faults::peak_kb(pid) {
+            peak = peak.max(kb);
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "status did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("peak resident memory {peak} kB");
+    assert_eq!(status.code(), Some(74));
+    assert!(
+        peak > 0 && peak < 200 * 1024,
+        "peak resident memory {peak} kB"
+    );
+}
