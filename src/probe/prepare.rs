@@ -131,13 +131,17 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
 
 fn prepare_resolver(dns: &Dns, problems: &mut Problems) -> Option<TokioResolver> {
     const KEY: &str = "dns.resolv_conf";
-    if dns.nameservers.is_none()
-        && let Err(reason) = regular_file(&dns.resolv_conf, MAX_FILE_BYTES)
-    {
-        problems.push(KEY.into(), dns.resolv_conf.display().to_string(), reason);
-        return None;
-    }
-    match resolve::build_resolver(dns) {
+    let resolv_conf = match &dns.nameservers {
+        Some(_) => Vec::new(),
+        None => match read_capped(&dns.resolv_conf, MAX_FILE_BYTES) {
+            Ok(bytes) => bytes,
+            Err(reason) => {
+                problems.push(KEY.into(), dns.resolv_conf.display().to_string(), reason);
+                return None;
+            }
+        },
+    };
+    match resolve::build_resolver_from(dns, resolv_conf) {
         Ok(r) => Some(r),
         Err(e) => {
             let (subject, reason) = match e {
@@ -214,13 +218,17 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
 
 /// Read one secret; `None` (and a problem) when it is unavailable.
 fn secret(key: String, r: &SecretRef, problems: &mut Problems) -> Option<String> {
-    if let SecretRef::File(path) = r
-        && let Err(reason) = regular_file(path, MAX_SECRET_BYTES)
-    {
-        problems.push(key, r.to_string(), reason);
-        return None;
-    }
-    match r.resolve() {
+    let value = match r {
+        SecretRef::File(path) => match read_capped(path, MAX_SECRET_BYTES) {
+            Ok(bytes) => r.value_of_file_contents(bytes),
+            Err(reason) => {
+                problems.push(key, r.to_string(), reason);
+                return None;
+            }
+        },
+        SecretRef::Env(_) => r.resolve(),
+    };
+    match value {
         Ok(v) => Some(v),
         Err(e) => {
             problems.push(key, r.to_string(), format!("is unavailable: {}", e.reason));
@@ -348,29 +356,39 @@ fn parse_private_key(pem: &[u8]) -> Result<(), String> {
         .map_err(|e| format!("holds no usable private key: {e}"))
 }
 
-/// A regular file's contents, at most [`MAX_FILE_BYTES`].
+/// A PEM file's contents, at most [`MAX_FILE_BYTES`].
 fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
-    regular_file(path, MAX_FILE_BYTES)?;
-    let f = std::fs::File::open(path).map_err(|e| format!("is not readable: {}", io_reason(&e)))?;
-    let mut bytes = Vec::new();
-    f.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("is not readable: {}", io_reason(&e)))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!("is larger than {} KiB", MAX_FILE_BYTES / 1024));
-    }
-    Ok(bytes)
+    read_capped(path, MAX_FILE_BYTES)
 }
 
-/// Whether `path` is a regular file of at most `max` bytes, checked before opening it: opening a
-/// FIFO would block and a device could be read forever.
-fn regular_file(path: &Path, max: u64) -> Result<(), String> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_file() && m.len() <= max => Ok(()),
-        Ok(m) if m.is_file() => Err(format!("is larger than {} KiB", max / 1024)),
-        Ok(_) => Err("is not a regular file".into()),
-        Err(e) => Err(format!("is not readable: {}", io_reason(&e))),
+/// A regular file's contents, refused when over `max` bytes. Opened once without blocking (a
+/// FIFO's `open` returns at once), checked to be a regular file on the open descriptor, and read
+/// through a `max + 1` cap: a file whose reported size is 0 (`/proc/kallsyms`) or that grows is
+/// still cut off, never read whole.
+fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let unreadable = |e: std::io::Error| format!("is not readable: {}", io_reason(&e));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(unreadable)?;
+    let meta = f.metadata().map_err(unreadable)?;
+    if !meta.is_file() {
+        return Err("is not a regular file".into());
     }
+    let too_large = || format!("is larger than {} KiB", max / 1024);
+    if meta.len() > max {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    f.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > max {
+        return Err(too_large());
+    }
+    Ok(bytes)
 }
 
 /// An I/O error in a few words, without the OS error number.
@@ -549,6 +567,45 @@ mod tests {
                 big.display()
             )
         );
+    }
+
+    /// A /proc file reports size 0 whatever it holds: the cap is on the bytes read, not on the
+    /// size the file system reports.
+    #[test]
+    fn a_file_reporting_size_zero_is_still_capped() {
+        let path = Path::new("/proc/kallsyms");
+        let meta = std::fs::metadata(path).expect("/proc/kallsyms is readable here");
+        assert_eq!(meta.len(), 0);
+        let mut problems = Problems::default();
+        let r = SecretRef::File(path.to_owned());
+        assert!(secret("probe.mysql.password".into(), &r, &mut problems).is_none());
+        assert_eq!(
+            problems.0[0].to_string(),
+            "probe.mysql.password: file /proc/kallsyms is larger than 64 KiB"
+        );
+        assert_eq!(read_pem(path).unwrap_err(), "is larger than 1024 KiB");
+        let dns = Dns {
+            nameservers: None,
+            resolv_conf: path.to_owned(),
+            timeout: std::time::Duration::from_secs(1),
+            address_family: crate::config::AddressFamily::Ipv4ThenIpv6,
+        };
+        assert!(prepare_resolver(&dns, &mut problems).is_none());
+        assert_eq!(
+            problems.0[1].to_string(),
+            "dns.resolv_conf: /proc/kallsyms is larger than 1024 KiB"
+        );
+    }
+
+    /// A FIFO is refused at once: opening it does not wait for a writer.
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(read_pem(&fifo).unwrap_err(), "is not a regular file");
     }
 
     #[test]
