@@ -360,8 +360,14 @@ async fn async_main(cli: Cli) -> ExitCode {
 fn check(cfg: &Config, strict: bool) -> ExitCode {
     // Names, paths and problems quote the config: escaped, so it cannot drive the terminal.
     print!("{}", config::escape_controls_by_line(&plan(cfg)));
-    let Err(e) = probe::prepare(cfg) else {
-        return ExitCode::from(EXIT_OK);
+    let e = match probe::prepare(cfg) {
+        Ok((_, probes)) => {
+            if let Some(w) = probe::short_secret_warning(&probes) {
+                println!("warning: {}", config::escape_controls(&w));
+            }
+            return ExitCode::from(EXIT_OK);
+        }
+        Err(e) => e,
     };
     for p in &e.problems {
         let p = config::escape_controls(&p.to_string()).into_owned();

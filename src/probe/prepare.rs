@@ -129,6 +129,19 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
     Ok((resolver, probes))
 }
 
+/// One line (for `check`) naming the secrets shorter than
+/// [`super::target::MIN_TRANSFORMED_SECRET_CHARS`] characters; `None` when there are none.
+pub fn short_secret_warning(probes: &[BranchProbe]) -> Option<String> {
+    let keys = probes.first()?.target.short_secret_keys();
+    (!keys.is_empty()).then(|| {
+        format!(
+            "{}: shorter than {} characters: a weak secret, and redacting it from what targets send back marks every occurrence of it in other words",
+            keys.join(", "),
+            super::target::MIN_TRANSFORMED_SECRET_CHARS
+        )
+    })
+}
+
 fn prepare_resolver(dns: &Dns, problems: &mut Problems) -> Option<TokioResolver> {
     const KEY: &str = "dns.resolv_conf";
     let resolv_conf = match &dns.nameservers {
