@@ -37,6 +37,9 @@ pub const MIN_TRANSFORMED_SECRET_CHARS: usize = 8;
 /// Any run of this many consecutive characters of a secret (or of one of its encodings) is
 /// redacted: an echo of a prefix, a suffix or a middle part of it is removed too.
 pub const SECRET_WINDOW_CHARS: usize = 12;
+/// Runs of [`SECRET_WINDOW_CHARS`] are taken only from forms this long at most: one pattern per
+/// character, and a 64 KiB secret file would make hundreds of thousands.
+const MAX_WINDOWED_CHARS: usize = 4096;
 
 /// The configured secrets' values (the MySQL password, secret header values) and the one
 /// function that removes them from text a target sent back: server messages, header values,
@@ -67,7 +70,9 @@ impl Redactor {
             }
             for part in secret_parts(s) {
                 for form in encoded_forms(part) {
-                    loose.extend(windows(&form, SECRET_WINDOW_CHARS).map(str::to_string));
+                    if form.len() <= MAX_WINDOWED_CHARS {
+                        loose.extend(windows(&form, SECRET_WINDOW_CHARS).map(str::to_string));
+                    }
                     loose.insert(form);
                 }
             }
