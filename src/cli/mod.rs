@@ -439,8 +439,19 @@ fn check(cfg: &Config, strict: bool) -> ExitCode {
         );
     }
     for svc in &cfg.services {
-        let Err(e) = probe::branches(cfg, svc) else {
-            continue;
+        let e = match probe::branches(cfg, svc) {
+            Ok(probes) => {
+                if let Some(w) = probe::short_secret_warning(&probes) {
+                    let of = if cfg.services.len() > 1 {
+                        format!(" (service {})", svc.service.name)
+                    } else {
+                        String::new()
+                    };
+                    println!("warning: {}", config::escape_controls(&format!("{w}{of}")));
+                }
+                continue;
+            }
+            Err(e) => e,
         };
         for p in e.problems.iter().map(ToString::to_string) {
             match problems.iter_mut().find(|(q, _)| *q == p) {

@@ -60,12 +60,22 @@ pub(super) fn headers(
     issues: &mut Issues<'_>,
 ) -> Vec<(http::HeaderName, HeaderValueSource)> {
     let mut out = Vec::new();
+    // Each header name with the key that gave it first: names that differ only in case are one
+    // header, and which value would be sent (a secret or an inline one) must not be a guess.
+    let mut seen: Vec<(http::HeaderName, String)> = Vec::new();
     for (name, v) in raw {
         let key = format!("{prefix}.headers.{name}");
         let Ok(hn) = http::HeaderName::from_bytes(name.as_bytes()) else {
             issues.error(key, "is not a valid header name");
             continue;
         };
+        if let Some((_, first)) = seen.iter().find(|(n, _)| *n == hn) {
+            let message =
+                format!("names the same header as {first} (header names ignore case); keep one");
+            issues.error(key, message);
+            continue;
+        }
+        seen.push((hn.clone(), key.clone()));
         match v {
             HeaderValueSource::Plain(_) if SENSITIVE.contains(&hn.as_str()) => issues.error(
                 key,
@@ -202,4 +212,36 @@ pub(super) fn section(
         expect_header,
         verify,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SecretRef;
+
+    #[test]
+    fn header_names_differing_only_in_case_are_an_error_naming_both_keys() {
+        let mut issues = Issues::new("", None);
+        let raw = BTreeMap::from([
+            (
+                "x-a".to_string(),
+                HeaderValueSource::Secret(SecretRef::Env("TOKEN".into())),
+            ),
+            ("X-A".to_string(), HeaderValueSource::Plain("inline".into())),
+            ("x-b".to_string(), HeaderValueSource::Plain("b".into())),
+        ]);
+        let out = headers("probe.http", raw, Path::new("/"), &mut issues);
+        let errors: Vec<_> = issues
+            .errors
+            .iter()
+            .map(|e| format!("{}: {}", e.key, e.message))
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                "probe.http.headers.x-a: names the same header as probe.http.headers.X-A (header names ignore case); keep one"
+            ]
+        );
+        assert_eq!(out.len(), 2);
+    }
 }

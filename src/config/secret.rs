@@ -74,19 +74,36 @@ impl SecretRef {
                 reason: "the environment variable is not set (or not valid UTF-8)".into(),
             })?,
             SecretRef::File(path) => {
-                let mut v = std::fs::read_to_string(path).map_err(|e| SecretError {
+                let bytes = std::fs::read(path).map_err(|e| SecretError {
                     reference: self.to_string(),
                     reason: e.to_string(),
                 })?;
-                if v.ends_with('\n') {
-                    v.pop();
-                    if v.ends_with('\r') {
-                        v.pop();
-                    }
-                }
-                v
+                return self.value_of_file_contents(bytes);
             }
         };
+        self.checked(value)
+    }
+
+    /// The secret held by `bytes`, the file's contents read by the caller: one trailing newline
+    /// (`\n` or `\r\n`) is not part of it.
+    ///
+    /// # Errors
+    /// [`SecretError`] when the contents are not UTF-8 or the secret is empty.
+    pub fn value_of_file_contents(&self, bytes: Vec<u8>) -> Result<String, SecretError> {
+        let mut v = String::from_utf8(bytes).map_err(|_| SecretError {
+            reference: self.to_string(),
+            reason: "stream did not contain valid UTF-8".into(),
+        })?;
+        if v.ends_with('\n') {
+            v.pop();
+            if v.ends_with('\r') {
+                v.pop();
+            }
+        }
+        self.checked(v)
+    }
+
+    fn checked(&self, value: String) -> Result<String, SecretError> {
         if value.is_empty() {
             return Err(SecretError {
                 reference: self.to_string(),

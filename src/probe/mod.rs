@@ -26,7 +26,10 @@ pub use attempt::{Attempt, DnsMeta, Learned, Outcome, StepRecord};
 pub use ctx::{Deadline, StepBudget, StepCtx, StepError, StepFailure, Steps, new_marker};
 pub use target::{BranchProbe, Redactor, Target};
 
-pub use prepare::{PrepareError, PrepareProblem, branches, prepare, prepare_service, resolver};
+pub use prepare::{
+    PrepareError, PrepareProblem, branches, prepare, prepare_service, resolver,
+    short_secret_warning,
+};
 
 use crate::clock::Clock;
 use hickory_resolver::TokioResolver;

@@ -14,7 +14,6 @@ use crate::failure::{FailureClass, Step};
 use mysql_async::prelude::Queryable;
 use mysql_async::{OptsBuilder, SslOpts};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -300,9 +299,11 @@ fn conn_opts(target: &MysqlTarget, addr: SocketAddr, endpoint: &str) -> OptsBuil
             let mut o = SslOpts::default()
                 .with_disable_built_in_roots(true)
                 .with_root_certs(
-                    s.ssl_ca
+                    target
+                        .pems
+                        .ca
                         .iter()
-                        .map(|p: &PathBuf| p.clone().into())
+                        .map(|pem| pem.to_vec().into())
                         .collect(),
                 )
                 .with_danger_tls_hostname_override(Some(endpoint.to_string()));
@@ -312,9 +313,9 @@ fn conn_opts(target: &MysqlTarget, addr: SocketAddr, endpoint: &str) -> OptsBuil
             Some(o)
         }
     };
-    let ssl = match (ssl, &s.client_identity) {
-        (Some(o), Some(id)) => Some(o.with_client_identity(Some(
-            mysql_async::ClientIdentity::new(id.cert.clone().into(), id.key.clone().into()),
+    let ssl = match (ssl, &target.pems.identity) {
+        (Some(o), Some((cert, key))) => Some(o.with_client_identity(Some(
+            mysql_async::ClientIdentity::new(cert.to_vec().into(), key.to_vec().into()),
         ))),
         (o, _) => o,
     };

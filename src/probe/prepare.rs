@@ -5,7 +5,7 @@
 //! that does, so `check` can ask it once and report every problem (`run` refuses to start on any).
 //! Each input is checked on its own, so one missing file never hides another.
 
-use super::target::{BranchProbe, Header, Redactor, Target};
+use super::target::{BranchProbe, Header, Redactor, Target, TlsPems};
 use super::{http, mysql, otlp, resolve, tcp, tls};
 use crate::config::{
     Config, Dns, HeaderValueSource, ProbeKind, SecretRef, ServiceConfig, SslMode, TlsSettings,
@@ -191,15 +191,32 @@ pub fn branches(cfg: &Config, svc: &ServiceConfig) -> Result<Vec<BranchProbe>, P
         .collect())
 }
 
+/// One line (for `check`) naming the secrets shorter than
+/// [`super::target::MIN_TRANSFORMED_SECRET_CHARS`] characters; `None` when there are none.
+pub fn short_secret_warning(probes: &[BranchProbe]) -> Option<String> {
+    let keys = probes.first()?.target.short_secret_keys();
+    (!keys.is_empty()).then(|| {
+        format!(
+            "{}: shorter than {} characters: a weak secret, and redacting it from what targets send back marks every occurrence of it in other words",
+            keys.join(", "),
+            super::target::MIN_TRANSFORMED_SECRET_CHARS
+        )
+    })
+}
+
 fn prepare_resolver(dns: &Dns, problems: &mut Problems) -> Option<TokioResolver> {
     const KEY: &str = "dns.resolv_conf";
-    if dns.nameservers.is_none()
-        && let Err(reason) = regular_file(&dns.resolv_conf, MAX_FILE_BYTES)
-    {
-        problems.push(KEY.into(), dns.resolv_conf.display().to_string(), reason);
-        return None;
-    }
-    match resolve::build_resolver(dns) {
+    let resolv_conf = match &dns.nameservers {
+        Some(_) => Vec::new(),
+        None => match read_capped(&dns.resolv_conf, MAX_FILE_BYTES) {
+            Ok(bytes) => bytes,
+            Err(reason) => {
+                problems.push(KEY.into(), dns.resolv_conf.display().to_string(), reason);
+                return None;
+            }
+        },
+    };
+    match resolve::build_resolver_from(dns, resolv_conf) {
         Ok(r) => Some(r),
         Err(e) => {
             let (subject, reason) = match e {
@@ -243,16 +260,17 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
     match kind {
         ProbeKind::Mysql(m) => {
             let password = secret(format!("{prefix}.password"), &m.password, problems);
-            let tls = tls_config(tls_table, &tls_settings(kind), problems);
+            let (tls, pems) = tls_config(tls_table, &tls_settings(kind), problems)?;
             Some(Target::Mysql(Box::new(mysql::MysqlTarget {
                 settings: m.clone(),
                 password: password?,
-                tls: tls?,
+                tls,
+                pems,
             })))
         }
         ProbeKind::Http(h) => {
             let headers = headers(&prefix, &h.headers, problems);
-            let tls = tls_config(tls_table, &h.tls, problems);
+            let tls = tls_config(tls_table, &h.tls, problems).map(|(c, _)| c);
             Some(Target::Http(Box::new(http::HttpTarget {
                 headers: headers?,
                 tls: tls?,
@@ -261,7 +279,7 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
         }
         ProbeKind::Otlp(o) => {
             let headers = headers(&prefix, &o.headers, problems);
-            let tls = tls_config(tls_table, &o.tls, problems);
+            let tls = tls_config(tls_table, &o.tls, problems).map(|(c, _)| c);
             Some(Target::Otlp(Box::new(otlp::OtlpTarget {
                 headers: headers?,
                 tls: tls?,
@@ -269,20 +287,24 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
             })))
         }
         ProbeKind::Tcp(t) => Some(Target::Tcp(tcp::TcpTarget {
-            tls: tls_config(tls_table, &t.tls, problems)?,
+            tls: tls_config(tls_table, &t.tls, problems)?.0,
         })),
     }
 }
 
 /// Read one secret; `None` (and a problem) when it is unavailable.
 fn secret(key: String, r: &SecretRef, problems: &mut Problems) -> Option<String> {
-    if let SecretRef::File(path) = r
-        && let Err(reason) = regular_file(path, MAX_SECRET_BYTES)
-    {
-        problems.push(key, r.to_string(), reason);
-        return None;
-    }
-    match r.resolve() {
+    let value = match r {
+        SecretRef::File(path) => match read_capped(path, MAX_SECRET_BYTES) {
+            Ok(bytes) => r.value_of_file_contents(bytes),
+            Err(reason) => {
+                problems.push(key, r.to_string(), reason);
+                return None;
+            }
+        },
+        SecretRef::Env(_) => r.resolve(),
+    };
+    match value {
         Ok(v) => Some(v),
         Err(e) => {
             problems.push(key, r.to_string(), format!("is unavailable: {}", e.reason));
@@ -318,42 +340,49 @@ fn headers(
     complete.then_some(out)
 }
 
-/// The TLS client configuration (`Some(None)` when TLS is disabled); `None` when a file it needs
-/// is unavailable. The CA bundle, certificate and key are checked one by one first, so each bad
+/// The TLS client configuration (`None` inside when TLS is disabled) and the PEM files it was
+/// built from, each read once; `None` when a file it needs is unavailable. The CA bundle, certificate and key are checked one by one first, so each bad
 /// file is named.
 fn tls_config(
     prefix: &str,
     s: &TlsSettings,
     problems: &mut Problems,
-) -> Option<Option<Arc<ClientConfig>>> {
+) -> Option<(Option<Arc<ClientConfig>>, TlsPems)> {
     if s.ssl_mode == SslMode::Disabled {
-        return Some(None);
+        return Some((None, TlsPems::default()));
     }
     let mut usable = true;
-    let mut check = |field: &str, path: &Path, parse: fn(&[u8]) -> Result<(), String>| {
-        if let Err(reason) = read_pem(path).and_then(|bytes| parse(&bytes)) {
-            problems.push(
-                format!("{prefix}.{field}"),
-                path.display().to_string(),
-                reason,
-            );
-            usable = false;
-        }
-    };
+    let mut check =
+        |field: &str, path: &Path, parse: fn(&[u8]) -> Result<(), String>| match read_pem(path)
+            .and_then(|bytes| parse(&bytes).map(|()| bytes))
+        {
+            Ok(bytes) => Some(Arc::<[u8]>::from(bytes)),
+            Err(reason) => {
+                problems.push(
+                    format!("{prefix}.{field}"),
+                    path.display().to_string(),
+                    reason,
+                );
+                usable = false;
+                None
+            }
+        };
+    let mut pems = TlsPems::default();
     if matches!(s.ssl_mode, SslMode::VerifyCa | SslMode::VerifyIdentity)
         && let Some(ca) = &s.ssl_ca
     {
-        check("ssl_ca", ca, parse_ca_bundle);
+        pems.ca = check("ssl_ca", ca, parse_ca_bundle);
     }
     if let Some(id) = &s.client_identity {
-        check("ssl_cert", &id.cert, parse_certificates);
-        check("ssl_key", &id.key, parse_private_key);
+        let cert = check("ssl_cert", &id.cert, parse_certificates);
+        let key = check("ssl_key", &id.key, parse_private_key);
+        pems.identity = cert.zip(key);
     }
     if !usable {
         return None;
     }
     match tls::client_config_for(s) {
-        Ok(c) => Some(c),
+        Ok(c) => Some((c, pems)),
         Err(tls::TlsSetupError(reason)) => {
             let key = |k: &str| format!("{prefix}.{k}");
             let (keys, subject, reason) = match (&s.client_identity, &s.ssl_ca) {
@@ -410,29 +439,39 @@ fn parse_private_key(pem: &[u8]) -> Result<(), String> {
         .map_err(|e| format!("holds no usable private key: {e}"))
 }
 
-/// A regular file's contents, at most [`MAX_FILE_BYTES`].
+/// A PEM file's contents, at most [`MAX_FILE_BYTES`].
 fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
-    regular_file(path, MAX_FILE_BYTES)?;
-    let f = std::fs::File::open(path).map_err(|e| format!("is not readable: {}", io_reason(&e)))?;
-    let mut bytes = Vec::new();
-    f.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("is not readable: {}", io_reason(&e)))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!("is larger than {} KiB", MAX_FILE_BYTES / 1024));
-    }
-    Ok(bytes)
+    read_capped(path, MAX_FILE_BYTES)
 }
 
-/// Whether `path` is a regular file of at most `max` bytes, checked before opening it: opening a
-/// FIFO would block and a device could be read forever.
-fn regular_file(path: &Path, max: u64) -> Result<(), String> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_file() && m.len() <= max => Ok(()),
-        Ok(m) if m.is_file() => Err(format!("is larger than {} KiB", max / 1024)),
-        Ok(_) => Err("is not a regular file".into()),
-        Err(e) => Err(format!("is not readable: {}", io_reason(&e))),
+/// A regular file's contents, refused when over `max` bytes. Opened once without blocking (a
+/// FIFO's `open` returns at once), checked to be a regular file on the open descriptor, and read
+/// through a `max + 1` cap: a file whose reported size is 0 (`/proc/kallsyms`) or that grows is
+/// still cut off, never read whole.
+fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let unreadable = |e: std::io::Error| format!("is not readable: {}", io_reason(&e));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(unreadable)?;
+    let meta = f.metadata().map_err(unreadable)?;
+    if !meta.is_file() {
+        return Err("is not a regular file".into());
     }
+    let too_large = || format!("is larger than {} KiB", max / 1024);
+    if meta.len() > max {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    f.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > max {
+        return Err(too_large());
+    }
+    Ok(bytes)
 }
 
 /// An I/O error in a few words, without the OS error number.
@@ -514,7 +553,7 @@ mod tests {
         let (_, other_key) = self_signed(dir.path(), "b");
         let mut problems = Problems::default();
         let built = tls_config("probe.tls", &tls_settings(&ca, &ca, &key), &mut problems);
-        assert!(matches!(built, Some(Some(_))), "{problems:?}");
+        assert!(matches!(built, Some((Some(_), _))), "{problems:?}");
         assert!(problems.0.is_empty());
 
         let s = tls_settings(&ca, &ca, &other_key);
@@ -611,6 +650,45 @@ mod tests {
                 big.display()
             )
         );
+    }
+
+    /// A /proc file reports size 0 whatever it holds: the cap is on the bytes read, not on the
+    /// size the file system reports.
+    #[test]
+    fn a_file_reporting_size_zero_is_still_capped() {
+        let path = Path::new("/proc/kallsyms");
+        let meta = std::fs::metadata(path).expect("/proc/kallsyms is readable here");
+        assert_eq!(meta.len(), 0);
+        let mut problems = Problems::default();
+        let r = SecretRef::File(path.to_owned());
+        assert!(secret("probe.mysql.password".into(), &r, &mut problems).is_none());
+        assert_eq!(
+            problems.0[0].to_string(),
+            "probe.mysql.password: file /proc/kallsyms is larger than 64 KiB"
+        );
+        assert_eq!(read_pem(path).unwrap_err(), "is larger than 1024 KiB");
+        let dns = Dns {
+            nameservers: None,
+            resolv_conf: path.to_owned(),
+            timeout: std::time::Duration::from_secs(1),
+            address_family: crate::config::AddressFamily::Ipv4ThenIpv6,
+        };
+        assert!(prepare_resolver(&dns, &mut problems).is_none());
+        assert_eq!(
+            problems.0[1].to_string(),
+            "dns.resolv_conf: /proc/kallsyms is larger than 1024 KiB"
+        );
+    }
+
+    /// A FIFO is refused at once: opening it does not wait for a writer.
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(read_pem(&fifo).unwrap_err(), "is not a regular file");
     }
 
     #[test]

@@ -105,34 +105,47 @@ fn through_stable_name<'a>(answers: &'a [Answer], stable_name: &str) -> Option<&
 /// [`ResolverSetupError`] when resolv.conf is needed and is missing, unparsable or lists no
 /// nameserver.
 pub fn build_resolver(dns: &Dns) -> Result<TokioResolver, ResolverSetupError> {
-    let servers: Vec<NameServerConfig> =
-        match &dns.nameservers {
-            Some(list) => list
-                .iter()
-                .map(|a| {
-                    let mut ns = NameServerConfig::udp_and_tcp(a.ip());
-                    for c in &mut ns.connections {
-                        c.port = a.port();
-                    }
-                    ns
-                })
-                .collect(),
-            None => {
-                let path = dns.resolv_conf.display().to_string();
-                let data =
-                    std::fs::read(&dns.resolv_conf).map_err(|source| ResolverSetupError::Read {
-                        path: path.clone(),
-                        source,
-                    })?;
-                let (conf, _opts) = hickory_resolver::system_conf::parse_resolv_conf(data)
-                    .map_err(|e| ResolverSetupError::Parse {
-                        path: path.clone(),
-                        reason: e.to_string(),
-                    })?;
-                let (_, _, servers) = conf.into_parts();
-                servers
-            }
-        };
+    let resolv_conf = match &dns.nameservers {
+        Some(_) => Vec::new(),
+        None => std::fs::read(&dns.resolv_conf).map_err(|source| ResolverSetupError::Read {
+            path: dns.resolv_conf.display().to_string(),
+            source,
+        })?,
+    };
+    build_resolver_from(dns, resolv_conf)
+}
+
+/// [`build_resolver`] with resolv.conf's contents already read by the caller (ignored when
+/// `dns.nameservers` is set).
+///
+/// # Errors
+/// As [`build_resolver`], except reading.
+pub fn build_resolver_from(
+    dns: &Dns,
+    resolv_conf: Vec<u8>,
+) -> Result<TokioResolver, ResolverSetupError> {
+    let servers: Vec<NameServerConfig> = match &dns.nameservers {
+        Some(list) => list
+            .iter()
+            .map(|a| {
+                let mut ns = NameServerConfig::udp_and_tcp(a.ip());
+                for c in &mut ns.connections {
+                    c.port = a.port();
+                }
+                ns
+            })
+            .collect(),
+        None => {
+            let path = dns.resolv_conf.display().to_string();
+            let (conf, _opts) = hickory_resolver::system_conf::parse_resolv_conf(resolv_conf)
+                .map_err(|e| ResolverSetupError::Parse {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            let (_, _, servers) = conf.into_parts();
+            servers
+        }
+    };
     if servers.is_empty() {
         return Err(ResolverSetupError::NoNameserver {
             path: dns.resolv_conf.display().to_string(),

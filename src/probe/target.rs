@@ -4,6 +4,7 @@
 //! A leaf: the step context and every kind read these types without importing each other.
 
 use crate::config::{Branch, HttpProbe, MysqlProbe, OtlpProbe, StepTimeouts};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,58 +31,195 @@ pub struct BranchProbe {
 /// What replaces a secret in text read back from a target.
 pub const REDACTED: &str = "<redacted>";
 
+/// A secret shorter than this (in characters) is matched only exactly as written (and as
+/// quoted): looser matching of a short secret would redact ordinary words and reveal it.
+pub const MIN_TRANSFORMED_SECRET_CHARS: usize = 8;
+/// Any run of this many consecutive characters of a secret (or of one of its encodings) is
+/// redacted: an echo of a prefix, a suffix or a middle part of it is removed too.
+pub const SECRET_WINDOW_CHARS: usize = 12;
+/// Runs of [`SECRET_WINDOW_CHARS`] are taken only from forms this long at most: one pattern per
+/// character, and a 64 KiB secret file would make hundreds of thousands.
+const MAX_WINDOWED_CHARS: usize = 4096;
+
 /// The configured secrets' values (the MySQL password, secret header values) and the one
 /// function that removes them from text a target sent back: server messages, header values,
-/// bodies, mismatch messages. Each secret is matched as written and as it looks quoted by
-/// `{:?}` or as a JSON string; where secrets overlap, the longest match wins, so a secret that
-/// is part of another never leaves the rest of the longer one behind.
+/// bodies, mismatch messages.
+///
+/// A secret of at least [`MIN_TRANSFORMED_SECRET_CHARS`] characters is matched ignoring ASCII
+/// case, and so is each of its whitespace-separated parts and each part between template
+/// variables (`{{seq}}`) that long: as written, as quoted by `{:?}`, as a JSON string (once or
+/// twice), base64- and percent-encoded, and any run of [`SECRET_WINDOW_CHARS`] characters of
+/// each of those. A shorter secret is matched exactly as written and quoted. Matches that
+/// overlap are replaced as one, so no piece of a secret is left between two.
 #[derive(Clone, Default)]
 pub struct Redactor {
-    matcher: Option<Arc<aho_corasick::AhoCorasick>>,
+    /// Short secrets, case-sensitive.
+    exact: Option<Arc<aho_corasick::AhoCorasick>>,
+    /// Everything else, ASCII case-insensitive.
+    loose: Option<Arc<aho_corasick::AhoCorasick>>,
 }
 
 impl Redactor {
     /// A redactor of `secrets` (empty ones are ignored).
     pub fn new<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut patterns: Vec<String> = Vec::new();
+        let (mut exact, mut loose) = (BTreeSet::new(), BTreeSet::new());
         for s in secrets.into_iter().filter(|s| !s.is_empty()) {
-            let debug = format!("{s:?}");
-            let json = serde_json::to_string(s).unwrap_or_default();
-            for p in [s, unquote(&debug), unquote(&json)] {
-                if !p.is_empty() && !patterns.iter().any(|q| q == p) {
-                    patterns.push(p.to_string());
+            if s.chars().count() < MIN_TRANSFORMED_SECRET_CHARS {
+                exact.extend(quoted_forms(s));
+                continue;
+            }
+            for part in secret_parts(s) {
+                for form in encoded_forms(part) {
+                    if form.len() <= MAX_WINDOWED_CHARS {
+                        loose.extend(windows(&form, SECRET_WINDOW_CHARS).map(str::to_string));
+                    }
+                    loose.insert(form);
                 }
             }
         }
-        if patterns.is_empty() {
-            return Redactor::default();
+        Redactor {
+            exact: matcher(&exact, false),
+            loose: matcher(&loose, true),
         }
-        let matcher = aho_corasick::AhoCorasick::builder()
-            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
-            .build(&patterns)
-            .ok()
-            .map(Arc::new);
-        Redactor { matcher }
     }
 
     /// `text` with every occurrence of every secret replaced by [`REDACTED`].
     pub fn redact(&self, text: &str) -> String {
-        match &self.matcher {
-            Some(m) => m.replace_all(text, &vec![REDACTED; m.patterns_len()]),
-            None => text.to_string(),
+        let mut spans: Vec<(usize, usize)> = [&self.exact, &self.loose]
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m.find_overlapping_iter(text).map(|f| (f.start(), f.end())))
+            .collect();
+        if spans.is_empty() {
+            return text.to_string();
         }
+        spans.sort_unstable();
+        let mut out = String::with_capacity(text.len());
+        let mut at = 0;
+        let mut spans = spans.into_iter().peekable();
+        while let Some((start, mut end)) = spans.next() {
+            while let Some(&(s, e)) = spans.peek()
+                && s < end
+            {
+                end = end.max(e);
+                spans.next();
+            }
+            out.push_str(&text[at..start]);
+            out.push_str(REDACTED);
+            at = end;
+        }
+        out.push_str(&text[at..]);
+        out
     }
 
     /// [`Redactor::redact`] in place.
     pub fn redact_in_place(&self, text: &mut String) {
-        if self
-            .matcher
-            .as_ref()
-            .is_some_and(|m| m.is_match(text.as_str()))
-        {
+        let hit = [&self.exact, &self.loose]
+            .into_iter()
+            .flatten()
+            .any(|m| m.is_match(text.as_str()));
+        if hit {
             *text = self.redact(text);
         }
     }
+
+    fn patterns_len(&self) -> usize {
+        [&self.exact, &self.loose]
+            .into_iter()
+            .flatten()
+            .map(|m| m.patterns_len())
+            .sum()
+    }
+}
+
+/// An automaton reporting overlapping matches of `patterns`; `None` when there are none.
+fn matcher(
+    patterns: &BTreeSet<String>,
+    ignore_case: bool,
+) -> Option<Arc<aho_corasick::AhoCorasick>> {
+    if patterns.is_empty() {
+        return None;
+    }
+    aho_corasick::AhoCorasick::builder()
+        .match_kind(aho_corasick::MatchKind::Standard)
+        .ascii_case_insensitive(ignore_case)
+        .build(patterns)
+        .ok()
+        .map(Arc::new)
+}
+
+/// The secret itself, and each part of it at least [`MIN_TRANSFORMED_SECRET_CHARS`] long
+/// between whitespace or template variables (`Bearer tok-{{seq}}-SECRETVALUE` is sent rendered,
+/// so only its static parts can be known).
+fn secret_parts(s: &str) -> Vec<&str> {
+    let mut parts = vec![s];
+    let mut rest = s;
+    let mut statics = Vec::new();
+    while let Some(open) = rest.find("{{") {
+        statics.push(&rest[..open]);
+        rest = match rest[open..].find("}}") {
+            Some(close) => &rest[open + close + 2..],
+            None => "",
+        };
+    }
+    statics.push(rest);
+    for piece in statics.into_iter().chain(s.split_whitespace()) {
+        for p in std::iter::once(piece).chain(piece.split_whitespace()) {
+            if p.chars().count() >= MIN_TRANSFORMED_SECRET_CHARS && !parts.contains(&p) {
+                parts.push(p);
+            }
+        }
+    }
+    parts
+}
+
+/// `s` as written, as quoted by `{:?}` and as a JSON string (without the quotes).
+fn quoted_forms(s: &str) -> [String; 3] {
+    [
+        s.to_string(),
+        unquote(&format!("{s:?}")).to_string(),
+        json_inner(s),
+    ]
+}
+
+/// [`quoted_forms`], the JSON form escaped again, and the base64 and percent encodings.
+fn encoded_forms(s: &str) -> Vec<String> {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+    // What URL encoders leave as is: letters, digits and `-._~`.
+    const UNRESERVED: &percent_encoding::AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    let mut forms = quoted_forms(s).to_vec();
+    forms.push(json_inner(&forms[2]));
+    forms.extend([
+        STANDARD.encode(s),
+        STANDARD_NO_PAD.encode(s),
+        URL_SAFE_NO_PAD.encode(s),
+        utf8_percent_encode(s, NON_ALPHANUMERIC).to_string(),
+        utf8_percent_encode(s, UNRESERVED).to_string(),
+        utf8_percent_encode(s, UNRESERVED)
+            .to_string()
+            .replace("%20", "+"),
+    ]);
+    forms.retain(|f| !f.is_empty());
+    forms
+}
+
+/// Every run of `n` (at least 1) consecutive characters of `s` (none when `s` is shorter).
+fn windows(s: &str, n: usize) -> impl Iterator<Item = &str> {
+    let starts: Vec<usize> = s.char_indices().map(|(i, _)| i).collect();
+    let ends: Vec<usize> = starts.iter().skip(1).copied().chain([s.len()]).collect();
+    let count = (starts.len() + 1).saturating_sub(n.max(1));
+    (0..count).map(move |i| &s[starts[i]..ends[i + n - 1]])
+}
+
+/// `s` as a JSON string, without the quotes.
+fn json_inner(s: &str) -> String {
+    unquote(&serde_json::to_string(s).unwrap_or_default()).to_string()
 }
 
 /// `s` without its first and last character (the quotes of a quoted string).
@@ -91,8 +229,7 @@ fn unquote(s: &str) -> &str {
 
 impl std::fmt::Debug for Redactor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.matcher.as_ref().map_or(0, |m| m.patterns_len());
-        write!(f, "Redactor({n} patterns)")
+        write!(f, "Redactor({} patterns)", self.patterns_len())
     }
 }
 
@@ -113,6 +250,24 @@ impl Target {
             Target::Tcp(_) => Vec::new(),
             Target::Http(t) => secret_values(&t.headers),
             Target::Otlp(t) => secret_values(&t.headers),
+        }
+    }
+
+    /// The config keys of the secrets shorter than [`MIN_TRANSFORMED_SECRET_CHARS`]: weak, and
+    /// redacted only exactly (every occurrence in other words too).
+    pub fn short_secret_keys(&self) -> Vec<String> {
+        let short = |v: &str| v.chars().count() < MIN_TRANSFORMED_SECRET_CHARS;
+        let headers = |kind: &str, hs: &[Header]| -> Vec<String> {
+            hs.iter()
+                .filter(|h| h.secret && short(&h.value))
+                .map(|h| format!("probe.{kind}.headers.{}", h.name))
+                .collect()
+        };
+        match self {
+            Target::Mysql(t) if short(&t.password) => vec!["probe.mysql.password".into()],
+            Target::Mysql(_) | Target::Tcp(_) => Vec::new(),
+            Target::Http(t) => headers("http", &t.headers),
+            Target::Otlp(t) => headers("otlp", &t.headers),
         }
     }
 
@@ -164,7 +319,23 @@ pub struct MysqlTarget {
     pub password: String,
     /// rustls client configuration for the `tls` step (`None` when ssl_mode is disabled).
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// The PEM files read at start-up, handed to the MySQL driver for the `auth` step's session
+    /// so it trusts the same bundle as the `tls` step and never reads a file per attempt.
+    pub pems: TlsPems,
 }
+
+/// The CA bundle and client identity PEMs as read (capped) at start-up; empty where not
+/// configured or not used by the ssl_mode.
+#[derive(Clone, Default)]
+pub struct TlsPems {
+    /// `ssl_ca`'s contents.
+    pub ca: Option<Pem>,
+    /// `ssl_cert` and `ssl_key`'s contents.
+    pub identity: Option<(Pem, Pem)>,
+}
+
+/// A PEM file's contents.
+pub type Pem = Arc<[u8]>;
 
 impl std::fmt::Debug for MysqlTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -235,6 +406,69 @@ mod tests {
         assert_eq!(r.redact(&quoted), "\"<redacted>\" \"<redacted>\"");
         assert_eq!(r.redact("nothing here"), "nothing here");
         assert_eq!(Redactor::default().redact("pw"), "pw");
-        assert_eq!(format!("{r:?}"), "Redactor(4 patterns)");
+    }
+
+    /// The hostile echoes: the token without its scheme, base64, percent-encoded, case
+    /// changed, JSON-escaped twice, a prefix, a suffix and a middle part, split by a newline.
+    #[test]
+    fn transformed_echoes_of_a_secret_are_redacted() {
+        use base64::Engine;
+        let token = "s3cr\"et\\Tok+/=xyzLONGSECRETVALUE";
+        let secret = format!("Bearer {token}");
+        let r = Redactor::new([secret.as_str()]);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(token);
+        let pct = percent_encoding::utf8_percent_encode(token, percent_encoding::NON_ALPHANUMERIC)
+            .to_string()
+            .to_lowercase();
+        let twice = serde_json::to_string(&serde_json::to_string(token).unwrap()).unwrap();
+        let echoes = [
+            token.to_string(),
+            b64,
+            pct,
+            token.to_uppercase(),
+            twice,
+            token[..14].to_string(),
+            token[token.len() - 13..].to_string(),
+            token[5..20].to_string(),
+        ];
+        for e in echoes {
+            let out = r.redact(&format!("got <{e}> here"));
+            assert!(
+                out.starts_with("got <") && out.ends_with("> here"),
+                "{e}: {out}"
+            );
+            assert!(out.contains(REDACTED), "{e}: {out}");
+            // No run of 12 characters of the echo survives, nor of the token.
+            let rest = out.replace(REDACTED, "\u{0}");
+            for w in windows(&e, SECRET_WINDOW_CHARS) {
+                assert!(!rest.contains(w), "{e}: {out}");
+            }
+        }
+        // Split by a newline: each side at least 12 characters long is redacted.
+        let (a, b) = token.split_at(16);
+        let out = r.redact(&format!("{a}\n{b}"));
+        assert_eq!(out, format!("{REDACTED}\n{REDACTED}"));
+        // Ordinary text is left alone.
+        assert_eq!(r.redact("Bearer of news"), "Bearer of news");
+    }
+
+    /// A templated secret is sent rendered: its static parts are redacted from the echo.
+    #[test]
+    fn the_static_parts_of_a_templated_secret_are_redacted() {
+        let r = Redactor::new(["Bearer tok-{{seq}}-SECRETVALUE"]);
+        assert_eq!(
+            r.redact("echo: Bearer tok-17-SECRETVALUE."),
+            "echo: <redacted>17<redacted>."
+        );
+    }
+
+    /// A short secret is matched exactly: `e` in other words is not, `E` is not.
+    #[test]
+    fn a_short_secret_is_redacted_exactly() {
+        let r = Redactor::new(["e", "pw-1234"]);
+        assert_eq!(
+            r.redact("e Else pw-1234 PW-1234"),
+            "<redacted> Els<redacted> <redacted> PW-1234"
+        );
     }
 }

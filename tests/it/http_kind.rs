@@ -282,6 +282,49 @@ pub enum Echo {
     Json,
     /// `200`, the right `x-branch` and id, the Authorization value in every header and body.
     Everywhere,
+    /// As `Header`, with the Authorization value transformed first.
+    HeaderAs(Transform),
+}
+
+/// How a hostile peer transforms the Authorization value it echoes.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Transform {
+    /// The token after `Bearer `.
+    TokenOnly,
+    /// The token, base64-encoded.
+    Base64,
+    /// The token, percent-encoded, lower-case hex.
+    Percent,
+    /// The token, upper-cased.
+    Upper,
+    /// The token as a JSON string, quoted as a JSON string again.
+    JsonTwice,
+    /// The first 14 characters of the token.
+    Prefix,
+    /// The last 13 characters of the token.
+    Suffix,
+}
+
+impl Transform {
+    pub fn apply(self, auth: &str) -> String {
+        use base64::Engine;
+        let token = auth.strip_prefix("Bearer ").unwrap_or(auth);
+        match self {
+            Transform::TokenOnly => token.to_string(),
+            Transform::Base64 => base64::engine::general_purpose::STANDARD.encode(token),
+            Transform::Percent => {
+                percent_encoding::utf8_percent_encode(token, percent_encoding::NON_ALPHANUMERIC)
+                    .to_string()
+                    .to_lowercase()
+            }
+            Transform::Upper => token.to_uppercase(),
+            Transform::JsonTwice => {
+                serde_json::to_string(&serde_json::to_string(token).unwrap()).unwrap()
+            }
+            Transform::Prefix => token.chars().take(14).collect(),
+            Transform::Suffix => token[token.len().saturating_sub(13)..].to_string(),
+        }
+    }
 }
 
 /// An HTTPS server for `name` that reflects the request's Authorization header back as
@@ -352,6 +395,7 @@ async fn echo(
         Echo::Header => (201, auth.clone(), marker),
         Echo::Json => (201, "primary".to_string(), auth.clone()),
         Echo::Everywhere => (200, "primary".to_string(), marker),
+        Echo::HeaderAs(t) => (201, t.apply(&auth), marker),
     };
     let json = serde_json::json!({ "id": id, "you_sent": auth, "twice": [auth, auth] });
     hyper::Response::builder()
@@ -398,5 +442,56 @@ async fn a_reflected_secret_is_redacted_from_messages_and_evidence() {
         let line = serde_json::to_string(&a).unwrap();
         assert!(!line.contains("S3cr3t"), "{mode:?}: {line}");
         assert!(!format!("{a:?}").contains("S3cr3t"), "{mode:?}");
+    }
+}
+
+/// A peer that echoes the token transformed (without its scheme, base64, percent-encoded,
+/// upper-cased, JSON-quoted twice, a prefix, a suffix) into the `x-branch` header the
+/// `http_wrong_branch` message quotes: no 12-character run of the token, in any of those forms,
+/// reaches the message, the evidence line or the attempt's `Debug`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transformed_echo_of_the_secret_is_redacted() {
+    const SECRET: &str = "Bearer s3cr\"et\\Tok+/=xyzLONGSECRETVALUE";
+    let ca = TestCa::new();
+    let server = EchoServer::start(&ca, NAME).await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("api-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &dns, server.port, ca.ca_pem_path())
+        .unset("probe.http", "expect_status")
+        .load(&dir.path().join("http.toml"));
+    std::fs::write(dir.path().join("token"), format!("{SECRET}\n")).unwrap();
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    let transforms = [
+        Transform::TokenOnly,
+        Transform::Base64,
+        Transform::Percent,
+        Transform::Upper,
+        Transform::JsonTwice,
+        Transform::Prefix,
+        Transform::Suffix,
+    ];
+    for (seq, t) in (1..).zip(transforms) {
+        server.set(Echo::HeaderAs(t));
+        let a = run_attempt(&probes[0], &resolver, &Clock::start(), seq).await;
+        let Outcome::Failure { class, message, .. } = &a.outcome else {
+            panic!("{t:?} must fail: {a:?}");
+        };
+        assert_eq!(*class, FailureClass::HttpWrongBranch, "{a:?}");
+        assert!(message.contains("<redacted>"), "{t:?}: {message}");
+        let echoed = t.apply(SECRET);
+        let line = serde_json::to_string(&a).unwrap();
+        let debug = format!("{a:?}");
+        let chars: Vec<char> = echoed.chars().collect();
+        for w in chars.windows(12).map(|w| w.iter().collect::<String>()) {
+            for (what, text) in [("line", &line), ("debug", &debug)] {
+                let quoted = format!("{w:?}");
+                let quoted = &quoted[1..quoted.len() - 1];
+                assert!(
+                    !text.contains(&w) && !text.contains(quoted),
+                    "{t:?}: {w:?} in the {what}: {text}"
+                );
+            }
+        }
     }
 }

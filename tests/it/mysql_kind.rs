@@ -338,3 +338,59 @@ async fn a_writer_under_innodb_read_only_fails_verify_even_when_the_write_went_t
     let s = a.server.as_ref().unwrap();
     assert!(s.innodb_read_only && !s.read_only, "{s:?}");
 }
+
+/// The CA bundle and client identity are read once at start-up: replacing the CA file afterwards
+/// with a FIFO (whose `open` waits for a writer forever) and the certificate and key with junk
+/// changes nothing, because the `auth` step's session trusts the bundle the `tls` step trusts,
+/// as loaded then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_files_swapped_after_start_are_never_read_again() {
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let client = p.ca.client_cert("readyprobe-it");
+    let copy = |name: &str, from: &std::path::Path| {
+        let to = p.dir.path().join(name);
+        std::fs::copy(from, &to).unwrap();
+        to
+    };
+    let ca = copy("swapped-ca.pem", p.ca.ca_pem_path());
+    let cert = copy("swapped-cert.pem", client.cert_pem_path());
+    let key = copy("swapped-key.pem", client.key_pem_path());
+    let text = builder(&p)
+        .tls("verify_identity", Some(&ca))
+        .client_cert(&cert, &key)
+        .build();
+    let path = p.dir.path().join("swapped.toml");
+    std::fs::write(&path, text).unwrap();
+    let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    let probe = probes.iter().find(|b| b.branch.name == "primary").unwrap();
+
+    std::fs::remove_file(&ca).unwrap();
+    let c = std::ffi::CString::new(ca.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let _unblock = Unblock(ca.clone());
+    for f in [&cert, &key] {
+        std::fs::write(f, "not PEM").unwrap();
+    }
+    for seq in 1..=3 {
+        let a = run_attempt(probe, &resolver, &Clock::start(), seq).await;
+        assert_eq!(a.outcome, Outcome::Success, "attempt {seq}: {a:?}");
+    }
+}
+
+/// On drop, opens and closes the FIFO's write end, so a reader stuck opening it (a regression)
+/// gets end-of-file and the runtime can shut down.
+struct Unblock(std::path::PathBuf);
+
+impl Drop for Unblock {
+    fn drop(&mut self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&self.0);
+    }
+}

@@ -28,6 +28,9 @@ enum Mode {
     Html,
     /// A partial success whose message quotes the request's Authorization value twice.
     EchoAuth,
+    /// A partial success whose message quotes the token after `Bearer `, split in the middle by
+    /// a newline.
+    EchoTokenSplit,
 }
 
 /// A local OTLP/HTTP receiver: answers as `mode` says and keeps the markers it decoded.
@@ -135,6 +138,19 @@ async fn answer(
                 }),
             },
         ),
+        Mode::EchoTokenSplit => {
+            let token = auth.strip_prefix("Bearer ").unwrap_or(&auth);
+            let (a, b) = token.split_at(token.len() / 2);
+            reply(
+                200,
+                ExportMetricsServiceResponse {
+                    partial_success: Some(ExportMetricsPartialSuccess {
+                        rejected_data_points: 1,
+                        error_message: format!("token {a}\n{b} is not allowed"),
+                    }),
+                },
+            )
+        }
         Mode::Html => hyper::Response::builder()
             .status(200)
             .header("content-type", "text/html")
@@ -310,5 +326,36 @@ async fn a_gateway_message_quoting_the_token_is_redacted() {
     );
     assert!(!serde_json::to_string(&a).unwrap().contains("S3cr3t"));
     assert!(!a.tls_verified, "plain HTTP");
+    receiver.task.abort();
+}
+
+/// A gateway that quotes the token split in two by a newline: each half (at least 12 characters
+/// long) is redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_message_splitting_the_token_is_redacted() {
+    const TOKEN: &str = "Bearer S3cr3t-otlp-41c9-LongerPart-0d1e";
+    let receiver = Receiver::start().await;
+    let dns = DnsServer::start("telemetry.internal.example").await;
+    dns.set_a("otel-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+    let cfg = config(dir.path(), dns.addr(), receiver.port)
+        .set("probe.tls", "danger_send_secrets_unverified", true)
+        .merge("[probe.otlp]\nheaders = { authorization = { file = \"token\" } }\n")
+        .load(&dir.path().join("otlp.toml"));
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    receiver.set(Mode::EchoTokenSplit);
+    let a = run_attempt(&probes[0], &resolver, &Clock::start(), 1).await;
+    let Outcome::Failure { class, .. } = &a.outcome else {
+        panic!("{a:?}");
+    };
+    assert_eq!(*class, FailureClass::OtlpRejected, "{a:?}");
+    assert_eq!(
+        a.otlp.as_ref().unwrap().message.as_deref(),
+        // The space before the token is the secret's too (a run of it with `Bearer `'s space).
+        Some("token<redacted>\n<redacted> is not allowed")
+    );
+    let line = serde_json::to_string(&a).unwrap();
+    assert!(!line.contains("S3cr3t") && !line.contains("0d1e"), "{line}");
     receiver.task.abort();
 }

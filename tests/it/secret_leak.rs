@@ -228,3 +228,27 @@ fn debug_of_config_and_prepared_targets_holds_no_secret() {
         assert_clean("BranchProbe Debug", &format!("{probes:?}"), &s);
     }
 }
+
+/// A secret shorter than 8 characters (here a 1-character token) is weak and its redaction
+/// marks every occurrence of it in other words: `check` says so in one warning line naming the
+/// key, and no more; a longer secret (the api key) is not named.
+#[test]
+fn check_warns_once_about_a_short_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let ca = crate::support::tls::TestCa::new();
+    std::fs::write(dir.join("api-key"), "a-long-enough-key\n").unwrap();
+    let ns: std::net::SocketAddr = "127.0.0.1:53".parse().unwrap();
+    let config = http_config(dir, ns, 443, ca.ca_pem_path(), secret_env(TOKEN_VAR))
+        .write(&dir.join("short.toml"));
+    let (code, text) = readyprobe(&["check"], &config, "e");
+    assert_eq!(code, Some(0), "{text}");
+    let warnings: Vec<&str> = text.lines().filter(|l| l.contains("secret")).collect();
+    assert_eq!(
+        warnings,
+        [
+            "warning: probe.http.headers.authorization: shorter than 8 characters: a weak secret, and redacting it from what targets send back marks every occurrence of it in other words"
+        ],
+        "{text}"
+    );
+}
