@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Helpers of bench/scale.sh: local TCP targets, the blackbox_exporter load driver, /proc
+sampling and the summary of one run. Standard library only.
+
+  scale.py listen BASE N                  accept on 127.0.0.1:BASE..BASE+N-1, close each connection
+  scale.py drive URL N BASE INTERVAL OUT  ask the exporter to probe every target once per INTERVAL s,
+                                          spread over the interval; OUT gets "ms ok failed late"
+  scale.py sample PID                     one line: ms utime+stime(ticks) VmRSS VmHWM Threads (kB)
+  scale.py summary DIR                    print the run's figures (and DIR/result.json)
+"""
+import asyncio
+import collections
+import json
+import os
+import sys
+import time
+
+
+def listen(base, n):
+    async def close(_reader, writer):
+        writer.close()
+
+    async def main():
+        servers = [
+            await asyncio.start_server(close, "127.0.0.1", base + i, backlog=1024)
+            for i in range(n)
+        ]
+        print(f"listening on {n} ports from {base}", file=sys.stderr, flush=True)
+        await asyncio.gather(*(s.serve_forever() for s in servers))
+
+    asyncio.run(main())
+
+
+def drive(url, n, base, interval, out):
+    """Target i is probed at start + k × interval + i × interval / n. Requests go over a few
+    keep-alive connections; a request issued after its slot by more than 10 % of the interval
+    counts as late (the driver could not keep up)."""
+    host, port = url.split("//", 1)[1].split(":")
+    counts = {"ok": 0, "failed": 0, "late": 0}
+    queue = asyncio.Queue()
+
+    async def worker():
+        reader, writer = await asyncio.open_connection(host, int(port))
+        while True:
+            i = await queue.get()
+            req = (f"GET /probe?module=tcp&target=127.0.0.1:{base + i} HTTP/1.1\r\n"
+                   f"Host: {host}\r\n\r\n")
+            writer.write(req.encode())
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            body = await reader.readexactly(length)
+            ok = head.startswith(b"HTTP/1.1 200") and b"\nprobe_success 1" in body
+            counts["ok" if ok else "failed"] += 1
+
+    async def report():
+        while True:
+            tmp = out + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(f"{int(time.time() * 1000)} {counts['ok']} {counts['failed']} {counts['late']}\n")
+            os.replace(tmp, out)
+            await asyncio.sleep(0.5)
+
+    async def main():
+        workers = [asyncio.create_task(worker()) for _ in range(min(32, max(2, n // 100)))]
+        reporter = asyncio.create_task(report())
+        start = time.monotonic() + 0.5
+        step = interval / n
+        k = 0
+        while True:
+            slot = start + k * step
+            now = time.monotonic()
+            if slot > now:
+                await asyncio.sleep(slot - now)
+            elif now - slot > interval / 10:
+                counts["late"] += 1
+            queue.put_nowait(k % n)
+            k += 1
+            for w in workers + [reporter]:
+                if w.done():
+                    w.result()  # raises the worker's error
+
+    asyncio.run(main())
+
+
+def sample(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    status = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            status[key] = value.split()[0] if value.split() else ""
+    print(int(time.time() * 1000), ticks, status["VmRSS"], status["VmHWM"], status["Threads"])
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def summary(d):
+    meta = json.load(open(f"{d}/meta.json"))
+    interval_ms = meta["interval_s"] * 1000
+    hz = os.sysconf("SC_CLK_TCK")
+
+    def marks(name):
+        return [list(map(int, l.split())) for l in open(f"{d}/{name}").read().splitlines()]
+
+    rp = marks("readyprobe.samples")
+    t0, t1 = rp[0][0], rp[-1][0]
+    starts = collections.defaultdict(list)
+    attempts = failed = 0
+    datums = []
+    publishes = collections.Counter()
+    with open(f"{d}/state/evidence.jsonl") as f:
+        for line in f:
+            r = json.loads(line)
+            kind = r.get("kind")
+            if kind == "attempt":
+                starts[(r["service"], r["branch"])].append(r["started_at"])
+                if t0 <= r["started_at"] < t1:
+                    attempts += 1
+                    failed += r.get("result") != "success"
+            elif kind == "publish" and t0 <= r["at_ms"] < t1:
+                publishes[(r["sink"], r["reason"], r["outcome"])] += 1
+                if r["reason"] == "tick":
+                    datums.append(r["datums"])
+    gaps, skipped = [], 0
+    for s in starts.values():
+        s.sort()
+        for a, b in zip(s, s[1:]):
+            if a < t0 or b >= t1:
+                continue
+            if b - a >= 1.5 * interval_ms:
+                skipped += round((b - a) / interval_ms) - 1
+            else:
+                gaps.append(abs(b - a - interval_ms))
+    cpu_s = (rp[-1][1] - rp[0][1]) / hz
+    res = {
+        "kind": meta["kind"],
+        "probe_jitter": meta.get("jitter"),
+        "branches": meta["branches"],
+        "services": meta["branches"] // 2,
+        "window_s": round((t1 - t0) / 1000, 1),
+        "branches_with_attempts": len(starts),
+        "attempts": attempts,
+        "failed": failed,
+        "cpu_s": cpu_s,
+        "cpu_ms_per_attempt": round(cpu_s * 1000 / attempts, 4) if attempts else None,
+        "cpu_pct_of_one_core": round(cpu_s * 100_000 / (t1 - t0), 1),
+        "rss_kb_max": max(r[2] for r in rp),
+        "hwm_kb": rp[-1][3],
+        "threads_max": max(r[4] for r in rp),
+        "gaps": len(gaps),
+        "skipped_ticks": skipped,
+        "jitter_ms": {q: pct(gaps, v) for q, v in (("p50", .5), ("p99", .99))} | {"max": max(gaps, default=None)},
+        "tick_batches_datums": datums,
+        "publish_records": {"/".join(k): v for k, v in publishes.items()},
+        "load": meta.get("load", []),
+    }
+    res["jitter_pct"] = {q: round(v * 100 / interval_ms, 3) for q, v in res["jitter_ms"].items() if v is not None}
+    if os.path.exists(f"{d}/blackbox.samples"):
+        bb = marks("blackbox.samples")
+        drv = marks("driver.marks")
+        probes = drv[-1][1] - drv[0][1]
+        bb_cpu = (bb[-1][1] - bb[0][1]) / hz
+        res["blackbox"] = {
+            "probes": probes,
+            "failed": drv[-1][2] - drv[0][2],
+            "late": drv[-1][3] - drv[0][3],
+            "cpu_s": bb_cpu,
+            "cpu_ms_per_probe": round(bb_cpu * 1000 / probes, 4) if probes else None,
+            "rss_kb_max": max(r[2] for r in bb),
+            "threads_max": max(r[4] for r in bb),
+        }
+        if probes and attempts and bb_cpu:
+            res["ratio_cpu_per_attempt"] = round(res["cpu_ms_per_attempt"] / res["blackbox"]["cpu_ms_per_probe"], 3)
+    json.dump(res, open(f"{d}/result.json", "w"), indent=1)
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "listen":
+        listen(int(args[0]), int(args[1]))
+    elif cmd == "drive":
+        drive(args[0], int(args[1]), int(args[2]), float(args[3]), args[4])
+    elif cmd == "sample":
+        sample(args[0])
+    elif cmd == "summary":
+        summary(args[0])
+    else:
+        sys.exit(f"unknown command {cmd}")
