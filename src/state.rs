@@ -221,6 +221,10 @@ fn symlink_refused(path: &Path) -> std::io::Error {
     )
 }
 
+/// How many file-store operations may run at once in the process ([`FileStore`]).
+pub const FILE_OPS: usize = 8;
+static FILE_OP_PERMITS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(FILE_OPS);
+
 /// The file store: `dir/control-<service>.json`, guarded by `dir/control-<service>.lock`.
 #[derive(Debug, Clone)]
 pub struct FileStore {
@@ -258,12 +262,24 @@ impl FileStore {
     }
 
     /// Run a blocking file-store operation on the blocking pool; an error after `bound`.
+    ///
+    /// At most [`FILE_OPS`] run at once in the process, whatever the number of services: each
+    /// holds its permit on its thread until it returns, so a thousand services syncing in the
+    /// same second, or a hung file system, never take more blocking threads than that.
     async fn off_runtime<T, F>(&self, bound: Duration, op: F) -> Result<T, StateError>
     where
         F: FnOnce() -> Result<T, StateError> + Send + 'static,
         T: Send + 'static,
     {
-        match tokio::time::timeout(bound, tokio::task::spawn_blocking(op)).await {
+        let run = async {
+            let permit = FILE_OP_PERMITS.acquire().await;
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                op()
+            })
+            .await
+        };
+        match tokio::time::timeout(bound, run).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => Err(self.io("file store task", std::io::Error::other(e))),
             Err(_) => Err(StateError::Io {
@@ -815,6 +831,49 @@ mod tests {
             reason.contains("no answer from the file system within 50ms"),
             "{reason}"
         );
-        release.send(()).unwrap();
+        // The operation may never have started (waiting for a permit): nothing to release then.
+        let _ = release.send(());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_more_than_file_ops_operations_run_at_once() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(AtomicBool::new(false));
+        let mut ops = tokio::task::JoinSet::new();
+        for i in 0..5 * FILE_OPS {
+            let store = FileStore::new(dir.path(), &format!("s{i}"));
+            let (running, most, release) = (running.clone(), most.clone(), release.clone());
+            ops.spawn(async move {
+                store
+                    .off_runtime(Duration::from_secs(60), move || {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        while !release.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        Ok(ControlDoc::new("s"))
+                    })
+                    .await
+            });
+        }
+        // Wait until the permits are all taken, then give the others time to (wrongly) start.
+        for _ in 0..2000 {
+            if running.load(Ordering::SeqCst) >= FILE_OPS {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let seen = most.load(Ordering::SeqCst);
+        release.store(true, Ordering::SeqCst);
+        while let Some(r) = ops.join_next().await {
+            assert!(r.unwrap().is_ok());
+        }
+        assert_eq!(seen, FILE_OPS, "operations running at once");
     }
 }
