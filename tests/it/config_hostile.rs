@@ -5,26 +5,7 @@
 use readyprobe::config::{self, Issue};
 use std::path::Path;
 
-const BASE: &str = r#"[service]
-name = "orders-db"
-stable_name = "mysql.orders.internal.example"
-
-[probe]
-kind = "tcp"
-
-[probe.tcp]
-port = 3306
-
-[[branch]]
-name = "primary"
-role = "PRIMARY"
-endpoint = "mysql-primary.orders.internal.example"
-
-[[branch]]
-name = "secondary"
-role = "SECONDARY"
-endpoint = "mysql-secondary.orders.internal.example"
-"#;
+use crate::support::config::BASE_TCP as BASE;
 
 fn issues(text: &str) -> Vec<Issue> {
     match config::parse(Path::new("hostile.toml"), text) {

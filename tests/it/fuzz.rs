@@ -25,26 +25,7 @@ fn runner(default_cases: u32) -> RunnerConfig {
 
 // ---- config ----------------------------------------------------------------------------------
 
-const BASE: &str = r#"[service]
-name = "orders-db"
-stable_name = "mysql.orders.internal.example"
-
-[probe]
-kind = "tcp"
-
-[probe.tcp]
-port = 3306
-
-[[branch]]
-name = "primary"
-role = "PRIMARY"
-endpoint = "mysql-primary.orders.internal.example"
-
-[[branch]]
-name = "secondary"
-role = "SECONDARY"
-endpoint = "mysql-secondary.orders.internal.example"
-"#;
+use crate::support::config::BASE_TCP as BASE;
 
 /// [`BASE`] as (table, line) pairs the grammar can override key by key.
 const BASE_TABLES: [(&str, &str); 4] = [

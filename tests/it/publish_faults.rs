@@ -29,13 +29,42 @@ fn datum(metric: &'static str, value: f64, timestamp: i64) -> Datum {
 }
 
 async fn sink(url: &str, timeout: Duration) -> CloudWatchSink {
+    sink_tried(url, timeout, 1, Duration::from_secs(60)).await
+}
+
+/// A sink that tries a batch up to `max_attempts` times within `window`.
+async fn sink_tried(
+    url: &str,
+    timeout: Duration,
+    max_attempts: u32,
+    window: Duration,
+) -> CloudWatchSink {
     let cfg = CwConfig {
         region: Some("us-east-1".into()),
         endpoint_url: Some(url.into()),
         operation_timeout: timeout,
-        max_attempts: 1,
+        max_attempts,
     };
-    CloudWatchSink::new(&cfg, "Faults", Duration::from_secs(60)).await
+    CloudWatchSink::new(&cfg, "Faults", window).await
+}
+
+/// `sink` behind its queue task, as the runner runs it: the queue, its reports, its tracker.
+fn queued(
+    sink: CloudWatchSink,
+) -> (
+    readyprobe::sink::SinkQueue,
+    tokio::sync::mpsc::UnboundedReceiver<readyprobe::sink::SinkReport>,
+    tokio_util::task::TaskTracker,
+) {
+    let (tx, reports) = tokio::sync::mpsc::unbounded_channel();
+    let tracker = tokio_util::task::TaskTracker::new();
+    let q = readyprobe::sink::SinkQueue::spawn(
+        Box::new(sink),
+        tx,
+        &tracker,
+        tokio_util::sync::CancellationToken::new(),
+    );
+    (q, reports, tracker)
 }
 
 /// Through the real SDK: the fake decodes exactly what was sent, the sink leaves out what
@@ -282,23 +311,16 @@ async fn each_outage_shape_gets_its_class() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_shape_is_tried_exactly_max_attempts_times() {
     use readyprobe::record::PublishOutcome;
-    use readyprobe::sink::{Queued, SinkQueue};
+    use readyprobe::sink::Queued;
     let fake = FakeCloudWatch::start().await;
-    let cfg = CwConfig {
-        region: Some("us-east-1".into()),
-        endpoint_url: Some(fake.url.clone()),
-        operation_timeout: Duration::from_secs(1),
-        max_attempts: 3,
-    };
-    let sink = CloudWatchSink::new(&cfg, "Faults", Duration::from_secs(10)).await;
-    let (tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
-    let tracker = tokio_util::task::TaskTracker::new();
-    let q = SinkQueue::spawn(
-        Box::new(sink),
-        tx,
-        &tracker,
-        tokio_util::sync::CancellationToken::new(),
-    );
+    let sink = sink_tried(
+        &fake.url,
+        Duration::from_secs(1),
+        3,
+        Duration::from_secs(10),
+    )
+    .await;
+    let (q, mut reports, _tracker) = queued(sink);
     let shapes = [
         (Some(Fault::Hang), Some(C::PublishTimeout)),
         (Some(Fault::Throttle), Some(C::PublishThrottled)),
@@ -345,7 +367,7 @@ async fn each_shape_is_tried_exactly_max_attempts_times() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_each_shape_the_newest_batch_goes_first() {
     use readyprobe::record::PublishOutcome as O;
-    use readyprobe::sink::{Queued, SinkQueue};
+    use readyprobe::sink::Queued;
     let shapes = [
         (Fault::Hang, C::PublishTimeout),
         (Fault::Throttle, C::PublishThrottled),
@@ -356,21 +378,14 @@ async fn after_each_shape_the_newest_batch_goes_first() {
     ];
     for (fault, class) in shapes {
         let fake = FakeCloudWatch::start().await;
-        let cfg = CwConfig {
-            region: Some("us-east-1".into()),
-            endpoint_url: Some(fake.url.clone()),
-            operation_timeout: Duration::from_secs(1),
-            max_attempts: 3,
-        };
-        let sink = CloudWatchSink::new(&cfg, "Faults", Duration::from_secs(15)).await;
-        let (tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
-        let tracker = tokio_util::task::TaskTracker::new();
-        let q = SinkQueue::spawn(
-            Box::new(sink),
-            tx,
-            &tracker,
-            tokio_util::sync::CancellationToken::new(),
-        );
+        let sink = sink_tried(
+            &fake.url,
+            Duration::from_secs(1),
+            3,
+            Duration::from_secs(15),
+        )
+        .await;
+        let (q, mut reports, tracker) = queued(sink);
         tracker.close();
         fake.set_fault_for(fault, 3);
         let now = now_ms();

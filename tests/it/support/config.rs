@@ -4,6 +4,29 @@
 
 use std::path::{Path, PathBuf};
 
+/// A small valid config as literal text, for tests that edit the bytes themselves (hostile
+/// values, fuzzing) rather than build through [`ConfigBuilder`].
+pub const BASE_TCP: &str = r#"[service]
+name = "orders-db"
+stable_name = "mysql.orders.internal.example"
+
+[probe]
+kind = "tcp"
+
+[probe.tcp]
+port = 3306
+
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "mysql-primary.orders.internal.example"
+
+[[branch]]
+name = "secondary"
+role = "SECONDARY"
+endpoint = "mysql-secondary.orders.internal.example"
+"#;
+
 /// A config file under construction: top-level keys, tables in first-use order, and branches.
 #[derive(Debug, Clone)]
 pub struct ConfigBuilder {
