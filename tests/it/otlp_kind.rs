@@ -13,7 +13,7 @@ use opentelemetry_proto::tonic::common::v1::any_value;
 use prost::Message;
 use readyprobe::clock::Clock;
 use readyprobe::failure::{FailureClass, Step};
-use readyprobe::probe::{Outcome, prepare, run_attempt};
+use readyprobe::probe::{Attempt, Outcome, prepare, run_attempt};
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
@@ -295,23 +295,30 @@ async fn otlp_export_accepted_rejected_and_refused() {
     receiver.task.abort();
 }
 
-/// A gateway that quotes the Authorization value in its rejection: the attempt's message and the
-/// recorded gateway message carry `<redacted>` instead.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gateway_message_quoting_the_token_is_redacted() {
-    const TOKEN: &str = "Bearer S3cr3t-otlp-41c9";
+/// One attempt over plain HTTP with `token` as the Authorization header (from a file), against a
+/// receiver answering in `mode`; the receiver is returned so the test ends it.
+async fn attempt_with_token(token: &str, mode: Mode) -> (Receiver, Attempt) {
     let receiver = Receiver::start().await;
     let dns = DnsServer::start("telemetry.internal.example").await;
     dns.set_a("otel-primary", Ipv4Addr::LOCALHOST, 5).await;
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+    std::fs::write(dir.path().join("token"), token).unwrap();
     let cfg = config(dir.path(), dns.addr(), receiver.port)
         .set("probe.tls", "danger_send_secrets_unverified", true)
         .merge("[probe.otlp]\nheaders = { authorization = { file = \"token\" } }\n")
         .load(&dir.path().join("otlp.toml"));
     let (resolver, probes) = prepare(&cfg).unwrap();
-    receiver.set(Mode::EchoAuth);
+    receiver.set(mode);
     let a = run_attempt(&probes[0], &resolver, &Clock::start(), 1).await;
+    (receiver, a)
+}
+
+/// A gateway that quotes the Authorization value in its rejection: the attempt's message and the
+/// recorded gateway message carry `<redacted>` instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_message_quoting_the_token_is_redacted() {
+    const TOKEN: &str = "Bearer S3cr3t-otlp-41c9";
+    let (receiver, a) = attempt_with_token(TOKEN, Mode::EchoAuth).await;
     let Outcome::Failure { class, message, .. } = &a.outcome else {
         panic!("{a:?}");
     };
@@ -334,18 +341,7 @@ async fn a_gateway_message_quoting_the_token_is_redacted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_message_splitting_the_token_is_redacted() {
     const TOKEN: &str = "Bearer S3cr3t-otlp-41c9-LongerPart-0d1e";
-    let receiver = Receiver::start().await;
-    let dns = DnsServer::start("telemetry.internal.example").await;
-    dns.set_a("otel-primary", Ipv4Addr::LOCALHOST, 5).await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
-    let cfg = config(dir.path(), dns.addr(), receiver.port)
-        .set("probe.tls", "danger_send_secrets_unverified", true)
-        .merge("[probe.otlp]\nheaders = { authorization = { file = \"token\" } }\n")
-        .load(&dir.path().join("otlp.toml"));
-    let (resolver, probes) = prepare(&cfg).unwrap();
-    receiver.set(Mode::EchoTokenSplit);
-    let a = run_attempt(&probes[0], &resolver, &Clock::start(), 1).await;
+    let (receiver, a) = attempt_with_token(TOKEN, Mode::EchoTokenSplit).await;
     let Outcome::Failure { class, .. } = &a.outcome else {
         panic!("{a:?}");
     };
