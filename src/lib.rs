@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod contract;
 pub mod control;
 pub mod failure;
 pub mod fold;

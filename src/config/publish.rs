@@ -134,7 +134,9 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
     if interval < Duration::from_secs(1) {
         issues.error("publish.interval", "must be at least 1s");
     }
-    let namespace = raw.namespace.unwrap_or_else(|| "Readyprobe".into());
+    let namespace = raw
+        .namespace
+        .unwrap_or_else(|| crate::contract::DEFAULT_NAMESPACE.into());
     if !namespace_ok(&namespace) {
         issues.error(
             "publish.namespace",

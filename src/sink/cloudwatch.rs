@@ -34,7 +34,7 @@ pub fn encode(d: &Datum) -> Option<MetricDatum> {
     let mut b = MetricDatum::builder()
         .metric_name(d.metric)
         .timestamp(DateTime::from_millis(d.timestamp))
-        .storage_resolution(60)
+        .storage_resolution(crate::contract::STORAGE_RESOLUTION)
         .unit(match d.unit {
             super::Unit::None => StandardUnit::None,
             super::Unit::Percent => StandardUnit::Percent,

@@ -22,7 +22,7 @@ pub fn encode(namespace: &str, d: &Datum) -> Option<String> {
             "CloudWatchMetrics": [{
                 "Namespace": namespace,
                 "Dimensions": [dim_names],
-                "Metrics": [{"Name": d.metric, "Unit": d.unit.as_str(), "StorageResolution": 60}],
+                "Metrics": [{"Name": d.metric, "Unit": d.unit.as_str(), "StorageResolution": crate::contract::STORAGE_RESOLUTION}],
             }],
         }),
     );

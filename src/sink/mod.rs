@@ -9,6 +9,7 @@ pub mod cloudwatch;
 pub mod emf;
 pub mod evidence;
 
+use crate::contract::{self, Metric};
 use crate::readiness::Millis;
 use crate::record::{PublishFailureClass, PublishOutcome};
 use serde::Serialize;
@@ -50,30 +51,7 @@ impl aws_sdk_cloudwatch::config::Intercept for BodyLimit {
     }
 }
 
-/// CloudWatch unit of a datum.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Unit {
-    /// `None`.
-    None,
-    /// `Percent`.
-    Percent,
-    /// `Count`.
-    Count,
-    /// `Milliseconds`.
-    Milliseconds,
-}
-
-impl Unit {
-    /// CloudWatch spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Unit::None => "None",
-            Unit::Percent => "Percent",
-            Unit::Count => "Count",
-            Unit::Milliseconds => "Milliseconds",
-        }
-    }
-}
+pub use crate::contract::Unit;
 
 /// A datum's value.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -135,100 +113,77 @@ pub struct BranchTick {
     pub cert_not_after: Option<Millis>,
 }
 
+/// A datum of contract metric `m`; `values` are its dimensions' values, in the contract's order.
+fn datum(m: &Metric, values: &[&str], value: Value, timestamp: Millis) -> Datum {
+    debug_assert_eq!(m.dimensions.len(), values.len(), "{}", m.name);
+    Datum {
+        metric: m.name,
+        dimensions: m
+            .dimensions
+            .iter()
+            .zip(values)
+            .map(|(d, v)| (*d, (*v).to_string()))
+            .collect(),
+        value,
+        unit: m.unit,
+        timestamp,
+    }
+}
+
 /// Build the datums of one publish tick (pure).
 pub fn tick_datums(service: &str, branches: &[BranchTick], now: Millis) -> Vec<Datum> {
     let mut out = Vec::new();
-    let sb = |b: &str| vec![("Service", service.to_string()), ("Branch", b.to_string())];
     for b in branches {
+        let sb = [service, b.branch.as_str()];
         if let Some(v) = b.readiness {
-            out.push(Datum {
-                metric: "Readiness",
-                dimensions: sb(&b.branch),
-                value: Value::Single(v),
-                unit: Unit::None,
-                timestamp: now,
-            });
+            out.push(datum(&contract::READINESS, &sb, Value::Single(v), now));
         }
         if let Some(r) = b.success_rate {
-            out.push(Datum {
-                metric: "SuccessRate",
-                dimensions: sb(&b.branch),
-                value: Value::Single(r),
-                unit: Unit::Percent,
-                timestamp: now,
-            });
+            out.push(datum(&contract::SUCCESS_RATE, &sb, Value::Single(r), now));
         }
-        out.push(Datum {
-            metric: "Attempts",
-            dimensions: sb(&b.branch),
-            value: Value::Single(b.attempts as f64),
-            unit: Unit::Count,
-            timestamp: now,
-        });
-        out.push(Datum {
-            metric: "FailedAttempts",
-            dimensions: sb(&b.branch),
-            value: Value::Single(b.failed as f64),
-            unit: Unit::Count,
-            timestamp: now,
-        });
+        let attempts = Value::Single(b.attempts as f64);
+        out.push(datum(&contract::ATTEMPTS, &sb, attempts, now));
+        let failed = Value::Single(b.failed as f64);
+        out.push(datum(&contract::FAILED_ATTEMPTS, &sb, failed, now));
         if let Some(na) = b.cert_not_after {
-            out.push(Datum {
-                metric: "CertificateExpiryDays",
-                dimensions: sb(&b.branch),
-                // Fractional days; negative once expired.
-                value: Value::Single((na - now) as f64 / 86_400_000.0),
-                unit: Unit::None,
-                timestamp: now,
-            });
+            // Fractional days; negative once expired.
+            let days = Value::Single((na - now) as f64 / 86_400_000.0);
+            out.push(datum(&contract::CERTIFICATE_EXPIRY_DAYS, &sb, days, now));
         }
         for (step, samples) in &b.step_durations {
             if samples.is_empty() {
                 continue;
             }
-            let mut dims = sb(&b.branch);
-            dims.push(("Step", step.to_string()));
-            out.push(Datum {
-                metric: "StepDuration",
-                dimensions: dims,
-                value: Value::Samples(samples.clone()),
-                unit: Unit::Milliseconds,
-                timestamp: now,
-            });
+            let dims = [service, b.branch.as_str(), step];
+            let v = Value::Samples(samples.clone());
+            out.push(datum(&contract::STEP_DURATION, &dims, v, now));
         }
     }
-    out.push(Datum {
-        metric: "Heartbeat",
-        dimensions: vec![("Service", service.to_string())],
-        value: Value::Single(1.0),
-        unit: Unit::Count,
-        timestamp: now,
-    });
+    out.push(datum(
+        &contract::HEARTBEAT,
+        &[service],
+        Value::Single(1.0),
+        now,
+    ));
     // Fail-open signal: 1 when every branch is known and none is ready; 0 when one is ready;
     // no datum while a branch is still unknown and none is ready.
     let any_ready = branches.iter().any(|b| b.is_ready);
     let all_known = branches.iter().all(|b| b.is_known);
     if any_ready || all_known {
-        out.push(Datum {
-            metric: "BothBranchesUnready",
-            dimensions: vec![("Service", service.to_string())],
-            value: Value::Single(if any_ready { 0.0 } else { 1.0 }),
-            unit: Unit::None,
-            timestamp: now,
-        });
+        let v = Value::Single(if any_ready { 0.0 } else { 1.0 });
+        out.push(datum(&contract::BOTH_BRANCHES_UNREADY, &[service], v, now));
     }
     out
 }
 
 /// The `ServiceUnavailable` datum of a service `run` could not prepare: 1, every tick (pure).
 pub fn service_unavailable_datum(service: &str, now: Millis) -> Datum {
-    Datum {
-        metric: "ServiceUnavailable",
-        dimensions: vec![("Service", service.to_string())],
-        value: Value::Single(1.0),
-        unit: Unit::None,
-        timestamp: now,
-    }
+    datum(
+        &contract::SERVICE_UNAVAILABLE,
+        &[service],
+        Value::Single(1.0),
+        now,
+    )
 }
 
 /// The `PublishFailures` datums: failed batches per class since the previous tick (pure).
@@ -239,31 +194,26 @@ pub fn publish_failure_datums(
 ) -> Vec<Datum> {
     counts
         .iter()
-        .map(|(class, n)| Datum {
-            metric: "PublishFailures",
-            dimensions: vec![
-                ("Service", service.to_string()),
-                ("Class", class.as_str().to_string()),
-            ],
-            value: Value::Single(*n as f64),
-            unit: Unit::Count,
-            timestamp: now,
+        .map(|(class, n)| {
+            let v = Value::Single(*n as f64);
+            datum(
+                &contract::PUBLISH_FAILURES,
+                &[service, class.as_str()],
+                v,
+                now,
+            )
         })
         .collect()
 }
 
 /// The `Readiness` datum sent at once on a transition.
 pub fn transition_datum(service: &str, branch: &str, value: f64, now: Millis) -> Datum {
-    Datum {
-        metric: "Readiness",
-        dimensions: vec![
-            ("Service", service.to_string()),
-            ("Branch", branch.to_string()),
-        ],
-        value: Value::Single(value),
-        unit: Unit::None,
-        timestamp: now,
-    }
+    datum(
+        &contract::READINESS,
+        &[service, branch],
+        Value::Single(value),
+        now,
+    )
 }
 
 /// A send failed.

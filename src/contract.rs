@@ -1,0 +1,158 @@
+//! The metric contract as data: the series alarms depend on (names, units, dimensions,
+//! resolution). The sinks build every datum from these entries, and the deployment templates
+//! and `check --aws` are checked against them, so a change here is a change of the contract.
+
+use serde::Serialize;
+
+/// The namespace when the config sets none.
+pub const DEFAULT_NAMESPACE: &str = "Readyprobe";
+
+/// `StorageResolution` of every datum: standard resolution, the only one a Route 53
+/// `CLOUDWATCH_METRIC` health check can follow.
+pub const STORAGE_RESOLUTION: i32 = 60;
+
+/// CloudWatch unit of a datum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Unit {
+    /// `None`.
+    None,
+    /// `Percent`.
+    Percent,
+    /// `Count`.
+    Count,
+    /// `Milliseconds`.
+    Milliseconds,
+}
+
+impl Unit {
+    /// CloudWatch spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::None => "None",
+            Unit::Percent => "Percent",
+            Unit::Count => "Count",
+            Unit::Milliseconds => "Milliseconds",
+        }
+    }
+}
+
+/// One metric of the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metric {
+    /// Metric name.
+    pub name: &'static str,
+    /// Unit of every datum.
+    pub unit: Unit,
+    /// Dimension names, in order.
+    pub dimensions: &'static [&'static str],
+}
+
+/// Dimension of the service.
+pub const SERVICE: &str = "Service";
+/// Dimension of the branch.
+pub const BRANCH: &str = "Branch";
+/// Dimension of the step of `StepDuration`.
+pub const STEP: &str = "Step";
+/// Dimension of the failure class of `PublishFailures`.
+pub const CLASS: &str = "Class";
+
+const SB: &[&str] = &[SERVICE, BRANCH];
+const S: &[&str] = &[SERVICE];
+
+/// 1 ready, 0 unready or pending approval; no datum while unknown. The alarm's metric.
+pub const READINESS: Metric = Metric {
+    name: "Readiness",
+    unit: Unit::None,
+    dimensions: SB,
+};
+/// Share of successful attempts in the unready window.
+pub const SUCCESS_RATE: Metric = Metric {
+    name: "SuccessRate",
+    unit: Unit::Percent,
+    dimensions: SB,
+};
+/// Attempts finished since the previous tick.
+pub const ATTEMPTS: Metric = Metric {
+    name: "Attempts",
+    unit: Unit::Count,
+    dimensions: SB,
+};
+/// Of which failed.
+pub const FAILED_ATTEMPTS: Metric = Metric {
+    name: "FailedAttempts",
+    unit: Unit::Count,
+    dimensions: SB,
+};
+/// Step durations, as a statistic set.
+pub const STEP_DURATION: Metric = Metric {
+    name: "StepDuration",
+    unit: Unit::Milliseconds,
+    dimensions: &[SERVICE, BRANCH, STEP],
+};
+/// Days until the leaf certificate's `notAfter`.
+pub const CERTIFICATE_EXPIRY_DAYS: Metric = Metric {
+    name: "CertificateExpiryDays",
+    unit: Unit::None,
+    dimensions: SB,
+};
+/// 1 every tick while the prober is alive.
+pub const HEARTBEAT: Metric = Metric {
+    name: "Heartbeat",
+    unit: Unit::Count,
+    dimensions: S,
+};
+/// 1 when every branch is known and none is ready (Route 53 fails open).
+pub const BOTH_BRANCHES_UNREADY: Metric = Metric {
+    name: "BothBranchesUnready",
+    unit: Unit::None,
+    dimensions: S,
+};
+/// 1 every tick for a service `run` could not prepare.
+pub const SERVICE_UNAVAILABLE: Metric = Metric {
+    name: "ServiceUnavailable",
+    unit: Unit::None,
+    dimensions: S,
+};
+/// Failed batches per class since the previous tick (`emf` sink only).
+pub const PUBLISH_FAILURES: Metric = Metric {
+    name: "PublishFailures",
+    unit: Unit::Count,
+    dimensions: &[SERVICE, CLASS],
+};
+
+/// Every metric of the contract.
+pub const METRICS: &[Metric] = &[
+    READINESS,
+    SUCCESS_RATE,
+    ATTEMPTS,
+    FAILED_ATTEMPTS,
+    STEP_DURATION,
+    CERTIFICATE_EXPIRY_DAYS,
+    HEARTBEAT,
+    BOTH_BRANCHES_UNREADY,
+    SERVICE_UNAVAILABLE,
+    PUBLISH_FAILURES,
+];
+
+/// The statistics a Route 53 `CLOUDWATCH_METRIC` health check can follow (no extended
+/// statistics, no metric math).
+pub const ROUTE53_STATISTICS: &[&str] = &["Average", "Minimum", "Maximum", "Sum", "SampleCount"];
+
+/// The alarm period the contract publishes for, seconds.
+pub const ALARM_PERIOD: i32 = 60;
+
+/// The largest failover record TTL the contract allows, seconds.
+pub const MAX_RECORD_TTL: i64 = 60;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique() {
+        let mut names: Vec<_> = METRICS.iter().map(|m| m.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), METRICS.len());
+    }
+}
