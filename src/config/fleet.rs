@@ -120,7 +120,36 @@ pub(super) fn validate(
     }
     let mut config = config?;
     config.services = services.into_iter().collect::<Option<_>>()?;
+    warn_shared_canary_rows(&config.services, issues);
     Some(config)
+}
+
+/// The mysql canary row is keyed by (prober_id, branch): two services with a branch of the same
+/// name and the same canary table overwrite each other's row when their endpoints reach one
+/// server, and each then reads the other's marker (`verify_mismatch`). One warning for all.
+fn warn_shared_canary_rows(services: &[ServiceConfig], issues: &mut Issues<'_>) {
+    let mut seen: std::collections::BTreeMap<(&str, &str, &str), &str> = Default::default();
+    let mut shared = Vec::new();
+    for s in services {
+        let probe::ProbeKind::Mysql(m) = &s.probe.kind else {
+            continue;
+        };
+        for b in &s.branches {
+            let key = (m.database.as_str(), m.table.as_str(), b.name.as_str());
+            match seen.get(&key) {
+                Some(first) => shared.push((*first, s.service.name.as_str(), key)),
+                None => {
+                    seen.insert(key, &s.service.name);
+                }
+            }
+        }
+    }
+    if let Some((first, other, (db, table, branch))) = shared.first() {
+        issues.warn(format!(
+            "{} branches share a mysql canary row key with an earlier service, e.g. {first:?} and {other:?}, branch {branch:?} in `{db}`.`{table}`: where two such services reach one server, each reads the other's marker (verify_mismatch); give each service on a shared server its own probe.mysql.table",
+            shared.len()
+        ));
+    }
 }
 
 /// Validate one `[[service]]` with the defaults merged in.
@@ -259,6 +288,26 @@ endpoint = "api-primary.orders.internal.example"
             .iter()
             .rposition(|l| l.contains(needle))
             .map(|i| i + 1)
+    }
+
+    /// Two mysql services with a branch of the same name and the same canary table get one
+    /// warning; a table of their own clears it.
+    #[test]
+    fn a_shared_canary_row_key_is_warned_once() {
+        let two = FLEET.replace(r#"mysql = { database = "canary" }"#, "");
+        let c = parse(Path::new("fleet.toml"), &two).unwrap_or_else(|e| panic!("{e}"));
+        let w: Vec<_> = c
+            .warnings
+            .iter()
+            .filter(|w| w.contains("canary row"))
+            .collect();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains(r#""orders-db" and "payments-db", branch "primary""#),
+            "{w:?}"
+        );
+        let c = parse(Path::new("fleet.toml"), FLEET).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!c.warnings.iter().any(|w| w.contains("canary row")));
     }
 
     /// Each service's tables are merged key by key over the defaults; another kind replaces

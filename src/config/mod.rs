@@ -51,8 +51,9 @@ use service::MAX_CANARY_ID_LEN;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// A config larger than this is not a readyprobe config, bytes.
-const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+/// A config larger than this is not a readyprobe config, bytes (10,000 branches in the
+/// `[[service.branch]]` form take about 1.1 MB).
+const MAX_CONFIG_BYTES: u64 = 8 * 1024 * 1024;
 
 /// A validated configuration: defaults resolved, cross-field rules checked.
 #[derive(Debug, Clone)]
@@ -181,17 +182,25 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
             return Err(ConfigError::file(path, "not a regular file".into()));
         }
         Ok(m) if m.len() > MAX_CONFIG_BYTES => {
-            return Err(ConfigError::file(
-                path,
-                "larger than 1 MiB; not a readyprobe config".into(),
-            ));
+            return Err(ConfigError::file(path, TOO_LARGE.into()));
         }
         _ => {}
     }
-    let text = std::fs::read_to_string(path)
+    // Bounded also when the file grows after the size check.
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| {
+            use std::io::Read;
+            f.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text)
+        })
         .map_err(|e| ConfigError::file(path, format!("cannot read the config file: {e}")))?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(ConfigError::file(path, TOO_LARGE.into()));
+    }
     parse(path, &text)
 }
+
+const TOO_LARGE: &str = "larger than 8 MiB; not a readyprobe config";
 
 /// Validate config text; `path` is used in messages and to resolve relative paths. The only
 /// outside read is the host name, the default `prober_id`, when the file sets none.
@@ -380,6 +389,20 @@ mod tests {
     use super::*;
     use crate::readiness::ReadinessState;
     use std::time::Duration;
+
+    #[test]
+    fn a_file_over_the_size_cap_is_refused_before_parsing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.toml");
+        let mut text = BASE.to_string();
+        text.push_str(&"#".repeat(MAX_CONFIG_BYTES as usize + 1 - text.len()));
+        std::fs::write(&path, &text).unwrap();
+        let e = load(&path).unwrap_err().to_string();
+        assert!(e.contains("larger than 8 MiB"), "{e}");
+        text.pop();
+        std::fs::write(&path, &text).unwrap();
+        load(&path).unwrap();
+    }
 
     const BASE: &str = r#"
 [service]

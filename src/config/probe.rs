@@ -214,10 +214,8 @@ pub(super) fn section(raw: RawProbe, base: &Path, issues: &mut Issues<'_>) -> Op
             Some(o) => otlp::section(o, tls, base, issues).map(ProbeKind::Otlp),
             None => missing(issues, ""),
         },
-        KindName::Tcp => match raw.tcp {
-            Some(t) => tcp::section(t, tls, issues).map(ProbeKind::Tcp),
-            None => missing(issues, " (at least `port` or a port per branch)"),
-        },
+        // Every key of `[probe.tcp]` is optional: a port on each branch is enough.
+        KindName::Tcp => tcp::section(raw.tcp.unwrap_or_default(), tls, issues).map(ProbeKind::Tcp),
     };
     Some(ProbeConfig {
         interval,

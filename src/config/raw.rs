@@ -267,7 +267,7 @@ pub(super) struct RawMysql {
 }
 
 /// `[probe.tcp]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTcp {
     pub port: Option<NonZeroU16>,
