@@ -130,8 +130,8 @@ pub const METRICS: &[Metric] = &[
     CERTIFICATE_EXPIRY_DAYS,
     HEARTBEAT,
     BOTH_BRANCHES_UNREADY,
-    SERVICE_UNAVAILABLE,
     PUBLISH_FAILURES,
+    SERVICE_UNAVAILABLE,
 ];
 
 /// The statistics a Route 53 `CLOUDWATCH_METRIC` health check can follow (no extended

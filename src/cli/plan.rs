@@ -1,6 +1,7 @@
 //! The text `check` prints: branches, steps, metrics and dimensions, the policy arithmetic. Pure.
 
 use crate::config::{self, Config, ProbeKind, ServiceConfig, SinkKind};
+use crate::contract;
 use std::path::PathBuf;
 
 /// The `check` plan (pure): branches, steps, metrics and dimensions, the policy arithmetic.
@@ -227,36 +228,36 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
         .collect();
     writeln!(
         s,
-        "publish every {} to {} in namespace {} (standard resolution, 60 s):",
+        "publish every {} to {} in namespace {} (standard resolution, {} s):",
         crate::clock::fmt_duration(cfg.publish.interval),
         sinks.join(", "),
-        cfg.publish.namespace
+        cfg.publish.namespace,
+        contract::STORAGE_RESOLUTION
     )?;
     let failures = if cfg.publish.sinks.contains(&SinkKind::Emf) {
-        "Service, Class (emf only)"
+        " (emf only)"
     } else {
-        "Service, Class: not published, needs the emf sink"
+        ": not published, needs the emf sink"
     };
-    for (m, unit, dims) in [
-        ("Readiness", "None (0/1)", "Service, Branch"),
-        ("SuccessRate", "Percent", "Service, Branch"),
-        ("Attempts", "Count", "Service, Branch"),
-        ("FailedAttempts", "Count", "Service, Branch"),
-        ("StepDuration", "Milliseconds", "Service, Branch, Step"),
-        (
-            "CertificateExpiryDays",
-            "None (days)",
-            "Service, Branch (TLS)",
-        ),
-        ("Heartbeat", "Count", "Service"),
-        ("BothBranchesUnready", "None (0/1)", "Service"),
-        ("PublishFailures", "Count", failures),
-    ] {
-        writeln!(s, "  {m:<22} {unit:<14} [{dims}]")?;
-    }
-    if cfg.services.len() > 1 {
-        let (m, unit, dims) = ("ServiceUnavailable", "None (1)", "Service (not prepared)");
-        writeln!(s, "  {m:<22} {unit:<14} [{dims}]")?;
+    for m in contract::METRICS {
+        // What each value means where the unit does not say it, and when a series exists.
+        let (value, when) = match m.name {
+            n if n == contract::READINESS.name || n == contract::BOTH_BRANCHES_UNREADY.name => {
+                (" (0/1)", "")
+            }
+            n if n == contract::CERTIFICATE_EXPIRY_DAYS.name => (" (days)", " (TLS)"),
+            n if n == contract::PUBLISH_FAILURES.name => ("", failures),
+            n if n == contract::SERVICE_UNAVAILABLE.name => {
+                if cfg.services.len() < 2 {
+                    continue;
+                }
+                (" (1)", " (not prepared)")
+            }
+            _ => ("", ""),
+        };
+        let unit = format!("{}{value}", m.unit.as_str());
+        let dims = m.dimensions.join(", ");
+        writeln!(s, "  {:<22} {unit:<14} [{dims}{when}]", m.name)?;
     }
     Ok(())
 }
