@@ -13,7 +13,7 @@ const MAX_ZONE_ID_LEN: usize = 32;
 #[derive(Debug, Clone, Default)]
 pub struct Route53 {
     /// The hosted zone of every service's failover records (without `/hostedzone/`). Default:
-    /// the private zone whose name is the longest suffix of the stable name.
+    /// the private zone named by the stable name or its longest suffix.
     pub hosted_zone_id: Option<String>,
     /// The `InsufficientDataHealthStatus` every branch's health check must have. Default: any
     /// value, as long as one is set.

@@ -15,6 +15,13 @@ use std::time::{Duration, SystemTime};
 /// about 700 KB).
 const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
+/// How many `GetMetricStatistics` calls run at once (a fleet has thousands of alarms).
+const SAMPLE_CONCURRENCY: usize = 8;
+
+/// Tries per call, the first included: Route 53 allows 5 requests a second per account, so a
+/// large fleet meets throttling, which the SDK retries with backoff.
+const MAX_TRIES: u32 = 5;
+
 /// Largest number of pages read of one listing: far past any real account, a bound on an
 /// endpoint that keeps answering with a next token.
 const MAX_PAGES: usize = 1000;
@@ -102,6 +109,8 @@ impl Clients {
                     .connect_timeout(Duration::from_secs(3).min(timeout))
                     .build(),
             );
+        loader = loader
+            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(MAX_TRIES));
         if let Some(r) = &cw.region {
             loader = loader.region(aws_config::Region::new(r.clone()));
         }
@@ -162,22 +171,25 @@ pub async fn inventory(
     let alarms = alarms(&clients.cloudwatch).await?;
     let health_checks = health_checks(&clients.route53).await?;
     let mut recent = BTreeMap::new();
-    if let (Fetched::Got(a), hcs) = (&alarms, &health_checks) {
-        let hcs = match hcs {
+    if let Fetched::Got(a) = &alarms {
+        let hcs = match &health_checks {
             Fetched::Got(h) => h.as_slice(),
             Fetched::NotChecked(_) => &[],
         };
-        for (alarm, series) in rules::alarms_to_sample(expect, a, hcs) {
-            let got = has_recent_datum(&clients.cloudwatch, series, alarm.unit.as_deref()).await?;
-            recent.insert(alarm.name.clone(), got);
-        }
+        let todo = rules::alarms_to_sample(expect, a, hcs)
+            .into_iter()
+            .map(|(a, s)| (a.name.clone(), s.clone(), a.unit.clone()))
+            .collect();
+        recent = recent_data(&clients.cloudwatch, todo).await?;
     }
     let mut records = BTreeMap::new();
+    let mut zones = BTreeMap::new();
     for svc in &cfg.services {
         let got = service_records(
             &clients.route53,
             cfg.route53.hosted_zone_id.as_deref(),
             &svc.service.stable_name,
+            &mut zones,
         )
         .await?;
         records.insert(svc.service.name.clone(), got);
@@ -255,6 +267,37 @@ async fn alarms(cw: &aws_sdk_cloudwatch::Client) -> Result<Fetched<Vec<Alarm>>, 
     }
     tracing::debug!(alarms = out.len(), "read the metric alarms");
     Ok(Fetched::Got(out))
+}
+
+/// Whether each alarm's series has a recent datum, [`SAMPLE_CONCURRENCY`] calls at a time.
+async fn recent_data(
+    cw: &aws_sdk_cloudwatch::Client,
+    todo: Vec<(String, Series, Option<String>)>,
+) -> Result<BTreeMap<String, Fetched<bool>>, Unreachable> {
+    let mut out = BTreeMap::new();
+    let mut todo = todo.into_iter();
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        while running.len() < SAMPLE_CONCURRENCY {
+            let Some((name, series, unit)) = todo.next() else {
+                break;
+            };
+            let cw = cw.clone();
+            running.spawn(async move {
+                let got = has_recent_datum(&cw, &series, unit.as_deref()).await;
+                (name, got)
+            });
+        }
+        let Some(done) = running.join_next().await else {
+            break;
+        };
+        let (name, got) = done.map_err(|e| Unreachable {
+            call: "GetMetricStatistics",
+            cause: format!("the call's task ended: {e}"),
+        })?;
+        out.insert(name, got?);
+    }
+    Ok(out)
 }
 
 /// Whether the alarm's series has a datum in the last [`RECENT_SECS`]
@@ -338,10 +381,11 @@ async fn service_records(
     r53: &aws_sdk_route53::Client,
     zone_id: Option<&str>,
     stable_name: &str,
+    zones: &mut ZoneCache,
 ) -> Result<Fetched<(String, Vec<Record>)>, Unreachable> {
     let zone = match zone_id {
         Some(z) => z.to_string(),
-        None => match private_zone(r53, stable_name).await? {
+        None => match private_zone(r53, stable_name, zones).await? {
             Fetched::Got(z) => z,
             Fetched::NotChecked(why) => return Ok(Fetched::NotChecked(why)),
         },
@@ -352,32 +396,26 @@ async fn service_records(
     })
 }
 
-/// The private hosted zone whose name is the longest suffix of `name`
+/// The private hosted zone named `name` or its longest suffix
 /// (`ListHostedZonesByName`, one call per suffix).
 async fn private_zone(
     r53: &aws_sdk_route53::Client,
     name: &str,
+    zones: &mut ZoneCache,
 ) -> Result<Fetched<String>, Unreachable> {
     let labels: Vec<&str> = name.split('.').collect();
-    for i in 1..labels.len() {
+    for i in 0..labels.len() {
         let suffix = labels[i..].join(".");
-        let page = r53
-            .list_hosted_zones_by_name()
-            .dns_name(&suffix)
-            .max_items(100)
-            .send()
-            .await;
-        let page = match page {
-            Ok(p) => p,
-            Err(e) => return answered("ListHostedZonesByName", e).map(Fetched::NotChecked),
+        let ids = match zones.get(&suffix) {
+            Some(ids) => ids,
+            None => {
+                let found = match zones_named(r53, &suffix).await? {
+                    Fetched::Got(ids) => ids,
+                    Fetched::NotChecked(why) => return Ok(Fetched::NotChecked(why)),
+                };
+                zones.entry(suffix.clone()).or_insert(found)
+            }
         };
-        let ids: Vec<&str> = page
-            .hosted_zones()
-            .iter()
-            .filter(|z| z.name().trim_end_matches('.').eq_ignore_ascii_case(&suffix))
-            .filter(|z| z.config().is_some_and(|c| c.private_zone()))
-            .map(|z| z.id().trim_start_matches("/hostedzone/"))
-            .collect();
         match ids.as_slice() {
             [] => continue,
             [id] => return Ok(Fetched::Got((*id).to_string())),
@@ -393,6 +431,34 @@ async fn private_zone(
     Ok(Fetched::NotChecked(format!(
         "no private hosted zone holds {name}; set route53.hosted_zone_id"
     )))
+}
+
+/// The private zones of each name asked so far: services of one zone ask once.
+type ZoneCache = BTreeMap<String, Vec<String>>;
+
+/// The ids of the private hosted zones named `name` (`ListHostedZonesByName`).
+async fn zones_named(
+    r53: &aws_sdk_route53::Client,
+    name: &str,
+) -> Result<Fetched<Vec<String>>, Unreachable> {
+    let page = r53
+        .list_hosted_zones_by_name()
+        .dns_name(name)
+        .max_items(100)
+        .send()
+        .await;
+    let page = match page {
+        Ok(p) => p,
+        Err(e) => return answered("ListHostedZonesByName", e).map(Fetched::NotChecked),
+    };
+    Ok(Fetched::Got(
+        page.hosted_zones()
+            .iter()
+            .filter(|z| z.name().trim_end_matches('.').eq_ignore_ascii_case(name))
+            .filter(|z| z.config().is_some_and(|c| c.private_zone()))
+            .map(|z| z.id().trim_start_matches("/hostedzone/").to_string())
+            .collect(),
+    ))
 }
 
 /// The records named `name` (`ListResourceRecordSets` from `name` on, while the name matches).
