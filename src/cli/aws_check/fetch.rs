@@ -172,10 +172,7 @@ pub async fn inventory(
     let health_checks = health_checks(&clients.route53).await?;
     let mut recent = BTreeMap::new();
     if let Fetched::Got(a) = &alarms {
-        let hcs = match &health_checks {
-            Fetched::Got(h) => h.as_slice(),
-            Fetched::NotChecked(_) => &[],
-        };
+        let hcs = health_checks.got().map_or(&[][..], Vec::as_slice);
         let todo = rules::alarms_to_sample(expect, a, hcs)
             .into_iter()
             .map(|(a, s)| (a.name.clone(), s.clone(), a.unit.clone()))

@@ -14,6 +14,16 @@ pub enum Fetched<T> {
     NotChecked(String),
 }
 
+impl<T> Fetched<T> {
+    /// What was read, if it was.
+    pub fn got(&self) -> Option<&T> {
+        match self {
+            Fetched::Got(t) => Some(t),
+            Fetched::NotChecked(_) => None,
+        }
+    }
+}
+
 /// What the config says the deployment must match.
 #[derive(Debug, Clone, Default)]
 pub struct Expect {

@@ -65,10 +65,7 @@ pub fn alarms_to_sample<'a>(
 /// Every finding, service by service, branch by branch.
 pub fn check(expect: &Expect, inv: &Inventory) -> Vec<Finding> {
     let mut out = Vec::new();
-    let hcs: &[HealthCheck] = match &inv.health_checks {
-        Fetched::Got(h) => h,
-        Fetched::NotChecked(_) => &[],
-    };
+    let hcs = inv.health_checks.got().map_or(&[][..], Vec::as_slice);
     for svc in &expect.services {
         let at = At {
             service: &svc.name,
@@ -88,14 +85,7 @@ pub fn check(expect: &Expect, inv: &Inventory) -> Vec<Finding> {
         }
         match inv.records.get(&svc.name) {
             Some(Fetched::Got((zone, records))) => {
-                let alarms = match &inv.alarms {
-                    Fetched::Got(a) => Some(a.as_slice()),
-                    Fetched::NotChecked(_) => None,
-                };
-                let known = alarms.zip(match &inv.health_checks {
-                    Fetched::Got(h) => Some(h.as_slice()),
-                    Fetched::NotChecked(_) => None,
-                });
+                let known = inv.alarms.got().zip(inv.health_checks.got());
                 out.extend(record_rules(svc, zone, records, known));
             }
             Some(Fetched::NotChecked(why)) => out.push(at.not_checked("records", why)),
@@ -172,10 +162,7 @@ fn branch_rules(
         service: &svc.name,
         branch: Some(branch),
     };
-    let hcs: &[HealthCheck] = match &inv.health_checks {
-        Fetched::Got(h) => h,
-        Fetched::NotChecked(_) => &[],
-    };
+    let hcs = inv.health_checks.got().map_or(&[][..], Vec::as_slice);
     let mine = branch_alarms(svc, branch, alarms, hcs);
     let mut out = Vec::new();
     if mine.is_empty() {
@@ -388,7 +375,7 @@ fn record_rules(
     svc: &ServiceExpect,
     zone: &str,
     records: &[Record],
-    known: Option<(&[Alarm], &[HealthCheck])>,
+    known: Option<(&Vec<Alarm>, &Vec<HealthCheck>)>,
 ) -> Vec<Finding> {
     let at = At {
         service: &svc.name,
@@ -437,7 +424,7 @@ fn record_health_rule(
     svc: &ServiceExpect,
     r: &Record,
     object: &str,
-    known: Option<(&[Alarm], &[HealthCheck])>,
+    known: Option<(&Vec<Alarm>, &Vec<HealthCheck>)>,
 ) -> Option<Finding> {
     let role = r.failover.as_deref().unwrap_or_default();
     let Some(id) = &r.health_check_id else {
