@@ -1,5 +1,6 @@
 //! Command line: argument parsing (clap), logging set-up, the subcommands and their exit codes.
 
+mod aws_check;
 mod operator;
 mod plan;
 mod probe_cmd;
@@ -36,9 +37,9 @@ pub const EXIT_UNAVAILABLE_INPUT: u8 = 78;
 /// hysteresis, publishes it for the CloudWatch alarm behind the Route 53 health check, and writes
 /// every attempt, transition and publish to an evidence file.
 ///
-/// Exit codes: 0 ok; 1 `probe` attempt failed, or `approve` found no prober waiting for approval;
-/// 64 invalid config or usage; 70 internal error (the runtime could not start); 74 state store
-/// or evidence I/O error; 78 secret, CA bundle, client certificate or key, or resolv.conf
+/// Exit codes: 0 ok; 1 `probe` attempt failed, `approve` found no prober waiting for approval, or
+/// `check --aws` found a violation; 64 invalid config or usage; 70 internal error (the runtime
+/// could not start); 74 state store or evidence I/O error, or AWS unreachable (`check --aws`); 78 secret, CA bundle, client certificate or key, or resolv.conf
 /// unavailable (`run`, `probe`, `check --strict`).
 #[derive(Debug, Parser)]
 #[command(name = "readyprobe", version, about, long_about)]
@@ -97,13 +98,23 @@ pub enum Command {
     /// prober runs (e.g. first in the task) to fail early instead. Exit 0 when valid (warnings
     /// included), 64 with every error (file, line, key) when not; with `--strict`, 78 when a file
     /// or secret is unavailable.
+    ///
+    /// `--aws` instead reads the deployed alarms, health checks and failover records and
+    /// reports every violation of the metric contract with its fix (docs/check-aws.md): exit 0
+    /// when none, 1 when some, 74 when AWS cannot be reached. Without `--aws`, no AWS call.
     Check {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]
         config: PathBuf,
         /// Treat an unavailable file or secret as an error (exit 78), as `run` would.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "aws")]
         strict: bool,
+        /// Check the deployed CloudWatch alarms, Route 53 health checks and records instead.
+        #[arg(long)]
+        aws: bool,
+        /// Output of `--aws`.
+        #[arg(long, value_enum, default_value_t = aws_check::Format::Table, requires = "aws")]
+        format: aws_check::Format,
     },
     /// Run one attempt against one branch now and print every step (a debugging aid).
     ///
@@ -354,6 +365,9 @@ async fn async_main(cli: Cli) -> ExitCode {
         Err(code) => return code,
     };
     match cli.command {
+        Command::Check {
+            aws: true, format, ..
+        } => aws_check::check_aws(&cfg, format).await,
         Command::Check { strict, .. } => check(&cfg, strict),
         Command::Run {
             duration, grace, ..
@@ -588,7 +602,7 @@ mod tests {
         assert_eq!(exit_codes(&top.unwrap_or_default()), all.into());
         for (cmd, codes) in [
             ("run", &[0, 64, 74, 78][..]),
-            ("check", &[0, 64, 78]),
+            ("check", &[0, 1, 64, 74, 78]),
             ("probe", &[0, 1, 64, 78]),
             ("approve", &[0, 1, 64, 74]),
             ("override", &[0, 64, 74]),

@@ -94,6 +94,7 @@ pub(super) fn validate(
         evidence: raw.evidence,
         state: raw.state,
         dns: raw.dns,
+        route53: raw.route53,
     };
     let config = shared_sections(path, shared, host, issues);
     let default_ns = config.as_ref().map(|c| c.publish.namespace.clone());

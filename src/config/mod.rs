@@ -19,6 +19,7 @@ mod probe;
 mod publish;
 mod raw;
 mod readiness;
+mod route53;
 mod secret;
 mod service;
 mod state;
@@ -35,13 +36,15 @@ pub use probe::{ProbeConfig, ProbeKind, StepTimeouts};
 pub use publish::{CloudWatch, Publish};
 pub use raw::MAX_DURATION;
 pub use readiness::{MAX_WINDOW, MAX_WINDOW_ATTEMPTS, attempts_in, one_failure_effect};
+pub use route53::Route53;
 pub use secret::{HeaderValueSource, SecretError, SecretRef};
 pub use service::{Branch, Service, check_hostname};
 pub use state::{S3State, StateConfig, StoreKind};
 pub use tcp::TcpProbe;
 pub use tls::{ClientIdentityFiles, TlsSettings};
 pub use values::{
-    AddressFamily, Approval, InitialState, KindName, MinVersion, Role, SinkKind, SslMode, StoreName,
+    AddressFamily, Approval, HealthStatus, InitialState, KindName, MinVersion, Role, SinkKind,
+    SslMode, StoreName,
 };
 
 use crate::readiness::Policy;
@@ -76,6 +79,8 @@ pub struct Config {
     pub evidence_max_bytes: u64,
     /// DNS settings of the `resolve` step.
     pub dns: Dns,
+    /// What `check --aws` expects of the Route 53 objects and where it finds them.
+    pub route53: Route53,
     /// The services, in config order (one for a config with a single `[service]` table).
     pub services: Vec<ServiceConfig>,
     /// Non-fatal findings (e.g. a policy where one failure crosses a threshold).
@@ -257,6 +262,7 @@ pub(super) struct RawShared {
     evidence: raw::RawEvidence,
     state: raw::RawState,
     dns: raw::RawDns,
+    route53: raw::RawRoute53,
 }
 
 /// The checked stage of the single-service form: every section in turn, all errors collected.
@@ -276,6 +282,7 @@ fn validate(
         evidence: raw.evidence,
         state: raw.state,
         dns: raw.dns,
+        route53: raw.route53,
     };
     let config = shared_sections(path, shared, host, issues);
     let interval = probe::interval(&raw.probe);
@@ -336,6 +343,7 @@ pub(super) fn shared_sections(
     let publish_interval = publish.as_ref().map(|p| p.interval);
     let state = publish_interval.and_then(|i| state::section(raw.state, i, issues));
     let dns = dns::section(raw.dns, issues);
+    let route53 = route53::section(raw.route53, issues);
     Some(Config {
         source: path.to_owned(),
         prober_id,
@@ -345,6 +353,7 @@ pub(super) fn shared_sections(
         evidence_path,
         evidence_max_bytes: evidence_mb.clamp(1, 1_048_576) * 1024 * 1024,
         dns: dns?,
+        route53,
         services: Vec::new(),
         warnings: Vec::new(),
     })
@@ -440,6 +449,34 @@ endpoint = "mysql-secondary.orders.internal.example"
     fn with(replace: &str, by: &str) -> String {
         assert!(BASE.contains(replace), "{replace}");
         BASE.replacen(replace, by, 1)
+    }
+
+    #[test]
+    fn route53_table_is_read_and_checked() {
+        let c = parse(Path::new("t.toml"), BASE).unwrap();
+        assert!(c.route53.hosted_zone_id.is_none());
+        assert!(c.route53.insufficient_data_health_status.is_none());
+        let text = with(
+            "[service]\n",
+            "[route53]\nhosted_zone_id = \"/hostedzone/Z0123ABC\"\ninsufficient_data_health_status = \"LastKnownStatus\"\n\n[service]\n",
+        );
+        let c = parse(Path::new("t.toml"), &text).unwrap();
+        assert_eq!(c.route53.hosted_zone_id.as_deref(), Some("Z0123ABC"));
+        assert_eq!(
+            c.route53.insufficient_data_health_status,
+            Some(HealthStatus::LastKnownStatus)
+        );
+        let bad = with(
+            "[service]\n",
+            "[route53]\nhosted_zone_id = \"z-1\"\nendpoint_url = \"ftp://x\"\n\n[service]\n",
+        );
+        let keys: Vec<String> = issues(&bad).into_iter().map(|i| i.key).collect();
+        assert_eq!(keys, ["route53.hosted_zone_id", "route53.endpoint_url"]);
+        let unknown = with(
+            "[service]\n",
+            "[route53]\ninsufficient_data_health_status = \"healthy\"\n\n[service]\n",
+        );
+        assert!(issues(&unknown)[0].message.contains("LastKnownStatus"));
     }
 
     /// Durations beyond a year are refused by key and line, never overflow later arithmetic.

@@ -7,7 +7,8 @@
 
 use super::secret::{HeaderValueSource, SecretRef};
 use super::values::{
-    AddressFamily, Approval, InitialState, KindName, MinVersion, Role, SinkKind, SslMode, StoreName,
+    AddressFamily, Approval, HealthStatus, InitialState, KindName, MinVersion, Role, SinkKind,
+    SslMode, StoreName,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -49,6 +50,8 @@ pub(super) struct RawConfig {
     pub state: RawState,
     #[serde(default)]
     pub dns: RawDns,
+    #[serde(default)]
+    pub route53: RawRoute53,
     pub probe: RawProbe,
     #[serde(default)]
     pub branch: Vec<RawBranch>,
@@ -72,6 +75,8 @@ pub(super) struct RawFleetConfig {
     pub state: RawState,
     #[serde(default)]
     pub dns: RawDns,
+    #[serde(default)]
+    pub route53: RawRoute53,
     pub probe: Option<toml::Table>,
     /// Refused: in this form each service lists its own `[[service.branch]]`.
     pub branch: Option<toml::Value>,
@@ -182,6 +187,15 @@ pub(super) struct RawS3State {
 pub(super) struct RawEvidence {
     pub path: Option<PathBuf>,
     pub max_size_mb: Option<u64>,
+}
+
+/// `[route53]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoute53 {
+    pub hosted_zone_id: Option<String>,
+    pub insufficient_data_health_status: Option<HealthStatus>,
+    pub endpoint_url: Option<String>,
 }
 
 /// `[dns]`.

@@ -187,6 +187,29 @@ pub enum SinkKind {
     Emf,
 }
 
+/// A Route 53 health check's `InsufficientDataHealthStatus`, spelled as the API does
+/// (`route53.insufficient_data_health_status`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+    strum::EnumString,
+)]
+pub enum HealthStatus {
+    /// The health check is healthy while its alarm has insufficient data.
+    Healthy,
+    /// Unhealthy while the alarm has insufficient data.
+    Unhealthy,
+    /// The status it had before the alarm ran out of data.
+    LastKnownStatus,
+}
+
 /// A store's config name (`state.store`).
 #[derive(
     Debug,

@@ -1,5 +1,6 @@
 //! Integration tests.
 
+mod check_aws;
 mod cli;
 mod config_hostile;
 mod failback;

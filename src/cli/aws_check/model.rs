@@ -1,0 +1,225 @@
+//! What `check --aws` compares: the config's expectations and the deployed objects, as plain
+//! data (no SDK types), and what it reports.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The result of one read: the objects, or why they could not be read (a denied call, an
+/// answer that could not be used).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fetched<T> {
+    /// What the call returned.
+    Got(T),
+    /// Not checked, and why.
+    NotChecked(String),
+}
+
+impl<T> Fetched<T> {
+    /// What was read, if it was.
+    pub fn got(&self) -> Option<&T> {
+        match self {
+            Fetched::Got(t) => Some(t),
+            Fetched::NotChecked(_) => None,
+        }
+    }
+}
+
+/// What the config says the deployment must match.
+#[derive(Debug, Clone, Default)]
+pub struct Expect {
+    /// The region of the CloudWatch client: where the alarms were read.
+    pub region: String,
+    /// `route53.insufficient_data_health_status`, as the API spells it.
+    pub insufficient_data: Option<String>,
+    /// The services of the config.
+    pub services: Vec<ServiceExpect>,
+}
+
+/// One service of the config.
+#[derive(Debug, Clone, Default)]
+pub struct ServiceExpect {
+    /// `Service` dimension value.
+    pub name: String,
+    /// Namespace its datums go to.
+    pub namespace: String,
+    /// The failover record name (lower case, no root dot).
+    pub stable_name: String,
+    /// Branch names and their failover roles (`PRIMARY`, `SECONDARY`).
+    pub branches: Vec<(String, String)>,
+}
+
+/// One metric an alarm watches (the alarm's own, or one `MetricStat` of its metric math).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    /// Namespace.
+    pub namespace: String,
+    /// Metric name.
+    pub metric: String,
+    /// Dimensions (name, value) as the alarm lists them.
+    pub dimensions: Vec<(String, String)>,
+}
+
+impl Series {
+    /// The value of dimension `name`.
+    pub fn dim(&self, name: &str) -> Option<&str> {
+        self.dimensions
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A CloudWatch metric alarm.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Alarm {
+    /// Alarm name.
+    pub name: String,
+    /// The metric of a single-metric alarm; `None` for metric math.
+    pub series: Option<Series>,
+    /// The metrics inside metric math (`Metrics`); empty for a single-metric alarm.
+    pub math: Vec<Series>,
+    /// `Unit`, if set.
+    pub unit: Option<String>,
+    /// `Statistic`, if set.
+    pub statistic: Option<String>,
+    /// `ExtendedStatistic` (`p99`, ...), if set.
+    pub extended_statistic: Option<String>,
+    /// `Period`, seconds.
+    pub period: Option<i32>,
+    /// `EvaluationPeriods`.
+    pub evaluation_periods: Option<i32>,
+    /// `DatapointsToAlarm`; unset means `EvaluationPeriods`.
+    pub datapoints_to_alarm: Option<i32>,
+    /// `TreatMissingData`, if set.
+    pub treat_missing_data: Option<String>,
+}
+
+impl Alarm {
+    /// Every metric it watches.
+    pub fn all_series(&self) -> impl Iterator<Item = &Series> {
+        self.series.iter().chain(self.math.iter())
+    }
+}
+
+/// The alarm a `CLOUDWATCH_METRIC` health check follows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlarmRef {
+    /// Alarm name.
+    pub name: String,
+    /// Alarm region.
+    pub region: String,
+}
+
+/// A Route 53 health check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthCheck {
+    /// Health check id.
+    pub id: String,
+    /// `Type` (`CLOUDWATCH_METRIC`, `HTTPS`, ...).
+    pub kind: String,
+    /// `AlarmIdentifier`, if any.
+    pub alarm: Option<AlarmRef>,
+    /// `InsufficientDataHealthStatus`, if set.
+    pub insufficient_data: Option<String>,
+}
+
+/// A record of a hosted zone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Record {
+    /// Name, lower case, without the root dot.
+    pub name: String,
+    /// Type (`A`, `CNAME`, ...).
+    pub rtype: String,
+    /// `SetIdentifier`, if any.
+    pub set_identifier: Option<String>,
+    /// `Failover` (`PRIMARY`, `SECONDARY`), if any.
+    pub failover: Option<String>,
+    /// TTL, seconds (`None` for an alias record).
+    pub ttl: Option<i64>,
+    /// `HealthCheckId`, if any.
+    pub health_check_id: Option<String>,
+    /// An alias record's `EvaluateTargetHealth`.
+    pub evaluate_target_health: bool,
+}
+
+/// Everything read from AWS.
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    /// Metric alarms of the region.
+    pub alarms: Fetched<Vec<Alarm>>,
+    /// Health checks of the account.
+    pub health_checks: Fetched<Vec<HealthCheck>>,
+    /// Per service name: its hosted zone id and the records named by its stable name.
+    pub records: BTreeMap<String, Fetched<(String, Vec<Record>)>>,
+    /// Per alarm name: whether its metric has a datum in the last 5 minutes.
+    pub recent: BTreeMap<String, Fetched<bool>>,
+}
+
+/// The rule a finding breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, strum::IntoStaticStr)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Rule {
+    /// A read was denied or failed: nothing was checked there.
+    NotChecked,
+    /// No alarm watches the branch's `Readiness`.
+    NoAlarm,
+    /// No health check follows an alarm of the branch.
+    NoHealthCheck,
+    /// Period ≠ 60 s (high resolution below).
+    Period,
+    /// Extended statistic, or a statistic Route 53 cannot follow.
+    Statistic,
+    /// Metric math instead of one metric.
+    MetricMath,
+    /// `DatapointsToAlarm` ≠ `EvaluationPeriods`.
+    MOutOfN,
+    /// The health check's `AlarmIdentifier.Region` is not the alarm's region.
+    Region,
+    /// A namespace the prober does not publish to.
+    Namespace,
+    /// A metric other than `Readiness`.
+    Metric,
+    /// A dimension set other than `Service`, `Branch`, or a branch the config does not have.
+    Dimensions,
+    /// A unit the prober does not publish: CloudWatch filters every datum out.
+    Unit,
+    /// `TreatMissingData` unset.
+    TreatMissingData,
+    /// `InsufficientDataHealthStatus` unset or not the expected value.
+    InsufficientDataHealthStatus,
+    /// No datum in the last 5 minutes.
+    NoDatum,
+    /// No failover record under the stable name.
+    NoRecord,
+    /// Failover record TTL above the contract's.
+    RecordTtl,
+    /// A failover record that does not follow its branch's health check.
+    RecordHealthCheck,
+    /// A SECONDARY record with no health evaluation at all.
+    SecondaryUnevaluated,
+}
+
+/// One violation (or one thing not checked) and its fix.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// Service name.
+    pub service: String,
+    /// Branch name, when the finding is about one.
+    pub branch: Option<String>,
+    /// The AWS object (`alarm NAME`, `health check ID`, `record NAME PRIMARY`, ...).
+    pub object: String,
+    /// The rule.
+    pub rule: Rule,
+    /// What is wrong.
+    pub problem: String,
+    /// What to do.
+    pub fix: String,
+}
+
+impl Finding {
+    /// Whether it is a violation (a `not_checked` row is not).
+    pub fn is_violation(&self) -> bool {
+        self.rule != Rule::NotChecked
+    }
+}

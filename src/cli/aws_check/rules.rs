@@ -1,0 +1,465 @@
+//! The rules of `check --aws`, pure: which deployed alarms, health checks and records belong to
+//! which branch, and what each breaks of the metric contract ([`crate::contract`]).
+
+use super::model::{
+    Alarm, Expect, Fetched, Finding, HealthCheck, Inventory, Record, Rule, Series, ServiceExpect,
+};
+use crate::contract::{
+    ALARM_PERIOD, BRANCH, MAX_RECORD_TTL, READINESS, ROUTE53_STATISTICS, SERVICE,
+};
+
+/// How far back an alarm's metric must have a datum, seconds.
+pub const RECENT_SECS: i64 = 300;
+
+/// The Route 53 health-check type that follows an alarm.
+const CLOUDWATCH_METRIC: &str = "CLOUDWATCH_METRIC";
+
+/// Whether a health check follows an alarm of this name.
+fn follows(hc: &HealthCheck, alarm: &str) -> bool {
+    hc.kind == CLOUDWATCH_METRIC && hc.alarm.as_ref().is_some_and(|a| a.name == alarm)
+}
+
+/// Whether an alarm is one a health check may follow for the service: it watches a series of
+/// the service (its `Service` dimension) and either `Readiness` or is followed by a health
+/// check. Alarms on the other contract metrics (paging on `SuccessRate`, ...) are not.
+fn is_routing_alarm(svc: &ServiceExpect, alarm: &Alarm, hcs: &[HealthCheck]) -> bool {
+    alarm
+        .all_series()
+        .any(|s| s.dim(SERVICE) == Some(&svc.name))
+        && (alarm.all_series().any(|s| s.metric == READINESS.name)
+            || hcs.iter().any(|h| follows(h, &alarm.name)))
+}
+
+/// The branch an alarm's series names (its `Branch` dimension), if any.
+fn branch_of(alarm: &Alarm) -> Option<&str> {
+    alarm.all_series().find_map(|s| s.dim(BRANCH))
+}
+
+/// The routing alarms of one branch.
+pub fn branch_alarms<'a>(
+    svc: &ServiceExpect,
+    branch: &str,
+    alarms: &'a [Alarm],
+    hcs: &[HealthCheck],
+) -> Vec<&'a Alarm> {
+    alarms
+        .iter()
+        .filter(|a| is_routing_alarm(svc, a, hcs) && branch_of(a) == Some(branch))
+        .collect()
+}
+
+/// The single-metric routing alarms of every service: the ones whose recent data `check`
+/// reads, with the series to read.
+pub fn alarms_to_sample<'a>(
+    expect: &Expect,
+    alarms: &'a [Alarm],
+    hcs: &[HealthCheck],
+) -> Vec<(&'a Alarm, &'a Series)> {
+    alarms
+        .iter()
+        .filter(|a| expect.services.iter().any(|s| is_routing_alarm(s, a, hcs)))
+        .filter_map(|a| a.series.as_ref().map(|s| (a, s)))
+        .collect()
+}
+
+/// Every finding, service by service, branch by branch.
+pub fn check(expect: &Expect, inv: &Inventory) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let hcs = inv.health_checks.got().map_or(&[][..], Vec::as_slice);
+    for svc in &expect.services {
+        let at = At {
+            service: &svc.name,
+            branch: None,
+        };
+        match &inv.alarms {
+            Fetched::Got(alarms) => {
+                out.extend(stray_alarms(svc, alarms, hcs));
+                for (branch, _) in &svc.branches {
+                    out.extend(branch_rules(expect, svc, branch, alarms, inv));
+                }
+            }
+            Fetched::NotChecked(why) => out.push(at.not_checked("alarms", why)),
+        }
+        if let Fetched::NotChecked(why) = &inv.health_checks {
+            out.push(at.not_checked("health checks", why));
+        }
+        match inv.records.get(&svc.name) {
+            Some(Fetched::Got((zone, records))) => {
+                let known = inv.alarms.got().zip(inv.health_checks.got());
+                out.extend(record_rules(svc, zone, records, known));
+            }
+            Some(Fetched::NotChecked(why)) => out.push(at.not_checked("records", why)),
+            None => {}
+        }
+    }
+    out
+}
+
+/// Where a finding is.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    service: &'a str,
+    branch: Option<&'a str>,
+}
+
+impl At<'_> {
+    fn finding(&self, object: &str, rule: Rule, problem: String, fix: &str) -> Finding {
+        Finding {
+            service: self.service.to_string(),
+            branch: self.branch.map(str::to_string),
+            object: object.to_string(),
+            rule,
+            problem,
+            fix: fix.to_string(),
+        }
+    }
+
+    fn not_checked(&self, what: &str, why: &str) -> Finding {
+        self.finding(
+            what,
+            Rule::NotChecked,
+            format!("not checked: {why}"),
+            "allow the read to the role that runs check --aws (see docs/check-aws.md)",
+        )
+    }
+}
+
+/// Routing alarms of the service that name no branch of the config: `Readiness` without a
+/// `Branch` dimension, or with a branch the config does not have.
+fn stray_alarms(svc: &ServiceExpect, alarms: &[Alarm], hcs: &[HealthCheck]) -> Vec<Finding> {
+    let at = At {
+        service: &svc.name,
+        branch: None,
+    };
+    alarms
+        .iter()
+        .filter(|a| is_routing_alarm(svc, a, hcs))
+        .filter_map(|a| {
+            let problem = match branch_of(a) {
+                None => "watches the service's series without a Branch dimension: readyprobe publishes Readiness per branch only".to_string(),
+                Some(b) if svc.branches.iter().any(|(n, _)| n == b) => return None,
+                Some(b) => format!("watches Branch {b:?}, which is no branch of the service in the config"),
+            };
+            Some(at.finding(
+                &format!("alarm {}", a.name),
+                Rule::Dimensions,
+                problem,
+                "set the dimensions to exactly Service and Branch, with a branch name of the config",
+            ))
+        })
+        .collect()
+}
+
+/// The rules of one branch: it has alarms and health checks, and each of them is right.
+fn branch_rules(
+    expect: &Expect,
+    svc: &ServiceExpect,
+    branch: &str,
+    alarms: &[Alarm],
+    inv: &Inventory,
+) -> Vec<Finding> {
+    let at = At {
+        service: &svc.name,
+        branch: Some(branch),
+    };
+    let hcs = inv.health_checks.got().map_or(&[][..], Vec::as_slice);
+    let mine = branch_alarms(svc, branch, alarms, hcs);
+    let mut out = Vec::new();
+    if mine.is_empty() {
+        out.push(at.finding(
+            "alarm",
+            Rule::NoAlarm,
+            format!(
+                "no alarm watches {}/{} with Service={} Branch={branch}",
+                svc.namespace, READINESS.name, svc.name
+            ),
+            "create one per branch (docs/check-aws.md has its settings)",
+        ));
+    }
+    for a in &mine {
+        out.extend(alarm_rules(at, svc, a));
+        match inv.recent.get(&a.name) {
+            Some(Fetched::Got(false)) => out.push(at.finding(
+                &format!("alarm {}", a.name),
+                Rule::NoDatum,
+                format!("its metric has no datum in the last {} minutes", RECENT_SECS / 60),
+                "run the prober with the cloudwatch sink (publish.sinks), and check the alarm's metric, dimensions and unit against the contract",
+            )),
+            Some(Fetched::NotChecked(why)) => {
+                out.push(at.not_checked(&format!("datums of alarm {}", a.name), why));
+            }
+            _ => {}
+        }
+    }
+    if matches!(inv.health_checks, Fetched::Got(_)) {
+        let followers: Vec<&HealthCheck> = hcs
+            .iter()
+            .filter(|h| mine.iter().any(|a| follows(h, &a.name)))
+            .collect();
+        if followers.is_empty() {
+            out.push(at.finding(
+                "health check",
+                Rule::NoHealthCheck,
+                "no CLOUDWATCH_METRIC health check follows an alarm of this branch".into(),
+                "create a CLOUDWATCH_METRIC health check with AlarmIdentifier set to the branch's alarm and its region",
+            ));
+        }
+        for h in followers {
+            out.extend(health_check_rules(at, expect, h));
+        }
+    }
+    out
+}
+
+/// The rules of one routing alarm.
+fn alarm_rules(at: At<'_>, svc: &ServiceExpect, a: &Alarm) -> Vec<Finding> {
+    let object = format!("alarm {}", a.name);
+    let mut out = Vec::new();
+    let mut add =
+        |rule, problem: String, fix: &str| out.push(at.finding(&object, rule, problem, fix));
+    if a.series.is_none() {
+        add(
+            Rule::MetricMath,
+            format!(
+                "uses metric math ({} metrics): Route 53 cannot follow it",
+                a.math.len()
+            ),
+            "alarm on the single metric Readiness (MetricName, Namespace, Dimensions, Statistic)",
+        );
+    }
+    if let Some(s) = &a.series {
+        series_rules(s, svc, &mut add);
+    }
+    if let Some(u) = a.unit.as_deref().filter(|u| *u != READINESS.unit.as_str()) {
+        add(
+            Rule::Unit,
+            format!(
+                "Unit {u}: readyprobe publishes {} with Unit {}, so CloudWatch filters out every datum",
+                READINESS.name,
+                READINESS.unit.as_str()
+            ),
+            "remove Unit from the alarm, or set it to None",
+        );
+    }
+    if let Some(x) = &a.extended_statistic {
+        add(
+            Rule::Statistic,
+            format!("extended statistic {x}: Route 53 cannot follow an alarm on a percentile"),
+            "use Statistic Minimum (any prober says unready), Maximum (all must) or Average with a threshold (majority)",
+        );
+    } else if let Some(s) = a
+        .statistic
+        .as_deref()
+        .filter(|s| !ROUTE53_STATISTICS.contains(s))
+    {
+        add(
+            Rule::Statistic,
+            format!(
+                "statistic {s} is none Route 53 can follow ({})",
+                ROUTE53_STATISTICS.join(", ")
+            ),
+            "use Statistic Minimum, Maximum or Average",
+        );
+    }
+    match a.period {
+        Some(p) if p < ALARM_PERIOD => add(
+            Rule::Period,
+            format!(
+                "high-resolution period {p} s: readyprobe publishes at standard resolution, and Route 53 follows only standard-resolution alarms"
+            ),
+            "set Period = 60",
+        ),
+        Some(p) if p != ALARM_PERIOD => add(
+            Rule::Period,
+            format!(
+                "period {p} s: the contract's is {ALARM_PERIOD} s (a longer one delays failover)"
+            ),
+            "set Period = 60",
+        ),
+        _ => {}
+    }
+    let n = a.evaluation_periods.unwrap_or(1);
+    if let Some(m) = a.datapoints_to_alarm.filter(|m| *m != n) {
+        add(
+            Rule::MOutOfN,
+            format!(
+                "{m} out of {n} datapoints: the prober's hysteresis already decided; M-out-of-N adds a second, different one"
+            ),
+            "set DatapointsToAlarm = EvaluationPeriods (or leave it unset)",
+        );
+    }
+    if a.treat_missing_data.is_none() {
+        add(
+            Rule::TreatMissingData,
+            "TreatMissingData unset: a silent prober leaves the alarm as CloudWatch's default decides".into(),
+            "set TreatMissingData explicitly (breaching fails over when the prober stops publishing; docs/check-aws.md)",
+        );
+    }
+    out
+}
+
+/// The rules of a single-metric alarm's series: the namespace, metric and dimensions the prober
+/// publishes.
+fn series_rules(s: &Series, svc: &ServiceExpect, add: &mut impl FnMut(Rule, String, &str)) {
+    if s.namespace != svc.namespace {
+        add(
+            Rule::Namespace,
+            format!(
+                "namespace {:?}: the service publishes to {:?}",
+                s.namespace, svc.namespace
+            ),
+            "set Namespace to the service's namespace (publish.namespace, or the service's namespace)",
+        );
+    }
+    if s.metric != READINESS.name {
+        add(
+            Rule::Metric,
+            format!(
+                "metric {:?}: the health check's alarm must watch {}",
+                s.metric, READINESS.name
+            ),
+            "set MetricName = Readiness",
+        );
+    }
+    let mut names: Vec<&str> = s.dimensions.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    let mut want = READINESS.dimensions.to_vec();
+    want.sort_unstable();
+    if names != want {
+        add(
+            Rule::Dimensions,
+            format!(
+                "dimensions {}: readyprobe publishes {} with exactly {}",
+                names.join(", "),
+                READINESS.name,
+                READINESS.dimensions.join(", ")
+            ),
+            "set the dimensions to exactly Service and Branch",
+        );
+    }
+}
+
+/// The rules of a health check that follows one of the branch's alarms.
+fn health_check_rules(at: At<'_>, expect: &Expect, h: &HealthCheck) -> Vec<Finding> {
+    let object = format!("health check {}", h.id);
+    let mut out = Vec::new();
+    if let Some(a) = h.alarm.as_ref().filter(|a| a.region != expect.region) {
+        out.push(at.finding(
+            &object,
+            Rule::Region,
+            format!("AlarmIdentifier.Region is {}, the alarm {} is in {}", a.region, a.name, expect.region),
+            "set AlarmIdentifier.Region to the alarm's region (or create the alarm where the health check looks)",
+        ));
+    }
+    match (&h.insufficient_data, &expect.insufficient_data) {
+        (None, _) => out.push(at.finding(
+            &object,
+            Rule::InsufficientDataHealthStatus,
+            "InsufficientDataHealthStatus unset: what Route 53 does while the alarm has no data was not chosen".into(),
+            "set it (LastKnownStatus keeps the last answer while the prober is silent), and name the choice in route53.insufficient_data_health_status",
+        )),
+        (Some(got), Some(want)) if got != want => out.push(at.finding(
+            &object,
+            Rule::InsufficientDataHealthStatus,
+            format!("InsufficientDataHealthStatus {got}; route53.insufficient_data_health_status says {want}"),
+            "set the health check's InsufficientDataHealthStatus to the configured value, or change the config",
+        )),
+        _ => {}
+    }
+    out
+}
+
+/// The rules of a service's failover records. `known` is the alarms and health checks when
+/// both were read: only then can a record's health check be matched to its branch.
+fn record_rules(
+    svc: &ServiceExpect,
+    zone: &str,
+    records: &[Record],
+    known: Option<(&Vec<Alarm>, &Vec<HealthCheck>)>,
+) -> Vec<Finding> {
+    let at = At {
+        service: &svc.name,
+        branch: None,
+    };
+    let failover: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.name == svc.stable_name && r.failover.is_some())
+        .collect();
+    if failover.is_empty() {
+        return vec![at.finding(
+            &format!("record {}", svc.stable_name),
+            Rule::NoRecord,
+            format!("no failover record named {} in hosted zone {zone}", svc.stable_name),
+            "create a PRIMARY and a SECONDARY failover record under the stable name (or set route53.hosted_zone_id)",
+        )];
+    }
+    let mut out = Vec::new();
+    for r in failover {
+        let role = r.failover.as_deref().unwrap_or_default();
+        let branch = svc
+            .branches
+            .iter()
+            .find(|(_, b)| b == role)
+            .map(|(n, _)| n.as_str());
+        let at = At { branch, ..at };
+        let object = format!("record {} {} {role}", r.name, r.rtype);
+        if let Some(ttl) = r.ttl.filter(|t| *t > MAX_RECORD_TTL) {
+            out.push(at.finding(
+                &object,
+                Rule::RecordTtl,
+                format!(
+                    "TTL {ttl} s: clients keep the failed branch's answer that long after failover"
+                ),
+                "set TTL to 60 or less",
+            ));
+        }
+        out.extend(record_health_rule(at, svc, r, &object, known));
+    }
+    out
+}
+
+/// Whether a failover record is health-evaluated, and by its branch's health check.
+fn record_health_rule(
+    at: At<'_>,
+    svc: &ServiceExpect,
+    r: &Record,
+    object: &str,
+    known: Option<(&Vec<Alarm>, &Vec<HealthCheck>)>,
+) -> Option<Finding> {
+    let role = r.failover.as_deref().unwrap_or_default();
+    let Some(id) = &r.health_check_id else {
+        if role == "SECONDARY" {
+            return (!r.evaluate_target_health).then(|| at.finding(
+                object,
+                Rule::SecondaryUnevaluated,
+                "no health check and EvaluateTargetHealth false: Route 53 treats the SECONDARY as healthy whatever readyprobe says".into(),
+                "set HealthCheckId to the SECONDARY branch's health check",
+            ));
+        }
+        return Some(at.finding(
+            object,
+            Rule::RecordHealthCheck,
+            format!(
+                "no health check: Route 53 treats the {role} as healthy whatever readyprobe says"
+            ),
+            "set HealthCheckId to the branch's health check",
+        ));
+    };
+    let (alarms, hcs) = known?;
+    let branch = at.branch?;
+    let mine = branch_alarms(svc, branch, alarms, hcs);
+    let ok = hcs
+        .iter()
+        .any(|h| h.id == *id && mine.iter().any(|a| follows(h, &a.name)));
+    (!ok).then(|| {
+        at.finding(
+            object,
+            Rule::RecordHealthCheck,
+            format!("follows health check {id}, which follows no alarm of branch {branch}"),
+            "set HealthCheckId to the health check that follows the branch's alarm",
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,372 @@
+//! One test per rule: a clean deployment has no finding, and each change breaks exactly its rule.
+
+use super::*;
+use crate::cli::aws_check::model::AlarmRef;
+use std::collections::BTreeMap;
+
+const REGION: &str = "eu-west-1";
+
+fn expect() -> Expect {
+    Expect {
+        region: REGION.into(),
+        insufficient_data: None,
+        services: vec![ServiceExpect {
+            name: "orders-db".into(),
+            namespace: "Readyprobe".into(),
+            stable_name: "db.orders.internal".into(),
+            branches: vec![
+                ("primary".into(), "PRIMARY".into()),
+                ("secondary".into(), "SECONDARY".into()),
+            ],
+        }],
+    }
+}
+
+fn alarm(branch: &str) -> Alarm {
+    Alarm {
+        name: format!("orders-db-{branch}"),
+        series: Some(Series {
+            namespace: "Readyprobe".into(),
+            metric: "Readiness".into(),
+            dimensions: vec![
+                ("Service".into(), "orders-db".into()),
+                ("Branch".into(), branch.into()),
+            ],
+        }),
+        math: vec![],
+        unit: None,
+        statistic: Some("Minimum".into()),
+        extended_statistic: None,
+        period: Some(60),
+        evaluation_periods: Some(1),
+        datapoints_to_alarm: None,
+        treat_missing_data: Some("breaching".into()),
+    }
+}
+
+fn hc(branch: &str) -> HealthCheck {
+    HealthCheck {
+        id: format!("hc-{branch}"),
+        kind: "CLOUDWATCH_METRIC".into(),
+        alarm: Some(AlarmRef {
+            name: format!("orders-db-{branch}"),
+            region: REGION.into(),
+        }),
+        insufficient_data: Some("LastKnownStatus".into()),
+    }
+}
+
+fn record(role: &str, branch: &str) -> Record {
+    Record {
+        name: "db.orders.internal".into(),
+        rtype: "CNAME".into(),
+        set_identifier: Some(branch.into()),
+        failover: Some(role.into()),
+        ttl: Some(30),
+        health_check_id: Some(format!("hc-{branch}")),
+        evaluate_target_health: false,
+    }
+}
+
+fn clean() -> Inventory {
+    Inventory {
+        alarms: Fetched::Got(vec![alarm("primary"), alarm("secondary")]),
+        health_checks: Fetched::Got(vec![hc("primary"), hc("secondary")]),
+        records: BTreeMap::from([(
+            "orders-db".to_string(),
+            Fetched::Got((
+                "Z1".to_string(),
+                vec![
+                    record("PRIMARY", "primary"),
+                    record("SECONDARY", "secondary"),
+                ],
+            )),
+        )]),
+        recent: BTreeMap::from([
+            ("orders-db-primary".to_string(), Fetched::Got(true)),
+            ("orders-db-secondary".to_string(), Fetched::Got(true)),
+        ]),
+    }
+}
+
+fn alarms(inv: &mut Inventory) -> &mut Vec<Alarm> {
+    match &mut inv.alarms {
+        Fetched::Got(a) => a,
+        Fetched::NotChecked(_) => unreachable!("the clean inventory has alarms"),
+    }
+}
+
+fn hcs(inv: &mut Inventory) -> &mut Vec<HealthCheck> {
+    match &mut inv.health_checks {
+        Fetched::Got(h) => h,
+        Fetched::NotChecked(_) => unreachable!("the clean inventory has health checks"),
+    }
+}
+
+fn records(inv: &mut Inventory) -> &mut Vec<Record> {
+    match inv.records.get_mut("orders-db") {
+        Some(Fetched::Got((_, r))) => r,
+        _ => unreachable!("the clean inventory has records"),
+    }
+}
+
+/// The rules found, as (rule, branch).
+fn rules_of(expect: &Expect, inv: &Inventory) -> Vec<(Rule, Option<String>)> {
+    check(expect, inv)
+        .into_iter()
+        .map(|f| (f.rule, f.branch))
+        .collect()
+}
+
+fn primary(rule: Rule) -> Vec<(Rule, Option<String>)> {
+    vec![(rule, Some("primary".into()))]
+}
+
+#[test]
+fn a_clean_deployment_has_no_finding() {
+    assert_eq!(check(&expect(), &clean()), vec![]);
+}
+
+#[test]
+fn each_alarm_setting_breaks_its_rule() {
+    type Change = fn(&mut Alarm);
+    let cases: &[(&str, Change, Rule)] = &[
+        ("high resolution", |a| a.period = Some(10), Rule::Period),
+        ("five minutes", |a| a.period = Some(300), Rule::Period),
+        (
+            "p99",
+            |a| {
+                a.statistic = None;
+                a.extended_statistic = Some("p99".into());
+            },
+            Rule::Statistic,
+        ),
+        (
+            "2 of 3",
+            |a| {
+                a.evaluation_periods = Some(3);
+                a.datapoints_to_alarm = Some(2);
+            },
+            Rule::MOutOfN,
+        ),
+        (
+            "namespace",
+            |a| {
+                if let Some(s) = &mut a.series {
+                    s.namespace = "Other".into();
+                }
+            },
+            Rule::Namespace,
+        ),
+        ("unit", |a| a.unit = Some("Count".into()), Rule::Unit),
+        (
+            "extra dimension",
+            |a| {
+                if let Some(s) = &mut a.series {
+                    s.dimensions.push(("Prober".into(), "a".into()));
+                }
+            },
+            Rule::Dimensions,
+        ),
+        (
+            "missing data",
+            |a| a.treat_missing_data = None,
+            Rule::TreatMissingData,
+        ),
+        (
+            "metric math",
+            |a| {
+                a.math = a.series.take().into_iter().collect();
+            },
+            Rule::MetricMath,
+        ),
+    ];
+    for (name, change, rule) in cases {
+        let mut inv = clean();
+        change(&mut alarms(&mut inv)[0]);
+        assert_eq!(rules_of(&expect(), &inv), primary(*rule), "{name}");
+    }
+}
+
+#[test]
+fn unit_none_and_m_equal_to_n_are_accepted() {
+    let mut inv = clean();
+    alarms(&mut inv)[0].unit = Some("None".into());
+    alarms(&mut inv)[0].evaluation_periods = Some(3);
+    alarms(&mut inv)[0].datapoints_to_alarm = Some(3);
+    assert_eq!(rules_of(&expect(), &inv), vec![]);
+}
+
+#[test]
+fn an_alarm_on_another_metric_followed_by_a_health_check_is_flagged() {
+    let mut inv = clean();
+    if let Some(s) = &mut alarms(&mut inv)[0].series {
+        s.metric = "SuccessRate".into();
+    }
+    assert_eq!(rules_of(&expect(), &inv), primary(Rule::Metric));
+    // Without a health check following it, it is a paging alarm, not the branch's.
+    hcs(&mut inv).retain(|h| h.id != "hc-primary");
+    records(&mut inv)[0].health_check_id = None;
+    let found = rules_of(&expect(), &inv);
+    assert!(
+        found.contains(&(Rule::NoAlarm, Some("primary".into()))),
+        "{found:?}"
+    );
+    assert!(!found.iter().any(|(r, _)| *r == Rule::Metric), "{found:?}");
+}
+
+#[test]
+fn an_alarm_without_branch_or_with_an_unknown_branch_is_flagged() {
+    let mut inv = clean();
+    let mut stray = alarm("tertiary");
+    stray.name = "orders-db-any".into();
+    alarms(&mut inv).push(stray.clone());
+    if let Some(s) = &mut stray.series {
+        s.dimensions.retain(|(n, _)| n == "Service");
+    }
+    alarms(&mut inv).push(stray);
+    assert_eq!(
+        rules_of(&expect(), &inv),
+        vec![(Rule::Dimensions, None), (Rule::Dimensions, None)]
+    );
+}
+
+#[test]
+fn a_health_check_in_another_region_is_flagged() {
+    let mut inv = clean();
+    if let Some(a) = &mut hcs(&mut inv)[0].alarm {
+        a.region = "us-east-1".into();
+    }
+    assert_eq!(rules_of(&expect(), &inv), primary(Rule::Region));
+}
+
+#[test]
+fn insufficient_data_status_must_be_set_and_as_configured() {
+    let mut inv = clean();
+    hcs(&mut inv)[0].insufficient_data = None;
+    assert_eq!(
+        rules_of(&expect(), &inv),
+        primary(Rule::InsufficientDataHealthStatus)
+    );
+    let mut inv = clean();
+    hcs(&mut inv)[0].insufficient_data = Some("Unhealthy".into());
+    let mut e = expect();
+    assert_eq!(
+        rules_of(&e, &inv),
+        vec![],
+        "any explicit value when none is configured"
+    );
+    e.insufficient_data = Some("LastKnownStatus".into());
+    assert_eq!(
+        rules_of(&e, &inv),
+        primary(Rule::InsufficientDataHealthStatus)
+    );
+}
+
+#[test]
+fn a_branch_without_alarm_or_health_check_is_flagged() {
+    let mut inv = clean();
+    hcs(&mut inv).retain(|h| h.id != "hc-primary");
+    records(&mut inv)[0].health_check_id = None;
+    assert_eq!(
+        rules_of(&expect(), &inv),
+        vec![
+            (Rule::NoHealthCheck, Some("primary".into())),
+            (Rule::RecordHealthCheck, Some("primary".into())),
+        ]
+    );
+    let mut inv = clean();
+    alarms(&mut inv).retain(|a| a.name != "orders-db-primary");
+    let found = rules_of(&expect(), &inv);
+    assert_eq!(
+        found,
+        vec![
+            (Rule::NoAlarm, Some("primary".into())),
+            (Rule::NoHealthCheck, Some("primary".into())),
+            (Rule::RecordHealthCheck, Some("primary".into())),
+        ]
+    );
+}
+
+#[test]
+fn an_alarm_without_recent_data_is_flagged() {
+    let mut inv = clean();
+    inv.recent
+        .insert("orders-db-primary".into(), Fetched::Got(false));
+    assert_eq!(rules_of(&expect(), &inv), primary(Rule::NoDatum));
+}
+
+#[test]
+fn record_rules() {
+    let mut inv = clean();
+    records(&mut inv)[0].ttl = Some(300);
+    assert_eq!(rules_of(&expect(), &inv), primary(Rule::RecordTtl));
+
+    let mut inv = clean();
+    records(&mut inv)[1].health_check_id = None;
+    assert_eq!(
+        rules_of(&expect(), &inv),
+        vec![(Rule::SecondaryUnevaluated, Some("secondary".into()))]
+    );
+    records(&mut inv)[1].evaluate_target_health = true;
+    assert_eq!(
+        rules_of(&expect(), &inv),
+        vec![],
+        "an alias evaluating its target"
+    );
+
+    let mut inv = clean();
+    records(&mut inv)[0].health_check_id = Some("hc-secondary".into());
+    assert_eq!(rules_of(&expect(), &inv), primary(Rule::RecordHealthCheck));
+
+    let mut inv = clean();
+    records(&mut inv)
+        .iter_mut()
+        .for_each(|r| r.name = "other".into());
+    assert_eq!(rules_of(&expect(), &inv), vec![(Rule::NoRecord, None)]);
+}
+
+#[test]
+fn denied_reads_are_not_checked_rows_not_violations() {
+    let mut inv = clean();
+    inv.alarms = Fetched::NotChecked("DescribeAlarms failed: AccessDenied: no".into());
+    inv.health_checks = Fetched::NotChecked("ListHealthChecks failed: AccessDenied: no".into());
+    inv.records
+        .insert("orders-db".into(), Fetched::NotChecked("denied".into()));
+    let found = check(&expect(), &inv);
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(found.iter().all(|f| !f.is_violation()));
+    assert!(
+        found[0]
+            .problem
+            .starts_with("not checked: DescribeAlarms failed")
+    );
+}
+
+#[test]
+fn only_routing_alarms_of_the_config_are_sampled() {
+    let mut inv = clean();
+    let mut paging = alarm("primary");
+    paging.name = "paging".into();
+    if let Some(s) = &mut paging.series {
+        s.metric = "SuccessRate".into();
+    }
+    alarms(&mut inv).push(paging);
+    let mut other = alarm("primary");
+    other.name = "other-service".into();
+    if let Some(s) = &mut other.series {
+        s.dimensions[0].1 = "billing".into();
+    }
+    alarms(&mut inv).push(other);
+    let Fetched::Got(a) = &inv.alarms else {
+        unreachable!()
+    };
+    let Fetched::Got(h) = &inv.health_checks else {
+        unreachable!()
+    };
+    let names: Vec<&str> = alarms_to_sample(&expect(), a, h)
+        .iter()
+        .map(|(a, _)| a.name.as_str())
+        .collect();
+    assert_eq!(names, ["orders-db-primary", "orders-db-secondary"]);
+}
