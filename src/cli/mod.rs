@@ -39,8 +39,9 @@ pub const EXIT_UNAVAILABLE_INPUT: u8 = 78;
 ///
 /// Exit codes: 0 ok; 1 `probe` attempt failed, `approve` found no prober waiting for approval, or
 /// `check --aws` found a violation; 64 invalid config or usage; 70 internal error (the runtime
-/// could not start); 74 state store or evidence I/O error, or AWS unreachable (`check --aws`); 78 secret, CA bundle, client certificate or key, or resolv.conf
-/// unavailable (`run`, `probe`, `check --strict`).
+/// could not start); 74 state store or evidence I/O error, or AWS unreachable (`check --aws`);
+/// 77 `check --aws` could not read everything (no violation among what it read); 78 secret, CA
+/// bundle, client certificate or key, or resolv.conf unavailable (`run`, `probe`, `check --strict`).
 #[derive(Debug, Parser)]
 #[command(name = "readyprobe", version, about, long_about)]
 pub struct Cli {
@@ -101,7 +102,8 @@ pub enum Command {
     ///
     /// `--aws` instead reads the deployed alarms, health checks and failover records and
     /// reports every violation of the metric contract with its fix (docs/check-aws.md): exit 0
-    /// when none, 1 when some, 74 when AWS cannot be reached. Without `--aws`, no AWS call.
+    /// when none, 1 when some, 77 when none but AWS refused some reads, 74 when AWS cannot be
+    /// reached. Without `--aws`, no AWS call.
     Check {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]

@@ -784,6 +784,22 @@ async fn check_aws_flags_each_violation_and_passes_the_clean_service() {
         "{stdout}"
     );
     assert_eq!(code, Some(1), "the period violation still exits 1");
+
+    // Without a violation, a refused read is still not a pass: exit 77.
+    let config = dir.path().join("denied-clean.toml");
+    std::fs::write(
+        &config,
+        config_text(&d.services[..1], &cloudwatch::endpoint(), &denied.url),
+    )
+    .expect("write config");
+    let (code, stdout, _) = tokio::task::spawn_blocking(move || check_aws(&config))
+        .await
+        .expect("join");
+    assert!(
+        stdout.contains("\"violations\": 0") || stdout.contains("\"violations\":0"),
+        "{stdout}"
+    );
+    assert_eq!(code, Some(77), "not_checked rows alone exit 77; {stdout}");
 }
 
 /// Plain `check` makes no AWS call, whatever endpoints the config names; `check --aws` with no

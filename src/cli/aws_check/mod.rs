@@ -16,6 +16,10 @@ use std::process::ExitCode;
 /// Exit code of `check --aws` when it finds a violation (as `probe` when an attempt fails).
 pub const EXIT_VIOLATIONS: u8 = EXIT_ATTEMPT_FAILED;
 
+/// Exit code when nothing is violated but AWS refused some reads: not everything was checked
+/// (sysexits' `EX_NOPERM`), so a script does not take a role that may read nothing for a pass.
+pub const EXIT_NOT_CHECKED: u8 = 77;
+
 /// `check --format`.
 #[derive(Debug, Clone, Copy, Default, ValueEnum)]
 pub enum Format {
@@ -26,8 +30,9 @@ pub enum Format {
     Json,
 }
 
-/// Run the check: exit 0 when nothing is violated, 1 when something is, 74 when AWS cannot be
-/// reached. A read AWS refuses is a `not_checked` row, not a violation.
+/// Run the check: exit 0 when everything was read and nothing is violated, 1 when something is,
+/// 77 when nothing is but a read AWS refused left something unchecked (a `not_checked` row), 74
+/// when AWS cannot be reached.
 pub async fn check_aws(cfg: &Config, format: Format) -> ExitCode {
     let clients = fetch::Clients::new(cfg).await;
     if clients.region.is_empty() {
@@ -58,7 +63,9 @@ pub async fn check_aws(cfg: &Config, format: Format) -> ExitCode {
     print!("{out}");
     ExitCode::from(if findings.iter().any(model::Finding::is_violation) {
         EXIT_VIOLATIONS
-    } else {
+    } else if findings.is_empty() {
         EXIT_OK
+    } else {
+        EXIT_NOT_CHECKED
     })
 }
