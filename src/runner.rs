@@ -560,7 +560,7 @@ fn report_unavailable(shell: &mut Shell, now: Millis, service: &str, problems: V
     tracing::error!(
         service = %service,
         problems = %problems.join("; "),
-        "cannot start this service: it is not probed (ServiceUnavailable = 1); the other services run"
+        "cannot prepare this service: it is not probed (ServiceUnavailable = 1); the other services run"
     );
     let r = Record::ServiceUnavailable(ServiceUnavailable { problems });
     shell.evidence.record_for(now, service, &r);

@@ -177,6 +177,13 @@ pub(super) async fn apply(
         .iter()
         .map(|s| (*s, take(&s.service.name)))
         .collect();
+    for warning in &new.warnings {
+        tracing::warn!("config: {warning}");
+    }
+    // Queues first: an added service may publish at once (an override in its document).
+    for s in &new.services {
+        shell.sinks.extend(w.sinks.add(&s.namespace));
+    }
     for id in &plan.removed {
         remove(shell, w, syncs, *id);
     }
@@ -184,9 +191,6 @@ pub(super) async fn apply(
         change(shell, &mut w.fleet, id, svc, probes);
     }
     let (added, unavailable) = start_services(shell, &mut w.fleet, &new, to_start).await;
-    for s in &new.services {
-        shell.sinks.extend(w.sinks.add(&s.namespace));
-    }
     let live: Vec<&str> = w
         .fleet
         .live

@@ -247,14 +247,20 @@ async fn sighup_adds_removes_and_changes_services_and_refuses_a_bad_config() {
     assert!(of(later, "transition", "beta", None).is_empty());
     for b in ["primary", "secondary"] {
         let all = seqs(&ev, "beta", b);
-        assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "beta/{b}: {all:?}");
+        assert!(
+            all.windows(2).all(|w| w[1] == w[0] + 1),
+            "beta/{b}: {all:?}"
+        );
         assert!(seqs(later, "beta", b)[0] > 1, "beta/{b} restarted");
     }
     // delta: primary untouched; secondary restarted (sequence from 1 again) and kept its state.
     assert!(of(later, "transition", "delta", None).is_empty());
     assert!(seqs(later, "delta", "primary")[0] > 1);
     let restarted = seqs(later, "delta", "secondary");
-    let from = restarted.iter().position(|s| *s == 1).expect("delta/secondary restarted");
+    let from = restarted
+        .iter()
+        .position(|s| *s == 1)
+        .expect("delta/secondary restarted");
     let old_max = *seqs(before_ev, "delta", "secondary").last().unwrap();
     assert!(restarted[..from].iter().all(|s| *s <= old_max + 1));
     let new_ports: Vec<_> = of(later, "attempt", "delta", Some("secondary"))[from..]
@@ -262,7 +268,10 @@ async fn sighup_adds_removes_and_changes_services_and_refuses_a_bad_config() {
         .map(|a| a["address"].as_str().unwrap_or_default().to_string())
         .collect();
     let spare_port = format!(":{}", spare.port);
-    assert!(new_ports.iter().all(|a| a.ends_with(&spare_port)), "{new_ports:?}");
+    assert!(
+        new_ports.iter().all(|a| a.ends_with(&spare_port)),
+        "{new_ports:?}"
+    );
 
     // Published: gamma, beta and delta after the reload, alpha no more.
     let published = heartbeats_after(&stdout, reload_ms);
@@ -272,27 +281,7 @@ async fn sighup_adds_removes_and_changes_services_and_refuses_a_bad_config() {
     assert!(!published.iter().any(|p| p == "alpha"), "{published:?}");
 
     // 3. An invalid config, then a setting that needs a restart: both refused, old ones run on.
-    let bad = format!("{after}\nno_such_key = 1\n");
-    write_config(&path, &config(dir.path(), &f.dns, "1s", &bad));
-    signal(&child, libc::SIGHUP);
-    wait_evidence(&evidence, DEADLINE, |ev| reload_at(ev, 1).is_some()).await;
-    write_config(&path, &config(dir.path(), &f.dns, "2s", &after));
-    signal(&child, libc::SIGHUP);
-    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
-        reload_at(ev, 2).is_some_and(|r| {
-            ["beta", "delta", "gamma"]
-                .iter()
-                .all(|s| of(&ev[r..], "attempt", s, Some("primary")).len() >= 5)
-        })
-    })
-    .await;
-    let (invalid, restart) = (&ev[reload_at(&ev, 1).unwrap()], &ev[reload_at(&ev, 2).unwrap()]);
-    assert_eq!(invalid["applied"], false);
-    let problems = invalid["problems"].to_string();
-    assert!(problems.contains("no_such_key"), "{problems}");
-    assert!(problems.contains("reload.toml:"), "names file and line: {problems}");
-    assert_eq!(restart["applied"], false);
-    assert!(restart["problems"].to_string().contains("publish.interval"), "{restart}");
+    refused_reloads(&child, &path, &f.dns, &after).await;
     let log = std::fs::read_to_string(stdout.with_extension("log")).unwrap();
     assert!(log.contains("reload refused"), "{log}");
     assert!(log.contains("reload applied"), "{log}");
@@ -305,6 +294,48 @@ async fn sighup_adds_removes_and_changes_services_and_refuses_a_bad_config() {
     assert_eq!(status.code(), Some(0), "{log}");
     let ev = read_evidence(&evidence);
     assert_eq!(ev.last().unwrap()["kind"], "stop");
+}
+
+/// Send an invalid config, then one that changes a setting needing a restart: both are refused
+/// (named in the `reload` record) and the running services go on.
+async fn refused_reloads(
+    child: &tokio::process::Child,
+    path: &Path,
+    dns: &DnsServer,
+    services: &str,
+) {
+    let dir = path.parent().unwrap();
+    let evidence = dir.join("evidence.jsonl");
+    let bad = format!("{services}\nno_such_key = 1\n");
+    write_config(path, &config(dir, dns, "1s", &bad));
+    signal(child, libc::SIGHUP);
+    wait_evidence(&evidence, DEADLINE, |ev| reload_at(ev, 1).is_some()).await;
+    write_config(path, &config(dir, dns, "2s", services));
+    signal(child, libc::SIGHUP);
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        reload_at(ev, 2).is_some_and(|r| {
+            ["beta", "delta", "gamma"]
+                .iter()
+                .all(|s| of(&ev[r..], "attempt", s, Some("primary")).len() >= 5)
+        })
+    })
+    .await;
+    let (invalid, restart) = (
+        &ev[reload_at(&ev, 1).unwrap()],
+        &ev[reload_at(&ev, 2).unwrap()],
+    );
+    assert_eq!(invalid["applied"], false);
+    let problems = invalid["problems"].to_string();
+    assert!(problems.contains("no_such_key"), "{problems}");
+    assert!(
+        problems.contains("reload.toml:"),
+        "names file and line: {problems}"
+    );
+    assert_eq!(restart["applied"], false);
+    assert!(
+        restart["problems"].to_string().contains("publish.interval"),
+        "{restart}"
+    );
 }
 
 /// Two services, one with a corrupt control document: that one is reported unavailable (its
@@ -336,11 +367,17 @@ async fn a_corrupt_control_document_stops_only_its_service() {
     .unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{log}");
-    assert!(log.contains("cannot start this service"), "{log}");
+    assert!(log.contains("cannot prepare this service"), "{log}");
     let ev = read_evidence(&dir.path().join("evidence.jsonl"));
     let down = of(&ev, "service_unavailable", "beta", None);
     assert_eq!(down.len(), 1, "{ev:?}");
-    assert!(down[0]["problems"].to_string().contains("control-beta.json"), "{}", down[0]);
+    assert!(
+        down[0]["problems"]
+            .to_string()
+            .contains("control-beta.json"),
+        "{}",
+        down[0]
+    );
     assert!(of(&ev, "attempt", "beta", None).is_empty());
     assert!(!of(&ev, "attempt", "alpha", Some("primary")).is_empty());
     assert_eq!(
@@ -353,6 +390,10 @@ async fn a_corrupt_control_document_stops_only_its_service() {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v.get("ServiceUnavailable").is_some())
         .collect();
-    assert!(!unavailable.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !unavailable.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(unavailable.iter().all(|v| v["Service"] == "beta"));
 }
