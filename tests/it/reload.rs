@@ -397,3 +397,105 @@ async fn a_corrupt_control_document_stops_only_its_service() {
     );
     assert!(unavailable.iter().all(|v| v["Service"] == "beta"));
 }
+
+/// In process, configs handed to `run_with_reloads` as the SIGHUP handler does: a changed
+/// service whose new CA bundle is missing refuses the reload (the service runs on as it was);
+/// an added one with a missing CA bundle is reported unavailable and the reload applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unavailable_inputs_refuse_a_changed_service_and_report_an_added_one() {
+    use readyprobe::runner::{RunOptions, run_with_reloads};
+    use readyprobe::sink::emf::EmfBuffer;
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha", "beta"]).await;
+    let path = dir.path().join("inproc.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let alpha = service("alpha", f.ports[0].port, f.ports[1].port);
+    let missing_ca = format!(
+        "probe = {{ tls = {{ ssl_mode = \"verify_ca\", ssl_ca = {:?} }} }}\n",
+        dir.path().join("no-such-ca.pem")
+    );
+    // `probe = ...` goes right after the service's `stable_name`.
+    let with_missing_ca = |svc: &str| {
+        svc.replacen(
+            "\n[[service.branch]]",
+            &format!("\n{missing_ca}[[service.branch]]"),
+            1,
+        )
+    };
+    let load = |services: &str| {
+        write_config(&path, &config(dir.path(), &f.dns, "1s", services));
+        readyprobe::config::load(&path)
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = async move {
+        let _ = stop_rx.await;
+        "test"
+    };
+    let emf = EmfBuffer::new();
+    let opts = RunOptions {
+        duration: None,
+        grace: Duration::from_secs(1),
+        emf_out: Some(emf.clone()),
+    };
+    let run = tokio::spawn(run_with_reloads(
+        load(&alpha).unwrap(),
+        opts,
+        stop,
+        Some(rx),
+    ));
+    wait_evidence(&evidence, DEADLINE, |ev| {
+        of(ev, "attempt", "alpha", Some("primary")).len() >= 3
+    })
+    .await;
+
+    tx.send(load(&with_missing_ca(&alpha))).await.unwrap();
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        reload_at(ev, 0)
+            .is_some_and(|r| of(&ev[r..], "attempt", "alpha", Some("primary")).len() >= 3)
+    })
+    .await;
+    let r = reload_at(&ev, 0).unwrap();
+    assert_eq!(ev[r]["applied"], false, "{}", ev[r]);
+    assert!(
+        ev[r]["problems"].to_string().contains("no-such-ca.pem"),
+        "{}",
+        ev[r]
+    );
+    // alpha runs on as it was: its loop's sequence goes on.
+    assert!(seqs(&ev[r..], "alpha", "primary")[0] > 1);
+
+    let beta = with_missing_ca(&service("beta", f.ports[2].port, f.ports[3].port));
+    tx.send(load(&format!("{alpha}{beta}"))).await.unwrap();
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| reload_at(ev, 1).is_some()).await;
+    let reload = &ev[reload_at(&ev, 1).unwrap()];
+    assert_eq!(reload["applied"], true, "{reload}");
+    assert_eq!(
+        reload["unavailable"],
+        serde_json::json!(["beta"]),
+        "{reload}"
+    );
+    assert_eq!(of(&ev, "service_unavailable", "beta", None).len(), 1);
+    // Its ServiceUnavailable datum comes with the next tick.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !emf
+        .lines()
+        .iter()
+        .any(|l| l.contains("\"ServiceUnavailable\"") && l.contains("\"beta\""))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ServiceUnavailable datum for beta"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop_tx.send(());
+    let s = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("stops")
+        .unwrap()
+        .unwrap();
+    // Only alpha ran (one service: keyed by branch name).
+    let keys: Vec<&String> = s.final_states.keys().collect();
+    assert_eq!(keys, ["primary", "secondary"]);
+}
