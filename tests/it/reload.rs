@@ -2,8 +2,8 @@
 //! signal. A service removed stops being probed and published, one added starts, an unchanged
 //! one runs on untouched (its loops keep their sequence numbers: no schedule reset; no
 //! transition), a changed branch restarts its loop and keeps its state; an invalid config or a
-//! setting that needs a restart is refused and the old services run on. And a corrupt control
-//! document stops only its own service.
+//! setting that needs a restart is refused and the old services run on. In process, unavailable
+//! inputs at a reload. And a corrupt control document stops only its own service.
 
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{FAST_POLICY, read_evidence, wait_evidence};
