@@ -9,7 +9,7 @@
 
 use crate::control::{self, Approval, ControlDoc, Decision, Override};
 use crate::probe::{Attempt, Outcome};
-use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Transition};
+use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Snapshot, Transition};
 use crate::record::{
     ApprovalNotApplied, ApprovalRecord, AttemptAbandoned, BothBranchesUnready, OverrideAction,
     OverrideRecord, Publish, PublishFailureClass, PublishOutcome, PublishReason, Record, Restored,
@@ -118,6 +118,66 @@ pub enum Input {
     },
     /// A sink's account of a batch.
     SinkReport(SinkReport),
+    /// A reload added service [`NewService::id`]: its branches start as at start-up (restored
+    /// from its control document when it has this prober's state).
+    AddService(Box<NewService>),
+    /// A reload removed service `.0`: its branches and datums end; events that still arrive for
+    /// it are ignored.
+    RemoveService(ServiceId),
+    /// A reload changed the settings of a running service.
+    ChangeService(Box<ServiceChange>),
+    /// The services that could not be prepared (name, namespace), replacing the list: each gets
+    /// a `ServiceUnavailable` datum at every tick.
+    SetUnavailable(Vec<(String, String)>),
+}
+
+/// A service's id within a run: its index in [`Setup::services`] for those present at start,
+/// then one more for each service a reload adds. Never reused, so an event of a removed
+/// service can never be taken for another's.
+pub type ServiceId = usize;
+
+/// A service added by a reload.
+#[derive(Debug, Clone)]
+pub struct NewService {
+    /// Its id; not used before in this run.
+    pub id: ServiceId,
+    /// Service name (the `Service` dimension).
+    pub service: String,
+    /// The CloudWatch namespace of its datums.
+    pub namespace: String,
+    /// The readiness policy of its branches.
+    pub policy: Policy,
+    /// Branch names, in config order.
+    pub branches: Vec<String>,
+    /// Where its control document lives, for log messages.
+    pub store_location: String,
+    /// Its control document as loaded.
+    pub doc: ControlDoc,
+}
+
+/// New settings of a running service.
+#[derive(Debug, Clone)]
+pub struct ServiceChange {
+    /// Its id.
+    pub id: ServiceId,
+    /// The CloudWatch namespace of its datums from now on.
+    pub namespace: String,
+    /// The readiness policy of its branches from now on.
+    pub policy: Policy,
+    /// Its branches from now on, in config order; a running branch not named here is removed.
+    pub branches: Vec<BranchChange>,
+}
+
+/// One branch of a [`ServiceChange`].
+#[derive(Debug, Clone)]
+pub struct BranchChange {
+    /// Branch name.
+    pub name: String,
+    /// True when what it is probed with or decided by changed (endpoint, port, role, the
+    /// service's probe or readiness settings): it keeps its readiness state, but its window and
+    /// holding clocks start afresh under the new settings. False: untouched. A branch that is
+    /// new to the service starts in the policy's initial state either way.
+    pub reset: bool,
 }
 
 /// Severity of a [`Log`].
@@ -265,7 +325,8 @@ struct Svc {
 /// Every branch of every service, and the run's counters.
 #[derive(Debug)]
 pub struct Fold {
-    services: Vec<Svc>,
+    /// By id, so in config order for the services present at start, then in order added.
+    services: BTreeMap<ServiceId, Svc>,
     /// Services that could not be prepared: (name, namespace).
     unavailable: Vec<(String, String)>,
     branches: Vec<Branch>,
@@ -279,6 +340,8 @@ pub struct Fold {
     next_batch: u64,
     summary: RunSummary,
     effects: Vec<Effect>,
+    /// This prober's id (its entry in each control document).
+    prober: String,
 }
 
 /// The fold's view of its branches at the start of a sync with the store.
@@ -324,7 +387,7 @@ impl Fold {
     /// and what to log, record and publish at start.
     pub fn start(setup: Setup<'_>, now: Millis) -> (Fold, Vec<Effect>) {
         let mut fold = Fold {
-            services: Vec::new(),
+            services: BTreeMap::new(),
             unavailable: setup.unavailable.to_vec(),
             branches: Vec::new(),
             sinks: setup.sinks.to_vec(),
@@ -334,15 +397,19 @@ impl Fold {
             next_batch: 0,
             summary: RunSummary::default(),
             effects: Vec::new(),
+            prober: String::new(),
         };
+        fold.prober = setup.prober.to_string();
         for (i, s) in setup.services.iter().enumerate() {
-            fold.start_service(i, s, setup.prober, now);
+            fold.start_service(i, s, now);
         }
         let effects = std::mem::take(&mut fold.effects);
         (fold, effects)
     }
 
-    fn start_service(&mut self, svc: usize, setup: &ServiceSetup<'_>, prober: &str, now: Millis) {
+    fn start_service(&mut self, svc: ServiceId, setup: &ServiceSetup<'_>, now: Millis) {
+        let prober = self.prober.clone();
+        let prober = prober.as_str();
         let mine = setup.doc.probers.get(prober);
         let mut restored = Vec::new();
         for name in setup.branches {
@@ -376,21 +443,24 @@ impl Fold {
                 },
             ));
         }
-        self.services.push(Svc {
-            name: service.to_string(),
-            namespace: setup.namespace.to_string(),
-            restored,
-            // Decisions this prober id already has in the document were taken (and recorded)
-            // by an earlier run: a restart must not record them again as news.
-            recorded: setup
-                .doc
-                .approvals
-                .iter()
-                .filter(|a| a.decisions.contains_key(prober))
-                .map(|a| a.id.clone())
-                .collect(),
-            both_unready_logged: false,
-        });
+        self.services.insert(
+            svc,
+            Svc {
+                name: service.to_string(),
+                namespace: setup.namespace.to_string(),
+                restored,
+                // Decisions this prober id already has in the document were taken (and recorded)
+                // by an earlier run: a restart must not record them again as news.
+                recorded: setup
+                    .doc
+                    .approvals
+                    .iter()
+                    .filter(|a| a.decisions.contains_key(prober))
+                    .map(|a| a.id.clone())
+                    .collect(),
+                both_unready_logged: false,
+            },
+        );
         for (b, snap) in mine.map(|p| &p.branches).into_iter().flatten() {
             if setup.branches.contains(b) && snap.clone().clamped(now) != *snap {
                 self.effects.push(log(
@@ -412,10 +482,107 @@ impl Fold {
         }
     }
 
+    /// Add a service a reload brought, as [`start`](Self::start) adds each (its start record is
+    /// the shell's, with [`restored`](Self::restored)).
+    fn add_service(&mut self, n: &NewService, now: Millis) {
+        if self.services.contains_key(&n.id) {
+            return;
+        }
+        let setup = ServiceSetup {
+            service: &n.service,
+            namespace: &n.namespace,
+            policy: &n.policy,
+            branches: &n.branches,
+            store_location: &n.store_location,
+            doc: &n.doc,
+        };
+        self.start_service(n.id, &setup, now);
+        self.effects.push(log(
+            Level::Info,
+            "service added by a reload",
+            service_fields(&n.service),
+        ));
+    }
+
+    /// Drop a service a reload removed: its branches, overrides and datums.
+    fn remove_service(&mut self, svc: ServiceId) {
+        let Some(s) = self.services.remove(&svc) else {
+            return;
+        };
+        self.branches.retain(|b| b.svc != svc);
+        self.effects.push(log(
+            Level::Info,
+            "service removed by a reload: its datums stop",
+            service_fields(&s.name),
+        ));
+    }
+
+    /// Take a running service's new settings. An untouched branch keeps everything; a reset
+    /// one keeps its state (so a reload never makes an unready branch look ready, nor a ready
+    /// one unknown) and gathers its window afresh under the new settings; a new one starts in
+    /// the policy's initial state; one no longer named is dropped.
+    fn change_service(&mut self, c: ServiceChange) {
+        let Some(s) = self.services.get_mut(&c.id) else {
+            return;
+        };
+        s.namespace = c.namespace;
+        let name = s.name.clone();
+        let mut old: BTreeMap<String, Branch> = BTreeMap::new();
+        let mut kept = Vec::with_capacity(self.branches.len());
+        for b in std::mem::take(&mut self.branches) {
+            if b.svc == c.id {
+                old.insert(b.name.clone(), b);
+            } else {
+                kept.push(b);
+            }
+        }
+        self.branches = kept;
+        for bc in c.branches {
+            let branch = match old.remove(&bc.name) {
+                Some(b) if !bc.reset => b,
+                Some(mut b) => {
+                    let snap = b.readiness.snapshot();
+                    let fresh = Snapshot {
+                        state: snap.state,
+                        since: snap.since,
+                        unready_holding_since: None,
+                        ready_holding_since: None,
+                        attempts: Vec::new(),
+                    };
+                    b.readiness = Readiness::restore(c.policy.clone(), fresh);
+                    self.effects.push(log(
+                        Level::Info,
+                        "probe or readiness settings changed by a reload: the state is kept, its window and clocks start afresh",
+                        Fields {
+                            state: Some(b.readiness.state().as_str().into()),
+                            ..branch_fields(&name, &bc.name)
+                        },
+                    ));
+                    b
+                }
+                None => Branch {
+                    svc: c.id,
+                    name: bc.name,
+                    readiness: Readiness::new(c.policy.clone()),
+                    acc: TickAcc::default(),
+                    ov: None,
+                },
+            };
+            self.branches.push(branch);
+        }
+        for b in old.keys() {
+            self.effects.push(log(
+                Level::Info,
+                "branch removed by a reload: its datums stop",
+                branch_fields(&name, b),
+            ));
+        }
+    }
+
     /// The branches of service `svc` whose state was restored from the store, for its start
     /// record.
     pub fn restored(&self, svc: usize) -> &[Restored] {
-        self.services.get(svc).map_or(&[], |s| &s.restored)
+        self.services.get(&svc).map_or(&[], |s| &s.restored)
     }
 
     /// A copy of what a sync of service `svc`'s document needs ([`control::sync_prober`]).
@@ -429,7 +596,7 @@ impl Fold {
                 .collect(),
             recorded: self
                 .services
-                .get(svc)
+                .get(&svc)
                 .map(|s| s.recorded.clone())
                 .unwrap_or_default(),
         }
@@ -438,17 +605,18 @@ impl Fold {
     /// The service a record about the whole run is written for: the one service's name, or
     /// `*` when the run has several.
     fn run_label(&self) -> String {
-        match &self.services[..] {
-            [one] => one.name.clone(),
+        match self.services.values().next() {
+            Some(one) if self.services.len() == 1 => one.name.clone(),
             _ => "*".to_string(),
         }
     }
 
     /// The summary key of a branch: its name, or `service/branch` with several services.
     fn key(&self, svc: usize, branch: &str) -> String {
-        match &self.services[..] {
-            [_] => branch.to_string(),
-            _ => format!("{}/{branch}", self.svc_name(svc)),
+        if self.services.len() == 1 {
+            branch.to_string()
+        } else {
+            format!("{}/{branch}", self.svc_name(svc))
         }
     }
 
@@ -488,6 +656,10 @@ impl Fold {
             } => self.sync_failed(service, error, started, now),
             Input::SinkRefused { sink, batch, why } => self.refused(sink, batch, why, now),
             Input::SinkReport(r) => self.on_report(r, now),
+            Input::AddService(n) => self.add_service(&n, now),
+            Input::RemoveService(svc) => self.remove_service(svc),
+            Input::ChangeService(c) => self.change_service(*c),
+            Input::SetUnavailable(list) => self.unavailable = list,
         }
         std::mem::take(&mut self.effects)
     }
@@ -589,7 +761,7 @@ impl Fold {
 
     /// A record about service `svc`.
     fn record_for(&mut self, svc: usize, at: Millis, record: Record) {
-        let name = self.services.get(svc).map(|s| s.name.clone());
+        let name = self.services.get(&svc).map(|s| s.name.clone());
         let name = name.unwrap_or_else(|| self.run_label());
         self.effects.push(Effect::Record(at, name, record));
     }
@@ -601,11 +773,28 @@ impl Fold {
             .position(|b| b.svc == svc && b.name == name)
     }
 
+    fn namespace(&self, svc: ServiceId) -> String {
+        self.services
+            .get(&svc)
+            .map(|s| s.namespace.clone())
+            .unwrap_or_default()
+    }
+
+    fn set_unready_logged(&mut self, svc: ServiceId, logged: bool) {
+        if let Some(s) = self.services.get_mut(&svc) {
+            s.both_unready_logged = logged;
+        }
+    }
+
     fn svc_name(&self, svc: usize) -> &str {
-        self.services.get(svc).map_or("", |s| s.name.as_str())
+        self.services.get(&svc).map_or("", |s| s.name.as_str())
     }
 
     fn on_attempt(&mut self, svc: usize, a: Box<Attempt>) {
+        if !self.services.contains_key(&svc) {
+            // A removed service's attempt that was already on its way.
+            return;
+        }
         let key = self.key(svc, &a.branch);
         *self.summary.attempts.entry(key).or_default() += 1;
         let fields = Fields {
@@ -709,7 +898,7 @@ impl Fold {
         );
         if let Some(v) = published {
             let d = transition_datum(&service, &branch, v, t.at);
-            let ns = self.services[svc].namespace.clone();
+            let ns = self.namespace(svc);
             self.publish(vec![d], PublishReason::Transition, ns);
         }
     }
@@ -719,9 +908,10 @@ impl Fold {
     fn tick(&mut self, reason: PublishReason, now: Millis) {
         self.expire_overrides(now);
         let mut by_ns: BTreeMap<String, Vec<Datum>> = BTreeMap::new();
-        for svc in 0..self.services.len() {
+        let ids: Vec<ServiceId> = self.services.keys().copied().collect();
+        for svc in ids {
             let datums = self.tick_service(svc, now);
-            let ns = self.services[svc].namespace.clone();
+            let ns = self.namespace(svc);
             by_ns.entry(ns).or_default().extend(datums);
         }
         for (name, ns) in &self.unavailable {
@@ -764,8 +954,12 @@ impl Fold {
             });
         }
         let all_unready = ticks.iter().all(|t| t.is_known && !t.is_ready);
-        let name = self.services[svc].name.clone();
-        if all_unready && !self.services[svc].both_unready_logged {
+        let name = self.svc_name(svc).to_string();
+        let logged = self
+            .services
+            .get(&svc)
+            .is_some_and(|s| s.both_unready_logged);
+        if all_unready && !logged {
             self.effects.push(log(
                 Level::Error,
                 "NO BRANCH IS READY: Route 53 failover fails open and answers with the PRIMARY regardless; BothBranchesUnready = 1",
@@ -776,9 +970,9 @@ impl Fold {
                 now,
                 Record::BothBranchesUnready(BothBranchesUnready::new()),
             );
-            self.services[svc].both_unready_logged = true;
+            self.set_unready_logged(svc, true);
         } else if !all_unready {
-            self.services[svc].both_unready_logged = false;
+            self.set_unready_logged(svc, false);
         }
         tick_datums(&name, &ticks, now)
     }
@@ -792,7 +986,7 @@ impl Fold {
             return;
         }
         let mut by_ns: BTreeMap<String, Vec<Datum>> = BTreeMap::new();
-        for s in &self.services {
+        for s in self.services.values() {
             let datums = publish_failure_datums(&s.name, &counts, now);
             by_ns.entry(s.namespace.clone()).or_default().extend(datums);
         }
@@ -936,12 +1130,14 @@ impl Fold {
         decided: Vec<(Approval, Decision)>,
         now: Millis,
     ) {
-        if svc >= self.services.len() {
+        let Some(s) = self.services.get_mut(&svc) else {
             return;
-        }
-        let service = self.services[svc].name.clone();
+        };
+        let service = s.name.clone();
         for (a, d) in decided {
-            self.services[svc].recorded.insert(a.id.clone());
+            if let Some(s) = self.services.get_mut(&svc) {
+                s.recorded.insert(a.id.clone());
+            }
             self.record_for(
                 svc,
                 now,
@@ -1094,7 +1290,7 @@ impl Fold {
             // A cleared override whose branch is unknown has nothing to publish.
             if let Some(v) = effective {
                 let d = transition_datum(&service, &name, v, now);
-                let ns = self.services[svc].namespace.clone();
+                let ns = self.namespace(svc);
                 self.publish(vec![d], PublishReason::Override, ns);
             }
         }
@@ -1120,7 +1316,7 @@ impl Fold {
             self.override_record(svc, now, &name, OverrideAction::Expired, Some(o));
             if let Some(v) = effective {
                 let d = transition_datum(&service, &name, v, now);
-                let ns = self.services[svc].namespace.clone();
+                let ns = self.namespace(svc);
                 self.publish(vec![d], PublishReason::Override, ns);
             }
         }

@@ -89,6 +89,8 @@ pub enum Record {
     DuplicateProber(DuplicateProber),
     /// A service of the config could not be prepared; the others run.
     ServiceUnavailable(ServiceUnavailable),
+    /// A reload (SIGHUP) was applied or refused.
+    Reload(Reload),
     /// A run stopped; its summary.
     Stop(Stop),
 }
@@ -416,6 +418,25 @@ pub struct StateSyncFailed {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServiceUnavailable {
     /// Each unavailable input, in a sentence naming its key.
+    pub problems: Vec<String>,
+}
+
+/// `reload`: the config was re-read (SIGHUP) and applied, or refused with the old config kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reload {
+    /// True when the new config was applied; false when it was refused.
+    pub applied: bool,
+    /// Services that started (names).
+    pub added: Vec<String>,
+    /// Services that stopped.
+    pub removed: Vec<String>,
+    /// Running services whose settings changed.
+    pub changed: Vec<String>,
+    /// Services of the new config that could not be started (each has its
+    /// `service_unavailable` record).
+    pub unavailable: Vec<String>,
+    /// Why it was refused: each config problem with file, line and key, or each setting that
+    /// needs a restart.
     pub problems: Vec<String>,
 }
 

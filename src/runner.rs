@@ -7,22 +7,23 @@
 //! is retried with backoff until the batch's window (one publish interval) closes, then dropped,
 //! counted and recorded.
 
+mod reload;
 mod shell;
 
-use crate::clock::Clock;
-use crate::config::{Config, ServiceConfig, SinkKind, StoreKind};
-use crate::control::{ControlDoc, InstanceWatch};
-use crate::fold::{Fold, Input, ServiceSetup, Setup};
+use crate::clock::{Clock, Millis};
+use crate::config::{Config, ConfigError, ServiceConfig, SinkKind, StoreKind};
+use crate::control::ControlDoc;
+use crate::fold::{Fold, Input, ServiceId, ServiceSetup, Setup};
 use crate::probe::{self, BranchProbe, PrepareError};
-use crate::record::{Record, ServiceUnavailable, Start, StartBranch};
+use crate::record::{Record, Restored, ServiceUnavailable, Start, StartBranch};
 use crate::scheduler::{BranchEvent, Schedule, branch_loop};
-use crate::sink::cloudwatch::CloudWatchSink;
+use crate::sink::cloudwatch::{CloudWatchClient, CloudWatchSink};
 use crate::sink::emf::{EmfBuffer, EmfSink};
 use crate::sink::evidence::EvidenceWriter;
 use crate::sink::{Sink, SinkQueue, SinkReport};
 use crate::state::{FileStore, S3Store, StateError, Store};
 use shell::{Shell, SyncOutcome};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -74,15 +75,117 @@ pub async fn open_store(cfg: &Config, service: &str) -> Store {
 
 /// The channels and tasks between the shell and the branch loops and sinks.
 struct Wiring {
-    /// Branch events tagged with the index of their (running) service.
-    events: mpsc::Receiver<(usize, BranchEvent)>,
-    stop_loops: CancellationToken,
-    /// Aborted only when a loop outlives the grace period.
-    loops: Vec<JoinHandle<u64>>,
+    /// Branch events tagged with their feed ([`Loops`]).
+    events: mpsc::Receiver<(u64, BranchEvent)>,
     reports: mpsc::UnboundedReceiver<SinkReport>,
-    sink_tasks: TaskTracker,
-    /// Cancelled at the end of the grace period: sends still running are cut.
-    stop_sinks: CancellationToken,
+    sinks: Sinks,
+    fleet: Fleet,
+}
+
+/// What runs: the config in force, each running service's branch loops, and how to start more.
+struct Fleet {
+    cfg: Config,
+    live: BTreeMap<ServiceId, Live>,
+    /// The id the next added service gets.
+    next_id: ServiceId,
+    loops: Loops,
+}
+
+/// A running service: its settings and a loop per branch.
+struct Live {
+    cfg: ServiceConfig,
+    /// Per branch name: the feed its events come on and its task.
+    loops: BTreeMap<String, (u64, JoinHandle<u64>)>,
+}
+
+/// Starts branch loops. Each start (a service's branches, or those a reload restarts) gets a
+/// feed of its own, whose events a task tags with the feed's id; an event is taken only when
+/// its feed is still its branch's, so an attempt of a loop a reload replaced or stopped never
+/// reaches the new state.
+struct Loops {
+    /// `None` once shutdown began: the event channel closes when the last loop ends.
+    tx: Option<mpsc::Sender<(u64, BranchEvent)>>,
+    resolver: hickory_resolver::TokioResolver,
+    clock: Clock,
+    grace: Duration,
+    stop: CancellationToken,
+    next_feed: u64,
+    /// The service of each feed.
+    feeds: HashMap<u64, ServiceId>,
+}
+
+impl Loops {
+    /// Start a loop per probe of service `id` (first attempts jittered, as at start-up).
+    fn spawn(
+        &mut self,
+        id: ServiceId,
+        svc: &ServiceConfig,
+        probes: Vec<BranchProbe>,
+    ) -> Vec<(String, (u64, JoinHandle<u64>))> {
+        let Some(out) = self.tx.clone() else {
+            return Vec::new();
+        };
+        let feed = self.next_feed;
+        self.next_feed += 1;
+        self.feeds.insert(feed, id);
+        let schedule = Schedule {
+            interval: svc.probe.interval,
+            jitter: svc.probe.jitter,
+            grace: self.grace,
+        };
+        let (tx, mut rx) = mpsc::channel::<BranchEvent>(64);
+        tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                if out.send((feed, ev)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        probes
+            .into_iter()
+            .map(|p| {
+                let name = p.branch.name.clone();
+                let h = tokio::spawn(branch_loop(
+                    p,
+                    self.resolver.clone(),
+                    self.clock,
+                    schedule,
+                    tx.clone(),
+                    self.stop.clone(),
+                ));
+                (name, (feed, h))
+            })
+            .collect()
+    }
+}
+
+impl Fleet {
+    /// The service of an event, when its feed is still its branch's.
+    fn route(&self, feed: u64, ev: &BranchEvent) -> Option<ServiceId> {
+        let id = *self.loops.feeds.get(&feed)?;
+        let branch = match ev {
+            BranchEvent::Attempt(a) => &a.branch,
+            BranchEvent::Abandoned { branch, .. } => branch,
+        };
+        let current = self.live.get(&id)?.loops.get(branch)?.0;
+        (current == feed).then_some(id)
+    }
+
+    /// Stop service `id`'s loops: an attempt in flight is dropped with its task.
+    fn stop_service(&mut self, id: ServiceId) -> Option<Live> {
+        let live = self.live.remove(&id)?;
+        for (_, h) in live.loops.values() {
+            h.abort();
+        }
+        self.loops.feeds.retain(|_, s| *s != id);
+        Some(live)
+    }
+
+    fn handles(&self) -> impl Iterator<Item = &JoinHandle<u64>> {
+        self.live
+            .values()
+            .flat_map(|l| l.loops.values().map(|(_, h)| h))
+    }
 }
 
 /// The services that could be prepared, each with its branch probes, and the ones that could
@@ -120,13 +223,69 @@ fn prepare_all(cfg: &Config) -> Prepared<'_> {
     p
 }
 
+/// The services whose control document could be loaded, with it and their store, and the
+/// ones whose document could not (unreadable or corrupt), with the error: those are not
+/// probed, and their document is never written.
+struct Loaded<'a> {
+    running: Vec<(&'a ServiceConfig, Vec<BranchProbe>, Store, ControlDoc)>,
+    unavailable: Vec<(&'a ServiceConfig, Vec<String>)>,
+    /// The first store error, for the exit code when no service can start.
+    first_error: Option<StateError>,
+}
+
+/// Load the control document of every prepared service, each on its own.
+async fn load_all<'a>(cfg: &Config, prepared: Prepared<'a>) -> Loaded<'a> {
+    let mut l = Loaded {
+        running: Vec::new(),
+        unavailable: prepared
+            .unavailable
+            .into_iter()
+            .map(|(svc, e)| (svc, problems_of(&e)))
+            .collect(),
+        first_error: None,
+    };
+    for (svc, probes) in prepared.running {
+        let store = open_store(cfg, &svc.service.name).await;
+        match store.load().await {
+            Ok(doc) => l.running.push((svc, probes, store, doc)),
+            Err(e) => {
+                l.unavailable.push((svc, vec![e.to_string()]));
+                l.first_error.get_or_insert(e);
+            }
+        }
+    }
+    l
+}
+
+fn problems_of(e: &PrepareError) -> Vec<String> {
+    e.problems.iter().map(ToString::to_string).collect()
+}
+
 /// Run until `stop` resolves (a signal name) or the duration passes.
 ///
 /// # Errors
 /// [`RunError`] when start-up fails (nothing is published then): no service could be prepared
-/// (secrets, CA bundle or resolver unavailable), a state store unreadable or corrupt, the
+/// (secrets, CA bundle or resolver unavailable) or none has a readable control document, the
 /// evidence file not openable.
 pub async fn run<S>(cfg: Config, opts: RunOptions, stop: S) -> Result<RunSummary, RunError>
+where
+    S: Future<Output = &'static str>,
+{
+    run_with_reloads(cfg, opts, stop, None).await
+}
+
+/// [`run`], taking each config read again (on SIGHUP) from `reloads`: a valid one is applied
+/// without a restart when it changes only services, else refused with the old one kept
+/// (`docs/operations.md`, "Reload").
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_with_reloads<S>(
+    cfg: Config,
+    opts: RunOptions,
+    stop: S,
+    reloads: Option<mpsc::Receiver<Result<Config, ConfigError>>>,
+) -> Result<RunSummary, RunError>
 where
     S: Future<Output = &'static str>,
 {
@@ -143,12 +302,12 @@ where
         }
         return Err(RunError::Prepare(PrepareError { problems }));
     };
-    let mut stores = Vec::new();
-    let mut docs = Vec::new();
-    for (svc, _) in &prepared.running {
-        let store = open_store(&cfg, &svc.service.name).await;
-        docs.push(store.load().await?);
-        stores.push(store);
+    let mut loaded = load_all(&cfg, prepared).await;
+    if loaded.running.is_empty() {
+        // Every prepared service's document failed: the store is the problem.
+        if let Some(e) = loaded.first_error.take() {
+            return Err(RunError::State(e));
+        }
     }
     let label = match &cfg.services[..] {
         [one] => one.service.name.clone(),
@@ -164,146 +323,138 @@ where
         path: cfg.evidence_path.display().to_string(),
         source,
     })?;
-    let namespaces: BTreeSet<String> = cfg.services.iter().map(|s| s.namespace.clone()).collect();
-    let (queues, reports, sink_tasks, stop_sinks) = spawn_sinks(&cfg, &opts, &namespaces).await;
-    let outputs = Outputs {
-        stores,
-        evidence,
-        sinks: queues,
-    };
-    let mut shell = start(&cfg, &opts, clock, &prepared, outputs, &docs);
-
-    let stop_loops = CancellationToken::new();
-    let (att_tx, events) = mpsc::channel::<(usize, BranchEvent)>(256);
-    let mut loops = Vec::new();
-    let mut branches = 0;
-    for (i, (svc, probes)) in prepared.running.into_iter().enumerate() {
-        let schedule = Schedule {
-            interval: svc.probe.interval,
-            jitter: svc.probe.jitter,
-            grace: opts.grace,
-        };
-        // The service's loops report on a channel of its own; a task tags their events.
-        let (tx, mut rx) = mpsc::channel::<BranchEvent>(64);
-        let out = att_tx.clone();
-        tokio::spawn(async move {
-            while let Some(ev) = rx.recv().await {
-                if out.send((i, ev)).await.is_err() {
-                    break;
-                }
-            }
-        });
-        branches += probes.len();
-        for p in probes {
-            let (tx, stop) = (tx.clone(), stop_loops.clone());
-            loops.push(tokio::spawn(branch_loop(
-                p,
-                resolver.clone(),
-                clock,
-                schedule,
-                tx,
-                stop,
-            )));
-        }
+    let (mut sinks, reports) = Sinks::new(&cfg, &opts).await;
+    let mut queues = Vec::new();
+    for s in &cfg.services {
+        queues.extend(sinks.add(&s.namespace));
     }
-    drop(att_tx);
-    let state = match &shell.stores[..] {
+    let (shell, fleet, events) = start(&cfg, &opts, clock, loaded, (evidence, queues), resolver);
+    let mut shell = shell;
+    log_started(&shell, &fleet, &label);
+    let mut wiring = Wiring {
+        events,
+        reports,
+        sinks,
+        fleet,
+    };
+    let (stop_reason, syncing) = serve(&mut shell, &mut wiring, &opts, stop, reloads).await;
+    Ok(shutdown(shell, wiring, syncing, stop_reason, opts.grace).await)
+}
+
+fn log_started(shell: &Shell, fleet: &Fleet, label: &str) {
+    let cfg = &fleet.cfg;
+    let state = match shell.stores.values().collect::<Vec<_>>()[..] {
         [one] => one.location(),
-        many => format!("{} control documents", many.len()),
+        ref many => format!("{} control documents", many.len()),
     };
     tracing::info!(
         service = %label,
         services = cfg.services.len(),
-        unavailable = prepared.unavailable.len(),
+        unavailable = cfg.services.len() - fleet.live.len(),
         prober = %cfg.prober_id,
-        instance = %shell.instances[0].instance,
-        branches,
+        instance = %shell.instance,
+        branches = fleet.live.values().map(|l| l.loops.len()).sum::<usize>(),
         publish_interval = %crate::clock::fmt_duration(cfg.publish.interval),
         sinks = ?cfg.publish.sinks,
         state = %state,
         evidence = %cfg.evidence_path.display(),
         "readyprobe started"
     );
-    let mut wiring = Wiring {
-        events,
-        stop_loops,
-        loops,
-        reports,
-        sink_tasks,
-        stop_sinks,
-    };
-    let (stop_reason, syncing) = serve(&mut shell, &mut wiring, &cfg, opts.duration, stop).await;
-    Ok(shutdown(shell, wiring, syncing, stop_reason, opts.grace).await)
 }
 
-/// Start a task per configured sink, each behind a bounded queue.
-async fn spawn_sinks(
-    cfg: &Config,
-    opts: &RunOptions,
-    namespaces: &BTreeSet<String>,
-) -> (
-    Vec<(String, SinkQueue)>,
-    mpsc::UnboundedReceiver<SinkReport>,
-    TaskTracker,
-    CancellationToken,
-) {
-    let (report_tx, reports) = mpsc::unbounded_channel();
-    let (tracker, cancel) = (TaskTracker::new(), CancellationToken::new());
-    let mut queues = Vec::new();
-    for ns in namespaces {
-        for kind in &cfg.publish.sinks {
-            let sink: Box<dyn Sink> = match kind {
-                SinkKind::Emf => Box::new(match &opts.emf_out {
+/// The sink queues of every namespace, and what starting one more needs: the sink tasks
+/// report on one channel and stop together. The CloudWatch client is built once and shared.
+struct Sinks {
+    kinds: Vec<SinkKind>,
+    cloudwatch: Option<CloudWatchClient>,
+    emf_out: Option<EmfBuffer>,
+    report_tx: mpsc::UnboundedSender<SinkReport>,
+    tasks: TaskTracker,
+    /// Cancelled at the end of the grace period: sends still running are cut.
+    stop: CancellationToken,
+    namespaces: BTreeSet<String>,
+}
+
+impl Sinks {
+    async fn new(cfg: &Config, opts: &RunOptions) -> (Sinks, mpsc::UnboundedReceiver<SinkReport>) {
+        let (report_tx, reports) = mpsc::unbounded_channel();
+        let cloudwatch = if cfg.publish.sinks.contains(&SinkKind::CloudWatch) {
+            Some(CloudWatchClient::new(&cfg.publish.cloudwatch, cfg.publish.interval).await)
+        } else {
+            None
+        };
+        let tasks = TaskTracker::new();
+        // Closed from the start: `wait` then ends once every sink task has (tasks started
+        // later by a reload included).
+        tasks.close();
+        let sinks = Sinks {
+            kinds: cfg.publish.sinks.clone(),
+            cloudwatch,
+            emf_out: opts.emf_out.clone(),
+            report_tx,
+            tasks,
+            stop: CancellationToken::new(),
+            namespaces: BTreeSet::new(),
+        };
+        (sinks, reports)
+    }
+
+    /// Start a task per configured sink for `ns`, each behind a bounded queue; nothing when
+    /// `ns` has its sinks already.
+    fn add(&mut self, ns: &str) -> Vec<(String, SinkQueue)> {
+        if !self.namespaces.insert(ns.to_string()) {
+            return Vec::new();
+        }
+        let mut queues = Vec::new();
+        for kind in &self.kinds {
+            let sink: Box<dyn Sink> = match (kind, &self.cloudwatch) {
+                (SinkKind::Emf, _) => Box::new(match &self.emf_out {
                     Some(buf) => EmfSink::with_writer(ns, Box::new(buf.clone())),
                     None => EmfSink::new(ns),
                 }),
-                SinkKind::CloudWatch => Box::new(
-                    CloudWatchSink::new(&cfg.publish.cloudwatch, ns, cfg.publish.interval).await,
-                ),
+                (SinkKind::CloudWatch, Some(client)) => {
+                    Box::new(CloudWatchSink::with_client(client, ns))
+                }
+                (SinkKind::CloudWatch, None) => continue,
             };
-            let q = SinkQueue::spawn(sink, report_tx.clone(), &tracker, cancel.clone());
-            queues.push((ns.clone(), q));
+            let q = SinkQueue::spawn(sink, self.report_tx.clone(), &self.tasks, self.stop.clone());
+            queues.push((ns.to_string(), q));
         }
+        queues
     }
-    tracker.close();
-    (queues, reports, tracker, cancel)
 }
 
-/// Build the fold from the stored documents, write the start records (one per running service)
-/// and report each service that could not be prepared.
+/// Build the fold from the stored documents, write the start records (one per running service),
+/// report each service that could not start, and start the branch loops.
 fn start(
     cfg: &Config,
     opts: &RunOptions,
     clock: Clock,
-    prepared: &Prepared<'_>,
-    Outputs {
-        stores,
-        evidence,
-        sinks,
-    }: Outputs,
-    docs: &[ControlDoc],
-) -> Shell {
+    loaded: Loaded<'_>,
+    (evidence, sinks): (EvidenceWriter, Vec<(String, SinkQueue)>),
+    resolver: hickory_resolver::TokioResolver,
+) -> (Shell, Fleet, mpsc::Receiver<(u64, BranchEvent)>) {
     let now = clock.now_ms();
-    let names: Vec<Vec<String>> = prepared
+    let names: Vec<Vec<String>> = loaded
         .running
         .iter()
-        .map(|(svc, _)| svc.branches.iter().map(|b| b.name.clone()).collect())
+        .map(|(svc, ..)| svc.branches.iter().map(|b| b.name.clone()).collect())
         .collect();
-    let locations: Vec<String> = stores.iter().map(Store::location).collect();
-    let setups: Vec<ServiceSetup<'_>> = prepared
+    let locations: Vec<String> = loaded.running.iter().map(|r| r.2.location()).collect();
+    let setups: Vec<ServiceSetup<'_>> = loaded
         .running
         .iter()
         .enumerate()
-        .map(|(i, (svc, _))| ServiceSetup {
+        .map(|(i, (svc, _, _, doc))| ServiceSetup {
             service: &svc.service.name,
             namespace: &svc.namespace,
             policy: &svc.policy,
             branches: &names[i],
             store_location: &locations[i],
-            doc: &docs[i],
+            doc,
         })
         .collect();
-    let unavailable: Vec<(String, String)> = prepared
+    let unavailable: Vec<(String, String)> = loaded
         .unavailable
         .iter()
         .map(|(svc, _)| (svc.service.name.clone(), svc.namespace.clone()))
@@ -321,49 +472,50 @@ fn start(
         sinks: &sink_names,
     };
     let (fold, effects) = Fold::start(setup, now);
-    let instance = format!("{:016x}", rand::random::<u64>());
     let mut shell = Shell {
         fold,
         evidence,
         sinks,
         clock,
-        instances: stores
-            .iter()
-            .map(|_| InstanceWatch::new(instance.clone()))
-            .collect(),
-        stores,
+        stores: BTreeMap::new(),
+        instances: BTreeMap::new(),
+        instance: format!("{:016x}", rand::random::<u64>()),
         prober: cfg.prober_id.clone(),
         publish_window: cfg.publish.interval,
         sync_bound: cfg.state.poll_interval.max(Duration::from_secs(5)),
     };
-    for (i, (svc, _)) in prepared.running.iter().enumerate() {
-        let record = Record::Start(Start {
-            config: cfg.source.display().to_string(),
-            branches: svc
-                .branches
-                .iter()
-                .map(|b| StartBranch {
-                    name: b.name.clone(),
-                    role: b.role.as_str().to_string(),
-                    endpoint: b.endpoint.clone(),
-                    port: b.port,
-                })
-                .collect(),
-            duration_ms: opts.duration.map(|d| d.as_millis() as u64),
-            state_store: locations[i].clone(),
-            restored: shell.fold.restored(i).to_vec(),
-        });
+    let (tx, events) = mpsc::channel::<(u64, BranchEvent)>(256);
+    let mut fleet = Fleet {
+        cfg: cfg.clone(),
+        live: BTreeMap::new(),
+        next_id: loaded.running.len(),
+        loops: Loops {
+            tx: Some(tx),
+            resolver,
+            clock,
+            grace: opts.grace,
+            stop: CancellationToken::new(),
+            next_feed: 0,
+            feeds: HashMap::new(),
+        },
+    };
+    let duration_ms = opts.duration.map(|d| d.as_millis() as u64);
+    for (id, (svc, probes, store, _)) in loaded.running.into_iter().enumerate() {
+        let restored = shell.fold.restored(id).to_vec();
+        let record = start_record(cfg, svc, store.location(), restored, duration_ms);
         shell.evidence.record_for(now, &svc.service.name, &record);
-    }
-    for (svc, e) in &prepared.unavailable {
-        let problems: Vec<String> = e.problems.iter().map(ToString::to_string).collect();
-        tracing::error!(
-            service = %svc.service.name,
-            problems = %problems.join("; "),
-            "cannot prepare this service: it is not probed (ServiceUnavailable = 1); the other services run"
+        shell.add_store(id, store);
+        let loops = fleet.loops.spawn(id, svc, probes).into_iter().collect();
+        fleet.live.insert(
+            id,
+            Live {
+                cfg: svc.clone(),
+                loops,
+            },
         );
-        let r = Record::ServiceUnavailable(ServiceUnavailable { problems });
-        shell.evidence.record_for(now, &svc.service.name, &r);
+    }
+    for (svc, problems) in loaded.unavailable {
+        report_unavailable(&mut shell, now, &svc.service.name, problems);
     }
     shell.execute(effects);
     if let Ok(entries) = std::fs::read_dir(&cfg.state_dir) {
@@ -374,14 +526,44 @@ fn start(
             }
         }
     }
-    shell
+    (shell, fleet, events)
 }
 
-/// Where a run's results go: one store per running service, the evidence, the sink queues.
-struct Outputs {
-    stores: Vec<Store>,
-    evidence: EvidenceWriter,
-    sinks: Vec<(String, SinkQueue)>,
+/// The `start` record of a service.
+fn start_record(
+    cfg: &Config,
+    svc: &ServiceConfig,
+    state_store: String,
+    restored: Vec<Restored>,
+    duration_ms: Option<u64>,
+) -> Record {
+    Record::Start(Start {
+        config: cfg.source.display().to_string(),
+        branches: svc
+            .branches
+            .iter()
+            .map(|b| StartBranch {
+                name: b.name.clone(),
+                role: b.role.as_str().to_string(),
+                endpoint: b.endpoint.clone(),
+                port: b.port,
+            })
+            .collect(),
+        duration_ms,
+        state_store,
+        restored,
+    })
+}
+
+/// Say at ERROR and in the evidence that a service is not probed.
+fn report_unavailable(shell: &mut Shell, now: Millis, service: &str, problems: Vec<String>) {
+    tracing::error!(
+        service = %service,
+        problems = %problems.join("; "),
+        "cannot prepare this service: it is not probed (ServiceUnavailable = 1); the other services run"
+    );
+    let r = Record::ServiceUnavailable(ServiceUnavailable { problems });
+    shell.evidence.record_for(now, service, &r);
 }
 
 /// The store syncs in flight, at most one per service.
@@ -416,13 +598,16 @@ impl Syncs {
 async fn serve<S>(
     shell: &mut Shell,
     w: &mut Wiring,
-    cfg: &Config,
-    duration: Option<Duration>,
+    opts: &RunOptions,
     stop: S,
+    mut reloads: Option<mpsc::Receiver<Result<Config, ConfigError>>>,
 ) -> (String, Syncs)
 where
     S: Future<Output = &'static str>,
 {
+    // Settings that need a restart never change while running: these two hold.
+    let cfg = w.fleet.cfg.clone();
+    let duration = opts.duration;
     let every = |d: Duration| {
         let mut i = interval_at(Instant::now() + d, d);
         i.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -437,16 +622,24 @@ where
     let reason = loop {
         tokio::select! {
             ev = w.events.recv() => match ev {
-                Some(ev) => shell.on_branch_event(ev),
+                Some((feed, ev)) => {
+                    if let Some(id) = w.fleet.route(feed, &ev) {
+                        shell.on_branch_event((id, ev));
+                    }
+                }
                 None => break "branch loops ended".to_string(),
             },
             _ = ticker.tick() => shell.tick(false),
             _ = poll.tick() => {
-                for service in 0..shell.stores.len() {
+                let ids: Vec<ServiceId> = shell.stores.keys().copied().collect();
+                for service in ids {
                     if !syncs.busy(service) {
                         syncs.spawn(shell, service);
                     }
                 }
+            }
+            Some(new) = next_reload(&mut reloads) => {
+                reload::apply(shell, w, &mut syncs, new).await;
             }
             Some((service, joined)) = syncs.next(), if !syncs.set.is_empty() => {
                 shell.finish_sync(service, joined);
@@ -457,6 +650,22 @@ where
         }
     };
     (reason, syncs)
+}
+
+/// The next config read again; never, without a reload channel or once it is closed.
+async fn next_reload(
+    reloads: &mut Option<mpsc::Receiver<Result<Config, ConfigError>>>,
+) -> Option<Result<Config, ConfigError>> {
+    let Some(rx) = reloads else {
+        return std::future::pending().await;
+    };
+    match rx.recv().await {
+        Some(r) => Some(r),
+        None => {
+            *reloads = None;
+            std::future::pending().await
+        }
+    }
 }
 
 /// Stop the loops and let in-flight attempts finish within the grace period; publish the final
@@ -476,10 +685,13 @@ async fn shutdown(
     // `cli::STOP_SLACK` (2 s) with room for the runtime's own shutdown, so a clean stop never
     // meets the watchdog's exit 74.
     let hard_end = grace_end + Duration::from_millis(1_500);
-    w.stop_loops.cancel();
+    w.fleet.loops.stop.cancel();
+    w.fleet.loops.tx = None;
     let drain = async {
-        while let Some(ev) = w.events.recv().await {
-            shell.on_branch_event(ev);
+        while let Some((feed, ev)) = w.events.recv().await {
+            if let Some(id) = w.fleet.route(feed, &ev) {
+                shell.on_branch_event((id, ev));
+            }
         }
     };
     if tokio::time::timeout_at(grace_end + Duration::from_millis(200), drain)
@@ -487,7 +699,7 @@ async fn shutdown(
         .is_err()
     {
         tracing::warn!("branch loops did not stop within the grace period; abandoning them");
-        w.loops.iter().for_each(JoinHandle::abort);
+        w.fleet.handles().for_each(JoinHandle::abort);
     }
     shell.tick(true);
     // The final save and sends get what is left of the grace period, at least 1 s, and finish
@@ -495,12 +707,12 @@ async fn shutdown(
     let final_deadline = grace_end
         .max(Instant::now() + Duration::from_secs(1))
         .min(hard_end - Duration::from_millis(300));
-    let mut unsaved: BTreeSet<usize> = (0..shell.stores.len()).collect();
+    let mut unsaved: BTreeSet<ServiceId> = shell.stores.keys().copied().collect();
     let final_sync = async {
         while let Some((service, j)) = syncing.next().await {
             shell.finish_sync(service, j);
         }
-        for service in 0..shell.stores.len() {
+        for &service in shell.stores.keys() {
             syncing.spawn(&shell, service);
         }
         while let Some((service, j)) = syncing.next().await {
@@ -521,7 +733,7 @@ async fn shutdown(
         }
     }
     shell.sinks.clear();
-    let sinks_done = w.sink_tasks.wait();
+    let sinks_done = w.sinks.tasks.wait();
     tokio::pin!(sinks_done);
     loop {
         tokio::select! {
@@ -535,7 +747,7 @@ async fn shutdown(
             }
         }
     }
-    w.stop_sinks.cancel();
+    w.sinks.stop.cancel();
     while let Ok(rep) = w.reports.try_recv() {
         shell.feed(Input::SinkReport(rep));
     }

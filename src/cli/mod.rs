@@ -76,6 +76,7 @@ pub enum LogFormat {
 pub enum Command {
     /// Probe every branch and publish readiness until SIGTERM/SIGINT (ECS service) or for a
     /// bounded `--duration` (ECS scheduled task; readiness continues from the state store).
+    /// SIGHUP re-reads the config and applies its service changes without a restart.
     ///
     /// Exit 0 after a clean stop; 64 invalid config; 74 state store or evidence file unusable at
     /// start; 78 secret, CA bundle, client certificate or key, or resolv.conf unavailable (every
@@ -379,7 +380,8 @@ async fn async_main(cli: Cli) -> ExitCode {
                 grace,
                 emf_out: None,
             };
-            run(cfg, opts).await
+            let reloads = reload_requests(cli.command.config(), cli.prober_id.clone());
+            run(cfg, opts, reloads).await
         }
         Command::Probe {
             branch, service, ..
@@ -497,12 +499,12 @@ fn check(cfg: &Config, strict: bool) -> ExitCode {
     })
 }
 
-async fn run(cfg: Config, opts: RunOptions) -> ExitCode {
+async fn run(cfg: Config, opts: RunOptions, reloads: Option<Reloads>) -> ExitCode {
     for w in &cfg.warnings {
         tracing::warn!("config: {w}");
     }
     let stop = shutdown_signal(opts.grace);
-    let e = match runner::run(cfg, opts, stop).await {
+    let e = match runner::run_with_reloads(cfg, opts, stop, reloads).await {
         Ok(_) => return ExitCode::from(EXIT_OK),
         Err(e) => e,
     };
@@ -554,6 +556,52 @@ fn shutdown_signal(grace: Duration) -> impl std::future::Future<Output = &'stati
             Err(_) => std::future::pending().await,
         }
     }
+}
+
+/// Configs read again, one per SIGHUP.
+type Reloads = tokio::sync::mpsc::Receiver<Result<Config, config::ConfigError>>;
+
+/// Install the SIGHUP handler now: at each SIGHUP the config is read again with the start-up
+/// loader, off the runtime, and handed to the run, valid or not (the run logs and records a
+/// refusal). `--prober-id` applies to it as at start-up. `None` (and SIGHUP keeps its default,
+/// ending the process) when the handler cannot be installed.
+fn reload_requests(path: &std::path::Path, prober_id: Option<String>) -> Option<Reloads> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot install the SIGHUP handler; a config change needs a restart");
+            return None;
+        }
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let path = path.to_path_buf();
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!(config = %path.display(), "SIGHUP: reading the config again");
+            let (path, id) = (path.clone(), prober_id.clone());
+            let read = tokio::task::spawn_blocking(move || {
+                config::load(&path).map(|mut cfg| {
+                    // Checked at start-up; the same value is valid now.
+                    if let Some(id) = id {
+                        cfg.prober_id = id;
+                    }
+                    cfg
+                })
+            });
+            let cfg = match read.await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(error = %e, "reading the config failed inside readyprobe; nothing reloaded");
+                    continue;
+                }
+            };
+            if tx.send(cfg).await.is_err() {
+                break;
+            }
+        }
+    });
+    Some(rx)
 }
 
 /// Exit the process with [`EXIT_IO`] after `limit` unless it has ended by then.

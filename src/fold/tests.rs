@@ -813,3 +813,167 @@ fn a_tick_packs_every_service_of_a_namespace_into_one_batch() {
     assert_eq!(s.attempts["payments-db/primary"], 1);
     assert_eq!(s.final_states.len(), 6);
 }
+
+fn new_service(id: ServiceId, name: &str, doc: ControlDoc) -> Input {
+    Input::AddService(Box::new(NewService {
+        id,
+        service: name.into(),
+        namespace: "Readyprobe".into(),
+        policy: policy(),
+        branches: vec!["primary".into(), "secondary".into()],
+        store_location: "memory".into(),
+        doc,
+    }))
+}
+
+/// The services with a `Heartbeat` datum in a tick's batches.
+fn heartbeats(effects: &[Effect]) -> Vec<String> {
+    batches(effects)
+        .iter()
+        .flat_map(|b| b.datums.iter())
+        .filter(|d| d.metric == "Heartbeat")
+        .map(|d| d.dimensions[0].1.clone())
+        .collect()
+}
+
+#[test]
+fn a_reload_adds_a_service_restored_from_its_document() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let mut doc = ControlDoc::new("payments-db");
+    let mut saved = Readiness::new(policy());
+    saved.record(crate::readiness::AttemptRecord {
+        finished_at: 100,
+        success: true,
+        class: None,
+    });
+    let snap = Snapshot {
+        state: ReadinessState::Ready,
+        since: Some(100),
+        ..saved.snapshot()
+    };
+    doc.probers.insert(
+        "p1".into(),
+        ProberState {
+            saved_at: 100,
+            branches: [("primary".to_string(), snap)].into(),
+        },
+    );
+    let e = f.handle(new_service(1, "payments-db", doc), 1000);
+    assert!(
+        logs(&e).iter().any(|l| l.message.contains("added")),
+        "{e:?}"
+    );
+    assert_eq!(f.restored(1).len(), 1);
+    assert_eq!(f.restored(1)[0].state, ReadinessState::Ready);
+    // Its attempts are its own; the first service's are untouched.
+    let mut a = Attempt::internal_failure("primary", 1, 1000, 1010, "x".into());
+    a.outcome = Outcome::Success;
+    let e = f.handle(Input::Attempt(1, Box::new(a)), 1010);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Record(_, s, Record::Attempt(_)) if s == "payments-db"))
+    );
+    let e = f.handle(Input::Tick { last: false }, 2000);
+    assert_eq!(heartbeats(&e), ["orders-db", "payments-db"]);
+    let b = batches(&e);
+    assert_eq!(readiness_values(b[0], "primary"), [0.0, 1.0], "{b:?}");
+    // An id in use is not taken twice.
+    let e = f.handle(new_service(1, "other", ControlDoc::new("other")), 2000);
+    assert!(e.is_empty(), "{e:?}");
+}
+
+#[test]
+fn a_removed_service_stops_and_its_late_events_are_ignored() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    f.handle(
+        new_service(1, "payments-db", ControlDoc::new("payments-db")),
+        0,
+    );
+    let e = f.handle(Input::RemoveService(0), 100);
+    assert!(
+        logs(&e).iter().any(|l| l.message.contains("removed")),
+        "{e:?}"
+    );
+    // An attempt of the removed service that was on its way: no record, no count.
+    let e = f.handle(attempt("primary", 1, 200, true), 200);
+    assert!(records(&e).is_empty(), "{e:?}");
+    let e = f.handle(Input::Tick { last: false }, 1000);
+    assert_eq!(heartbeats(&e), ["payments-db"]);
+    // Removing it again, or a service never known, does nothing.
+    assert!(f.handle(Input::RemoveService(0), 1000).is_empty());
+    assert!(f.handle(Input::RemoveService(7), 1000).is_empty());
+    let s = f.finish(2000, "test", 0).0;
+    assert!(s.attempts.is_empty(), "{:?}", s.attempts);
+    // payments-db's two branches only (one service left: keyed by branch name).
+    assert_eq!(s.final_states.len(), 2, "{:?}", s.final_states);
+}
+
+#[test]
+fn a_changed_service_keeps_untouched_branches_and_resets_changed_ones_windows() {
+    let (mut f, _) = pending();
+    drive(&mut f, "secondary", 500, 5000, false);
+    let before = f.sync_request(0).readiness;
+    let change = ServiceChange {
+        id: 0,
+        namespace: "Other".into(),
+        policy: policy(),
+        branches: vec![
+            BranchChange {
+                name: "primary".into(),
+                reset: true,
+            },
+            BranchChange {
+                name: "tertiary".into(),
+                reset: false,
+            },
+        ],
+    };
+    let e = f.handle(Input::ChangeService(Box::new(change)), 5000);
+    // No transition and nothing published: a reload is not news for Route 53.
+    assert!(of_kind(&e, "transition").is_empty(), "{e:?}");
+    assert!(batches(&e).is_empty(), "{e:?}");
+    let after = f.sync_request(0).readiness;
+    let names: Vec<&String> = after.keys().collect();
+    assert_eq!(names, ["primary", "tertiary"], "secondary is gone");
+    // primary: same state (pending_approval never turns into ready), empty window.
+    let p = &after["primary"];
+    assert_eq!(p.state(), ReadinessState::PendingApproval);
+    assert_eq!(p.since(), before["primary"].since());
+    assert_eq!(p.window_stats(5000, Duration::from_secs(10)).finished, 0);
+    assert_eq!(p.holding(), (None, None));
+    // tertiary: the policy's initial state.
+    assert_eq!(after["tertiary"].state(), ReadinessState::Unready);
+    let e = f.handle(Input::Tick { last: false }, 6000);
+    let b = batches(&e);
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].namespace, "Other");
+    assert_eq!(readiness_values(b[0], "primary"), [0.0]);
+    assert!(readiness_values(b[0], "secondary").is_empty());
+}
+
+#[test]
+fn an_untouched_branch_of_a_changed_service_keeps_its_window_and_clocks() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    drive(&mut f, "primary", 500, 2000, true);
+    let before = f.sync_request(0).readiness["primary"].clone();
+    let change = ServiceChange {
+        id: 0,
+        namespace: "Readyprobe".into(),
+        policy: policy(),
+        branches: ["primary", "secondary"]
+            .map(|n| BranchChange {
+                name: n.into(),
+                reset: false,
+            })
+            .into(),
+    };
+    f.handle(Input::ChangeService(Box::new(change)), 2000);
+    let after = f.sync_request(0).readiness["primary"].clone();
+    assert_eq!(after.snapshot(), before.snapshot());
+    // The ready condition goes on from where it was: pending_approval at the same time as
+    // without the reload (see `pending`).
+    let e = drive(&mut f, "primary", 2000, 5000, true);
+    let t = of_kind(&e, "transition");
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(t[0]["transition"]["to"], "pending_approval");
+}

@@ -298,8 +298,30 @@ fn every_kind() -> Vec<Record> {
         Record::BothBranchesUnready(BothBranchesUnready::new()),
         evidence_reopened(),
         duplicate_prober(),
+        reload(),
         stop(),
     ]
+}
+
+fn reload() -> Record {
+    Record::Reload(Reload {
+        applied: true,
+        added: vec!["payments-db".into()],
+        removed: vec!["orders-api".into()],
+        changed: vec![],
+        unavailable: vec![],
+        problems: vec![],
+    })
+}
+
+#[test]
+fn golden_reload() {
+    check(
+        reload(),
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"reload","applied":true,"added":["payments-db"],"removed":["orders-api"],"changed":[],"unavailable":[],"problems":[]}"#
+        ]],
+    );
 }
 
 #[test]

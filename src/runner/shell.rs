@@ -4,13 +4,14 @@
 
 use crate::clock::Clock;
 use crate::control::{self, Approval, ControlDoc, Decision, InstanceWatch, OtherInstance};
-use crate::fold::{Batch, Effect, Fold, Input, Level, Log};
+use crate::fold::{Batch, Effect, Fold, Input, Level, Log, ServiceId};
 use crate::readiness::Millis;
 use crate::record::{DuplicateProber, Record};
 use crate::scheduler::BranchEvent;
 use crate::sink::evidence::EvidenceWriter;
 use crate::sink::{Queued, SinkQueue};
 use crate::state::{StateError, Store};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -18,8 +19,10 @@ use tokio::time::Instant;
 /// What a background sync produced: the document and this prober's decisions to take, and the
 /// other instance it found under this prober id.
 pub(super) struct SyncOutcome {
-    /// Index of the service whose document it is.
-    pub(super) service: usize,
+    /// The service whose document it is.
+    pub(super) service: ServiceId,
+    /// Where the document is.
+    location: String,
     started: Millis,
     result: Result<(ControlDoc, Vec<(Approval, Decision)>), StateError>,
     found: Option<OtherInstance>,
@@ -35,19 +38,33 @@ pub(super) struct Shell {
     /// Each sink's queue with the namespace it publishes to.
     pub(super) sinks: Vec<(String, SinkQueue)>,
     pub(super) clock: Clock,
-    /// One store per running service (its control document), in the fold's service order.
-    pub(super) stores: Vec<Store>,
+    /// The store of each running service's control document.
+    pub(super) stores: BTreeMap<ServiceId, Store>,
     pub(super) prober: String,
     /// A batch's window: one publish interval.
     pub(super) publish_window: Duration,
     /// How long a sync may take before it counts as failed.
     pub(super) sync_bound: Duration,
-    /// This process's instance id and whether another process saves under its prober id, per
-    /// store.
-    pub(super) instances: Vec<InstanceWatch>,
+    /// Whether another process saves under this prober id, per running service's store.
+    pub(super) instances: BTreeMap<ServiceId, InstanceWatch>,
+    /// This process's instance id.
+    pub(super) instance: String,
 }
 
 impl Shell {
+    /// Keep the store of running service `id`.
+    pub(super) fn add_store(&mut self, id: ServiceId, store: Store) {
+        self.stores.insert(id, store);
+        let watch = InstanceWatch::new(self.instance.clone());
+        self.instances.insert(id, watch);
+    }
+
+    /// Forget the store of a removed service (after its final sync was started).
+    pub(super) fn remove_store(&mut self, id: ServiceId) {
+        self.stores.remove(&id);
+        self.instances.remove(&id);
+    }
+
     pub(super) fn feed(&mut self, input: Input) {
         let effects = self.fold.handle(input, self.clock.now_ms());
         self.execute(effects);
@@ -120,11 +137,25 @@ impl Shell {
         let now = self.clock.now_ms();
         let req = self.fold.sync_request(service);
         let me = self.prober.clone();
-        let instance = self.instances[service].instance.clone();
-        let (store, bound) = (self.stores[service].clone(), self.sync_bound);
+        let instance = self.instance.clone();
+        // Only services with a store are synced (the caller's loops go over `stores`).
+        let store = self.stores.get(&service).cloned();
+        let bound = self.sync_bound;
         let out: Arc<Mutex<SyncOut>> = Arc::default();
         let out2 = out.clone();
         async move {
+            let Some(store) = store else {
+                return SyncOutcome {
+                    service,
+                    location: String::new(),
+                    started: now,
+                    result: Err(StateError::Io {
+                        location: String::new(),
+                        reason: "no store for this service".into(),
+                    }),
+                    found: None,
+                };
+            };
             // The store may run the change more than once (a conflicting writer): each run
             // starts again from the copy taken now.
             let update = store.update(move |doc| {
@@ -148,6 +179,7 @@ impl Shell {
                 std::mem::take(&mut *out.lock().unwrap_or_else(|p| p.into_inner()));
             SyncOutcome {
                 service,
+                location: store.location(),
                 started: now,
                 result: result.map(|doc| (doc, decided)),
                 found,
@@ -161,16 +193,30 @@ impl Shell {
         service: usize,
         joined: Result<SyncOutcome, tokio::task::JoinError>,
     ) {
+        let location = self.stores.get(&service).map(Store::location);
         let outcome = joined.unwrap_or_else(|e| SyncOutcome {
             service,
+            location: location.clone().unwrap_or_default(),
             started: self.clock.now_ms(),
             result: Err(StateError::Io {
-                location: self.stores[service].location(),
+                location: location.clone().unwrap_or_default(),
                 reason: format!("sync task ended: {e}"),
             }),
             found: None,
         });
-        let duplicate = self.instances[service].after_sync(outcome.result.is_ok(), outcome.found);
+        let Some(watch) = self.instances.get_mut(&service) else {
+            // The final save of a service a reload removed.
+            match &outcome.result {
+                Ok(_) => {
+                    tracing::info!(state = %outcome.location, "saved the state of a service a reload removed")
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot save the state of a service a reload removed; its document keeps the last state saved")
+                }
+            }
+            return;
+        };
+        let duplicate = watch.after_sync(outcome.result.is_ok(), outcome.found);
         if let Some(other) = duplicate {
             self.duplicate(service, other);
         }
@@ -193,11 +239,15 @@ impl Shell {
     /// Another process saves under this prober id: say so at ERROR and in the evidence, at every
     /// sync that finds it, until one of the two is stopped or given its own id.
     fn duplicate(&mut self, service: usize, other: OtherInstance) {
-        let store = self.stores[service].location();
+        let store = self
+            .stores
+            .get(&service)
+            .map(Store::location)
+            .unwrap_or_default();
         tracing::error!(
             prober = %self.prober,
             state = %store,
-            instance = %self.instances[service].instance,
+            instance = %self.instance,
             other_instance = %other.instance,
             other_saved_at = %crate::clock::rfc3339(other.saved_at),
             "another readyprobe process runs with prober_id {:?} on this state store: the two overwrite each other's readiness and canary rows (verify_mismatch); give each prober its own prober_id",
@@ -205,7 +255,7 @@ impl Shell {
         );
         let r = Record::DuplicateProber(DuplicateProber {
             state_store: store,
-            instance: self.instances[service].instance.clone(),
+            instance: self.instance.clone(),
             other_instance: other.instance,
             other_saved_at: other.saved_at,
         });

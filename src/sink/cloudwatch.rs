@@ -122,10 +122,18 @@ pub fn batches(datums: &[Datum], now: Millis) -> (Vec<Vec<&Datum>>, usize) {
 /// `max_attempts` tries, so every try is visible in the evidence.
 #[derive(Debug, Clone)]
 pub struct CloudWatchSink {
-    client: aws_sdk_cloudwatch::Client,
+    client: CloudWatchClient,
     namespace: String,
-    max_tries: u32,
+    /// This sink's own: the client is shared by every namespace's sink.
     signed: Signed,
+}
+
+/// One SDK client with the config's region, endpoint, timeouts and body limit, built once per
+/// run and shared by every namespace's [`CloudWatchSink`] (cloning shares it).
+#[derive(Debug, Clone)]
+pub struct CloudWatchClient {
+    client: aws_sdk_cloudwatch::Client,
+    max_tries: u32,
 }
 
 /// Set once the current call has a signed request: a call cut short before that spent its time
@@ -162,10 +170,10 @@ impl Intercept for Signed {
 /// The message of a call cut short before its request was signed.
 const NO_CREDENTIALS_IN_TIME: &str = "PutMetricData failed: no credentials before the timeout (the credentials provider did not answer in time)";
 
-impl CloudWatchSink {
+impl CloudWatchClient {
     /// Build the client from the default AWS chain plus the config's region, endpoint and
     /// per-call timeout (capped by `publish_interval`).
-    pub async fn new(cfg: &CwConfig, namespace: &str, publish_interval: Duration) -> Self {
+    pub async fn new(cfg: &CwConfig, publish_interval: Duration) -> Self {
         let op_timeout = cfg.operation_timeout.min(publish_interval);
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .timeout_config(
@@ -183,16 +191,29 @@ impl CloudWatchSink {
             loader = loader.endpoint_url(e);
         }
         let shared = loader.load().await;
-        let signed = Signed::default();
         let conf = aws_sdk_cloudwatch::config::Builder::from(&shared)
-            .interceptor(signed.clone())
             .interceptor(super::BodyLimit(MAX_RESPONSE_BYTES))
             .build();
-        CloudWatchSink {
+        CloudWatchClient {
             client: aws_sdk_cloudwatch::Client::from_conf(conf),
-            namespace: namespace.to_string(),
             max_tries: cfg.max_attempts.max(1),
-            signed,
+        }
+    }
+}
+
+impl CloudWatchSink {
+    /// A sink of its own client (see [`CloudWatchClient::new`]).
+    pub async fn new(cfg: &CwConfig, namespace: &str, publish_interval: Duration) -> Self {
+        let client = CloudWatchClient::new(cfg, publish_interval).await;
+        CloudWatchSink::with_client(&client, namespace)
+    }
+
+    /// A sink for `namespace` sending through `client` (shared).
+    pub fn with_client(client: &CloudWatchClient, namespace: &str) -> Self {
+        CloudWatchSink {
+            client: client.clone(),
+            namespace: namespace.to_string(),
+            signed: Signed::default(),
         }
     }
 }
@@ -383,7 +404,7 @@ impl Sink for CloudWatchSink {
     }
 
     fn max_tries(&self) -> u32 {
-        self.max_tries
+        self.client.max_tries
     }
 
     fn cut_short(&self) -> SinkError {
@@ -415,9 +436,12 @@ impl Sink for CloudWatchSink {
                 let n = data.len();
                 self.signed.reset();
                 self.client
+                    .client
                     .put_metric_data()
                     .namespace(&self.namespace)
                     .set_metric_data(Some(data))
+                    .customize()
+                    .interceptor(self.signed.clone())
                     .send()
                     .await
                     .map_err(|e| match e {

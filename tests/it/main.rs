@@ -14,6 +14,7 @@ mod mysql_kind;
 mod otlp_kind;
 mod pipeline;
 mod publish_faults;
+mod reload;
 mod resolve_step;
 mod secret_leak;
 mod state_dir;

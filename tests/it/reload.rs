@@ -1,0 +1,501 @@
+//! SIGHUP reloads: the built binary, `tcp` services on loopback listeners, real DNS, the real
+//! signal. A service removed stops being probed and published, one added starts, an unchanged
+//! one runs on untouched (its loops keep their sequence numbers: no schedule reset; no
+//! transition), a changed branch restarts its loop and keeps its state; an invalid config or a
+//! setting that needs a restart is refused and the old services run on. In process, unavailable
+//! inputs at a reload. And a corrupt control document stops only its own service.
+
+use crate::support::dns::DnsServer;
+use crate::support::fixture::{FAST_POLICY, read_evidence, wait_evidence};
+use serde_json::Value;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+const ZONE: &str = "reload.internal.example";
+
+/// A TCP listener on loopback that accepts and closes; aborted on drop.
+struct Listener {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn listener() -> Listener {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            drop(s);
+        }
+    });
+    Listener { port, task }
+}
+
+/// One `[[service]]` of the `tcp` kind with a primary and a secondary branch.
+fn service(name: &str, primary: u16, secondary: u16) -> String {
+    format!(
+        r#"
+[[service]]
+name = "{name}"
+stable_name = "{name}.{ZONE}"
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "{name}-primary.{ZONE}"
+port = {primary}
+[[service.branch]]
+name = "secondary"
+role = "SECONDARY"
+endpoint = "{name}-secondary.{ZONE}"
+port = {secondary}
+"#
+    )
+}
+
+/// The shared part of the config, with `publish_interval` and `extra` (services, or an error).
+fn config(dir: &Path, dns: &DnsServer, publish_interval: &str, extra: &str) -> String {
+    format!(
+        r#"
+prober_id = "reload-test"
+state_dir = {state:?}
+
+[publish]
+interval = "{publish_interval}"
+sinks = ["emf"]
+namespace = "Reload"
+
+[evidence]
+path = {evidence:?}
+
+[state]
+poll_interval = "500ms"
+
+[dns]
+nameservers = ["{dns}"]
+timeout = "200ms"
+
+{FAST_POLICY}
+
+[probe]
+kind = "tcp"
+interval = "300ms"
+timeout = "250ms"
+jitter = "100ms"
+{extra}"#,
+        state = dir.join("state"),
+        evidence = dir.join("evidence.jsonl"),
+        dns = dns.addr(),
+    )
+}
+
+/// Replace the config file in one step, as an editor or a config management tool does.
+fn write_config(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn signal(child: &tokio::process::Child, sig: libc::c_int) {
+    let pid = child.id().expect("running") as libc::pid_t;
+    // SAFETY: kill(2) with the pid of a child this test started and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// Records of `kind` for `service` (and `branch`, when given).
+fn of<'a>(ev: &'a [Value], kind: &str, service: &str, branch: Option<&str>) -> Vec<&'a Value> {
+    ev.iter()
+        .filter(|v| v["kind"] == kind && v["service"] == service)
+        .filter(|v| branch.is_none_or(|b| v["branch"] == b))
+        .collect()
+}
+
+fn reached_ready(ev: &[Value], service: &str, branch: &str) -> bool {
+    of(ev, "transition", service, Some(branch))
+        .iter()
+        .any(|t| t["transition"]["to"] == "ready")
+}
+
+/// The position in the file of the `n`th (from 0) `reload` record.
+fn reload_at(ev: &[Value], n: usize) -> Option<usize> {
+    ev.iter()
+        .enumerate()
+        .filter(|(_, v)| v["kind"] == "reload")
+        .nth(n)
+        .map(|(i, _)| i)
+}
+
+fn seqs(ev: &[Value], service: &str, branch: &str) -> Vec<u64> {
+    of(ev, "attempt", service, Some(branch))
+        .iter()
+        .map(|a| a["seq"].as_u64().unwrap())
+        .collect()
+}
+
+/// The services of the EMF `Heartbeat` datums timestamped after `after_ms`.
+fn heartbeats_after(stdout: &Path, after_ms: i64) -> Vec<String> {
+    let text = std::fs::read_to_string(stdout).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("Heartbeat").is_some())
+        .filter(|v| v["_aws"]["Timestamp"].as_i64().unwrap() > after_ms)
+        .map(|v| v["Service"].as_str().unwrap().to_string())
+        .collect()
+}
+
+struct Fleet {
+    dns: DnsServer,
+    /// Keeps the listeners open.
+    ports: Vec<Listener>,
+}
+
+/// A DNS zone with `<service>-{primary,secondary}` for each service, and a listener per branch.
+async fn fleet(services: &[&str]) -> Fleet {
+    let dns = DnsServer::start(ZONE).await;
+    let mut ports = Vec::new();
+    for s in services {
+        for b in ["primary", "secondary"] {
+            dns.set_a(&format!("{s}-{b}"), Ipv4Addr::LOCALHOST, 5).await;
+            ports.push(listener().await);
+        }
+    }
+    Fleet { dns, ports }
+}
+
+fn spawn(cfg: &Path, stdout: &Path) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+        .args(["run", "--grace", "1s", "--config"])
+        .arg(cfg)
+        .stdout(Stdio::from(std::fs::File::create(stdout).unwrap()))
+        .stderr(Stdio::from(
+            std::fs::File::create(stdout.with_extension("log")).unwrap(),
+        ))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_adds_removes_and_changes_services_and_refuses_a_bad_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha", "beta", "delta", "gamma"]).await;
+    let port = |i: usize| f.ports[i].port;
+    let spare = listener().await;
+    let path = dir.path().join("reload.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let stdout = dir.path().join("stdout.jsonl");
+    let before = [
+        service("alpha", port(0), port(1)),
+        service("beta", port(2), port(3)),
+        service("delta", port(4), port(5)),
+    ]
+    .concat();
+    write_config(&path, &config(dir.path(), &f.dns, "1s", &before));
+    let mut child = spawn(&path, &stdout);
+
+    // 1. Every branch of the three services is ready.
+    wait_evidence(&evidence, DEADLINE, |ev| {
+        ["alpha", "beta", "delta"]
+            .iter()
+            .all(|s| reached_ready(ev, s, "primary") && reached_ready(ev, s, "secondary"))
+    })
+    .await;
+
+    // 2. alpha removed, beta unchanged, delta's secondary on another port, gamma added.
+    let after = [
+        service("beta", port(2), port(3)),
+        service("delta", port(4), spare.port),
+        service("gamma", port(6), port(7)),
+    ]
+    .concat();
+    write_config(&path, &config(dir.path(), &f.dns, "1s", &after));
+    signal(&child, libc::SIGHUP);
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        let Some(r) = reload_at(ev, 0) else {
+            return false;
+        };
+        let later = &ev[r..];
+        reached_ready(later, "gamma", "primary")
+            && reached_ready(later, "gamma", "secondary")
+            && of(later, "attempt", "beta", Some("primary")).len() >= 10
+            && of(later, "attempt", "delta", Some("secondary")).len() >= 10
+    })
+    .await;
+    let r = reload_at(&ev, 0).unwrap();
+    let reload = &ev[r];
+    assert_eq!(reload["applied"], true, "{reload}");
+    assert_eq!(reload["added"], serde_json::json!(["gamma"]), "{reload}");
+    assert_eq!(reload["removed"], serde_json::json!(["alpha"]), "{reload}");
+    assert_eq!(reload["changed"], serde_json::json!(["delta"]), "{reload}");
+    let (before_ev, later) = (&ev[..r], &ev[r..]);
+    // alpha: nothing after the reload (an attempt in flight was dropped).
+    assert!(of(later, "attempt", "alpha", None).is_empty());
+    let reload_ms = reload["at_ms"].as_i64().unwrap();
+    // gamma started as at start-up: a start record (written as the reload applies, before the
+    // reload record), then its attempts.
+    assert_eq!(of(&ev, "start", "gamma", None).len(), 1);
+    // beta untouched: no transition, and each loop's sequence goes on (no schedule reset).
+    assert!(of(later, "transition", "beta", None).is_empty());
+    for b in ["primary", "secondary"] {
+        let all = seqs(&ev, "beta", b);
+        assert!(
+            all.windows(2).all(|w| w[1] == w[0] + 1),
+            "beta/{b}: {all:?}"
+        );
+        assert!(seqs(later, "beta", b)[0] > 1, "beta/{b} restarted");
+    }
+    // delta: primary untouched; secondary restarted (sequence from 1 again) and kept its state.
+    assert!(of(later, "transition", "delta", None).is_empty());
+    assert!(seqs(later, "delta", "primary")[0] > 1);
+    let restarted = seqs(later, "delta", "secondary");
+    let from = restarted
+        .iter()
+        .position(|s| *s == 1)
+        .expect("delta/secondary restarted");
+    let old_max = *seqs(before_ev, "delta", "secondary").last().unwrap();
+    assert!(restarted[..from].iter().all(|s| *s <= old_max + 1));
+    let new_ports: Vec<_> = of(later, "attempt", "delta", Some("secondary"))[from..]
+        .iter()
+        .map(|a| a["address"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let spare_port = format!(":{}", spare.port);
+    assert!(
+        new_ports.iter().all(|a| a.ends_with(&spare_port)),
+        "{new_ports:?}"
+    );
+
+    // Published: gamma, beta and delta after the reload, alpha no more.
+    let published = heartbeats_after(&stdout, reload_ms);
+    for s in ["beta", "delta", "gamma"] {
+        assert!(published.iter().any(|p| p == s), "{s}: {published:?}");
+    }
+    assert!(!published.iter().any(|p| p == "alpha"), "{published:?}");
+
+    // 3. An invalid config, then a setting that needs a restart: both refused, old ones run on.
+    refused_reloads(&child, &path, &f.dns, &after).await;
+    let log = std::fs::read_to_string(stdout.with_extension("log")).unwrap();
+    assert!(log.contains("reload refused"), "{log}");
+    assert!(log.contains("reload applied"), "{log}");
+
+    signal(&child, libc::SIGTERM);
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    let ev = read_evidence(&evidence);
+    assert_eq!(ev.last().unwrap()["kind"], "stop");
+}
+
+/// Send an invalid config, then one that changes a setting needing a restart: both are refused
+/// (named in the `reload` record) and the running services go on.
+async fn refused_reloads(
+    child: &tokio::process::Child,
+    path: &Path,
+    dns: &DnsServer,
+    services: &str,
+) {
+    let dir = path.parent().unwrap();
+    let evidence = dir.join("evidence.jsonl");
+    let bad = format!("{services}\nno_such_key = 1\n");
+    write_config(path, &config(dir, dns, "1s", &bad));
+    signal(child, libc::SIGHUP);
+    wait_evidence(&evidence, DEADLINE, |ev| reload_at(ev, 1).is_some()).await;
+    write_config(path, &config(dir, dns, "2s", services));
+    signal(child, libc::SIGHUP);
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        reload_at(ev, 2).is_some_and(|r| {
+            ["beta", "delta", "gamma"]
+                .iter()
+                .all(|s| of(&ev[r..], "attempt", s, Some("primary")).len() >= 5)
+        })
+    })
+    .await;
+    let (invalid, restart) = (
+        &ev[reload_at(&ev, 1).unwrap()],
+        &ev[reload_at(&ev, 2).unwrap()],
+    );
+    assert_eq!(invalid["applied"], false);
+    let problems = invalid["problems"].to_string();
+    assert!(problems.contains("no_such_key"), "{problems}");
+    assert!(
+        problems.contains("reload.toml:"),
+        "names file and line: {problems}"
+    );
+    assert_eq!(restart["applied"], false);
+    assert!(
+        restart["problems"].to_string().contains("publish.interval"),
+        "{restart}"
+    );
+}
+
+/// Two services, one with a corrupt control document: that one is reported unavailable (its
+/// document left as it is), the other runs; the process exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_control_document_stops_only_its_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha", "beta"]).await;
+    let path = dir.path().join("corrupt.toml");
+    let services = [
+        service("alpha", f.ports[0].port, f.ports[1].port),
+        service("beta", f.ports[2].port, f.ports[3].port),
+    ]
+    .concat();
+    write_config(&path, &config(dir.path(), &f.dns, "1s", &services));
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let corrupt = state.join("control-beta.json");
+    std::fs::write(&corrupt, b"{\"version\": 2, \"service\": ").unwrap();
+    let out = tokio::time::timeout(
+        DEADLINE,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+            .args(["run", "--duration", "4s", "--grace", "1s", "--config"])
+            .arg(&path)
+            .output(),
+    )
+    .await
+    .expect("run ends")
+    .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    assert!(log.contains("cannot prepare this service"), "{log}");
+    let ev = read_evidence(&dir.path().join("evidence.jsonl"));
+    let down = of(&ev, "service_unavailable", "beta", None);
+    assert_eq!(down.len(), 1, "{ev:?}");
+    assert!(
+        down[0]["problems"]
+            .to_string()
+            .contains("control-beta.json"),
+        "{}",
+        down[0]
+    );
+    assert!(of(&ev, "attempt", "beta", None).is_empty());
+    assert!(!of(&ev, "attempt", "alpha", Some("primary")).is_empty());
+    assert_eq!(
+        std::fs::read(&corrupt).unwrap(),
+        b"{\"version\": 2, \"service\": ",
+        "the corrupt document is never overwritten"
+    );
+    let unavailable: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("ServiceUnavailable").is_some())
+        .collect();
+    assert!(
+        !unavailable.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(unavailable.iter().all(|v| v["Service"] == "beta"));
+}
+
+/// In process, configs handed to `run_with_reloads` as the SIGHUP handler does: a changed
+/// service whose new CA bundle is missing refuses the reload (the service runs on as it was);
+/// an added one with a missing CA bundle is reported unavailable and the reload applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unavailable_inputs_refuse_a_changed_service_and_report_an_added_one() {
+    use readyprobe::runner::{RunOptions, run_with_reloads};
+    use readyprobe::sink::emf::EmfBuffer;
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha", "beta"]).await;
+    let path = dir.path().join("inproc.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let alpha = service("alpha", f.ports[0].port, f.ports[1].port);
+    let missing_ca = format!(
+        "probe = {{ tls = {{ ssl_mode = \"verify_ca\", ssl_ca = {:?} }} }}\n",
+        dir.path().join("no-such-ca.pem")
+    );
+    // `probe = ...` goes right after the service's `stable_name`.
+    let with_missing_ca = |svc: &str| {
+        svc.replacen(
+            "\n[[service.branch]]",
+            &format!("\n{missing_ca}[[service.branch]]"),
+            1,
+        )
+    };
+    let load = |services: &str| {
+        write_config(&path, &config(dir.path(), &f.dns, "1s", services));
+        readyprobe::config::load(&path)
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = async move {
+        let _ = stop_rx.await;
+        "test"
+    };
+    let emf = EmfBuffer::new();
+    let opts = RunOptions {
+        duration: None,
+        grace: Duration::from_secs(1),
+        emf_out: Some(emf.clone()),
+    };
+    let run = tokio::spawn(run_with_reloads(
+        load(&alpha).unwrap(),
+        opts,
+        stop,
+        Some(rx),
+    ));
+    wait_evidence(&evidence, DEADLINE, |ev| {
+        of(ev, "attempt", "alpha", Some("primary")).len() >= 3
+    })
+    .await;
+
+    tx.send(load(&with_missing_ca(&alpha))).await.unwrap();
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        reload_at(ev, 0)
+            .is_some_and(|r| of(&ev[r..], "attempt", "alpha", Some("primary")).len() >= 3)
+    })
+    .await;
+    let r = reload_at(&ev, 0).unwrap();
+    assert_eq!(ev[r]["applied"], false, "{}", ev[r]);
+    assert!(
+        ev[r]["problems"].to_string().contains("no-such-ca.pem"),
+        "{}",
+        ev[r]
+    );
+    // alpha runs on as it was: its loop's sequence goes on.
+    assert!(seqs(&ev[r..], "alpha", "primary")[0] > 1);
+
+    let beta = with_missing_ca(&service("beta", f.ports[2].port, f.ports[3].port));
+    tx.send(load(&format!("{alpha}{beta}"))).await.unwrap();
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| reload_at(ev, 1).is_some()).await;
+    let reload = &ev[reload_at(&ev, 1).unwrap()];
+    assert_eq!(reload["applied"], true, "{reload}");
+    assert_eq!(
+        reload["unavailable"],
+        serde_json::json!(["beta"]),
+        "{reload}"
+    );
+    assert_eq!(of(&ev, "service_unavailable", "beta", None).len(), 1);
+    // Its ServiceUnavailable datum comes with the next tick.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !emf
+        .lines()
+        .iter()
+        .any(|l| l.contains("\"ServiceUnavailable\"") && l.contains("\"beta\""))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ServiceUnavailable datum for beta"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop_tx.send(());
+    let s = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("stops")
+        .unwrap()
+        .unwrap();
+    // Only alpha ran (one service: keyed by branch name).
+    let keys: Vec<&String> = s.final_states.keys().collect();
+    assert_eq!(keys, ["primary", "secondary"]);
+}
