@@ -100,7 +100,7 @@ async fn failback_waits_for_a_valid_operator_approval() {
     // A valid approval makes it ready and publishes 1.
     let (code, out, err) = approve(&path, "carol", "replica promoted back, checked", &[]);
     assert_eq!(code, 0, "{out}{err}");
-    let ev = wait_evidence(&ev_path, Duration::from_secs(10), |ev| {
+    let ev = wait_evidence(&ev_path, Duration::from_secs(30), |ev| {
         has_transition(ev, "primary", "ready")
     })
     .await;
@@ -196,7 +196,7 @@ async fn an_expired_approval_is_rejected(p: &Pipeline, path: &std::path::Path) {
             Ok(())
         })
         .unwrap();
-    wait_evidence(&ev_path, Duration::from_secs(10), |ev| {
+    wait_evidence(&ev_path, Duration::from_secs(30), |ev| {
         ev.iter()
             .any(|v| v["kind"] == "approval" && v["reason"] == "stale")
     })

@@ -212,7 +212,7 @@ async fn three_services_in_one_process_and_a_broken_one_reported() {
     let run = Running::start(cfg, None);
     let emf = run.emf.clone();
     // Every running branch of every service reaches ready.
-    wait_evidence(&ev_path, Duration::from_secs(30), |ev| {
+    wait_evidence(&ev_path, Duration::from_secs(60), |ev| {
         RUNNING.iter().all(|(s, b)| reached(ev, s, b, "ready"))
     })
     .await;
