@@ -75,6 +75,8 @@ pub struct HealthCheck {
     pub kind: Option<Val>,
     /// The id of the alarm it follows.
     pub alarm: Option<String>,
+    /// The alarm's region: must be the stack's own.
+    pub region: Option<Val>,
     pub insufficient_data: Option<Val>,
 }
 
@@ -190,6 +192,7 @@ fn cloudformation() -> Template {
                 id: id.to_string(),
                 kind: val(&c["Type"]),
                 alarm: cfn_ref(&c["AlarmIdentifier"]["Name"]),
+                region: val(&c["AlarmIdentifier"]["Region"]),
                 insufficient_data: val(&c["InsufficientDataHealthStatus"]),
             }
         })
@@ -381,6 +384,7 @@ fn terraform() -> Template {
             alarm: attr(b, "cloudwatch_alarm_name")
                 .and_then(|e| resource_ref(e, "aws_cloudwatch_metric_alarm"))
                 .map(|n| format!("aws_cloudwatch_metric_alarm.{n}")),
+            region: val(b, "cloudwatch_alarm_region"),
             insufficient_data: val(b, "insufficient_data_health_status"),
             id,
         })
@@ -517,6 +521,17 @@ fn routing_problems(t: &Template) -> Vec<String> {
             ));
         }
         let statuses = ["Healthy", "Unhealthy", "LastKnownStatus"];
+        // The stack's region, where its alarms are: {"Ref": "AWS::Region"} or the provider's.
+        let own_region = [
+            Val::Expr(r#"{"Ref":"AWS::Region"}"#.into()),
+            Val::Expr("data.aws_region.current.name".into()),
+        ];
+        if !h.region.as_ref().is_some_and(|r| own_region.contains(r)) {
+            out.push(format!(
+                "{}: alarm region {:?} is not the stack's",
+                h.id, h.region
+            ));
+        }
         match &h.insufficient_data {
             Some(Val::Param(p))
                 if p.default.is_none()
