@@ -3,7 +3,8 @@
 # the Dockerfile's final stage has (the release binary built as the build stage builds it, the
 # shared libraries it links, CA certificates, passwd/group with the distroless `nonroot` user, the
 # config at /etc/readyprobe/readyprobe.toml, /var/lib/readyprobe owned by that user, no shell),
-# then, in a private mount namespace, chroots into it as uid 65532 and runs
+# then, in a private mount namespace with that root read-only and /var/lib/readyprobe a writable
+# volume (as ECS runs the task), chroots into it as uid 65532 and runs
 #   readyprobe check --strict   and   readyprobe run --duration 6s
 # against a TCP listener on 127.0.0.1. It checks that no /bin/sh exists, that both exit 0, that
 # `run` published Readiness 1 for both branches (EMF on stdout) and wrote its evidence as the
@@ -32,7 +33,7 @@ chmod 0755 "$ROOT"   # the image's / (mktemp makes it 0700)
 LISTENER_PID=
 cleanup() {
   [ -n "$LISTENER_PID" ] && kill "$LISTENER_PID" 2>/dev/null
-  rm -rf "$ROOT"
+  rm -rf "$ROOT" "${STATE:-}"
 }
 trap cleanup EXIT
 
@@ -132,18 +133,25 @@ done
 say "final stage: $(find "$ROOT" -type f | wc -l) files, $(du -sh "$ROOT" | cut -f1), no shell"
 
 # ---------------------------------------------------------------- run it as the image would
-# A private mount namespace: /proc and the two device nodes are bind-mounted only inside it and
-# vanish with it. The process gets a clean environment (what ECS sets, nothing from this shell);
-# env and chroot run outside the root, so nothing is added to it.
+# A private mount namespace, as ECS runs the task: the root file system read-only
+# (readonlyRootFilesystem), /var/lib/readyprobe a separate writable volume that starts as a copy
+# of the image's directory with its owner (what Fargate does for a VOLUME path), /proc and the two
+# device nodes bind-mounted. All of it vanishes with the namespace. The process gets a clean
+# environment; env and chroot run outside the root, so nothing is added to it.
+STATE=$(mktemp -d /tmp/readyprobe-volume.XXXXXX)
+chown 65532:65532 "$STATE" && chmod 0750 "$STATE"
 in_image() {
   unshare --mount --propagation private -- /bin/bash -c '
-    root=$1; shift
+    root=$1 state=$2; shift 2
+    mount --bind "$root" "$root"
+    mount -o remount,bind,ro "$root"
+    mount --bind "$state" "$root/var/lib/readyprobe"
     mount -t proc proc "$root/proc"
     mount --bind /dev/null "$root/dev/null"
     mount --bind /dev/urandom "$root/dev/urandom"
     exec /usr/bin/env -i PATH=/usr/local/bin HOME=/home/nonroot HOSTNAME=rootfs-test \
       /usr/sbin/chroot --userspec=65532:65532 "$root" "$@"
-  ' in_image "$ROOT" "$@"
+  ' in_image "$ROOT" "$STATE" "$@"
 }
 
 say "readyprobe check --strict (as uid 65532 under chroot)"
@@ -166,7 +174,7 @@ PY
 for b in primary secondary; do
   ready "$b" || { tail -n 20 "$OUT.err" >&2; rm -f "$OUT" "$OUT.err"; fail "no Readiness 1 for $b on stdout"; }
 done
-ev="$ROOT/var/lib/readyprobe/evidence.jsonl"
+ev="$STATE/evidence.jsonl"
 [ -s "$ev" ] || fail "no evidence written"
 [ "$(stat -c %u "$ev")" = 65532 ] || fail "evidence not owned by uid 65532"
 say "ok: check --strict and run exit 0 as uid 65532; Readiness 1 for both branches; $(wc -l <"$ev") evidence records"
