@@ -1,14 +1,15 @@
 # syntax=docker/dockerfile:1
 # readyprobe image: a release build on Debian 12, then distroless `cc` (Debian 12: glibc, libgcc,
 # CA certificates, a `nonroot` user, no shell, no package manager). The binary links glibc
-# (libc, libm, libgcc_s), so a `static` base would not run it. infra/image/rootfs-test.sh runs
-# exactly this final file system under chroot as the non-root user (docs/deploy.md).
+# (libc, libm, libgcc_s), so a `static` base would not run it. infra/image/rootfs-test.sh lays
+# out this final stage's file system and runs it under chroot as the non-root user (docs/deploy.md).
 #
 #   docker build -t readyprobe .
-#   docker build -t readyprobe:orders-db --build-arg CONFIG=probes/orders-db.toml .   # config baked in
+#   docker build -t readyprobe:mine --build-arg CONFIG=probes/mine.toml .   # your config baked in
 #
-# The config is read from /etc/readyprobe/readyprobe.toml: bake it in with CONFIG, or mount a
-# directory over /etc/readyprobe (docker run -v, or an EFS volume in the ECS templates).
+# The config is read from /etc/readyprobe/readyprobe.toml: bake it in with CONFIG (a file of the
+# build context: .dockerignore lets in probes/*.toml), or mount a directory over /etc/readyprobe
+# (docker run -v, or an EFS volume in the ECS templates).
 
 ARG RUST_VERSION=1.95
 
@@ -26,14 +27,14 @@ COPY src ./src
 # touch: the stub's build is older than the sources, but cargo compares modification times.
 RUN touch src/main.rs src/lib.rs \
  && cargo build --release --locked --bin readyprobe \
- && install -d -o 65532 -g 65532 -m 0750 /out/var/lib/readyprobe \
- && install -D -m 0755 target/release/readyprobe /out/usr/local/bin/readyprobe
-# The config to bake in (the production example by default; name your own).
-ARG CONFIG=probes/orders-db.toml
-COPY ${CONFIG} /out/etc/readyprobe/readyprobe.toml
+ && install -d -m 0750 /out/state
 
 FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /out/ /
+COPY --from=build /src/target/release/readyprobe /usr/local/bin/readyprobe
+COPY --from=build --chown=65532:65532 /out/state/ /var/lib/readyprobe/
+# The config to bake in (the production example by default; name your own).
+ARG CONFIG=probes/orders-db.toml
+COPY ${CONFIG} /etc/readyprobe/readyprobe.toml
 # Evidence and scratch state. Declared a volume so that ECS (Fargate bind mounts) copies this
 # directory and its owner into the task's volume and a read-only root file system still works.
 VOLUME ["/var/lib/readyprobe"]

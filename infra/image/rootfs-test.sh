@@ -62,7 +62,7 @@ tty:x:5:
 staff:x:50:
 nonroot:x:65532:
 EOF
-# The build stage's `install -d -o 65532 -g 65532 -m 0750 /out/var/lib/readyprobe`.
+# The build stage's `install -d -m 0750 /out/state`, copied with `--chown=65532:65532`.
 install -d -o 65532 -g 65532 -m 0750 "$ROOT/var/lib/readyprobe"
 
 # What the container runtime provides at run time.
