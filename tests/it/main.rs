@@ -10,6 +10,8 @@ mod fuzz;
 mod harness_smoke;
 mod hostile_state;
 mod http_kind;
+mod infra_alarm;
+mod infra_contract;
 mod mysql_kind;
 mod otlp_kind;
 mod pipeline;

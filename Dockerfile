@@ -1,0 +1,46 @@
+# syntax=docker/dockerfile:1
+# readyprobe image: a release build on Debian 12, then distroless `cc` (Debian 12: glibc, libgcc,
+# CA certificates, a `nonroot` user, no shell, no package manager). The binary links glibc
+# (libc, libm, libgcc_s), so a `static` base would not run it. infra/image/rootfs-test.sh lays
+# out this final stage's file system and runs it under chroot as the non-root user (docs/deploy.md).
+#
+#   docker build -t readyprobe .
+#   docker build -t readyprobe:mine --build-arg CONFIG=probes/mine.toml .   # your config baked in
+#
+# The config is read from /etc/readyprobe/readyprobe.toml: bake it in with CONFIG (a file of the
+# build context: .dockerignore lets in probes/*.toml), or mount a directory over /etc/readyprobe
+# (docker run -v, or an EFS volume in the ECS templates).
+
+ARG RUST_VERSION=1.95
+
+FROM rust:${RUST_VERSION}-bookworm AS build
+WORKDIR /src
+# Dependencies first, so a change under src/ does not rebuild them: a stub crate with the same
+# manifest and lock file. The manifest names the integration tests, so their stub is needed too.
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir -p src tests/it \
+ && echo 'fn main() {}' > src/main.rs \
+ && touch src/lib.rs tests/it/main.rs \
+ && cargo build --release --locked --bin readyprobe \
+ && rm -rf src
+COPY src ./src
+# touch: the stub's build is older than the sources, but cargo compares modification times.
+RUN touch src/main.rs src/lib.rs \
+ && cargo build --release --locked --bin readyprobe \
+ && install -d -m 0750 /out/state
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /src/target/release/readyprobe /usr/local/bin/readyprobe
+COPY --from=build --chown=65532:65532 /out/state/ /var/lib/readyprobe/
+# The config to bake in (the production example by default; name your own).
+ARG CONFIG=probes/orders-db.toml
+COPY ${CONFIG} /etc/readyprobe/readyprobe.toml
+# Evidence and scratch state. Declared a volume so that ECS (Fargate bind mounts) copies this
+# directory and its owner into the task's volume and a read-only root file system still works.
+VOLUME ["/var/lib/readyprobe"]
+USER 65532:65532
+# No HEALTHCHECK: without a shell there is nothing to run but readyprobe itself, and whether the
+# prober works is what its Heartbeat alarm says (and ECS does not use an image's HEALTHCHECK).
+#checkov:skip=CKV_DOCKER_2:the Heartbeat alarm is the prober's health check; see the comment above
+ENTRYPOINT ["/usr/local/bin/readyprobe"]
+CMD ["run", "--config", "/etc/readyprobe/readyprobe.toml"]

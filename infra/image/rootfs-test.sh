@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Runs the image's final stage without Docker: lays out in a temporary directory the file system
+# the Dockerfile's final stage has (the release binary built as the build stage builds it, the
+# shared libraries it links, CA certificates, passwd/group with the distroless `nonroot` user, the
+# config at /etc/readyprobe/readyprobe.toml, /var/lib/readyprobe owned by that user, no shell),
+# then, in a private mount namespace with that root read-only and /var/lib/readyprobe a writable
+# volume (as ECS runs the task), chroots into it as uid 65532 and runs
+#   readyprobe check --strict   and   readyprobe run --duration 6s
+# against a TCP listener on 127.0.0.1. It checks that no /bin/sh exists, that both exit 0, that
+# `run` published Readiness 1 for both branches (EMF on stdout) and wrote its evidence as the
+# non-root user. What a container runtime adds (/proc, /dev/null, /dev/urandom, /etc/resolv.conf,
+# /etc/hosts) is mounted or written the way Docker does. docs/deploy.md says what this does not
+# exercise. Needs root (unshare, chroot) and python3 (the listener).
+#
+#   infra/image/rootfs-test.sh            # cargo build --release --locked --bin readyprobe first
+#   BIN=target/debug/readyprobe infra/image/rootfs-test.sh   # an already built binary
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+say() { printf 'rootfs-test: %s\n' "$*" >&2; }
+fail() { say "FAIL: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || fail "needs root (unshare, chroot)"
+if [ -z "${BIN:-}" ]; then
+  say "cargo build --release --locked --bin readyprobe (the build stage's command)"
+  cargo build --release --locked --bin readyprobe
+  BIN=target/release/readyprobe
+fi
+[ -x "$BIN" ] || fail "$BIN is not an executable"
+
+ROOT=$(mktemp -d /tmp/readyprobe-rootfs.XXXXXX)
+chmod 0755 "$ROOT"   # the image's / (mktemp makes it 0700)
+LISTENER_PID=
+cleanup() {
+  [ -n "$LISTENER_PID" ] && kill "$LISTENER_PID" 2>/dev/null
+  rm -rf "$ROOT" "${STATE:-}"
+}
+trap cleanup EXIT
+
+# ---------------------------------------------------------------- the final stage's file system
+say "laying out the final stage in $ROOT"
+install -D -m 0755 "$BIN" "$ROOT/usr/local/bin/readyprobe"
+# Shared libraries: what distroless cc-debian12 carries for a glibc binary (Debian 12's glibc and
+# libgcc, the same packages as this machine's); ldd names the ones this binary needs.
+ldd "$BIN" | awk '/=> \// { print $3 } /^\s*\/lib/ { print $1 }' | while read -r lib; do
+  install -D -m 0755 "$lib" "$ROOT$lib"
+done
+install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/certs/ca-certificates.crt"
+mkdir -p "$ROOT/etc" "$ROOT/home/nonroot" "$ROOT/tmp"
+chmod 1777 "$ROOT/tmp"
+chown 65532:65532 "$ROOT/home/nonroot"
+# distroless's passwd and group (base-files for distroless): root, nobody, nonroot.
+cat >"$ROOT/etc/passwd" <<'EOF'
+root:x:0:0:root:/root:/sbin/nologin
+nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin
+nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin
+EOF
+cat >"$ROOT/etc/group" <<'EOF'
+root:x:0:
+nobody:x:65534:
+tty:x:5:
+staff:x:50:
+nonroot:x:65532:
+EOF
+# The build stage's `install -d -m 0750 /out/state`, copied with `--chown=65532:65532`.
+install -d -o 65532 -g 65532 -m 0750 "$ROOT/var/lib/readyprobe"
+
+# What the container runtime provides at run time.
+mkdir -p "$ROOT/proc" "$ROOT/dev"
+touch "$ROOT/dev/null" "$ROOT/dev/urandom"
+printf 'nameserver 127.0.0.53\n' >"$ROOT/etc/resolv.conf"
+printf '127.0.0.1 localhost\n' >"$ROOT/etc/hosts"
+
+# ---------------------------------------------------------------- a branch to probe
+PORT_FILE="$ROOT/.port"
+python3 - "$PORT_FILE" <<'PY' &
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 0))
+s.listen(64)
+open(sys.argv[1], "w").write(str(s.getsockname()[1]))
+while True:
+    c, _ = s.accept()
+    c.close()
+PY
+LISTENER_PID=$!
+for _ in $(seq 50); do [ -s "$PORT_FILE" ] && break; sleep 0.1; done
+PORT=$(cat "$PORT_FILE")
+rm -f "$PORT_FILE"
+
+# The config the image would carry (baked in with --build-arg CONFIG, or mounted): the tcp kind
+# against the listener, EMF on stdout, the file store in the image's /var/lib/readyprobe.
+install -D -m 0644 /dev/stdin "$ROOT/etc/readyprobe/readyprobe.toml" <<EOF
+prober_id = "rootfs-test"
+state_dir = "/var/lib/readyprobe"
+
+[service]
+name = "rootfs-test"
+stable_name = "stable.localhost"
+
+[readiness]
+window = "2s"
+min_attempts = 5
+declare_unready = { success_rate_below = 80.0, for = "1s" }
+declare_ready = { success_rate_at_or_above = 95.0, for = "1s" }
+
+[publish]
+interval = "1s"
+sinks = ["emf"]
+
+[probe]
+kind = "tcp"
+interval = "200ms"
+timeout = "150ms"
+
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "primary.localhost"
+port = $PORT
+
+[[branch]]
+name = "secondary"
+role = "SECONDARY"
+endpoint = "secondary.localhost"
+port = $PORT
+EOF
+
+for sh in bin/sh bin/bash usr/bin/sh usr/bin/bash; do
+  [ ! -e "$ROOT/$sh" ] || fail "$sh exists in the final stage"
+done
+say "final stage: $(find "$ROOT" -type f | wc -l) files, $(du -sh "$ROOT" | cut -f1), no shell"
+
+# ---------------------------------------------------------------- run it as the image would
+# A private mount namespace, as ECS runs the task: the root file system read-only
+# (readonlyRootFilesystem), /var/lib/readyprobe a separate writable volume that starts as a copy
+# of the image's directory with its owner (what Fargate does for a VOLUME path), /proc and the two
+# device nodes bind-mounted. All of it vanishes with the namespace. The process gets a clean
+# environment; env and chroot run outside the root, so nothing is added to it.
+STATE=$(mktemp -d /tmp/readyprobe-volume.XXXXXX)
+chown 65532:65532 "$STATE" && chmod 0750 "$STATE"
+in_image() {
+  unshare --mount --propagation private -- /bin/bash -c '
+    root=$1 state=$2; shift 2
+    mount --bind "$root" "$root"
+    mount -o remount,bind,ro "$root"
+    mount --bind "$state" "$root/var/lib/readyprobe"
+    mount -t proc proc "$root/proc"
+    mount --bind /dev/null "$root/dev/null"
+    mount --bind /dev/urandom "$root/dev/urandom"
+    exec /usr/bin/env -i PATH=/usr/local/bin HOME=/home/nonroot HOSTNAME=rootfs-test \
+      /usr/sbin/chroot --userspec=65532:65532 "$root" "$@"
+  ' in_image "$ROOT" "$STATE" "$@"
+}
+
+say "readyprobe check --strict (as uid 65532 under chroot)"
+in_image /usr/local/bin/readyprobe check --strict --config /etc/readyprobe/readyprobe.toml >/dev/null \
+  || fail "check --strict exited $?"
+
+say "readyprobe run --duration 6s (as uid 65532 under chroot)"
+OUT=$(mktemp)
+in_image /usr/local/bin/readyprobe run --config /etc/readyprobe/readyprobe.toml --duration 6s \
+  >"$OUT" 2>"$OUT.err" || { cat "$OUT.err" >&2; rm -f "$OUT" "$OUT.err"; fail "run exited non-zero"; }
+
+ready() {
+  python3 - "$OUT" "$1" <<'PY'
+import json, sys
+path, branch = sys.argv[1], sys.argv[2]
+values = [d.get("Readiness") for d in map(json.loads, open(path)) if d.get("Branch") == branch]
+sys.exit(0 if 1 in values else 1)
+PY
+}
+for b in primary secondary; do
+  ready "$b" || { tail -n 20 "$OUT.err" >&2; rm -f "$OUT" "$OUT.err"; fail "no Readiness 1 for $b on stdout"; }
+done
+ev="$STATE/evidence.jsonl"
+[ -s "$ev" ] || fail "no evidence written"
+[ "$(stat -c %u "$ev")" = 65532 ] || fail "evidence not owned by uid 65532"
+say "ok: check --strict and run exit 0 as uid 65532; Readiness 1 for both branches; $(wc -l <"$ev") evidence records"
+rm -f "$OUT" "$OUT.err"

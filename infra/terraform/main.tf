@@ -1,0 +1,97 @@
+locals {
+  # Keyed by role, so the alarms, health checks and records of one branch share a key.
+  branches = { for b in var.branches : b.role => b }
+  # The threshold each quorum statistic is compared with (LessThanThreshold): a datum is 0 or 1.
+  quorum_threshold = {
+    Minimum = 1
+    Maximum = 1
+    Average = 0.5
+  }
+  alarm_actions = var.alarm_topic_arn == null ? [] : [var.alarm_topic_arn]
+}
+
+data "aws_region" "current" {}
+
+resource "aws_cloudwatch_metric_alarm" "readiness" {
+  for_each = local.branches
+
+  alarm_name          = "readyprobe-${var.service_name}-${each.value.name}-readiness"
+  alarm_description   = "Readiness of ${var.service_name} branch ${each.value.name} (${each.key}); followed by its Route 53 health check."
+  namespace           = var.namespace
+  metric_name         = "Readiness"
+  dimensions          = { Service = var.service_name, Branch = each.value.name }
+  unit                = "None"
+  statistic           = var.alarm_statistic
+  period              = 60
+  evaluation_periods  = var.evaluation_periods
+  datapoints_to_alarm = var.evaluation_periods
+  threshold           = local.quorum_threshold[var.alarm_statistic]
+  comparison_operator = "LessThanThreshold"
+  # No datum: the alarm goes to INSUFFICIENT_DATA and the health check's
+  # insufficient_data_health_status decides, as the operator chose.
+  treat_missing_data = "missing"
+}
+
+resource "aws_route53_health_check" "readiness" {
+  for_each = local.branches
+
+  type                            = "CLOUDWATCH_METRIC"
+  cloudwatch_alarm_name           = aws_cloudwatch_metric_alarm.readiness[each.key].alarm_name
+  cloudwatch_alarm_region         = data.aws_region.current.name
+  insufficient_data_health_status = var.insufficient_data_health_status
+  tags                            = { Name = "readyprobe-${var.service_name}-${each.value.name}" }
+}
+
+resource "aws_route53_record" "failover" {
+  for_each = local.branches
+
+  zone_id         = var.hosted_zone_id
+  name            = var.stable_name
+  type            = "CNAME"
+  ttl             = var.record_ttl
+  records         = [each.value.endpoint]
+  set_identifier  = each.value.name
+  health_check_id = aws_route53_health_check.readiness[each.key].id
+  failover_routing_policy {
+    type = each.key
+  }
+}
+
+# Prober dead: no Heartbeat datum at all (missing data breaches) for heartbeat_missing_minutes.
+resource "aws_cloudwatch_metric_alarm" "heartbeat" {
+  alarm_name          = "readyprobe-${var.service_name}-heartbeat"
+  alarm_description   = "No readyprobe prober publishes for ${var.service_name}: its readiness alarms see no data."
+  namespace           = var.namespace
+  metric_name         = "Heartbeat"
+  dimensions          = { Service = var.service_name }
+  unit                = "Count"
+  statistic           = "SampleCount"
+  period              = 60
+  evaluation_periods  = var.heartbeat_missing_minutes
+  datapoints_to_alarm = var.heartbeat_missing_minutes
+  threshold           = 1
+  comparison_operator = "LessThanThreshold"
+  treat_missing_data  = "breaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+}
+
+# Fail-open: every branch publishes and none publishes 1, so Route 53 answers with the primary anyway.
+resource "aws_cloudwatch_metric_alarm" "fail_open" {
+  alarm_name          = "readyprobe-${var.service_name}-fail-open"
+  alarm_description   = "Both branches of ${var.service_name} are unready: Route 53 answers with the primary regardless."
+  namespace           = var.namespace
+  metric_name         = "BothBranchesUnready"
+  dimensions          = { Service = var.service_name }
+  unit                = "None"
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 1
+  datapoints_to_alarm = 1
+  threshold           = 1
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  # No datum means no prober runs or some branch is still unknown: the heartbeat alarm covers the first.
+  treat_missing_data = "notBreaching"
+  alarm_actions      = local.alarm_actions
+  ok_actions         = local.alarm_actions
+}
