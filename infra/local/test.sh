@@ -4,7 +4,8 @@
 #   - nftables (Debian package) for the fault-matrix tests' network namespaces;
 #   - the CloudWatch emulator (LocalStack, in a Python 3.13 venv under /var/cache/readyprobe),
 #     started on 127.0.0.1:4566 and left running for the next run;
-#   - then `cargo test` (unit, property and integration tests).
+#   - then `cargo test` (unit, property and integration tests) and the container image's final
+#     stage run as a plain root file system (infra/image/rootfs-test.sh).
 # With CI=true a missing component fails the tests instead of skipping them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,3 +31,6 @@ else
   say "3/3 cargo test; the first build compiles every dependency and takes several minutes (about 3 min on 2 cores), then the tests run for a few minutes"
 fi
 cargo test --locked --all-targets "$@"
+
+say "then the image's final stage as a plain root file system (infra/image/rootfs-test.sh, with the debug binary the tests built)"
+BIN=target/debug/readyprobe infra/image/rootfs-test.sh
