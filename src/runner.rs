@@ -159,6 +159,7 @@ where
         &label,
         &cfg.prober_id,
         cfg.evidence_max_bytes,
+        crate::sink::evidence::queue_lines(cfg.services.len()),
     )
     .map_err(|source| RunError::Evidence {
         path: cfg.evidence_path.display().to_string(),
