@@ -502,6 +502,7 @@ async fn shutdown(
             shell.finish_sync(service, j);
         }
         for service in 0..shell.stores.len() {
+            shell.stores[service].save_next();
             syncing.spawn(&shell, service);
         }
         while let Some((service, j)) = syncing.next().await {
