@@ -116,8 +116,11 @@ def summary(d):
     attempts = failed = 0
     datums = []
     publishes = collections.Counter()
-    with open(f"{d}/state/evidence.jsonl") as f:
-        for line in f:
+    # The evidence rotates at evidence_max_bytes (100 MB at 10,000 branches in about three
+    # minutes): the previous generation first.
+    files = [p for p in (f"{d}/state/evidence.jsonl.1", f"{d}/state/evidence.jsonl") if os.path.exists(p)]
+    for path in files:
+        for line in open(path):
             r = json.loads(line)
             kind = r.get("kind")
             if kind == "attempt":

@@ -318,6 +318,7 @@ where
         &label,
         &cfg.prober_id,
         cfg.evidence_max_bytes,
+        crate::sink::evidence::queue_lines(cfg.services.len()),
     )
     .map_err(|source| RunError::Evidence {
         path: cfg.evidence_path.display().to_string(),
@@ -712,7 +713,8 @@ async fn shutdown(
         while let Some((service, j)) = syncing.next().await {
             shell.finish_sync(service, j);
         }
-        for &service in shell.stores.keys() {
+        for (&service, store) in &shell.stores {
+            store.save_next();
             syncing.spawn(&shell, service);
         }
         while let Some((service, j)) = syncing.next().await {

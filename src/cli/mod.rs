@@ -322,8 +322,12 @@ pub fn main() -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(EXIT_INVALID_CONFIG);
     }
+    // Threads must not grow with the number of services: the file store runs at most
+    // `state::FILE_OPS` operations at once; the cap leaves room for config reads on reload and
+    // the evidence writer's stop (tokio's default allows 512).
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(32)
         .build()
     {
         Ok(rt) => rt,

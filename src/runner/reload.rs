@@ -266,6 +266,9 @@ fn refuse(shell: &mut Shell, problems: Vec<String>) {
 /// the fold (its datums stop) and forget its store.
 fn remove(shell: &mut Shell, w: &mut Wiring, syncs: &mut Syncs, id: ServiceId) {
     w.fleet.stop_service(id);
+    if let Some(store) = shell.stores.get(&id) {
+        store.save_next();
+    }
     syncs.spawn(shell, id);
     shell.feed(Input::RemoveService(id));
     shell.remove_store(id);

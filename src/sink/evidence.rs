@@ -9,7 +9,11 @@
 //!
 //! The file I/O runs on a dedicated thread fed by a bounded queue: a slow, full or hung disk
 //! never blocks the runtime that probes and publishes. The async side only encodes a line and
-//! hands it over; a full queue counts the record as failed, as a failed write would.
+//! hands it over; a full queue counts the record as failed, as a failed write would. The queue
+//! holds [`queue_lines`] lines for the run's number of services, so the start-up burst (a
+//! `start` record per service) always fits. The thread writes what has queued up meanwhile in
+//! one `write` (whole lines only), at most one write per [`GATHER`]; when that fails it cuts the
+//! file back and writes the lines one by one, so a full disk still loses whole records only.
 
 use crate::readiness::Millis;
 use crate::record::{Envelope, EvidenceReopened, Record};
@@ -21,9 +25,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use tokio::time::Instant;
 
-/// Lines the queue to the writer thread holds. Attempt records are about 1 KB, so a full queue
-/// is about 1 MB; at a few records per second it covers minutes of a stalled disk.
+/// Lines the queue to the writer thread holds at least. Attempt records are about 1 KB, so a
+/// full queue is about 1 MB; at a few records per second it covers minutes of a stalled disk.
 const QUEUE_LINES: usize = 1024;
+
+/// Lines the queue holds per service of the run: its `start` record at start-up and the first
+/// attempt of each branch, with room to spare. 5,000 services write 5,000 `start` records in the
+/// same instant; a queue of [`QUEUE_LINES`] refused 1,301 of them (benchmark).
+const LINES_PER_SERVICE: usize = 4;
+
+/// Most bytes the writer thread joins into one `write`.
+const BATCH_BYTES: usize = 256 * 1024;
+
+/// How long the writer thread rests after a write before it looks at the queue again: records
+/// that come meanwhile go out in the next write, and their senders need not wake the thread
+/// (a futex call per record when it waits on an empty queue). With a thousand branches, about
+/// 100 records a second, each write then carries a few records instead of one.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The queue size for a run of `services` services: every start-up record fits, whatever the
+/// number of services.
+pub fn queue_lines(services: usize) -> usize {
+    QUEUE_LINES.saturating_add(services.saturating_mul(LINES_PER_SERVICE))
+}
 
 /// Log the first failure and then every this many, so a dead disk does not flood the log.
 const LOG_EVERY: u64 = 100;
@@ -63,12 +87,18 @@ enum Msg {
 
 impl EvidenceWriter {
     /// Open (create or append) the evidence file, creating its directory, and start the writer
-    /// thread. Opening is synchronous: it happens once at start-up, where a failure stops the
-    /// run before anything is published.
+    /// thread behind a queue of `queue` lines ([`queue_lines`]). Opening is synchronous: it
+    /// happens once at start-up, where a failure stops the run before anything is published.
     ///
     /// # Errors
     /// The I/O error, for the caller to report with the path.
-    pub fn open(path: &Path, service: &str, prober: &str, max_bytes: u64) -> io::Result<Self> {
+    pub fn open(
+        path: &Path,
+        service: &str,
+        prober: &str,
+        max_bytes: u64,
+        queue: usize,
+    ) -> io::Result<Self> {
         let mut file = open_append(path)?;
         let mut size = file.metadata()?.len();
         if ends_torn(&file, size)? {
@@ -87,7 +117,7 @@ impl EvidenceWriter {
             prober: prober.into(),
             counters: counters.clone(),
         };
-        let (tx, rx) = mpsc::sync_channel(QUEUE_LINES);
+        let (tx, rx) = mpsc::sync_channel(queue.max(1));
         let (done_tx, done_rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("evidence-writer".into())
@@ -237,6 +267,27 @@ fn open_append(path: &Path) -> io::Result<File> {
     )
 }
 
+/// Whole lines the writer thread joins into one write, and where each ends.
+#[derive(Debug, Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Batch {
+    fn push(&mut self, line: &str) {
+        self.bytes.extend_from_slice(line.as_bytes());
+        self.ends.push(self.bytes.len());
+    }
+
+    /// Empty it, keeping at most [`BATCH_BYTES`] of its buffer for the next one.
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.bytes.shrink_to(BATCH_BYTES);
+        self.ends.clear();
+    }
+}
+
 /// The writer thread's side: the open file and its size.
 struct FileState {
     path: PathBuf,
@@ -252,9 +303,30 @@ struct FileState {
 
 impl FileState {
     fn run(mut self, rx: Receiver<Msg>, done: mpsc::Sender<()>) {
-        while let Ok(msg) = rx.recv() {
+        let mut batch = Batch::default();
+        let mut next = rx.recv().ok();
+        while let Some(msg) = next.take() {
             match msg {
-                Msg::Line(line) => self.append(&line),
+                Msg::Line(line) => {
+                    batch.push(&line);
+                    // Join what is queued already, up to a rotation or BATCH_BYTES; anything
+                    // else that comes waits until the batch is written.
+                    while batch.bytes.len() < BATCH_BYTES
+                        && let Ok(m) = rx.try_recv()
+                    {
+                        match m {
+                            Msg::Line(l) if self.fits(batch.bytes.len() + l.len()) => {
+                                batch.push(&l);
+                            }
+                            other => {
+                                next = Some(other);
+                                break;
+                            }
+                        }
+                    }
+                    self.append(&mut batch);
+                    std::thread::sleep(GATHER);
+                }
                 #[cfg(test)]
                 Msg::Stall(release) => {
                     let _ = release.recv();
@@ -264,11 +336,17 @@ impl FileState {
                         let path = self.path.display().to_string();
                         let r = Record::EvidenceReopened(EvidenceReopened { path });
                         match Envelope::new(at, &self.service, &self.prober, r).to_line() {
-                            Ok(line) => self.append(&line),
+                            Ok(line) => {
+                                batch.push(&line);
+                                self.append(&mut batch);
+                            }
                             Err(e) => self.count_failure(&e),
                         }
                     }
                 }
+            }
+            if next.is_none() {
+                next = rx.recv().ok();
             }
         }
         // Every sender is gone: the queue is drained.
@@ -278,23 +356,54 @@ impl FileState {
         let _ = done.send(());
     }
 
-    fn append(&mut self, line: &str) {
-        if self.size > 0 && self.size + line.len() as u64 > self.max_bytes {
+    /// Whether `len` more bytes go into the current file without rotating it first.
+    fn fits(&self, len: usize) -> bool {
+        self.size + len as u64 <= self.max_bytes
+    }
+
+    /// Write `batch` (whole lines) with one `write_all`, rotating first when it does not fit;
+    /// after a failure, cut the file back and write its lines one by one, so as many whole
+    /// records as the disk takes are kept. Empties `batch`.
+    fn append(&mut self, batch: &mut Batch) {
+        if self.size > 0 && !self.fits(batch.bytes.len()) {
             self.rotate();
         }
+        let lines = batch.ends.len();
+        match self.write_whole(&batch.bytes, lines) {
+            Ok(()) => {}
+            Err(e) if lines <= 1 => self.count_failure(&e),
+            Err(e) => {
+                tracing::debug!(error = %e, lines, "evidence batch failed; writing its lines one by one");
+                let mut from = 0;
+                for &end in &batch.ends {
+                    if let Err(e) = self.write_whole(&batch.bytes[from..end], 1) {
+                        self.count_failure(&e);
+                    }
+                    from = end;
+                }
+            }
+        }
+        batch.clear();
+    }
+
+    /// Append `bytes`, `lines` whole records, with one `write_all`. A failure cuts the file
+    /// back to its length before, so the next write starts on a line of its own.
+    fn write_whole(&mut self, bytes: &[u8], lines: usize) -> io::Result<()> {
         // The length before the write, from the file itself (a record written by another
         // process, or a truncation, since our last write is not lost by the cut below).
         let before = self.file.metadata().map(|m| m.len());
-        match self.file.write_all(line.as_bytes()) {
+        match self.file.write_all(bytes) {
             Ok(()) => {
-                self.counters.written.fetch_add(1, Ordering::Relaxed);
-                self.size = before.unwrap_or(self.size) + line.len() as u64;
+                self.counters
+                    .written
+                    .fetch_add(lines as u64, Ordering::Relaxed);
+                self.size = before.unwrap_or(self.size) + bytes.len() as u64;
+                Ok(())
             }
             Err(e) => {
-                // A full disk takes part of a line before it fails: cut the file back, so the
-                // next record starts on a line of its own instead of continuing a torn one.
+                // A full disk takes part of a line before it fails.
                 self.cut_back(before);
-                self.count_failure(&e);
+                Err(e)
             }
         }
     }

@@ -546,8 +546,21 @@ async fn sink_task(
         if reports.send(report).is_err() {
             break;
         }
+        drop(batch);
+        release_freed_memory();
     }
     shared.lock().task_gone = true;
+}
+
+/// Give the heap's free pages back to the system after a batch. A tick of 10,000 branches builds
+/// 70,000 datums (tens of MB) on one thread and frees them on another; glibc's arenas kept what
+/// each tick freed, and RSS rose by about 45 MB at each of the first ticks (benchmark).
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory to the system; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 #[cfg(test)]
