@@ -85,15 +85,21 @@ impl Shell {
     }
 
     /// Queue a batch for every sink; a full or closed queue is the fold's to account.
-    pub(super) fn hand(&mut self, b: Batch) {
+    pub(super) fn hand(&mut self, mut b: Batch) {
         let deadline = Instant::now() + self.publish_window;
         let mut refused = Vec::new();
         let mine =
             |(ns, s): &&(String, SinkQueue)| *ns == b.namespace && b.sinks.contains(&s.name());
-        for (_, s) in self.sinks.iter().filter(mine) {
+        let mut queues = self.sinks.iter().filter(mine).peekable();
+        while let Some((_, s)) = queues.next() {
+            // The last sink takes the datums: a tick's batch is never held twice.
+            let datums = match queues.peek() {
+                Some(_) => b.datums.clone(),
+                None => std::mem::take(&mut b.datums),
+            };
             let q = Queued {
                 id: b.id,
-                datums: b.datums.clone(),
+                datums,
                 deadline,
             };
             if let Err(why) = s.offer(q) {

@@ -114,20 +114,30 @@ impl EmfSink {
             out: Out::Writer(out),
         }
     }
+}
 
-    fn write_batch(&mut self, buf: &str) -> std::io::Result<()> {
-        match &mut self.out {
-            Out::Stdout => {
-                let mut out = std::io::stdout().lock();
+/// Lines are written in pieces of about this many bytes, so a tick of 70,000 datums never holds
+/// all its lines in memory at once.
+const CHUNK: usize = 64 * 1024;
+
+/// Encode `datums` as lines and write them to `out` a chunk at a time; the number written.
+fn write_lines(out: &mut dyn Write, namespace: &str, datums: &[Datum]) -> std::io::Result<usize> {
+    let mut buf = String::with_capacity(CHUNK + 4096);
+    let mut n = 0;
+    for d in datums {
+        if let Some(line) = encode(namespace, d) {
+            buf.push_str(&line);
+            buf.push('\n');
+            n += 1;
+            if buf.len() >= CHUNK {
                 out.write_all(buf.as_bytes())?;
-                out.flush()
-            }
-            Out::Writer(w) => {
-                w.write_all(buf.as_bytes())?;
-                w.flush()
+                buf.clear();
             }
         }
     }
+    out.write_all(buf.as_bytes())?;
+    out.flush()?;
+    Ok(n)
 }
 
 impl Sink for EmfSink {
@@ -137,21 +147,17 @@ impl Sink for EmfSink {
 
     fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a> {
         Box::pin(async move {
-            let mut buf = String::new();
-            let mut n = 0;
-            for d in datums {
-                if let Some(line) = encode(&self.namespace, d) {
-                    buf.push_str(&line);
-                    buf.push('\n');
-                    n += 1;
-                }
-            }
-            self.write_batch(&buf).map_err(|e| super::SinkError {
+            let EmfSink { namespace, out } = self;
+            let written = match out {
+                // Locked for the whole batch: batches never interleave with other output.
+                Out::Stdout => write_lines(&mut std::io::stdout().lock(), namespace, datums),
+                Out::Writer(w) => write_lines(w.as_mut(), namespace, datums),
+            };
+            written.map_err(|e| super::SinkError {
                 message: format!("emf output: {e}"),
                 // The destination (stdout, a pipe) cannot be written.
                 class: crate::record::PublishFailureClass::PublishUnreachable,
-            })?;
-            Ok(n)
+            })
         })
     }
 }
