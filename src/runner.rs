@@ -561,7 +561,7 @@ fn report_unavailable(shell: &mut Shell, now: Millis, service: &str, problems: V
     tracing::error!(
         service = %service,
         problems = %problems.join("; "),
-        "cannot prepare this service: it is not probed (ServiceUnavailable = 1); the other services run"
+        "this service cannot start: it is not probed (ServiceUnavailable = 1); the other services run"
     );
     let r = Record::ServiceUnavailable(ServiceUnavailable { problems });
     shell.evidence.record_for(now, service, &r);
@@ -573,24 +573,34 @@ struct Syncs {
     set: JoinSet<SyncOutcome>,
     /// The service of each task.
     of: HashMap<tokio::task::Id, usize>,
+    /// Syncs in flight per service (a poll asks for every service: no scan of `of`).
+    busy: HashMap<usize, u32>,
 }
 
 impl Syncs {
     fn busy(&self, service: usize) -> bool {
-        self.of.values().any(|s| *s == service)
+        self.busy.contains_key(&service)
     }
 
     fn spawn(&mut self, shell: &Shell, service: usize) {
         let h = self.set.spawn(shell.sync_task(service));
         self.of.insert(h.id(), service);
+        *self.busy.entry(service).or_default() += 1;
     }
 
     /// The next finished sync and its service; `None` when none is in flight.
     async fn next(&mut self) -> Option<(usize, Result<SyncOutcome, tokio::task::JoinError>)> {
-        match self.set.join_next_with_id().await? {
-            Ok((id, o)) => Some((self.of.remove(&id).unwrap_or(o.service), Ok(o))),
-            Err(e) => Some((self.of.remove(&e.id()).unwrap_or_default(), Err(e))),
+        let (service, joined) = match self.set.join_next_with_id().await? {
+            Ok((id, o)) => (self.of.remove(&id).unwrap_or(o.service), Ok(o)),
+            Err(e) => (self.of.remove(&e.id()).unwrap_or_default(), Err(e)),
+        };
+        if let Some(n) = self.busy.get_mut(&service) {
+            *n -= 1;
+            if *n == 0 {
+                self.busy.remove(&service);
+            }
         }
+        Some((service, joined))
     }
 }
 

@@ -367,6 +367,10 @@ impl Command {
 }
 
 async fn async_main(cli: Cli) -> ExitCode {
+    // `run` takes SIGHUP over before reading the config: from here on it never ends the process
+    // (its default action), also while a large config is still being read.
+    let hup = matches!(cli.command, Command::Run { .. })
+        .then(|| tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()));
     let cfg = match load(cli.command.config(), cli.prober_id.as_deref()) {
         Ok(c) => c,
         Err(code) => return code,
@@ -384,7 +388,7 @@ async fn async_main(cli: Cli) -> ExitCode {
                 grace,
                 emf_out: None,
             };
-            let reloads = reload_requests(cli.command.config(), cli.prober_id.clone());
+            let reloads = reload_requests(hup, cli.command.config(), cli.prober_id.clone());
             run(cfg, opts, reloads).await
         }
         Command::Probe {
@@ -565,13 +569,16 @@ fn shutdown_signal(grace: Duration) -> impl std::future::Future<Output = &'stati
 /// Configs read again, one per SIGHUP.
 type Reloads = tokio::sync::mpsc::Receiver<Result<Config, config::ConfigError>>;
 
-/// Install the SIGHUP handler now: at each SIGHUP the config is read again with the start-up
+/// Serve the SIGHUP handler `hup` installed at start: at each SIGHUP the config is read again with the start-up
 /// loader, off the runtime, and handed to the run, valid or not (the run logs and records a
 /// refusal). `--prober-id` applies to it as at start-up. `None` (and SIGHUP keeps its default,
 /// ending the process) when the handler cannot be installed.
-fn reload_requests(path: &std::path::Path, prober_id: Option<String>) -> Option<Reloads> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = match signal(SignalKind::hangup()) {
+fn reload_requests(
+    hup: Option<std::io::Result<tokio::signal::unix::Signal>>,
+    path: &std::path::Path,
+    prober_id: Option<String>,
+) -> Option<Reloads> {
+    let mut hup = match hup? {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "cannot install the SIGHUP handler; a config change needs a restart");

@@ -760,7 +760,7 @@ endpoint = "db-primary.fleet.internal.example"
         String::from_utf8_lossy(&out.stderr),
     );
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let error = lines_naming(&stderr, "cannot prepare this service");
+    let error = lines_naming(&stderr, "this service cannot start");
     assert_eq!(error.len(), 1, "{stderr}");
     assert!(
         error[0].contains("ERROR")

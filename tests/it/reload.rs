@@ -367,7 +367,7 @@ async fn a_corrupt_control_document_stops_only_its_service() {
     .unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{log}");
-    assert!(log.contains("cannot prepare this service"), "{log}");
+    assert!(log.contains("this service cannot start"), "{log}");
     let ev = read_evidence(&dir.path().join("evidence.jsonl"));
     let down = of(&ev, "service_unavailable", "beta", None);
     assert_eq!(down.len(), 1, "{ev:?}");
