@@ -657,13 +657,14 @@ mod tests {
             EXIT_INVALID_CONFIG,
             EXIT_INTERNAL,
             EXIT_IO,
+            aws_check::EXIT_NOT_CHECKED,
             EXIT_UNAVAILABLE_INPUT,
         ];
         let top = cli.get_long_about().map(ToString::to_string);
         assert_eq!(exit_codes(&top.unwrap_or_default()), all.into());
         for (cmd, codes) in [
             ("run", &[0, 64, 74, 78][..]),
-            ("check", &[0, 1, 64, 74, 78]),
+            ("check", &[0, 1, 64, 74, 77, 78]),
             ("probe", &[0, 1, 64, 78]),
             ("approve", &[0, 1, 64, 74]),
             ("override", &[0, 64, 74]),

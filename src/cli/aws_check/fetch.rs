@@ -238,6 +238,8 @@ fn alarm(m: &MetricAlarm) -> Alarm {
         evaluation_periods: m.evaluation_periods(),
         datapoints_to_alarm: m.datapoints_to_alarm(),
         treat_missing_data: m.treat_missing_data().map(str::to_string),
+        comparison: m.comparison_operator().map(|c| c.as_str().to_string()),
+        threshold: m.threshold(),
     }
 }
 

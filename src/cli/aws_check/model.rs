@@ -92,6 +92,10 @@ pub struct Alarm {
     pub datapoints_to_alarm: Option<i32>,
     /// `TreatMissingData`, if set.
     pub treat_missing_data: Option<String>,
+    /// `ComparisonOperator`, if set.
+    pub comparison: Option<String>,
+    /// `Threshold`, if set.
+    pub threshold: Option<f64>,
 }
 
 impl Alarm {
@@ -168,8 +172,12 @@ pub enum Rule {
     NoHealthCheck,
     /// Period ≠ 60 s (high resolution below).
     Period,
-    /// Extended statistic, or a statistic Route 53 cannot follow.
+    /// Extended statistic, a statistic Route 53 cannot follow, or one that has no meaning on a
+    /// 0/1 metric published by several probers (`Sum`, `SampleCount`).
     Statistic,
+    /// The alarm's comparison and threshold do not mean "unready": ALARM must fire when the
+    /// statistic of `Readiness` drops below 1 (or below the majority's 0.5), and only then.
+    Direction,
     /// Metric math instead of one metric.
     MetricMath,
     /// `DatapointsToAlarm` ≠ `EvaluationPeriods`.

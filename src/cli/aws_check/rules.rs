@@ -261,6 +261,31 @@ fn alarm_rules(at: At<'_>, svc: &ServiceExpect, a: &Alarm) -> Vec<Finding> {
             "use Statistic Minimum, Maximum or Average",
         );
     }
+    if let Some(s) = a
+        .statistic
+        .as_deref()
+        .filter(|s| ["Sum", "SampleCount"].contains(s))
+    {
+        add(
+            Rule::Statistic,
+            format!(
+                "statistic {s} of a 0/1 metric counts datums: it changes with the number of probers and of transitions in the minute, not with readiness"
+            ),
+            "use Statistic Minimum (any prober says unready), Maximum (all must) or Average with a threshold (majority)",
+        );
+    }
+    if !means_unready(a.comparison.as_deref(), a.threshold) {
+        add(
+            Rule::Direction,
+            format!(
+                "{} {}: ALARM must mean the branch is unready, i.e. the statistic of Readiness (0 or 1) below 1 (Minimum, Maximum) or below 0.5 (Average)",
+                a.comparison.as_deref().unwrap_or("no ComparisonOperator"),
+                a.threshold
+                    .map_or("no Threshold".to_string(), |t| format!("threshold {t}"))
+            ),
+            "set ComparisonOperator LessThanThreshold with Threshold 1 (Minimum, Maximum) or 0.5 (Average)",
+        );
+    }
     match a.period {
         Some(p) if p < ALARM_PERIOD => add(
             Rule::Period,
@@ -300,6 +325,16 @@ fn alarm_rules(at: At<'_>, svc: &ServiceExpect, a: &Alarm) -> Vec<Finding> {
 
 /// The rules of a single-metric alarm's series: the namespace, metric and dimensions the prober
 /// publishes.
+/// True when ALARM fires for some statistic of a 0/1 series below 1 and never at 1: "less than"
+/// a threshold in (0, 1], or "less than or equal to" one in [0, 1).
+fn means_unready(comparison: Option<&str>, threshold: Option<f64>) -> bool {
+    match (comparison, threshold) {
+        (Some("LessThanThreshold"), Some(t)) => t > 0.0 && t <= 1.0,
+        (Some("LessThanOrEqualToThreshold"), Some(t)) => (0.0..1.0).contains(&t),
+        _ => false,
+    }
+}
+
 fn series_rules(s: &Series, svc: &ServiceExpect, add: &mut impl FnMut(Rule, String, &str)) {
     if s.namespace != svc.namespace {
         add(

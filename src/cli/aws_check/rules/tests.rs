@@ -41,6 +41,8 @@ fn alarm(branch: &str) -> Alarm {
         evaluation_periods: Some(1),
         datapoints_to_alarm: None,
         treat_missing_data: Some("breaching".into()),
+        comparison: Some("LessThanThreshold".into()),
+        threshold: Some(1.0),
     }
 }
 
@@ -173,6 +175,27 @@ fn each_alarm_setting_breaks_its_rule() {
             |a| a.treat_missing_data = None,
             Rule::TreatMissingData,
         ),
+        ("sum", |a| a.statistic = Some("Sum".into()), Rule::Statistic),
+        (
+            "sample count",
+            |a| a.statistic = Some("SampleCount".into()),
+            Rule::Statistic,
+        ),
+        (
+            "alarm while ready",
+            |a| a.comparison = Some("GreaterThanOrEqualToThreshold".into()),
+            Rule::Direction,
+        ),
+        ("threshold 0", |a| a.threshold = Some(0.0), Rule::Direction),
+        ("threshold 2", |a| a.threshold = Some(2.0), Rule::Direction),
+        (
+            "anomaly band",
+            |a| {
+                a.comparison = Some("LessThanLowerThreshold".into());
+                a.threshold = None;
+            },
+            Rule::Direction,
+        ),
         (
             "metric math",
             |a| {
@@ -186,6 +209,16 @@ fn each_alarm_setting_breaks_its_rule() {
         change(&mut alarms(&mut inv)[0]);
         assert_eq!(rules_of(&expect(), &inv), primary(*rule), "{name}");
     }
+}
+
+#[test]
+fn the_majority_and_or_equal_forms_are_accepted() {
+    let mut inv = clean();
+    alarms(&mut inv)[0].statistic = Some("Average".into());
+    alarms(&mut inv)[0].threshold = Some(0.5);
+    alarms(&mut inv)[1].comparison = Some("LessThanOrEqualToThreshold".into());
+    alarms(&mut inv)[1].threshold = Some(0.0);
+    assert_eq!(rules_of(&expect(), &inv), vec![]);
 }
 
 #[test]
