@@ -109,7 +109,7 @@ pub enum Command {
         /// Config file (TOML).
         #[arg(long, short, env = "READYPROBE_CONFIG")]
         config: PathBuf,
-        /// Treat an unavailable file or secret as an error (exit 78), as `run` would.
+        /// Treat an unavailable file or secret as an error (exit 78), in any service.
         #[arg(long, conflicts_with = "aws")]
         strict: bool,
         /// Check the deployed CloudWatch alarms, Route 53 health checks and records instead.
@@ -497,7 +497,12 @@ fn check(cfg: &Config, strict: bool) -> ExitCode {
         if strict {
             eprintln!("error: {p}");
         } else {
-            println!("warning: {p} (run would exit {EXIT_UNAVAILABLE_INPUT})");
+            // `run` exits 78 only when no service can start; it leaves out the others.
+            if names.len() < cfg.services.len() {
+                println!("warning: {p} (run would leave it out: ServiceUnavailable = 1)");
+            } else {
+                println!("warning: {p} (run would exit {EXIT_UNAVAILABLE_INPUT})");
+            }
         }
     }
     ExitCode::from(if strict && !problems.is_empty() {

@@ -560,8 +560,8 @@ fn printed_names_are_the_serialised_ones() {
 async fn writes_every_kind_and_reads_it_back_equal() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("evidence.jsonl");
-    let mut w =
-        crate::sink::evidence::EvidenceWriter::open(&p, "orders-db", "az-a", 1 << 20, 1024).unwrap();
+    let mut w = crate::sink::evidence::EvidenceWriter::open(&p, "orders-db", "az-a", 1 << 20, 1024)
+        .unwrap();
     let written: Vec<Envelope> = every_kind()
         .into_iter()
         .enumerate()
