@@ -161,11 +161,11 @@ resource "aws_ecs_task_definition" "prober" {
     readonlyRootFilesystem = true
     user                   = "65532:65532"
     # Above --grace (10 s) + 2 s, so the final sync and publish finish after SIGTERM.
-    stopTimeout  = 20
-    command      = local.command
-    environment  = local.environment
-    secrets      = local.secrets
-    mountPoints  = local.mount_points
+    stopTimeout = 20
+    command     = local.command
+    environment = local.environment
+    secrets     = local.secrets
+    mountPoints = local.mount_points
     logConfiguration = {
       logDriver = "awslogs"
       options = {
