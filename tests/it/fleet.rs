@@ -76,34 +76,16 @@ const RUNNING: [(&str, &str); 6] = [
 fn fleet_config(p: &Pipeline, payments: &MariaDb, http: &Http) -> String {
     let dir = p.dir.path();
     let ev_path = p.evidence();
+    let header = fleet_header(
+        "fleet-test",
+        dir,
+        &ev_path,
+        p.dns.addr(),
+        ("Fleet", "1s"),
+        "mysql",
+    );
     format!(
-        r#"
-prober_id = "fleet-test"
-state_dir = {state:?}
-
-[publish]
-interval = "1s"
-sinks = ["emf"]
-namespace = "Fleet"
-
-[evidence]
-path = {evidence:?}
-
-[state]
-poll_interval = "500ms"
-
-[dns]
-nameservers = ["{dns}"]
-timeout = "200ms"
-
-{FAST_POLICY}
-
-[probe]
-kind = "mysql"
-interval = "300ms"
-timeout = "250ms"
-jitter = "100ms"
-
+        r#"{header}
 [probe.tls]
 ssl_mode = "verify_identity"
 ssl_ca = {ca:?}
@@ -167,9 +149,6 @@ name = "primary"
 role = "PRIMARY"
 endpoint = "mysql-primary.broken.internal.example"
 "#,
-        state = dir.join("state"),
-        evidence = ev_path,
-        dns = p.dns.addr(),
         ca = p.ca.ca_pem_path(),
         password = dir.join("password"),
         missing = dir.join("no-such-password"),

@@ -6,7 +6,7 @@
 //! inputs at a reload. And a corrupt control document stops only its own service.
 
 use crate::support::dns::DnsServer;
-use crate::support::fixture::{FAST_POLICY, read_evidence, wait_evidence};
+use crate::support::fixture::{fleet_header, read_evidence, wait_evidence};
 use serde_json::Value;
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -62,38 +62,10 @@ port = {secondary}
 
 /// The shared part of the config, with `publish_interval` and `extra` (services, or an error).
 fn config(dir: &Path, dns: &DnsServer, publish_interval: &str, extra: &str) -> String {
-    format!(
-        r#"
-prober_id = "reload-test"
-state_dir = {state:?}
-
-[publish]
-interval = "{publish_interval}"
-sinks = ["emf"]
-namespace = "Reload"
-
-[evidence]
-path = {evidence:?}
-
-[state]
-poll_interval = "500ms"
-
-[dns]
-nameservers = ["{dns}"]
-timeout = "200ms"
-
-{FAST_POLICY}
-
-[probe]
-kind = "tcp"
-interval = "300ms"
-timeout = "250ms"
-jitter = "100ms"
-{extra}"#,
-        state = dir.join("state"),
-        evidence = dir.join("evidence.jsonl"),
-        dns = dns.addr(),
-    )
+    let evidence = dir.join("evidence.jsonl");
+    let shared = ("Reload", publish_interval);
+    let header = fleet_header("reload-test", dir, &evidence, dns.addr(), shared, "tcp");
+    format!("{header}{extra}")
 }
 
 /// Replace the config file in one step, as an editor or a config management tool does.

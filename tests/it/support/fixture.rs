@@ -33,6 +33,48 @@ declare_unready = { success_rate_below = 80.0, for = "1s" }
 declare_ready = { success_rate_at_or_above = 95.0, for = "3s" }
 "#;
 
+/// The shared top of a test `[[service]]` config: file store, the `emf` sink, the evidence file,
+/// a 500 ms state poll, the test DNS server, [`FAST_POLICY`], and 300 ms attempts of `kind`.
+pub fn fleet_header(
+    prober: &str,
+    dir: &std::path::Path,
+    evidence: &std::path::Path,
+    dns: std::net::SocketAddr,
+    (namespace, publish_interval): (&str, &str),
+    kind: &str,
+) -> String {
+    format!(
+        r#"
+prober_id = "{prober}"
+state_dir = {state:?}
+
+[publish]
+interval = "{publish_interval}"
+sinks = ["emf"]
+namespace = "{namespace}"
+
+[evidence]
+path = {evidence:?}
+
+[state]
+poll_interval = "500ms"
+
+[dns]
+nameservers = ["{dns}"]
+timeout = "200ms"
+
+{FAST_POLICY}
+
+[probe]
+kind = "{kind}"
+interval = "300ms"
+timeout = "250ms"
+jitter = "100ms"
+"#,
+        state = dir.join("state"),
+    )
+}
+
 /// Two branches and their names.
 pub struct Pipeline {
     /// The test CA (keeps its files alive).
