@@ -299,19 +299,24 @@ pub async fn wait_evidence(
             return ev;
         }
         if tokio::time::Instant::now() > end {
-            let tail: Vec<String> = ev
+            let brief = |v: &Value| {
+                let mut s = v.to_string();
+                s.truncate(400);
+                s
+            };
+            let tail: Vec<String> = ev.iter().rev().take(8).map(brief).collect();
+            // Attempts and publishes crowd the tail; the decisions are what a failure is about.
+            let decisions: Vec<String> = ev
                 .iter()
+                .filter(|v| v["kind"] != "attempt" && v["kind"] != "publish")
                 .rev()
-                .take(8)
-                .map(|v| {
-                    let mut s = v.to_string();
-                    s.truncate(400);
-                    s
-                })
+                .take(12)
+                .map(brief)
                 .collect();
             panic!(
-                "evidence condition not met within {timeout:?}; last records:\n{}",
-                tail.join("\n")
+                "evidence condition not met within {timeout:?}; last records:\n{}\nlast other records:\n{}",
+                tail.join("\n"),
+                decisions.join("\n")
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
