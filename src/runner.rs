@@ -567,7 +567,13 @@ fn report_unavailable(shell: &mut Shell, now: Millis, service: &str, problems: V
     shell.evidence.record_for(now, service, &r);
 }
 
-/// The store syncs in flight, at most one per service.
+/// At most this many store syncs run at once. A poll queues every service and the queue
+/// drains as syncs finish, so thousands of services never hold thousands of sync tasks (each
+/// with a copy of its service's readiness) at once; the file store runs
+/// [`FILE_OPS`](crate::state::FILE_OPS) operations at a time anyway.
+const SYNCS_IN_FLIGHT: usize = 4 * crate::state::FILE_OPS;
+
+/// The store syncs in flight, at most one per service, and the ones queued behind them.
 #[derive(Default)]
 struct Syncs {
     set: JoinSet<SyncOutcome>,
@@ -575,11 +581,35 @@ struct Syncs {
     of: HashMap<tokio::task::Id, usize>,
     /// Syncs in flight per service (a poll asks for every service: no scan of `of`).
     busy: HashMap<usize, u32>,
+    /// Services waiting for a free slot, in the order they were queued, each once.
+    queued: std::collections::VecDeque<usize>,
+    waiting: std::collections::HashSet<usize>,
 }
 
 impl Syncs {
     fn busy(&self, service: usize) -> bool {
         self.busy.contains_key(&service)
+    }
+
+    /// Queue a sync of `service` unless one is in flight or queued already.
+    fn queue(&mut self, service: usize) {
+        if !self.busy(service) && self.waiting.insert(service) {
+            self.queued.push_back(service);
+        }
+    }
+
+    /// Start queued syncs while fewer than [`SYNCS_IN_FLIGHT`] run (a service a reload
+    /// removed meanwhile is skipped).
+    fn fill(&mut self, shell: &Shell) {
+        while self.set.len() < SYNCS_IN_FLIGHT {
+            let Some(service) = self.queued.pop_front() else {
+                break;
+            };
+            self.waiting.remove(&service);
+            if shell.stores.contains_key(&service) && !self.busy(service) {
+                self.spawn(shell, service);
+            }
+        }
     }
 
     fn spawn(&mut self, shell: &Shell, service: usize) {
@@ -644,16 +674,16 @@ where
             _ = poll.tick() => {
                 let ids: Vec<ServiceId> = shell.stores.keys().copied().collect();
                 for service in ids {
-                    if !syncs.busy(service) {
-                        syncs.spawn(shell, service);
-                    }
+                    syncs.queue(service);
                 }
+                syncs.fill(shell);
             }
             Some(new) = next_reload(&mut reloads) => {
                 reload::apply(shell, w, &mut syncs, new).await;
             }
             Some((service, joined)) = syncs.next(), if !syncs.set.is_empty() => {
                 shell.finish_sync(service, joined);
+                syncs.fill(shell);
             }
             Some(rep) = w.reports.recv() => shell.feed(Input::SinkReport(rep)),
             _ = &mut until => break "duration".to_string(),
