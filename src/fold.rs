@@ -362,6 +362,10 @@ fn log(level: Level, message: impl Into<String>, fields: Fields) -> Effect {
 }
 
 /// A map as compact JSON text for a log field, e.g. `{"cloudwatch":3}`.
+/// Up to this many branches, the `stopped` log line lists attempts and states per branch;
+/// beyond, it gives the attempts in all and the number of branches in each state.
+const STOPPED_LOG_BRANCHES: usize = 8;
+
 fn json_text<V: serde::Serialize>(map: &BTreeMap<String, V>) -> String {
     serde_json::to_string(map).unwrap_or_default()
 }
@@ -738,14 +742,28 @@ impl Fold {
         } else {
             (Level::Info, "stopped".to_string())
         };
+        // Per branch up to a few branches; a fleet's line gives totals (the `stop` record
+        // keeps every branch).
+        let (attempts, states) = if s.final_states.len() <= STOPPED_LOG_BRANCHES {
+            (json_text(&s.attempts), json_text(&s.final_states))
+        } else {
+            let mut by_state: BTreeMap<String, u64> = BTreeMap::new();
+            for state in s.final_states.values() {
+                *by_state.entry(state.as_str().to_string()).or_default() += 1;
+            }
+            (
+                s.attempts.values().sum::<u64>().to_string(),
+                json_text(&by_state),
+            )
+        };
         Log {
             level,
             message,
             fields: Fields {
                 reason: Some(s.stop_reason.clone()),
-                attempts: Some(json_text(&s.attempts)),
+                attempts: Some(attempts),
                 transitions: Some(s.transitions),
-                states: Some(json_text(&s.final_states)),
+                states: Some(states),
                 dropped_batches: (!s.dropped_batches.is_empty())
                     .then(|| json_text(&s.dropped_batches)),
                 ..Fields::default()

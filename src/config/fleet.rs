@@ -311,6 +311,31 @@ endpoint = "api-primary.orders.internal.example"
         assert!(!c.warnings.iter().any(|w| w.contains("canary row")));
     }
 
+    /// One finding shared by many services is one warning naming the first three and counting
+    /// the rest; the services keep their order.
+    #[test]
+    fn a_warning_shared_by_many_services_is_one_line() {
+        let mut text = "[probe]\nkind = \"tcp\"\n[probe.tcp]\nport = 5432\n".to_string();
+        for i in 0..6 {
+            text.push_str(&format!(
+                "[[service]]\nname = \"s{i}\"\nstable_name = \"s{i}.internal.example\"\n[[service.branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"p{i}.internal.example\"\n"
+            ));
+        }
+        let c = parse(Path::new("fleet.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+        let w: Vec<_> = c
+            .warnings
+            .iter()
+            .filter(|w| w.contains("liveness-level"))
+            .collect();
+        assert_eq!(w.len(), 1, "{:?}", c.warnings);
+        assert!(
+            w[0].starts_with(
+                r#"service[0] "s0", service[1] "s1", service[2] "s2" and 3 more services: "#
+            ),
+            "{w:?}"
+        );
+    }
+
     /// Each service's tables are merged key by key over the defaults; another kind replaces
     /// the default's kind table.
     #[test]

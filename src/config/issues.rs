@@ -6,6 +6,7 @@
 
 use super::raw::MOVED_TLS_KEYS;
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
@@ -27,7 +28,9 @@ pub(crate) struct Issues<'a> {
     newlines: Vec<usize>,
     doc: Option<Spanned<DeTable<'a>>>,
     pub(super) errors: Vec<Issue>,
-    pub(super) warnings: Vec<String>,
+    /// Non-fatal findings: the service they are about (`service[2] "name"`), if any, and the
+    /// message. [`warnings`](Self::warnings) joins the services of one message.
+    warned: Vec<(Option<String>, String)>,
     /// The `[[service]]` whose merged `probe` and `readiness` tables are being validated.
     pub(super) scope: Option<Scope>,
 }
@@ -46,7 +49,7 @@ impl<'a> Issues<'a> {
             newlines: newline_offsets(text),
             doc,
             errors: Vec::new(),
-            warnings: Vec::new(),
+            warned: Vec::new(),
             scope: None,
         }
     }
@@ -95,11 +98,47 @@ impl<'a> Issues<'a> {
 
     /// Record a non-fatal finding (inside a [`Scope`], naming its service).
     pub(super) fn warn(&mut self, message: impl Into<String>) {
-        let message = message.into();
-        self.warnings.push(match &self.scope {
-            Some(sc) => format!("{} {:?}: {message}", sc.prefix, sc.name),
-            None => message,
-        });
+        let service = self
+            .scope
+            .as_ref()
+            .map(|sc| format!("{} {:?}", sc.prefix, sc.name));
+        self.warned.push((service, message.into()));
+    }
+
+    /// The warnings, in the order first found; one message found for several services is one
+    /// warning naming the first few of them and how many more (a fleet of a thousand services
+    /// with one shared probe setting gets one line, not a thousand).
+    pub(super) fn warnings(&self) -> Vec<String> {
+        const NAMED: usize = 3;
+        let mut order: Vec<&str> = Vec::new();
+        let mut services: HashMap<&str, Vec<&str>> = HashMap::new();
+        let mut unscoped: HashSet<&str> = HashSet::new();
+        for (service, message) in &self.warned {
+            if !services.contains_key(message.as_str()) && !unscoped.contains(message.as_str()) {
+                order.push(message);
+            }
+            match service {
+                Some(s) => services.entry(message).or_default().push(s),
+                None => {
+                    unscoped.insert(message);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for message in order {
+            if unscoped.contains(message) {
+                out.push(message.to_string());
+            }
+            let Some(list) = services.get(message) else {
+                continue;
+            };
+            let named = list[..list.len().min(NAMED)].join(", ");
+            out.push(match list.len() {
+                n if n <= NAMED => format!("{named}: {message}"),
+                n => format!("{named} and {} more services: {message}", n - NAMED),
+            });
+        }
+        out
     }
 
     /// 1-based line of a byte offset.

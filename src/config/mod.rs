@@ -240,7 +240,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     };
     match checked {
         Some(mut cfg) if issues.errors.is_empty() => {
-            cfg.warnings = issues.warnings;
+            cfg.warnings = issues.warnings();
             Ok(cfg)
         }
         _ => {

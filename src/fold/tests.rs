@@ -977,3 +977,24 @@ fn an_untouched_branch_of_a_changed_service_keeps_its_window_and_clocks() {
     assert_eq!(t.len(), 1, "{t:?}");
     assert_eq!(t[0]["transition"]["to"], "pending_approval");
 }
+
+#[test]
+fn a_fleet_stopped_line_gives_totals_not_every_branch() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    for id in 1..5 {
+        f.handle(
+            new_service(id, &format!("svc-{id}"), ControlDoc::new("x")),
+            10,
+        );
+    }
+    let mut a = Attempt::internal_failure("primary", 1, 100, 110, "x".into());
+    a.outcome = Outcome::Success;
+    f.handle(Input::Attempt(2, Box::new(a)), 110);
+    let (s, e) = f.finish(200, "duration", 0);
+    assert_eq!(s.final_states.len(), 10, "the summary keeps every branch");
+    let line = logs(&e)[0];
+    assert_eq!(line.fields.attempts.as_deref(), Some("1"));
+    let states: BTreeMap<String, u64> =
+        serde_json::from_str(line.fields.states.as_deref().unwrap()).unwrap();
+    assert_eq!(states.values().sum::<u64>(), 10, "{states:?}");
+}
