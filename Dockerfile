@@ -4,12 +4,15 @@
 # (libc, libm, libgcc_s), so a `static` base would not run it. infra/image/rootfs-test.sh lays
 # out this final stage's file system and runs it under chroot as the non-root user (docs/deploy.md).
 #
-#   docker build -t readyprobe .
+#   docker build -t readyprobe .                                            # no config baked in
 #   docker build -t readyprobe:mine --build-arg CONFIG=probes/mine.toml .   # your config baked in
 #
-# The config is read from /etc/readyprobe/readyprobe.toml: bake it in with CONFIG (a file of the
-# build context: .dockerignore lets in probes/*.toml), or mount a directory over /etc/readyprobe
-# (docker run -v, or an EFS volume in the ECS templates).
+# The config is read from /etc/readyprobe/readyprobe.toml. The default build bakes none, so the
+# image cannot start with a config that names files it lacks (a CA bundle, say): mount a
+# directory holding the config and its files over /etc/readyprobe (docker run -v, or an EFS
+# volume in the ECS templates), or bake one in with CONFIG (a file of the build context:
+# .dockerignore lets in probes/*.toml) whose every file is mounted or in the image. Without a
+# config, `run` exits 64 naming /etc/readyprobe/readyprobe.toml. rootfs-test.sh checks both.
 
 ARG RUST_VERSION=1.95
 
@@ -27,14 +30,20 @@ COPY src ./src
 # touch: the stub's build is older than the sources, but cargo compares modification times.
 RUN touch src/main.rs src/lib.rs \
  && cargo build --release --locked --bin readyprobe \
- && install -d -m 0750 /out/state
+ && install -d -m 0750 /out/state \
+ && install -d -m 0755 /out/config
+# The config to bake in: none by default; a baked one must pass `check` (syntax and rules).
+ARG CONFIG=
+COPY probes ./probes
+RUN if [ -n "$CONFIG" ]; then \
+      install -m 0644 "$CONFIG" /out/config/readyprobe.toml \
+      && target/release/readyprobe check --config /out/config/readyprobe.toml; \
+    fi
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/readyprobe /usr/local/bin/readyprobe
 COPY --from=build --chown=65532:65532 /out/state/ /var/lib/readyprobe/
-# The config to bake in (the production example by default; name your own).
-ARG CONFIG=probes/orders-db.toml
-COPY ${CONFIG} /etc/readyprobe/readyprobe.toml
+COPY --from=build /out/config/ /etc/readyprobe/
 # Evidence and scratch state. Declared a volume so that ECS (Fargate bind mounts) copies this
 # directory and its owner into the task's volume and a read-only root file system still works.
 VOLUME ["/var/lib/readyprobe"]

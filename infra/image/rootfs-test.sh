@@ -2,18 +2,23 @@
 # Runs the image's final stage without Docker: lays out in a temporary directory the file system
 # the Dockerfile's final stage has (the release binary built as the build stage builds it, the
 # shared libraries it links, CA certificates, passwd/group with the distroless `nonroot` user, the
-# config at /etc/readyprobe/readyprobe.toml, /var/lib/readyprobe owned by that user, no shell),
-# then, in a private mount namespace with that root read-only and /var/lib/readyprobe a writable
-# volume (as ECS runs the task), chroots into it as uid 65532 and runs
-#   readyprobe check --strict   and   readyprobe run --duration 6s
-# against a TCP listener on 127.0.0.1. It checks that no /bin/sh exists, that both exit 0, that
-# `run` published Readiness 1 for both branches (EMF on stdout) and wrote its evidence as the
-# non-root user. What a container runtime adds (/proc, /dev/null, /dev/urandom, /etc/resolv.conf,
+# config the Dockerfile bakes in, /var/lib/readyprobe owned by that user, no shell), then, in a
+# private mount namespace with that root read-only and /var/lib/readyprobe a writable volume (as
+# ECS runs the task), chroots into it as uid 65532 and:
+#   - the baked config (the Dockerfile's CONFIG default, or $CONFIG): with none, the default
+#     command must exit 64 naming /etc/readyprobe/readyprobe.toml; with one, `readyprobe check`
+#     must name no file missing from the image;
+#   - with a test config mounted over /etc/readyprobe (as the ECS templates mount EFS), runs
+#     readyprobe check --strict   and   readyprobe run --duration 6s
+#     against a TCP listener on 127.0.0.1.
+# It checks that no /bin/sh exists, that both exit 0, that `run` published Readiness 1 for both
+# branches (EMF on stdout) and wrote its evidence as the non-root user. What a container runtime adds (/proc, /dev/null, /dev/urandom, /etc/resolv.conf,
 # /etc/hosts) is mounted or written the way Docker does. docs/deploy.md says what this does not
 # exercise. Needs root (unshare, chroot) and python3 (the listener).
 #
 #   infra/image/rootfs-test.sh            # cargo build --release --locked --bin readyprobe first
 #   BIN=target/debug/readyprobe infra/image/rootfs-test.sh   # an already built binary
+#   CONFIG=probes/x.toml infra/image/rootfs-test.sh          # as with --build-arg CONFIG=...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -27,13 +32,20 @@ if [ -z "${BIN:-}" ]; then
   BIN=target/release/readyprobe
 fi
 [ -x "$BIN" ] || fail "$BIN is not an executable"
+# The config the Dockerfile bakes in: its `ARG CONFIG=` default unless CONFIG is set.
+if [ -z "${CONFIG+set}" ]; then
+  CONFIG=$(sed -n 's/^ARG CONFIG=\(.*\)$/\1/p' Dockerfile)
+  grep -q '^ARG CONFIG=' Dockerfile || fail "no ARG CONFIG in the Dockerfile"
+fi
 
 ROOT=$(mktemp -d /tmp/readyprobe-rootfs.XXXXXX)
 chmod 0755 "$ROOT"   # the image's / (mktemp makes it 0700)
+CONF=$(mktemp -d /tmp/readyprobe-config.XXXXXX)
+chmod 0755 "$CONF"
 LISTENER_PID=
 cleanup() {
   [ -n "$LISTENER_PID" ] && kill "$LISTENER_PID" 2>/dev/null
-  rm -rf "$ROOT" "${STATE:-}"
+  rm -rf "$ROOT" "$CONF" "${STATE:-}"
 }
 trap cleanup EXIT
 
@@ -64,6 +76,11 @@ nonroot:x:65532:
 EOF
 # The build stage's `install -d -m 0750 /out/state`, copied with `--chown=65532:65532`.
 install -d -o 65532 -g 65532 -m 0750 "$ROOT/var/lib/readyprobe"
+# The build stage's /out/config: empty, or the CONFIG file as readyprobe.toml.
+install -d -m 0755 "$ROOT/etc/readyprobe"
+if [ -n "$CONFIG" ]; then
+  install -m 0644 "$CONFIG" "$ROOT/etc/readyprobe/readyprobe.toml"
+fi
 
 # What the container runtime provides at run time.
 mkdir -p "$ROOT/proc" "$ROOT/dev"
@@ -89,9 +106,9 @@ for _ in $(seq 50); do [ -s "$PORT_FILE" ] && break; sleep 0.1; done
 PORT=$(cat "$PORT_FILE")
 rm -f "$PORT_FILE"
 
-# The config the image would carry (baked in with --build-arg CONFIG, or mounted): the tcp kind
-# against the listener, EMF on stdout, the file store in the image's /var/lib/readyprobe.
-install -D -m 0644 /dev/stdin "$ROOT/etc/readyprobe/readyprobe.toml" <<EOF
+# The config mounted over /etc/readyprobe: the tcp kind against the listener, EMF on stdout,
+# the file store in the image's /var/lib/readyprobe.
+install -D -m 0644 /dev/stdin "$CONF/readyprobe.toml" <<EOF
 prober_id = "rootfs-test"
 state_dir = "/var/lib/readyprobe"
 
@@ -140,21 +157,44 @@ say "final stage: $(find "$ROOT" -type f | wc -l) files, $(du -sh "$ROOT" | cut 
 # environment; env and chroot run outside the root, so nothing is added to it.
 STATE=$(mktemp -d /tmp/readyprobe-volume.XXXXXX)
 chown 65532:65532 "$STATE" && chmod 0750 "$STATE"
+# With MOUNT_CONFIG=1, the test config's directory is mounted read-only over /etc/readyprobe.
 in_image() {
   unshare --mount --propagation private -- /bin/bash -c '
-    root=$1 state=$2; shift 2
+    root=$1 state=$2 conf=$3; shift 3
     mount --bind "$root" "$root"
     mount -o remount,bind,ro "$root"
     mount --bind "$state" "$root/var/lib/readyprobe"
+    [ -z "$conf" ] || mount --bind -o ro "$conf" "$root/etc/readyprobe"
     mount -t proc proc "$root/proc"
     mount --bind /dev/null "$root/dev/null"
     mount --bind /dev/urandom "$root/dev/urandom"
     exec /usr/bin/env -i PATH=/usr/local/bin HOME=/home/nonroot HOSTNAME=rootfs-test \
       /usr/sbin/chroot --userspec=65532:65532 "$root" "$@"
-  ' in_image "$ROOT" "$STATE" "$@"
+  ' in_image "$ROOT" "$STATE" "$([ "${MOUNT_CONFIG:-}" = 1 ] && echo "$CONF")" "$@"
 }
 
-say "readyprobe check --strict (as uid 65532 under chroot)"
+# ---------------------------------------------------------------- the baked config
+if [ -z "$CONFIG" ]; then
+  say "no config baked in: the default command must exit 64 naming the config file"
+  rc=0
+  err=$(in_image /usr/local/bin/readyprobe run --config /etc/readyprobe/readyprobe.toml 2>&1 >/dev/null) \
+    || rc=$?
+  [ "$rc" = 64 ] || { printf '%s\n' "$err" >&2; fail "run without a config exited $rc, not 64"; }
+  case $err in
+    *'/etc/readyprobe/readyprobe.toml'*) say "ok: exit 64, ${err##*$'\n'  }" ;;
+    *) printf '%s\n' "$err" >&2; fail "run without a config does not name /etc/readyprobe/readyprobe.toml" ;;
+  esac
+else
+  say "readyprobe check on the baked $CONFIG: every file it names must be in the image"
+  out=$(in_image /usr/local/bin/readyprobe check --config /etc/readyprobe/readyprobe.toml 2>&1) \
+    || { printf '%s\n' "$out" >&2; fail "check of the baked $CONFIG failed"; }
+  # A problem with a file reads "warning: <keys>: <path> ..." or "...: file <path> ...".
+  missing=$(printf '%s\n' "$out" | grep -E '^warning: [^ ]+: (file )?/' || true)
+  [ -z "$missing" ] || { printf '%s\n' "$missing" >&2; fail "the baked $CONFIG names files the image lacks"; }
+fi
+
+export MOUNT_CONFIG=1
+say "readyprobe check --strict (as uid 65532 under chroot, the test config mounted)"
 in_image /usr/local/bin/readyprobe check --strict --config /etc/readyprobe/readyprobe.toml >/dev/null \
   || fail "check --strict exited $?"
 

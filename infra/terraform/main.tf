@@ -1,6 +1,23 @@
+# The per-service unit, repeated for each entry of var.services: one readiness alarm, health check
+# and failover record per branch, and the heartbeat, fail-open and service-unavailable alarms.
 locals {
-  # Keyed by role, so the alarms, health checks and records of one branch share a key.
-  branches = { for b in var.branches : b.role => b }
+  # One entry per branch of every service, keyed "<service>/<role>", so the alarm, health check
+  # and record of one branch share a key.
+  branches = {
+    for b in flatten([
+      for s, svc in var.services : [
+        for br in svc.branches : {
+          key            = "${s}/${br.role}"
+          service        = s
+          name           = br.name
+          role           = br.role
+          endpoint       = br.endpoint
+          stable_name    = svc.stable_name
+          hosted_zone_id = svc.hosted_zone_id
+        }
+      ]
+    ]) : b.key => b
+  }
   # The threshold each quorum statistic is compared with (LessThanThreshold): a datum is 0 or 1.
   quorum_threshold = {
     Minimum = 1
@@ -15,11 +32,11 @@ data "aws_region" "current" {}
 resource "aws_cloudwatch_metric_alarm" "readiness" {
   for_each = local.branches
 
-  alarm_name          = "readyprobe-${var.service_name}-${each.value.name}-readiness"
-  alarm_description   = "Readiness of ${var.service_name} branch ${each.value.name} (${each.key}); followed by its Route 53 health check."
+  alarm_name          = "readyprobe-${each.value.service}-${each.value.name}-readiness"
+  alarm_description   = "Readiness of ${each.value.service} branch ${each.value.name} (${each.value.role}); followed by its Route 53 health check."
   namespace           = var.namespace
   metric_name         = "Readiness"
-  dimensions          = { Service = var.service_name, Branch = each.value.name }
+  dimensions          = { Service = each.value.service, Branch = each.value.name }
   unit                = "None"
   statistic           = var.alarm_statistic
   period              = 60
@@ -39,31 +56,33 @@ resource "aws_route53_health_check" "readiness" {
   cloudwatch_alarm_name           = aws_cloudwatch_metric_alarm.readiness[each.key].alarm_name
   cloudwatch_alarm_region         = data.aws_region.current.name
   insufficient_data_health_status = var.insufficient_data_health_status
-  tags                            = { Name = "readyprobe-${var.service_name}-${each.value.name}" }
+  tags                            = { Name = "readyprobe-${each.value.service}-${each.value.name}" }
 }
 
 resource "aws_route53_record" "failover" {
   for_each = local.branches
 
-  zone_id         = var.hosted_zone_id
-  name            = var.stable_name
+  zone_id         = each.value.hosted_zone_id
+  name            = each.value.stable_name
   type            = "CNAME"
   ttl             = var.record_ttl
   records         = [each.value.endpoint]
   set_identifier  = each.value.name
   health_check_id = aws_route53_health_check.readiness[each.key].id
   failover_routing_policy {
-    type = each.key
+    type = each.value.role
   }
 }
 
 # Prober dead: no Heartbeat datum at all (missing data breaches) for heartbeat_missing_minutes.
 resource "aws_cloudwatch_metric_alarm" "heartbeat" {
-  alarm_name          = "readyprobe-${var.service_name}-heartbeat"
-  alarm_description   = "No readyprobe prober publishes for ${var.service_name}: its readiness alarms see no data."
+  for_each = var.services
+
+  alarm_name          = "readyprobe-${each.key}-heartbeat"
+  alarm_description   = "No readyprobe prober publishes for ${each.key}: its readiness alarms see no data."
   namespace           = var.namespace
   metric_name         = "Heartbeat"
-  dimensions          = { Service = var.service_name }
+  dimensions          = { Service = each.key }
   unit                = "Count"
   statistic           = "SampleCount"
   period              = 60
@@ -78,11 +97,13 @@ resource "aws_cloudwatch_metric_alarm" "heartbeat" {
 
 # Fail-open: every branch publishes and none publishes 1, so Route 53 answers with the primary anyway.
 resource "aws_cloudwatch_metric_alarm" "fail_open" {
-  alarm_name          = "readyprobe-${var.service_name}-fail-open"
-  alarm_description   = "Both branches of ${var.service_name} are unready: Route 53 answers with the primary regardless."
+  for_each = var.services
+
+  alarm_name          = "readyprobe-${each.key}-fail-open"
+  alarm_description   = "Both branches of ${each.key} are unready: Route 53 answers with the primary regardless."
   namespace           = var.namespace
   metric_name         = "BothBranchesUnready"
-  dimensions          = { Service = var.service_name }
+  dimensions          = { Service = each.key }
   unit                = "None"
   statistic           = "Maximum"
   period              = 60
@@ -91,6 +112,29 @@ resource "aws_cloudwatch_metric_alarm" "fail_open" {
   threshold           = 1
   comparison_operator = "GreaterThanOrEqualToThreshold"
   # No datum means no prober runs or some branch is still unknown: the heartbeat alarm covers the first.
+  treat_missing_data = "notBreaching"
+  alarm_actions      = local.alarm_actions
+  ok_actions         = local.alarm_actions
+}
+
+# Service not probed: a prober runs, but could not prepare this service (a missing secret, CA
+# bundle or client certificate, or a bad control document); its branches publish nothing.
+resource "aws_cloudwatch_metric_alarm" "service_unavailable" {
+  for_each = var.services
+
+  alarm_name          = "readyprobe-${each.key}-unavailable"
+  alarm_description   = "A readyprobe prober runs without ${each.key}: see its service_unavailable evidence record, fix the input it names, then restart the prober tasks (docs/deploy.md)."
+  namespace           = var.namespace
+  metric_name         = "ServiceUnavailable"
+  dimensions          = { Service = each.key }
+  unit                = "None"
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 1
+  datapoints_to_alarm = 1
+  threshold           = 1
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  # No datum: every prober that runs has the service (or none runs: the heartbeat alarm).
   treat_missing_data = "notBreaching"
   alarm_actions      = local.alarm_actions
   ok_actions         = local.alarm_actions

@@ -3,10 +3,20 @@ data "aws_caller_identity" "current" {}
 
 locals {
   scheduled = var.mode == "scheduled"
-  command = concat(["run", "--config", var.config_path],
-  local.scheduled ? ["--duration", var.run_duration] : [])
-  environment = concat([{ name = "READYPROBE_LOG_FORMAT", value = "json" }],
-  local.scheduled ? [{ name = "READYPROBE_PROBER_ID", value = var.prober_id }] : [])
+  # --grace of every run (the binary's default, written out because the schedule depends on it).
+  grace_seconds = 10
+  # Mode scheduled: a run lasts the rate less this margin. The process ends by --duration +
+  # --grace + 2 s (12 s before the next run if both tasks take as long to start), and the gap
+  # without probing, about the margin, stays under the 40 s after which the default policy's
+  # first evaluation finds too few attempts (docs/deploy.md, scheduled mode).
+  schedule_margin_seconds = 25
+  run_duration            = "${var.schedule_minutes * 60 - local.schedule_margin_seconds}s"
+  schedule_expression     = var.schedule_minutes == 1 ? "rate(1 minute)" : "rate(${var.schedule_minutes} minutes)"
+  # One prober per subnet (Availability Zone), each with its own task definition, so that each
+  # gets its own stable prober_id "<name>-<subnet id>".
+  slots = { for s in var.subnet_ids : s => s }
+  command = concat(["run", "--config", var.config_path, "--grace", "${local.grace_seconds}s"],
+  local.scheduled ? ["--duration", local.run_duration] : [])
   secrets = var.probe_secret_arn == null ? [] : [{ name = var.probe_secret_env, valueFrom = var.probe_secret_arn }]
   mount_points = concat([{ sourceVolume = "state", containerPath = "/var/lib/readyprobe", readOnly = false }],
   var.config_file_system_id == null ? [] : [{ sourceVolume = "config", containerPath = "/etc/readyprobe", readOnly = true }])
@@ -16,13 +26,13 @@ locals {
 resource "aws_cloudwatch_log_group" "prober" {
   #checkov:skip=CKV_AWS_158:Logs and EMF metrics hold no secrets (readyprobe redacts them); CloudWatch Logs encrypts at rest with its own key.
   #checkov:skip=CKV_AWS_338:Retention is the operator's choice (log_retention_days); a prober's logs are not audit records.
-  name              = "/readyprobe/${var.service_name}"
+  name              = "/readyprobe/${var.name}"
   retention_in_days = var.log_retention_days
 }
 
 resource "aws_security_group" "prober" {
-  name_prefix = "readyprobe-${var.service_name}-"
-  description = "readyprobe ${var.service_name}: no ingress; egress to the branches, the VPC resolver and AWS APIs"
+  name_prefix = "readyprobe-${var.name}-"
+  description = "readyprobe ${var.name}: no ingress; egress to the branches, the VPC resolver and AWS APIs"
   vpc_id      = var.vpc_id
 
   egress {
@@ -48,7 +58,28 @@ resource "aws_security_group" "prober" {
   }
 }
 
-data "aws_iam_policy_document" "ecs_tasks_assume" {
+# The task role: assumed by ECS tasks of this account and region only (confused deputy).
+data "aws_iam_policy_document" "task_assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ecs-tasks.amazonaws.com"]
+    }
+    condition {
+      test     = "ArnLike"
+      variable = "aws:SourceArn"
+      values   = ["arn:${data.aws_partition.current.partition}:ecs:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:*"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [data.aws_caller_identity.current.account_id]
+    }
+  }
+}
+
+data "aws_iam_policy_document" "execution_assume" {
   statement {
     actions = ["sts:AssumeRole"]
     principals {
@@ -69,27 +100,29 @@ data "aws_iam_policy_document" "task" {
       values   = [var.namespace]
     }
   }
-  # One control document per service: <prefix>control-<service>.json.
+  # One control document per service: <prefix>control-<service>.json (src/state.rs). The store
+  # reads and conditionally writes that one object; it never lists, deletes or tags.
   statement {
     actions   = ["s3:GetObject", "s3:PutObject"]
     resources = ["arn:${data.aws_partition.current.partition}:s3:::${var.state_bucket}/${var.state_prefix}control-*.json"]
   }
-  # Without ListBucket S3 answers the first read of a missing document with 403, not 404.
+  # The store never lists: ListBucket only makes S3 answer the first read of a missing document
+  # with 404 (NoSuchKey) instead of 403. Limited to the control documents' names.
   statement {
     actions   = ["s3:ListBucket"]
     resources = ["arn:${data.aws_partition.current.partition}:s3:::${var.state_bucket}"]
     condition {
       test     = "StringLike"
       variable = "s3:prefix"
-      values   = ["${var.state_prefix}*"]
+      values   = ["${var.state_prefix}control-*"]
     }
   }
 }
 
 resource "aws_iam_role" "task" {
   name_prefix        = "readyprobe-task-"
-  description        = "readyprobe ${var.service_name}: publish its metrics, read and write its control document"
-  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
+  description        = "readyprobe ${var.name}: publish its metrics, read and write its control document"
+  assume_role_policy = data.aws_iam_policy_document.task_assume.json
 }
 
 resource "aws_iam_role_policy" "task" {
@@ -100,8 +133,8 @@ resource "aws_iam_role_policy" "task" {
 
 resource "aws_iam_role" "execution" {
   name_prefix        = "readyprobe-exec-"
-  description        = "readyprobe ${var.service_name}: pull the image, write logs, read the probe secret"
-  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
+  description        = "readyprobe ${var.name}: pull the image, write logs, read the probe secret"
+  assume_role_policy = data.aws_iam_policy_document.execution_assume.json
 }
 
 resource "aws_iam_role_policy_attachment" "execution" {
@@ -124,7 +157,9 @@ resource "aws_iam_role_policy" "execution_secret" {
 }
 
 resource "aws_ecs_task_definition" "prober" {
-  family                   = "readyprobe-${var.service_name}"
+  for_each = local.slots
+
+  family                   = "readyprobe-${var.name}-${each.key}"
   requires_compatibilities = ["FARGATE"]
   network_mode             = "awsvpc"
   cpu                      = "256"
@@ -163,7 +198,12 @@ resource "aws_ecs_task_definition" "prober" {
     # Above --grace (10 s) + 2 s, so the final sync and publish finish after SIGTERM.
     stopTimeout = 20
     command     = local.command
-    environment = local.environment
+    # A stable prober_id per slot: a replaced task continues its predecessor's entry in the
+    # control document instead of adding one (the host name would change with every task).
+    environment = [
+      { name = "READYPROBE_LOG_FORMAT", value = "json" },
+      { name = "READYPROBE_PROBER_ID", value = "${var.name}-${each.key}" },
+    ]
     secrets     = local.secrets
     mountPoints = local.mount_points
     logConfiguration = {
@@ -177,18 +217,22 @@ resource "aws_ecs_task_definition" "prober" {
   }])
 }
 
+# Mode service: one ECS service per subnet, with one task. A deployment stops the old task before
+# it starts the new one, so a prober_id never runs twice.
 resource "aws_ecs_service" "prober" {
-  count = local.scheduled ? 0 : 1
+  for_each = local.scheduled ? {} : local.slots
 
-  name            = "readyprobe-${var.service_name}"
-  cluster         = var.cluster_arn
-  task_definition = aws_ecs_task_definition.prober.arn
-  launch_type     = "FARGATE"
-  desired_count   = var.desired_count
-  propagate_tags  = "SERVICE"
+  name                               = "readyprobe-${var.name}-${each.key}"
+  cluster                            = var.cluster_arn
+  task_definition                    = aws_ecs_task_definition.prober[each.key].arn
+  launch_type                        = "FARGATE"
+  desired_count                      = 1
+  deployment_minimum_healthy_percent = 0
+  deployment_maximum_percent         = 100
+  propagate_tags                     = "SERVICE"
 
   network_configuration {
-    subnets          = var.subnet_ids
+    subnets          = [each.value]
     security_groups  = local.security_group_ids
     assign_public_ip = false
   }
@@ -212,7 +256,7 @@ data "aws_iam_policy_document" "scheduler_assume" {
 data "aws_iam_policy_document" "scheduler" {
   statement {
     actions   = ["ecs:RunTask"]
-    resources = [aws_ecs_task_definition.prober.arn]
+    resources = [for t in aws_ecs_task_definition.prober : t.arn]
     condition {
       test     = "ArnEquals"
       variable = "ecs:cluster"
@@ -233,7 +277,7 @@ data "aws_iam_policy_document" "scheduler" {
 resource "aws_iam_role" "scheduler" {
   count              = local.scheduled ? 1 : 0
   name_prefix        = "readyprobe-sched-"
-  description        = "readyprobe ${var.service_name}: EventBridge Scheduler runs the prober task"
+  description        = "readyprobe ${var.name}: EventBridge Scheduler runs the prober task"
   assume_role_policy = data.aws_iam_policy_document.scheduler_assume.json
 }
 
@@ -244,13 +288,14 @@ resource "aws_iam_role_policy" "scheduler" {
   policy = data.aws_iam_policy_document.scheduler.json
 }
 
+# Mode scheduled: one bounded run every schedule_minutes in each subnet.
 resource "aws_scheduler_schedule" "prober" {
   #checkov:skip=CKV_AWS_297:The schedule holds no secret (a task definition ARN, subnets, security groups); the service encrypts it with its own key.
-  count = local.scheduled ? 1 : 0
+  for_each = local.scheduled ? local.slots : {}
 
-  name                = "readyprobe-${var.service_name}"
-  description         = "readyprobe ${var.service_name}: one bounded run per interval, state in S3"
-  schedule_expression = var.schedule_expression
+  name                = "readyprobe-${var.name}-${each.key}"
+  description         = "readyprobe ${var.name}: one run of ${local.run_duration} every ${var.schedule_minutes} min, state in S3"
+  schedule_expression = local.schedule_expression
   state               = "ENABLED"
 
   flexible_time_window {
@@ -264,11 +309,11 @@ resource "aws_scheduler_schedule" "prober" {
       maximum_retry_attempts = 0
     }
     ecs_parameters {
-      task_definition_arn = aws_ecs_task_definition.prober.arn
+      task_definition_arn = aws_ecs_task_definition.prober[each.key].arn
       task_count          = 1
       launch_type         = "FARGATE"
       network_configuration {
-        subnets          = var.subnet_ids
+        subnets          = [each.value]
         security_groups  = local.security_group_ids
         assign_public_ip = false
       }

@@ -1,9 +1,9 @@
-variable "service_name" {
-  description = "The config's service.name, the Service dimension of every metric."
+variable "name" {
+  description = "The prober's name: its ECS task family, service and schedule names, its log group /readyprobe/<name>, and the prefix of each task's prober_id."
   type        = string
   validation {
-    condition     = can(regex("^[A-Za-z0-9._-]{1,64}$", var.service_name))
-    error_message = "service_name: 1-64 of A-Z a-z 0-9 . _ -"
+    condition     = can(regex("^[A-Za-z0-9-]{1,24}$", var.name))
+    error_message = "name: 1-24 of A-Z a-z 0-9 -"
   }
 }
 
@@ -11,33 +11,43 @@ variable "namespace" {
   description = "The config's publish.namespace."
   type        = string
   default     = "Readyprobe"
+  validation {
+    condition     = can(regex("^[0-9A-Za-z.\\-_/#: ]{1,255}$", var.namespace)) && !startswith(var.namespace, "AWS/") && !startswith(var.namespace, ":")
+    error_message = "namespace: 1-255 of 0-9 A-Z a-z . - _ / # : and space, not starting with AWS/ or :"
+  }
 }
 
-variable "branches" {
-  description = "The failover record's two branches: the config's branch name (the Branch dimension), its role, and its branch-specific DNS name (the record's CNAME target)."
-  type = list(object({
-    name     = string
-    role     = string
-    endpoint = string
+variable "services" {
+  description = "The config's services, by service.name (the Service dimension): each one's stable_name (the failover record's name), the private hosted zone that holds it, and its two branches: the config's branch name (the Branch dimension), its role, and its branch-specific DNS name (the record's CNAME target)."
+  type = map(object({
+    stable_name    = string
+    hosted_zone_id = string
+    branches = list(object({
+      name     = string
+      role     = string
+      endpoint = string
+    }))
   }))
   validation {
-    condition     = length(var.branches) == 2 && length(setintersection(toset([for b in var.branches : b.role]), toset(["PRIMARY", "SECONDARY"]))) == 2
-    error_message = "branches: exactly two, one with role PRIMARY and one with role SECONDARY."
+    condition     = length(var.services) >= 1 && alltrue([for s in keys(var.services) : can(regex("^[A-Za-z0-9._-]{1,64}$", s))])
+    error_message = "services: at least one; each key (the config's service.name) 1-64 of A-Z a-z 0-9 . _ -"
   }
   validation {
-    condition     = length(toset([for b in var.branches : b.name])) == 2
-    error_message = "branches: the two names must differ."
+    condition     = alltrue([for s in values(var.services) : length(s.branches) == 2 && length(setintersection(toset([for b in s.branches : b.role]), toset(["PRIMARY", "SECONDARY"]))) == 2])
+    error_message = "services: each has exactly two branches, one with role PRIMARY and one with role SECONDARY."
   }
-}
-
-variable "stable_name" {
-  description = "The failover record's name (the config's service.stable_name)."
-  type        = string
-}
-
-variable "hosted_zone_id" {
-  description = "The private hosted zone that holds the failover records."
-  type        = string
+  validation {
+    condition     = alltrue([for s in values(var.services) : length(toset([for b in s.branches : b.name])) == 2 && alltrue([for b in s.branches : can(regex("^[A-Za-z0-9._-]{1,64}$", b.name))])])
+    error_message = "services: the two branch names of a service differ, each 1-64 of A-Z a-z 0-9 . _ -"
+  }
+  validation {
+    condition     = alltrue(flatten([for s in values(var.services) : [for n in concat([s.stable_name], [for b in s.branches : b.endpoint]) : can(regex("^([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\\.)+[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$", n)) && length(n) <= 253]]))
+    error_message = "services: stable_name and each endpoint are DNS names of two or more labels (letters, digits, - and _), at most 253 characters."
+  }
+  validation {
+    condition     = alltrue([for s in values(var.services) : can(regex("^Z[A-Z0-9]{1,31}$", s.hosted_zone_id))])
+    error_message = "services: hosted_zone_id is a Route 53 hosted zone id (Z followed by upper-case letters and digits)."
+  }
 }
 
 variable "record_ttl" {
@@ -90,13 +100,17 @@ variable "heartbeat_missing_minutes" {
 }
 
 variable "alarm_topic_arn" {
-  description = "SNS topic for the heartbeat and fail-open alarms (null - no action)."
+  description = "SNS topic for the heartbeat, fail-open and service-unavailable alarms (null - no action)."
   type        = string
   default     = null
+  validation {
+    condition     = var.alarm_topic_arn == null || can(regex("^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]{1,256}(\\.fifo)?$", var.alarm_topic_arn))
+    error_message = "alarm_topic_arn: null or an SNS topic ARN."
+  }
 }
 
 variable "mode" {
-  description = "service - an ECS service, one task per subnet's AZ; scheduled - an EventBridge Scheduler schedule runs one task per schedule_expression, for run_duration."
+  description = "service - one ECS service per subnet (Availability Zone) with one task each; scheduled - one EventBridge Scheduler schedule per subnet runs a bounded task every schedule_minutes."
   type        = string
   default     = "service"
   validation {
@@ -108,55 +122,37 @@ variable "mode" {
 variable "cluster_arn" {
   description = "ARN of the ECS cluster the prober runs in."
   type        = string
+  validation {
+    condition     = can(regex("^arn:aws[a-z-]*:ecs:[a-z0-9-]+:[0-9]{12}:cluster/[A-Za-z0-9_-]{1,255}$", var.cluster_arn))
+    error_message = "cluster_arn: an ECS cluster ARN."
+  }
 }
 
-variable "desired_count" {
-  description = "Tasks of the ECS service (mode service); one per Availability Zone, i.e. one per subnet."
+variable "schedule_minutes" {
+  description = "Mode scheduled: the schedule's rate in minutes. Each run lasts the rate less 25 s (docs/deploy.md, scheduled mode), so runs neither overlap nor leave a gap the policy's window cannot bridge."
   type        = number
-  default     = 2
+  default     = 1
   validation {
-    condition     = var.desired_count >= 1
-    error_message = "desired_count: at least 1."
-  }
-}
-
-variable "schedule_expression" {
-  description = "EventBridge Scheduler expression (mode scheduled)."
-  type        = string
-  default     = "rate(1 minute)"
-}
-
-variable "run_duration" {
-  description = "readyprobe run --duration (mode scheduled); shorter than the schedule's interval so runs do not overlap."
-  type        = string
-  default     = "50s"
-  validation {
-    condition     = can(regex("^[0-9]+(ms|s|m)$", var.run_duration))
-    error_message = "run_duration: a duration with a unit, e.g. 50s."
-  }
-}
-
-variable "prober_id" {
-  description = "The stable --prober-id of the scheduled task (mode scheduled); tasks of the service use their host name."
-  type        = string
-  default     = "scheduled"
-  validation {
-    condition     = can(regex("^[A-Za-z0-9._-]{1,64}$", var.prober_id))
-    error_message = "prober_id: 1-64 of A-Z a-z 0-9 . _ -"
+    condition     = contains([1, 2, 5, 10, 15, 30, 60], var.schedule_minutes)
+    error_message = "schedule_minutes: 1, 2, 5, 10, 15, 30 or 60."
   }
 }
 
 variable "vpc_id" {
-  description = "The VPC of the branches and of the private hosted zone."
+  description = "The VPC of the branches and of the private hosted zones."
   type        = string
+  validation {
+    condition     = can(regex("^vpc-[0-9a-f]{8,17}$", var.vpc_id))
+    error_message = "vpc_id: a VPC id (vpc-...)."
+  }
 }
 
 variable "subnet_ids" {
-  description = "Private subnets, one per Availability Zone."
+  description = "Private subnets, one per Availability Zone. Mode service: one prober task per subnet, with the stable prober_id <name>-<subnet id>."
   type        = list(string)
   validation {
-    condition     = length(var.subnet_ids) >= 1
-    error_message = "subnet_ids: at least one subnet."
+    condition     = length(var.subnet_ids) >= 1 && length(toset(var.subnet_ids)) == length(var.subnet_ids) && alltrue([for s in var.subnet_ids : can(regex("^subnet-[0-9a-f]{8,17}$", s))])
+    error_message = "subnet_ids: at least one subnet id (subnet-...), each once."
   }
 }
 
@@ -170,49 +166,81 @@ variable "probe_egress_cidr" {
 }
 
 variable "extra_security_group_ids" {
-  description = "Further security groups for the task."
+  description = "Further security groups for the tasks."
   type        = list(string)
   default     = []
+  validation {
+    condition     = alltrue([for s in var.extra_security_group_ids : can(regex("^sg-[0-9a-f]{8,17}$", s))])
+    error_message = "extra_security_group_ids: security group ids (sg-...)."
+  }
 }
 
 variable "image" {
   description = "The readyprobe image (Dockerfile at the repository root), by digest preferably."
   type        = string
+  validation {
+    condition     = can(regex("^[^\\s]{1,1024}$", var.image))
+    error_message = "image: an image reference without spaces."
+  }
 }
 
 variable "config_path" {
   description = "The config file inside the container (baked into the image, or on the EFS file system below)."
   type        = string
   default     = "/etc/readyprobe/readyprobe.toml"
+  validation {
+    condition     = can(regex("^/[A-Za-z0-9._/-]{1,4095}$", var.config_path))
+    error_message = "config_path: an absolute path of A-Z a-z 0-9 . _ / -"
+  }
 }
 
 variable "config_file_system_id" {
-  description = "EFS file system whose root holds the config, mounted read-only at /etc/readyprobe (null - the config is baked in)."
+  description = "EFS file system whose root holds the config, mounted read-only at /etc/readyprobe (null - the config is baked into the image)."
   type        = string
   default     = null
+  validation {
+    condition     = var.config_file_system_id == null || can(regex("^fs-[0-9a-f]{8,40}$", var.config_file_system_id))
+    error_message = "config_file_system_id: null or an EFS file system id (fs-...)."
+  }
 }
 
 variable "state_bucket" {
   description = "S3 bucket of the state store (the config's [state.s3] bucket)."
   type        = string
+  validation {
+    condition     = can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.state_bucket))
+    error_message = "state_bucket: an S3 bucket name (3-63 of a-z 0-9 . -)."
+  }
 }
 
 variable "state_prefix" {
   description = "The config's [state.s3] key_prefix."
   type        = string
   default     = "readyprobe/"
+  validation {
+    condition     = can(regex("^[A-Za-z0-9!_.'()/-]{0,512}$", var.state_prefix))
+    error_message = "state_prefix: up to 512 of A-Z a-z 0-9 ! _ . ' ( ) / - (no * or ?, which IAM would read as wildcards)."
+  }
 }
 
 variable "probe_secret_arn" {
   description = "Secrets Manager secret ARN injected as probe_secret_env (null - none)."
   type        = string
   default     = null
+  validation {
+    condition     = var.probe_secret_arn == null || can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+$", var.probe_secret_arn))
+    error_message = "probe_secret_arn: null or a Secrets Manager secret ARN."
+  }
 }
 
 variable "probe_secret_env" {
   description = "Environment variable the config reads the secret from, e.g. password = { env = \"READYPROBE_MYSQL_PASSWORD\" }."
   type        = string
   default     = "READYPROBE_MYSQL_PASSWORD"
+  validation {
+    condition     = can(regex("^[A-Za-z_][A-Za-z0-9_]{0,254}$", var.probe_secret_env))
+    error_message = "probe_secret_env: an environment variable name (A-Z a-z 0-9 _, not starting with a digit)."
+  }
 }
 
 variable "log_retention_days" {

@@ -1,7 +1,7 @@
 //! The CloudFormation template's `Readiness` alarm on the CloudWatch emulator, driven by a real
-//! prober: the alarm definition is read from `infra/cloudformation/readyprobe.yaml` (parameter
-//! defaults, the quorum threshold from its mapping), created through the SDK, and must go to
-//! `ALARM` while the branch publishes 0 and back to `OK` once it publishes 1.
+//! prober: the alarm definition is read from `infra/cloudformation/readyprobe-service.yaml`
+//! (parameter defaults, the quorum threshold from its mapping), created through the SDK, and must
+//! go to `ALARM` while the branch publishes 0 and back to `OK` once it publishes 1.
 //!
 //! One departure from the template, on purpose: `Period` 10 instead of 60. The emulator evaluates
 //! an alarm once per period, so 60 s would make each state change take minutes; with 10 s the

@@ -1,10 +1,14 @@
 //! The deployment templates against the metric contract (`src/contract.rs`): every alarm in
-//! `infra/cloudformation/readyprobe.yaml` and `infra/terraform/*.tf` watches a series the code
-//! publishes (namespace, metric name, dimension names, unit), with the rules a Route 53
+//! `infra/cloudformation/readyprobe-service.yaml` and `infra/terraform/*.tf` watches a series the
+//! code publishes (namespace, metric name, dimension names, unit), with the rules a Route 53
 //! `CLOUDWATCH_METRIC` health check needs (period, statistic, no "M out of N", explicit missing-data
 //! handling); every health check follows a `Readiness` alarm with an operator-chosen
-//! `InsufficientDataHealthStatus`; every failover record has a health check and a short TTL.
-//! Both templates are read into one shape ([`Template`]) and checked by the same rules.
+//! `InsufficientDataHealthStatus`; every failover record has a health check and a short TTL; every
+//! service gets the alarms for people (heartbeat, fail-open, service unavailable). Both templates
+//! are read into one shape ([`Template`]) and checked by the same rules. Then the shape of the
+//! deployment: one prober for many services, bounded scheduled runs, a stable prober id per task,
+//! the task role's trust and S3 permissions against what the state store does, constrained
+//! parameters, and an image whose default build bakes no config.
 
 use readyprobe::contract::{self, Metric};
 use serde_json::Value;
@@ -66,6 +70,12 @@ pub struct Alarm {
     pub evaluation_periods: Option<Val>,
     pub datapoints_to_alarm: Option<Val>,
     pub treat_missing_data: Option<Val>,
+    pub comparison: Option<Val>,
+    pub threshold: Option<Val>,
+    /// The alarm actions, as the template writes them.
+    pub actions: Option<String>,
+    /// What the resource repeats over (Terraform `for_each`), as written.
+    pub for_each: Option<String>,
 }
 
 /// One Route 53 health check.
@@ -78,6 +88,8 @@ pub struct HealthCheck {
     /// The alarm's region: must be the stack's own.
     pub region: Option<Val>,
     pub insufficient_data: Option<Val>,
+    /// What the resource repeats over (Terraform `for_each`), as written.
+    pub for_each: Option<String>,
 }
 
 /// One failover record.
@@ -88,6 +100,8 @@ pub struct Record {
     pub failover: Option<Val>,
     /// The id of its health check.
     pub health_check: Option<String>,
+    /// What the resource repeats over (Terraform `for_each`), as written.
+    pub for_each: Option<String>,
 }
 
 /// What the checks read from a template.
@@ -106,13 +120,21 @@ pub fn repo_file(rel: &str) -> PathBuf {
 
 // ---------------------------------------------------------------- CloudFormation
 
-/// The CloudFormation template's path in the repository.
-pub const CFN: &str = "infra/cloudformation/readyprobe.yaml";
+/// The per-service CloudFormation template (one stack per service): alarms, health checks,
+/// records.
+pub const CFN: &str = "infra/cloudformation/readyprobe-service.yaml";
+/// The prober's CloudFormation template (one stack for all services): tasks, roles, log group.
+pub const CFN_PROBER: &str = "infra/cloudformation/readyprobe.yaml";
 
-/// The template as JSON (it uses long-form intrinsics, so plain YAML reads it).
+/// The per-service template as JSON.
 pub fn cfn_doc() -> Value {
-    let text = std::fs::read_to_string(repo_file(CFN)).unwrap();
-    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{CFN}: {e}"))
+    cfn_doc_of(CFN)
+}
+
+/// A template as JSON (they use long-form intrinsics, so plain YAML reads them).
+pub fn cfn_doc_of(rel: &str) -> Value {
+    let text = std::fs::read_to_string(repo_file(rel)).unwrap();
+    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
 /// A property value: a literal, `{"Ref": parameter}`, or another expression.
@@ -182,6 +204,10 @@ fn cloudformation() -> Template {
             evaluation_periods: val(&p["EvaluationPeriods"]),
             datapoints_to_alarm: val(&p["DatapointsToAlarm"]),
             treat_missing_data: val(&p["TreatMissingData"]),
+            comparison: val(&p["ComparisonOperator"]),
+            threshold: val(&p["Threshold"]),
+            actions: (!p["AlarmActions"].is_null()).then(|| p["AlarmActions"].to_string()),
+            for_each: None,
         })
         .collect();
     let health_checks = cfn_resources(&doc, "AWS::Route53::HealthCheck")
@@ -194,6 +220,7 @@ fn cloudformation() -> Template {
                 alarm: cfn_ref(&c["AlarmIdentifier"]["Name"]),
                 region: val(&c["AlarmIdentifier"]["Region"]),
                 insufficient_data: val(&c["InsufficientDataHealthStatus"]),
+                for_each: None,
             }
         })
         .collect();
@@ -204,6 +231,7 @@ fn cloudformation() -> Template {
             ttl: val(&p["TTL"]),
             failover: val(&p["Failover"]),
             health_check: cfn_ref(&p["HealthCheckId"]),
+            for_each: None,
         })
         .collect();
     Template {
@@ -313,39 +341,50 @@ fn lit_text(e: &hcl::Expression) -> String {
     }
 }
 
+/// An expression as written, a string or template without its quotes.
+fn tf_text(e: &hcl::Expression) -> String {
+    match e {
+        hcl::Expression::TemplateExpr(t) => t.to_string(),
+        other => lit_text(other),
+    }
+}
+
 fn tf_val(blocks: &[hcl::Block], e: &hcl::Expression) -> Val {
     match e {
         hcl::Expression::String(_) | hcl::Expression::Number(_) | hcl::Expression::Bool(_) => {
             Val::Lit(lit_text(e))
         }
         _ => match var_name(e) {
-            Some(name) => {
-                let var = blocks
-                    .iter()
-                    .find(|b| b.identifier() == "variable" && labels(b) == [name])
-                    .unwrap_or_else(|| panic!("{TF_DIR}: no variable {name:?}"));
-                let mut p = Param {
-                    name: name.to_string(),
-                    default: attr(var.body(), "default")
-                        .filter(|d| !matches!(d, hcl::Expression::Null))
-                        .map(lit_text),
-                    allowed: Vec::new(),
-                    max: None,
-                };
-                for v in var
-                    .body()
-                    .blocks()
-                    .filter(|b| b.identifier() == "validation")
-                {
-                    if let Some(cond) = attr(v.body(), "condition") {
-                        tf_bounds(cond, name, &mut p);
-                    }
-                }
-                Val::Param(p)
-            }
+            Some(name) => Val::Param(tf_var(blocks, name)),
             None => Val::Expr(e.to_string()),
         },
     }
+}
+
+/// What variable `name` allows: its default and the bounds of its validations.
+fn tf_var(blocks: &[hcl::Block], name: &str) -> Param {
+    let var = blocks
+        .iter()
+        .find(|b| b.identifier() == "variable" && labels(b) == [name])
+        .unwrap_or_else(|| panic!("{TF_DIR}: no variable {name:?}"));
+    let mut p = Param {
+        name: name.to_string(),
+        default: attr(var.body(), "default")
+            .filter(|d| !matches!(d, hcl::Expression::Null))
+            .map(lit_text),
+        allowed: Vec::new(),
+        max: None,
+    };
+    for v in var
+        .body()
+        .blocks()
+        .filter(|b| b.identifier() == "validation")
+    {
+        if let Some(cond) = attr(v.body(), "condition") {
+            tf_bounds(cond, name, &mut p);
+        }
+    }
+    p
 }
 
 fn tf_resources<'a>(blocks: &'a [hcl::Block], type_: &str) -> Vec<(String, &'a hcl::Body)> {
@@ -374,6 +413,10 @@ fn terraform() -> Template {
             evaluation_periods: val(b, "evaluation_periods"),
             datapoints_to_alarm: val(b, "datapoints_to_alarm"),
             treat_missing_data: val(b, "treat_missing_data"),
+            comparison: val(b, "comparison_operator"),
+            threshold: val(b, "threshold"),
+            actions: attr(b, "alarm_actions").map(tf_text),
+            for_each: attr(b, "for_each").map(tf_text),
             id,
         })
         .collect();
@@ -386,6 +429,7 @@ fn terraform() -> Template {
                 .map(|n| format!("aws_cloudwatch_metric_alarm.{n}")),
             region: val(b, "cloudwatch_alarm_region"),
             insufficient_data: val(b, "insufficient_data_health_status"),
+            for_each: attr(b, "for_each").map(tf_text),
             id,
         })
         .collect();
@@ -400,6 +444,7 @@ fn terraform() -> Template {
             health_check: attr(b, "health_check_id")
                 .and_then(|e| resource_ref(e, "aws_route53_health_check"))
                 .map(|n| format!("aws_route53_health_check.{n}")),
+            for_each: attr(b, "for_each").map(tf_text),
             id,
         })
         .collect();
@@ -576,6 +621,64 @@ fn routing_problems(t: &Template) -> Vec<String> {
     out
 }
 
+/// The alarms for people each service gets: (metric, statistic, comparison, missing data).
+/// `ServiceUnavailable` says a prober runs without the service (README, metric contract).
+const PEOPLE_ALARMS: &[(&str, &str, &str, &str)] = &[
+    ("Heartbeat", "SampleCount", "LessThanThreshold", "breaching"),
+    (
+        "BothBranchesUnready",
+        "Maximum",
+        "GreaterThanOrEqualToThreshold",
+        "notBreaching",
+    ),
+    (
+        "ServiceUnavailable",
+        "Maximum",
+        "GreaterThanOrEqualToThreshold",
+        "notBreaching",
+    ),
+];
+
+/// Every way the template's alarms for people depart from [`PEOPLE_ALARMS`]: each once, firing
+/// at threshold 1 as listed, with the template's alarm topic as its action.
+fn people_alarm_problems(t: &Template) -> Vec<String> {
+    let mut out = Vec::new();
+    for (metric, stat, cmp, missing) in PEOPLE_ALARMS {
+        let found: Vec<&Alarm> = t
+            .alarms
+            .iter()
+            .filter(|a| a.metric == Val::Lit((*metric).into()))
+            .collect();
+        let [a] = found.as_slice() else {
+            out.push(format!("{} alarms on {metric}, not one", found.len()));
+            continue;
+        };
+        let want = [
+            ("statistic", &a.statistic, *stat),
+            ("comparison", &a.comparison, *cmp),
+            ("threshold", &a.threshold, "1"),
+            ("TreatMissingData", &a.treat_missing_data, *missing),
+        ];
+        for (what, got, want) in want {
+            if got.as_ref().and_then(Val::default_value) != Some(want) {
+                out.push(format!("{}: {what} {got:?}, not {want}", a.id));
+            }
+        }
+        let topic = ["AlarmTopicArn", "local.alarm_actions"];
+        if !a
+            .actions
+            .as_deref()
+            .is_some_and(|x| topic.iter().any(|t| x.contains(t)))
+        {
+            out.push(format!(
+                "{}: actions {:?} are not the alarm topic",
+                a.id, a.actions
+            ));
+        }
+    }
+    out
+}
+
 fn check(t: &Template) {
     assert!(!t.alarms.is_empty(), "{}: no alarm found", t.file);
     assert!(
@@ -586,6 +689,7 @@ fn check(t: &Template) {
     assert!(!t.records.is_empty(), "{}: no record found", t.file);
     let mut problems: Vec<String> = t.alarms.iter().flat_map(alarm_problems).collect();
     problems.extend(routing_problems(t));
+    problems.extend(people_alarm_problems(t));
     assert!(
         problems.is_empty(),
         "{} departs from src/contract.rs:\n  {}",
@@ -624,16 +728,21 @@ fn cloudformation_matches_the_metric_contract() {
 fn terraform_matches_the_metric_contract() {
     let t = terraform();
     check(&t);
-    // One resource per branch, keyed by role (var.branches validates PRIMARY and SECONDARY).
+    // One resource per branch of every service (var.services validates PRIMARY and SECONDARY).
     for r in &t.records {
-        assert_eq!(r.failover, Some(Val::Expr("each.key".into())), "{}", r.id);
+        assert_eq!(
+            r.failover,
+            Some(Val::Expr("each.value.role".into())),
+            "{}",
+            r.id
+        );
     }
 }
 
 /// The task role may publish only into the namespace the alarms watch.
 #[test]
 fn cloudformation_task_role_publishes_only_into_the_namespace() {
-    let doc = cfn_doc();
+    let doc = cfn_doc_of(CFN_PROBER);
     let (_, role) = cfn_resources(&doc, "AWS::IAM::Role")
         .into_iter()
         .find(|(id, _)| *id == "TaskRole")
@@ -653,4 +762,656 @@ fn cloudformation_task_role_publishes_only_into_the_namespace() {
         matches!(&ns, Val::Param(p) if p.name == "Namespace"),
         "PutMetricData is not limited to the Namespace parameter: {ns:?}"
     );
+}
+
+// ---------------------------------------------------------------- the deployment's shape
+
+/// A Terraform block by kind and labels, e.g. `("resource", ["aws_ecs_service", "prober"])`.
+fn tf_block<'a>(blocks: &'a [hcl::Block], kind: &str, want: &[&str]) -> &'a hcl::Body {
+    blocks
+        .iter()
+        .find(|b| b.identifier() == kind && labels(b) == want)
+        .unwrap_or_else(|| panic!("{TF_DIR}: no {kind} {want:?}"))
+        .body()
+}
+
+/// The text of attribute `key` of `body` (empty when absent).
+fn tf_attr(body: &hcl::Body, key: &str) -> String {
+    attr(body, key).map(tf_text).unwrap_or_default()
+}
+
+/// The items of list attribute `key` of `body`, each as written.
+fn tf_list(body: &hcl::Body, key: &str) -> Vec<String> {
+    match attr(body, key) {
+        Some(hcl::Expression::Array(items)) => items.iter().map(tf_text).collect(),
+        other => panic!("{key}: not a list: {other:?}"),
+    }
+}
+
+/// The `locals` attribute `name`.
+fn tf_local<'a>(blocks: &'a [hcl::Block], name: &str) -> &'a hcl::Expression {
+    blocks
+        .iter()
+        .filter(|b| b.identifier() == "locals")
+        .find_map(|b| attr(b.body(), name))
+        .unwrap_or_else(|| panic!("{TF_DIR}: no local {name}"))
+}
+
+/// The resource types of a CloudFormation template, with those a `Fn::ForEach` loop makes.
+fn cfn_types(doc: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (id, r) in doc["Resources"].as_object().expect("Resources") {
+        if id.starts_with("Fn::ForEach::") {
+            let fragment = r[2].as_object().expect("a Fn::ForEach fragment");
+            out.extend(
+                fragment
+                    .values()
+                    .map(|r| r["Type"].as_str().unwrap_or("?").into()),
+            );
+        } else {
+            out.push(r["Type"].as_str().unwrap_or("?").into());
+        }
+    }
+    out
+}
+
+/// What a service's stack holds, and what the prober's stack holds.
+const PER_SERVICE_TYPES: &[&str] = &[
+    "AWS::CloudWatch::Alarm",
+    "AWS::Route53::HealthCheck",
+    "AWS::Route53::RecordSet",
+];
+
+/// Issue 10 (fleet): one prober runs every service of its config, so the prober (tasks, roles,
+/// log group) is deployed once and the per-service unit (alarms, health checks, records) once per
+/// service: two CloudFormation templates; in Terraform, `for_each` over `var.services`.
+#[test]
+fn one_prober_for_many_services() {
+    let service = cfn_types(&cfn_doc());
+    assert!(
+        service
+            .iter()
+            .all(|t| PER_SERVICE_TYPES.contains(&t.as_str())),
+        "{CFN} holds more than the per-service unit: {service:?}"
+    );
+    let prober = cfn_types(&cfn_doc_of(CFN_PROBER));
+    assert!(
+        !prober
+            .iter()
+            .any(|t| PER_SERVICE_TYPES.contains(&t.as_str())),
+        "{CFN_PROBER} holds per-service resources: {prober:?}"
+    );
+    for t in [
+        "AWS::ECS::TaskDefinition",
+        "AWS::IAM::Role",
+        "AWS::Logs::LogGroup",
+    ] {
+        assert!(prober.iter().any(|p| p == t), "{CFN_PROBER}: no {t}");
+    }
+
+    let blocks = tf_blocks();
+    let services = tf_block(&blocks, "variable", &["services"]);
+    assert!(
+        tf_attr(services, "type").starts_with("map("),
+        "var.services is not a map"
+    );
+    assert!(
+        tf_text(tf_local(&blocks, "branches")).contains("var.services"),
+        "local.branches is not made from var.services"
+    );
+    let t = terraform();
+    let per_branch = t
+        .alarms
+        .iter()
+        .filter(|a| a.metric == Val::Lit(contract::READINESS.name.into()))
+        .map(|a| (&a.id, &a.for_each))
+        .chain(t.health_checks.iter().map(|h| (&h.id, &h.for_each)))
+        .chain(t.records.iter().map(|r| (&r.id, &r.for_each)));
+    for (id, each) in per_branch {
+        assert_eq!(each.as_deref(), Some("local.branches"), "{id}");
+    }
+    for a in t
+        .alarms
+        .iter()
+        .filter(|a| a.metric != Val::Lit(contract::READINESS.name.into()))
+    {
+        assert_eq!(a.for_each.as_deref(), Some("var.services"), "{}", a.id);
+    }
+    // The prober's resources are not repeated per service.
+    for (kind, name) in [
+        ("aws_ecs_task_definition", "prober"),
+        ("aws_iam_role", "task"),
+        ("aws_cloudwatch_log_group", "prober"),
+        ("aws_security_group", "prober"),
+    ] {
+        let each = tf_attr(tf_block(&blocks, "resource", &[kind, name]), "for_each");
+        assert!(
+            !each.contains("services"),
+            "{kind}.{name} repeats per service"
+        );
+    }
+}
+
+/// Parses `55s` / `5m` / `1h`, s.
+fn secs(d: &str) -> u64 {
+    let (n, unit) = d.split_at(d.find(|c: char| !c.is_ascii_digit()).unwrap_or(d.len()));
+    let n: u64 = n.parse().unwrap_or_else(|_| panic!("duration {d:?}"));
+    match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => panic!("duration {d:?}: unit {unit:?}"),
+    }
+}
+
+/// `rate(N minute[s])` → N × 60 s.
+fn rate_secs(expr: &str) -> u64 {
+    let inner = expr
+        .strip_prefix("rate(")
+        .and_then(|s| s.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("schedule {expr:?} is not rate(...)"));
+    let (n, unit) = inner.split_once(' ').expect("rate(N unit)");
+    let n: u64 = n.parse().expect("a number of minutes");
+    match (n, unit) {
+        (1, "minute") => 60,
+        (_, "minutes") if n > 1 => n * 60,
+        _ => panic!("schedule {expr:?}"),
+    }
+}
+
+/// How much later one scheduled task may start than the one before it (Fargate start-up
+/// varies) without the runs overlapping or the gap growing past the policy's bound, s.
+const START_SKEW: u64 = 10;
+
+/// Issue 10 (scheduled mode): the run length comes from the schedule's rate (rate − a margin),
+/// so that a run's process (its `--duration`, then at most `--grace` + `STOP_SLACK`) ends before
+/// the next starts, and the gap without probing stays below what the production policy bridges
+/// (a window still holding `min_attempts`): window − min_attempts × interval.
+#[test]
+fn scheduled_runs_neither_overlap_nor_leave_a_gap() {
+    let cfg = readyprobe::config::load(&repo_file("probes/orders-db.toml")).expect("orders-db");
+    let svc = &cfg.services[0];
+    let bridge = svc.policy.declare_unready.window.as_secs()
+        - u64::from(svc.policy.min_attempts) * svc.probe.interval.as_secs();
+    let slack = readyprobe::cli::STOP_SLACK.as_secs();
+
+    let doc = cfn_doc_of(CFN_PROBER);
+    let minutes: Vec<String> = doc["Parameters"]["ScheduleMinutes"]["AllowedValues"]
+        .as_array()
+        .expect("ScheduleMinutes: AllowedValues")
+        .iter()
+        .map(|v| v.as_str().expect("a string").to_string())
+        .collect();
+    // The container's command: --grace G, and --duration from the ScheduleRun row.
+    let slot = doc["Resources"]["Fn::ForEach::Slot"][2]["TaskDefinition&{SubnetId}"].clone();
+    let cmd = slot["Properties"]["ContainerDefinitions"][0]["Command"]["Fn::If"][1].clone();
+    let arg = |flag: &str| {
+        let args = cmd.as_array().expect("the scheduled command");
+        let i = args.iter().position(|a| a == flag).expect(flag);
+        args[i + 1].clone()
+    };
+    let grace = secs(arg("--grace").as_str().expect("--grace literal"));
+    assert_eq!(
+        arg("--duration"),
+        serde_json::json!({"Fn::FindInMap": ["ScheduleRun", {"Ref": "ScheduleMinutes"}, "Duration"]})
+    );
+    let schedule = &doc["Resources"]["Fn::ForEach::Slot"][2]["Schedule&{SubnetId}"];
+    assert_eq!(
+        schedule["Properties"]["ScheduleExpression"],
+        serde_json::json!({"Fn::FindInMap": ["ScheduleRun", {"Ref": "ScheduleMinutes"}, "Expression"]})
+    );
+    let mut cfn_rows = Vec::new();
+    for m in &minutes {
+        let row = &doc["Mappings"]["ScheduleRun"][m];
+        let (rate, run) = (
+            row["Expression"].as_str().expect("Expression"),
+            row["Duration"].as_str().expect("Duration"),
+        );
+        assert_eq!(rate_secs(rate), m.parse::<u64>().unwrap() * 60, "row {m}");
+        let margin = rate_secs(rate) - secs(run);
+        assert!(
+            margin >= grace + slack + START_SKEW,
+            "row {m}: a run ends {margin} s before the next starts, less than --grace {grace} s + {slack} s + {START_SKEW} s"
+        );
+        assert!(
+            margin + START_SKEW <= bridge,
+            "row {m}: a gap of {margin} s + {START_SKEW} s exceeds the {bridge} s the policy bridges"
+        );
+        cfn_rows.push((m.clone(), rate.to_string(), run.to_string()));
+    }
+
+    // Terraform: the same rows, from its locals evaluated for each allowed schedule_minutes.
+    let blocks = tf_blocks();
+    let p = tf_var(&blocks, "schedule_minutes");
+    assert_eq!(
+        p.allowed, minutes,
+        "schedule_minutes and ScheduleMinutes allow different rates"
+    );
+    let command = tf_text(tf_local(&blocks, "command"));
+    assert!(
+        command.contains("\"--grace\", \"${local.grace_seconds}s\"")
+            && command.contains("[\"--duration\", local.run_duration]"),
+        "local.command does not run for local.run_duration with --grace: {command}"
+    );
+    assert_eq!(
+        tf_text(tf_local(&blocks, "grace_seconds")),
+        grace.to_string()
+    );
+    let schedule = tf_block(&blocks, "resource", &["aws_scheduler_schedule", "prober"]);
+    assert_eq!(
+        tf_attr(schedule, "schedule_expression"),
+        "local.schedule_expression"
+    );
+    for (m, rate, run) in cfn_rows {
+        use hcl::eval::Evaluate;
+        let mut ctx = hcl::eval::Context::new();
+        ctx.declare_var(
+            "var",
+            hcl::value!({ schedule_minutes = (m.parse::<u64>().unwrap()) }),
+        );
+        let margin = tf_local(&blocks, "schedule_margin_seconds")
+            .evaluate(&ctx)
+            .unwrap();
+        ctx.declare_var("local", hcl::value!({ schedule_margin_seconds = (margin) }));
+        let eval = |name: &str| match tf_local(&blocks, name).evaluate(&ctx) {
+            Ok(hcl::Value::String(s)) => s,
+            other => panic!("local.{name} for {m} minutes: {other:?}"),
+        };
+        assert_eq!(
+            (eval("schedule_expression"), eval("run_duration")),
+            (rate, run),
+            "{m} minutes"
+        );
+    }
+}
+
+/// The value, as written, of the `{ name = NAME, value = ... }` object anywhere in `e` (an ECS
+/// container's environment entry).
+fn tf_env(e: &hcl::Expression, name: &str) -> Option<String> {
+    use hcl::Expression as E;
+    match e {
+        E::Object(o) => {
+            let get = |k: &str| {
+                o.iter()
+                    .find(|(key, _)| key.to_string() == k)
+                    .map(|(_, v)| v)
+            };
+            if get("name").map(tf_text).as_deref() == Some(name) {
+                return get("value").map(tf_text);
+            }
+            o.values().find_map(|v| tf_env(v, name))
+        }
+        E::Array(items) => items.iter().find_map(|v| tf_env(v, name)),
+        E::FuncCall(f) => f.args.iter().find_map(|v| tf_env(v, name)),
+        E::Parenthesis(inner) => tf_env(inner, name),
+        _ => None,
+    }
+}
+
+/// Issue 10 (prober id): every prober task gets a stable `prober_id` from its task definition,
+/// `<name>-<subnet id>` (one task per subnet, never two at once), so that a replaced task
+/// continues its entry in the control document instead of adding one named after its host.
+#[test]
+fn each_prober_task_has_a_stable_prober_id() {
+    let doc = cfn_doc_of(CFN_PROBER);
+    let slot = &doc["Resources"]["Fn::ForEach::Slot"];
+    assert_eq!(slot[0], "SubnetId");
+    assert_eq!(slot[1], serde_json::json!({"Ref": "SubnetIds"}));
+    let task = &slot[2]["TaskDefinition&{SubnetId}"]["Properties"];
+    let env = task["ContainerDefinitions"][0]["Environment"]
+        .as_array()
+        .expect("Environment");
+    assert!(
+        env.contains(&serde_json::json!({
+            "Name": "READYPROBE_PROBER_ID",
+            "Value": {"Fn::Sub": "${ProberName}-${SubnetId}"}
+        })),
+        "no stable READYPROBE_PROBER_ID: {env:?}"
+    );
+    let svc = &slot[2]["Service&{SubnetId}"]["Properties"];
+    assert_eq!(svc["DesiredCount"], 1);
+    assert_eq!(
+        svc["DeploymentConfiguration"],
+        serde_json::json!({"MinimumHealthyPercent": 0, "MaximumPercent": 100})
+    );
+    assert_eq!(
+        svc["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"],
+        serde_json::json!([{"Ref": "SubnetId"}])
+    );
+    // The longest id the parameters allow is one readyprobe accepts.
+    let name = "x".repeat(24);
+    assert!(
+        doc["Parameters"]["ProberName"]["AllowedPattern"]
+            .as_str()
+            .is_some_and(|p| p.contains("{1,24}"))
+    );
+    readyprobe::config::check_prober_id(&format!("{name}-subnet-0123456789abcdef0"))
+        .expect("the longest prober id");
+
+    let blocks = tf_blocks();
+    let task = tf_block(&blocks, "resource", &["aws_ecs_task_definition", "prober"]);
+    assert_eq!(tf_attr(task, "for_each"), "local.slots");
+    let container = attr(task, "container_definitions").expect("container_definitions");
+    assert_eq!(
+        tf_env(container, "READYPROBE_PROBER_ID").as_deref(),
+        Some("${var.name}-${each.key}"),
+        "aws_ecs_task_definition.prober: no stable READYPROBE_PROBER_ID"
+    );
+    let svc = tf_block(&blocks, "resource", &["aws_ecs_service", "prober"]);
+    for (k, v) in [
+        ("desired_count", "1"),
+        ("deployment_minimum_healthy_percent", "0"),
+        ("deployment_maximum_percent", "100"),
+    ] {
+        assert_eq!(tf_attr(svc, k), v, "aws_ecs_service.prober {k}");
+    }
+    assert!(tf_attr(svc, "for_each").contains("local.slots"));
+    assert_eq!(
+        tf_text(tf_local(&blocks, "slots")),
+        "{for s in var.subnet_ids : s => s}"
+    );
+}
+
+/// Issue 10 (confused deputy): the task role trusts ECS tasks of this account and region only.
+#[test]
+fn task_role_trusts_only_this_accounts_ecs_tasks() {
+    let doc = cfn_doc_of(CFN_PROBER);
+    let role = &doc["Resources"]["TaskRole"]["Properties"];
+    let cond = &role["AssumeRolePolicyDocument"]["Statement"][0]["Condition"];
+    assert_eq!(
+        cond["ArnLike"]["aws:SourceArn"],
+        serde_json::json!({"Fn::Sub": "arn:${AWS::Partition}:ecs:${AWS::Region}:${AWS::AccountId}:*"})
+    );
+    assert_eq!(
+        cond["StringEquals"]["aws:SourceAccount"],
+        serde_json::json!({"Ref": "AWS::AccountId"})
+    );
+
+    let blocks = tf_blocks();
+    let role = tf_block(&blocks, "resource", &["aws_iam_role", "task"]);
+    let doc_name = tf_attr(role, "assume_role_policy");
+    let name = doc_name
+        .strip_prefix("data.aws_iam_policy_document.")
+        .and_then(|n| n.strip_suffix(".json"))
+        .unwrap_or_else(|| panic!("task role trust: {doc_name}"));
+    let trust = tf_block(&blocks, "data", &["aws_iam_policy_document", name]);
+    let conditions: Vec<(String, String, Vec<String>)> = trust
+        .blocks()
+        .filter(|b| b.identifier() == "statement")
+        .flat_map(|s| s.body().blocks().filter(|b| b.identifier() == "condition"))
+        .map(|c| {
+            let b = c.body();
+            (
+                tf_attr(b, "test"),
+                tf_attr(b, "variable"),
+                tf_list(b, "values"),
+            )
+        })
+        .collect();
+    let account = "data.aws_caller_identity.current.account_id";
+    let want = [
+        (
+            "ArnLike",
+            "aws:SourceArn",
+            format!(
+                "arn:${{data.aws_partition.current.partition}}:ecs:${{data.aws_region.current.name}}:${{{account}}}:*"
+            ),
+        ),
+        ("StringEquals", "aws:SourceAccount", account.to_string()),
+    ];
+    for (test, var, values) in want {
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c.0 == test && c.1 == var && c.2 == [values.as_str()]),
+            "task role trust lacks {test} {var} {values}: {conditions:?}"
+        );
+    }
+}
+
+/// Issue 10 (constraints): every CloudFormation parameter is constrained (a pattern, a list, or
+/// a range), and every Terraform variable has a validation.
+#[test]
+fn every_parameter_and_variable_is_constrained() {
+    let mut loose = Vec::new();
+    for file in [CFN, CFN_PROBER] {
+        let doc = cfn_doc_of(file);
+        for (name, p) in doc["Parameters"].as_object().expect("Parameters") {
+            let ok = p.get("AllowedValues").is_some()
+                || match p["Type"].as_str() {
+                    Some("Number") => p.get("MinValue").is_some() && p.get("MaxValue").is_some(),
+                    Some("AWS::EC2::VPC::Id") => true, // CloudFormation checks it exists
+                    _ => p.get("AllowedPattern").is_some(),
+                };
+            if !ok {
+                loose.push(format!("{file}: {name}"));
+            }
+        }
+    }
+    for b in tf_blocks().iter().filter(|b| b.identifier() == "variable") {
+        if !b.body().blocks().any(|v| v.identifier() == "validation") {
+            loose.push(format!("{TF_DIR}: variable {:?}", labels(b)));
+        }
+    }
+    assert!(loose.is_empty(), "unconstrained:\n  {}", loose.join("\n  "));
+}
+
+/// Issue 10 (image): the default `docker build` bakes no config (one naming a file the image
+/// lacks could not start); `infra/image/rootfs-test.sh` runs the default command and `check`
+/// against what the Dockerfile bakes.
+#[test]
+fn the_default_image_bakes_no_config() {
+    let text = std::fs::read_to_string(repo_file("Dockerfile")).unwrap();
+    let default = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ARG CONFIG="))
+        .expect("Dockerfile: ARG CONFIG=");
+    assert_eq!(default, "", "the default build bakes {default}");
+    let copies: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("COPY") && l.contains("/etc/readyprobe"))
+        .collect();
+    assert_eq!(copies, ["COPY --from=build /out/config/ /etc/readyprobe/"]);
+}
+
+/// An IAM pattern (`*` any characters, `?` one) against `s`.
+fn iam_match(pattern: &str, s: &str) -> bool {
+    fn go(p: &[char], s: &[char]) -> bool {
+        match p.split_first() {
+            None => s.is_empty(),
+            Some(('*', rest)) => (0..=s.len()).any(|i| go(rest, &s[i..])),
+            Some(('?', rest)) => !s.is_empty() && go(rest, &s[1..]),
+            Some((c, rest)) => s.first() == Some(c) && go(rest, &s[1..]),
+        }
+    }
+    let (p, s): (Vec<char>, Vec<char>) = (pattern.chars().collect(), s.chars().collect());
+    go(&p, &s)
+}
+
+/// One S3 statement of the task role: actions, resource pattern, `s3:prefix` pattern.
+#[derive(Debug, PartialEq)]
+struct S3Grant {
+    actions: Vec<String>,
+    resource: String,
+    prefix: Option<String>,
+}
+
+/// The S3 statements of the CloudFormation task role, parameters replaced by `vars`.
+fn cfn_s3_grants(vars: &[(&str, &str)]) -> Vec<S3Grant> {
+    let doc = cfn_doc_of(CFN_PROBER);
+    let sub = |v: &Value| {
+        let mut s = v["Fn::Sub"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not Fn::Sub: {v}"))
+            .to_string();
+        for (k, v) in vars {
+            s = s.replace(&format!("${{{k}}}"), v);
+        }
+        s
+    };
+    doc["Resources"]["TaskRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        .as_array()
+        .expect("statements")
+        .iter()
+        .filter(|st| st["Action"].to_string().contains("s3:"))
+        .map(|st| S3Grant {
+            actions: match &st["Action"] {
+                Value::String(a) => vec![a.clone()],
+                other => other
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_str().unwrap().into())
+                    .collect(),
+            },
+            resource: sub(&st["Resource"]),
+            prefix: st["Condition"]["StringLike"].get("s3:prefix").map(sub),
+        })
+        .collect()
+}
+
+/// The S3 statements of the Terraform task policy, variables replaced by `vars`.
+fn tf_s3_grants(vars: &[(&str, &str)]) -> Vec<S3Grant> {
+    let blocks = tf_blocks();
+    let sub = |mut list: Vec<String>| {
+        assert_eq!(list.len(), 1, "{list:?}");
+        let mut s = list.remove(0);
+        for (k, v) in vars {
+            s = s.replace(&format!("${{{k}}}"), v);
+        }
+        s
+    };
+    tf_block(&blocks, "data", &["aws_iam_policy_document", "task"])
+        .blocks()
+        .filter(|b| b.identifier() == "statement")
+        .map(hcl::Block::body)
+        .filter(|b| tf_attr(b, "actions").contains("s3:"))
+        .map(|b| S3Grant {
+            actions: match attr(b, "actions") {
+                Some(hcl::Expression::Array(a)) => a.iter().map(tf_text).collect(),
+                other => panic!("actions: {other:?}"),
+            },
+            resource: sub(tf_list(b, "resources")),
+            prefix: b
+                .blocks()
+                .find(|c| {
+                    c.identifier() == "condition" && tf_attr(c.body(), "variable") == "s3:prefix"
+                })
+                .map(|c| {
+                    assert_eq!(tf_attr(c.body(), "test"), "StringLike");
+                    sub(tf_list(c.body(), "values"))
+                }),
+        })
+        .collect()
+}
+
+/// Issue 10 (S3): the task role's S3 permissions are what the state store needs and no more.
+/// The store (src/state.rs `S3Store`) reads and conditionally writes one document per service and
+/// never lists; `s3:ListBucket` is there only so that S3 answers the first read of a missing
+/// document with 404 rather than 403, and is limited to the documents' names. The keys are the
+/// ones the real store writes on the S3 emulator, for two services of one prober.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_policy_allows_what_the_store_does_and_no_more() {
+    if crate::support::cloudwatch::cloudwatch_or_skip()
+        .await
+        .is_none()
+    {
+        return;
+    }
+    let endpoint = crate::support::cloudwatch::endpoint();
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(
+            &aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .region(aws_config::Region::new("us-east-1"))
+                .endpoint_url(&endpoint)
+                .load()
+                .await,
+        )
+        .force_path_style(true)
+        .build(),
+    );
+    let bucket = format!("readyprobe-it-{}", rand::random::<u32>());
+    s3.create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("create bucket");
+    // The templates' default prefix is the config's default.
+    let prod = readyprobe::config::load(&repo_file("probes/orders-db.toml")).expect("orders-db");
+    let readyprobe::config::StoreKind::S3(prod_s3) = &prod.state.store else {
+        panic!("orders-db.toml: not the s3 store");
+    };
+    let prefix = prod_s3.key_prefix.clone();
+    let doc = cfn_doc_of(CFN_PROBER);
+    assert_eq!(doc["Parameters"]["StatePrefix"]["Default"], prefix.as_str());
+    assert_eq!(
+        tf_var(&tf_blocks(), "state_prefix").default.as_deref(),
+        Some(prefix.as_str())
+    );
+
+    let cfg = readyprobe::config::S3State {
+        bucket: bucket.clone(),
+        key_prefix: prefix.clone(),
+        region: Some("us-east-1".into()),
+        endpoint_url: Some(endpoint),
+    };
+    for service in ["orders-db", "payments.db_2"] {
+        let store = readyprobe::state::S3Store::new(&cfg, service).await;
+        store.load().await.expect("a missing document reads as new");
+        store.update(|_| Ok(())).await.expect("write the document");
+    }
+    let listed = s3
+        .list_objects_v2()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("list");
+    let keys: Vec<String> = listed
+        .contents()
+        .iter()
+        .filter_map(|o| o.key().map(str::to_string))
+        .collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+
+    let cfn = cfn_s3_grants(&[
+        ("AWS::Partition", "aws"),
+        ("StateBucket", &bucket),
+        ("StatePrefix", &prefix),
+    ]);
+    let tf = tf_s3_grants(&[
+        ("data.aws_partition.current.partition", "aws"),
+        ("var.state_bucket", &bucket),
+        ("var.state_prefix", &prefix),
+    ]);
+    assert_eq!(cfn, tf, "the templates grant different S3 permissions");
+    let [objects, list] = cfn.as_slice() else {
+        panic!("not two S3 statements: {cfn:?}")
+    };
+    assert_eq!(objects.actions, ["s3:GetObject", "s3:PutObject"]);
+    assert_eq!(objects.prefix, None);
+    assert_eq!(list.actions, ["s3:ListBucket"]);
+    assert_eq!(list.resource, format!("arn:aws:s3:::{bucket}"));
+    let list_prefix = list
+        .prefix
+        .as_deref()
+        .expect("ListBucket without an s3:prefix condition");
+    for key in &keys {
+        assert!(
+            iam_match(&objects.resource, &format!("arn:aws:s3:::{bucket}/{key}")),
+            "{key} not granted by {}",
+            objects.resource
+        );
+        assert!(iam_match(list_prefix, key), "{key} not under {list_prefix}");
+    }
+    for other in [
+        format!("{prefix}evidence.jsonl"),
+        "elsewhere/control-x.json".into(),
+        String::new(),
+    ] {
+        assert!(
+            !iam_match(&objects.resource, &format!("arn:aws:s3:::{bucket}/{other}")),
+            "{other:?} granted"
+        );
+        assert!(!iam_match(list_prefix, &other), "listing {other:?} granted");
+    }
 }
