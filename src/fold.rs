@@ -11,9 +11,9 @@ use crate::control::{self, Approval, ControlDoc, Decision, Override};
 use crate::probe::{Attempt, Outcome};
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Snapshot, Transition};
 use crate::record::{
-    ApprovalNotApplied, ApprovalRecord, AttemptAbandoned, BothBranchesUnready, OverrideAction,
-    OverrideRecord, Publish, PublishFailureClass, PublishOutcome, PublishReason, Record, Restored,
-    StateSyncFailed, Stop, TransitionRecord,
+    AbandonCause, ApprovalNotApplied, ApprovalRecord, AttemptAbandoned, BothBranchesUnready,
+    OverrideAction, OverrideRecord, Publish, PublishFailureClass, PublishOutcome, PublishReason,
+    Record, Restored, StateSyncFailed, Stop, TransitionRecord,
 };
 use crate::sink::{
     BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, service_unavailable_datum,
@@ -129,6 +129,24 @@ pub enum Input {
     /// The services that could not be prepared (name, namespace), replacing the list: each gets
     /// a `ServiceUnavailable` datum at every tick.
     SetUnavailable(Vec<(String, String)>),
+    /// An attempt of a branch loop a reload stopped (its service removed, its branch restarted
+    /// or removed) that finished before the loop stopped: recorded and counted for `service`
+    /// (by name: a removed service is gone from the fold), never folded into a window.
+    StoppedAttempt {
+        /// Service name.
+        service: String,
+        attempt: Box<Attempt>,
+    },
+    /// An attempt cut off because a reload stopped its loop: recorded as abandoned with cause
+    /// `reload`; it counts in no window.
+    CancelledByReload {
+        /// Service name.
+        service: String,
+        /// Branch name.
+        branch: String,
+        /// Its sequence number.
+        seq: u64,
+    },
 }
 
 /// A service's id within a run: its index in [`Setup::services`] for those present at start,
@@ -329,7 +347,9 @@ pub struct Fold {
     services: BTreeMap<ServiceId, Svc>,
     /// Services that could not be prepared: (name, namespace).
     unavailable: Vec<(String, String)>,
-    branches: Vec<Branch>,
+    /// Each service's branches, in config order: a service's work (a tick, a sync, an
+    /// attempt) touches its own branches only, never every branch of the run.
+    branches: BTreeMap<ServiceId, Vec<Branch>>,
     sinks: Vec<&'static str>,
     /// Batches handed to a sink and not yet reported, per (sink, batch id).
     outstanding: BTreeMap<(&'static str, u64), Outstanding>,
@@ -393,7 +413,7 @@ impl Fold {
         let mut fold = Fold {
             services: BTreeMap::new(),
             unavailable: setup.unavailable.to_vec(),
-            branches: Vec::new(),
+            branches: BTreeMap::new(),
             sinks: setup.sinks.to_vec(),
             outstanding: BTreeMap::new(),
             handed: BTreeMap::new(),
@@ -416,6 +436,7 @@ impl Fold {
         let prober = prober.as_str();
         let mine = setup.doc.probers.get(prober);
         let mut restored = Vec::new();
+        let mut branches = Vec::with_capacity(setup.branches.len());
         for name in setup.branches {
             let readiness = match mine.and_then(|s| s.branches.get(name)) {
                 Some(snap) => {
@@ -428,7 +449,7 @@ impl Fold {
                 }
                 None => Readiness::new(setup.policy.clone()),
             };
-            self.branches.push(Branch {
+            branches.push(Branch {
                 svc,
                 name: name.clone(),
                 readiness,
@@ -436,6 +457,7 @@ impl Fold {
                 ov: None,
             });
         }
+        self.branches.insert(svc, branches);
         let service = setup.service;
         for r in &restored {
             self.effects.push(log(
@@ -513,7 +535,7 @@ impl Fold {
         let Some(s) = self.services.remove(&svc) else {
             return;
         };
-        self.branches.retain(|b| b.svc != svc);
+        self.branches.remove(&svc);
         self.effects.push(log(
             Level::Info,
             "service removed by a reload: its datums stop",
@@ -531,16 +553,14 @@ impl Fold {
         };
         s.namespace = c.namespace;
         let name = s.name.clone();
-        let mut old: BTreeMap<String, Branch> = BTreeMap::new();
-        let mut kept = Vec::with_capacity(self.branches.len());
-        for b in std::mem::take(&mut self.branches) {
-            if b.svc == c.id {
-                old.insert(b.name.clone(), b);
-            } else {
-                kept.push(b);
-            }
-        }
-        self.branches = kept;
+        let mut old: BTreeMap<String, Branch> = self
+            .branches
+            .remove(&c.id)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|b| (b.name.clone(), b))
+            .collect();
+        let mut branches = Vec::with_capacity(c.branches.len());
         for bc in c.branches {
             let branch = match old.remove(&bc.name) {
                 Some(b) if !bc.reset => b,
@@ -572,8 +592,9 @@ impl Fold {
                     ov: None,
                 },
             };
-            self.branches.push(branch);
+            branches.push(branch);
         }
+        self.branches.insert(c.id, branches);
         for b in old.keys() {
             self.effects.push(log(
                 Level::Info,
@@ -594,8 +615,9 @@ impl Fold {
         SyncRequest {
             readiness: self
                 .branches
-                .iter()
-                .filter(|b| b.svc == svc)
+                .get(&svc)
+                .into_iter()
+                .flatten()
                 .map(|b| (b.name.clone(), b.readiness.clone()))
                 .collect(),
             recorded: self
@@ -634,11 +656,12 @@ impl Fold {
                 seq,
             } => {
                 self.summary.abandoned += 1;
-                self.record_for(
-                    service,
-                    now,
-                    Record::AttemptAbandoned(AttemptAbandoned { branch, seq }),
-                );
+                let r = AttemptAbandoned {
+                    branch,
+                    seq,
+                    cause: None,
+                };
+                self.record_for(service, now, Record::AttemptAbandoned(r));
             }
             Input::Tick { last } => {
                 let reason = if last {
@@ -664,6 +687,21 @@ impl Fold {
             Input::RemoveService(svc) => self.remove_service(svc),
             Input::ChangeService(c) => self.change_service(*c),
             Input::SetUnavailable(list) => self.unavailable = list,
+            Input::StoppedAttempt { service, attempt } => self.stopped_attempt(service, attempt),
+            Input::CancelledByReload {
+                service,
+                branch,
+                seq,
+            } => {
+                self.summary.abandoned += 1;
+                let r = AttemptAbandoned {
+                    branch,
+                    seq,
+                    cause: Some(AbandonCause::Reload),
+                };
+                let r = Record::AttemptAbandoned(r);
+                self.effects.push(Effect::Record(now, service, r));
+            }
         }
         std::mem::take(&mut self.effects)
     }
@@ -700,7 +738,8 @@ impl Fold {
         s.evidence_write_failures = evidence_write_failures;
         s.final_states = self
             .branches
-            .iter()
+            .values()
+            .flatten()
             .map(|b| (self.key(b.svc, &b.name), b.readiness.state()))
             .collect();
         self.record(
@@ -784,11 +823,19 @@ impl Fold {
         self.effects.push(Effect::Record(at, name, record));
     }
 
-    /// The index of service `svc`'s branch `name`.
-    fn branch_ix(&self, svc: usize, name: &str) -> Option<usize> {
-        self.branches
-            .iter()
-            .position(|b| b.svc == svc && b.name == name)
+    /// The index of service `svc`'s branch `name` among its branches.
+    fn branch_ix(&self, svc: ServiceId, name: &str) -> Option<usize> {
+        self.branches.get(&svc)?.iter().position(|b| b.name == name)
+    }
+
+    /// Branch `i` of service `svc`.
+    fn branch_mut(&mut self, svc: ServiceId, i: usize) -> Option<&mut Branch> {
+        self.branches.get_mut(&svc)?.get_mut(i)
+    }
+
+    /// How many branches service `svc` has.
+    fn branch_count(&self, svc: ServiceId) -> usize {
+        self.branches.get(&svc).map_or(0, Vec::len)
     }
 
     fn namespace(&self, svc: ServiceId) -> String {
@@ -839,7 +886,7 @@ impl Fold {
         let record = a.record();
         let ix = self.branch_ix(svc, &a.branch);
         let transition = ix.and_then(|i| {
-            let b = &mut self.branches[i];
+            let b = self.branch_mut(svc, i)?;
             b.acc.attempts += 1;
             if a.outcome != Outcome::Success {
                 b.acc.failed += 1;
@@ -858,15 +905,39 @@ impl Fold {
         });
         self.record_for(svc, a.finished_at, Record::Attempt(*a));
         if let (Some(i), Some(t)) = (ix, transition) {
-            self.on_transition(i, &t);
+            self.on_transition(svc, i, &t);
         }
     }
 
-    /// A transition of branch `ix`.
-    fn on_transition(&mut self, ix: usize, t: &Transition) {
+    /// An attempt of a loop a reload stopped: the evidence and the run's count have it, no
+    /// window does (its service is gone, or its branch starts afresh under new settings).
+    fn stopped_attempt(&mut self, service: String, a: Box<Attempt>) {
+        let only = self.services.len() == 1 && self.services.values().all(|s| s.name == service);
+        let key = if only {
+            a.branch.clone()
+        } else {
+            format!("{service}/{}", a.branch)
+        };
+        *self.summary.attempts.entry(key).or_default() += 1;
+        self.effects.push(log(
+            Level::Debug,
+            "attempt of a loop a reload stopped: recorded, not counted in any window",
+            Fields {
+                seq: Some(a.seq),
+                ..branch_fields(&service, &a.branch)
+            },
+        ));
+        self.effects
+            .push(Effect::Record(a.finished_at, service, Record::Attempt(*a)));
+    }
+
+    /// A transition of service `svc`'s branch `ix`.
+    fn on_transition(&mut self, svc: ServiceId, ix: usize, t: &Transition) {
+        let Some(b) = self.branches.get(&svc).and_then(|v| v.get(ix)) else {
+            return;
+        };
         self.summary.transitions += 1;
-        let b = &self.branches[ix];
-        let (svc, branch) = (b.svc, b.name.clone());
+        let branch = b.name.clone();
         let service = self.svc_name(svc).to_string();
         let ov = b.ov.clone().filter(|o| o.active(t.at));
         let published = control::effective_value(b.readiness.published_value(), ov.as_ref(), t.at);
@@ -945,14 +1016,16 @@ impl Fold {
     /// Evaluate service `svc`'s branches at `now`; its tick datums.
     fn tick_service(&mut self, svc: usize, now: Millis) -> Vec<Datum> {
         let mut ticks = Vec::new();
-        for i in 0..self.branches.len() {
-            if self.branches[i].svc != svc {
+        for i in 0..self.branch_count(svc) {
+            let Some(b) = self.branch_mut(svc, i) else {
                 continue;
+            };
+            if let Some(t) = b.readiness.evaluate(now) {
+                self.on_transition(svc, i, &t);
             }
-            if let Some(t) = self.branches[i].readiness.evaluate(now) {
-                self.on_transition(i, &t);
-            }
-            let b = &mut self.branches[i];
+            let Some(b) = self.branch_mut(svc, i) else {
+                continue;
+            };
             let stats = b
                 .readiness
                 .window_stats(now, b.readiness.policy().declare_unready.window);
@@ -1194,7 +1267,9 @@ impl Fold {
             return;
         };
         let service = self.svc_name(svc).to_string();
-        let b = &mut self.branches[ix];
+        let Some(b) = self.branch_mut(svc, ix) else {
+            return;
+        };
         match b.readiness.approve(now) {
             Ok(t) => {
                 self.summary.approvals_applied += 1;
@@ -1207,7 +1282,7 @@ impl Fold {
                         ..branch_fields(&service, &a.branch)
                     },
                 ));
-                self.on_transition(ix, &t);
+                self.on_transition(svc, ix, &t);
             }
             Err(e) => {
                 // The branch left pending_approval while the sync was in flight.
@@ -1264,12 +1339,11 @@ impl Fold {
     fn apply_overrides(&mut self, svc: usize, doc: &ControlDoc, now: Millis) {
         // Expiries first, so the one that just ran out is recorded as expired, not as cleared
         // when the store's copy of it is seen to be inactive.
-        self.expire_overrides(now);
-        for i in 0..self.branches.len() {
-            if self.branches[i].svc != svc {
+        self.expire_overrides_of(svc, now);
+        for i in 0..self.branch_count(svc) {
+            let Some(b) = self.branch_mut(svc, i) else {
                 continue;
-            }
-            let b = &mut self.branches[i];
+            };
             let new = doc
                 .overrides
                 .get(&b.name)
@@ -1316,12 +1390,22 @@ impl Fold {
 
     /// End overrides whose expiry passed (no store round trip needed).
     fn expire_overrides(&mut self, now: Millis) {
-        for i in 0..self.branches.len() {
-            let b = &mut self.branches[i];
+        let ids: Vec<ServiceId> = self.branches.keys().copied().collect();
+        for svc in ids {
+            self.expire_overrides_of(svc, now);
+        }
+    }
+
+    /// End service `svc`'s overrides whose expiry passed.
+    fn expire_overrides_of(&mut self, svc: ServiceId, now: Millis) {
+        for i in 0..self.branch_count(svc) {
+            let Some(b) = self.branch_mut(svc, i) else {
+                continue;
+            };
             let Some(o) = b.ov.take_if(|o| !o.active(now)) else {
                 continue;
             };
-            let (svc, name, effective) = (b.svc, b.name.clone(), b.effective(now));
+            let (name, effective) = (b.name.clone(), b.effective(now));
             let service = self.svc_name(svc).to_string();
             self.effects.push(log(
                 Level::Warn,

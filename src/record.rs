@@ -141,13 +141,25 @@ pub struct Restored {
     pub since: Option<Millis>,
 }
 
-/// `attempt_abandoned`: an attempt cut off at shutdown (it counts in no window).
+/// `attempt_abandoned`: an attempt cut off at shutdown, or by a reload that stopped its loop
+/// (it counts in no window).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptAbandoned {
     /// Branch name.
     pub branch: String,
     /// The attempt's per-branch sequence number.
     pub seq: u64,
+    /// What cut it off when not shutdown (absent: shutdown's grace period ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<AbandonCause>,
+}
+
+/// What cut an attempt off, besides shutdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AbandonCause {
+    /// A reload removed its service, or changed or removed its branch, while it ran.
+    Reload,
 }
 
 /// `transition`: a readiness change and what was published for it.

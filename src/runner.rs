@@ -25,6 +25,7 @@ use crate::state::{FileStore, S3Store, StateError, Store};
 use shell::{Shell, SyncOutcome};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
@@ -73,10 +74,18 @@ pub async fn open_store(cfg: &Config, service: &str) -> Store {
     }
 }
 
+/// A branch event's origin: the feed it came on ([`Loops`]) and that feed's service.
+struct Tag {
+    feed: u64,
+    service: ServiceId,
+    /// The service's name: the evidence names a removed service's late events by it.
+    name: Arc<str>,
+}
+
 /// The channels and tasks between the shell and the branch loops and sinks.
 struct Wiring {
-    /// Branch events tagged with their feed ([`Loops`]).
-    events: mpsc::Receiver<(u64, BranchEvent)>,
+    /// Branch events tagged with their origin.
+    events: mpsc::Receiver<(Tag, BranchEvent)>,
     reports: mpsc::UnboundedReceiver<SinkReport>,
     sinks: Sinks,
     fleet: Fleet,
@@ -99,19 +108,18 @@ struct Live {
 }
 
 /// Starts branch loops. Each start (a service's branches, or those a reload restarts) gets a
-/// feed of its own, whose events a task tags with the feed's id; an event is taken only when
-/// its feed is still its branch's, so an attempt of a loop a reload replaced or stopped never
-/// reaches the new state.
+/// feed of its own, whose events a task tags with the feed's id and service; an event is folded
+/// only when its feed is still its branch's, so an attempt of a loop a reload replaced or
+/// stopped never reaches the new state (it is recorded as such, [`Route::Stopped`]). Nothing
+/// is kept per feed: the tag carries what routing needs.
 struct Loops {
     /// `None` once shutdown began: the event channel closes when the last loop ends.
-    tx: Option<mpsc::Sender<(u64, BranchEvent)>>,
+    tx: Option<mpsc::Sender<(Tag, BranchEvent)>>,
     resolver: hickory_resolver::TokioResolver,
     clock: Clock,
     grace: Duration,
     stop: CancellationToken,
     next_feed: u64,
-    /// The service of each feed.
-    feeds: HashMap<u64, ServiceId>,
 }
 
 impl Loops {
@@ -125,9 +133,12 @@ impl Loops {
         let Some(out) = self.tx.clone() else {
             return Vec::new();
         };
+        if probes.is_empty() {
+            return Vec::new();
+        }
         let feed = self.next_feed;
         self.next_feed += 1;
-        self.feeds.insert(feed, id);
+        let name: Arc<str> = svc.service.name.as_str().into();
         let schedule = Schedule {
             interval: svc.probe.interval,
             jitter: svc.probe.jitter,
@@ -136,7 +147,12 @@ impl Loops {
         let (tx, mut rx) = mpsc::channel::<BranchEvent>(64);
         tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
-                if out.send((feed, ev)).await.is_err() {
+                let tag = Tag {
+                    feed,
+                    service: id,
+                    name: name.clone(),
+                };
+                if out.send((tag, ev)).await.is_err() {
                     break;
                 }
             }
@@ -159,25 +175,38 @@ impl Loops {
     }
 }
 
+/// Where a branch event goes.
+enum Route {
+    /// Its loop still runs: into the fold for this service.
+    Live(ServiceId),
+    /// A reload stopped its loop (its service removed, its branch restarted or removed): into
+    /// the evidence for the named service, never into a window.
+    Stopped(Arc<str>),
+}
+
 impl Fleet {
-    /// The service of an event, when its feed is still its branch's.
-    fn route(&self, feed: u64, ev: &BranchEvent) -> Option<ServiceId> {
-        let id = *self.loops.feeds.get(&feed)?;
+    /// Where an event goes: live when its feed is still its branch's.
+    fn route(&self, tag: Tag, ev: &BranchEvent) -> Route {
         let branch = match ev {
             BranchEvent::Attempt(a) => &a.branch,
             BranchEvent::Abandoned { branch, .. } => branch,
         };
-        let current = self.live.get(&id)?.loops.get(branch)?.0;
-        (current == feed).then_some(id)
+        let current = self
+            .live
+            .get(&tag.service)
+            .and_then(|l| l.loops.get(branch));
+        match current {
+            Some((feed, _)) if *feed == tag.feed => Route::Live(tag.service),
+            _ => Route::Stopped(tag.name),
+        }
     }
 
-    /// Stop service `id`'s loops: an attempt in flight is dropped with its task.
+    /// Stop service `id`'s loops: an attempt in flight is cut off and reported abandoned.
     fn stop_service(&mut self, id: ServiceId) -> Option<Live> {
         let live = self.live.remove(&id)?;
         for (_, h) in live.loops.values() {
             h.abort();
         }
-        self.loops.feeds.retain(|_, s| *s != id);
         Some(live)
     }
 
@@ -423,6 +452,25 @@ impl Sinks {
         }
         queues
     }
+
+    /// Stop the sinks of every namespace not in `used`: their queues in `queues` are dropped,
+    /// so each task sends what it holds, reports it, and ends. Returns the namespaces stopped.
+    fn retain(
+        &mut self,
+        queues: &mut Vec<(String, SinkQueue)>,
+        used: &BTreeSet<String>,
+    ) -> Vec<String> {
+        let unused: Vec<String> = self.namespaces.difference(used).cloned().collect();
+        if unused.is_empty() {
+            return unused;
+        }
+        for ns in &unused {
+            self.namespaces.remove(ns);
+            tracing::info!(namespace = %ns, "no service publishes to this namespace any more: its sinks send what they hold and stop");
+        }
+        queues.retain(|(ns, _)| used.contains(ns));
+        unused
+    }
 }
 
 /// Build the fold from the stored documents, write the start records (one per running service),
@@ -434,7 +482,7 @@ fn start(
     loaded: Loaded<'_>,
     (evidence, sinks): (EvidenceWriter, Vec<(String, SinkQueue)>),
     resolver: hickory_resolver::TokioResolver,
-) -> (Shell, Fleet, mpsc::Receiver<(u64, BranchEvent)>) {
+) -> (Shell, Fleet, mpsc::Receiver<(Tag, BranchEvent)>) {
     let now = clock.now_ms();
     let names: Vec<Vec<String>> = loaded
         .running
@@ -485,7 +533,7 @@ fn start(
         publish_window: cfg.publish.interval,
         sync_bound: cfg.state.poll_interval.max(Duration::from_secs(5)),
     };
-    let (tx, events) = mpsc::channel::<(u64, BranchEvent)>(256);
+    let (tx, events) = mpsc::channel::<(Tag, BranchEvent)>(256);
     let mut fleet = Fleet {
         cfg: cfg.clone(),
         live: BTreeMap::new(),
@@ -497,7 +545,6 @@ fn start(
             grace: opts.grace,
             stop: CancellationToken::new(),
             next_feed: 0,
-            feeds: HashMap::new(),
         },
     };
     let duration_ms = opts.duration.map(|d| d.as_millis() as u64);
@@ -660,14 +707,12 @@ where
     tokio::pin!(until);
     tokio::pin!(stop);
     let mut syncs = Syncs::default();
+    // A reload in preparation; dropped (its task aborted) when the loop ends.
+    let mut pending = reload::Pending::default();
     let reason = loop {
         tokio::select! {
             ev = w.events.recv() => match ev {
-                Some((feed, ev)) => {
-                    if let Some(id) = w.fleet.route(feed, &ev) {
-                        shell.on_branch_event((id, ev));
-                    }
-                }
+                Some((tag, ev)) => route(shell, &w.fleet, tag, ev),
                 None => break "branch loops ended".to_string(),
             },
             _ = ticker.tick() => shell.tick(false),
@@ -679,7 +724,13 @@ where
                 syncs.fill(shell);
             }
             Some(new) = next_reload(&mut reloads) => {
-                reload::apply(shell, w, &mut syncs, new).await;
+                reload::request(shell, &w.fleet, &mut pending, new);
+            }
+            staged = pending.done() => {
+                reload::finish(shell, w, &mut syncs, staged);
+                if let Some(new) = reload::next_waiting(&mut pending) {
+                    reload::request(shell, &w.fleet, &mut pending, new);
+                }
             }
             Some((service, joined)) = syncs.next(), if !syncs.set.is_empty() => {
                 shell.finish_sync(service, joined);
@@ -691,6 +742,14 @@ where
         }
     };
     (reason, syncs)
+}
+
+/// Hand a branch event to the fold, or to the evidence when a reload stopped its loop.
+fn route(shell: &mut Shell, fleet: &Fleet, tag: Tag, ev: BranchEvent) {
+    match fleet.route(tag, &ev) {
+        Route::Live(id) => shell.on_branch_event((id, ev)),
+        Route::Stopped(name) => shell.on_stopped_event(&name, ev),
+    }
 }
 
 /// The next config read again; never, without a reload channel or once it is closed.
@@ -729,10 +788,8 @@ async fn shutdown(
     w.fleet.loops.stop.cancel();
     w.fleet.loops.tx = None;
     let drain = async {
-        while let Some((feed, ev)) = w.events.recv().await {
-            if let Some(id) = w.fleet.route(feed, &ev) {
-                shell.on_branch_event((id, ev));
-            }
+        while let Some((tag, ev)) = w.events.recv().await {
+            route(&mut shell, &w.fleet, tag, ev);
         }
     };
     if tokio::time::timeout_at(grace_end + Duration::from_millis(200), drain)
@@ -805,4 +862,74 @@ async fn shutdown(
         .close(hard_end.max(Instant::now() + Duration::from_millis(100)))
         .await;
     summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::PublishOutcome;
+    use crate::sink::emf::EmfBuffer;
+    use crate::sink::{Queued, service_unavailable_datum};
+
+    fn config() -> Config {
+        let text = r#"
+prober_id = "p1"
+[probe]
+kind = "tcp"
+[service]
+name = "alpha"
+stable_name = "alpha.example.internal"
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "alpha-primary.example.internal"
+port = 5432
+"#;
+        crate::config::parse(std::path::Path::new("/etc/readyprobe/one.toml"), text)
+            .unwrap_or_else(|e| panic!("{:?}", e.issues))
+    }
+
+    /// The sinks of a namespace no service uses any more send the batch they hold, report it,
+    /// and end; the others run on, and the namespace can come back later.
+    #[tokio::test]
+    async fn the_sinks_of_an_unused_namespace_flush_and_stop() {
+        let emf = EmfBuffer::new();
+        let opts = RunOptions {
+            duration: None,
+            grace: Duration::from_secs(1),
+            emf_out: Some(emf.clone()),
+        };
+        let (mut sinks, mut reports) = Sinks::new(&config(), &opts).await;
+        let mut queues = sinks.add("Kept");
+        queues.extend(sinks.add("Gone"));
+        assert_eq!(sinks.tasks.len(), 2);
+        let batch = Queued {
+            id: 7,
+            datums: vec![service_unavailable_datum("alpha", 1_000)],
+            deadline: Instant::now() + Duration::from_secs(30),
+        };
+        queues[1].1.offer(batch).expect("queued");
+        let used = BTreeSet::from(["Kept".to_string()]);
+        assert_eq!(sinks.retain(&mut queues, &used), ["Gone"]);
+        assert_eq!(queues.len(), 1);
+        assert_eq!(queues[0].0, "Kept");
+        let wait = Duration::from_secs(10);
+        let rep = tokio::time::timeout(wait, reports.recv())
+            .await
+            .expect("a report")
+            .expect("open");
+        assert_eq!((rep.batch, rep.outcome), (7, PublishOutcome::Sent));
+        assert!(emf.lines().iter().any(|l| l.contains("\"Gone\"")));
+        let ended = async {
+            while sinks.tasks.len() > 1 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(wait, ended)
+            .await
+            .expect("the unused namespace's task ends");
+        // Nothing to stop when every namespace is used; a namespace used again gets new sinks.
+        assert!(sinks.retain(&mut queues, &used).is_empty());
+        assert_eq!(sinks.add("Gone").len(), 1);
+    }
 }

@@ -86,6 +86,12 @@ where
         // recorded as a failed attempt instead of silently ending this branch's loop.
         let started_at = clock.now_ms();
         let mut running = tokio::spawn(attempt(seq));
+        let mut guard = InFlight {
+            tx: &tx,
+            branch,
+            seq,
+            attempt: Some(running.abort_handle()),
+        };
         let finished = tokio::select! {
             a = &mut running => Some(a),
             _ = stop.cancelled() => {
@@ -115,11 +121,36 @@ where
                 seq,
             },
         };
-        if tx.send(event).await.is_err() {
+        let sent = tx.send(event).await;
+        guard.attempt = None;
+        if sent.is_err() {
             break;
         }
     }
     seq
+}
+
+/// An attempt whose event is not handed over yet. When the loop is aborted meanwhile (a
+/// reload stopped it), dropping this aborts the attempt (it would otherwise run on, detached)
+/// and reports it abandoned, so no attempt goes unaccounted.
+struct InFlight<'a> {
+    tx: &'a mpsc::Sender<BranchEvent>,
+    branch: &'a str,
+    seq: u64,
+    /// `None` once the event is handed over.
+    attempt: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(a) = self.attempt.take() {
+            a.abort();
+            let _ = self.tx.try_send(BranchEvent::Abandoned {
+                branch: self.branch.to_string(),
+                seq: self.seq,
+            });
+        }
+    }
 }
 
 #[cfg(test)]
@@ -499,5 +530,55 @@ mod tests {
         // The abandoned attempt was stopped, not left running.
         tokio::time::sleep(secs(60)).await;
         assert_eq!(log.spans("a", t0), [(secs(0), None)]);
+    }
+
+    /// A loop aborted mid-attempt (a reload stopped it) reports the attempt abandoned at once
+    /// and stops it; one aborted between attempts reports nothing.
+    #[tokio::test(start_paused = true)]
+    async fn an_aborted_loop_reports_its_attempt_in_flight_abandoned() {
+        let t0 = Instant::now();
+        let (tx, mut rx) = mpsc::channel(64);
+        let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
+        let takes = |seq| if seq == 1 { secs(1) } else { secs(30) };
+        let h = spawn_loop(
+            "a",
+            schedule(secs(10), Duration::ZERO, secs(5)),
+            &log,
+            takes,
+            &stop,
+            tx,
+        );
+        assert_eq!(next_attempt(&mut rx).await.seq, 1);
+        tokio::time::sleep_until(t0 + secs(12)).await;
+        h.abort();
+        match rx.recv().await {
+            Some(BranchEvent::Abandoned { branch, seq }) => {
+                assert_eq!((branch.as_str(), seq), ("a", 2))
+            }
+            other => panic!("expected the attempt abandoned, got {other:?}"),
+        }
+        assert_eq!(Instant::now() - t0, secs(12));
+        assert!(rx.recv().await.is_none());
+        tokio::time::sleep(secs(60)).await;
+        assert_eq!(
+            log.spans("a", t0),
+            [(secs(0), Some(secs(1))), (secs(10), None)],
+            "the attempt was stopped, not left running"
+        );
+        assert_eq!(log.in_flight.load(Ordering::SeqCst), 1);
+
+        let (tx, mut rx) = mpsc::channel(64);
+        let h = spawn_loop(
+            "b",
+            schedule(secs(10), Duration::ZERO, secs(5)),
+            &log,
+            |_| secs(1),
+            &stop,
+            tx,
+        );
+        assert_eq!(next_attempt(&mut rx).await.seq, 1);
+        tokio::time::sleep(secs(3)).await;
+        h.abort();
+        assert!(rx.recv().await.is_none(), "nothing was in flight");
     }
 }

@@ -286,6 +286,7 @@ fn every_kind() -> Vec<Record> {
         Record::AttemptAbandoned(AttemptAbandoned {
             branch: "primary".into(),
             seq: 43,
+            cause: None,
         }),
         transition(),
         publish_sent(),
@@ -356,9 +357,24 @@ fn golden_attempt_abandoned() {
         Record::AttemptAbandoned(AttemptAbandoned {
             branch: "primary".into(),
             seq: 43,
+            cause: None,
         }),
         expect![[
             r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"attempt_abandoned","branch":"primary","seq":43}"#
+        ]],
+    );
+}
+
+#[test]
+fn golden_attempt_abandoned_by_a_reload() {
+    check(
+        Record::AttemptAbandoned(AttemptAbandoned {
+            branch: "primary".into(),
+            seq: 43,
+            cause: Some(crate::record::AbandonCause::Reload),
+        }),
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"attempt_abandoned","branch":"primary","seq":43,"cause":"reload"}"#
         ]],
     );
 }

@@ -3,26 +3,37 @@
 //! (`docs/operations.md`, "Reload").
 //!
 //! Refused: an invalid config; a change to a setting that needs a restart ([`restart_keys`]); a
-//! changed service whose new inputs cannot be prepared. Applied: removed services stop (their
-//! loops are aborted, an attempt in flight is dropped, their state gets a final save); changed
+//! changed service whose new inputs cannot be prepared. Preparing the services and loading the
+//! documents of those it adds runs beside the run loop ([`request`], [`Pending`]); the result
+//! comes back as an event ([`finish`]). Applied: removed services stop (their loops are aborted,
+//! an attempt in flight is recorded as abandoned, their state gets a final save); changed
 //! services keep every branch whose settings are the same as they were (its loop, schedule and
 //! readiness untouched) and restart the loops of the others, whose state is kept and whose window
 //! starts afresh ([`crate::fold::BranchChange`]); new services start as at start-up, and so do
-//! services that could not start before (retried at every reload).
+//! services that could not start before (retried at every reload). Sinks of a namespace no
+//! service uses any more flush and stop.
 
 use super::shell::Shell;
 use super::{
     Fleet, Live, Syncs, Wiring, open_store, problems_of, report_unavailable, start_record,
 };
-use crate::config::{Config, ConfigError, ServiceConfig, escape_controls};
+use crate::config::{Config, ConfigError, ServiceConfig, StoreKind, escape_controls};
+use crate::control::ControlDoc;
 use crate::fold::{BranchChange, Input, NewService, ServiceChange, ServiceId};
 use crate::probe::{self, BranchProbe};
 use crate::record::{Record, Reload};
-use std::collections::{BTreeMap, HashMap};
+use crate::state::Store;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
 
 /// A service's branch probes, or why it cannot be prepared.
 type Prepared = Result<Vec<BranchProbe>, Vec<String>>;
+
+/// A service's store and control document as loaded, or why it could not be.
+type Loaded = Result<(Store, ControlDoc), String>;
 
 /// What the new config does to the running one, by service name.
 struct Plan<'a> {
@@ -43,27 +54,61 @@ fn same<T: Debug>(a: &T, b: &T) -> bool {
     format!("{a:?}") == format!("{b:?}")
 }
 
-/// The settings a running process cannot take without a restart, by config key: the state
-/// store, the evidence file, the sinks and publish tick, the prober id and the resolver.
+/// The settings a running process cannot take without a restart (the state store, the evidence
+/// file, the sinks and publish tick, the prober id and the resolver), by config key: each key
+/// whose effective value changed, except a value that only follows another named key (a
+/// `poll_interval` or `operation_timeout` capped at the publish interval, a default evidence
+/// path under `state_dir`), so a refusal names what the operator edited.
 fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
-    let p = (&old.publish, &new.publish);
-    let checks = [
+    let (p, q) = (&old.publish, &new.publish);
+    let capped = |a: Duration, b: Duration| a == b || capped_alike(a, p.interval, b, q.interval);
+    let (c, d) = (&p.cloudwatch, &q.cloudwatch);
+    let evidence = old.evidence_path == new.evidence_path
+        || (old.evidence_path == old.state_dir.join("evidence.jsonl")
+            && new.evidence_path == new.state_dir.join("evidence.jsonl"));
+    let (x, y) = (&old.dns, &new.dns);
+    let mut checks = vec![
         ("prober_id", old.prober_id == new.prober_id),
         ("state_dir", old.state_dir == new.state_dir),
-        ("[state]", same(&old.state, &new.state)),
-        ("publish.interval", p.0.interval == p.1.interval),
-        ("publish.sinks", p.0.sinks == p.1.sinks),
         (
-            "[publish.cloudwatch]",
-            same(&p.0.cloudwatch, &p.1.cloudwatch),
+            "state.poll_interval",
+            capped(old.state.poll_interval, new.state.poll_interval),
         ),
-        ("evidence.path", old.evidence_path == new.evidence_path),
+        ("publish.interval", p.interval == q.interval),
+        ("publish.sinks", p.sinks == q.sinks),
+        ("publish.cloudwatch.region", c.region == d.region),
+        (
+            "publish.cloudwatch.endpoint_url",
+            c.endpoint_url == d.endpoint_url,
+        ),
+        (
+            "publish.cloudwatch.operation_timeout",
+            capped(c.operation_timeout, d.operation_timeout),
+        ),
+        (
+            "publish.cloudwatch.max_attempts",
+            c.max_attempts == d.max_attempts,
+        ),
+        ("evidence.path", evidence),
         (
             "evidence.max_size_mb",
             old.evidence_max_bytes == new.evidence_max_bytes,
         ),
-        ("[dns]", same(&old.dns, &new.dns)),
+        ("dns.nameservers", x.nameservers == y.nameservers),
+        ("dns.resolv_conf", x.resolv_conf == y.resolv_conf),
+        ("dns.timeout", x.timeout == y.timeout),
+        ("dns.address_family", x.address_family == y.address_family),
     ];
+    match (&old.state.store, &new.state.store) {
+        (StoreKind::File, StoreKind::File) => {}
+        (StoreKind::S3(a), StoreKind::S3(b)) => checks.extend([
+            ("state.s3.bucket", a.bucket == b.bucket),
+            ("state.s3.key_prefix", a.key_prefix == b.key_prefix),
+            ("state.s3.region", a.region == b.region),
+            ("state.s3.endpoint_url", a.endpoint_url == b.endpoint_url),
+        ]),
+        _ => checks.push(("state.store", false)),
+    }
     checks
         .into_iter()
         .filter(|(_, unchanged)| !unchanged)
@@ -71,15 +116,30 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         .collect()
 }
 
+/// Whether `a` (capped at interval `ai`) and `b` (capped at `bi`) can be one operator value
+/// capped at two intervals: `min(ai, v) == a` and `min(bi, v) == b` for some `v`. Then a change
+/// from `a` to `b` comes from the interval alone.
+fn capped_alike(a: Duration, ai: Duration, b: Duration, bi: Duration) -> bool {
+    [a, b, Duration::MAX]
+        .into_iter()
+        .any(|v| ai.min(v) == a && bi.min(v) == b)
+}
+
 impl<'a> Plan<'a> {
     fn of(fleet: &Fleet, new: &'a Config) -> Plan<'a> {
+        Plan::between(&fleet.cfg, &fleet.live, new)
+    }
+
+    /// What `new` does to the running services `live` of config `old`. A running service is
+    /// changed when its effective settings differ (a top-level default it overrides is not
+    /// one of them).
+    fn between(old: &Config, live: &BTreeMap<ServiceId, Live>, new: &'a Config) -> Plan<'a> {
         let by_name: HashMap<&str, &ServiceConfig> = new
             .services
             .iter()
             .map(|s| (s.service.name.as_str(), s))
             .collect();
-        let running: HashMap<&str, (ServiceId, &Live)> = fleet
-            .live
+        let running: HashMap<&str, (ServiceId, &Live)> = live
             .iter()
             .map(|(id, l)| (l.cfg.service.name.as_str(), (*id, l)))
             .collect();
@@ -89,7 +149,7 @@ impl<'a> Plan<'a> {
             changed: Vec::new(),
             to_start: Vec::new(),
         };
-        for s in &fleet.cfg.services {
+        for s in &old.services {
             let name = s.service.name.as_str();
             if !by_name.contains_key(name) {
                 plan.removed_names.push(name.to_string());
@@ -110,8 +170,7 @@ impl<'a> Plan<'a> {
 }
 
 /// Prepare the named services of `cfg` off the runtime (secrets and CA files are read).
-async fn prepare(cfg: &Config, names: Vec<String>) -> HashMap<String, Prepared> {
-    let cfg = cfg.clone();
+async fn prepare(cfg: Arc<Config>, names: Vec<String>) -> HashMap<String, Prepared> {
     let work = move || {
         let mut out = HashMap::new();
         for name in names {
@@ -128,18 +187,61 @@ async fn prepare(cfg: &Config, names: Vec<String>) -> HashMap<String, Prepared> 
     })
 }
 
-/// Take a config read again: apply it, or refuse it and keep the running one.
-pub(super) async fn apply(
+/// Control documents of services a reload adds that are loaded at once.
+const LOADS_AT_ONCE: usize = 16;
+
+/// A reload being prepared beside the run loop, and the newest config read meanwhile.
+#[derive(Default)]
+pub(super) struct Pending {
+    /// At most one preparation at a time.
+    job: JoinSet<Staged>,
+    /// SIGHUPs during a preparation coalesce: the newest config read waits here, replacing any
+    /// older one, and is taken once the preparation in flight has been applied or refused.
+    waiting: Option<Result<Config, ConfigError>>,
+}
+
+impl Pending {
+    /// The finished preparation; never, while none is in flight.
+    pub(super) async fn done(&mut self) -> Result<Staged, tokio::task::JoinError> {
+        match self.job.join_next().await {
+            Some(r) => r,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// What a reload's preparation produced off the loop: its services' probes and the control
+/// documents (with their stores) of the services it starts.
+pub(super) struct Staged {
+    new: Arc<Config>,
+    prepared: HashMap<String, Prepared>,
+    loaded: HashMap<String, Loaded>,
+}
+
+/// Take a config read again. Refused at once when invalid or when it changes a setting that
+/// needs a restart; else its changed and new services are prepared, and the documents of those
+/// it starts loaded, in a task beside the loop ([`finish`] then applies it), so a slow or dead
+/// store never stalls the other services' probing, publishing and syncs, nor a stop. A config
+/// that comes while a preparation is in flight waits for it ([`Pending`]).
+pub(super) fn request(
     shell: &mut Shell,
-    w: &mut Wiring,
-    syncs: &mut Syncs,
+    fleet: &Fleet,
+    pending: &mut Pending,
     new: Result<Config, ConfigError>,
 ) {
+    if !pending.job.is_empty() {
+        let replaced = pending.waiting.replace(new).is_some();
+        tracing::info!(
+            replaced,
+            "a reload is in progress: the config just read is taken once it is done (a newer one replaces it)"
+        );
+        return;
+    }
     let new = match new {
         Ok(c) => c,
         Err(e) => return refuse(shell, config_problems(&e)),
     };
-    let restart = restart_keys(&w.fleet.cfg, &new);
+    let restart = restart_keys(&fleet.cfg, &new);
     if !restart.is_empty() {
         let problems = restart
             .iter()
@@ -147,15 +249,69 @@ pub(super) async fn apply(
             .collect();
         return refuse(shell, problems);
     }
+    let plan = Plan::of(fleet, &new);
+    let names = |list: Vec<&ServiceConfig>| list.iter().map(|s| s.service.name.clone()).collect();
+    let changed = names(plan.changed.iter().map(|(_, s)| *s).collect());
+    let to_start = names(plan.to_start);
+    pending.job.spawn(stage(Arc::new(new), changed, to_start));
+}
+
+/// Prepare the changed and new services; unless a changed one cannot be prepared (the reload is
+/// then refused), load the control documents of the new ones that could be.
+async fn stage(new: Arc<Config>, changed: Vec<String>, to_start: Vec<String>) -> Staged {
+    let names = changed.iter().chain(&to_start).cloned().collect();
+    let prepared = prepare(new.clone(), names).await;
+    let ok = |n: &String| matches!(prepared.get(n), Some(Ok(_)));
+    let mut loaded = HashMap::new();
+    if changed.iter().all(ok) {
+        let mut loads = JoinSet::new();
+        for name in to_start.into_iter().filter(ok) {
+            if loads.len() >= LOADS_AT_ONCE
+                && let Some(Ok((n, r))) = loads.join_next().await
+            {
+                loaded.insert(n, r);
+            }
+            let cfg = new.clone();
+            loads.spawn(async move {
+                let store = open_store(&cfg, &name).await;
+                let doc = store.load().await.map_err(|e| e.to_string());
+                (name, doc.map(|d| (store, d)))
+            });
+        }
+        while let Some(j) = loads.join_next().await {
+            if let Ok((n, r)) = j {
+                loaded.insert(n, r);
+            }
+        }
+    }
+    Staged {
+        new,
+        prepared,
+        loaded,
+    }
+}
+
+/// Apply a finished preparation, or refuse it (a changed service whose inputs cannot be
+/// prepared, or a preparation that failed inside readyprobe) with the running config kept.
+pub(super) fn finish(
+    shell: &mut Shell,
+    w: &mut Wiring,
+    syncs: &mut Syncs,
+    staged: Result<Staged, tokio::task::JoinError>,
+) {
+    let Staged {
+        new,
+        mut prepared,
+        mut loaded,
+    } = match staged {
+        Ok(s) => s,
+        Err(e) => {
+            let problem = format!("preparing the reload failed inside readyprobe: {e}");
+            return refuse(shell, vec![problem]);
+        }
+    };
+    let new = Arc::unwrap_or_clone(new);
     let plan = Plan::of(&w.fleet, &new);
-    let names = plan
-        .changed
-        .iter()
-        .map(|(_, s)| s)
-        .chain(&plan.to_start)
-        .map(|s| s.service.name.clone())
-        .collect();
-    let mut prepared = prepare(&new, names).await;
     let mut take = |name: &str| {
         prepared
             .remove(name)
@@ -175,7 +331,10 @@ pub(super) async fn apply(
     let to_start: Vec<_> = plan
         .to_start
         .iter()
-        .map(|s| (*s, take(&s.service.name)))
+        .map(|s| {
+            let doc = loaded.remove(&s.service.name);
+            (*s, take(&s.service.name), doc)
+        })
         .collect();
     for warning in &new.warnings {
         tracing::warn!("config: {warning}");
@@ -190,7 +349,11 @@ pub(super) async fn apply(
     for (id, svc, probes) in changed {
         change(shell, &mut w.fleet, id, svc, probes);
     }
-    let (added, unavailable) = start_services(shell, &mut w.fleet, &new, to_start).await;
+    let (added, unavailable) = start_services(shell, &mut w.fleet, &new, to_start);
+    // Every service of the new config publishes to its namespace (one that cannot start, its
+    // ServiceUnavailable datum): the sinks of any other namespace flush and stop.
+    let used: BTreeSet<String> = new.services.iter().map(|s| s.namespace.clone()).collect();
+    w.sinks.retain(&mut shell.sinks, &used);
     let live: Vec<&str> = w
         .fleet
         .live
@@ -227,6 +390,11 @@ pub(super) async fn apply(
     w.fleet.cfg = new;
     let now = shell.clock.now_ms();
     shell.write(now, &Record::Reload(record));
+}
+
+/// The config that waited for the reload just done, if any.
+pub(super) fn next_waiting(pending: &mut Pending) -> Option<Result<Config, ConfigError>> {
+    pending.waiting.take()
 }
 
 /// Each problem of an invalid config, located as `check` prints it.
@@ -331,29 +499,25 @@ fn change(
 /// Start the services that are not running, as at start-up: each whose inputs or control
 /// document are unavailable is reported and left out. Returns the names started and those
 /// left out.
-async fn start_services(
+fn start_services(
     shell: &mut Shell,
     fleet: &mut Fleet,
     cfg: &Config,
-    to_start: Vec<(&ServiceConfig, Prepared)>,
+    to_start: Vec<(&ServiceConfig, Prepared, Option<Loaded>)>,
 ) -> (Vec<String>, Vec<String>) {
     let (mut added, mut unavailable) = (Vec::new(), Vec::new());
-    for (svc, prepared) in to_start {
+    for (svc, prepared, loaded) in to_start {
         let name = svc.service.name.clone();
         let now = shell.clock.now_ms();
-        let probes = match prepared {
-            Ok(p) => p,
+        let loaded = prepared.and_then(|probes| match loaded {
+            Some(Ok((store, doc))) => Ok((probes, store, doc)),
+            Some(Err(e)) => Err(vec![e]),
+            None => Err(vec!["its control document was not loaded".to_string()]),
+        });
+        let (probes, store, doc) = match loaded {
+            Ok(l) => l,
             Err(problems) => {
                 report_unavailable(shell, now, &name, problems);
-                unavailable.push(name);
-                continue;
-            }
-        };
-        let store = open_store(cfg, &name).await;
-        let doc = match store.load().await {
-            Ok(d) => d,
-            Err(e) => {
-                report_unavailable(shell, now, &name, vec![e.to_string()]);
                 unavailable.push(name);
                 continue;
             }
@@ -385,4 +549,129 @@ async fn start_services(
         added.push(name);
     }
     (added, unavailable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// A two-service config: `top` goes at the top level, `alpha` into the first service.
+    fn config(top: &str, alpha: &str) -> Config {
+        let text = format!(
+            r#"
+prober_id = "p1"
+{top}
+[probe]
+kind = "tcp"
+interval = "2s"
+
+[[service]]
+name = "alpha"
+stable_name = "alpha.example.internal"
+{alpha}
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "alpha-primary.example.internal"
+port = 5432
+
+[[service]]
+name = "beta"
+stable_name = "beta.example.internal"
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "beta-primary.example.internal"
+port = 5432
+"#
+        );
+        crate::config::parse(Path::new("/etc/readyprobe/fleet.toml"), &text)
+            .unwrap_or_else(|e| panic!("{:?}", e.issues))
+    }
+
+    fn running(cfg: &Config) -> BTreeMap<ServiceId, Live> {
+        cfg.services
+            .iter()
+            .enumerate()
+            .map(|(id, s)| {
+                let live = Live {
+                    cfg: s.clone(),
+                    loops: BTreeMap::new(),
+                };
+                (id, live)
+            })
+            .collect()
+    }
+
+    fn changed<'a>(plan: &Plan<'a>) -> Vec<&'a str> {
+        plan.changed
+            .iter()
+            .map(|(_, s)| s.service.name.as_str())
+            .collect()
+    }
+
+    /// A top-level default changes only the services that take it: one that sets the key itself
+    /// keeps its effective settings, so it is not changed (nor are its loops restarted).
+    #[test]
+    fn a_changed_default_changes_only_the_services_that_take_it() {
+        let own = "readiness = { initial = \"unready\" }";
+        let old = config("[readiness]\ninitial = \"unknown\"", own);
+        let new = config("[readiness]\ninitial = \"ready\"", own);
+        let plan = Plan::between(&old, &running(&old), &new);
+        assert_eq!(changed(&plan), ["beta"]);
+        assert!(plan.removed.is_empty() && plan.to_start.is_empty());
+        // The same for the default namespace and another readiness default.
+        let own = "namespace = \"Own\"\nreadiness = { min_attempts = 4 }";
+        let old = config("[publish]\nnamespace = \"A\"", own);
+        let new = config(
+            "[publish]\nnamespace = \"B\"\n[readiness]\nmin_attempts = 3",
+            own,
+        );
+        let plan = Plan::between(&old, &running(&old), &new);
+        assert_eq!(changed(&plan), ["beta"]);
+    }
+
+    /// A refusal names the keys the operator edited: a new publish interval moves the poll
+    /// interval and the CloudWatch timeout capped at it, and a new `state_dir` the default
+    /// evidence path under it, without naming those.
+    #[test]
+    fn a_refusal_names_only_the_keys_whose_own_value_changed() {
+        let keys = |a: &str, b: &str| restart_keys(&config(a, ""), &config(b, ""));
+        assert_eq!(
+            keys(
+                "[publish]\ninterval = \"60s\"",
+                "[publish]\ninterval = \"5s\""
+            ),
+            ["publish.interval"]
+        );
+        assert_eq!(
+            keys(
+                "[publish]\ninterval = \"5s\"",
+                "[publish]\ninterval = \"60s\""
+            ),
+            ["publish.interval"]
+        );
+        assert_eq!(
+            keys("state_dir = \"/var/a\"", "state_dir = \"/var/b\""),
+            ["state_dir"]
+        );
+        // The operator's own value changed too: named.
+        assert_eq!(
+            keys(
+                "[publish]\ninterval = \"60s\"\n[state]\npoll_interval = \"3s\"",
+                "[publish]\ninterval = \"5s\"\n[state]\npoll_interval = \"4s\""
+            ),
+            ["state.poll_interval", "publish.interval"]
+        );
+        assert_eq!(
+            keys(
+                "[publish.cloudwatch]\nmax_attempts = 3",
+                "[publish.cloudwatch]\nmax_attempts = 4"
+            ),
+            ["publish.cloudwatch.max_attempts"]
+        );
+        assert_eq!(keys("", "[dns]\ntimeout = \"2s\""), ["dns.timeout"]);
+        assert!(keys("", "").is_empty());
+    }
 }

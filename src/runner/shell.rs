@@ -127,6 +127,20 @@ impl Shell {
         });
     }
 
+    /// An event of a loop a reload stopped, for service `service` (by name: it may be gone):
+    /// recorded, never folded into a window.
+    pub(super) fn on_stopped_event(&mut self, service: &str, ev: BranchEvent) {
+        let service = service.to_string();
+        self.feed(match ev {
+            BranchEvent::Attempt(attempt) => Input::StoppedAttempt { service, attempt },
+            BranchEvent::Abandoned { branch, seq } => Input::CancelledByReload {
+                service,
+                branch,
+                seq,
+            },
+        });
+    }
+
     pub(super) fn tick(&mut self, last: bool) {
         self.evidence.reopen_if_replaced(self.clock.now_ms());
         self.feed(Input::Tick { last });

@@ -7,6 +7,7 @@ fn abandoned(seq: u64) -> Record {
     Record::AttemptAbandoned(AttemptAbandoned {
         branch: "primary".into(),
         seq,
+        cause: None,
     })
 }
 
