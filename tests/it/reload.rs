@@ -3,7 +3,9 @@
 //! one runs on untouched (its loops keep their sequence numbers: no schedule reset; no
 //! transition), a changed branch restarts its loop and keeps its state; an invalid config or a
 //! setting that needs a restart is refused and the old services run on. In process, unavailable
-//! inputs at a reload. And a corrupt control document stops only its own service.
+//! inputs at a reload. A corrupt control document stops only its own service. A reload waiting
+//! on a dead S3 store (a proxy in front of the emulator) stalls no other service nor a stop, and
+//! a removed service's attempt in flight is recorded as abandoned.
 
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{fleet_header, read_evidence, wait_evidence};
@@ -470,4 +472,259 @@ async fn unavailable_inputs_refuse_a_changed_service_and_report_an_added_one() {
     // Only alpha ran (one service: keyed by branch name).
     let keys: Vec<&String> = s.final_states.keys().collect();
     assert_eq!(keys, ["primary", "secondary"]);
+}
+
+/// An HTTP proxy in front of the emulator's S3 that forwards every request except those whose
+/// path contains `hang`, which it accepts and never answers: a store that is dead for one
+/// service's control document only. Aborted on drop.
+struct HangingS3 {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for HangingS3 {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn hanging_s3(hang: &'static str) -> HangingS3 {
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+    use hyper_util::rt::TokioIo;
+    let upstream = crate::support::cloudwatch::endpoint();
+    let authority = upstream.trim_start_matches("http://").to_string();
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let authority = authority.clone();
+            tokio::spawn(async move {
+                let forward = move |req: hyper::Request<hyper::body::Incoming>| {
+                    let authority = authority.clone();
+                    async move {
+                        if req.uri().path().contains(hang) {
+                            std::future::pending::<()>().await;
+                        }
+                        let (parts, body) = req.into_parts();
+                        let body = body.collect().await?.to_bytes();
+                        let up = tokio::net::TcpStream::connect(&authority).await.unwrap();
+                        let (mut send, conn) =
+                            hyper::client::conn::http1::handshake(TokioIo::new(up))
+                                .await
+                                .unwrap();
+                        tokio::spawn(conn);
+                        let req = hyper::Request::from_parts(parts, Full::new(body));
+                        let (parts, body) = send.send_request(req).await.unwrap().into_parts();
+                        let body: Bytes = body.collect().await?.to_bytes();
+                        Ok::<_, hyper::Error>(hyper::Response::from_parts(parts, Full::new(body)))
+                    }
+                };
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), hyper::service::service_fn(forward))
+                    .await;
+            });
+        }
+    });
+    HangingS3 { port, task }
+}
+
+/// A bucket on the emulator, or `None` (skipped; a failure under `CI=true`) without one.
+async fn s3_bucket_or_skip() -> Option<String> {
+    if let Err(why) = crate::support::cloudwatch::health().await {
+        crate::support::skip_or_panic(&format!("S3 emulator unavailable ({why})"));
+        return None;
+    }
+    let creds = aws_sdk_s3::config::Credentials::new("test", "test", None, None, "it");
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .credentials_provider(creds)
+        .endpoint_url(crate::support::cloudwatch::endpoint())
+        .force_path_style(true)
+        .build();
+    let bucket = format!("readyprobe-reload-{}", rand::random::<u32>());
+    aws_sdk_s3::Client::from_conf(conf)
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("create bucket");
+    Some(bucket)
+}
+
+fn spawn_with_aws(cfg: &Path, stdout: &Path) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+        .args(["run", "--grace", "1s", "--config"])
+        .arg(cfg)
+        .envs([
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ])
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_PROFILE")
+        .stdout(Stdio::from(std::fs::File::create(stdout).unwrap()))
+        .stderr(Stdio::from(
+            std::fs::File::create(stdout.with_extension("log")).unwrap(),
+        ))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A reload adds two services whose control documents the S3 store never serves (the
+/// `s3` store's bound is 10 s each): meanwhile the running service goes on being probed and
+/// published at its pace, a second SIGHUP waits for the reload in flight, and SIGTERM ends
+/// the process at once with exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_waiting_on_a_dead_store_stalls_nothing_else() {
+    let Some(bucket) = s3_bucket_or_skip().await else {
+        return;
+    };
+    let proxy = hanging_s3("control-slow").await;
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha", "slow1", "slow2"]).await;
+    let port = |i: usize| f.ports[i].port;
+    let path = dir.path().join("s3.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let stdout = dir.path().join("stdout.jsonl");
+    let s3_state = format!(
+        "[state]\nstore = \"s3\"\npoll_interval = \"500ms\"\n\n[state.s3]\nbucket = \"{bucket}\"\nkey_prefix = \"it/\"\nregion = \"us-east-1\"\nendpoint_url = \"http://127.0.0.1:{}\"\n",
+        proxy.port
+    );
+    let cfg = |services: &str| {
+        let text = config(dir.path(), &f.dns, "1s", services);
+        let with_s3 = text.replacen("[state]\npoll_interval = \"500ms\"\n", &s3_state, 1);
+        assert_ne!(with_s3, text, "the shared header's [state] table moved");
+        with_s3
+    };
+    let alpha = service("alpha", port(0), port(1));
+    write_config(&path, &cfg(&alpha));
+    let mut child = spawn_with_aws(&path, &stdout);
+    wait_evidence(&evidence, DEADLINE, |ev| {
+        of(ev, "attempt", "alpha", Some("primary")).len() >= 3
+    })
+    .await;
+
+    let slow = [
+        service("slow1", port(2), port(3)),
+        service("slow2", port(4), port(5)),
+    ];
+    write_config(&path, &cfg(&format!("{alpha}{}", slow.concat())));
+    let n0 = of(&read_evidence(&evidence), "attempt", "alpha", None).len();
+    let hup_ms = now_ms();
+    signal(&child, libc::SIGHUP);
+    // Attempts every 300 ms on two branches and a 1 s publish tick go on: well within 6 s,
+    // where a stalled loop would write nothing for 10 s.
+    let ev = wait_evidence(&evidence, Duration::from_secs(6), |ev| {
+        of(ev, "attempt", "alpha", None).len() >= n0 + 12
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    signal(&child, libc::SIGHUP);
+    let beats = heartbeats_after(&stdout, hup_ms);
+    assert!(
+        beats.iter().filter(|s| *s == "alpha").count() >= 2,
+        "alpha published meanwhile: {beats:?}"
+    );
+    assert!(
+        reload_at(&ev, 0).is_none(),
+        "the reload still waits for the dead store"
+    );
+    let since_hup = Duration::from_millis((now_ms() - hup_ms) as u64);
+    assert!(since_hup < Duration::from_secs(9), "{since_hup:?}");
+    let term = tokio::time::Instant::now();
+    signal(&child, libc::SIGTERM);
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .expect("SIGTERM ends the process without waiting for the reload")
+        .unwrap();
+    let log = std::fs::read_to_string(stdout.with_extension("log")).unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(
+        term.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        term.elapsed()
+    );
+    assert!(log.contains("a reload is in progress"), "{log}");
+    let ev = read_evidence(&evidence);
+    assert_eq!(ev.last().unwrap()["kind"], "stop");
+    assert!(of(&ev, "start", "slow1", None).is_empty());
+}
+
+/// A reload that removes a service while its attempt is in flight records that attempt as
+/// abandoned (cause `reload`): no attempt of a stopped loop goes unaccounted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_services_attempt_in_flight_is_recorded_abandoned() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha", "beta"]).await;
+    // alpha's branches accept and never answer the TLS handshake: each attempt runs to its
+    // 1.9 s deadline of a 2 s interval.
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let alpha = service("alpha", silent_port, silent_port).replacen(
+        "\n[[service.branch]]",
+        "\nprobe = { interval = \"2s\", timeout = \"1900ms\", jitter = \"0s\", tls = { ssl_mode = \"required\" } }\nreadiness = { window = \"30s\" }\n[[service.branch]]",
+        1,
+    );
+    let beta = service("beta", f.ports[2].port, f.ports[3].port);
+    let path = dir.path().join("abandon.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let stdout = dir.path().join("stdout.jsonl");
+    write_config(
+        &path,
+        &config(dir.path(), &f.dns, "1s", &format!("{alpha}{beta}")),
+    );
+    let mut child = spawn(&path, &stdout);
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        !of(ev, "attempt", "alpha", Some("primary")).is_empty()
+    })
+    .await;
+    let last = *seqs(&ev, "alpha", "primary").last().unwrap();
+    // The next attempt started right after: 300 ms into its 1.9 s, the reload removes alpha.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    write_config(&path, &config(dir.path(), &f.dns, "1s", &beta));
+    signal(&child, libc::SIGHUP);
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        reload_at(ev, 0).is_some_and(|r| of(&ev[r..], "attempt", "beta", None).len() >= 4)
+    })
+    .await;
+    let r = reload_at(&ev, 0).unwrap();
+    assert_eq!(ev[r]["removed"], serde_json::json!(["alpha"]), "{}", ev[r]);
+    let cut = of(&ev, "attempt_abandoned", "alpha", Some("primary"));
+    assert_eq!(cut.len(), 1, "{cut:?}");
+    assert_eq!(cut[0]["cause"], "reload", "{}", cut[0]);
+    assert_eq!(cut[0]["seq"].as_u64(), Some(last + 1), "{}", cut[0]);
+    // Every alpha attempt is accounted for: finished or abandoned, seq 1 up without a gap.
+    for b in ["primary", "secondary"] {
+        let mut all = seqs(&ev, "alpha", b);
+        all.extend(
+            of(&ev, "attempt_abandoned", "alpha", Some(b))
+                .iter()
+                .map(|a| a["seq"].as_u64().unwrap()),
+        );
+        all.sort_unstable();
+        assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>(), "alpha/{b}");
+    }
+    signal(&child, libc::SIGTERM);
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    hold.abort();
 }
