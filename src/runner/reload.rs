@@ -252,7 +252,12 @@ pub(super) fn request(
     let plan = Plan::of(fleet, &new);
     let names = |list: Vec<&ServiceConfig>| list.iter().map(|s| s.service.name.clone()).collect();
     let changed = names(plan.changed.iter().map(|(_, s)| *s).collect());
-    let to_start = names(plan.to_start);
+    let to_start: Vec<String> = names(plan.to_start);
+    tracing::info!(
+        changed = ?changed,
+        to_start = ?to_start,
+        "reload: preparing services beside the run"
+    );
     pending.job.spawn(stage(Arc::new(new), changed, to_start));
 }
 

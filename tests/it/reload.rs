@@ -581,9 +581,9 @@ fn now_ms() -> i64 {
 }
 
 /// A reload adds two services whose control documents the S3 store never serves (the
-/// `s3` store's bound is 10 s each): meanwhile the running service goes on being probed and
-/// published at its pace, a second SIGHUP waits for the reload in flight, and SIGTERM ends
-/// the process at once with exit 0.
+/// `s3` store gives up after 10 s): meanwhile the running service goes on being probed and
+/// published at its pace; a second SIGHUP waits for the reload in flight and is taken after
+/// it; SIGTERM while that one waits ends the process at once with exit 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_waiting_on_a_dead_store_stalls_nothing_else() {
     let Some(bucket) = s3_bucket_or_skip().await else {
@@ -641,13 +641,37 @@ async fn a_reload_waiting_on_a_dead_store_stalls_nothing_else() {
     );
     let since_hup = Duration::from_millis((now_ms() - hup_ms) as u64);
     assert!(since_hup < Duration::from_secs(9), "{since_hup:?}");
+    // Once the reads give up, the reload applies with the two left out, and the config that
+    // waited (the second SIGHUP) is prepared next: the stop comes while it waits in turn.
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| reload_at(ev, 0).is_some()).await;
+    let reload = &ev[reload_at(&ev, 0).unwrap()];
+    assert_eq!(reload["applied"], true, "{reload}");
+    assert_eq!(
+        reload["unavailable"],
+        serde_json::json!(["slow1", "slow2"]),
+        "{reload}"
+    );
+    let log_path = stdout.with_extension("log");
+    let preparing = || {
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        log.matches("reload: preparing services beside the run")
+            .count()
+    };
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    while preparing() < 2 {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the waiting config was not taken"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let term = tokio::time::Instant::now();
     signal(&child, libc::SIGTERM);
     let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
         .await
         .expect("SIGTERM ends the process without waiting for the reload")
         .unwrap();
-    let log = std::fs::read_to_string(stdout.with_extension("log")).unwrap();
+    let log = std::fs::read_to_string(&log_path).unwrap();
     assert_eq!(status.code(), Some(0), "{log}");
     assert!(
         term.elapsed() < Duration::from_secs(4),
@@ -657,6 +681,10 @@ async fn a_reload_waiting_on_a_dead_store_stalls_nothing_else() {
     assert!(log.contains("a reload is in progress"), "{log}");
     let ev = read_evidence(&evidence);
     assert_eq!(ev.last().unwrap()["kind"], "stop");
+    assert!(
+        reload_at(&ev, 1).is_none(),
+        "the second reload was still waiting"
+    );
     assert!(of(&ev, "start", "slow1", None).is_empty());
 }
 
