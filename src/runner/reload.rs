@@ -359,7 +359,7 @@ pub(super) fn finish(
     // ServiceUnavailable datum): the sinks of any other namespace flush and stop.
     let used: BTreeSet<String> = new.services.iter().map(|s| s.namespace.clone()).collect();
     w.sinks.retain(&mut shell.sinks, &used);
-    let live: Vec<&str> = w
+    let live: BTreeSet<&str> = w
         .fleet
         .live
         .values()
