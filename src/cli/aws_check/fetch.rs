@@ -303,7 +303,9 @@ async fn alarms(
             Err(why) => return Ok(Fetched::NotChecked(why)),
         };
         out.extend(page.metric_alarms().iter().map(alarm));
-        match pages.next(page.next_token().map(str::to_string)) {
+        // An empty NextToken ends a listing, as the SDK's own paginators take it.
+        let next = page.next_token().filter(|t| !t.is_empty());
+        match pages.next(next.map(str::to_string)) {
             Ok(Some(t)) => token = Some(t),
             Ok(None) => break,
             Err(why) => return Ok(Fetched::NotChecked(why)),
