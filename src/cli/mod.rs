@@ -103,7 +103,8 @@ pub enum Command {
     ///
     /// `--aws` instead reads the deployed alarms, health checks and failover records and
     /// reports every violation of the metric contract with its fix (docs/check-aws.md): exit 0
-    /// when none, 1 when some, 77 when none but AWS refused some reads, 74 when AWS cannot be
+    /// when none, 1 when some, 77 when none but some reads gave nothing (refused, unusable, cut
+    /// short by `--aws-timeout`) or there are no usable credentials, 74 when AWS cannot be
     /// reached. Without `--aws`, no AWS call.
     Check {
         /// Config file (TOML).
@@ -118,6 +119,11 @@ pub enum Command {
         /// Output of `--aws`.
         #[arg(long, value_enum, default_value_t = aws_check::Format::Table, requires = "aws")]
         format: aws_check::Format,
+        /// Overall deadline of `--aws`'s reads (e.g. "60s", "5m"); what it cuts short is
+        /// reported not checked.
+        #[arg(long, value_name = "DURATION", default_value = aws_check::DEFAULT_TIMEOUT,
+              value_parser = aws_check::parse_timeout, requires = "aws")]
+        aws_timeout: Duration,
     },
     /// Run one attempt against one branch now and print every step (a debugging aid).
     ///
@@ -377,8 +383,11 @@ async fn async_main(cli: Cli) -> ExitCode {
     };
     match cli.command {
         Command::Check {
-            aws: true, format, ..
-        } => aws_check::check_aws(&cfg, format).await,
+            aws: true,
+            format,
+            aws_timeout,
+            ..
+        } => aws_check::check_aws(&cfg, format, aws_timeout).await,
         Command::Check { strict, .. } => check(&cfg, strict),
         Command::Run {
             duration, grace, ..

@@ -48,13 +48,23 @@ struct Hc {
     alarm: String,
     region: String,
     insufficient_data: Option<&'static str>,
+    inverted: bool,
+    disabled: bool,
 }
 
 /// What the Route 53 endpoint does with `ListHealthChecks`.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Debug)]
 enum Mode {
     Answer,
     Deny,
+    /// The first page, cut in the middle (a whole HTTP answer of half a document).
+    Cut,
+    /// A root element and nothing in it.
+    Bare,
+    /// Every page says more follow, at the same marker.
+    Loop,
+    /// Never answers.
+    Stall,
 }
 
 struct Route53Fixture {
@@ -147,10 +157,32 @@ async fn handle(
         return xml(400, format!("unexpected request {line}"));
     }
     let (hcs, mode, _) = &**shared;
-    if *mode == Mode::Deny {
-        return xml(403, fixture("access-denied.xml"));
+    let marker = query.get("marker").map(String::as_str);
+    match mode {
+        Mode::Answer => list_page(hcs, marker),
+        Mode::Deny => xml(403, fixture("access-denied.xml")),
+        Mode::Cut => {
+            let whole = body_of(list_page(hcs, None)).await;
+            xml(200, whole[..whole.len() / 2].to_string())
+        }
+        Mode::Bare => xml(200, "<ListHealthChecksResponse/>".into()),
+        Mode::Loop => {
+            let page = body_of(list_page(hcs, None)).await;
+            let looped = page
+                .replace(
+                    "<IsTruncated>false</IsTruncated>",
+                    "<IsTruncated>true</IsTruncated>",
+                )
+                .replace("</MaxItems>", "</MaxItems><NextMarker>0</NextMarker>");
+            xml(200, looped)
+        }
+        Mode::Stall => std::future::pending().await,
     }
-    list_page(hcs, query.get("marker").map(String::as_str))
+}
+
+async fn body_of(r: Response<Full<Bytes>>) -> String {
+    let bytes = r.into_body().collect().await.map(|b| b.to_bytes());
+    String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned()
 }
 
 /// One page of `ListHealthChecks`: two health checks, the marker being the index of the first.
@@ -177,6 +209,8 @@ fn list_page(hcs: &[Hc], marker: Option<&str>) -> Response<Full<Bytes>> {
                     ("region", &h.region),
                     ("alarm", &h.alarm),
                     ("insufficient_data", &insufficient),
+                    ("inverted", if h.inverted { "true" } else { "false" }),
+                    ("disabled", if h.disabled { "true" } else { "false" }),
                 ],
             )
         })
@@ -251,6 +285,12 @@ struct Primary {
     ttl: i64,
     secondary_health_check: bool,
     records: bool,
+    hc_inverted: bool,
+    hc_disabled: bool,
+    /// The SECONDARY failover record exists.
+    secondary_record: bool,
+    /// What the PRIMARY record answers with instead of the primary branch's endpoint.
+    primary_target: Option<&'static str>,
 }
 
 const CLEAN: Primary = Primary {
@@ -273,6 +313,10 @@ const CLEAN: Primary = Primary {
     ttl: 30,
     secondary_health_check: true,
     records: true,
+    hc_inverted: false,
+    hc_disabled: false,
+    secondary_record: true,
+    primary_target: None,
 };
 
 /// Each case: its name, the deployment, and the rules `check --aws` must report (exactly).
@@ -427,6 +471,38 @@ const CASES: &[Case] = &[
         },
         &["no_record"],
     ),
+    (
+        "inverted",
+        Primary {
+            hc_inverted: true,
+            ..CLEAN
+        },
+        &["health_check_inverted"],
+    ),
+    (
+        "disabled",
+        Primary {
+            hc_disabled: true,
+            ..CLEAN
+        },
+        &["health_check_disabled"],
+    ),
+    (
+        "halfpair",
+        Primary {
+            secondary_record: false,
+            ..CLEAN
+        },
+        &["failover_pair"],
+    ),
+    (
+        "swapped",
+        Primary {
+            primary_target: Some("secondary"),
+            ..CLEAN
+        },
+        &["record_target"],
+    ),
 ];
 
 fn dims(service: &str, branch: &str, extra: bool) -> Vec<Dimension> {
@@ -516,7 +592,14 @@ fn route53_client(endpoint: &str) -> aws_sdk_route53::Client {
     aws_sdk_route53::Client::from_conf(conf)
 }
 
-fn record(name: &str, role: &str, ttl: i64, hc: Option<String>) -> aws_sdk_route53::types::Change {
+/// A failover CNAME record answering with `target`.
+fn record(
+    name: &str,
+    role: &str,
+    ttl: i64,
+    hc: Option<String>,
+    target: &str,
+) -> aws_sdk_route53::types::Change {
     use aws_sdk_route53::types::{
         Change, ChangeAction, ResourceRecord, ResourceRecordSet, ResourceRecordSetFailover, RrType,
     };
@@ -529,7 +612,7 @@ fn record(name: &str, role: &str, ttl: i64, hc: Option<String>) -> aws_sdk_route
         .set_health_check_id(hc)
         .resource_records(
             ResourceRecord::builder()
-                .value(format!("{}.example", role.to_ascii_lowercase()))
+                .value(target)
                 .build()
                 .expect("record"),
         )
@@ -612,12 +695,28 @@ endpoint = "secondary.{stable}"
 }
 
 fn check_aws(config: &Path) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_readyprobe"))
-        .args(["check", "--aws", "--format", "json", "--config"])
+    check_aws_with(config, &["--format", "json"], &[])
+}
+
+/// `check --aws` with more arguments, and environment variables set (`Some`) or removed.
+fn check_aws_with(
+    config: &Path,
+    args: &[&str],
+    env: &[(&str, Option<&str>)],
+) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_readyprobe"));
+    cmd.args(["check", "--aws"])
+        .args(args)
+        .arg("--config")
         .arg(config)
-        .env("AWS_REGION", cloudwatch::REGION)
-        .output()
-        .expect("run readyprobe");
+        .env("AWS_REGION", cloudwatch::REGION);
+    for (k, v) in env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let out = cmd.output().expect("run readyprobe");
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -674,14 +773,21 @@ async fn deploy(uniq: &str) -> Deployed {
                     alarm: alarm.clone(),
                     region: spec.hc_region.into(),
                     insufficient_data: spec.insufficient_data,
+                    inverted: spec.hc_inverted,
+                    disabled: spec.hc_disabled,
                 });
             }
         }
         if p.records {
             let hc = |b: &str| Some(format!("hc-{service}-{b}"));
-            changes.push(record(&stable, "PRIMARY", p.ttl, hc("primary")));
+            // The config's endpoints are `primary.{stable}` and `secondary.{stable}`.
+            let target = format!("{}.{stable}", p.primary_target.unwrap_or("primary"));
+            changes.push(record(&stable, "PRIMARY", p.ttl, hc("primary"), &target));
             let secondary = p.secondary_health_check.then(|| hc("secondary")).flatten();
-            changes.push(record(&stable, "SECONDARY", 30, secondary));
+            if p.secondary_record {
+                let target = format!("secondary.{stable}");
+                changes.push(record(&stable, "SECONDARY", 30, secondary, &target));
+            }
         }
         let mut rules: Vec<String> = rules.iter().map(|r| r.to_string()).collect();
         rules.sort();
@@ -778,6 +884,11 @@ async fn check_aws_flags_each_violation_and_passes_the_clean_service() {
         "{stdout}"
     );
     assert!(stdout.contains("AccessDenied"), "{stdout}");
+    // The fix names the IAM action to allow.
+    assert!(
+        stdout.contains("allow route53:ListHealthChecks"),
+        "{stdout}"
+    );
     assert_eq!(
         found.get(&format!("highres-{uniq}")),
         Some(&vec!["not_checked".to_string(), "period".to_string()]),
@@ -800,6 +911,56 @@ async fn check_aws_flags_each_violation_and_passes_the_clean_service() {
         "{stdout}"
     );
     assert_eq!(code, Some(77), "not_checked rows alone exit 77; {stdout}");
+
+    broken_listings_are_not_checked(&d, &clean, dir.path()).await;
+}
+
+/// A ListHealthChecks answer cut short, one without its list, one whose pages loop, and one
+/// that never comes (with `--aws-timeout 2s`) are not read as "no health checks": the clean
+/// service's health checks are `not_checked` with the reason, and the check exits 77.
+async fn broken_listings_are_not_checked(d: &Deployed, clean: &str, dir: &Path) {
+    let cases = [
+        (Mode::Cut, "cut short"),
+        (Mode::Bare, "no <HealthChecks> element"),
+        (Mode::Loop, "the listing loops"),
+        (
+            Mode::Stall,
+            "ListHealthChecks: the --aws-timeout of 2s ran out",
+        ),
+    ];
+    for (mode, reason) in cases {
+        let fixture = Route53Fixture::start(d.hcs.clone(), mode, cloudwatch::endpoint()).await;
+        let config = dir.join(format!("{mode:?}.toml"));
+        std::fs::write(
+            &config,
+            config_text(&d.services[..1], &cloudwatch::endpoint(), &fixture.url),
+        )
+        .expect("write config");
+        let (code, stdout, stderr) = tokio::task::spawn_blocking(move || {
+            check_aws_with(&config, &["--format", "json", "--aws-timeout", "2s"], &[])
+        })
+        .await
+        .expect("join");
+        let report: Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{mode:?}: not JSON ({e}): {stdout}\nstderr: {stderr}"));
+        let rules = rules_by_service(&report);
+        let rows = rules.get(clean).cloned().unwrap_or_default();
+        assert!(
+            !rows.is_empty() && rows.iter().all(|r| r == "not_checked"),
+            "{mode:?}: {stdout}"
+        );
+        let health = report["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|f| f["object"] == "health checks")
+            .unwrap_or_else(|| panic!("{mode:?}: no health checks row: {stdout}"));
+        let problem = health["problem"].as_str().unwrap_or_default();
+        assert!(problem.contains(reason), "{mode:?}: {problem}");
+        let fix = health["fix"].as_str().unwrap_or_default();
+        assert!(fix.contains("route53.endpoint_url"), "{mode:?}: {fix}");
+        assert_eq!(code, Some(77), "{mode:?}: {stdout}\nstderr: {stderr}");
+    }
 }
 
 /// Plain `check` makes no AWS call, whatever endpoints the config names; `check --aws` with no
@@ -835,5 +996,111 @@ fn plain_check_makes_no_aws_call_and_unreachable_aws_exits_74() {
         stderr.contains("cannot reach AWS: DescribeAlarms"),
         "{stderr}"
     );
-    assert!(stdout.is_empty(), "{stdout}");
+    // --format json still prints one document, with the error.
+    let doc: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout:?}\nstderr: {stderr}"));
+    assert_eq!(doc["exit"], 74, "{stdout}");
+    assert_eq!(doc["error"]["kind"], "unreachable", "{stdout}");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot reach AWS: DescribeAlarms")),
+        "{stdout}"
+    );
+}
+
+/// With no credentials anywhere in the chain, `check --aws` says so plainly and how to provide
+/// them, before any call, and exits 77 (nothing could be checked).
+#[test]
+fn no_credentials_are_named_with_how_to_provide_them() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("c.toml");
+    let services = [("orders-db".to_string(), "db.orders.internal".to_string())];
+    std::fs::write(&config, config_text(&services, &url, &url)).expect("write");
+    let nowhere = dir.path().join("none");
+    let nowhere = nowhere.to_str().expect("utf-8 path");
+    let env = [
+        ("AWS_ACCESS_KEY_ID", None),
+        ("AWS_SECRET_ACCESS_KEY", None),
+        ("AWS_SESSION_TOKEN", None),
+        ("AWS_PROFILE", None),
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", None),
+        ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", None),
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI", None),
+        ("AWS_CONFIG_FILE", Some(nowhere)),
+        ("AWS_SHARED_CREDENTIALS_FILE", Some(nowhere)),
+        ("AWS_EC2_METADATA_DISABLED", Some("true")),
+    ];
+    let (code, stdout, stderr) = check_aws_with(&config, &["--format", "json"], &env);
+    assert_eq!(code, Some(77), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stderr.contains("no AWS credentials found"), "{stderr}");
+    assert!(stderr.contains("AWS_PROFILE"), "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout:?}\nstderr: {stderr}"));
+    assert_eq!(doc["error"]["kind"], "credentials", "{stdout}");
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("a call was made without credentials: {other:?}"),
+    }
+}
+
+/// An alarm whose name carries U+202E (right-to-left override) and U+009B (a one-byte CSI)
+/// reaches neither the table nor the JSON raw; the JSON still decodes to the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controls_in_alarm_names_are_escaped_in_table_and_json() {
+    if let Err(why) = cloudwatch::health().await {
+        support::skip_or_panic(&format!("LocalStack: {why}"));
+        return;
+    }
+    let uniq = format!(
+        "{}{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() % 1_000_000)
+            .unwrap_or_default()
+    );
+    let cw = support::fixture::cloudwatch()
+        .await
+        .expect("cloudwatch client");
+    let service = format!("bidi-{uniq}");
+    let alarm = format!("{service}-\u{202e}yramirp\u{9b}2J");
+    put_alarm(&cw, &alarm, &service, "tertiary", &CLEAN).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("bidi.toml");
+    let services = [(service.clone(), format!("bidi{uniq}.internal"))];
+    let ep = cloudwatch::endpoint();
+    std::fs::write(&config, config_text(&services, &ep, &ep)).expect("write");
+    let (table, json) = tokio::task::spawn_blocking(move || {
+        (
+            check_aws_with(&config, &["--format", "table"], &[]),
+            check_aws_with(&config, &["--format", "json"], &[]),
+        )
+    })
+    .await
+    .expect("join");
+    for (code, stdout, stderr) in [&table, &json] {
+        assert_eq!(*code, Some(1), "{stdout}\nstderr: {stderr}");
+        for out in [stdout, stderr] {
+            assert!(
+                !out.contains(['\u{202e}', '\u{9b}']),
+                "a raw control reached the output: {out:?}"
+            );
+        }
+    }
+    assert!(table.1.contains("\\u{202e}yramirp\\u{9b}2J"), "{}", table.1);
+    let doc: Value = serde_json::from_str(&json.1).expect("JSON");
+    let objects: Vec<&str> = doc["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["object"].as_str())
+        .collect();
+    assert!(
+        objects.contains(&format!("alarm {alarm}").as_str()),
+        "{objects:?}"
+    );
 }

@@ -1,9 +1,19 @@
 //! The reads of `check --aws`: CloudWatch alarms and their recent data, Route 53 health checks,
 //! hosted zones and records, turned into the plain data of [`super::model`]. A call AWS answers
-//! with an error (denied, throttled, unknown zone) becomes [`Fetched::NotChecked`]; a call that
-//! gets no answer at all (no network, no credentials, a timeout) ends the check.
+//! with an error (denied, throttled, unknown zone), an answer that cannot be used whole, a
+//! listing that loops or does not end, and a call the overall deadline cuts short become
+//! [`Fetched::NotChecked`] with their reason and fix ([`super::limits`]); a call that gets no
+//! answer at all (no network, a timeout of the SDK) ends the check.
 
-use super::model::{Alarm, AlarmRef, Expect, Fetched, HealthCheck, Inventory, Record, Series};
+use super::limits::{
+    self, Call, DESCRIBE_ALARMS, Deadline, GET_METRIC_STATISTICS, HEALTH_CHECKS_SHAPE,
+    LIST_HEALTH_CHECKS, LIST_HOSTED_ZONES_BY_NAME, LIST_RESOURCE_RECORD_SETS, Pages, RECORDS_SHAPE,
+    Whole, ZONES_SHAPE,
+};
+use super::model::{
+    Alarm, AlarmRef, BranchExpect, Expect, Failure, Fetched, HealthCheck, Inventory, Record,
+    Series, Unchecked,
+};
 use super::rules::{self, RECENT_SECS};
 use crate::config::{Config, ServiceConfig};
 use aws_sdk_cloudwatch::error::{ProvideErrorMetadata, SdkError};
@@ -22,11 +32,7 @@ const SAMPLE_CONCURRENCY: usize = 8;
 /// large fleet meets throttling, which the SDK retries with backoff.
 const MAX_TRIES: u32 = 5;
 
-/// Largest number of pages read of one listing: far past any real account, a bound on an
-/// endpoint that keeps answering with a next token.
-const MAX_PAGES: usize = 1000;
-
-/// AWS could not be reached: no answer, no credentials, or a timeout.
+/// AWS could not be reached: no answer, or a timeout of the SDK.
 #[derive(Debug, thiserror::Error)]
 #[error("{call}: {cause}")]
 pub struct Unreachable {
@@ -41,7 +47,7 @@ const MAX_CAUSE_CHARS: usize = 300;
 
 /// An error and its sources on one line (`dispatch failure: ...: no credentials found`), each
 /// message once, without the SDK's debug dump.
-fn cause(e: &(dyn std::error::Error + 'static)) -> String {
+pub(super) fn cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut next = Some(e);
     while let Some(err) = next {
@@ -62,28 +68,45 @@ fn cause(e: &(dyn std::error::Error + 'static)) -> String {
         .collect()
 }
 
-/// An error AWS answered becomes the reason a check was not done; any other ends the check.
-fn answered<E>(call: &'static str, e: SdkError<E>) -> Result<String, Unreachable>
+/// An error AWS answered becomes the reason a check was not done, with the fix for its cause;
+/// any other ends the check.
+fn answered<E>(call: Call, e: SdkError<E>) -> Result<Unchecked, Unreachable>
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     match &e {
         SdkError::ServiceError(s) => {
             let err = s.err();
-            Ok(format!(
-                "{call} failed: {}: {}",
-                err.code().unwrap_or("error"),
-                crate::config::escape_controls(err.message().unwrap_or("no message"))
+            Ok(limits::answered(
+                call,
+                &crate::config::escape_controls(err.code().unwrap_or("error")),
+                &crate::config::escape_controls(err.message().unwrap_or("no message")),
             ))
         }
-        SdkError::ResponseError(_) => Ok(format!(
-            "{call}: an answer that could not be read ({})",
-            cause(&e)
+        SdkError::ResponseError(_) => Ok(limits::malformed(
+            call,
+            &format!("it could not be read: {}", cause(&e)),
         )),
         _ => Err(Unreachable {
-            call,
+            call: call.name,
             cause: cause(&e),
         }),
+    }
+}
+
+/// A call's result within the deadline: `Ok(Err(why))` when the deadline cut it short.
+type Bounded<T> = Result<Result<T, Unchecked>, Unreachable>;
+
+/// Run a call to the end or the deadline; an error it gets is [`answered`].
+async fn send<T, E, F>(deadline: Deadline, call: Call, f: F) -> Bounded<T>
+where
+    F: std::future::Future<Output = Result<T, SdkError<E>>>,
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match deadline.run(call, f).await {
+        Ok(Ok(t)) => Ok(Ok(t)),
+        Ok(Err(e)) => answered(call, e).map(Err),
+        Err(why) => Ok(Err(why)),
     }
 }
 
@@ -97,8 +120,11 @@ pub struct Clients {
 }
 
 impl Clients {
-    /// Build both clients.
-    pub async fn new(cfg: &Config) -> Clients {
+    /// Build both clients, once the chain has a region and usable credentials.
+    ///
+    /// # Errors
+    /// The [`Failure`] when it has no region or no usable credentials.
+    pub async fn new(cfg: &Config, deadline: Deadline) -> Result<Clients, Failure> {
         let cw = &cfg.publish.cloudwatch;
         let timeout = cw.operation_timeout;
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
@@ -116,6 +142,15 @@ impl Clients {
         }
         let shared = loader.load().await;
         let region = shared.region().map(ToString::to_string).unwrap_or_default();
+        if region.is_empty() {
+            return Err(Failure {
+                exit: crate::cli::EXIT_IO,
+                kind: "no_region",
+                message: "no AWS region".into(),
+                fix: "set publish.cloudwatch.region, AWS_REGION or a profile's region".into(),
+            });
+        }
+        super::creds::usable(&shared, deadline).await?;
         let mut c = aws_sdk_cloudwatch::config::Builder::from(&shared)
             .interceptor(crate::sink::BodyLimit(MAX_RESPONSE_BYTES));
         if let Some(e) = &cw.endpoint_url {
@@ -126,11 +161,11 @@ impl Clients {
         if let Some(e) = &cfg.route53.endpoint_url {
             r = r.endpoint_url(e);
         }
-        Clients {
+        Ok(Clients {
             cloudwatch: aws_sdk_cloudwatch::Client::from_conf(c.build()),
             route53: aws_sdk_route53::Client::from_conf(r.build()),
             region,
-        }
+        })
     }
 }
 
@@ -154,12 +189,16 @@ fn service_expect(s: &ServiceConfig) -> super::model::ServiceExpect {
         branches: s
             .branches
             .iter()
-            .map(|b| (b.name.clone(), b.role.to_string()))
+            .map(|b| BranchExpect {
+                name: b.name.clone(),
+                role: b.role.to_string(),
+                endpoint: b.endpoint.trim_end_matches('.').to_ascii_lowercase(),
+            })
             .collect(),
     }
 }
 
-/// Read everything the rules need.
+/// Read everything the rules need, within the deadline.
 ///
 /// # Errors
 /// [`Unreachable`] when a call gets no answer.
@@ -167,9 +206,10 @@ pub async fn inventory(
     clients: &Clients,
     cfg: &Config,
     expect: &Expect,
+    deadline: Deadline,
 ) -> Result<Inventory, Unreachable> {
-    let alarms = alarms(&clients.cloudwatch).await?;
-    let health_checks = health_checks(&clients.route53).await?;
+    let alarms = alarms(&clients.cloudwatch, deadline).await?;
+    let health_checks = health_checks(&clients.route53, deadline).await?;
     let mut recent = BTreeMap::new();
     if let Fetched::Got(a) = &alarms {
         let hcs = health_checks.got().map_or(&[][..], Vec::as_slice);
@@ -177,7 +217,7 @@ pub async fn inventory(
             .into_iter()
             .map(|(a, s)| (a.name.clone(), s.clone(), a.unit.clone()))
             .collect();
-        recent = recent_data(&clients.cloudwatch, todo).await?;
+        recent = recent_data(&clients.cloudwatch, todo, deadline).await?;
     }
     let mut records = BTreeMap::new();
     let mut zones = BTreeMap::new();
@@ -187,6 +227,7 @@ pub async fn inventory(
             cfg.route53.hosted_zone_id.as_deref(),
             &svc.service.stable_name,
             &mut zones,
+            deadline,
         )
         .await?;
         records.insert(svc.service.name.clone(), got);
@@ -244,24 +285,30 @@ fn alarm(m: &MetricAlarm) -> Alarm {
 }
 
 /// Every metric alarm of the region (`DescribeAlarms`, every page).
-async fn alarms(cw: &aws_sdk_cloudwatch::Client) -> Result<Fetched<Vec<Alarm>>, Unreachable> {
+async fn alarms(
+    cw: &aws_sdk_cloudwatch::Client,
+    deadline: Deadline,
+) -> Result<Fetched<Vec<Alarm>>, Unreachable> {
     let mut out = Vec::new();
+    let mut pages = Pages::new(DESCRIBE_ALARMS);
     let mut token: Option<String> = None;
-    for _ in 0..MAX_PAGES {
-        let page = cw
+    loop {
+        let call = cw
             .describe_alarms()
             .alarm_types(aws_sdk_cloudwatch::types::AlarmType::MetricAlarm)
             .set_next_token(token.take())
-            .send()
-            .await;
-        let page = match page {
+            .send();
+        let page = match send(deadline, DESCRIBE_ALARMS, call).await? {
             Ok(p) => p,
-            Err(e) => return answered("DescribeAlarms", e).map(Fetched::NotChecked),
+            Err(why) => return Ok(Fetched::NotChecked(why)),
         };
         out.extend(page.metric_alarms().iter().map(alarm));
-        token = page.next_token().map(str::to_string);
-        if token.is_none() {
-            break;
+        // An empty NextToken ends a listing, as the SDK's own paginators take it.
+        let next = page.next_token().filter(|t| !t.is_empty());
+        match pages.next(next.map(str::to_string)) {
+            Ok(Some(t)) => token = Some(t),
+            Ok(None) => break,
+            Err(why) => return Ok(Fetched::NotChecked(why)),
         }
     }
     tracing::debug!(alarms = out.len(), "read the metric alarms");
@@ -272,6 +319,7 @@ async fn alarms(cw: &aws_sdk_cloudwatch::Client) -> Result<Fetched<Vec<Alarm>>, 
 async fn recent_data(
     cw: &aws_sdk_cloudwatch::Client,
     todo: Vec<(String, Series, Option<String>)>,
+    deadline: Deadline,
 ) -> Result<BTreeMap<String, Fetched<bool>>, Unreachable> {
     let mut out = BTreeMap::new();
     let mut todo = todo.into_iter();
@@ -283,7 +331,7 @@ async fn recent_data(
             };
             let cw = cw.clone();
             running.spawn(async move {
-                let got = has_recent_datum(&cw, &series, unit.as_deref()).await;
+                let got = has_recent_datum(&cw, &series, unit.as_deref(), deadline).await;
                 (name, got)
             });
         }
@@ -291,7 +339,7 @@ async fn recent_data(
             break;
         };
         let (name, got) = done.map_err(|e| Unreachable {
-            call: "GetMetricStatistics",
+            call: GET_METRIC_STATISTICS.name,
             cause: format!("the call's task ended: {e}"),
         })?;
         out.insert(name, got?);
@@ -305,6 +353,7 @@ async fn has_recent_datum(
     cw: &aws_sdk_cloudwatch::Client,
     s: &Series,
     unit: Option<&str>,
+    deadline: Deadline,
 ) -> Result<Fetched<bool>, Unreachable> {
     let now = SystemTime::now();
     let start = now - Duration::from_secs(RECENT_SECS.unsigned_abs());
@@ -313,7 +362,7 @@ async fn has_recent_datum(
         .iter()
         .map(|(n, v)| Dimension::builder().name(n).value(v).build())
         .collect();
-    let got = cw
+    let call = cw
         .get_metric_statistics()
         .namespace(&s.namespace)
         .metric_name(&s.metric)
@@ -323,52 +372,83 @@ async fn has_recent_datum(
         .period(60)
         .statistics(Statistic::SampleCount)
         .set_unit(unit.map(StandardUnit::from))
-        .send()
-        .await;
-    match got {
-        Ok(r) => Ok(Fetched::Got(!r.datapoints().is_empty())),
-        Err(e) => answered("GetMetricStatistics", e).map(Fetched::NotChecked),
-    }
+        .send();
+    Ok(match send(deadline, GET_METRIC_STATISTICS, call).await? {
+        Ok(r) => Fetched::Got(!r.datapoints().is_empty()),
+        Err(why) => Fetched::NotChecked(why),
+    })
 }
 
-/// Every health check of the account (`ListHealthChecks`, every page).
+/// A `ListHealthChecks` health check as plain data; `Err` says what it lacks.
+fn health_check(h: &aws_sdk_route53::types::HealthCheck) -> Result<HealthCheck, String> {
+    let c = h
+        .health_check_config()
+        .ok_or_else(|| format!("health check {:?} has no HealthCheckConfig", h.id()))?;
+    let kind = c.r#type().as_str();
+    if h.id().is_empty() || kind.is_empty() || kind == "no value was set" {
+        return Err(format!(
+            "a health check without Id or Type (Id {:?})",
+            crate::config::escape_controls(h.id())
+        ));
+    }
+    Ok(HealthCheck {
+        id: h.id().to_string(),
+        kind: kind.to_string(),
+        alarm: c.alarm_identifier().map(|a| AlarmRef {
+            name: a.name().to_string(),
+            region: a.region().as_str().to_string(),
+        }),
+        insufficient_data: c
+            .insufficient_data_health_status()
+            .map(|s| s.as_str().to_string()),
+        inverted: c.inverted().unwrap_or(false),
+        disabled: c.disabled().unwrap_or(false),
+    })
+}
+
+/// The marker of the next page of a Route 53 listing: `None` when the page is the last, an
+/// empty string when it says more follow but names none (which [`Pages`] rejects).
+fn next_marker(truncated: bool, marker: Option<&str>) -> Option<String> {
+    truncated.then(|| marker.unwrap_or_default().to_string())
+}
+
+/// Every health check of the account (`ListHealthChecks`, every page). An answer that is not
+/// whole is not read as a shorter list: the health checks are then not checked.
 async fn health_checks(
     r53: &aws_sdk_route53::Client,
+    deadline: Deadline,
 ) -> Result<Fetched<Vec<HealthCheck>>, Unreachable> {
     let mut out = Vec::new();
+    let mut pages = Pages::new(LIST_HEALTH_CHECKS);
     let mut marker: Option<String> = None;
-    for _ in 0..MAX_PAGES {
-        let page = match r53
+    loop {
+        let whole = Whole::new(HEALTH_CHECKS_SHAPE);
+        let call = r53
             .list_health_checks()
             .set_marker(marker.take())
-            .send()
-            .await
-        {
+            .customize()
+            .interceptor(whole.clone())
+            .send();
+        let page = match send(deadline, LIST_HEALTH_CHECKS, call).await? {
             Ok(p) => p,
-            Err(e) => return answered("ListHealthChecks", e).map(Fetched::NotChecked),
+            Err(why) => return Ok(Fetched::NotChecked(why)),
         };
-        out.extend(page.health_checks().iter().map(|h| {
-            let c = h.health_check_config();
-            HealthCheck {
-                id: h.id().to_string(),
-                kind: c
-                    .map(|c| c.r#type().as_str().to_string())
-                    .unwrap_or_default(),
-                alarm: c.and_then(|c| c.alarm_identifier()).map(|a| AlarmRef {
-                    name: a.name().to_string(),
-                    region: a.region().as_str().to_string(),
-                }),
-                insufficient_data: c
-                    .and_then(|c| c.insufficient_data_health_status())
-                    .map(|s| s.as_str().to_string()),
+        let read = whole
+            .verdict()
+            .and_then(|()| page.health_checks().iter().map(health_check).collect());
+        match read {
+            Ok(hcs) => out.extend::<Vec<HealthCheck>>(hcs),
+            Err(what) => {
+                return Ok(Fetched::NotChecked(limits::malformed(
+                    LIST_HEALTH_CHECKS,
+                    &what,
+                )));
             }
-        }));
-        marker = page
-            .is_truncated()
-            .then(|| page.next_marker().map(str::to_string))
-            .flatten();
-        if marker.is_none() {
-            break;
+        }
+        match pages.next(next_marker(page.is_truncated(), page.next_marker())) {
+            Ok(Some(m)) => marker = Some(m),
+            Ok(None) => break,
+            Err(why) => return Ok(Fetched::NotChecked(why)),
         }
     }
     tracing::debug!(health_checks = out.len(), "read the health checks");
@@ -381,15 +461,16 @@ async fn service_records(
     zone_id: Option<&str>,
     stable_name: &str,
     zones: &mut ZoneCache,
+    deadline: Deadline,
 ) -> Result<Fetched<(String, Vec<Record>)>, Unreachable> {
     let zone = match zone_id {
         Some(z) => z.to_string(),
-        None => match private_zone(r53, stable_name, zones).await? {
+        None => match private_zone(r53, stable_name, zones, deadline).await? {
             Fetched::Got(z) => z,
             Fetched::NotChecked(why) => return Ok(Fetched::NotChecked(why)),
         },
     };
-    Ok(match records(r53, &zone, stable_name).await? {
+    Ok(match records(r53, &zone, stable_name, deadline).await? {
         Fetched::Got(r) => Fetched::Got((zone, r)),
         Fetched::NotChecked(why) => Fetched::NotChecked(why),
     })
@@ -401,14 +482,16 @@ async fn private_zone(
     r53: &aws_sdk_route53::Client,
     name: &str,
     zones: &mut ZoneCache,
+    deadline: Deadline,
 ) -> Result<Fetched<String>, Unreachable> {
     let labels: Vec<&str> = name.split('.').collect();
+    let set_id = "set route53.hosted_zone_id to the zone that holds the failover records";
     for i in 0..labels.len() {
         let suffix = labels[i..].join(".");
         let ids = match zones.get(&suffix) {
             Some(ids) => ids,
             None => {
-                let found = match zones_named(r53, &suffix).await? {
+                let found = match zones_named(r53, &suffix, deadline).await? {
                     Fetched::Got(ids) => ids,
                     Fetched::NotChecked(why) => return Ok(Fetched::NotChecked(why)),
                 };
@@ -419,16 +502,20 @@ async fn private_zone(
             [] => continue,
             [id] => return Ok(Fetched::Got((*id).to_string())),
             _ => {
-                return Ok(Fetched::NotChecked(format!(
-                    "{} private hosted zones are named {suffix} ({}); set route53.hosted_zone_id",
-                    ids.len(),
-                    ids.join(", ")
+                return Ok(Fetched::NotChecked(Unchecked::new(
+                    format!(
+                        "{} private hosted zones are named {suffix} ({})",
+                        ids.len(),
+                        ids.join(", ")
+                    ),
+                    set_id,
                 )));
             }
         }
     }
-    Ok(Fetched::NotChecked(format!(
-        "no private hosted zone holds {name}; set route53.hosted_zone_id"
+    Ok(Fetched::NotChecked(Unchecked::new(
+        format!("no private hosted zone holds {name}"),
+        set_id,
     )))
 }
 
@@ -439,17 +526,26 @@ type ZoneCache = BTreeMap<String, Vec<String>>;
 async fn zones_named(
     r53: &aws_sdk_route53::Client,
     name: &str,
+    deadline: Deadline,
 ) -> Result<Fetched<Vec<String>>, Unreachable> {
-    let page = r53
+    let whole = Whole::new(ZONES_SHAPE);
+    let call = r53
         .list_hosted_zones_by_name()
         .dns_name(name)
         .max_items(100)
-        .send()
-        .await;
-    let page = match page {
+        .customize()
+        .interceptor(whole.clone())
+        .send();
+    let page = match send(deadline, LIST_HOSTED_ZONES_BY_NAME, call).await? {
         Ok(p) => p,
-        Err(e) => return answered("ListHostedZonesByName", e).map(Fetched::NotChecked),
+        Err(why) => return Ok(Fetched::NotChecked(why)),
     };
+    if let Err(what) = whole.verdict() {
+        return Ok(Fetched::NotChecked(limits::malformed(
+            LIST_HOSTED_ZONES_BY_NAME,
+            &what,
+        )));
+    }
     Ok(Fetched::Got(
         page.hosted_zones()
             .iter()
@@ -460,58 +556,92 @@ async fn zones_named(
     ))
 }
 
+/// A `ListResourceRecordSets` record as plain data.
+fn record(name: String, r: &aws_sdk_route53::types::ResourceRecordSet) -> Record {
+    Record {
+        name,
+        rtype: r.r#type().as_str().to_string(),
+        set_identifier: r.set_identifier().map(str::to_string),
+        failover: r.failover().map(|f| f.as_str().to_string()),
+        ttl: r.ttl(),
+        health_check_id: r.health_check_id().map(str::to_string),
+        evaluate_target_health: r.alias_target().is_some_and(|a| a.evaluate_target_health()),
+        values: r
+            .resource_records()
+            .iter()
+            .map(|v| v.value().to_string())
+            .collect(),
+        alias_target: r.alias_target().map(|a| a.dns_name().to_string()),
+    }
+}
+
+/// Where the next page of records starts: name, type, set identifier.
+type RecordsFrom = (String, Option<String>, Option<String>);
+
 /// The records named `name` (`ListResourceRecordSets` from `name` on, while the name matches).
 async fn records(
     r53: &aws_sdk_route53::Client,
     zone: &str,
     name: &str,
+    deadline: Deadline,
 ) -> Result<Fetched<Vec<Record>>, Unreachable> {
     let mut out = Vec::new();
-    let mut next: Option<(String, Option<String>, Option<String>)> =
-        Some((name.to_string(), None, None));
-    for _ in 0..MAX_PAGES {
-        let Some((start, rtype, id)) = next.take() else {
-            break;
-        };
-        let page = r53
+    let mut pages = Pages::new(LIST_RESOURCE_RECORD_SETS);
+    let mut next: RecordsFrom = (name.to_string(), None, None);
+    loop {
+        let (start, rtype, id) = next;
+        let whole = Whole::new(RECORDS_SHAPE);
+        let call = r53
             .list_resource_record_sets()
             .hosted_zone_id(zone)
             .start_record_name(start)
             .set_start_record_type(rtype.as_deref().map(aws_sdk_route53::types::RrType::from))
             .set_start_record_identifier(id)
-            .send()
-            .await;
-        let page = match page {
+            .customize()
+            .interceptor(whole.clone())
+            .send();
+        let page = match send(deadline, LIST_RESOURCE_RECORD_SETS, call).await? {
             Ok(p) => p,
-            Err(e) => return answered("ListResourceRecordSets", e).map(Fetched::NotChecked),
+            Err(why) => return Ok(Fetched::NotChecked(why)),
         };
+        if let Err(what) = whole.verdict() {
+            return Ok(Fetched::NotChecked(limits::malformed(
+                LIST_RESOURCE_RECORD_SETS,
+                &what,
+            )));
+        }
         let mut past = false;
         for r in page.resource_record_sets() {
             let rname = r.name().trim_end_matches('.').to_ascii_lowercase();
-            if rname != name {
+            if rname == name {
+                out.push(record(rname, r));
+            } else {
                 past = true;
-                continue;
             }
-            out.push(Record {
-                name: rname,
-                rtype: r.r#type().as_str().to_string(),
-                set_identifier: r.set_identifier().map(str::to_string),
-                failover: r.failover().map(|f| f.as_str().to_string()),
-                ttl: r.ttl(),
-                health_check_id: r.health_check_id().map(str::to_string),
-                evaluate_target_health: r
-                    .alias_target()
-                    .is_some_and(|a| a.evaluate_target_health()),
-            });
         }
-        if page.is_truncated() && !past {
-            next = page.next_record_name().map(|n| {
-                (
-                    n.to_string(),
-                    page.next_record_type().map(|t| t.as_str().to_string()),
-                    page.next_record_identifier().map(str::to_string),
+        let from: Option<RecordsFrom> = (page.is_truncated() && !past).then(|| {
+            (
+                page.next_record_name().unwrap_or_default().to_string(),
+                page.next_record_type().map(|t| t.as_str().to_string()),
+                page.next_record_identifier().map(str::to_string),
+            )
+        });
+        // One token of the three, for Pages: a repeated start is a loop.
+        let token = from.as_ref().map(|(n, t, i)| {
+            if n.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "{n} {} {}",
+                    t.as_deref().unwrap_or("-"),
+                    i.as_deref().unwrap_or("-")
                 )
-            });
+            }
+        });
+        match (pages.next(token), from) {
+            (Ok(Some(_)), Some(f)) => next = f,
+            (Ok(_), _) => break,
+            (Err(why), _) => return Ok(Fetched::NotChecked(why)),
         }
     }
     Ok(Fetched::Got(out))

@@ -3,7 +3,9 @@
 //! fix. The rules are pure (`rules`, over the plain data of `model`); `fetch` does the reads,
 //! `render` the output. The rule list for operators: docs/check-aws.md.
 
+mod creds;
 mod fetch;
+mod limits;
 mod model;
 mod render;
 mod rules;
@@ -12,11 +14,13 @@ use super::{EXIT_ATTEMPT_FAILED, EXIT_IO, EXIT_OK};
 use crate::config::{Config, escape_controls};
 use clap::ValueEnum;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Exit code of `check --aws` when it finds a violation (as `probe` when an attempt fails).
 pub const EXIT_VIOLATIONS: u8 = EXIT_ATTEMPT_FAILED;
 
-/// Exit code when nothing is violated but AWS refused some reads: not everything was checked
+/// Exit code when nothing is violated but some reads gave nothing (refused, unusable, cut short
+/// by `--aws-timeout`), or when there are no usable credentials: not everything was checked
 /// (sysexits' `EX_NOPERM`), so a script does not take a role that may read nothing for a pass.
 pub const EXIT_NOT_CHECKED: u8 = 77;
 
@@ -30,31 +34,57 @@ pub enum Format {
     Json,
 }
 
-/// Run the check: exit 0 when everything was read and nothing is violated, 1 when something is,
-/// 77 when nothing is but a read AWS refused left something unchecked (a `not_checked` row), 74
-/// when AWS cannot be reached.
-pub async fn check_aws(cfg: &Config, format: Format) -> ExitCode {
-    let clients = fetch::Clients::new(cfg).await;
-    if clients.region.is_empty() {
-        eprintln!(
-            "error: no AWS region: set publish.cloudwatch.region, AWS_REGION or a profile's region"
-        );
-        return ExitCode::from(EXIT_IO);
+/// The default of `--aws-timeout`.
+pub const DEFAULT_TIMEOUT: &str = "60s";
+
+/// `check --aws-timeout`: a humantime duration above zero (a zero one would check nothing).
+///
+/// # Errors
+/// What is wrong with it, for clap.
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. \"60s\", \"5m\")"))?;
+    if d.is_zero() {
+        return Err("must be above zero: a zero timeout would check nothing".into());
     }
+    if d > crate::config::MAX_DURATION {
+        return Err("longer than the longest accepted duration, 366 days".into());
+    }
+    Ok(d)
+}
+
+/// Run the check: exit 0 when everything was read and nothing is violated, 1 when something is,
+/// 77 when nothing is but something was not checked (a `not_checked` row), or nothing could be
+/// because there are no usable credentials, 74 when AWS cannot be reached or no region is set.
+/// Every read runs within `timeout`; what it cuts short is not checked.
+pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> ExitCode {
+    let deadline = limits::Deadline::after(timeout);
+    let region = cfg.publish.cloudwatch.region.clone().unwrap_or_default();
+    let clients = match fetch::Clients::new(cfg, deadline).await {
+        Ok(c) => c,
+        Err(f) => return fail(format, &region, &f),
+    };
     let expect = fetch::expect(cfg, &clients.region);
-    let inventory = match fetch::inventory(&clients, cfg, &expect).await {
+    let inventory = match fetch::inventory(&clients, cfg, &expect, deadline).await {
         Ok(i) => i,
         Err(e) => {
-            eprintln!(
-                "error: cannot reach AWS: {}",
-                escape_controls(&e.to_string())
-            );
-            return ExitCode::from(EXIT_IO);
+            let f = model::Failure {
+                exit: EXIT_IO,
+                kind: "unreachable",
+                message: format!("cannot reach AWS: {e}"),
+                fix: "check the network path to AWS (or the configured endpoints) and the region"
+                    .into(),
+            };
+            return fail(format, &clients.region, &f);
         }
     };
     let findings = rules::check(&expect, &inventory);
     for f in findings.iter().filter(|f| !f.is_violation()) {
-        tracing::warn!(service = %f.service, object = %f.object, "{}", f.problem);
+        tracing::warn!(
+            service = %escape_controls(&f.service),
+            object = %escape_controls(&f.object),
+            "{}",
+            escape_controls(&f.problem)
+        );
     }
     let out = match format {
         Format::Table => render::table(&clients.region, &findings),
@@ -68,4 +98,18 @@ pub async fn check_aws(cfg: &Config, format: Format) -> ExitCode {
     } else {
         EXIT_NOT_CHECKED
     })
+}
+
+/// End the check without findings: the message on stderr, and with `--format json` a JSON
+/// document with the error on stdout.
+fn fail(format: Format, region: &str, f: &model::Failure) -> ExitCode {
+    eprintln!(
+        "error: {}; {}",
+        escape_controls(&f.message),
+        escape_controls(&f.fix)
+    );
+    if let Format::Json = format {
+        print!("{}", render::error_json(region, f));
+    }
+    ExitCode::from(f.exit)
 }

@@ -5,13 +5,33 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The result of one read: the objects, or why they could not be read (a denied call, an
-/// answer that could not be used).
+/// answer that could not be used, a listing that did not end, the deadline).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fetched<T> {
     /// What the call returned.
     Got(T),
-    /// Not checked, and why.
-    NotChecked(String),
+    /// Not checked, why, and what to do about it.
+    NotChecked(Unchecked),
+}
+
+/// Why a read gave nothing to check, and the fix for that cause (the IAM action to allow, the
+/// endpoint or network to look at, what was wrong with the answer).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unchecked {
+    /// What happened, with AWS's error code and message when it answered.
+    pub why: String,
+    /// What to do.
+    pub fix: String,
+}
+
+impl Unchecked {
+    /// A reason and its fix.
+    pub fn new(why: impl Into<String>, fix: impl Into<String>) -> Unchecked {
+        Unchecked {
+            why: why.into(),
+            fix: fix.into(),
+        }
+    }
 }
 
 impl<T> Fetched<T> {
@@ -22,6 +42,21 @@ impl<T> Fetched<T> {
             Fetched::NotChecked(_) => None,
         }
     }
+}
+
+/// Why `check --aws` checked nothing at all: its exit code, and what to tell (on stderr, and as
+/// the `error` of the JSON document).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Failure {
+    /// The exit code.
+    #[serde(skip)]
+    pub exit: u8,
+    /// `no_region`, `credentials` or `unreachable`.
+    pub kind: &'static str,
+    /// What happened.
+    pub message: String,
+    /// What to do.
+    pub fix: String,
 }
 
 /// What the config says the deployment must match.
@@ -44,8 +79,20 @@ pub struct ServiceExpect {
     pub namespace: String,
     /// The failover record name (lower case, no root dot).
     pub stable_name: String,
-    /// Branch names and their failover roles (`PRIMARY`, `SECONDARY`).
-    pub branches: Vec<(String, String)>,
+    /// The branches of the service.
+    pub branches: Vec<BranchExpect>,
+}
+
+/// One branch of a service in the config.
+#[derive(Debug, Clone, Default)]
+pub struct BranchExpect {
+    /// Branch name (`Branch` dimension value).
+    pub name: String,
+    /// Failover role (`PRIMARY`, `SECONDARY`).
+    pub role: String,
+    /// The branch-specific endpoint the prober probes (lower case, no root dot): the failover
+    /// record of the role must answer with it.
+    pub endpoint: String,
 }
 
 /// One metric an alarm watches (the alarm's own, or one `MetricStat` of its metric math).
@@ -125,6 +172,10 @@ pub struct HealthCheck {
     pub alarm: Option<AlarmRef>,
     /// `InsufficientDataHealthStatus`, if set.
     pub insufficient_data: Option<String>,
+    /// `Inverted`: Route 53 reports healthy while the alarm is in ALARM.
+    pub inverted: bool,
+    /// `Disabled`: Route 53 considers the health check healthy whatever the alarm says.
+    pub disabled: bool,
 }
 
 /// A record of a hosted zone.
@@ -144,6 +195,10 @@ pub struct Record {
     pub health_check_id: Option<String>,
     /// An alias record's `EvaluateTargetHealth`.
     pub evaluate_target_health: bool,
+    /// The values of `ResourceRecords` (a CNAME's target, an A record's addresses), as listed.
+    pub values: Vec<String>,
+    /// An alias record's `AliasTarget.DNSName`, as listed.
+    pub alias_target: Option<String>,
 }
 
 /// Everything read from AWS.
@@ -206,6 +261,15 @@ pub enum Rule {
     RecordHealthCheck,
     /// A SECONDARY record with no health evaluation at all.
     SecondaryUnevaluated,
+    /// Only one of the PRIMARY and SECONDARY failover records exists under the stable name.
+    FailoverPair,
+    /// A failover record that does not answer with its branch's endpoint: the prober watches one
+    /// target and Route 53 routes to another.
+    RecordTarget,
+    /// A health check with `Inverted` set: ALARM (unready) reads as healthy.
+    HealthCheckInverted,
+    /// A health check with `Disabled` set: Route 53 considers it healthy whatever the alarm says.
+    HealthCheckDisabled,
 }
 
 /// One violation (or one thing not checked) and its fix.

@@ -1,6 +1,6 @@
 //! The output of `check --aws`: a table, one line per finding, or one JSON document.
 
-use super::model::Finding;
+use super::model::{Failure, Finding};
 use crate::config::escape_controls;
 use serde::Serialize;
 
@@ -13,6 +13,14 @@ struct Report<'a> {
     findings: &'a [Finding],
 }
 
+/// The JSON document of a check that checked nothing.
+#[derive(Serialize)]
+struct ErrorReport<'a> {
+    region: &'a str,
+    exit: u8,
+    error: &'a Failure,
+}
+
 /// One JSON document with every finding.
 pub fn json(region: &str, findings: &[Finding]) -> String {
     let violations = findings.iter().filter(|f| f.is_violation()).count();
@@ -22,8 +30,41 @@ pub fn json(region: &str, findings: &[Finding]) -> String {
         not_checked: findings.len() - violations,
         findings,
     };
+    to_json(&report)
+}
+
+/// One JSON document with the error that ended the check: `region`, `exit` (the exit code) and
+/// `error` (`kind`, `message`, `fix`).
+pub fn error_json(region: &str, failure: &Failure) -> String {
+    to_json(&ErrorReport {
+        region,
+        exit: failure.exit,
+        error: failure,
+    })
+}
+
+/// Pretty JSON whose strings carry no character that drives a terminal: serde_json escapes
+/// C0 controls, and this also escapes DEL, the C1 controls (U+0080–U+009F, e.g. U+009B, a
+/// one-byte CSI) and the bidirectional overrides and isolates (U+202E ...), as `\uXXXX`. They
+/// can only occur inside strings, and every one is in the BMP, so the document stays valid and
+/// decodes to the same names.
+fn to_json<T: Serialize>(value: &T) -> String {
     // A struct of strings and numbers always serialises.
-    serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+    let mut out = String::with_capacity(text.len() + 1);
+    for c in text.chars() {
+        if is_terminal_control(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out + "\n"
+}
+
+/// DEL, C1 controls, and bidirectional marks, embeddings, overrides and isolates.
+fn is_terminal_control(c: char) -> bool {
+    matches!(c, '\u{7f}'..='\u{9f}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// The table: a header, one line per finding (service, branch, object, rule, what is wrong, the
@@ -116,5 +157,46 @@ mod tests {
         assert_eq!(j["not_checked"], 1);
         assert_eq!(j["findings"][0]["rule"], "unit");
         assert_eq!(j["findings"][0]["branch"], "primary");
+    }
+
+    /// U+202E (right-to-left override) and U+009B (a one-byte CSI) in an alarm name: neither
+    /// renderer writes them raw, and the JSON still decodes to the name.
+    #[test]
+    fn bidi_and_c1_controls_are_escaped_in_both_renderers() {
+        let name = "alarm orders\u{202e}yramirp\u{9b}2J\u{7f}";
+        let mut f = finding(Rule::Period);
+        f.object = name.into();
+        f.problem = format!("about {name}");
+        for out in [
+            table("r", std::slice::from_ref(&f)),
+            json("r", &[f.clone()]),
+        ] {
+            assert!(
+                !out.chars()
+                    .any(|c| matches!(c, '\u{202e}' | '\u{9b}' | '\u{7f}')),
+                "{out:?}"
+            );
+        }
+        let j = json("r", &[f]);
+        assert!(j.contains("\\u202e") && j.contains("\\u009b"), "{j}");
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap_or_default();
+        assert_eq!(v["findings"][0]["object"], name);
+    }
+
+    #[test]
+    fn an_error_is_a_json_document() {
+        let f = Failure {
+            exit: 74,
+            kind: "unreachable",
+            message: "cannot reach AWS: DescribeAlarms: \u{202e}".into(),
+            fix: "check the network".into(),
+        };
+        let j = error_json("eu-west-1", &f);
+        assert!(!j.contains('\u{202e}'), "{j}");
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap_or_default();
+        assert_eq!(v["exit"], 74);
+        assert_eq!(v["region"], "eu-west-1");
+        assert_eq!(v["error"]["kind"], "unreachable");
+        assert_eq!(v["error"]["fix"], "check the network");
     }
 }

@@ -2,7 +2,8 @@
 //! which branch, and what each breaks of the metric contract ([`crate::contract`]).
 
 use super::model::{
-    Alarm, Expect, Fetched, Finding, HealthCheck, Inventory, Record, Rule, Series, ServiceExpect,
+    Alarm, BranchExpect, Expect, Fetched, Finding, HealthCheck, Inventory, Record, Rule, Series,
+    ServiceExpect, Unchecked,
 };
 use crate::contract::{
     ALARM_PERIOD, BRANCH, MAX_RECORD_TTL, READINESS, ROUTE53_STATISTICS, SERVICE,
@@ -74,8 +75,8 @@ pub fn check(expect: &Expect, inv: &Inventory) -> Vec<Finding> {
         match &inv.alarms {
             Fetched::Got(alarms) => {
                 out.extend(stray_alarms(svc, alarms, hcs));
-                for (branch, _) in &svc.branches {
-                    out.extend(branch_rules(expect, svc, branch, alarms, inv));
+                for b in &svc.branches {
+                    out.extend(branch_rules(expect, svc, &b.name, alarms, inv));
                 }
             }
             Fetched::NotChecked(why) => out.push(at.not_checked("alarms", why)),
@@ -114,12 +115,12 @@ impl At<'_> {
         }
     }
 
-    fn not_checked(&self, what: &str, why: &str) -> Finding {
+    fn not_checked(&self, what: &str, u: &Unchecked) -> Finding {
         self.finding(
             what,
             Rule::NotChecked,
-            format!("not checked: {why}"),
-            "allow the read to the role that runs check --aws (see docs/check-aws.md)",
+            format!("not checked: {}", u.why),
+            &u.fix,
         )
     }
 }
@@ -137,7 +138,7 @@ fn stray_alarms(svc: &ServiceExpect, alarms: &[Alarm], hcs: &[HealthCheck]) -> V
         .filter_map(|a| {
             let problem = match branch_of(a) {
                 None => "watches the service's series without a Branch dimension: readyprobe publishes Readiness per branch only".to_string(),
-                Some(b) if svc.branches.iter().any(|(n, _)| n == b) => return None,
+                Some(b) if svc.branches.iter().any(|x| x.name == b) => return None,
                 Some(b) => format!("watches Branch {b:?}, which is no branch of the service in the config"),
             };
             Some(at.finding(
@@ -378,6 +379,22 @@ fn series_rules(s: &Series, svc: &ServiceExpect, add: &mut impl FnMut(Rule, Stri
 fn health_check_rules(at: At<'_>, expect: &Expect, h: &HealthCheck) -> Vec<Finding> {
     let object = format!("health check {}", h.id);
     let mut out = Vec::new();
+    if h.inverted {
+        out.push(at.finding(
+            &object,
+            Rule::HealthCheckInverted,
+            "Inverted is set: Route 53 reads the alarm's ALARM (branch unready) as healthy and OK (ready) as unhealthy".into(),
+            "set Inverted = false",
+        ));
+    }
+    if h.disabled {
+        out.push(at.finding(
+            &object,
+            Rule::HealthCheckDisabled,
+            "Disabled is set: Route 53 considers the branch healthy whatever readyprobe publishes".into(),
+            "set Disabled = false (to take a branch out of service, use readyprobe override, which goes through the metric)",
+        ));
+    }
     if let Some(a) = h.alarm.as_ref().filter(|a| a.region != expect.region) {
         out.push(at.finding(
             &object,
@@ -428,16 +445,18 @@ fn record_rules(
             "create a PRIMARY and a SECONDARY failover record under the stable name (or set route53.hosted_zone_id)",
         )];
     }
-    let mut out = Vec::new();
+    let mut out = missing_half(svc, &failover);
     for r in failover {
         let role = r.failover.as_deref().unwrap_or_default();
-        let branch = svc
-            .branches
-            .iter()
-            .find(|(_, b)| b == role)
-            .map(|(n, _)| n.as_str());
-        let at = At { branch, ..at };
+        let branch = svc.branches.iter().find(|b| b.role == role);
+        let at = At {
+            branch: branch.map(|b| b.name.as_str()),
+            ..at
+        };
         let object = format!("record {} {} {role}", r.name, r.rtype);
+        if let Some(b) = branch {
+            out.extend(record_target_rule(at, b, r, &object));
+        }
         if let Some(ttl) = r.ttl.filter(|t| *t > MAX_RECORD_TTL) {
             out.push(at.finding(
                 &object,
@@ -451,6 +470,80 @@ fn record_rules(
         out.extend(record_health_rule(at, svc, r, &object, known));
     }
     out
+}
+
+/// The failover roles of the config that have no record, when the other has one: Route 53 then
+/// has nowhere to fail over to (no SECONDARY) or always answers with the SECONDARY (no PRIMARY).
+fn missing_half(svc: &ServiceExpect, failover: &[&Record]) -> Vec<Finding> {
+    let present = |role: &str| failover.iter().any(|r| r.failover.as_deref() == Some(role));
+    svc.branches
+        .iter()
+        .filter(|b| !present(&b.role))
+        .map(|b| {
+            let at = At {
+                service: &svc.name,
+                branch: Some(&b.name),
+            };
+            let what = if b.role == "SECONDARY" {
+                "Route 53 has nowhere to fail over to when the PRIMARY is unhealthy"
+            } else {
+                "Route 53 answers with the SECONDARY only, whatever readyprobe says of the PRIMARY"
+            };
+            at.finding(
+                &format!("record {} {}", svc.stable_name, b.role),
+                Rule::FailoverPair,
+                format!(
+                    "no {} failover record under {}: {what}",
+                    b.role, svc.stable_name
+                ),
+                &format!(
+                    "create the {} failover record under the stable name, answering with {} and following the branch's health check",
+                    b.role, b.endpoint
+                ),
+            )
+        })
+        .collect()
+}
+
+/// A DNS name as compared: without the root dot, lower case, and without the `dualstack.`
+/// prefix Route 53 adds to some alias targets.
+fn dns_name(s: &str) -> String {
+    let s = s.trim().trim_end_matches('.').to_ascii_lowercase();
+    match s.strip_prefix("dualstack.") {
+        Some(rest) => rest.to_string(),
+        None => s,
+    }
+}
+
+/// Whether a failover record answers with its branch's endpoint: an alias or CNAME to the
+/// endpoint's name, or (when the endpoint is an address) exactly that address.
+fn record_target_rule(at: At<'_>, b: &BranchExpect, r: &Record, object: &str) -> Option<Finding> {
+    let want = dns_name(&b.endpoint);
+    let (ok, got) = match (&r.alias_target, r.values.as_slice()) {
+        (Some(alias), _) => (dns_name(alias) == want, format!("alias to {alias}")),
+        (None, values) => {
+            let names: Vec<String> = values.iter().map(|v| dns_name(v)).collect();
+            (
+                names.len() == 1 && names[0] == want,
+                format!("{} {}", r.rtype, values.join(", ")),
+            )
+        }
+    };
+    let fix = format!(
+        "point the record at {} (an alias or CNAME to it), or set the branch's endpoint to what the record answers with",
+        b.endpoint
+    );
+    (!ok).then(|| {
+        at.finding(
+            object,
+            Rule::RecordTarget,
+            format!(
+                "answers with {got}, but readyprobe probes branch {} at {}: the health check follows one target and Route 53 routes to another",
+                b.name, b.endpoint
+            ),
+            &fix,
+        )
+    })
 }
 
 /// Whether a failover record is health-evaluated, and by its branch's health check.

@@ -1,7 +1,7 @@
 //! One test per rule: a clean deployment has no finding, and each change breaks exactly its rule.
 
 use super::*;
-use crate::cli::aws_check::model::AlarmRef;
+use crate::cli::aws_check::model::{AlarmRef, BranchExpect, Unchecked};
 use std::collections::BTreeMap;
 
 const REGION: &str = "eu-west-1";
@@ -15,8 +15,16 @@ fn expect() -> Expect {
             namespace: "Readyprobe".into(),
             stable_name: "db.orders.internal".into(),
             branches: vec![
-                ("primary".into(), "PRIMARY".into()),
-                ("secondary".into(), "SECONDARY".into()),
+                BranchExpect {
+                    name: "primary".into(),
+                    role: "PRIMARY".into(),
+                    endpoint: "db-primary.orders.internal".into(),
+                },
+                BranchExpect {
+                    name: "secondary".into(),
+                    role: "SECONDARY".into(),
+                    endpoint: "db-secondary.orders.internal".into(),
+                },
             ],
         }],
     }
@@ -55,6 +63,8 @@ fn hc(branch: &str) -> HealthCheck {
             region: REGION.into(),
         }),
         insufficient_data: Some("LastKnownStatus".into()),
+        inverted: false,
+        disabled: false,
     }
 }
 
@@ -67,6 +77,8 @@ fn record(role: &str, branch: &str) -> Record {
         ttl: Some(30),
         health_check_id: Some(format!("hc-{branch}")),
         evaluate_target_health: false,
+        values: vec![format!("db-{branch}.orders.internal")],
+        alias_target: None,
     }
 }
 
@@ -360,12 +372,84 @@ fn record_rules() {
 }
 
 #[test]
+fn an_inverted_or_disabled_health_check_is_flagged() {
+    let mut inv = clean();
+    hcs(&mut inv)[0].inverted = true;
+    assert_eq!(
+        rules_of(&expect(), &inv),
+        primary(Rule::HealthCheckInverted)
+    );
+    let mut inv = clean();
+    hcs(&mut inv)[1].disabled = true;
+    assert_eq!(
+        rules_of(&expect(), &inv),
+        vec![(Rule::HealthCheckDisabled, Some("secondary".into()))]
+    );
+}
+
+#[test]
+fn a_failover_pair_missing_a_half_is_flagged() {
+    let mut inv = clean();
+    records(&mut inv).retain(|r| r.failover.as_deref() == Some("PRIMARY"));
+    let found = check(&expect(), &inv);
+    assert_eq!(
+        found
+            .iter()
+            .map(|f| (f.rule, f.branch.clone()))
+            .collect::<Vec<_>>(),
+        vec![(Rule::FailoverPair, Some("secondary".into()))]
+    );
+    assert!(
+        found[0].problem.contains("no SECONDARY failover record"),
+        "{found:?}"
+    );
+    let mut inv = clean();
+    records(&mut inv).retain(|r| r.failover.as_deref() == Some("SECONDARY"));
+    assert_eq!(rules_of(&expect(), &inv), primary(Rule::FailoverPair));
+}
+
+#[test]
+fn a_record_must_answer_with_its_branch_endpoint() {
+    // The PRIMARY answers with the secondary's endpoint: routed one way, watched another.
+    let mut inv = clean();
+    records(&mut inv)[0].values = vec!["db-secondary.orders.internal".into()];
+    let found = check(&expect(), &inv);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].rule, Rule::RecordTarget);
+    assert_eq!(found[0].branch.as_deref(), Some("primary"));
+    assert!(
+        found[0].fix.contains("db-primary.orders.internal"),
+        "{found:?}"
+    );
+
+    // An alias to the endpoint (with the root dot, the dualstack prefix, another case) is right.
+    let mut inv = clean();
+    records(&mut inv)[0].values.clear();
+    records(&mut inv)[0].alias_target = Some("dualstack.DB-Primary.orders.internal.".into());
+    assert_eq!(rules_of(&expect(), &inv), vec![]);
+    records(&mut inv)[0].alias_target = Some("db-secondary.orders.internal.".into());
+    assert_eq!(rules_of(&expect(), &inv), primary(Rule::RecordTarget));
+
+    // Fixed addresses are not the endpoint's name; an address endpoint must be the only one.
+    let mut inv = clean();
+    records(&mut inv)[0].rtype = "A".into();
+    records(&mut inv)[0].values = vec!["10.0.0.5".into()];
+    assert_eq!(rules_of(&expect(), &inv), primary(Rule::RecordTarget));
+    let mut e = expect();
+    e.services[0].branches[0].endpoint = "10.0.0.5".into();
+    assert_eq!(rules_of(&e, &inv), vec![]);
+    records(&mut inv)[0].values.push("10.0.0.6".into());
+    assert_eq!(rules_of(&e, &inv), primary(Rule::RecordTarget));
+}
+
+#[test]
 fn denied_reads_are_not_checked_rows_not_violations() {
     let mut inv = clean();
-    inv.alarms = Fetched::NotChecked("DescribeAlarms failed: AccessDenied: no".into());
-    inv.health_checks = Fetched::NotChecked("ListHealthChecks failed: AccessDenied: no".into());
+    let denied = |why: &str| Unchecked::new(why, format!("fix for {why}"));
+    inv.alarms = Fetched::NotChecked(denied("DescribeAlarms failed: AccessDenied: no"));
+    inv.health_checks = Fetched::NotChecked(denied("ListHealthChecks failed: AccessDenied: no"));
     inv.records
-        .insert("orders-db".into(), Fetched::NotChecked("denied".into()));
+        .insert("orders-db".into(), Fetched::NotChecked(denied("denied")));
     let found = check(&expect(), &inv);
     assert_eq!(found.len(), 3, "{found:?}");
     assert!(found.iter().all(|f| !f.is_violation()));
@@ -373,6 +457,15 @@ fn denied_reads_are_not_checked_rows_not_violations() {
         found[0]
             .problem
             .starts_with("not checked: DescribeAlarms failed")
+    );
+    // Each row carries the fix of its own cause, not one text for every cause.
+    assert_eq!(
+        found.iter().map(|f| f.fix.as_str()).collect::<Vec<_>>(),
+        [
+            "fix for DescribeAlarms failed: AccessDenied: no",
+            "fix for ListHealthChecks failed: AccessDenied: no",
+            "fix for denied"
+        ]
     );
 }
 
