@@ -483,4 +483,34 @@ until = "30m"
             }]
         );
     }
+
+    #[test]
+    fn failback_waits_in_pending_approval_until_the_scripted_approval_is_synced() {
+        let mut s = setup(Duration::from_secs(180));
+        s.policy.approval_required = true;
+        let text = r#"duration = "60m"
+initial = "ready"
+[[branch]]
+name = "primary"
+approve_after = "5m"
+[[branch.fault]]
+from = "10m"
+until = "25m"
+class = "server_read_only"
+"#;
+        let r = run(&s, text);
+        let f = &r.branches[0].faults[0];
+        let at = |name: &str| {
+            f.failback
+                .iter()
+                .find(|p| p.name.starts_with(name))
+                .and_then(|p| p.since_fault_ms)
+        };
+        // Pending 14m56s after the fault ended (the ready condition's arithmetic), approved
+        // 5 m later, applied at the next store sync (every 10 s): 4 s more.
+        assert_eq!(at("pending_approval"), Some(896_000));
+        assert_eq!(at("readiness 1 published"), Some(896_000 + 304_000));
+        assert_eq!(f.pending_approval_ms, Some(304_000));
+        assert!(r.branches[0].approvals[0].applied);
+    }
 }

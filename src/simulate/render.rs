@@ -126,8 +126,12 @@ fn timeline(report: &Report) -> Vec<Vec<String>> {
             ));
         }
         for a in &b.approvals {
-            let what = if a.applied { "applied" } else { "rejected" };
-            let text = format!("given at {}, {what}: {}", t(a.given_at), a.detail);
+            // The rule's sentence starts with "applied" when it applied.
+            let text = if a.applied {
+                format!("given at {}: {}", t(a.given_at), a.detail)
+            } else {
+                format!("given at {}, rejected: {}", t(a.given_at), a.detail)
+            };
             rows.push((
                 a.decided_at,
                 vec![t(a.decided_at), b.name.clone(), "approval".into(), text],

@@ -306,3 +306,46 @@ fn a_bad_scenario_key_exits_64_naming_file_line_and_key() {
         .unwrap();
     assert_eq!(out.status.code(), Some(74));
 }
+
+/// The example scenarios in `probes/` run against the configs their comments name, and reach
+/// the phases they promise.
+#[test]
+fn the_example_scenarios_run_against_their_configs() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (scenario, config, service, pending) in [
+        ("scenario-noise-outage.toml", "orders-db.toml", None, false),
+        (
+            "scenario-readonly-failback.toml",
+            "fleet.toml",
+            Some("payments-db"),
+            true,
+        ),
+    ] {
+        let text = std::fs::read_to_string(repo.join("probes").join(scenario)).unwrap();
+        assert!(
+            text.contains(&format!("--config probes/{config}")),
+            "{scenario}"
+        );
+        let mut cmd = bin();
+        cmd.args(["simulate", "--format", "json", "--config"])
+            .arg(repo.join("probes").join(config))
+            .arg("--scenario")
+            .arg(repo.join("probes").join(scenario));
+        if let Some(s) = service {
+            cmd.args(["--service", s]);
+        }
+        let r = json(&cmd.output().unwrap());
+        let p = branch(&r, "primary");
+        assert_eq!(p["flaps"], serde_json::json!([]), "{scenario}");
+        let fault = &p["faults"][0];
+        assert!(
+            since(&fault["failover"], "DNS selection").is_some(),
+            "{scenario}"
+        );
+        assert!(
+            since(&fault["failback"], "DNS selection").is_some(),
+            "{scenario}"
+        );
+        assert_eq!(fault["pending_approval_ms"].is_i64(), pending, "{scenario}");
+    }
+}
