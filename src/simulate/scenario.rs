@@ -320,6 +320,16 @@ impl Validation<'_, '_> {
         });
     }
 
+    /// A delay of a hop, at most [`MAX_SCENARIO`] (so that no sum of instants can overflow).
+    fn delay(&mut self, key: &str, d: Option<Duration>, default: Duration) -> Millis {
+        let d = d.unwrap_or(default);
+        if d > MAX_SCENARIO {
+            self.error(key, "at most 7 days");
+            return 0;
+        }
+        ms(d)
+    }
+
     fn scenario(&mut self, raw: RawScenario, limits: &Limits<'_>) -> Scenario {
         let duration = match raw.duration {
             None => {
@@ -362,13 +372,18 @@ impl Validation<'_, '_> {
             }
             branches.push(self.branch(&key, b, duration_ms));
         }
-        let latency_ms = ms(raw.attempts.latency.unwrap_or_default());
+        let latency_ms = self.delay("attempts.latency", raw.attempts.latency, Duration::ZERO);
         if latency_ms >= ms(limits.interval) {
             self.error(
                 "attempts.latency",
                 "must be shorter than the probe interval",
             );
         }
+        let delay_ms = self.delay(
+            "health_check.delay",
+            raw.health_check.delay,
+            Duration::from_secs(30),
+        );
         Scenario {
             duration_ms,
             seed: raw.seed.unwrap_or(1),
@@ -387,7 +402,7 @@ impl Validation<'_, '_> {
                     .or(limits.insufficient_data)
                     .unwrap_or(HealthStatus::LastKnownStatus)
                     .to_string(),
-                delay_ms: ms(raw.health_check.delay.unwrap_or(Duration::from_secs(30))),
+                delay_ms,
             },
             dns: self.dns(raw.dns),
         }
@@ -409,7 +424,9 @@ impl Validation<'_, '_> {
             noise,
             faults,
             approve_at,
-            approve_after: b.approve_after.map(ms),
+            approve_after: b
+                .approve_after
+                .map(|d| self.delay(&format!("{key}.approve_after"), Some(d), d)),
         }
     }
 
@@ -490,10 +507,10 @@ impl Validation<'_, '_> {
 
     fn alarm(&mut self, raw: RawAlarm) -> AlarmModel {
         let period_ms = ms(raw.period.unwrap_or(Duration::from_secs(60)));
-        if period_ms < 10_000 || period_ms % 10_000 != 0 {
+        if !(10_000..=86_400_000).contains(&period_ms) || period_ms % 10_000 != 0 {
             self.error(
                 "alarm.period",
-                "must be a multiple of 10s (a Route 53 health check needs 60s)",
+                "must be a multiple of 10s, at most 1d (a Route 53 health check needs 60s)",
             );
         }
         let statistic = raw.statistic.unwrap_or(Statistic::Minimum);
@@ -514,14 +531,18 @@ impl Validation<'_, '_> {
             self.error("alarm.threshold", "must be a finite number");
         }
         AlarmModel {
-            period_ms: period_ms.max(10_000),
+            period_ms: period_ms.clamp(10_000, 86_400_000),
             statistic,
             evaluation_periods: evaluation_periods.max(1),
             datapoints_to_alarm: datapoints_to_alarm.clamp(1, evaluation_periods.max(1)),
             threshold,
             comparison: raw.comparison.unwrap_or(Comparison::LessThanThreshold),
             treat_missing_data: raw.treat_missing_data.unwrap_or(TreatMissing::Missing),
-            evaluation_delay_ms: ms(raw.evaluation_delay.unwrap_or_default()),
+            evaluation_delay_ms: self.delay(
+                "alarm.evaluation_delay",
+                raw.evaluation_delay,
+                Duration::ZERO,
+            ),
         }
     }
 
@@ -534,7 +555,7 @@ impl Validation<'_, '_> {
             );
         }
         DnsModel {
-            answer_delay_ms: ms(raw.answer_delay.unwrap_or_default()),
+            answer_delay_ms: self.delay("dns.answer_delay", raw.answer_delay, Duration::ZERO),
             ttl_ms: ms(ttl),
         }
     }
@@ -695,6 +716,19 @@ mod tests {
         assert_eq!(
             issues(bad_class),
             [("branch[0].noise[0].class".to_string(), Some(6))]
+        );
+    }
+
+    #[test]
+    fn delays_are_bounded_so_that_no_instant_overflows() {
+        let text = "duration = \"1h\"\n[alarm]\nperiod = \"1000000y\"\nevaluation_delay = \"1000000y\"\n[dns]\nanswer_delay = \"8d\"\n";
+        assert_eq!(
+            issues(text),
+            [
+                ("alarm.period".to_string(), Some(3)),
+                ("alarm.evaluation_delay".to_string(), Some(4)),
+                ("dns.answer_delay".to_string(), Some(6)),
+            ]
         );
     }
 
