@@ -14,5 +14,6 @@ pub mod readiness;
 pub mod record;
 pub mod runner;
 pub mod scheduler;
+pub mod simulate;
 pub mod sink;
 pub mod state;

@@ -4,6 +4,7 @@ mod aws_check;
 mod operator;
 mod plan;
 mod probe_cmd;
+mod simulate_cmd;
 
 pub use operator::{MAX_APPROVAL, MAX_OVERRIDE};
 pub use plan::plan;
@@ -223,6 +224,32 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Predict a failover and failback timeline offline: scripted attempt outcomes per branch
+    /// (docs/simulate.md) through the real readiness core, then the modelled alarm, health check,
+    /// failover answer and resolver caches, each hop's assumption stated and set in the scenario.
+    ///
+    /// Prints, per scripted fault, the time of each phase (detection, alarm, health check, DNS
+    /// selection, cache expiry; failback with pending_approval), the flaps and the fail-open
+    /// periods. Probes nothing, publishes nothing, reads no secret. Exit 0 when simulated, 64
+    /// invalid config, scenario (file, line, key) or arguments, 74 the scenario or `--out` cannot
+    /// be read or written.
+    Simulate {
+        /// Config file (TOML).
+        #[arg(long, short, env = "READYPROBE_CONFIG")]
+        config: PathBuf,
+        /// Scenario file (TOML).
+        #[arg(long)]
+        scenario: PathBuf,
+        /// Service name; required when the config has several services.
+        #[arg(long, short = 's')]
+        service: Option<String>,
+        /// Also write simulation.md and simulation.json into this directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Output on stdout.
+        #[arg(long, value_enum, default_value_t = simulate_cmd::Format::Table)]
+        format: simulate_cmd::Format,
+    },
 }
 
 /// `--force` values.
@@ -367,7 +394,8 @@ impl Command {
             | Command::Probe { config, .. }
             | Command::Approve { config, .. }
             | Command::Override { config, .. }
-            | Command::Status { config, .. } => config,
+            | Command::Status { config, .. }
+            | Command::Simulate { config, .. } => config,
         }
     }
 }
@@ -445,6 +473,13 @@ async fn async_main(cli: Cli) -> ExitCode {
             Ok(svc) => operator::status(&cfg, svc, json).await,
             Err(code) => code,
         },
+        Command::Simulate {
+            scenario,
+            service,
+            out,
+            format,
+            ..
+        } => simulate_cmd::simulate(&cfg, service.as_deref(), &scenario, out.as_deref(), format),
     }
 }
 
@@ -683,6 +718,7 @@ mod tests {
             ("approve", &[0, 1, 64, 74]),
             ("override", &[0, 64, 74]),
             ("status", &[0, 64, 74]),
+            ("simulate", &[0, 64, 74]),
         ] {
             let sub = cli.find_subcommand(cmd).map(|c| {
                 c.get_long_about()

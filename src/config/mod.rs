@@ -860,7 +860,11 @@ endpoint = "mysql-secondary.orders.internal.example"
         let mut n = 0;
         for e in std::fs::read_dir(&dir).unwrap() {
             let p = e.unwrap().path();
-            if p.extension().is_some_and(|x| x == "toml") {
+            // `scenario-*.toml` are `simulate` scenarios (tests/it/simulate.rs runs them).
+            let scenario = p
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("scenario-"));
+            if p.extension().is_some_and(|x| x == "toml") && !scenario {
                 load(&p).unwrap_or_else(|e| panic!("{e}"));
                 n += 1;
             }

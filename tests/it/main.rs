@@ -19,6 +19,7 @@ mod publish_faults;
 mod reload;
 mod resolve_step;
 mod secret_leak;
+mod simulate;
 mod state_dir;
 mod support;
 mod tcp_kind;

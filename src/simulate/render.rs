@@ -1,0 +1,242 @@
+//! The report as text: aligned tables for a terminal, the same tables in Markdown for
+//! `simulation.md`. Times are offsets from the scenario's start.
+
+use super::phases::{FaultReport, Phase, describe};
+use super::{BranchReport, Report};
+use crate::clock::fmt_duration_ms;
+use crate::readiness::Millis;
+use std::fmt::Write;
+
+/// How a table is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// Space-aligned columns.
+    Text,
+    /// Markdown pipes.
+    Markdown,
+}
+
+fn t(ms: Millis) -> String {
+    fmt_duration_ms(ms)
+}
+
+fn opt(ms: Option<Millis>) -> String {
+    ms.map_or_else(|| "—".to_string(), t)
+}
+
+/// A table in `style`.
+fn table(style: Style, head: &[&str], rows: &[Vec<String>]) -> String {
+    let mut out = String::new();
+    match style {
+        Style::Markdown => {
+            let _ = writeln!(out, "| {} |", head.join(" | "));
+            let _ = writeln!(out, "|{}", " --- |".repeat(head.len()));
+            for r in rows {
+                let cells: Vec<String> = r.iter().map(|c| c.replace('|', "\\|")).collect();
+                let _ = writeln!(out, "| {} |", cells.join(" | "));
+            }
+        }
+        Style::Text => {
+            let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+            for r in rows {
+                for (i, c) in r.iter().enumerate() {
+                    if let Some(x) = w.get_mut(i) {
+                        *x = (*x).max(c.chars().count());
+                    }
+                }
+            }
+            let line = |cells: Vec<&str>| {
+                let padded: Vec<String> = cells
+                    .iter()
+                    .zip(&w)
+                    .map(|(c, w)| format!("{c:<w$}"))
+                    .collect();
+                padded.join("  ").trim_end().to_string()
+            };
+            let _ = writeln!(out, "  {}", line(head.to_vec()));
+            for r in rows {
+                let _ = writeln!(out, "  {}", line(r.iter().map(String::as_str).collect()));
+            }
+        }
+    }
+    out
+}
+
+fn phase_rows(phases: &[Phase]) -> Vec<Vec<String>> {
+    phases
+        .iter()
+        .map(|p| {
+            vec![
+                p.name.clone(),
+                opt(p.at),
+                opt(p.since_fault_ms),
+                opt(p.took_ms),
+                p.note.clone().unwrap_or_default(),
+            ]
+        })
+        .collect()
+}
+
+fn heading(style: Style, level: usize, text: &str) -> String {
+    match style {
+        Style::Markdown => format!("{} {text}\n\n", "#".repeat(level)),
+        Style::Text => format!("{text}\n"),
+    }
+}
+
+fn fault(style: Style, out: &mut String, b: &BranchReport, f: &FaultReport) {
+    let head = ["phase", "at", "since", "took", "note"];
+    let title = format!(
+        "{} ({}): fault {}–{}, {}% {}",
+        b.name,
+        b.record,
+        t(f.from),
+        t(f.until),
+        f.fail_percent,
+        f.class
+    );
+    out.push_str(&heading(style, 3, &title));
+    out.push_str(&heading(style, 4, "failover (since the fault started)"));
+    out.push_str(&table(style, &head, &phase_rows(&f.failover)));
+    out.push('\n');
+    out.push_str(&heading(style, 4, "failback (since the fault ended)"));
+    out.push_str(&table(style, &head, &phase_rows(&f.failback)));
+    if let Some(p) = f.pending_approval_ms {
+        let _ = writeln!(
+            out,
+            "\nin pending_approval for {} before the approval applied",
+            t(p)
+        );
+    }
+    out.push('\n');
+}
+
+fn timeline(report: &Report) -> Vec<Vec<String>> {
+    let mut rows: Vec<(Millis, Vec<String>)> = Vec::new();
+    for b in &report.branches {
+        for s in &b.transitions {
+            rows.push((
+                s.at,
+                vec![
+                    t(s.at),
+                    b.name.clone(),
+                    "readiness".into(),
+                    format!("{} → {}", s.from, s.to),
+                ],
+            ));
+        }
+        for a in &b.approvals {
+            // The rule's sentence starts with "applied" when it applied.
+            let text = if a.applied {
+                format!("given at {}: {}", t(a.given_at), a.detail)
+            } else {
+                format!("given at {}, rejected: {}", t(a.given_at), a.detail)
+            };
+            rows.push((
+                a.decided_at,
+                vec![t(a.decided_at), b.name.clone(), "approval".into(), text],
+            ));
+        }
+        for c in &b.alarm.changes {
+            rows.push((
+                c.at,
+                vec![t(c.at), b.name.clone(), "alarm".into(), c.to.to_string()],
+            ));
+        }
+        for c in &b.health.changes {
+            rows.push((
+                c.at,
+                vec![
+                    t(c.at),
+                    b.name.clone(),
+                    "health check".into(),
+                    c.to.to_string(),
+                ],
+            ));
+        }
+    }
+    for c in &report.answer.changes {
+        rows.push((
+            c.at,
+            vec![t(c.at), "—".into(), "answer".into(), describe(c.to)],
+        ));
+    }
+    rows.sort_by_key(|(at, _)| *at);
+    rows.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The whole report in `style`.
+pub fn report(r: &Report, style: Style) -> String {
+    let mut out = String::new();
+    let title = format!(
+        "simulation of {}: {} from the start, seed {}; times are offsets from the start",
+        r.service,
+        t(r.duration_ms),
+        r.seed
+    );
+    out.push_str(&heading(style, 1, &title));
+    if style == Style::Text {
+        out.push('\n');
+    }
+    for b in &r.branches {
+        for f in &b.faults {
+            fault(style, &mut out, b, f);
+        }
+    }
+    out.push_str(&heading(style, 2, "summary"));
+    let rows: Vec<Vec<String>> = r
+        .branches
+        .iter()
+        .map(|b| {
+            let flaps = if b.flaps.is_empty() {
+                "0".to_string()
+            } else {
+                let at: Vec<String> = b.flaps.iter().map(|x| t(*x)).collect();
+                format!("{} (at {})", b.flaps.len(), at.join(", "))
+            };
+            vec![
+                b.name.clone(),
+                b.record.to_string(),
+                b.initial.to_string(),
+                format!("{} ({} failed)", b.attempts, b.failed_attempts),
+                b.faults.len().to_string(),
+                flaps,
+            ]
+        })
+        .collect();
+    let head = [
+        "branch",
+        "record",
+        "starts",
+        "attempts",
+        "faults",
+        "flaps (ready → unready outside a fault)",
+    ];
+    out.push_str(&table(style, &head, &rows));
+    let open: Vec<String> = r
+        .fail_open
+        .iter()
+        .map(|p| format!("{}–{}", t(p.from), p.until.map_or("end".into(), t)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "\nfail-open (no record healthy, Route 53 answers PRIMARY): {}\n",
+        if open.is_empty() {
+            "never".to_string()
+        } else {
+            open.join(", ")
+        }
+    );
+    out.push_str(&heading(style, 2, "timeline"));
+    out.push_str(&table(
+        style,
+        &["at", "branch", "hop", "change"],
+        &timeline(r),
+    ));
+    out.push('\n');
+    out.push_str(&heading(style, 2, "assumptions"));
+    for a in &r.assumptions {
+        let _ = writeln!(out, "- {a}");
+    }
+    out
+}
