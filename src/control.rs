@@ -491,14 +491,18 @@ pub fn render_status(
                 continue;
             };
             let r = Readiness::restore(policy.clone(), snap.clone().clamped(now));
-            let w = r.window_stats(now, policy.declare_unready.window);
+            // The window up to the save: a running prober rewrites a document that only
+            // refreshes every few syncs, so the reader's clock would count a live prober's
+            // recent attempts as missing.
+            let saved = ps.saved_at.min(now);
+            let w = r.window_stats(saved, policy.declare_unready.window);
             let window = crate::clock::fmt_duration(policy.declare_unready.window);
             let rate = match w.success_rate_percent {
                 Some(x) => format!(
-                    "success rate {x:.1}% of {} attempts over {window}",
+                    "success rate {x:.1}% of {} attempts over the {window} before the save",
                     w.finished
                 ),
-                None => format!("no attempts in the last {window}"),
+                None => format!("no attempts in the {window} before the save"),
             };
             let _ = writeln!(
                 s,
@@ -797,7 +801,7 @@ mod tests {
             },
         );
         let s = render_status(&doc, &policy(), &["primary".into()], 1000);
-        assert!(s.contains("), no attempts in the last 10s\n"), "{s}");
+        assert!(s.contains("), no attempts in the 10s before the save\n"), "{s}");
         let s = render_status(
             &doc_with(pending_at(100_000)),
             &policy(),
@@ -805,7 +809,16 @@ mod tests {
             100_500,
         );
         assert!(s.contains("success rate 100.0% of "), "{s}");
-        assert!(s.contains(" attempts over 10s\n"), "{s}");
+        assert!(s.contains(" attempts over the 10s before the save\n"), "{s}");
+        // Read a minute after a save (a running prober rewrites a mere refresh only every few
+        // syncs): the attempts before the save still count.
+        let s = render_status(
+            &doc_with(pending_at(100_000)),
+            &policy(),
+            &["primary".into()],
+            160_500,
+        );
+        assert!(s.contains("success rate 100.0% of "), "{s}");
     }
 
     fn doc_with(r: Readiness) -> ControlDoc {

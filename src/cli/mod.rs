@@ -80,7 +80,7 @@ pub enum Command {
     /// SIGHUP re-reads the config and applies its service changes without a restart.
     ///
     /// Exit 0 after a clean stop; 64 invalid config; 74 state store or evidence file unusable at
-    /// start; 78 secret, CA bundle, client certificate or key, or resolv.conf unavailable (every
+    /// start, or still running two seconds past `--grace` after a stop signal (a write hangs); 78 secret, CA bundle, client certificate or key, or resolv.conf unavailable (every
     /// such problem is listed, one per line).
     Run {
         /// Config file (TOML).

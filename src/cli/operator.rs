@@ -5,6 +5,7 @@ use super::{EXIT_ATTEMPT_FAILED, EXIT_INVALID_CONFIG, EXIT_IO, EXIT_OK, ForceArg
 use crate::config::{Config, ServiceConfig};
 use crate::runner;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest approval validity: an approval is a decision about the evidence of now.
@@ -227,21 +228,27 @@ pub(super) async fn override_cmd(
         })
     };
     let n = new.clone();
+    let had = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let had2 = had.clone();
     let r = store
         .update(move |doc| {
-            match &n {
-                Some(o) => {
-                    doc.overrides.insert(b.clone(), o.clone());
-                }
-                None => {
-                    doc.overrides.remove(&b);
-                }
-            }
+            let before = match &n {
+                Some(o) => doc.overrides.insert(b.clone(), o.clone()),
+                None => doc.overrides.remove(&b),
+            };
+            had2.store(
+                before.is_some_and(|o| o.active(now)),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             Ok(())
         })
         .await;
     if let Err(e) = r {
         return store_error(e);
+    }
+    if new.is_none() && !had.load(std::sync::atomic::Ordering::Relaxed) {
+        println!("branch {branch} had no override in force; nothing to clear");
+        return ExitCode::from(EXIT_OK);
     }
     match new {
         Some(o) => println!(
@@ -277,7 +284,15 @@ pub(super) async fn status(cfg: &Config, svc: &ServiceConfig, json: bool) -> Exi
         let branches: Vec<String> = svc.branches.iter().map(|b| b.name.clone()).collect();
         // The document is any writer's: its ids, names and reasons are escaped field by field
         // (a newline in a reason must not forge a line of the report).
-        let text = crate::control::render_status(&inert(doc), &svc.policy, &branches, now_ms());
+        let mut text =
+            crate::control::render_status(&inert(doc), &svc.policy, &branches, now_ms());
+        if cfg.services.len() > 1 {
+            // The hint must work when copied: with several services `approve` needs the name.
+            text = text.replace(
+                "(readyprobe approve --branch ",
+                &format!("(readyprobe approve --service {} --branch ", svc.service.name),
+            );
+        }
         print!("{}", crate::config::escape_controls_by_line(&text));
     }
     ExitCode::from(EXIT_OK)

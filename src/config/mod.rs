@@ -66,7 +66,7 @@ pub struct Config {
     /// This prober instance's id: the canary row key and the `prober` field of evidence.
     /// Default: the host name (an ECS task's host name is unique per task).
     pub prober_id: String,
-    /// Directory of the readiness state file (`state-<service>-<prober_id>.json`). Default
+    /// Directory of the `file` store's control documents (`control-<service>.json`). Default
     /// `state` beside the config file (relative paths resolve against the config's directory).
     pub state_dir: PathBuf,
     /// Where the shared control document (readiness, approvals, overrides) lives.
@@ -372,7 +372,7 @@ pub fn check_prober_id(id: &str) -> Result<(), String> {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
     {
         return Err(format!(
-            "{id:?}: must be 1–{MAX_CANARY_ID_LEN} characters of [A-Za-z0-9._-] (it keys the canary row and the state file)"
+            "{id:?}: must be 1–{MAX_CANARY_ID_LEN} characters of [A-Za-z0-9._-] (it keys the canary row and its entry in the control document)"
         ));
     }
     Ok(())

@@ -96,10 +96,10 @@ pub fn classify(
         ),
         CredentialsError::ProviderError(_) => fail(
             EXIT_NOT_CHECKED,
-            format!(
-                "the AWS credentials could not be loaded (an expired SSO session or a role that cannot be assumed, for example): {cause}"
+            format!("a source in the AWS credential chain failed: {cause}"),
+            &format!(
+                "fix the source the message names (an expired SSO session: `aws sso login`; a role that cannot be assumed: its trust policy; metadata refused: the instance or task role), or {PROVIDE}"
             ),
-            &format!("renew the session or fix the role, or {PROVIDE}"),
         ),
         _ => fail(
             EXIT_IO,

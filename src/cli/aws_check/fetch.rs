@@ -61,11 +61,16 @@ pub(super) fn cause(e: &(dyn std::error::Error + 'static)) -> String {
         }
         next = err.source();
     }
-    let joined = parts.join(": ");
-    crate::config::escape_controls(&joined)
-        .chars()
-        .take(MAX_CAUSE_CHARS)
-        .collect()
+    let joined = crate::config::escape_controls(&parts.join(": ")).into_owned();
+    if joined.chars().count() <= MAX_CAUSE_CHARS {
+        return joined;
+    }
+    // Cut at a word and say so, rather than mid-word.
+    let mut cut: String = joined.chars().take(MAX_CAUSE_CHARS).collect();
+    if let Some(i) = cut.rfind(' ') {
+        cut.truncate(i);
+    }
+    cut + " […]"
 }
 
 /// An error AWS answered becomes the reason a check was not done, with the fix for its cause;
@@ -123,8 +128,9 @@ impl Clients {
     /// Build both clients, once the chain has a region and usable credentials.
     ///
     /// # Errors
-    /// The [`Failure`] when it has no region or no usable credentials.
-    pub async fn new(cfg: &Config, deadline: Deadline) -> Result<Clients, Failure> {
+    /// The [`Failure`] when it has no region or no usable credentials, with the region the
+    /// chain found (empty when none), for the report.
+    pub async fn new(cfg: &Config, deadline: Deadline) -> Result<Clients, (String, Failure)> {
         let cw = &cfg.publish.cloudwatch;
         let timeout = cw.operation_timeout;
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
@@ -143,14 +149,19 @@ impl Clients {
         let shared = loader.load().await;
         let region = shared.region().map(ToString::to_string).unwrap_or_default();
         if region.is_empty() {
-            return Err(Failure {
-                exit: crate::cli::EXIT_IO,
-                kind: "no_region",
-                message: "no AWS region".into(),
-                fix: "set publish.cloudwatch.region, AWS_REGION or a profile's region".into(),
-            });
+            return Err((
+                region,
+                Failure {
+                    exit: crate::cli::EXIT_IO,
+                    kind: "no_region",
+                    message: "no AWS region".into(),
+                    fix: "set publish.cloudwatch.region, AWS_REGION or a profile's region".into(),
+                },
+            ));
         }
-        super::creds::usable(&shared, deadline).await?;
+        if let Err(f) = super::creds::usable(&shared, deadline).await {
+            return Err((region, f));
+        }
         let mut c = aws_sdk_cloudwatch::config::Builder::from(&shared)
             .interceptor(crate::sink::BodyLimit(MAX_RESPONSE_BYTES));
         if let Some(e) = &cw.endpoint_url {

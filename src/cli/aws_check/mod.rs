@@ -58,10 +58,9 @@ pub fn parse_timeout(s: &str) -> Result<Duration, String> {
 /// Every read runs within `timeout`; what it cuts short is not checked.
 pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> ExitCode {
     let deadline = limits::Deadline::after(timeout);
-    let region = cfg.publish.cloudwatch.region.clone().unwrap_or_default();
     let clients = match fetch::Clients::new(cfg, deadline).await {
         Ok(c) => c,
-        Err(f) => return fail(format, &region, &f),
+        Err((region, f)) => return fail(format, &region, &f),
     };
     let expect = fetch::expect(cfg, &clients.region);
     let inventory = match fetch::inventory(&clients, cfg, &expect, deadline).await {
