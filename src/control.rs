@@ -801,7 +801,10 @@ mod tests {
             },
         );
         let s = render_status(&doc, &policy(), &["primary".into()], 1000);
-        assert!(s.contains("), no attempts in the 10s before the save\n"), "{s}");
+        assert!(
+            s.contains("), no attempts in the 10s before the save\n"),
+            "{s}"
+        );
         let s = render_status(
             &doc_with(pending_at(100_000)),
             &policy(),
@@ -809,7 +812,10 @@ mod tests {
             100_500,
         );
         assert!(s.contains("success rate 100.0% of "), "{s}");
-        assert!(s.contains(" attempts over the 10s before the save\n"), "{s}");
+        assert!(
+            s.contains(" attempts over the 10s before the save\n"),
+            "{s}"
+        );
         // Read a minute after a save (a running prober rewrites a mere refresh only every few
         // syncs): the attempts before the save still count.
         let s = render_status(

@@ -911,7 +911,8 @@ impl Fold {
 
     /// An attempt of a loop a reload stopped: the evidence and the run's count have it, no
     /// window does (its service is gone, or its branch starts afresh under new settings).
-    fn stopped_attempt(&mut self, service: String, a: Box<Attempt>) {
+    fn stopped_attempt(&mut self, service: String, mut a: Box<Attempt>) {
+        a.not_counted = true;
         let only = self.services.len() == 1 && self.services.values().all(|s| s.name == service);
         let key = if only {
             a.branch.clone()

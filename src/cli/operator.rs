@@ -284,13 +284,15 @@ pub(super) async fn status(cfg: &Config, svc: &ServiceConfig, json: bool) -> Exi
         let branches: Vec<String> = svc.branches.iter().map(|b| b.name.clone()).collect();
         // The document is any writer's: its ids, names and reasons are escaped field by field
         // (a newline in a reason must not forge a line of the report).
-        let mut text =
-            crate::control::render_status(&inert(doc), &svc.policy, &branches, now_ms());
+        let mut text = crate::control::render_status(&inert(doc), &svc.policy, &branches, now_ms());
         if cfg.services.len() > 1 {
             // The hint must work when copied: with several services `approve` needs the name.
             text = text.replace(
                 "(readyprobe approve --branch ",
-                &format!("(readyprobe approve --service {} --branch ", svc.service.name),
+                &format!(
+                    "(readyprobe approve --service {} --branch ",
+                    svc.service.name
+                ),
             );
         }
         print!("{}", crate::config::escape_controls_by_line(&text));

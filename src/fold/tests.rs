@@ -1126,6 +1126,7 @@ fn attempts_of_loops_a_reload_stopped_are_recorded_never_folded() {
     };
     let e = f.handle(late, 30);
     assert_eq!(of_kind(&e, "attempt")[0]["seq"], 4);
+    assert_eq!(of_kind(&e, "attempt")[0]["not_counted"], true);
     assert_eq!(record_services(&e), ["payments-db"]);
     let cut = Input::CancelledByReload {
         service: "payments-db".into(),

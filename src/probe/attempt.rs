@@ -91,6 +91,10 @@ pub struct Attempt {
     /// Success, or the failing step and class.
     #[serde(flatten)]
     pub outcome: Outcome,
+    /// True for an attempt of a loop a reload stopped, which finished after it: recorded as
+    /// evidence, counted in no window (its `seq` may recur in the branch's new loop).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_counted: bool,
 }
 
 impl Attempt {
@@ -110,6 +114,7 @@ impl Attempt {
             finished_at,
             steps: Vec::new(),
             answers: Vec::new(),
+            not_counted: false,
             dns: None,
             address: None,
             tls: None,

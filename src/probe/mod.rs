@@ -64,6 +64,7 @@ pub async fn run_attempt(
         server: learned.server,
         http: learned.http,
         otlp: learned.otlp,
+        not_counted: false,
         outcome: match result {
             Ok(()) => Outcome::Success,
             Err((step, e)) => Outcome::Failure {

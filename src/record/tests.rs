@@ -120,6 +120,7 @@ fn attempt_ok() -> Record {
         }),
         http: None,
         otlp: None,
+        not_counted: false,
         outcome: Outcome::Success,
     })
 }
@@ -147,6 +148,7 @@ fn attempt_failed() -> Record {
         server: None,
         http: None,
         otlp: None,
+        not_counted: false,
         outcome: Outcome::Failure {
             step: Step::Connect,
             class: FailureClass::TcpRefused,
