@@ -257,8 +257,13 @@ pub trait Sink: Send {
     }
 }
 
-/// Batches a sink's queue holds: a sink this far behind the publish rate drops the oldest.
+/// Batches a sink's queue holds: a sink this far behind the publish rate drops the oldest...
 pub const QUEUE_BATCHES: usize = 4;
+
+/// ...unless all it holds are at most this many datums: a burst of transitions (a shared
+/// dependency failing under hundreds of services, or their first evaluations at start) queues
+/// hundreds of one-datum batches at once, and each must go out at once, not at the next tick.
+pub const QUEUE_DATUMS: usize = 1_000;
 
 /// A batch in a sink's queue.
 #[derive(Debug)]
@@ -336,6 +341,8 @@ const EXPIRED: &str =
 struct QueueState {
     /// Oldest first.
     batches: VecDeque<Queued>,
+    /// The datums of `batches`, in all.
+    datums: usize,
     /// The sending end is gone: send what is left, then stop.
     senders_gone: bool,
     /// The task has ended: refuse every batch.
@@ -364,6 +371,8 @@ pub struct SinkQueue {
     name: &'static str,
     shared: Arc<Shared>,
     reports: mpsc::UnboundedSender<SinkReport>,
+    /// [`QUEUE_DATUMS`], unless set otherwise ([`Self::datum_room`]).
+    datum_room: usize,
 }
 
 impl SinkQueue {
@@ -383,7 +392,16 @@ impl SinkQueue {
             name,
             shared,
             reports,
+            datum_room: QUEUE_DATUMS,
         }
+    }
+
+    /// The same queue holding more than [`QUEUE_BATCHES`] batches only while they hold at most
+    /// `datums` datums in all (0: never more than [`QUEUE_BATCHES`]).
+    #[must_use]
+    pub fn datum_room(mut self, datums: usize) -> Self {
+        self.datum_room = datums;
+        self
     }
 
     /// The sink's name.
@@ -391,8 +409,9 @@ impl SinkQueue {
         self.name
     }
 
-    /// Queue a batch, or say why not. A full queue makes room by dropping its oldest batch,
-    /// which is reported (`dropped_queue_full`) on the reports channel.
+    /// Queue a batch, or say why not. A full queue (more than [`QUEUE_BATCHES`] batches, and
+    /// more datums than its room) makes room by dropping its oldest batches, each reported
+    /// (`dropped_queue_full`) on the reports channel.
     ///
     /// # Errors
     /// The task has ended.
@@ -402,13 +421,20 @@ impl SinkQueue {
             if st.task_gone {
                 return Err(Refusal::Closed);
             }
+            st.datums += batch.datums.len();
             st.batches.push_back(batch);
-            (st.batches.len() > QUEUE_BATCHES)
-                .then(|| st.batches.pop_front())
-                .flatten()
+            let mut evicted = Vec::new();
+            while st.batches.len() > QUEUE_BATCHES && st.datums > self.datum_room {
+                let Some(old) = st.batches.pop_front() else {
+                    break;
+                };
+                st.datums -= old.datums.len();
+                evicted.push(old);
+            }
+            evicted
         };
         self.shared.wake.notify_one();
-        if let Some(old) = evicted {
+        for old in evicted {
             let report = SinkReport::untried(
                 self.name,
                 &old,
@@ -513,6 +539,7 @@ async fn next_batch(shared: &Shared) -> Option<Queued> {
         {
             let mut st = shared.lock();
             if let Some(b) = st.batches.pop_back() {
+                st.datums -= b.datums.len();
                 return Some(b);
             }
             if st.senders_gone {
@@ -707,7 +734,9 @@ mod queue_tests {
             script: Box::new(script),
             calls: Arc::clone(&calls),
         };
-        let queue = SinkQueue::spawn(Box::new(sink), tx, &tracker, CancellationToken::new());
+        // One-datum batches: the batch count alone decides when the queue is full.
+        let queue =
+            SinkQueue::spawn(Box::new(sink), tx, &tracker, CancellationToken::new()).datum_room(0);
         tracker.close();
         Rig {
             t0,
@@ -742,6 +771,44 @@ mod queue_tests {
             let calls = self.calls.lock().unwrap().clone();
             (out, calls)
         }
+    }
+
+    /// A burst of one-datum batches (a transition each) behind a hung send is kept whole; once
+    /// the queue holds more than its datum room and more than QUEUE_BATCHES batches, the oldest
+    /// make way.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_transitions_is_kept_within_the_datum_room() {
+        let mut r = rig(1, |n, _| if n == 0 { Answer::Hang } else { Answer::Ok });
+        let q = r.queue.take().unwrap().datum_room(QUEUE_DATUMS);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let one = |id: u64| Queued {
+            id,
+            datums: vec![transition_datum("s", "primary", 1.0, id as Millis)],
+            deadline,
+        };
+        let mut first = one(1);
+        first.deadline = Instant::now() + Duration::from_millis(500);
+        q.offer(first).unwrap(); // taken at once; hangs until its window ends
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        for id in 2..=801 {
+            q.offer(one(id)).unwrap();
+        }
+        // Two batches of 400 datums: 1,600 in all, over the room: the oldest go until it fits.
+        for id in [900, 901] {
+            let mut b = one(id);
+            b.datums = vec![transition_datum("s", "primary", 0.0, 0); 400];
+            q.offer(b).unwrap();
+        }
+        r.queue = Some(q);
+        let (reports, _) = r.finish().await;
+        let dropped: Vec<u64> = reports
+            .iter()
+            .filter(|r| r.1 == O::DroppedQueueFull)
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(dropped, (2..=601).collect::<Vec<u64>>());
+        let sent = reports.iter().filter(|r| r.1 == O::Sent).count();
+        assert_eq!(sent, 202, "{:?}", &reports[..5]);
     }
 
     type Report = (u64, PublishOutcome, Option<PublishFailureClass>, u32);

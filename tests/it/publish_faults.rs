@@ -63,7 +63,8 @@ fn queued(
         tx,
         &tracker,
         tokio_util::sync::CancellationToken::new(),
-    );
+    )
+    .datum_room(0); // one-datum batches: the batch count decides when the queue is full
     (q, reports, tracker)
 }
 
