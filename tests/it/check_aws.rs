@@ -367,6 +367,15 @@ const CASES: &[Case] = &[
         &["m_out_of_n"],
     ),
     (
+        "daylate",
+        Primary {
+            evaluation_periods: 1440,
+            datapoints_to_alarm: Some(1440),
+            ..CLEAN
+        },
+        &["detection_time"],
+    ),
+    (
         "ns",
         Primary {
             namespace: "Other",
