@@ -45,6 +45,10 @@ variable "services" {
     error_message = "services: stable_name and each endpoint are DNS names of two or more labels (letters, digits, - and _), at most 253 characters."
   }
   validation {
+    condition     = alltrue([for s in values(var.services) : alltrue([for b in s.branches : lower(b.endpoint) != lower(s.stable_name)])])
+    error_message = "services: no branch endpoint may be the service's stable_name (a CNAME to itself; the prober would probe whatever Route 53 answers)."
+  }
+  validation {
     condition     = alltrue([for s in values(var.services) : can(regex("^Z[A-Z0-9]{1,31}$", s.hosted_zone_id))])
     error_message = "services: hosted_zone_id is a Route 53 hosted zone id (Z followed by upper-case letters and digits)."
   }

@@ -12,6 +12,7 @@
 
 use readyprobe::contract::{self, Metric};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A property as a template gives it.
@@ -1194,6 +1195,179 @@ fn every_parameter_and_variable_is_constrained() {
         }
     }
     assert!(loose.is_empty(), "unconstrained:\n  {}", loose.join("\n  "));
+}
+
+/// Evaluate a CloudFormation rule condition (`Fn::Equals`, `Fn::Not`, `Fn::And`, `Fn::Or`,
+/// `Ref`) over parameter values.
+fn cfn_rule_value(e: &Value, params: &BTreeMap<&str, &str>) -> Value {
+    let obj = match e {
+        Value::Object(o) if o.len() == 1 => o,
+        _ => return e.clone(),
+    };
+    let (f, args) = obj.iter().next().expect("one key");
+    let arg = |i: usize| cfn_rule_value(&args[i], params);
+    let all = || {
+        args.as_array()
+            .expect("a list")
+            .iter()
+            .map(|a| cfn_rule_value(a, params))
+    };
+    match f.as_str() {
+        "Ref" => {
+            let name = args.as_str().expect("Ref names a parameter");
+            Value::from(
+                *params
+                    .get(name)
+                    .unwrap_or_else(|| panic!("no value for {name}")),
+            )
+        }
+        "Fn::Equals" => Value::Bool(arg(0) == arg(1)),
+        "Fn::Not" => Value::Bool(arg(0) == Value::Bool(false)),
+        "Fn::And" => Value::Bool(all().all(|v| v == Value::Bool(true))),
+        "Fn::Or" => Value::Bool(all().any(|v| v == Value::Bool(true))),
+        other => panic!("{CFN}: a rule function this test does not evaluate: {other}"),
+    }
+}
+
+/// The `AssertDescription` of every assertion of the template's `Rules` that fails for
+/// `params`.
+fn cfn_rules_failed(doc: &Value, params: &BTreeMap<&str, &str>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (id, rule) in doc["Rules"].as_object().expect("Rules").iter() {
+        if let Some(c) = rule.get("RuleCondition")
+            && cfn_rule_value(c, params) != Value::Bool(true)
+        {
+            continue;
+        }
+        for a in rule["Assertions"].as_array().expect("Assertions") {
+            if cfn_rule_value(&a["Assert"], params) != Value::Bool(true) {
+                let what = a["AssertDescription"].as_str().unwrap_or(id.as_str());
+                out.push(what.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Issue 10 (review 2): the service template refuses what the config refuses, before any
+/// resource is made: two branches of one name, and a branch endpoint that is the stable name (a
+/// CNAME to itself). Its DNS names are lower case, so `Fn::Equals` compares them as the config
+/// does, without case.
+#[test]
+fn cloudformation_rules_refuse_what_the_config_refuses() {
+    let doc = cfn_doc();
+    let good = BTreeMap::from([
+        ("PrimaryBranchName", "primary"),
+        ("SecondaryBranchName", "secondary"),
+        ("PrimaryEndpoint", "db-a.orders.internal"),
+        ("SecondaryEndpoint", "db-b.orders.internal"),
+        ("StableName", "db.orders.internal"),
+    ]);
+    assert_eq!(cfn_rules_failed(&doc, &good), Vec::<String>::new());
+    let cases = [
+        (
+            "SecondaryBranchName",
+            "primary",
+            "SecondaryBranchName must differ",
+        ),
+        (
+            "PrimaryEndpoint",
+            "db.orders.internal",
+            "PrimaryEndpoint must not be StableName",
+        ),
+        (
+            "SecondaryEndpoint",
+            "db.orders.internal",
+            "SecondaryEndpoint must not be StableName",
+        ),
+    ];
+    for (key, value, want) in cases {
+        let mut params = good.clone();
+        params.insert(key, value);
+        let failed = cfn_rules_failed(&doc, &params);
+        assert!(
+            failed.len() == 1 && failed[0].contains(want),
+            "{key} = {value}: {failed:?}"
+        );
+    }
+    for p in ["PrimaryEndpoint", "SecondaryEndpoint", "StableName"] {
+        let pattern = doc["Parameters"][p]["AllowedPattern"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            pattern.starts_with('^') && !pattern.contains("A-Z"),
+            "{CFN}: {p} accepts upper case, which Fn::Equals compares with case: {pattern}"
+        );
+    }
+}
+
+/// The verdict of each validation of Terraform variable `services` on `services` (JSON):
+/// `None` for one that uses a function this test does not define.
+fn tf_services_verdicts(services: serde_json::Value) -> Vec<Option<bool>> {
+    use hcl::eval::{Context, Evaluate, FuncArgs, FuncDef, ParamType};
+    fn alltrue(args: FuncArgs) -> Result<hcl::Value, String> {
+        match &args[0] {
+            hcl::Value::Array(a) => Ok(hcl::Value::Bool(
+                a.iter().all(|v| *v == hcl::Value::Bool(true)),
+            )),
+            other => Err(format!("alltrue of {other}")),
+        }
+    }
+    fn values(args: FuncArgs) -> Result<hcl::Value, String> {
+        match &args[0] {
+            hcl::Value::Object(o) => Ok(hcl::Value::Array(o.values().cloned().collect())),
+            other => Err(format!("values of {other}")),
+        }
+    }
+    fn lower(args: FuncArgs) -> Result<hcl::Value, String> {
+        match &args[0] {
+            hcl::Value::String(s) => Ok(hcl::Value::String(s.to_lowercase())),
+            other => Err(format!("lower of {other}")),
+        }
+    }
+    let mut ctx = Context::new();
+    ctx.declare_func("alltrue", FuncDef::new(alltrue, [ParamType::Any]));
+    ctx.declare_func("values", FuncDef::new(values, [ParamType::Any]));
+    ctx.declare_func("lower", FuncDef::new(lower, [ParamType::String]));
+    let var = hcl::to_value(serde_json::json!({ "services": services })).expect("an HCL value");
+    ctx.declare_var("var", var);
+    let blocks = tf_blocks();
+    let body = tf_block(&blocks, "variable", &["services"]);
+    body.blocks()
+        .filter(|v| v.identifier() == "validation")
+        .map(|v| {
+            let cond = attr(v.body(), "condition").expect("a condition");
+            match cond.evaluate(&ctx) {
+                Ok(hcl::Value::Bool(b)) => Some(b),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Issue 10 (review 2): Terraform refuses a branch endpoint that is the service's stable name,
+/// in any case, as the config does.
+#[test]
+fn terraform_refuses_an_endpoint_that_is_the_stable_name() {
+    let services = |primary: &str| {
+        serde_json::json!({ "orders-db": {
+            "stable_name": "db.orders.internal",
+            "hosted_zone_id": "Z123",
+            "branches": [
+                { "name": "primary", "role": "PRIMARY", "endpoint": primary },
+                { "name": "secondary", "role": "SECONDARY", "endpoint": "db-b.orders.internal" },
+            ],
+        }})
+    };
+    let good = tf_services_verdicts(services("db-a.orders.internal"));
+    assert!(
+        good.contains(&Some(true)) && !good.contains(&Some(false)),
+        "{good:?}"
+    );
+    for bad in ["db.orders.internal", "DB.Orders.Internal"] {
+        let verdicts = tf_services_verdicts(services(bad));
+        assert!(verdicts.contains(&Some(false)), "{bad}: {verdicts:?}");
+    }
 }
 
 /// Issue 10 (image): the default `docker build` bakes no config (one naming a file the image
