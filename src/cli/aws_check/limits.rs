@@ -149,7 +149,8 @@ impl Heard {
     }
 }
 
-/// An interceptor that marks its client's endpoint as heard from when any answer arrives.
+/// An interceptor that marks its client's endpoint as heard from when any answer arrives. The
+/// trait is the smithy runtime's, which both SDK crates re-export: one type serves both clients.
 #[derive(Debug, Clone)]
 pub struct Answered(Arc<AtomicBool>);
 
@@ -284,7 +285,8 @@ impl Deadline {
 
 /// A wait to the tenth of a second, for messages.
 fn round(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis().div_ceil(100).try_into().unwrap_or(u64::MAX) * 100)
+    let tenths: u64 = d.as_millis().div_ceil(100).try_into().unwrap_or(u64::MAX);
+    Duration::from_millis(tenths.saturating_mul(100))
 }
 
 /// The pages of one listing so far: a next token seen before means the listing loops, and more
