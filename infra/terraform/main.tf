@@ -14,6 +14,7 @@ locals {
           endpoint       = br.endpoint
           stable_name    = svc.stable_name
           hosted_zone_id = svc.hosted_zone_id
+          namespace      = svc.namespace
         }
       ]
     ]) : b.key => b
@@ -34,7 +35,7 @@ resource "aws_cloudwatch_metric_alarm" "readiness" {
 
   alarm_name          = "readyprobe-${each.value.service}-${each.value.name}-readiness"
   alarm_description   = "Readiness of ${each.value.service} branch ${each.value.name} (${each.value.role}); followed by its Route 53 health check."
-  namespace           = var.namespace
+  namespace           = coalesce(each.value.namespace, var.namespace)
   metric_name         = "Readiness"
   dimensions          = { Service = each.value.service, Branch = each.value.name }
   unit                = "None"
@@ -80,7 +81,7 @@ resource "aws_cloudwatch_metric_alarm" "heartbeat" {
 
   alarm_name          = "readyprobe-${each.key}-heartbeat"
   alarm_description   = "No readyprobe prober publishes for ${each.key}: its readiness alarms see no data."
-  namespace           = var.namespace
+  namespace           = coalesce(each.value.namespace, var.namespace)
   metric_name         = "Heartbeat"
   dimensions          = { Service = each.key }
   unit                = "Count"
@@ -101,7 +102,7 @@ resource "aws_cloudwatch_metric_alarm" "fail_open" {
 
   alarm_name          = "readyprobe-${each.key}-fail-open"
   alarm_description   = "Both branches of ${each.key} are unready: Route 53 answers with the primary regardless."
-  namespace           = var.namespace
+  namespace           = coalesce(each.value.namespace, var.namespace)
   metric_name         = "BothBranchesUnready"
   dimensions          = { Service = each.key }
   unit                = "None"
@@ -124,7 +125,7 @@ resource "aws_cloudwatch_metric_alarm" "service_unavailable" {
 
   alarm_name          = "readyprobe-${each.key}-unavailable"
   alarm_description   = "A readyprobe prober runs without ${each.key}: see its service_unavailable evidence record, fix the input it names, then restart the prober tasks (docs/deploy.md)."
-  namespace           = var.namespace
+  namespace           = coalesce(each.value.namespace, var.namespace)
   metric_name         = "ServiceUnavailable"
   dimensions          = { Service = each.key }
   unit                = "None"

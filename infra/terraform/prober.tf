@@ -90,14 +90,15 @@ data "aws_iam_policy_document" "execution_assume" {
 }
 
 data "aws_iam_policy_document" "task" {
-  # PutMetricData has no resource-level permissions; the namespace condition key limits it.
+  # PutMetricData has no resource-level permissions; the namespace condition key limits it to
+  # namespace and the services' own (a request has one namespace: a list allows any of them).
   statement {
     actions   = ["cloudwatch:PutMetricData"]
     resources = ["*"]
     condition {
       test     = "StringEquals"
       variable = "cloudwatch:namespace"
-      values   = [var.namespace]
+      values   = distinct(concat([var.namespace], [for s in values(var.services) : s.namespace if s.namespace != null]))
     }
   }
   # One control document per service: <prefix>control-<service>.json (src/state.rs). The store

@@ -18,10 +18,11 @@ variable "namespace" {
 }
 
 variable "services" {
-  description = "The config's services, by service.name (the Service dimension): each one's stable_name (the failover record's name), the private hosted zone that holds it, and its two branches: the config's branch name (the Branch dimension), its role, and its branch-specific DNS name (the record's CNAME target)."
+  description = "The config's services, by service.name (the Service dimension): each one's stable_name (the failover record's name), the private hosted zone that holds it, its namespace when the config gives the service one (default: namespace), and its two branches: the config's branch name (the Branch dimension), its role, and its branch-specific DNS name (the record's CNAME target)."
   type = map(object({
     stable_name    = string
     hosted_zone_id = string
+    namespace      = optional(string)
     branches = list(object({
       name     = string
       role     = string
@@ -43,6 +44,14 @@ variable "services" {
   validation {
     condition     = alltrue(flatten([for s in values(var.services) : [for n in concat([s.stable_name], [for b in s.branches : b.endpoint]) : can(regex("^([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\\.)+[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$", n)) && length(n) <= 253]]))
     error_message = "services: stable_name and each endpoint are DNS names of two or more labels (letters, digits, - and _), at most 253 characters."
+  }
+  validation {
+    condition     = alltrue([for s in values(var.services) : s.namespace == null || (can(regex("^[0-9A-Za-z.\\-_/#: ]{1,255}$", s.namespace)) && !startswith(coalesce(s.namespace, "-"), "AWS/") && !startswith(coalesce(s.namespace, "-"), ":"))])
+    error_message = "services: a namespace is 1-255 of 0-9 A-Z a-z . - _ / # : and space, not starting with AWS/ or :"
+  }
+  validation {
+    condition     = alltrue([for s in values(var.services) : alltrue([for b in s.branches : lower(b.endpoint) != lower(s.stable_name)])])
+    error_message = "services: no branch endpoint may be the service's stable_name (a CNAME to itself; the prober would probe whatever Route 53 answers)."
   }
   validation {
     condition     = alltrue([for s in values(var.services) : can(regex("^Z[A-Z0-9]{1,31}$", s.hosted_zone_id))])

@@ -63,7 +63,7 @@ enum Mode {
     Bare,
     /// Every page says more follow, at the same marker.
     Loop,
-    /// Never answers.
+    /// Answers the first page, never the second.
     Stall,
 }
 
@@ -176,6 +176,7 @@ async fn handle(
                 .replace("</MaxItems>", "</MaxItems><NextMarker>0</NextMarker>");
             xml(200, looped)
         }
+        Mode::Stall if marker.is_none() => list_page(hcs, None),
         Mode::Stall => std::future::pending().await,
     }
 }
@@ -365,6 +366,15 @@ const CASES: &[Case] = &[
             ..CLEAN
         },
         &["m_out_of_n"],
+    ),
+    (
+        "daylate",
+        Primary {
+            evaluation_periods: 1440,
+            datapoints_to_alarm: Some(1440),
+            ..CLEAN
+        },
+        &["detection_time"],
     ),
     (
         "ns",
@@ -915,29 +925,43 @@ async fn check_aws_flags_each_violation_and_passes_the_clean_service() {
     broken_listings_are_not_checked(&d, &clean, dir.path()).await;
 }
 
-/// A ListHealthChecks answer cut short, one without its list, one whose pages loop, and one
-/// that never comes (with `--aws-timeout 2s`) are not read as "no health checks": the clean
-/// service's health checks are `not_checked` with the reason, and the check exits 77.
+/// A ListHealthChecks answer cut short, one without its list, one whose pages loop, and a
+/// second page that never comes are not read as "no health checks": the clean service's health
+/// checks are `not_checked` with the reason, and the check exits 77. The endpoint answered the
+/// first page, so the stall is 77 whichever timer ends it: `--aws-timeout 2s` before the SDK's
+/// 15 s, or the SDK's 3 s (operation_timeout 1 s) before the default 60 s.
 async fn broken_listings_are_not_checked(d: &Deployed, clean: &str, dir: &Path) {
     let cases = [
-        (Mode::Cut, "cut short"),
-        (Mode::Bare, "no <HealthChecks> element"),
-        (Mode::Loop, "the listing loops"),
+        (Mode::Cut, "5s", "2s", "cut short"),
+        (Mode::Bare, "5s", "2s", "no <HealthChecks> element"),
+        (Mode::Loop, "5s", "2s", "the listing loops"),
         (
             Mode::Stall,
+            "5s",
+            "2s",
             "ListHealthChecks: the --aws-timeout of 2s ran out",
         ),
+        (
+            Mode::Stall,
+            "1s",
+            "60s",
+            "ListHealthChecks: no answer within the operation timeout",
+        ),
     ];
-    for (mode, reason) in cases {
+    for (mode, try_timeout, aws_timeout, reason) in cases {
         let fixture = Route53Fixture::start(d.hcs.clone(), mode, cloudwatch::endpoint()).await;
-        let config = dir.join(format!("{mode:?}.toml"));
-        std::fs::write(
-            &config,
-            config_text(&d.services[..1], &cloudwatch::endpoint(), &fixture.url),
-        )
-        .expect("write config");
+        let config = dir.join(format!("{mode:?}-{try_timeout}.toml"));
+        let text = config_text(&d.services[..1], &cloudwatch::endpoint(), &fixture.url).replace(
+            "operation_timeout = \"5s\"",
+            &format!("operation_timeout = \"{try_timeout}\""),
+        );
+        std::fs::write(&config, text).expect("write config");
         let (code, stdout, stderr) = tokio::task::spawn_blocking(move || {
-            check_aws_with(&config, &["--format", "json", "--aws-timeout", "2s"], &[])
+            check_aws_with(
+                &config,
+                &["--format", "json", "--aws-timeout", aws_timeout],
+                &[],
+            )
         })
         .await
         .expect("join");
@@ -1007,6 +1031,53 @@ fn plain_check_makes_no_aws_call_and_unreachable_aws_exits_74() {
             .is_some_and(|m| m.contains("cannot reach AWS: DescribeAlarms")),
         "{stdout}"
     );
+}
+
+/// An endpoint that accepts connections and never answers is "AWS cannot be reached" (exit 74)
+/// whichever timer fires first: `--aws-timeout 2s` before the SDK's 3 s (operation_timeout 1 s,
+/// three tries' worth), or the SDK's 3 s before the default `--aws-timeout` of 60 s.
+#[test]
+fn a_dead_endpoint_exits_74_whichever_timer_fires_first() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    // Accept every connection and keep it open, reading nothing and answering nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("dead.toml");
+    let services = [("orders-db".to_string(), "db.orders.internal".to_string())];
+    let text = config_text(&services, &url, &url)
+        .replace("operation_timeout = \"5s\"", "operation_timeout = \"1s\"");
+    std::fs::write(&config, text).expect("write");
+    let orders: [(&[&str], &str); 2] = [
+        (
+            &["--format", "json", "--aws-timeout", "2s"],
+            "the --aws-timeout of 2s ran out",
+        ),
+        (&["--format", "json"], "timeout"),
+    ];
+    for (args, which) in orders {
+        let (code, stdout, stderr) = check_aws_with(&config, args, &[]);
+        assert_eq!(code, Some(74), "{args:?}: {stdout}\nstderr: {stderr}");
+        let doc: Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout:?}\nstderr: {stderr}"));
+        assert_eq!(doc["error"]["kind"], "unreachable", "{stdout}");
+        let message = doc["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("cannot reach AWS: DescribeAlarms") && message.contains(which),
+            "{args:?}: {message}"
+        );
+        if args.len() == 2 {
+            assert!(
+                !message.contains("--aws-timeout"),
+                "the SDK's timer: {message}"
+            );
+        }
+    }
 }
 
 /// With no credentials anywhere in the chain, `check --aws` says so plainly and how to provide

@@ -12,6 +12,7 @@
 
 use readyprobe::contract::{self, Metric};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A property as a template gives it.
@@ -353,6 +354,13 @@ fn tf_val(blocks: &[hcl::Block], e: &hcl::Expression) -> Val {
     match e {
         hcl::Expression::String(_) | hcl::Expression::Number(_) | hcl::Expression::Bool(_) => {
             Val::Lit(lit_text(e))
+        }
+        // `coalesce(each.value.x, var.x)`: a per-service value, else the variable's.
+        hcl::Expression::FuncCall(f) if f.name.to_string() == "coalesce" => {
+            match f.args.last().and_then(var_name) {
+                Some(name) => Val::Param(tf_var(blocks, name)),
+                None => Val::Expr(e.to_string()),
+            }
         }
         _ => match var_name(e) {
             Some(name) => Val::Param(tf_var(blocks, name)),
@@ -739,9 +747,11 @@ fn terraform_matches_the_metric_contract() {
     }
 }
 
-/// The task role may publish only into the namespace the alarms watch.
+/// The task role may publish only into the namespaces of the config: `Namespace`, and the
+/// per-service ones listed in `ExtraNamespaces` (issue 10, review 2: a `[[service]]` namespace
+/// could not be published into).
 #[test]
-fn cloudformation_task_role_publishes_only_into_the_namespace() {
+fn cloudformation_task_role_publishes_only_into_the_namespaces() {
     let doc = cfn_doc_of(CFN_PROBER);
     let (_, role) = cfn_resources(&doc, "AWS::IAM::Role")
         .into_iter()
@@ -754,14 +764,123 @@ fn cloudformation_task_role_publishes_only_into_the_namespace() {
         .iter()
         .find(|s| s["Action"] == "cloudwatch:PutMetricData")
         .expect("a PutMetricData statement");
-    let ns = cfn_val(
-        &doc,
-        &put["Condition"]["StringEquals"]["cloudwatch:namespace"],
+    let condition = put["Condition"].as_object().expect("a Condition");
+    assert_eq!(
+        condition.keys().collect::<Vec<_>>(),
+        ["StringEquals"],
+        "one StringEquals condition (cloudwatch:namespace is single-valued): {condition:?}"
     );
-    assert!(
-        matches!(&ns, Val::Param(p) if p.name == "Namespace"),
-        "PutMetricData is not limited to the Namespace parameter: {ns:?}"
+    let allowed = |extra: &[&str]| {
+        let params = BTreeMap::from([
+            ("Namespace", Value::from("Readyprobe")),
+            (
+                "ExtraNamespaces",
+                Value::from(if extra.is_empty() {
+                    vec![""]
+                } else {
+                    extra.to_vec()
+                }),
+            ),
+        ]);
+        cfn_eval(
+            &doc,
+            &put["Condition"]["StringEquals"]["cloudwatch:namespace"],
+            &params,
+        )
+    };
+    assert_eq!(allowed(&[]), serde_json::json!(["Readyprobe"]));
+    assert_eq!(
+        allowed(&["Orders", "Gateways"]),
+        serde_json::json!(["Readyprobe", "Orders", "Gateways"])
     );
+}
+
+/// The same in Terraform: `namespace` and the namespaces the services set, and nothing else.
+#[test]
+fn terraform_task_role_publishes_only_into_the_namespaces() {
+    use hcl::eval::{Context, Evaluate, FuncArgs, FuncDef, ParamType};
+    fn concat(args: FuncArgs) -> Result<hcl::Value, String> {
+        let mut out = Vec::new();
+        for a in args.iter() {
+            match a {
+                hcl::Value::Array(items) => out.extend(items.iter().cloned()),
+                other => return Err(format!("concat of {other}")),
+            }
+        }
+        Ok(hcl::Value::Array(out))
+    }
+    fn tf_values(args: FuncArgs) -> Result<hcl::Value, String> {
+        match &args[0] {
+            hcl::Value::Object(o) => Ok(hcl::Value::Array(o.values().cloned().collect())),
+            other => Err(format!("values of {other}")),
+        }
+    }
+    fn distinct(args: FuncArgs) -> Result<hcl::Value, String> {
+        let hcl::Value::Array(items) = &args[0] else {
+            return Err("distinct of a non-list".into());
+        };
+        let mut out: Vec<hcl::Value> = Vec::new();
+        for i in items {
+            if !out.contains(i) {
+                out.push(i.clone());
+            }
+        }
+        Ok(hcl::Value::Array(out))
+    }
+    let blocks = tf_blocks();
+    let policy = tf_block(&blocks, "data", &["aws_iam_policy_document", "task"]);
+    let put = policy
+        .blocks()
+        .filter(|b| b.identifier() == "statement")
+        .find(|b| tf_list(b.body(), "actions") == ["cloudwatch:PutMetricData"])
+        .expect("a PutMetricData statement");
+    let conditions: Vec<&hcl::Block> = put
+        .body()
+        .blocks()
+        .filter(|b| b.identifier() == "condition")
+        .collect();
+    assert_eq!(conditions.len(), 1, "one condition");
+    let c = conditions[0].body();
+    assert_eq!(tf_attr(c, "test"), "StringEquals");
+    assert_eq!(tf_attr(c, "variable"), "cloudwatch:namespace");
+    let values = attr(c, "values").expect("values");
+    let allowed = |own: &[Option<&str>]| {
+        let mut ctx = Context::new();
+        ctx.declare_func(
+            "concat",
+            FuncDef::builder()
+                .variadic_param(ParamType::Any)
+                .build(concat),
+        );
+        ctx.declare_func("distinct", FuncDef::new(distinct, [ParamType::Any]));
+        ctx.declare_func("values", FuncDef::new(tf_values, [ParamType::Any]));
+        let services: serde_json::Map<String, Value> = own
+            .iter()
+            .enumerate()
+            .map(|(i, ns)| (format!("s{i}"), serde_json::json!({ "namespace": ns })))
+            .collect();
+        let var = serde_json::json!({ "namespace": "Readyprobe", "services": services });
+        ctx.declare_var("var", hcl::to_value(var).expect("an HCL value"));
+        values
+            .evaluate(&ctx)
+            .unwrap_or_else(|e| panic!("{values:?}: {e}"))
+    };
+    assert_eq!(
+        allowed(&[None]),
+        hcl::to_value(["Readyprobe"]).expect("value")
+    );
+    assert_eq!(
+        allowed(&[None, Some("Orders"), Some("Readyprobe"), Some("Orders")]),
+        hcl::to_value(["Readyprobe", "Orders"]).expect("value")
+    );
+    // Each service's alarms watch its own namespace, else the module's.
+    for (_, body) in tf_resources(&blocks, "aws_cloudwatch_metric_alarm") {
+        let ns = tf_attr(body, "namespace");
+        assert!(
+            ns.contains("each.value.namespace") && ns.contains("var.namespace"),
+            "an alarm that ignores the service's namespace: {ns}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------- the deployment's shape
@@ -1194,6 +1313,231 @@ fn every_parameter_and_variable_is_constrained() {
         }
     }
     assert!(loose.is_empty(), "unconstrained:\n  {}", loose.join("\n  "));
+}
+
+/// Evaluate a CloudFormation value over parameter values: `Ref`, `Fn::Equals`, `Fn::Not`,
+/// `Fn::And`, `Fn::Or`, `Fn::If` (on the template's `Conditions`), `Fn::Join`, `Fn::Split` and
+/// `Fn::Sub` (`${Name}` from its map, then the parameters). A `CommaDelimitedList` parameter is
+/// an array.
+fn cfn_eval(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
+    let ev = |v: &Value| cfn_eval(doc, v, params);
+    let obj = match e {
+        Value::Object(o)
+            if o.len() == 1 && o.keys().all(|k| k == "Ref" || k.starts_with("Fn::")) =>
+        {
+            o
+        }
+        Value::Array(a) => return Value::Array(a.iter().map(ev).collect()),
+        _ => return e.clone(),
+    };
+    let (f, args) = obj.iter().next().expect("one key");
+    let list = || args.as_array().expect("a list of arguments");
+    let text = |v: Value| {
+        v.as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("not text: {v}"))
+    };
+    match f.as_str() {
+        "Ref" => {
+            let name = args.as_str().expect("Ref names a parameter");
+            params
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| panic!("no value for {name}"))
+        }
+        "Fn::Equals" => Value::Bool(ev(&list()[0]) == ev(&list()[1])),
+        "Fn::Not" => Value::Bool(ev(&list()[0]) == Value::Bool(false)),
+        "Fn::And" => Value::Bool(list().iter().all(|v| ev(v) == Value::Bool(true))),
+        "Fn::Or" => Value::Bool(list().iter().any(|v| ev(v) == Value::Bool(true))),
+        "Fn::If" => {
+            let name = list()[0].as_str().expect("a condition name");
+            let cond = ev(&doc["Conditions"][name]) == Value::Bool(true);
+            ev(&list()[if cond { 1 } else { 2 }])
+        }
+        "Fn::Join" => {
+            let items = ev(&list()[1]);
+            let items: Vec<String> = items
+                .as_array()
+                .expect("a list")
+                .iter()
+                .map(|v| text(v.clone()))
+                .collect();
+            Value::from(items.join(list()[0].as_str().expect("a separator")))
+        }
+        "Fn::Split" => {
+            let whole = text(ev(&list()[1]));
+            let sep = list()[0].as_str().expect("a separator");
+            Value::Array(whole.split(sep).map(Value::from).collect())
+        }
+        "Fn::Sub" => {
+            let (template, vars) = match args {
+                Value::String(t) => (t.clone(), serde_json::Map::new()),
+                _ => (
+                    text(list()[0].clone()),
+                    list()[1].as_object().cloned().unwrap_or_default(),
+                ),
+            };
+            let mut out = template;
+            for (k, v) in &vars {
+                out = out.replace(&format!("${{{k}}}"), &text(ev(v)));
+            }
+            for (k, v) in params {
+                if let Some(v) = v.as_str() {
+                    out = out.replace(&format!("${{{k}}}"), v);
+                }
+            }
+            assert!(!out.contains("${"), "unfilled Fn::Sub: {out}");
+            Value::from(out)
+        }
+        other => panic!("a function this test does not evaluate: {other}"),
+    }
+}
+
+/// [`cfn_eval`] over text parameters.
+fn cfn_rule_value(doc: &Value, e: &Value, params: &BTreeMap<&str, &str>) -> Value {
+    let params = params.iter().map(|(k, v)| (*k, Value::from(*v))).collect();
+    cfn_eval(doc, e, &params)
+}
+
+/// The `AssertDescription` of every assertion of the template's `Rules` that fails for
+/// `params`.
+fn cfn_rules_failed(doc: &Value, params: &BTreeMap<&str, &str>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (id, rule) in doc["Rules"].as_object().expect("Rules").iter() {
+        if let Some(c) = rule.get("RuleCondition")
+            && cfn_rule_value(doc, c, params) != Value::Bool(true)
+        {
+            continue;
+        }
+        for a in rule["Assertions"].as_array().expect("Assertions") {
+            if cfn_rule_value(doc, &a["Assert"], params) != Value::Bool(true) {
+                let what = a["AssertDescription"].as_str().unwrap_or(id.as_str());
+                out.push(what.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Issue 10 (review 2): the service template refuses what the config refuses, before any
+/// resource is made: two branches of one name, and a branch endpoint that is the stable name (a
+/// CNAME to itself). Its DNS names are lower case, so `Fn::Equals` compares them as the config
+/// does, without case.
+#[test]
+fn cloudformation_rules_refuse_what_the_config_refuses() {
+    let doc = cfn_doc();
+    let good = BTreeMap::from([
+        ("PrimaryBranchName", "primary"),
+        ("SecondaryBranchName", "secondary"),
+        ("PrimaryEndpoint", "db-a.orders.internal"),
+        ("SecondaryEndpoint", "db-b.orders.internal"),
+        ("StableName", "db.orders.internal"),
+    ]);
+    assert_eq!(cfn_rules_failed(&doc, &good), Vec::<String>::new());
+    let cases = [
+        (
+            "SecondaryBranchName",
+            "primary",
+            "SecondaryBranchName must differ",
+        ),
+        (
+            "PrimaryEndpoint",
+            "db.orders.internal",
+            "PrimaryEndpoint must not be StableName",
+        ),
+        (
+            "SecondaryEndpoint",
+            "db.orders.internal",
+            "SecondaryEndpoint must not be StableName",
+        ),
+    ];
+    for (key, value, want) in cases {
+        let mut params = good.clone();
+        params.insert(key, value);
+        let failed = cfn_rules_failed(&doc, &params);
+        assert!(
+            failed.len() == 1 && failed[0].contains(want),
+            "{key} = {value}: {failed:?}"
+        );
+    }
+    for p in ["PrimaryEndpoint", "SecondaryEndpoint", "StableName"] {
+        let pattern = doc["Parameters"][p]["AllowedPattern"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            pattern.starts_with('^') && !pattern.contains("A-Z"),
+            "{CFN}: {p} accepts upper case, which Fn::Equals compares with case: {pattern}"
+        );
+    }
+}
+
+/// The verdict of each validation of Terraform variable `services` on `services` (JSON):
+/// `None` for one that uses a function this test does not define.
+fn tf_services_verdicts(services: serde_json::Value) -> Vec<Option<bool>> {
+    use hcl::eval::{Context, Evaluate, FuncArgs, FuncDef, ParamType};
+    fn alltrue(args: FuncArgs) -> Result<hcl::Value, String> {
+        match &args[0] {
+            hcl::Value::Array(a) => Ok(hcl::Value::Bool(
+                a.iter().all(|v| *v == hcl::Value::Bool(true)),
+            )),
+            other => Err(format!("alltrue of {other}")),
+        }
+    }
+    fn values(args: FuncArgs) -> Result<hcl::Value, String> {
+        match &args[0] {
+            hcl::Value::Object(o) => Ok(hcl::Value::Array(o.values().cloned().collect())),
+            other => Err(format!("values of {other}")),
+        }
+    }
+    fn lower(args: FuncArgs) -> Result<hcl::Value, String> {
+        match &args[0] {
+            hcl::Value::String(s) => Ok(hcl::Value::String(s.to_lowercase())),
+            other => Err(format!("lower of {other}")),
+        }
+    }
+    let mut ctx = Context::new();
+    ctx.declare_func("alltrue", FuncDef::new(alltrue, [ParamType::Any]));
+    ctx.declare_func("values", FuncDef::new(values, [ParamType::Any]));
+    ctx.declare_func("lower", FuncDef::new(lower, [ParamType::String]));
+    let var = hcl::to_value(serde_json::json!({ "services": services })).expect("an HCL value");
+    ctx.declare_var("var", var);
+    let blocks = tf_blocks();
+    let body = tf_block(&blocks, "variable", &["services"]);
+    body.blocks()
+        .filter(|v| v.identifier() == "validation")
+        .map(|v| {
+            let cond = attr(v.body(), "condition").expect("a condition");
+            match cond.evaluate(&ctx) {
+                Ok(hcl::Value::Bool(b)) => Some(b),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Issue 10 (review 2): Terraform refuses a branch endpoint that is the service's stable name,
+/// in any case, as the config does.
+#[test]
+fn terraform_refuses_an_endpoint_that_is_the_stable_name() {
+    let services = |primary: &str| {
+        serde_json::json!({ "orders-db": {
+            "stable_name": "db.orders.internal",
+            "hosted_zone_id": "Z123",
+            "branches": [
+                { "name": "primary", "role": "PRIMARY", "endpoint": primary },
+                { "name": "secondary", "role": "SECONDARY", "endpoint": "db-b.orders.internal" },
+            ],
+        }})
+    };
+    let good = tf_services_verdicts(services("db-a.orders.internal"));
+    assert!(
+        good.contains(&Some(true)) && !good.contains(&Some(false)),
+        "{good:?}"
+    );
+    for bad in ["db.orders.internal", "DB.Orders.Internal"] {
+        let verdicts = tf_services_verdicts(services(bad));
+        assert!(verdicts.contains(&Some(false)), "{bad}: {verdicts:?}");
+    }
 }
 
 /// Issue 10 (image): the default `docker build` bakes no config (one naming a file the image

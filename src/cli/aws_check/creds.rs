@@ -3,8 +3,8 @@
 //! them (exit 77: nothing could be checked); a credentials source that does not answer ends it
 //! as AWS unreachable does (exit 74).
 
-use super::limits::{Call, Deadline};
-use super::model::Failure;
+use super::limits::{Call, Cut, Deadline};
+use super::model::{Failure, Unchecked};
 use super::{EXIT_IO, EXIT_NOT_CHECKED};
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::ProvideCredentials;
@@ -25,7 +25,7 @@ const PROVIDE: &str = "provide them through the default chain: AWS_PROFILE=<prof
 ///
 /// # Errors
 /// The [`Failure`] when there are none usable.
-pub async fn usable(shared: &aws_config::SdkConfig, deadline: Deadline) -> Result<(), Failure> {
+pub async fn usable(shared: &aws_config::SdkConfig, deadline: &Deadline) -> Result<(), Failure> {
     let Some(provider) = shared.credentials_provider() else {
         return classify(
             Err(CredentialsError::not_loaded("no credentials provider")),
@@ -37,12 +37,17 @@ pub async fn usable(shared: &aws_config::SdkConfig, deadline: Deadline) -> Resul
         .await
     {
         Ok(got) => classify(got, SystemTime::now()),
-        Err(u) => Err(Failure {
-            exit: EXIT_IO,
-            kind: "credentials",
-            message: format!("the AWS credentials source did not answer: {}", u.why),
-            fix: u.fix,
-        }),
+        Err(c) => {
+            let why = match c {
+                Cut::Unreachable(why) | Cut::NotChecked(Unchecked { why, .. }) => why,
+            };
+            Err(Failure {
+                exit: EXIT_IO,
+                kind: "credentials",
+                message: format!("the AWS credentials source did not answer: {why}"),
+                fix: "check the credentials source the chain uses (instance or task metadata, STS, SSO) and the network path to it, or raise --aws-timeout".into(),
+            })
+        }
     }
 }
 

@@ -2,11 +2,12 @@
 //! hosted zones and records, turned into the plain data of [`super::model`]. A call AWS answers
 //! with an error (denied, throttled, unknown zone), an answer that cannot be used whole, a
 //! listing that loops or does not end, and a call the overall deadline cuts short become
-//! [`Fetched::NotChecked`] with their reason and fix ([`super::limits`]); a call that gets no
-//! answer at all (no network, a timeout of the SDK) ends the check.
+//! [`Fetched::NotChecked`] with their reason and fix ([`super::limits`]); no connection, or a
+//! call left unanswered at an endpoint that answered no call, ends the check, whichever timer
+//! (the SDK's or the deadline) gave up on it ([`super::limits::Cut`]).
 
 use super::limits::{
-    self, Call, DESCRIBE_ALARMS, Deadline, GET_METRIC_STATISTICS, HEALTH_CHECKS_SHAPE,
+    self, Call, Cut, DESCRIBE_ALARMS, Deadline, GET_METRIC_STATISTICS, HEALTH_CHECKS_SHAPE,
     LIST_HEALTH_CHECKS, LIST_HOSTED_ZONES_BY_NAME, LIST_RESOURCE_RECORD_SETS, Pages, RECORDS_SHAPE,
     Whole, ZONES_SHAPE,
 };
@@ -73,9 +74,20 @@ pub(super) fn cause(e: &(dyn std::error::Error + 'static)) -> String {
     cut + " […]"
 }
 
+/// Whether the SDK gave up on a call for lack of an answer in time (its operation or attempt
+/// timeout, or the connect timeout).
+fn is_timeout<E>(e: &SdkError<E>) -> bool {
+    match e {
+        SdkError::TimeoutError(_) => true,
+        SdkError::DispatchFailure(d) => d.is_timeout(),
+        _ => false,
+    }
+}
+
 /// An error AWS answered becomes the reason a check was not done, with the fix for its cause;
-/// any other ends the check.
-fn answered<E>(call: Call, e: SdkError<E>) -> Result<Unchecked, Unreachable>
+/// a timeout is judged by what the endpoint answered before ([`Deadline::timed_out`]); any
+/// other error ends the check.
+fn answered<E>(deadline: &Deadline, call: Call, e: SdkError<E>) -> Result<Unchecked, Unreachable>
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
@@ -92,9 +104,21 @@ where
             call,
             &format!("it could not be read: {}", cause(&e)),
         )),
+        _ if is_timeout(&e) => cut(call, deadline.timed_out(call, cause(&e))),
         _ => Err(Unreachable {
             call: call.name,
             cause: cause(&e),
+        }),
+    }
+}
+
+/// A call a timer cut short: not checked, or the end of the check.
+fn cut(call: Call, c: Cut) -> Result<Unchecked, Unreachable> {
+    match c {
+        Cut::NotChecked(u) => Ok(u),
+        Cut::Unreachable(cause) => Err(Unreachable {
+            call: call.name,
+            cause,
         }),
     }
 }
@@ -103,15 +127,15 @@ where
 type Bounded<T> = Result<Result<T, Unchecked>, Unreachable>;
 
 /// Run a call to the end or the deadline; an error it gets is [`answered`].
-async fn send<T, E, F>(deadline: Deadline, call: Call, f: F) -> Bounded<T>
+async fn send<T, E, F>(deadline: &Deadline, call: Call, f: F) -> Bounded<T>
 where
     F: std::future::Future<Output = Result<T, SdkError<E>>>,
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     match deadline.run(call, f).await {
         Ok(Ok(t)) => Ok(Ok(t)),
-        Ok(Err(e)) => answered(call, e).map(Err),
-        Err(why) => Ok(Err(why)),
+        Ok(Err(e)) => answered(deadline, call, e).map(Err),
+        Err(c) => cut(call, c).map(Err),
     }
 }
 
@@ -130,7 +154,7 @@ impl Clients {
     /// # Errors
     /// The [`Failure`] when it has no region or no usable credentials, with the region the
     /// chain found (empty when none), for the report.
-    pub async fn new(cfg: &Config, deadline: Deadline) -> Result<Clients, (String, Failure)> {
+    pub async fn new(cfg: &Config, deadline: &Deadline) -> Result<Clients, (String, Failure)> {
         let cw = &cfg.publish.cloudwatch;
         let timeout = cw.operation_timeout;
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
@@ -163,12 +187,14 @@ impl Clients {
             return Err((region, f));
         }
         let mut c = aws_sdk_cloudwatch::config::Builder::from(&shared)
-            .interceptor(crate::sink::BodyLimit(MAX_RESPONSE_BYTES));
+            .interceptor(crate::sink::BodyLimit(MAX_RESPONSE_BYTES))
+            .interceptor(deadline.cloudwatch_answers());
         if let Some(e) = &cw.endpoint_url {
             c = c.endpoint_url(e);
         }
         let mut r = aws_sdk_route53::config::Builder::from(&shared)
-            .interceptor(crate::sink::BodyLimit(MAX_RESPONSE_BYTES));
+            .interceptor(crate::sink::BodyLimit(MAX_RESPONSE_BYTES))
+            .interceptor(deadline.route53_answers());
         if let Some(e) = &cfg.route53.endpoint_url {
             r = r.endpoint_url(e);
         }
@@ -217,7 +243,7 @@ pub async fn inventory(
     clients: &Clients,
     cfg: &Config,
     expect: &Expect,
-    deadline: Deadline,
+    deadline: &Deadline,
 ) -> Result<Inventory, Unreachable> {
     let alarms = alarms(&clients.cloudwatch, deadline).await?;
     let health_checks = health_checks(&clients.route53, deadline).await?;
@@ -298,7 +324,7 @@ fn alarm(m: &MetricAlarm) -> Alarm {
 /// Every metric alarm of the region (`DescribeAlarms`, every page).
 async fn alarms(
     cw: &aws_sdk_cloudwatch::Client,
-    deadline: Deadline,
+    deadline: &Deadline,
 ) -> Result<Fetched<Vec<Alarm>>, Unreachable> {
     let mut out = Vec::new();
     let mut pages = Pages::new(DESCRIBE_ALARMS);
@@ -330,7 +356,7 @@ async fn alarms(
 async fn recent_data(
     cw: &aws_sdk_cloudwatch::Client,
     todo: Vec<(String, Series, Option<String>)>,
-    deadline: Deadline,
+    deadline: &Deadline,
 ) -> Result<BTreeMap<String, Fetched<bool>>, Unreachable> {
     let mut out = BTreeMap::new();
     let mut todo = todo.into_iter();
@@ -340,9 +366,9 @@ async fn recent_data(
             let Some((name, series, unit)) = todo.next() else {
                 break;
             };
-            let cw = cw.clone();
+            let (cw, deadline) = (cw.clone(), deadline.clone());
             running.spawn(async move {
-                let got = has_recent_datum(&cw, &series, unit.as_deref(), deadline).await;
+                let got = has_recent_datum(&cw, &series, unit.as_deref(), &deadline).await;
                 (name, got)
             });
         }
@@ -364,7 +390,7 @@ async fn has_recent_datum(
     cw: &aws_sdk_cloudwatch::Client,
     s: &Series,
     unit: Option<&str>,
-    deadline: Deadline,
+    deadline: &Deadline,
 ) -> Result<Fetched<bool>, Unreachable> {
     let now = SystemTime::now();
     let start = now - Duration::from_secs(RECENT_SECS.unsigned_abs());
@@ -427,7 +453,7 @@ fn next_marker(truncated: bool, marker: Option<&str>) -> Option<String> {
 /// whole is not read as a shorter list: the health checks are then not checked.
 async fn health_checks(
     r53: &aws_sdk_route53::Client,
-    deadline: Deadline,
+    deadline: &Deadline,
 ) -> Result<Fetched<Vec<HealthCheck>>, Unreachable> {
     let mut out = Vec::new();
     let mut pages = Pages::new(LIST_HEALTH_CHECKS);
@@ -472,7 +498,7 @@ async fn service_records(
     zone_id: Option<&str>,
     stable_name: &str,
     zones: &mut ZoneCache,
-    deadline: Deadline,
+    deadline: &Deadline,
 ) -> Result<Fetched<(String, Vec<Record>)>, Unreachable> {
     let zone = match zone_id {
         Some(z) => z.to_string(),
@@ -493,7 +519,7 @@ async fn private_zone(
     r53: &aws_sdk_route53::Client,
     name: &str,
     zones: &mut ZoneCache,
-    deadline: Deadline,
+    deadline: &Deadline,
 ) -> Result<Fetched<String>, Unreachable> {
     let labels: Vec<&str> = name.split('.').collect();
     let set_id = "set route53.hosted_zone_id to the zone that holds the failover records";
@@ -537,7 +563,7 @@ type ZoneCache = BTreeMap<String, Vec<String>>;
 async fn zones_named(
     r53: &aws_sdk_route53::Client,
     name: &str,
-    deadline: Deadline,
+    deadline: &Deadline,
 ) -> Result<Fetched<Vec<String>>, Unreachable> {
     let whole = Whole::new(ZONES_SHAPE);
     let call = r53
@@ -594,7 +620,7 @@ async fn records(
     r53: &aws_sdk_route53::Client,
     zone: &str,
     name: &str,
-    deadline: Deadline,
+    deadline: &Deadline,
 ) -> Result<Fetched<Vec<Record>>, Unreachable> {
     let mut out = Vec::new();
     let mut pages = Pages::new(LIST_RESOURCE_RECORD_SETS);

@@ -6,6 +6,7 @@
 use super::model::Unchecked;
 use std::collections::HashSet;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -126,31 +127,145 @@ pub fn malformed(call: Call, what: &str) -> Unchecked {
     }
 }
 
+/// Whether each endpoint has answered a call of this check (any HTTP answer, an error too).
+#[derive(Debug, Default)]
+pub struct Heard {
+    cloudwatch: Arc<AtomicBool>,
+    route53: Arc<AtomicBool>,
+}
+
+impl Heard {
+    fn flag(&self, call: Call) -> Option<&Arc<AtomicBool>> {
+        match call.endpoint_key {
+            CW_ENDPOINT => Some(&self.cloudwatch),
+            R53_ENDPOINT => Some(&self.route53),
+            _ => None,
+        }
+    }
+
+    /// Whether the endpoint of `call` has answered a call.
+    pub fn answered(&self, call: Call) -> bool {
+        self.flag(call).is_some_and(|f| f.load(Ordering::Relaxed))
+    }
+}
+
+/// An interceptor that marks its client's endpoint as heard from when any answer arrives. The
+/// trait is the smithy runtime's, which both SDK crates re-export: one type serves both clients.
+#[derive(Debug, Clone)]
+pub struct Answered(Arc<AtomicBool>);
+
+impl aws_sdk_route53::config::Intercept for Answered {
+    fn name(&self) -> &'static str {
+        "readyprobe-answered"
+    }
+
+    fn read_before_deserialization(
+        &self,
+        _context: &aws_sdk_route53::config::interceptors::BeforeDeserializationInterceptorContextRef<'_>,
+        _runtime_components: &aws_sdk_route53::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_route53::config::ConfigBag,
+    ) -> Result<(), aws_sdk_route53::error::BoxError> {
+        self.0.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A call that a timer cut short: an endpoint that had answered no call and got a fair wait is
+/// unreachable (exit 74); otherwise the part is not checked (exit 77). Which timer fired first,
+/// `--aws-timeout` or the SDK's, does not change which.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cut {
+    /// The endpoint answered no call of the check, and this one waited a whole try.
+    Unreachable(String),
+    /// The endpoint answered other calls, or this one started too late to be judged.
+    NotChecked(Unchecked),
+}
+
 /// The overall deadline of `check --aws`: every call runs within it, and a part whose calls it
-/// cuts short is not checked.
-#[derive(Debug, Clone, Copy)]
+/// cuts short is not checked. It also keeps what each endpoint has answered, to tell a dead
+/// endpoint from a slow listing.
+#[derive(Debug, Clone)]
 pub struct Deadline {
     at: tokio::time::Instant,
     total: Duration,
+    /// The SDK's timeout of one try (`publish.cloudwatch.operation_timeout`).
+    try_timeout: Duration,
+    heard: Arc<Heard>,
 }
 
 impl Deadline {
-    /// A deadline `total` from now.
-    pub fn after(total: Duration) -> Deadline {
+    /// A deadline `total` from now, for calls whose tries time out after `try_timeout`.
+    pub fn after(total: Duration, try_timeout: Duration) -> Deadline {
         Deadline {
             at: tokio::time::Instant::now() + total,
             total,
+            try_timeout,
+            heard: Arc::default(),
         }
+    }
+
+    /// The interceptor that records the answers of the CloudWatch endpoint.
+    pub fn cloudwatch_answers(&self) -> Answered {
+        Answered(self.heard.cloudwatch.clone())
+    }
+
+    /// The interceptor that records the answers of the Route 53 endpoint.
+    pub fn route53_answers(&self) -> Answered {
+        Answered(self.heard.route53.clone())
+    }
+
+    /// Whether the endpoint of `call` has answered a call of this check.
+    pub fn heard(&self, call: Call) -> bool {
+        self.heard.answered(call)
+    }
+
+    /// How long a call must have waited without an answer, at an endpoint that answered
+    /// nothing, to call the endpoint unreachable: one whole try, or half the `--aws-timeout`
+    /// when that is shorter (a dead endpoint, when first asked, gets the whole of it).
+    fn fair_wait(&self) -> Duration {
+        self.try_timeout.min(self.total / 2)
     }
 
     /// Run `f` until the deadline.
     ///
     /// # Errors
-    /// The reason and fix when the deadline passes first.
-    pub async fn run<F: Future>(&self, call: Call, f: F) -> Result<F::Output, Unchecked> {
-        tokio::time::timeout_at(self.at, f)
-            .await
-            .map_err(|_| self.ran_out(call))
+    /// [`Cut`] when the deadline passes first.
+    pub async fn run<F: Future>(&self, call: Call, f: F) -> Result<F::Output, Cut> {
+        let start = tokio::time::Instant::now();
+        match tokio::time::timeout_at(self.at, f).await {
+            Ok(out) => Ok(out),
+            Err(_) => {
+                let waited = start.elapsed();
+                if !self.heard(call) && waited >= self.fair_wait() {
+                    Err(Cut::Unreachable(format!(
+                        "no answer in {} from {} (or the default endpoint), which answered no call (the --aws-timeout of {} ran out)",
+                        humantime::format_duration(round(waited)),
+                        call.endpoint_key,
+                        humantime::format_duration(self.total)
+                    )))
+                } else {
+                    Err(Cut::NotChecked(self.ran_out(call)))
+                }
+            }
+        }
+    }
+
+    /// A call the SDK's own timeout ended: unreachable when its endpoint answered no call,
+    /// else not checked.
+    pub fn timed_out(&self, call: Call, cause: String) -> Cut {
+        if !self.heard(call) {
+            return Cut::Unreachable(cause);
+        }
+        Cut::NotChecked(Unchecked {
+            why: format!(
+                "{}: no answer within the operation timeout, though the endpoint answered other calls ({cause})",
+                call.name
+            ),
+            fix: format!(
+                "run again; if it recurs, raise publish.cloudwatch.operation_timeout or look at the network path to the endpoint ({} or the default)",
+                call.endpoint_key
+            ),
+        })
     }
 
     fn ran_out(&self, call: Call) -> Unchecked {
@@ -166,6 +281,12 @@ impl Deadline {
             ),
         }
     }
+}
+
+/// A wait to the tenth of a second, for messages.
+fn round(d: Duration) -> Duration {
+    let tenths: u64 = d.as_millis().div_ceil(100).try_into().unwrap_or(u64::MAX);
+    Duration::from_millis(tenths.saturating_mul(100))
 }
 
 /// The pages of one listing so far: a next token seen before means the listing loops, and more
@@ -416,13 +537,45 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_deadline_cuts_a_call_short_with_its_reason() {
-        let d = Deadline::after(Duration::from_secs(60));
-        let never = std::future::pending::<()>();
-        let e = d
-            .run(GET_METRIC_STATISTICS, never)
-            .await
-            .expect_err("ran out");
+        let never = std::future::pending::<()>;
+        // The endpoint answered before: the part is not checked, whatever the wait.
+        let d = Deadline::after(Duration::from_secs(60), Duration::from_secs(2));
+        d.heard.cloudwatch.store(true, Ordering::Relaxed);
+        let Err(Cut::NotChecked(e)) = d.run(GET_METRIC_STATISTICS, never()).await else {
+            panic!("not checked");
+        };
         assert!(e.why.contains("--aws-timeout of 1m ran out"), "{e:?}");
         assert!(e.fix.contains("publish.cloudwatch.endpoint_url"), "{e:?}");
+        assert!(matches!(
+            d.timed_out(DESCRIBE_ALARMS, "timeout".into()),
+            Cut::NotChecked(u) if u.why.contains("answered other calls")
+        ));
+        // The other endpoint answered nothing: the SDK's timeout ends the check.
+        assert_eq!(
+            d.timed_out(LIST_HEALTH_CHECKS, "timeout".into()),
+            Cut::Unreachable("timeout".into())
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dead_endpoint_is_unreachable_whichever_timer_fires_first() {
+        let never = std::future::pending::<()>;
+        // --aws-timeout shorter than a try: the first call waits all of it.
+        let d = Deadline::after(Duration::from_secs(5), Duration::from_secs(6));
+        let cut = d.run(DESCRIBE_ALARMS, never()).await;
+        assert!(
+            matches!(&cut, Err(Cut::Unreachable(c)) if c.contains("no answer in 5s from publish.cloudwatch.endpoint_url")),
+            "{cut:?}"
+        );
+        // A call that starts with less than a fair wait left is not judged: not checked.
+        let d = Deadline::after(Duration::from_secs(60), Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_millis(59_500)).await;
+        let cut = d.run(LIST_HEALTH_CHECKS, never()).await;
+        assert!(matches!(cut, Err(Cut::NotChecked(_))), "{cut:?}");
+        // A call that waited a whole try at an endpoint that answered nothing is unreachable.
+        let d = Deadline::after(Duration::from_secs(60), Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_secs(57)).await;
+        let cut = d.run(LIST_HEALTH_CHECKS, never()).await;
+        assert!(matches!(cut, Err(Cut::Unreachable(_))), "{cut:?}");
     }
 }

@@ -55,15 +55,16 @@ pub fn parse_timeout(s: &str) -> Result<Duration, String> {
 /// Run the check: exit 0 when everything was read and nothing is violated, 1 when something is,
 /// 77 when nothing is but something was not checked (a `not_checked` row), or nothing could be
 /// because there are no usable credentials, 74 when AWS cannot be reached or no region is set.
-/// Every read runs within `timeout`; what it cuts short is not checked.
+/// Every read runs within `timeout`; what it cuts short is not checked, unless its endpoint
+/// answered no call (then AWS cannot be reached, as when the SDK's timeout ends the call).
 pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> ExitCode {
-    let deadline = limits::Deadline::after(timeout);
-    let clients = match fetch::Clients::new(cfg, deadline).await {
+    let deadline = limits::Deadline::after(timeout, cfg.publish.cloudwatch.operation_timeout);
+    let clients = match fetch::Clients::new(cfg, &deadline).await {
         Ok(c) => c,
         Err((region, f)) => return fail(format, &region, &f),
     };
     let expect = fetch::expect(cfg, &clients.region);
-    let inventory = match fetch::inventory(&clients, cfg, &expect, deadline).await {
+    let inventory = match fetch::inventory(&clients, cfg, &expect, &deadline).await {
         Ok(i) => i,
         Err(e) => {
             let f = model::Failure {

@@ -237,6 +237,8 @@ pub enum Rule {
     MetricMath,
     /// `DatapointsToAlarm` ≠ `EvaluationPeriods`.
     MOutOfN,
+    /// `Period` × `EvaluationPeriods` above 5 minutes: a late failover.
+    DetectionTime,
     /// The health check's `AlarmIdentifier.Region` is not the alarm's region.
     Region,
     /// A namespace the prober does not publish to.

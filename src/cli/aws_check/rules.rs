@@ -12,6 +12,11 @@ use crate::contract::{
 /// How far back an alarm's metric must have a datum, seconds.
 pub const RECENT_SECS: i64 = 300;
 
+/// Longest detection time of a routing alarm (`Period` × `EvaluationPeriods`), seconds: 5
+/// periods of 60 s, the most both deployment templates allow. The prober's own hysteresis has
+/// already decided; each further minute only delays the failover it decided.
+pub const MAX_DETECTION_SECS: i64 = 300;
+
 /// The Route 53 health-check type that follows an alarm.
 const CLOUDWATCH_METRIC: &str = "CLOUDWATCH_METRIC";
 
@@ -305,6 +310,17 @@ fn alarm_rules(at: At<'_>, svc: &ServiceExpect, a: &Alarm) -> Vec<Finding> {
         _ => {}
     }
     let n = a.evaluation_periods.unwrap_or(1);
+    let detection = i64::from(a.period.unwrap_or(ALARM_PERIOD)) * i64::from(n);
+    if detection > MAX_DETECTION_SECS {
+        add(
+            Rule::DetectionTime,
+            format!(
+                "detection time {detection} s (Period {} s × EvaluationPeriods {n}): ALARM, and so the failover, comes that long after the prober declared the branch unready; at most {MAX_DETECTION_SECS} s",
+                a.period.unwrap_or(ALARM_PERIOD)
+            ),
+            "set EvaluationPeriods (and DatapointsToAlarm) to 5 or less with Period 60: readyprobe's hysteresis already waited",
+        );
+    }
     if let Some(m) = a.datapoints_to_alarm.filter(|m| *m != n) {
         add(
             Rule::MOutOfN,

@@ -164,6 +164,19 @@ fn each_alarm_setting_breaks_its_rule() {
             Rule::MOutOfN,
         ),
         (
+            "a day late",
+            |a| {
+                a.evaluation_periods = Some(1440);
+                a.datapoints_to_alarm = Some(1440);
+            },
+            Rule::DetectionTime,
+        ),
+        (
+            "six minutes",
+            |a| a.evaluation_periods = Some(6),
+            Rule::DetectionTime,
+        ),
+        (
             "namespace",
             |a| {
                 if let Some(s) = &mut a.series {
@@ -239,6 +252,8 @@ fn unit_none_and_m_equal_to_n_are_accepted() {
     alarms(&mut inv)[0].unit = Some("None".into());
     alarms(&mut inv)[0].evaluation_periods = Some(3);
     alarms(&mut inv)[0].datapoints_to_alarm = Some(3);
+    // Five periods of 60 s, the templates' most, is the longest detection time accepted.
+    alarms(&mut inv)[1].evaluation_periods = Some(5);
     assert_eq!(rules_of(&expect(), &inv), vec![]);
 }
 
