@@ -11,10 +11,10 @@ mod reload;
 mod shell;
 
 use crate::clock::{Clock, Millis};
-use crate::config::{Config, ConfigError, ServiceConfig, SinkKind, StoreKind};
+use crate::config::{Config, ConfigError, ServiceConfig, SinkKind, StoreKind, escape_controls};
 use crate::control::ControlDoc;
 use crate::fold::{Fold, Input, ServiceId, ServiceSetup, Setup};
-use crate::probe::{self, BranchProbe, PrepareError};
+use crate::probe::{self, BranchProbe, InputsDigest, PrepareError};
 use crate::record::{Record, Restored, ServiceUnavailable, Start, StartBranch};
 use crate::scheduler::{BranchEvent, Schedule, branch_loop};
 use crate::sink::cloudwatch::{CloudWatchClient, CloudWatchSink};
@@ -100,9 +100,12 @@ struct Fleet {
     loops: Loops,
 }
 
-/// A running service: its settings and a loop per branch.
+/// A running service: its settings, the digest of the inputs its probes were prepared from,
+/// and a loop per branch.
 struct Live {
     cfg: ServiceConfig,
+    /// A reload restarts the service's loops when its files or secrets now read otherwise.
+    inputs: InputsDigest,
     /// Per branch name: the feed its events come on and its task.
     loops: BTreeMap<String, (u64, JoinHandle<u64>)>,
 }
@@ -217,10 +220,13 @@ impl Fleet {
     }
 }
 
+/// A service's branch probes and the digest of the inputs they were prepared from.
+type Probes = (Vec<BranchProbe>, InputsDigest);
+
 /// The services that could be prepared, each with its branch probes, and the ones that could
 /// not, each with its problems.
 struct Prepared<'a> {
-    running: Vec<(&'a ServiceConfig, Vec<BranchProbe>)>,
+    running: Vec<(&'a ServiceConfig, Probes)>,
     resolver: Option<hickory_resolver::TokioResolver>,
     unavailable: Vec<(&'a ServiceConfig, PrepareError)>,
 }
@@ -241,7 +247,7 @@ fn prepare_all(cfg: &Config) -> Prepared<'_> {
         }
     };
     for svc in &cfg.services {
-        match probe::branches(cfg, svc) {
+        match probe::branches_and_digest(cfg, svc) {
             Ok(probes) => p.running.push((svc, probes)),
             Err(e) => p.unavailable.push((svc, e)),
         }
@@ -256,7 +262,7 @@ fn prepare_all(cfg: &Config) -> Prepared<'_> {
 /// ones whose document could not (unreadable or corrupt), with the error: those are not
 /// probed, and their document is never written.
 struct Loaded<'a> {
-    running: Vec<(&'a ServiceConfig, Vec<BranchProbe>, Store, ControlDoc)>,
+    running: Vec<(&'a ServiceConfig, Probes, Store, ControlDoc)>,
     unavailable: Vec<(&'a ServiceConfig, Vec<String>)>,
     /// The first store error, for the exit code when no service can start.
     first_error: Option<StateError>,
@@ -548,7 +554,7 @@ fn start(
         },
     };
     let duration_ms = opts.duration.map(|d| d.as_millis() as u64);
-    for (id, (svc, probes, store, _)) in loaded.running.into_iter().enumerate() {
+    for (id, (svc, (probes, inputs), store, _)) in loaded.running.into_iter().enumerate() {
         let restored = shell.fold.restored(id).to_vec();
         let record = start_record(cfg, svc, store.location(), restored, duration_ms);
         shell.evidence.record_for(now, &svc.service.name, &record);
@@ -558,6 +564,7 @@ fn start(
             id,
             Live {
                 cfg: svc.clone(),
+                inputs,
                 loops,
             },
         );
@@ -605,9 +612,10 @@ fn start_record(
 
 /// Say at ERROR and in the evidence that a service is not probed.
 fn report_unavailable(shell: &mut Shell, now: Millis, service: &str, problems: Vec<String>) {
+    // A problem names config paths: control characters in them never reach the terminal raw.
     tracing::error!(
-        service = %service,
-        problems = %problems.join("; "),
+        service = %escape_controls(service),
+        problems = %escape_controls(&problems.join("; ")),
         "this service cannot start: it is not probed (ServiceUnavailable = 1); the other services run"
     );
     let r = Record::ServiceUnavailable(ServiceUnavailable { problems });
