@@ -414,6 +414,7 @@ pub(super) fn finish(
     for id in &plan.removed {
         remove(shell, w, syncs, *id);
     }
+    syncs.fill(shell);
     let changed_names: Vec<String> = changed
         .iter()
         .map(|(_, s, _)| s.service.name.clone())
@@ -498,14 +499,12 @@ fn refuse(shell: &mut Shell, problems: Vec<String>) {
     shell.write(now, &Record::Reload(record));
 }
 
-/// Stop a running service: abort its loops, start the final save of its state, drop it from
-/// the fold (its datums stop) and forget its store.
+/// Stop a running service: abort its loops, queue the final save of its state (it runs after
+/// any sync of the service in flight, within the cap on syncs), drop it from the fold (its
+/// datums stop) and forget its store.
 fn remove(shell: &mut Shell, w: &mut Wiring, syncs: &mut Syncs, id: ServiceId) {
     w.fleet.stop_service(id);
-    if let Some(store) = shell.stores.get(&id) {
-        store.save_next();
-    }
-    syncs.spawn(shell, id);
+    syncs.queue_removed(shell, id);
     shell.feed(Input::RemoveService(id));
     shell.remove_store(id);
 }

@@ -758,6 +758,14 @@ async fn a_removed_services_attempt_in_flight_is_recorded_abandoned() {
         .unwrap();
     assert_eq!(status.code(), Some(0));
     hold.abort();
+    // alpha's final save ran once, through the sync queue, after any sync of it in flight.
+    let log = std::fs::read_to_string(stdout.with_extension("log")).unwrap();
+    assert_eq!(
+        log.matches("saved the state of a service a reload removed")
+            .count(),
+        1,
+        "{log}"
+    );
 }
 
 /// A TLS listener on loopback serving `cert` (handshakes only); aborted on drop.
