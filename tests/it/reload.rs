@@ -5,7 +5,9 @@
 //! setting that needs a restart is refused and the old services run on. In process, unavailable
 //! inputs at a reload. A corrupt control document stops only its own service. A reload waiting
 //! on a dead S3 store (a proxy in front of the emulator) stalls no other service nor a stop, and
-//! a removed service's attempt in flight is recorded as abandoned.
+//! a removed service's attempt in flight is recorded as abandoned (and its state saved once);
+//! adding many such services applies within the reload's own bound. A CA bundle replaced under
+//! an unchanged config takes effect at SIGHUP; control characters of a path never reach stderr.
 
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{fleet_header, read_evidence, wait_evidence};
@@ -922,4 +924,66 @@ async fn control_characters_of_a_reloaded_path_reach_stderr_escaped() {
     assert!(log.contains("evil.pem"), "{log}");
     assert!(!log.contains('\u{1b}'), "raw ESC on stderr: {log:?}");
     assert!(!log.contains('\u{202e}'), "raw U+202E on stderr: {log:?}");
+}
+
+/// A reload adds 128 services whose control documents the store never serves: read 16 at a
+/// time, each giving up after its own bound, they would hold the reload (and every SIGHUP
+/// after it) for a minute or more. The reload's overall bound (20 s) applies it with them left
+/// unavailable, each naming the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adding_many_services_on_a_dead_store_applies_within_its_bound() {
+    let Some(bucket) = s3_bucket_or_skip().await else {
+        return;
+    };
+    let proxy = hanging_s3("control-slow").await;
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha"]).await;
+    let path = dir.path().join("many.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let stdout = dir.path().join("stdout.jsonl");
+    let s3_state = format!(
+        "[state]\nstore = \"s3\"\npoll_interval = \"500ms\"\n\n[state.s3]\nbucket = \"{bucket}\"\nkey_prefix = \"it/\"\nregion = \"us-east-1\"\nendpoint_url = \"http://127.0.0.1:{}\"\n",
+        proxy.port
+    );
+    let cfg = |services: &str| {
+        let text = config(dir.path(), &f.dns, "1s", services);
+        text.replacen("[state]\npoll_interval = \"500ms\"\n", &s3_state, 1)
+    };
+    let alpha = service("alpha", f.ports[0].port, f.ports[1].port);
+    write_config(&path, &cfg(&alpha));
+    let mut child = spawn_with_aws(&path, &stdout);
+    wait_evidence(&evidence, DEADLINE, |ev| {
+        of(ev, "attempt", "alpha", Some("primary")).len() >= 3
+    })
+    .await;
+
+    let slow: String = (0..128)
+        .map(|i| service(&format!("slow{i:03}"), 1, 1))
+        .collect();
+    write_config(&path, &cfg(&format!("{alpha}{slow}")));
+    let hup = tokio::time::Instant::now();
+    signal(&child, libc::SIGHUP);
+    let ev = wait_evidence(&evidence, Duration::from_secs(50), |ev| {
+        reload_at(ev, 0).is_some()
+    })
+    .await;
+    let took = hup.elapsed();
+    let reload = &ev[reload_at(&ev, 0).unwrap()];
+    assert_eq!(reload["applied"], true, "{reload}");
+    assert_eq!(reload["unavailable"].as_array().unwrap().len(), 128);
+    // 8 rounds of 16 loads of several seconds each: far above 40 s without the bound.
+    assert!(took < Duration::from_secs(40), "{took:?}");
+    let last = of(&ev, "service_unavailable", "slow127", None);
+    assert_eq!(last.len(), 1);
+    let problems = last[0]["problems"].to_string();
+    assert!(
+        problems.contains("was not loaded within the reload's 20s"),
+        "{problems}"
+    );
+    signal(&child, libc::SIGTERM);
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
 }
