@@ -705,6 +705,15 @@ port = 5432
         assert_eq!(changed(&plan), ["beta"]);
     }
 
+    /// A log line names at most five services and counts the rest.
+    #[test]
+    fn a_log_line_names_a_few_services() {
+        let names = |n: usize| (0..n).map(|i| format!("s{i}")).collect::<Vec<_>>();
+        assert_eq!(few(&names(0)), "none");
+        assert_eq!(few(&names(5)), "s0, s1, s2, s3, s4");
+        assert_eq!(few(&names(1000)), "s0, s1, s2, s3, s4 and 995 more");
+    }
+
     /// A refusal names the keys the operator edited: a new publish interval moves the poll
     /// interval and the CloudWatch timeout capped at it, and a new `state_dir` the default
     /// evidence path under it, without naming those.

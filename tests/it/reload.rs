@@ -868,6 +868,22 @@ async fn sighup_reads_a_replaced_ca_bundle_of_an_unchanged_service() {
             &later[from..]
         );
     }
+    // The bundle gone: the reload is refused, naming it, and the service runs on as it was.
+    std::fs::remove_file(&bundle).unwrap();
+    signal(&child, libc::SIGHUP);
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        reload_at(ev, 1)
+            .is_some_and(|r| of(&ev[r..], "attempt", "alpha", Some("primary")).len() >= 3)
+    })
+    .await;
+    let r = reload_at(&ev, 1).unwrap();
+    assert_eq!(ev[r]["applied"], false, "{}", ev[r]);
+    assert!(
+        ev[r]["problems"].to_string().contains("ca-bundle.pem"),
+        "{}",
+        ev[r]
+    );
+    assert!(seqs(&ev[r..], "alpha", "primary")[0] > 1, "alpha restarted");
     let log = std::fs::read_to_string(stdout.with_extension("log")).unwrap();
     assert!(!log.contains("BEGIN CERTIFICATE"), "{log}");
     signal(&child, libc::SIGTERM);
