@@ -11,10 +11,10 @@ mod reload;
 mod shell;
 
 use crate::clock::{Clock, Millis};
-use crate::config::{Config, ConfigError, ServiceConfig, SinkKind, StoreKind};
+use crate::config::{Config, ConfigError, ServiceConfig, SinkKind, StoreKind, escape_controls};
 use crate::control::ControlDoc;
 use crate::fold::{Fold, Input, ServiceId, ServiceSetup, Setup};
-use crate::probe::{self, BranchProbe, PrepareError};
+use crate::probe::{self, BranchProbe, InputsDigest, PrepareError};
 use crate::record::{Record, Restored, ServiceUnavailable, Start, StartBranch};
 use crate::scheduler::{BranchEvent, Schedule, branch_loop};
 use crate::sink::cloudwatch::{CloudWatchClient, CloudWatchSink};
@@ -100,9 +100,12 @@ struct Fleet {
     loops: Loops,
 }
 
-/// A running service: its settings and a loop per branch.
+/// A running service: its settings, the digest of the inputs its probes were prepared from,
+/// and a loop per branch.
 struct Live {
     cfg: ServiceConfig,
+    /// A reload restarts the service's loops when its files or secrets now read otherwise.
+    inputs: InputsDigest,
     /// Per branch name: the feed its events come on and its task.
     loops: BTreeMap<String, (u64, JoinHandle<u64>)>,
 }
@@ -217,10 +220,13 @@ impl Fleet {
     }
 }
 
+/// A service's branch probes and the digest of the inputs they were prepared from.
+type Probes = (Vec<BranchProbe>, InputsDigest);
+
 /// The services that could be prepared, each with its branch probes, and the ones that could
 /// not, each with its problems.
 struct Prepared<'a> {
-    running: Vec<(&'a ServiceConfig, Vec<BranchProbe>)>,
+    running: Vec<(&'a ServiceConfig, Probes)>,
     resolver: Option<hickory_resolver::TokioResolver>,
     unavailable: Vec<(&'a ServiceConfig, PrepareError)>,
 }
@@ -241,7 +247,7 @@ fn prepare_all(cfg: &Config) -> Prepared<'_> {
         }
     };
     for svc in &cfg.services {
-        match probe::branches(cfg, svc) {
+        match probe::branches_and_digest(cfg, svc) {
             Ok(probes) => p.running.push((svc, probes)),
             Err(e) => p.unavailable.push((svc, e)),
         }
@@ -256,7 +262,7 @@ fn prepare_all(cfg: &Config) -> Prepared<'_> {
 /// ones whose document could not (unreadable or corrupt), with the error: those are not
 /// probed, and their document is never written.
 struct Loaded<'a> {
-    running: Vec<(&'a ServiceConfig, Vec<BranchProbe>, Store, ControlDoc)>,
+    running: Vec<(&'a ServiceConfig, Probes, Store, ControlDoc)>,
     unavailable: Vec<(&'a ServiceConfig, Vec<String>)>,
     /// The first store error, for the exit code when no service can start.
     first_error: Option<StateError>,
@@ -548,7 +554,7 @@ fn start(
         },
     };
     let duration_ms = opts.duration.map(|d| d.as_millis() as u64);
-    for (id, (svc, probes, store, _)) in loaded.running.into_iter().enumerate() {
+    for (id, (svc, (probes, inputs), store, _)) in loaded.running.into_iter().enumerate() {
         let restored = shell.fold.restored(id).to_vec();
         let record = start_record(cfg, svc, store.location(), restored, duration_ms);
         shell.evidence.record_for(now, &svc.service.name, &record);
@@ -558,6 +564,7 @@ fn start(
             id,
             Live {
                 cfg: svc.clone(),
+                inputs,
                 loops,
             },
         );
@@ -605,9 +612,10 @@ fn start_record(
 
 /// Say at ERROR and in the evidence that a service is not probed.
 fn report_unavailable(shell: &mut Shell, now: Millis, service: &str, problems: Vec<String>) {
+    // A problem names config paths: control characters in them never reach the terminal raw.
     tracing::error!(
-        service = %service,
-        problems = %problems.join("; "),
+        service = %escape_controls(service),
+        problems = %escape_controls(&problems.join("; ")),
         "this service cannot start: it is not probed (ServiceUnavailable = 1); the other services run"
     );
     let r = Record::ServiceUnavailable(ServiceUnavailable { problems });
@@ -620,17 +628,32 @@ fn report_unavailable(shell: &mut Shell, now: Millis, service: &str, problems: V
 /// [`FILE_OPS`](crate::state::FILE_OPS) operations at a time anyway.
 const SYNCS_IN_FLIGHT: usize = 4 * crate::state::FILE_OPS;
 
-/// The store syncs in flight, at most one per service, and the ones queued behind them.
+/// A sync's task.
+type SyncTask = std::pin::Pin<Box<dyn Future<Output = SyncOutcome> + Send>>;
+
+/// A final save waiting for a slot.
+struct FinalSave {
+    service: ServiceId,
+    /// A removed service's, built as it was removed (the fold forgets it then); `None` for a
+    /// running one's at shutdown, built as it starts (so at most [`SYNCS_IN_FLIGHT`] copies of
+    /// the readiness at once).
+    task: Option<SyncTask>,
+}
+
+/// The store syncs in flight, at most [`SYNCS_IN_FLIGHT`], and the ones queued behind them:
+/// final saves first, each once no sync of its service is in flight.
 #[derive(Default)]
 struct Syncs {
     set: JoinSet<SyncOutcome>,
-    /// The service of each task.
-    of: HashMap<tokio::task::Id, usize>,
+    /// The service of each task, and whether it is a final save.
+    of: HashMap<tokio::task::Id, (usize, bool)>,
     /// Syncs in flight per service (a poll asks for every service: no scan of `of`).
     busy: HashMap<usize, u32>,
     /// Services waiting for a free slot, in the order they were queued, each once.
     queued: std::collections::VecDeque<usize>,
     waiting: std::collections::HashSet<usize>,
+    /// Final saves waiting, in the order they were queued.
+    finals: std::collections::VecDeque<FinalSave>,
 }
 
 impl Syncs {
@@ -645,39 +668,90 @@ impl Syncs {
         }
     }
 
-    /// Start queued syncs while fewer than [`SYNCS_IN_FLIGHT`] run (a service a reload
-    /// removed meanwhile is skipped).
+    /// Queue the final save of a service a reload removes: it starts once no sync of the
+    /// service is in flight (so it writes last), and only once.
+    fn queue_removed(&mut self, shell: &Shell, service: ServiceId) {
+        let store = shell.stores.get(&service).cloned();
+        let sync = shell.sync_task(service);
+        let task = async move {
+            // Set as it starts: a sync in flight before it must not take the flag.
+            if let Some(store) = store {
+                store.save_next();
+            }
+            sync.await
+        };
+        self.finals.push_back(FinalSave {
+            service,
+            task: Some(Box::pin(task)),
+        });
+    }
+
+    /// At shutdown: drop the queued syncs and queue the final save of every running service.
+    fn queue_shutdown(&mut self, shell: &Shell) {
+        self.queued.clear();
+        self.waiting.clear();
+        for &service in shell.stores.keys() {
+            self.finals.push_back(FinalSave {
+                service,
+                task: None,
+            });
+        }
+    }
+
+    /// The first final save whose service has no sync in flight.
+    fn next_final(&mut self) -> Option<FinalSave> {
+        let i = self.finals.iter().position(|f| !self.busy(f.service))?;
+        self.finals.remove(i)
+    }
+
+    /// Start final saves, then queued syncs, while fewer than [`SYNCS_IN_FLIGHT`] run (a
+    /// service a reload removed meanwhile is skipped).
     fn fill(&mut self, shell: &Shell) {
         while self.set.len() < SYNCS_IN_FLIGHT {
+            if let Some(f) = self.next_final() {
+                let task = f.task.unwrap_or_else(|| {
+                    if let Some(store) = shell.stores.get(&f.service) {
+                        store.save_next();
+                    }
+                    Box::pin(shell.sync_task(f.service))
+                });
+                self.start(f.service, true, task);
+                continue;
+            }
             let Some(service) = self.queued.pop_front() else {
                 break;
             };
             self.waiting.remove(&service);
             if shell.stores.contains_key(&service) && !self.busy(service) {
-                self.spawn(shell, service);
+                self.start(service, false, Box::pin(shell.sync_task(service)));
             }
         }
     }
 
-    fn spawn(&mut self, shell: &Shell, service: usize) {
-        let h = self.set.spawn(shell.sync_task(service));
-        self.of.insert(h.id(), service);
+    fn start(&mut self, service: usize, last: bool, task: SyncTask) {
+        let h = self.set.spawn(task);
+        self.of.insert(h.id(), (service, last));
         *self.busy.entry(service).or_default() += 1;
     }
 
-    /// The next finished sync and its service; `None` when none is in flight.
-    async fn next(&mut self) -> Option<(usize, Result<SyncOutcome, tokio::task::JoinError>)> {
-        let (service, joined) = match self.set.join_next_with_id().await? {
-            Ok((id, o)) => (self.of.remove(&id).unwrap_or(o.service), Ok(o)),
-            Err(e) => (self.of.remove(&e.id()).unwrap_or_default(), Err(e)),
+    /// The next finished sync, its service and whether it was a final save; `None` when none
+    /// is in flight.
+    async fn next(&mut self) -> Option<(usize, bool, Result<SyncOutcome, tokio::task::JoinError>)> {
+        let (id, joined) = match self.set.join_next_with_id().await? {
+            Ok((id, o)) => (id, Ok(o)),
+            Err(e) => (e.id(), Err(e)),
         };
+        let (service, last) = self.of.remove(&id).unwrap_or_else(|| {
+            let service = joined.as_ref().map(|o| o.service).unwrap_or_default();
+            (service, false)
+        });
         if let Some(n) = self.busy.get_mut(&service) {
             *n -= 1;
             if *n == 0 {
                 self.busy.remove(&service);
             }
         }
-        Some((service, joined))
+        Some((service, last, joined))
     }
 }
 
@@ -732,7 +806,7 @@ where
                     reload::request(shell, &w.fleet, &mut pending, new);
                 }
             }
-            Some((service, joined)) = syncs.next(), if !syncs.set.is_empty() => {
+            Some((service, _, joined)) = syncs.next(), if !syncs.set.is_empty() => {
                 shell.finish_sync(service, joined);
                 syncs.fill(shell);
             }
@@ -806,17 +880,17 @@ async fn shutdown(
         .max(Instant::now() + Duration::from_secs(1))
         .min(hard_end - Duration::from_millis(300));
     let mut unsaved: BTreeSet<ServiceId> = shell.stores.keys().copied().collect();
+    // At most SYNCS_IN_FLIGHT at once, as while running; each after its service's sync in
+    // flight. Those of services a reload removed that still wait run too.
     let final_sync = async {
-        while let Some((service, j)) = syncing.next().await {
+        syncing.queue_shutdown(&shell);
+        syncing.fill(&shell);
+        while let Some((service, last, j)) = syncing.next().await {
             shell.finish_sync(service, j);
-        }
-        for (&service, store) in &shell.stores {
-            store.save_next();
-            syncing.spawn(&shell, service);
-        }
-        while let Some((service, j)) = syncing.next().await {
-            shell.finish_sync(service, j);
-            unsaved.remove(&service);
+            if last {
+                unsaved.remove(&service);
+            }
+            syncing.fill(&shell);
         }
     };
     if tokio::time::timeout_at(final_deadline, final_sync)
@@ -887,6 +961,26 @@ port = 5432
 "#;
         crate::config::parse(std::path::Path::new("/etc/readyprobe/one.toml"), text)
             .unwrap_or_else(|e| panic!("{:?}", e.issues))
+    }
+
+    /// A final save waits for its service's sync in flight; the others start first, in the
+    /// order they were queued, and it starts once that sync is done.
+    #[test]
+    fn a_final_save_waits_for_its_services_sync_in_flight() {
+        let mut syncs = Syncs::default();
+        let never = || -> Option<SyncTask> { Some(Box::pin(std::future::pending())) };
+        syncs.busy.insert(1, 1);
+        for service in [1, 2, 3] {
+            let task = never();
+            syncs.finals.push_back(FinalSave { service, task });
+        }
+        let order: Vec<_> = std::iter::from_fn(|| syncs.next_final())
+            .map(|f| f.service)
+            .collect();
+        assert_eq!(order, [2, 3]);
+        syncs.busy.clear();
+        assert_eq!(syncs.next_final().map(|f| f.service), Some(1));
+        assert!(syncs.next_final().is_none());
     }
 
     /// The sinks of a namespace no service uses any more send the batch they hold, report it,

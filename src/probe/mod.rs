@@ -27,8 +27,8 @@ pub use ctx::{Deadline, StepBudget, StepCtx, StepError, StepFailure, Steps, new_
 pub use target::{BranchProbe, Redactor, Target};
 
 pub use prepare::{
-    PrepareError, PrepareProblem, branches, prepare, prepare_service, resolver,
-    short_secret_warning,
+    InputsDigest, PrepareError, PrepareProblem, branches, branches_and_digest, prepare,
+    prepare_service, resolver, short_secret_warning,
 };
 
 use crate::clock::Clock;

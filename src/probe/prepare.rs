@@ -71,9 +71,41 @@ impl fmt::Display for PrepareError {
     }
 }
 
-/// Problems found so far, one per input.
+/// Problems found so far, one per input, and the digest of the inputs read meanwhile.
 #[derive(Debug, Default)]
-struct Problems(Vec<PrepareProblem>);
+struct Problems(Vec<PrepareProblem>, Reads);
+
+/// A digest of the bytes a service's preparation read: its CA bundle, client certificate and
+/// key, and secret values. Two preparations that read the same bytes have the same digest, so a
+/// reload can tell that a file or secret changed under an unchanged config. Compared only within
+/// one process, never printed (its `Debug` shows nothing of it).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct InputsDigest(u64);
+
+impl fmt::Debug for InputsDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("InputsDigest(<redacted>)")
+    }
+}
+
+/// The digest being built: each input by its config key and its bytes, both length-prefixed.
+#[derive(Debug, Default)]
+struct Reads(std::hash::DefaultHasher);
+
+impl Reads {
+    fn add(&mut self, key: &str, bytes: &[u8]) {
+        use std::hash::Hasher;
+        for part in [key.as_bytes(), bytes] {
+            self.0.write_usize(part.len());
+            self.0.write(part);
+        }
+    }
+
+    fn digest(&self) -> InputsDigest {
+        use std::hash::Hasher;
+        InputsDigest(self.0.finish())
+    }
+}
 
 impl Problems {
     /// Record a problem; the same subject with the same reason under another key only adds the key.
@@ -165,6 +197,18 @@ pub fn resolver(cfg: &Config) -> Result<TokioResolver, PrepareError> {
 /// # Errors
 /// [`PrepareError`] listing each of its inputs that is unavailable.
 pub fn branches(cfg: &Config, svc: &ServiceConfig) -> Result<Vec<BranchProbe>, PrepareError> {
+    branches_and_digest(cfg, svc).map(|(probes, _)| probes)
+}
+
+/// [`branches`], with the digest of the inputs read (a reload compares it with the running
+/// one's).
+///
+/// # Errors
+/// As [`branches`].
+pub fn branches_and_digest(
+    cfg: &Config,
+    svc: &ServiceConfig,
+) -> Result<(Vec<BranchProbe>, InputsDigest), PrepareError> {
     let mut problems = Problems::default();
     let target = prepare_target(&svc.probe.kind, &mut problems);
     let (Some(target), true) = (target, problems.0.is_empty()) else {
@@ -174,7 +218,8 @@ pub fn branches(cfg: &Config, svc: &ServiceConfig) -> Result<Vec<BranchProbe>, P
     };
     let tls_verified = tls_settings(&svc.probe.kind).verified();
     let redactor = Redactor::new(target.secrets());
-    Ok(svc
+    let digest = problems.1.digest();
+    let probes = svc
         .branches
         .iter()
         .map(|b| BranchProbe {
@@ -188,7 +233,8 @@ pub fn branches(cfg: &Config, svc: &ServiceConfig) -> Result<Vec<BranchProbe>, P
             tls_verified,
             redactor: redactor.clone(),
         })
-        .collect())
+        .collect();
+    Ok((probes, digest))
 }
 
 /// One line (for `check`) naming the secrets shorter than
@@ -305,7 +351,10 @@ fn secret(key: String, r: &SecretRef, problems: &mut Problems) -> Option<String>
         SecretRef::Env(_) => r.resolve(),
     };
     match value {
-        Ok(v) => Some(v),
+        Ok(v) => {
+            problems.1.add(&key, v.as_bytes());
+            Some(v)
+        }
         Err(e) => {
             problems.push(key, r.to_string(), format!("is unavailable: {}", e.reason));
             None
@@ -356,7 +405,10 @@ fn tls_config(
         |field: &str, path: &Path, parse: fn(&[u8]) -> Result<(), String>| match read_pem(path)
             .and_then(|bytes| parse(&bytes).map(|()| bytes))
         {
-            Ok(bytes) => Some(Arc::<[u8]>::from(bytes)),
+            Ok(bytes) => {
+                problems.1.add(&format!("{prefix}.{field}"), &bytes);
+                Some(Arc::<[u8]>::from(bytes))
+            }
             Err(reason) => {
                 problems.push(
                     format!("{prefix}.{field}"),
@@ -567,6 +619,28 @@ mod tests {
             )),
             "{problems:?}"
         );
+    }
+
+    /// The digest follows the bytes read, wherever they are read from, and never shows.
+    #[test]
+    fn the_inputs_digest_follows_the_bytes_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, key) = self_signed(dir.path(), "a");
+        let (b, _) = self_signed(dir.path(), "b");
+        let digest = |ca: &Path| {
+            let mut problems = Problems::default();
+            let s = tls_settings(ca, &a, &key);
+            assert!(tls_config("probe.tls", &s, &mut problems).is_some());
+            problems.1.digest()
+        };
+        let first = digest(&a);
+        assert_eq!(first, digest(&a));
+        let renewed = dir.path().join("renewed.pem");
+        std::fs::copy(&b, &renewed).unwrap();
+        assert_ne!(first, digest(&renewed));
+        std::fs::copy(&a, &renewed).unwrap();
+        assert_eq!(first, digest(&renewed));
+        assert_eq!(format!("{first:?}"), "InputsDigest(<redacted>)");
     }
 
     #[test]

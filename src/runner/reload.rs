@@ -3,8 +3,9 @@
 //! (`docs/operations.md`, "Reload").
 //!
 //! Refused: an invalid config; a change to a setting that needs a restart ([`restart_keys`]); a
-//! changed service whose new inputs cannot be prepared. Preparing the services and loading the
-//! documents of those it adds runs beside the run loop ([`request`], [`Pending`]); the result
+//! running service whose inputs cannot be prepared again. Preparing the services (every running
+//! one too: a file or secret may change under the same config) and loading the documents of those
+//! it adds runs beside the run loop ([`request`], [`Pending`]); the result
 //! comes back as an event ([`finish`]). Applied: removed services stop (their loops are aborted,
 //! an attempt in flight is recorded as abandoned, their state gets a final save); changed
 //! services keep every branch whose settings are the same as they were (its loop, schedule and
@@ -15,12 +16,12 @@
 
 use super::shell::Shell;
 use super::{
-    Fleet, Live, Syncs, Wiring, open_store, problems_of, report_unavailable, start_record,
+    Fleet, Live, Probes, Syncs, Wiring, open_store, problems_of, report_unavailable, start_record,
 };
 use crate::config::{Config, ConfigError, ServiceConfig, StoreKind, escape_controls};
 use crate::control::ControlDoc;
 use crate::fold::{BranchChange, Input, NewService, ServiceChange, ServiceId};
-use crate::probe::{self, BranchProbe};
+use crate::probe;
 use crate::record::{Record, Reload};
 use crate::state::Store;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -29,8 +30,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
 
-/// A service's branch probes, or why it cannot be prepared.
-type Prepared = Result<Vec<BranchProbe>, Vec<String>>;
+/// A service's branch probes and inputs digest, or why it cannot be prepared.
+type Prepared = Result<Probes, Vec<String>>;
 
 /// A service's store and control document as loaded, or why it could not be.
 type Loaded = Result<(Store, ControlDoc), String>;
@@ -41,15 +42,16 @@ struct Plan<'a> {
     removed: Vec<ServiceId>,
     /// Names it drops (running or not).
     removed_names: Vec<String>,
-    /// Running services whose settings it changes, with their new settings.
-    changed: Vec<(ServiceId, &'a ServiceConfig)>,
+    /// Running services it keeps, in its order, with their new settings and whether these
+    /// changed (one whose settings did not is changed still when its inputs read otherwise).
+    running: Vec<(ServiceId, &'a ServiceConfig, bool)>,
     /// Services that are not running (new, or unable to start before).
     to_start: Vec<&'a ServiceConfig>,
 }
 
 /// Two settings are the same when they print the same: every config type derives `Debug`, over
-/// every field (secrets are held as references, so their values are not compared: a secret that
-/// changed under the same reference is read again only for a service that restarts).
+/// every field (secrets and files are held as references: what they hold is compared by the
+/// inputs digest of each running service prepared again).
 fn same<T: Debug>(a: &T, b: &T) -> bool {
     format!("{a:?}") == format!("{b:?}")
 }
@@ -146,7 +148,7 @@ impl<'a> Plan<'a> {
         let mut plan = Plan {
             removed: Vec::new(),
             removed_names: Vec::new(),
-            changed: Vec::new(),
+            running: Vec::new(),
             to_start: Vec::new(),
         };
         for s in &old.services {
@@ -160,8 +162,7 @@ impl<'a> Plan<'a> {
         }
         for s in &new.services {
             match running.get(s.service.name.as_str()) {
-                Some((id, live)) if !same(&live.cfg, s) => plan.changed.push((*id, s)),
-                Some(_) => {}
+                Some((id, live)) => plan.running.push((*id, s, !same(&live.cfg, s))),
                 None => plan.to_start.push(s),
             }
         }
@@ -169,13 +170,14 @@ impl<'a> Plan<'a> {
     }
 }
 
-/// Prepare the named services of `cfg` off the runtime (secrets and CA files are read).
+/// Prepare the named services of `cfg` off the runtime (secrets and CA files are read, as at
+/// start-up).
 async fn prepare(cfg: Arc<Config>, names: Vec<String>) -> HashMap<String, Prepared> {
     let work = move || {
         let mut out = HashMap::new();
         for name in names {
             if let Some(svc) = cfg.services.iter().find(|s| s.service.name == name) {
-                let r = probe::branches(&cfg, svc).map_err(|e| problems_of(&e));
+                let r = probe::branches_and_digest(&cfg, svc).map_err(|e| problems_of(&e));
                 out.insert(name, r);
             }
         }
@@ -251,41 +253,67 @@ pub(super) fn request(
     }
     let plan = Plan::of(fleet, &new);
     let names = |list: Vec<&ServiceConfig>| list.iter().map(|s| s.service.name.clone()).collect();
-    let changed = names(plan.changed.iter().map(|(_, s)| *s).collect());
+    let running: Vec<String> = names(plan.running.iter().map(|(_, s, _)| *s).collect());
+    let changed: Vec<String> = names(plan.running.iter().filter(|r| r.2).map(|r| r.1).collect());
     let to_start: Vec<String> = names(plan.to_start);
     tracing::info!(
-        changed = ?changed,
-        to_start = ?to_start,
+        running = running.len(),
+        changed = %few(&changed),
+        to_start = %few(&to_start),
         "reload: preparing services beside the run"
     );
-    pending.job.spawn(stage(Arc::new(new), changed, to_start));
+    pending.job.spawn(stage(Arc::new(new), running, to_start));
 }
 
-/// Prepare the changed and new services; unless a changed one cannot be prepared (the reload is
-/// then refused), load the control documents of the new ones that could be.
-async fn stage(new: Arc<Config>, changed: Vec<String>, to_start: Vec<String>) -> Staged {
-    let names = changed.iter().chain(&to_start).cloned().collect();
+/// Up to a few names, then how many more: a log line stays short with a thousand services (the
+/// `reload` record keeps every name).
+fn few(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    if names.is_empty() {
+        return "none".to_string();
+    }
+    let shown: Vec<_> = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| escape_controls(n))
+        .collect();
+    match names.len().checked_sub(SHOWN) {
+        Some(more) if more > 0 => format!("{} and {more} more", shown.join(", ")),
+        _ => shown.join(", "),
+    }
+}
+
+/// How long a reload may spend loading the control documents of the services it adds, in
+/// all: twice a store's bound on one read. Services whose document has not come by then are
+/// reported unavailable (tried again at the next reload) and the reload applies.
+pub(super) const STAGING_BOUND: Duration = {
+    let (s3, file) = (
+        crate::state::S3_OPERATION_TIMEOUT.as_secs(),
+        crate::state::FILE_OP_BOUND.as_secs(),
+    );
+    Duration::from_secs(2 * if s3 > file { s3 } else { file })
+};
+
+/// Prepare every service the new config runs, as at start-up (a kept one's files and secrets
+/// are read again: they may have changed under the same config); unless a running one cannot be
+/// prepared (the reload is then refused), load the control documents of the new ones that
+/// could be, within [`STAGING_BOUND`].
+async fn stage(new: Arc<Config>, running: Vec<String>, to_start: Vec<String>) -> Staged {
+    let names = running.iter().chain(&to_start).cloned().collect();
     let prepared = prepare(new.clone(), names).await;
-    let ok = |n: &String| matches!(prepared.get(n), Some(Ok(_)));
+    let ok = |n: &&String| matches!(prepared.get(*n), Some(Ok(_)));
     let mut loaded = HashMap::new();
-    if changed.iter().all(ok) {
-        let mut loads = JoinSet::new();
-        for name in to_start.into_iter().filter(ok) {
-            if loads.len() >= LOADS_AT_ONCE
-                && let Some(Ok((n, r))) = loads.join_next().await
-            {
-                loaded.insert(n, r);
-            }
-            let cfg = new.clone();
-            loads.spawn(async move {
-                let store = open_store(&cfg, &name).await;
-                let doc = store.load().await.map_err(|e| e.to_string());
-                (name, doc.map(|d| (store, d)))
-            });
-        }
-        while let Some(j) = loads.join_next().await {
-            if let Ok((n, r)) = j {
-                loaded.insert(n, r);
+    if running.iter().all(|n| ok(&n)) {
+        let names: Vec<String> = to_start.iter().filter(ok).cloned().collect();
+        let loads = load_docs(&new, names.clone(), &mut loaded);
+        if tokio::time::timeout(STAGING_BOUND, loads).await.is_err() {
+            let bound = crate::clock::fmt_duration(STAGING_BOUND);
+            for n in names {
+                loaded.entry(n).or_insert_with(|| {
+                    Err(format!(
+                        "its control document was not loaded within the reload's {bound}; it is tried again at the next reload"
+                    ))
+                });
             }
         }
     }
@@ -296,8 +324,33 @@ async fn stage(new: Arc<Config>, changed: Vec<String>, to_start: Vec<String>) ->
     }
 }
 
-/// Apply a finished preparation, or refuse it (a changed service whose inputs cannot be
-/// prepared, or a preparation that failed inside readyprobe) with the running config kept.
+/// Load the control documents of `names`, [`LOADS_AT_ONCE`] at a time, into `loaded`. Dropped
+/// (at the staging bound), the loads in flight are aborted.
+async fn load_docs(new: &Arc<Config>, names: Vec<String>, loaded: &mut HashMap<String, Loaded>) {
+    let mut loads = JoinSet::new();
+    for name in names {
+        if loads.len() >= LOADS_AT_ONCE
+            && let Some(Ok((n, r))) = loads.join_next().await
+        {
+            loaded.insert(n, r);
+        }
+        let cfg = new.clone();
+        loads.spawn(async move {
+            let store = open_store(&cfg, &name).await;
+            let doc = store.load().await.map_err(|e| e.to_string());
+            (name, doc.map(|d| (store, d)))
+        });
+    }
+    while let Some(j) = loads.join_next().await {
+        if let Ok((n, r)) = j {
+            loaded.insert(n, r);
+        }
+    }
+}
+
+/// Apply a finished preparation, or refuse it (a running service whose inputs cannot be
+/// prepared, or a preparation that failed inside readyprobe) with the running config kept. A
+/// running service is changed when its settings or its inputs digest differ.
 pub(super) fn finish(
     shell: &mut Shell,
     w: &mut Wiring,
@@ -324,10 +377,20 @@ pub(super) fn finish(
     };
     let mut changed = Vec::new();
     let mut problems = Vec::new();
-    for (id, svc) in &plan.changed {
-        match take(&svc.service.name) {
-            Ok(probes) => changed.push((*id, *svc, probes)),
-            Err(p) => problems.extend(p.iter().map(|p| format!("{}: {p}", svc.service.name))),
+    for &(id, svc, settings_changed) in &plan.running {
+        let name = &svc.service.name;
+        match take(name) {
+            Ok(probes) => {
+                let inputs = w.fleet.live.get(&id).map(|l| l.inputs);
+                if settings_changed || inputs != Some(probes.1) {
+                    changed.push((id, svc, probes));
+                }
+            }
+            // A problem names config paths: escaped before it is logged.
+            Err(p) => problems.extend(
+                p.iter()
+                    .map(|p| escape_controls(&format!("{name}: {p}")).into_owned()),
+            ),
         }
     }
     if !problems.is_empty() {
@@ -351,6 +414,11 @@ pub(super) fn finish(
     for id in &plan.removed {
         remove(shell, w, syncs, *id);
     }
+    syncs.fill(shell);
+    let changed_names: Vec<String> = changed
+        .iter()
+        .map(|(_, s, _)| s.service.name.clone())
+        .collect();
     for (id, svc, probes) in changed {
         change(shell, &mut w.fleet, id, svc, probes);
     }
@@ -376,19 +444,15 @@ pub(super) fn finish(
         applied: true,
         added,
         removed: plan.removed_names,
-        changed: plan
-            .changed
-            .iter()
-            .map(|(_, s)| s.service.name.clone())
-            .collect(),
+        changed: changed_names,
         unavailable,
         problems: Vec::new(),
     };
     tracing::info!(
-        added = ?record.added,
-        removed = ?record.removed,
-        changed = ?record.changed,
-        unavailable = ?record.unavailable,
+        added = %few(&record.added),
+        removed = %few(&record.removed),
+        changed = %few(&record.changed),
+        unavailable = %few(&record.unavailable),
         services = live.len(),
         "reload applied"
     );
@@ -435,32 +499,32 @@ fn refuse(shell: &mut Shell, problems: Vec<String>) {
     shell.write(now, &Record::Reload(record));
 }
 
-/// Stop a running service: abort its loops, start the final save of its state, drop it from
-/// the fold (its datums stop) and forget its store.
+/// Stop a running service: abort its loops, queue the final save of its state (it runs after
+/// any sync of the service in flight, within the cap on syncs), drop it from the fold (its
+/// datums stop) and forget its store.
 fn remove(shell: &mut Shell, w: &mut Wiring, syncs: &mut Syncs, id: ServiceId) {
     w.fleet.stop_service(id);
-    if let Some(store) = shell.stores.get(&id) {
-        store.save_next();
-    }
-    syncs.spawn(shell, id);
+    syncs.queue_removed(shell, id);
     shell.feed(Input::RemoveService(id));
     shell.remove_store(id);
 }
 
 /// Take a running service's new settings: restart the loops of the branches whose settings
-/// changed and start those that are new, stop those that are gone; the rest run on.
+/// changed (every branch's, when the inputs read otherwise) and start those that are new, stop
+/// those that are gone; the rest run on.
 fn change(
     shell: &mut Shell,
     fleet: &mut Fleet,
     id: ServiceId,
     svc: &ServiceConfig,
-    probes: Vec<BranchProbe>,
+    (probes, inputs): Probes,
 ) {
     let Some(live) = fleet.live.get_mut(&id) else {
         return;
     };
     let old = &live.cfg;
-    let shared = same(&old.service, &svc.service)
+    let shared = live.inputs == inputs
+        && same(&old.service, &svc.service)
         && same(&old.probe, &svc.probe)
         && same(&old.policy, &svc.policy);
     let mut branches = Vec::new();
@@ -492,6 +556,7 @@ fn change(
     if let Some(live) = fleet.live.get_mut(&id) {
         live.loops = loops;
         live.cfg = svc.clone();
+        live.inputs = inputs;
     }
     shell.feed(Input::ChangeService(Box::new(ServiceChange {
         id,
@@ -519,7 +584,7 @@ fn start_services(
             Some(Err(e)) => Err(vec![e]),
             None => Err(vec!["its control document was not loaded".to_string()]),
         });
-        let (probes, store, doc) = match loaded {
+        let ((probes, inputs), store, doc) = match loaded {
             Ok(l) => l,
             Err(problems) => {
                 report_unavailable(shell, now, &name, problems);
@@ -548,6 +613,7 @@ fn start_services(
             id,
             Live {
                 cfg: svc.clone(),
+                inputs,
                 loops,
             },
         );
@@ -602,6 +668,7 @@ port = 5432
             .map(|(id, s)| {
                 let live = Live {
                     cfg: s.clone(),
+                    inputs: Default::default(),
                     loops: BTreeMap::new(),
                 };
                 (id, live)
@@ -610,9 +677,10 @@ port = 5432
     }
 
     fn changed<'a>(plan: &Plan<'a>) -> Vec<&'a str> {
-        plan.changed
+        plan.running
             .iter()
-            .map(|(_, s)| s.service.name.as_str())
+            .filter(|r| r.2)
+            .map(|(_, s, _)| s.service.name.as_str())
             .collect()
     }
 
@@ -635,6 +703,15 @@ port = 5432
         );
         let plan = Plan::between(&old, &running(&old), &new);
         assert_eq!(changed(&plan), ["beta"]);
+    }
+
+    /// A log line names at most five services and counts the rest.
+    #[test]
+    fn a_log_line_names_a_few_services() {
+        let names = |n: usize| (0..n).map(|i| format!("s{i}")).collect::<Vec<_>>();
+        assert_eq!(few(&names(0)), "none");
+        assert_eq!(few(&names(5)), "s0, s1, s2, s3, s4");
+        assert_eq!(few(&names(1000)), "s0, s1, s2, s3, s4 and 995 more");
     }
 
     /// A refusal names the keys the operator edited: a new publish interval moves the poll

@@ -5,7 +5,9 @@
 //! setting that needs a restart is refused and the old services run on. In process, unavailable
 //! inputs at a reload. A corrupt control document stops only its own service. A reload waiting
 //! on a dead S3 store (a proxy in front of the emulator) stalls no other service nor a stop, and
-//! a removed service's attempt in flight is recorded as abandoned.
+//! a removed service's attempt in flight is recorded as abandoned (and its state saved once);
+//! adding many such services applies within the reload's own bound. A CA bundle replaced under
+//! an unchanged config takes effect at SIGHUP; control characters of a path never reach stderr.
 
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{fleet_header, read_evidence, wait_evidence};
@@ -758,4 +760,246 @@ async fn a_removed_services_attempt_in_flight_is_recorded_abandoned() {
         .unwrap();
     assert_eq!(status.code(), Some(0));
     hold.abort();
+    // alpha's final save ran once, through the sync queue, after any sync of it in flight.
+    let log = std::fs::read_to_string(stdout.with_extension("log")).unwrap();
+    assert_eq!(
+        log.matches("saved the state of a service a reload removed")
+            .count(),
+        1,
+        "{log}"
+    );
+}
+
+/// A TLS listener on loopback serving `cert` (handshakes only); aborted on drop.
+async fn tls_listener(cert: &crate::support::tls::ServerCert) -> Listener {
+    let acceptor = tokio_rustls::TlsAcceptor::from(cert.rustls_server_config());
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = acceptor.accept(s).await;
+            });
+        }
+    });
+    Listener { port, task }
+}
+
+/// `svc` (one of [`service`]) with TLS checked against the endpoint name and the CA at `ca`.
+fn with_tls(svc: &str, ca: &str) -> String {
+    svc.replacen(
+        "\n[[service.branch]]",
+        &format!(
+            "\nprobe = {{ tls = {{ ssl_mode = \"verify_identity\", ssl_ca = \"{ca}\" }} }}\n[[service.branch]]"
+        ),
+        1,
+    )
+}
+
+/// An operator renews the CA bundle at the same path and sends SIGHUP with the config text
+/// unchanged: the service's inputs are read again, it counts as changed, and its attempts now
+/// verify against the new CA (here one that did not sign the server: `tls_untrusted`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reads_a_replaced_ca_bundle_of_an_unchanged_service() {
+    use crate::support::tls::TestCa;
+    let dir = tempfile::tempdir().unwrap();
+    let dns = DnsServer::start(ZONE).await;
+    let names = [
+        format!("alpha-primary.{ZONE}"),
+        format!("alpha-secondary.{ZONE}"),
+    ];
+    for b in ["primary", "secondary"] {
+        dns.set_a(&format!("alpha-{b}"), Ipv4Addr::LOCALHOST, 5)
+            .await;
+    }
+    let ca = TestCa::new();
+    let names_ref: Vec<&str> = names.iter().map(String::as_str).collect();
+    let cert = ca.server_cert(&names_ref, &[]);
+    let (p, s) = (tls_listener(&cert).await, tls_listener(&cert).await);
+    let bundle = dir.path().join("ca-bundle.pem");
+    std::fs::write(&bundle, ca.ca_pem()).unwrap();
+    let alpha = with_tls(&service("alpha", p.port, s.port), bundle.to_str().unwrap());
+    let path = dir.path().join("ca.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let stdout = dir.path().join("stdout.jsonl");
+    write_config(&path, &config(dir.path(), &dns, "1s", &alpha));
+    let mut child = spawn(&path, &stdout);
+    let succeeded = |a: &Value| a["result"] == "success";
+    wait_evidence(&evidence, DEADLINE, |ev| {
+        of(ev, "attempt", "alpha", Some("primary"))
+            .iter()
+            .filter(|a| succeeded(a))
+            .count()
+            >= 3
+    })
+    .await;
+
+    // The bundle now holds another CA; the config file is not touched.
+    let other = TestCa::named("renewed");
+    std::fs::write(&bundle, other.ca_pem()).unwrap();
+    signal(&child, libc::SIGHUP);
+    let untrusted = |a: &Value| a["class"] == "tls_untrusted";
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        reload_at(ev, 0).is_some_and(|r| {
+            ["primary", "secondary"].iter().all(|b| {
+                of(&ev[r..], "attempt", "alpha", Some(b))
+                    .iter()
+                    .filter(|a| untrusted(a))
+                    .count()
+                    >= 3
+            })
+        })
+    })
+    .await;
+    let r = reload_at(&ev, 0).unwrap();
+    assert_eq!(ev[r]["applied"], true, "{}", ev[r]);
+    assert_eq!(ev[r]["changed"], serde_json::json!(["alpha"]), "{}", ev[r]);
+    // Every attempt of a restarted loop (sequence from 1 again) failed as untrusted.
+    for b in ["primary", "secondary"] {
+        let later = of(&ev[r..], "attempt", "alpha", Some(b));
+        let from = later
+            .iter()
+            .position(|a| a["seq"] == 1)
+            .unwrap_or_else(|| panic!("alpha/{b} restarted: {later:?}"));
+        assert!(
+            later[from..].iter().all(|a| untrusted(a)),
+            "{:?}",
+            &later[from..]
+        );
+    }
+    // The bundle gone: the reload is refused, naming it, and the service runs on as it was.
+    std::fs::remove_file(&bundle).unwrap();
+    signal(&child, libc::SIGHUP);
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        reload_at(ev, 1)
+            .is_some_and(|r| of(&ev[r..], "attempt", "alpha", Some("primary")).len() >= 3)
+    })
+    .await;
+    let r = reload_at(&ev, 1).unwrap();
+    assert_eq!(ev[r]["applied"], false, "{}", ev[r]);
+    assert!(
+        ev[r]["problems"].to_string().contains("ca-bundle.pem"),
+        "{}",
+        ev[r]
+    );
+    assert!(seqs(&ev[r..], "alpha", "primary")[0] > 1, "alpha restarted");
+    let log = std::fs::read_to_string(stdout.with_extension("log")).unwrap();
+    assert!(!log.contains("BEGIN CERTIFICATE"), "{log}");
+    signal(&child, libc::SIGTERM);
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+/// A CA path with an escape character and a right-to-left override, in a service a reload
+/// changes (refused: its CA cannot be read) and then in one it adds (unavailable): the problems
+/// reach stderr escaped, never raw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_of_a_reloaded_path_reach_stderr_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha", "beta"]).await;
+    let alpha = service("alpha", f.ports[0].port, f.ports[1].port);
+    let bad = "/nonexistent/\\u001b[31mred\\u202Eevil.pem";
+    let path = dir.path().join("escape.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let stdout = dir.path().join("stdout.jsonl");
+    write_config(&path, &config(dir.path(), &f.dns, "1s", &alpha));
+    let mut child = spawn(&path, &stdout);
+    wait_evidence(&evidence, DEADLINE, |ev| {
+        !of(ev, "attempt", "alpha", Some("primary")).is_empty()
+    })
+    .await;
+    write_config(
+        &path,
+        &config(dir.path(), &f.dns, "1s", &with_tls(&alpha, bad)),
+    );
+    signal(&child, libc::SIGHUP);
+    wait_evidence(&evidence, DEADLINE, |ev| reload_at(ev, 0).is_some()).await;
+    let beta = with_tls(&service("beta", f.ports[2].port, f.ports[3].port), bad);
+    write_config(
+        &path,
+        &config(dir.path(), &f.dns, "1s", &format!("{alpha}{beta}")),
+    );
+    signal(&child, libc::SIGHUP);
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| reload_at(ev, 1).is_some()).await;
+    assert_eq!(ev[reload_at(&ev, 0).unwrap()]["applied"], false);
+    let added = &ev[reload_at(&ev, 1).unwrap()];
+    assert_eq!(added["unavailable"], serde_json::json!(["beta"]), "{added}");
+    signal(&child, libc::SIGTERM);
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let log = std::fs::read_to_string(stdout.with_extension("log")).unwrap();
+    assert!(log.contains("reload refused"), "{log}");
+    assert!(log.contains("this service cannot start"), "{log}");
+    assert!(log.contains("evil.pem"), "{log}");
+    assert!(!log.contains('\u{1b}'), "raw ESC on stderr: {log:?}");
+    assert!(!log.contains('\u{202e}'), "raw U+202E on stderr: {log:?}");
+}
+
+/// A reload adds 128 services whose control documents the store never serves: read 16 at a
+/// time, each giving up after its own bound, they would hold the reload (and every SIGHUP
+/// after it) for a minute or more. The reload's overall bound (20 s) applies it with them left
+/// unavailable, each naming the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adding_many_services_on_a_dead_store_applies_within_its_bound() {
+    let Some(bucket) = s3_bucket_or_skip().await else {
+        return;
+    };
+    let proxy = hanging_s3("control-slow").await;
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha"]).await;
+    let path = dir.path().join("many.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let stdout = dir.path().join("stdout.jsonl");
+    let s3_state = format!(
+        "[state]\nstore = \"s3\"\npoll_interval = \"500ms\"\n\n[state.s3]\nbucket = \"{bucket}\"\nkey_prefix = \"it/\"\nregion = \"us-east-1\"\nendpoint_url = \"http://127.0.0.1:{}\"\n",
+        proxy.port
+    );
+    let cfg = |services: &str| {
+        let text = config(dir.path(), &f.dns, "1s", services);
+        text.replacen("[state]\npoll_interval = \"500ms\"\n", &s3_state, 1)
+    };
+    let alpha = service("alpha", f.ports[0].port, f.ports[1].port);
+    write_config(&path, &cfg(&alpha));
+    let mut child = spawn_with_aws(&path, &stdout);
+    wait_evidence(&evidence, DEADLINE, |ev| {
+        of(ev, "attempt", "alpha", Some("primary")).len() >= 3
+    })
+    .await;
+
+    let slow: String = (0..128)
+        .map(|i| service(&format!("slow{i:03}"), 1, 1))
+        .collect();
+    write_config(&path, &cfg(&format!("{alpha}{slow}")));
+    let hup = tokio::time::Instant::now();
+    signal(&child, libc::SIGHUP);
+    let ev = wait_evidence(&evidence, Duration::from_secs(50), |ev| {
+        reload_at(ev, 0).is_some()
+    })
+    .await;
+    let took = hup.elapsed();
+    let reload = &ev[reload_at(&ev, 0).unwrap()];
+    assert_eq!(reload["applied"], true, "{reload}");
+    assert_eq!(reload["unavailable"].as_array().unwrap().len(), 128);
+    // 8 rounds of 16 loads of several seconds each: far above 40 s without the bound.
+    assert!(took < Duration::from_secs(40), "{took:?}");
+    let last = of(&ev, "service_unavailable", "slow127", None);
+    assert_eq!(last.len(), 1);
+    let problems = last[0]["problems"].to_string();
+    assert!(
+        problems.contains("was not loaded within the reload's 20s"),
+        "{problems}"
+    );
+    signal(&child, libc::SIGTERM);
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
 }
