@@ -2,7 +2,7 @@
 # Memory across reloads: one `readyprobe run` with N services (2 tcp branches each, 10 s interval)
 # gets CYCLES SIGHUPs, each swapping the second half of its services for other ones (removed
 # services stop, new ones start). After each reload and a pause it prints VmHWM and VmRSS (kB) and
-# the thread count; at the end, the `reload` records and the publish outcomes. See BENCHMARKS.md.
+# the thread count; at the end, the `reload` records and how long the reloads took. See BENCHMARKS.md.
 #
 #   bench/reload.sh                         # 500 services, 20 reloads, 15 s apart
 #   N=100 CYCLES=5 PAUSE=5 bench/reload.sh
@@ -43,4 +43,20 @@ for ((c = 1; c <= CYCLES; c++)); do
   echo "reload $c: $(mem)"
 done
 echo "reload records: $(grep -c '"kind":"reload"' "$OUT/state/evidence.jsonl" || true)"
+# How long each reload took, from its "preparing" log line to its "applied" one.
+python3 - "$OUT/readyprobe.log" <<'PY'
+import datetime, sys
+def at(line):
+    return datetime.datetime.fromisoformat(line.split()[0].replace("Z", "+00:00"))
+start, took = None, []
+for line in open(sys.argv[1], errors="replace"):
+    if "reload: preparing" in line:
+        start = at(line)
+    elif "reload applied" in line and start is not None:
+        took.append((at(line) - start).total_seconds() * 1000)
+        start = None
+if took:
+    took.sort()
+    print(f"reload took (ms, preparing to applied): min {took[0]:.0f}, median {took[len(took) // 2]:.0f}, max {took[-1]:.0f}")
+PY
 cd "$HERE"
