@@ -1,5 +1,5 @@
-//! The shared control document (pure): every prober's readiness snapshots, operator approvals
-//! and overrides of one service, and the rules that decide approvals, apply overrides and render
+//! The shared control document (pure): every prober's readiness snapshots, operator approvals,
+//! overrides and drill markers of one service, and the rules that decide approvals, apply overrides and render
 //! `status`. No I/O and no clock reads: the stores in `state.rs` move the document, and callers
 //! pass the time.
 
@@ -28,6 +28,15 @@ pub const APPROVAL_HISTORY_MS: Millis = 10 * 60_000;
 /// A prober that saved within this long (ms) counts as running: it reads a new approval at its
 /// next sync. 15 minutes; `approve` warns when only staler probers wait for the approval.
 pub const PROBER_FRESH_MS: Millis = 15 * 60_000;
+
+/// Drill markers kept in the document: beyond this many, the oldest are dropped.
+pub const MAX_MARKERS: usize = 200;
+/// A drill marker is kept in the document this long (ms) after it was given: 7 days, as long as
+/// a prober entry.
+pub const MARKER_RETENTION_MS: Millis = 7 * 86_400_000;
+/// A marker given more than this long (ms) before a prober's sync is history, not news, to a
+/// prober that has not recorded it (e.g. a new prober id): it is not recorded. 1 hour.
+pub const MARKER_NEWS_MS: Millis = 3_600_000;
 
 /// Clock skew tolerated between hosts sharing a document (ms): a prober entry saved further
 /// ahead of the reader's clock counts as neither fresh nor worth keeping. 5 minutes.
@@ -63,6 +72,12 @@ pub fn time_out_of_range(doc: &ControlDoc) -> Option<(String, Millis)> {
         times.push((format!("overrides.{b}.at"), o.at));
         times.push((format!("overrides.{b}.expires_at"), o.expires_at));
     }
+    for (i, m) in doc.markers.iter().enumerate() {
+        times.push((format!("markers[{i}].at"), m.at));
+        for (id, t) in &m.taken {
+            times.push((format!("markers[{i}].taken.{id}"), *t));
+        }
+    }
     times
         .into_iter()
         .find(|(_, t)| !(0..=crate::clock::MAX_RFC3339_MS).contains(t))
@@ -89,6 +104,10 @@ pub struct ControlDoc {
     /// how a process tells that another one runs with its prober id ([`claim_instance`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub instances: BTreeMap<String, String>,
+    /// Operator drill markers (`drill mark`), oldest first; absent in documents written before
+    /// markers existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub markers: Vec<Marker>,
 }
 
 impl ControlDoc {
@@ -101,11 +120,13 @@ impl ControlDoc {
             approvals: Vec::new(),
             overrides: BTreeMap::new(),
             instances: BTreeMap::new(),
+            markers: Vec::new(),
         }
     }
 
     /// Drop approvals beyond [`MAX_APPROVALS`] (oldest first), overrides that expired more than
-    /// a day before `now`, and probers not saved for [`PROBER_RETENTION_MS`].
+    /// a day before `now`, probers not saved for [`PROBER_RETENTION_MS`], and markers given
+    /// more than [`MARKER_RETENTION_MS`] before `now` or beyond [`MAX_MARKERS`] (oldest first).
     pub fn prune(&mut self, now: Millis) {
         self.probers
             .retain(|_, p| p.saved_at.saturating_add(PROBER_RETENTION_MS) > now && !p.ahead(now));
@@ -117,6 +138,12 @@ impl ControlDoc {
             .retain(|_, o| o.expires_at.saturating_add(OVERRIDE_RETENTION_MS) > now);
         let probers = &self.probers;
         self.instances.retain(|id, _| probers.contains_key(id));
+        self.markers
+            .retain(|m| m.at.saturating_add(MARKER_RETENTION_MS) > now);
+        if self.markers.len() > MAX_MARKERS {
+            let extra = self.markers.len() - MAX_MARKERS;
+            self.markers.drain(..extra);
+        }
     }
 }
 
@@ -221,6 +248,48 @@ pub struct Approval {
     /// Each prober's decision (prober id → decision); a prober decides once.
     #[serde(default)]
     pub decisions: BTreeMap<String, Decision>,
+}
+
+/// What an operator marks in a drill's timeline.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MarkerKind {
+    /// The operator injected a fault (e.g. blocked the writer's path).
+    Fault,
+    /// The operator removed it.
+    Restore,
+    /// Anything else worth a line in the timeline.
+    Note,
+}
+
+impl MarkerKind {
+    /// snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkerKind::Fault => "fault",
+            MarkerKind::Restore => "restore",
+            MarkerKind::Note => "note",
+        }
+    }
+}
+
+/// An operator's drill marker: every prober records it into its own evidence once.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Marker {
+    /// Unique id (`<at>-<random>`).
+    pub id: String,
+    /// What it marks.
+    pub kind: MarkerKind,
+    /// What the operator did, one line (1 to 200 characters).
+    pub label: String,
+    /// Who.
+    pub by: String,
+    /// When it was given, ms since the epoch.
+    pub at: Millis,
+    /// The probers that took it into their evidence: prober id → when (ms since the epoch).
+    #[serde(default)]
+    pub taken: BTreeMap<String, Millis>,
 }
 
 /// A prober's decision on an approval.
@@ -392,6 +461,36 @@ pub fn sync_prober(
     );
     doc.prune(now);
     decided
+}
+
+/// The drill markers prober `me` records now (pure; call it in the same change as
+/// [`sync_prober`]): each marker it has not taken yet, unless given more than [`MARKER_NEWS_MS`]
+/// before `now`, marked taken by `me` in the document. `recorded` holds the marker ids the caller
+/// has already recorded: a marker the document shows taken by `me` but not recorded is one whose
+/// answer was lost, handed back for [`LOST_DECISION_MS`] after it was taken, as approvals are.
+/// Returns them oldest first.
+pub fn take_markers(
+    doc: &mut ControlDoc,
+    me: &str,
+    recorded: &BTreeSet<String>,
+    now: Millis,
+) -> Vec<Marker> {
+    let mut taken = Vec::new();
+    for m in doc.markers.iter_mut() {
+        if recorded.contains(&m.id) {
+            continue;
+        }
+        match m.taken.get(me) {
+            Some(&t) if t.saturating_add(LOST_DECISION_MS) > now => taken.push(m.clone()),
+            Some(_) => {}
+            None if m.at.saturating_add(MARKER_NEWS_MS) < now => {}
+            None => {
+                m.taken.insert(me.to_string(), now);
+                taken.push(m.clone());
+            }
+        }
+    }
+    taken
 }
 
 /// Why the evidence at `now` does not support readiness, if it does not: fewer than
@@ -788,6 +887,100 @@ mod tests {
         let d = sync_prober(&mut doc, "p2", &mut other, &BTreeSet::new(), since + 40);
         assert!(!d[0].1.applied);
         assert_eq!(doc.approvals[0].decisions.len(), 2);
+    }
+
+    fn marker(id: &str, at: Millis) -> Marker {
+        Marker {
+            id: id.into(),
+            kind: MarkerKind::Fault,
+            label: "blocked writer path".into(),
+            by: "op".into(),
+            at,
+            taken: BTreeMap::new(),
+        }
+    }
+
+    /// One sync of prober `me`: save, take markers; the caller records what it got.
+    fn sync_markers(
+        doc: &mut ControlDoc,
+        me: &str,
+        recorded: &mut BTreeSet<String>,
+        now: Millis,
+    ) -> Vec<String> {
+        sync_prober(doc, me, &mut BTreeMap::new(), recorded, now);
+        let got: Vec<String> = take_markers(doc, me, recorded, now)
+            .into_iter()
+            .map(|m| m.id)
+            .collect();
+        recorded.extend(got.iter().cloned());
+        got
+    }
+
+    #[test]
+    fn each_prober_takes_each_marker_once() {
+        let t = 1_700_000_000_000;
+        let mut doc = ControlDoc::new("orders-db");
+        doc.markers.push(marker("m1", t));
+        let (mut p1, mut p2) = (BTreeSet::new(), BTreeSet::new());
+        assert_eq!(sync_markers(&mut doc, "p1", &mut p1, t + 10), ["m1"]);
+        assert!(sync_markers(&mut doc, "p1", &mut p1, t + 20).is_empty());
+        doc.markers.push(marker("m2", t + 25));
+        assert_eq!(sync_markers(&mut doc, "p2", &mut p2, t + 30), ["m1", "m2"]);
+        assert_eq!(sync_markers(&mut doc, "p1", &mut p1, t + 40), ["m2"]);
+        for _ in 0..3 {
+            assert!(sync_markers(&mut doc, "p1", &mut p1, t + 50).is_empty());
+            assert!(sync_markers(&mut doc, "p2", &mut p2, t + 50).is_empty());
+        }
+        assert_eq!(
+            doc.markers[0].taken,
+            [("p1".into(), t + 10), ("p2".into(), t + 30)].into()
+        );
+        // A restart of p1 (nothing recorded in this run) does not take them again once the
+        // lost-answer window has passed; within it, a taken marker it never recorded is news.
+        let later = t + 40 + LOST_DECISION_MS;
+        assert!(sync_markers(&mut doc, "p1", &mut BTreeSet::new(), later).is_empty());
+        let mut lost = BTreeSet::new();
+        assert_eq!(
+            sync_markers(&mut doc, "p2", &mut lost, t + 60),
+            ["m1", "m2"]
+        );
+        assert!(sync_markers(&mut doc, "p2", &mut lost, t + 70).is_empty());
+        // A marker older than the news window is history to a prober that never took it.
+        let old = t + 25 + MARKER_NEWS_MS + 1;
+        assert_eq!(
+            sync_markers(&mut doc, "p3", &mut BTreeSet::new(), old),
+            Vec::<String>::new()
+        );
+        assert!(!doc.markers[1].taken.contains_key("p3"));
+    }
+
+    #[test]
+    fn markers_are_pruned_after_seven_days_and_beyond_the_cap() {
+        let t = 1_700_000_000_000;
+        let mut doc = ControlDoc::new("orders-db");
+        doc.markers.push(marker("old", t));
+        doc.markers.push(marker("new", t + 1));
+        doc.prune(t + MARKER_RETENTION_MS);
+        assert_eq!(
+            doc.markers
+                .iter()
+                .map(|m| m.id.as_str())
+                .collect::<Vec<_>>(),
+            ["new"]
+        );
+        for i in 0..MAX_MARKERS {
+            doc.markers.push(marker(&format!("m{i}"), t + 2));
+        }
+        doc.prune(t + 3);
+        assert_eq!(doc.markers.len(), MAX_MARKERS);
+        assert_eq!(doc.markers[0].id, "m0");
+        // An old document without markers loads, and an empty list is not written.
+        let text = serde_json::to_string(&ControlDoc::new("s")).unwrap();
+        assert!(!text.contains("markers"), "{text}");
+        let back: ControlDoc = serde_json::from_str(&text).unwrap();
+        assert!(back.markers.is_empty());
+        doc.markers[0].at = -1;
+        assert_eq!(time_out_of_range(&doc), Some(("markers[0].at".into(), -1)));
     }
 
     #[test]

@@ -7,13 +7,13 @@
 //! what to publish, record and log comes out as data ([`Effect`]). No I/O, no clock reads, no
 //! tasks, no logging: the runner executes the effects, in order.
 
-use crate::control::{self, Approval, ControlDoc, Decision, Override};
+use crate::control::{self, Approval, ControlDoc, Decision, Marker, Override};
 use crate::probe::{Attempt, Outcome};
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Snapshot, Transition};
 use crate::record::{
     AbandonCause, ApprovalNotApplied, ApprovalRecord, AttemptAbandoned, BothBranchesUnready,
-    OverrideAction, OverrideRecord, Publish, PublishFailureClass, PublishOutcome, PublishReason,
-    Record, Restored, StateSyncFailed, Stop, TransitionRecord,
+    MarkerRecord, OverrideAction, OverrideRecord, Publish, PublishFailureClass, PublishOutcome,
+    PublishReason, Record, Restored, StateSyncFailed, Stop, TransitionRecord,
 };
 use crate::sink::{
     BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, service_unavailable_datum,
@@ -98,6 +98,8 @@ pub enum Input {
         doc: ControlDoc,
         /// Decisions to take, oldest approval first.
         decided: Vec<(Approval, Decision)>,
+        /// Drill markers to record, oldest first (from [`control::take_markers`]).
+        markers: Vec<Marker>,
     },
     /// A sync with the store failed; probing and publishing go on.
     SyncFailed {
@@ -336,6 +338,8 @@ struct Svc {
     restored: Vec<Restored>,
     /// Approval ids whose decision this run has recorded.
     recorded: BTreeSet<String>,
+    /// Drill marker ids this prober has recorded (this run, or an earlier one per the document).
+    markers: BTreeSet<String>,
     /// Whether the current all-unready spell has been logged (re-armed when a branch is ready).
     both_unready_logged: bool,
 }
@@ -371,6 +375,8 @@ pub struct SyncRequest {
     pub readiness: BTreeMap<String, Readiness>,
     /// Approval ids whose decision this run has recorded.
     pub recorded: BTreeSet<String>,
+    /// Drill marker ids this prober has recorded.
+    pub markers: BTreeSet<String>,
 }
 
 fn log(level: Level, message: impl Into<String>, fields: Fields) -> Effect {
@@ -483,6 +489,14 @@ impl Fold {
                     .iter()
                     .filter(|a| a.decisions.contains_key(prober))
                     .map(|a| a.id.clone())
+                    .collect(),
+                // Likewise markers this prober id took before: an earlier run recorded them.
+                markers: setup
+                    .doc
+                    .markers
+                    .iter()
+                    .filter(|m| m.taken.contains_key(prober))
+                    .map(|m| m.id.clone())
                     .collect(),
                 both_unready_logged: false,
             },
@@ -625,6 +639,11 @@ impl Fold {
                 .get(&svc)
                 .map(|s| s.recorded.clone())
                 .unwrap_or_default(),
+            markers: self
+                .services
+                .get(&svc)
+                .map(|s| s.markers.clone())
+                .unwrap_or_default(),
         }
     }
 
@@ -675,7 +694,11 @@ impl Fold {
                 service,
                 doc,
                 decided,
-            } => self.sync_done(service, &doc, decided, now),
+                markers,
+            } => {
+                self.record_markers(service, &doc, markers, now);
+                self.sync_done(service, &doc, decided, now)
+            }
             Input::SyncFailed {
                 service,
                 error,
@@ -1260,6 +1283,41 @@ impl Fold {
             }
         }
         self.apply_overrides(svc, doc, now);
+    }
+
+    /// Record the drill markers a sync took, once each: a marker id already recorded is not
+    /// recorded again. The ids kept are those still in the document (it prunes old markers).
+    fn record_markers(&mut self, svc: usize, doc: &ControlDoc, markers: Vec<Marker>, now: Millis) {
+        let Some(s) = self.services.get_mut(&svc) else {
+            return;
+        };
+        s.markers
+            .retain(|id| doc.markers.iter().any(|m| &m.id == id));
+        let fresh: Vec<Marker> = markers
+            .into_iter()
+            .filter(|m| s.markers.insert(m.id.clone()))
+            .collect();
+        let service = s.name.clone();
+        for m in fresh {
+            self.effects.push(log(
+                Level::Info,
+                "drill marker",
+                Fields {
+                    by: Some(m.by.clone()),
+                    state: Some(m.kind.as_str().into()),
+                    detail: Some(m.label.clone()),
+                    ..service_fields(&service)
+                },
+            ));
+            let r = MarkerRecord {
+                marker_id: m.id,
+                marker_kind: m.kind,
+                label: m.label,
+                by: m.by,
+                given_at: m.at,
+            };
+            self.record_for(svc, now, Record::Marker(r));
+        }
     }
 
     /// Apply an approval the store decided as applied to the live state.

@@ -7,7 +7,7 @@
 //! evidence contract: renaming one breaks saved files and the queries that read them.
 
 use crate::clock::rfc3339;
-use crate::control::Override;
+use crate::control::{MarkerKind, Override};
 use crate::probe::Attempt;
 use crate::readiness::{Millis, ReadinessState, Transition};
 use serde::{Deserialize, Serialize};
@@ -91,6 +91,8 @@ pub enum Record {
     ServiceUnavailable(ServiceUnavailable),
     /// A reload (SIGHUP) was applied or refused.
     Reload(Reload),
+    /// An operator's drill marker (`drill mark`), recorded once by each prober.
+    Marker(MarkerRecord),
     /// A run stopped; its summary.
     Stop(Stop),
 }
@@ -450,6 +452,23 @@ pub struct Reload {
     /// Why it was refused: each config problem with file, line and key, or each setting that
     /// needs a restart.
     pub problems: Vec<String>,
+}
+
+/// `marker`: an operator's drill marker. The envelope's `at` is when this prober recorded it
+/// (its next store sync), `given_at` when the operator gave it; `marker_id` is the same in every
+/// prober's evidence, so a merge of several probers' files keeps one of each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MarkerRecord {
+    /// The marker's id.
+    pub marker_id: String,
+    /// `fault`, `restore` or `note`.
+    pub marker_kind: MarkerKind,
+    /// What the operator did.
+    pub label: String,
+    /// Who.
+    pub by: String,
+    /// When it was given, ms since the epoch.
+    pub given_at: Millis,
 }
 
 /// `both_branches_unready`: no branch is ready, so Route 53 fails open.

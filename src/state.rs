@@ -264,7 +264,7 @@ pub const REFRESH_EVERY: u32 = 6;
 
 /// Whether `after` differs from `before` only in what every sync of a prober refreshes: each
 /// prober's `saved_at` and the attempts retained in its branch snapshots. State, holding clocks,
-/// approvals and decisions, overrides and instances all count as changes (pure).
+/// approvals and decisions, overrides, instances and drill markers all count as changes (pure).
 fn refresh_only(before: &ControlDoc, after: &ControlDoc) -> bool {
     let same_prober = |a: &crate::control::ProberState, b: &crate::control::ProberState| {
         a.branches.len() == b.branches.len()
@@ -284,6 +284,7 @@ fn refresh_only(before: &ControlDoc, after: &ControlDoc) -> bool {
         && before.approvals == after.approvals
         && before.overrides == after.overrides
         && before.instances == after.instances
+        && before.markers == after.markers
         && before.probers.len() == after.probers.len()
         && before
             .probers

@@ -1,6 +1,7 @@
 //! Command line: argument parsing (clap), logging set-up, the subcommands and their exit codes.
 
 mod aws_check;
+mod drill_cmd;
 mod operator;
 mod plan;
 mod probe_cmd;
@@ -224,6 +225,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Drill evidence: `drill mark` puts an operator's marker into the drill's evidence.
+    Drill {
+        /// The drill subcommand.
+        #[command(subcommand)]
+        command: drill_cmd::DrillCommand,
+    },
     /// Predict a failover and failback timeline offline: scripted attempt outcomes per branch
     /// (docs/simulate.md) through the real readiness core, then the modelled alarm, health check,
     /// failover answer and resolver caches, each hop's assumption stated and set in the scenario.
@@ -396,6 +403,7 @@ impl Command {
             | Command::Override { config, .. }
             | Command::Status { config, .. }
             | Command::Simulate { config, .. } => config,
+            Command::Drill { command } => command.config(),
         }
     }
 }
@@ -480,6 +488,13 @@ async fn async_main(cli: Cli) -> ExitCode {
             format,
             ..
         } => simulate_cmd::simulate(&cfg, service.as_deref(), &scenario, out.as_deref(), format),
+        Command::Drill { command } => {
+            let drill_cmd::DrillCommand::Mark { service, .. } = &command;
+            match pick(&cfg, service.as_deref()) {
+                Ok(svc) => drill_cmd::drill(&cfg, svc, command).await,
+                Err(code) => code,
+            }
+        }
     }
 }
 
@@ -719,8 +734,11 @@ mod tests {
             ("override", &[0, 64, 74]),
             ("status", &[0, 64, 74]),
             ("simulate", &[0, 64, 74]),
+            ("drill mark", &[0, 64, 74]),
         ] {
-            let sub = cli.find_subcommand(cmd).map(|c| {
+            let mut words = cmd.split(' ');
+            let top = words.next().and_then(|w| cli.find_subcommand(w));
+            let sub = words.fold(top, |c, w| c?.find_subcommand(w)).map(|c| {
                 c.get_long_about()
                     .or(c.get_about())
                     .map(ToString::to_string)

@@ -147,14 +147,66 @@ fn sync(f: &mut Fold, doc: &mut ControlDoc, now: Millis) -> Vec<Effect> {
     let req = f.sync_request(0);
     let mut copy = req.readiness.clone();
     let decided = control::sync_prober(doc, "p1", &mut copy, &req.recorded, now);
+    let markers = control::take_markers(doc, "p1", &req.markers, now);
     f.handle(
         Input::SyncDone {
             service: 0,
             doc: doc.clone(),
             decided,
+            markers,
         },
         now,
     )
+}
+
+fn marker(id: &str, at: Millis) -> control::Marker {
+    control::Marker {
+        id: id.into(),
+        kind: control::MarkerKind::Restore,
+        label: "writer path open again".into(),
+        by: "op".into(),
+        at,
+        taken: BTreeMap::new(),
+    }
+}
+
+/// A drill marker in the store becomes one `marker` record at the next sync, never again: not
+/// at later syncs, not when a sync hands back one already recorded (a lost answer), not after a
+/// restart from the document.
+#[test]
+fn a_drill_marker_is_recorded_once() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let mut doc = ControlDoc::new("orders-db");
+    doc.markers.push(marker("m1", 900));
+    let e = sync(&mut f, &mut doc, 1000);
+    let m = of_kind(&e, "marker");
+    assert_eq!(m.len(), 1, "{e:?}");
+    assert_eq!(m[0]["marker_id"], "m1");
+    assert_eq!(m[0]["marker_kind"], "restore");
+    assert_eq!(m[0]["label"], "writer path open again");
+    assert_eq!(m[0]["by"], "op");
+    assert_eq!(m[0]["given_at"], 900);
+    assert!(e.iter().any(|x| matches!(
+        x,
+        Effect::Record(1000, svc, crate::record::Record::Marker(_)) if svc == "orders-db"
+    )));
+    assert!(logs(&e).iter().any(|l| l.message == "drill marker"));
+    for now in [1500, 2000, 2500] {
+        assert!(of_kind(&sync(&mut f, &mut doc, now), "marker").is_empty());
+    }
+    // A sync that hands it back anyway records nothing.
+    let again = f.handle(
+        Input::SyncDone {
+            service: 0,
+            doc: doc.clone(),
+            decided: Vec::new(),
+            markers: vec![doc.markers[0].clone()],
+        },
+        3000,
+    );
+    assert!(of_kind(&again, "marker").is_empty());
+    let (mut g, _) = start(&doc);
+    assert!(of_kind(&sync(&mut g, &mut doc, 3500), "marker").is_empty());
 }
 
 #[test]
@@ -1087,6 +1139,7 @@ fn branches_stay_with_their_service_across_add_remove_and_change() {
             service: 0,
             doc,
             decided: Vec::new(),
+            markers: Vec::new(),
         },
         3100,
     );

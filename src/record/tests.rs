@@ -302,8 +302,29 @@ fn every_kind() -> Vec<Record> {
         evidence_reopened(),
         duplicate_prober(),
         reload(),
+        marker(),
         stop(),
     ]
+}
+
+fn marker() -> Record {
+    Record::Marker(MarkerRecord {
+        marker_id: "1767323000000-0a1b2c3d".into(),
+        marker_kind: MarkerKind::Fault,
+        label: "blocked writer path".into(),
+        by: "alice".into(),
+        given_at: AT - 45_678,
+    })
+}
+
+#[test]
+fn golden_marker() {
+    check(
+        marker(),
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"marker","marker_id":"1767323000000-0a1b2c3d","marker_kind":"fault","label":"blocked writer path","by":"alice","given_at":1767323000000}"#
+        ]],
+    );
 }
 
 fn reload() -> Record {

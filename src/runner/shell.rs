@@ -3,7 +3,7 @@
 //! results go back in.
 
 use crate::clock::Clock;
-use crate::control::{self, Approval, ControlDoc, Decision, InstanceWatch, OtherInstance};
+use crate::control::{self, Approval, ControlDoc, Decision, InstanceWatch, Marker, OtherInstance};
 use crate::fold::{Batch, Effect, Fold, Input, Level, Log, ServiceId};
 use crate::readiness::Millis;
 use crate::record::{DuplicateProber, Record};
@@ -16,20 +16,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// What a background sync produced: the document and this prober's decisions to take, and the
-/// other instance it found under this prober id.
+/// What a background sync produced: the document, this prober's decisions to take and drill
+/// markers to record, and the other instance it found under this prober id.
 pub(super) struct SyncOutcome {
     /// The service whose document it is.
     pub(super) service: ServiceId,
     /// Where the document is.
     location: String,
     started: Millis,
-    result: Result<(ControlDoc, Vec<(Approval, Decision)>), StateError>,
+    result: Result<(ControlDoc, SyncOut), StateError>,
     found: Option<OtherInstance>,
 }
 
-/// What the sync closure hands back out: its decisions and the instance it found.
-type SyncOut = (Vec<(Approval, Decision)>, Option<OtherInstance>);
+/// What the sync closure hands back out: its decisions and the drill markers it took.
+type SyncOut = (Vec<(Approval, Decision)>, Vec<Marker>);
 
 /// The fold and what executes its effects.
 pub(super) struct Shell {
@@ -161,7 +161,7 @@ impl Shell {
         // Only services with a store are synced (the caller's loops go over `stores`).
         let store = self.stores.get(&service).cloned();
         let bound = self.sync_bound;
-        let out: Arc<Mutex<SyncOut>> = Arc::default();
+        let out: Arc<Mutex<(SyncOut, Option<OtherInstance>)>> = Arc::default();
         let out2 = out.clone();
         async move {
             let Some(store) = store else {
@@ -182,7 +182,8 @@ impl Shell {
                 let mut readiness = req.readiness.clone();
                 let found = control::claim_instance(doc, &me, &instance);
                 let decided = control::sync_prober(doc, &me, &mut readiness, &req.recorded, now);
-                *out2.lock().unwrap_or_else(|p| p.into_inner()) = (decided, found);
+                let markers = control::take_markers(doc, &me, &req.markers, now);
+                *out2.lock().unwrap_or_else(|p| p.into_inner()) = ((decided, markers), found);
                 Ok(())
             });
             let result = match tokio::time::timeout(bound, update).await {
@@ -195,13 +196,13 @@ impl Shell {
                     ),
                 }),
             };
-            let (decided, found) =
+            let (taken, found) =
                 std::mem::take(&mut *out.lock().unwrap_or_else(|p| p.into_inner()));
             SyncOutcome {
                 service,
                 location: store.location(),
                 started: now,
-                result: result.map(|doc| (doc, decided)),
+                result: result.map(|doc| (doc, taken)),
                 found,
             }
         }
@@ -241,10 +242,11 @@ impl Shell {
             self.duplicate(service, other);
         }
         self.feed(match outcome.result {
-            Ok((doc, decided)) => Input::SyncDone {
+            Ok((doc, (decided, markers))) => Input::SyncDone {
                 service,
                 doc,
                 decided,
+                markers,
             },
             Err(e) => Input::SyncFailed {
                 service,

@@ -243,7 +243,7 @@ impl EvidenceWriter {
 }
 
 /// Whether a file of `size` bytes ends in anything but a newline.
-fn ends_torn(file: &File, size: u64) -> io::Result<bool> {
+pub(crate) fn ends_torn(file: &File, size: u64) -> io::Result<bool> {
     use std::os::unix::fs::FileExt;
     if size == 0 {
         return Ok(false);

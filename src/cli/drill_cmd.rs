@@ -1,0 +1,231 @@
+//! `drill mark`: an operator's marker in a drill's timeline. Through the state store (every
+//! running prober records it into its own evidence at its next sync), or appended directly to
+//! one evidence file (`--evidence`, e.g. a copy on a laptop). No probe, no secret, no publish.
+
+use super::{EXIT_INVALID_CONFIG, EXIT_IO, EXIT_OK};
+use crate::config::{Config, ServiceConfig};
+use crate::control::{Marker, MarkerKind};
+use crate::record::{Envelope, MarkerRecord, Record};
+use clap::{Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Longest label, characters: one line of a timeline.
+pub const MAX_LABEL_CHARS: usize = 200;
+
+/// `drill` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum DrillCommand {
+    /// Mark what the operator did (a fault injected, restored, a note) in the drill's evidence.
+    ///
+    /// Without `--evidence` the marker goes into the service's state store: every running prober
+    /// records it once, as a `marker` record in its own evidence, at its next sync (within
+    /// `state.poll_interval`); a prober that has not recorded it within an hour of it being
+    /// given (stopped, or a new prober id) leaves it out. With `--evidence FILE` one `marker`
+    /// line is appended to that existing evidence file instead (one whole line in one write;
+    /// a symbolic link is refused), and the store is not touched. Exit 0 when recorded, 64
+    /// invalid config or arguments (an empty or overlong label, a control
+    /// character in the label or `--by`), 74 the state store or the evidence file cannot be
+    /// written.
+    Mark {
+        /// Config file (TOML).
+        #[arg(long, short, env = "READYPROBE_CONFIG")]
+        config: PathBuf,
+        /// What happened, one line of 1 to 200 characters (e.g. "blocked writer path").
+        #[arg(long)]
+        label: String,
+        /// What the marker marks.
+        #[arg(long, value_enum, default_value_t = MarkKindArg::Note)]
+        kind: MarkKindArg,
+        /// Who (default: $USER, else "unknown").
+        #[arg(long)]
+        by: Option<String>,
+        /// Service name; required when the config has several services.
+        #[arg(long, short = 's')]
+        service: Option<String>,
+        /// Append the marker to this evidence file directly instead of the state store.
+        #[arg(long)]
+        evidence: Option<PathBuf>,
+    },
+}
+
+impl DrillCommand {
+    /// The config file the subcommand reads.
+    pub(super) fn config(&self) -> &Path {
+        match self {
+            DrillCommand::Mark { config, .. } => config,
+        }
+    }
+}
+
+/// `--kind` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum MarkKindArg {
+    /// A fault was injected.
+    Fault,
+    /// The fault was removed.
+    Restore,
+    /// Anything else.
+    Note,
+}
+
+impl From<MarkKindArg> for MarkerKind {
+    fn from(k: MarkKindArg) -> Self {
+        match k {
+            MarkKindArg::Fault => MarkerKind::Fault,
+            MarkKindArg::Restore => MarkerKind::Restore,
+            MarkKindArg::Note => MarkerKind::Note,
+        }
+    }
+}
+
+/// Why a label or `--by` cannot be a marker's, if it cannot (pure).
+pub fn check_mark(label: &str, by: &str) -> Result<(), String> {
+    if label.trim().is_empty() || by.trim().is_empty() {
+        return Err("--label and --by must not be empty (they are the marker's record)".into());
+    }
+    let n = label.chars().count();
+    if n > MAX_LABEL_CHARS {
+        return Err(format!(
+            "--label has {n} characters; at most {MAX_LABEL_CHARS} (one line of a timeline)"
+        ));
+    }
+    if label.chars().chain(by.chars()).any(char::is_control) {
+        return Err(
+            "--label and --by must not contain control characters (newlines, escapes)".into(),
+        );
+    }
+    Ok(())
+}
+
+/// Run `drill` subcommand `cmd` on service `svc`.
+pub(super) async fn drill(cfg: &Config, svc: &ServiceConfig, cmd: DrillCommand) -> ExitCode {
+    let DrillCommand::Mark {
+        label,
+        kind,
+        by,
+        evidence,
+        ..
+    } = cmd;
+    let by = by
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "unknown".into());
+    if let Err(e) = check_mark(&label, &by) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
+    let now = crate::clock::Clock::start().now_ms();
+    let marker = Marker {
+        id: format!("{now}-{:08x}", rand::random::<u32>()),
+        kind: kind.into(),
+        label,
+        by,
+        at: now,
+        taken: Default::default(),
+    };
+    match evidence {
+        Some(path) => to_evidence(cfg, svc, &path, marker),
+        None => to_store(cfg, svc, marker).await,
+    }
+}
+
+/// Append the marker to the service's control document.
+async fn to_store(cfg: &Config, svc: &ServiceConfig, marker: Marker) -> ExitCode {
+    let store = crate::runner::open_store(cfg, &svc.service.name).await;
+    let m = marker.clone();
+    let doc = match store
+        .update(move |doc| {
+            doc.markers.push(m.clone());
+            Ok(())
+        })
+        .await
+    {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {}", crate::config::escape_controls(&e.to_string()));
+            return ExitCode::from(EXIT_IO);
+        }
+    };
+    let fresh = doc
+        .probers
+        .values()
+        .filter(|p| p.is_fresh(marker.at))
+        .count();
+    println!(
+        "marker {} ({}) recorded in {}; running probers record it in their evidence at their next sync (within {}); probers that saved in the last 15 minutes: {fresh}",
+        marker.id,
+        marker.kind.as_str(),
+        store.location(),
+        crate::clock::fmt_duration(cfg.state.poll_interval)
+    );
+    ExitCode::from(EXIT_OK)
+}
+
+/// Append one `marker` line to the evidence file at `path` (which must exist).
+fn to_evidence(cfg: &Config, svc: &ServiceConfig, path: &Path, m: Marker) -> ExitCode {
+    let record = Record::Marker(MarkerRecord {
+        marker_id: m.id.clone(),
+        marker_kind: m.kind,
+        label: m.label,
+        by: m.by,
+        given_at: m.at,
+    });
+    let envelope = Envelope::new(m.at, &svc.service.name, &cfg.prober_id, &record);
+    let line = match envelope.to_line() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: cannot encode the marker: {e}");
+            return ExitCode::from(EXIT_IO);
+        }
+    };
+    if let Err(e) = append_line(path, &line) {
+        eprintln!(
+            "error: cannot append to evidence file {}: {}",
+            crate::config::escape_controls(&path.display().to_string()),
+            crate::config::escape_controls(&e.to_string())
+        );
+        return ExitCode::from(EXIT_IO);
+    }
+    println!(
+        "marker {} ({}) appended to {}",
+        m.id,
+        m.kind.as_str(),
+        crate::config::escape_controls(&path.display().to_string())
+    );
+    ExitCode::from(EXIT_OK)
+}
+
+/// Append `line` (newline included) to an existing regular file in one write, after a newline
+/// when the file ends in a torn line, so the marker always starts a line of its own.
+fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
+    let mut opts = std::fs::OpenOptions::new();
+    let mut file = crate::state::open_regular(path, opts.read(true).append(true))?;
+    let size = file.metadata()?.len();
+    let mut bytes = Vec::with_capacity(line.len() + 1);
+    if crate::sink::evidence::ends_torn(&file, size)? {
+        bytes.push(b'\n');
+    }
+    bytes.extend_from_slice(line.as_bytes());
+    file.write_all(&bytes)?;
+    file.sync_data()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_one_printable_line_of_at_most_200_characters() {
+        assert!(check_mark("blocked writer path", "alice").is_ok());
+        assert!(check_mark(&"é".repeat(MAX_LABEL_CHARS), "alice").is_ok());
+        let long = check_mark(&"x".repeat(MAX_LABEL_CHARS + 1), "alice").unwrap_err();
+        assert!(long.contains("201 characters"), "{long}");
+        assert!(check_mark("  ", "alice").unwrap_err().contains("empty"));
+        assert!(check_mark("x", "").unwrap_err().contains("empty"));
+        for bad in ["a\nb", "a\u{1b}[2Jb", "a\tb"] {
+            assert!(check_mark(bad, "alice").unwrap_err().contains("control"));
+            assert!(check_mark("ok", bad).unwrap_err().contains("control"));
+        }
+    }
+}
