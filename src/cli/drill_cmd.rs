@@ -196,17 +196,21 @@ fn to_evidence(cfg: &Config, svc: &ServiceConfig, path: &Path, m: Marker) -> Exi
     ExitCode::from(EXIT_OK)
 }
 
-/// Append `line` (newline included) to an existing regular file in one write, after a newline
-/// when the file ends in a torn line, so the marker always starts a line of its own.
+/// Append `line` (an envelope line, newline included) to an existing regular file in one write,
+/// numbered after the file's last `record_seq` as the prober's writer numbers its lines, and
+/// after a newline when the file ends in a torn line, so the marker always starts a line of its
+/// own.
 fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
+    use crate::sink::evidence::{ends_torn, last_record_seq, put_numbered};
     let mut opts = std::fs::OpenOptions::new();
     let mut file = crate::state::open_regular(path, opts.read(true).append(true))?;
     let size = file.metadata()?.len();
-    let mut bytes = Vec::with_capacity(line.len() + 1);
-    if crate::sink::evidence::ends_torn(&file, size)? {
+    let seq = last_record_seq(path, &file, size)?.saturating_add(1);
+    let mut bytes = Vec::with_capacity(line.len() + 40);
+    if ends_torn(&file, size)? {
         bytes.push(b'\n');
     }
-    bytes.extend_from_slice(line.as_bytes());
+    put_numbered(&mut bytes, seq, line);
     file.write_all(&bytes)?;
     file.sync_data()
 }
@@ -214,6 +218,33 @@ fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The appended line goes on from the file's last `record_seq`, also after a torn line, and
+    /// from the rotated generation when the file holds no numbered line.
+    #[test]
+    fn the_appended_line_continues_record_seq() {
+        use crate::sink::evidence::put_numbered;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("evidence.jsonl");
+        let line = "{\"at\":\"x\",\"kind\":\"marker\"}\n";
+        let seq_of = |l: &str| -> u64 {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["record_seq"].as_u64().unwrap()
+        };
+        let mut text = Vec::new();
+        put_numbered(&mut text, 41, line);
+        put_numbered(&mut text, 42, line);
+        text.extend_from_slice(b"{\"record_seq\":99,\"at");
+        std::fs::write(&p, &text).unwrap();
+        append_line(&p, line).unwrap();
+        let after = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(seq_of(after.lines().last().unwrap()), 43, "{after}");
+
+        std::fs::rename(&p, dir.path().join("evidence.jsonl.1")).unwrap();
+        std::fs::write(&p, "").unwrap();
+        append_line(&p, line).unwrap();
+        assert_eq!(seq_of(&std::fs::read_to_string(&p).unwrap()), 44);
+    }
 
     #[test]
     fn labels_are_one_printable_line_of_at_most_200_characters() {

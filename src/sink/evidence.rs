@@ -14,9 +14,16 @@
 //! `start` record per service) always fits. The thread writes what has queued up meanwhile in
 //! one `write` (whole lines only), at most one write per [`GATHER`]; when that fails it cuts the
 //! file back and writes the lines one by one, so a full disk still loses whole records only.
+//!
+//! Every line starts with `record_seq`, the prober's record number: 1, 2, 3, … across restarts
+//! and rotation (it continues from the highest number in the tail of the file, or of the
+//! rotated generation when the file holds none). The writer thread numbers a line as it joins
+//! a batch, so the file's numbers rise line by line; a record lost after that (a failed write)
+//! or before it (a full queue, an encoding error) keeps its number, and the gap shows the loss.
 
 use crate::readiness::Millis;
 use crate::record::{Envelope, EvidenceReopened, Record};
+use serde::Deserialize;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -52,6 +59,13 @@ pub fn queue_lines(services: usize) -> usize {
 /// Log the first failure and then every this many, so a dead disk does not flood the log.
 const LOG_EVERY: u64 = 100;
 
+/// Bytes at the end of an evidence file read for its last `record_seq`: dozens of records (an
+/// attempt record is about 1 KB), so a torn or unreadable last line still leaves whole ones.
+const TAIL_BYTES: u64 = 64 * 1024;
+
+/// Most bytes `"record_seq":N,` adds to a line (N up to 20 digits).
+const SEQ_FIELD_MAX: usize = r#""record_seq":,"#.len() + 20;
+
 /// Appends evidence records through a writer thread.
 #[derive(Debug)]
 pub struct EvidenceWriter {
@@ -71,6 +85,24 @@ pub struct EvidenceWriter {
 struct Counters {
     written: AtomicU64,
     failed: AtomicU64,
+    /// The last `record_seq` given, to a record written or lost.
+    last_seq: AtomicU64,
+}
+
+impl Counters {
+    /// The next `record_seq`.
+    fn next_seq(&self) -> u64 {
+        self.last_seq
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1)
+    }
+
+    /// A record that will never reach the writer thread: counted as failed, and its number
+    /// skipped, so the file shows the gap.
+    fn lose(&self) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        self.next_seq();
+    }
 }
 
 #[derive(Debug)]
@@ -108,6 +140,9 @@ impl EvidenceWriter {
             size += 1;
         }
         let counters = Arc::new(Counters::default());
+        counters
+            .last_seq
+            .store(last_record_seq(path, &file, size)?, Ordering::Relaxed);
         let state = FileState {
             path: path.to_owned(),
             file,
@@ -163,7 +198,7 @@ impl EvidenceWriter {
         match Envelope::new(at, service, &self.prober, record).to_line() {
             Ok(line) => self.send(Msg::Line(line)),
             Err(e) => {
-                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                self.counters.lose();
                 tracing::error!(kind = record.kind(), error = %e, "cannot encode an evidence record");
             }
         }
@@ -181,7 +216,7 @@ impl EvidenceWriter {
         let counts = matches!(msg, Msg::Line(_));
         let Some(tx) = &self.tx else {
             if counts {
-                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                self.counters.lose();
             }
             return;
         };
@@ -189,7 +224,7 @@ impl EvidenceWriter {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 if counts {
-                    self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                    self.counters.lose();
                 }
                 self.queue_full += 1;
                 if self.queue_full % LOG_EVERY == 1 {
@@ -202,7 +237,7 @@ impl EvidenceWriter {
             }
             Err(TrySendError::Disconnected(_)) => {
                 if counts {
-                    self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                    self.counters.lose();
                 }
                 tracing::error!(path = %self.path.display(), "evidence writer thread ended; record lost");
             }
@@ -253,6 +288,78 @@ pub(crate) fn ends_torn(file: &File, size: u64) -> io::Result<bool> {
     Ok(last != *b"\n")
 }
 
+/// The last `record_seq` of the evidence at `path`, open as `file` (`size` bytes): the highest in
+/// the file's tail, else (a new file, or one with no numbered record) the highest in its rotated
+/// generation's tail, else 0. `drill mark --evidence` numbers its line from this too.
+///
+/// # Errors
+/// Reading either file fails (a missing rotated generation is no error); the error names the
+/// rotated file when it is the one.
+pub(crate) fn last_record_seq(path: &Path, file: &File, size: u64) -> io::Result<u64> {
+    if let Some(seq) = tail_seq(file, size)? {
+        return Ok(seq);
+    }
+    let old = rotated(path);
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", old.display()));
+    let file = match crate::state::open_regular(&old, OpenOptions::new().read(true)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(named(e)),
+    };
+    let size = file.metadata().map_err(named)?.len();
+    Ok(tail_seq(&file, size).map_err(named)?.unwrap_or(0))
+}
+
+/// The part of a line [`tail_seq`] reads; every other field is passed over.
+#[derive(Deserialize)]
+struct SeqOnly {
+    record_seq: Option<u64>,
+}
+
+/// The highest `record_seq` among the lines in the last [`TAIL_BYTES`] of `file` (`size`
+/// bytes), if any has one. A line that does not parse (torn by a kill, cut by the start of the
+/// read, written before records were numbered) is passed over.
+fn tail_seq(file: &File, size: u64) -> io::Result<Option<u64>> {
+    use std::os::unix::fs::FileExt;
+    let from = size.saturating_sub(TAIL_BYTES);
+    let mut buf = vec![0u8; (size - from) as usize];
+    let mut got = 0;
+    // A file cut shorter meanwhile ends the read early; what was read still counts.
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], from + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut lines = buf[..got].split(|&b| b == b'\n');
+    if from > 0 {
+        // The read may begin inside a line.
+        lines.next();
+    }
+    Ok(lines
+        .filter_map(|l| serde_json::from_slice::<SeqOnly>(l).ok()?.record_seq)
+        .max())
+}
+
+/// `line` (an [`Envelope`] line: a JSON object, newline included) with `"record_seq":seq` as its
+/// first field, appended to `out`.
+pub(crate) fn put_numbered(out: &mut Vec<u8>, seq: u64, line: &str) {
+    debug_assert!(line.starts_with("{\""), "not an envelope line: {line}");
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "{{\"record_seq\":{seq},");
+    out.extend_from_slice(line.strip_prefix('{').unwrap_or(line).as_bytes());
+}
+
+/// Where the evidence file at `path` goes when it rotates: `<path>.1`.
+fn rotated(path: &Path) -> PathBuf {
+    path.with_extension(match path.extension() {
+        Some(e) => format!("{}.1", e.to_string_lossy()),
+        None => "1".into(),
+    })
+}
+
 fn open_append(path: &Path) -> io::Result<File> {
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
@@ -275,8 +382,9 @@ struct Batch {
 }
 
 impl Batch {
-    fn push(&mut self, line: &str) {
-        self.bytes.extend_from_slice(line.as_bytes());
+    /// Add `line`, numbered `seq`.
+    fn push(&mut self, seq: u64, line: &str) {
+        put_numbered(&mut self.bytes, seq, line);
         self.ends.push(self.bytes.len());
     }
 
@@ -308,15 +416,17 @@ impl FileState {
         while let Some(msg) = next.take() {
             match msg {
                 Msg::Line(line) => {
-                    batch.push(&line);
+                    batch.push(self.counters.next_seq(), &line);
                     // Join what is queued already, up to a rotation or BATCH_BYTES; anything
                     // else that comes waits until the batch is written.
                     while batch.bytes.len() < BATCH_BYTES
                         && let Ok(m) = rx.try_recv()
                     {
                         match m {
-                            Msg::Line(l) if self.fits(batch.bytes.len() + l.len()) => {
-                                batch.push(&l);
+                            Msg::Line(l)
+                                if self.fits(batch.bytes.len() + l.len() + SEQ_FIELD_MAX) =>
+                            {
+                                batch.push(self.counters.next_seq(), &l);
                             }
                             other => {
                                 next = Some(other);
@@ -337,10 +447,13 @@ impl FileState {
                         let r = Record::EvidenceReopened(EvidenceReopened { path });
                         match Envelope::new(at, &self.service, &self.prober, r).to_line() {
                             Ok(line) => {
-                                batch.push(&line);
+                                batch.push(self.counters.next_seq(), &line);
                                 self.append(&mut batch);
                             }
-                            Err(e) => self.count_failure(&e),
+                            Err(e) => {
+                                self.counters.next_seq();
+                                self.count_failure(&e);
+                            }
                         }
                     }
                 }
@@ -460,10 +573,7 @@ impl FileState {
     }
 
     fn rotate(&mut self) {
-        let old = self.path.with_extension(match self.path.extension() {
-            Some(e) => format!("{}.1", e.to_string_lossy()),
-            None => "1".into(),
-        });
+        let old = rotated(&self.path);
         let reopened = std::fs::rename(&self.path, &old).and_then(|_| open_append(&self.path));
         match reopened {
             Ok(f) => {

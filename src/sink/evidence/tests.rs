@@ -252,6 +252,11 @@ async fn a_full_disk_loses_whole_records_never_part_of_one() {
         .collect();
     assert_eq!(seqs.len() as u64, written);
     assert_eq!(seqs[seqs.len() - 3..], [103, 104, 105]);
+    // The lost records are the gaps in `record_seq`.
+    let numbers = record_seqs(&p);
+    assert_eq!(numbers.len() as u64, written);
+    assert!(numbers.windows(2).all(|s| s[0] < s[1]), "{numbers:?}");
+    assert_eq!(*numbers.last().unwrap(), 106);
 }
 
 /// A run killed mid-write left part of a line: the next run's first record starts a line of its
@@ -315,4 +320,135 @@ async fn every_start_record_of_thousands_of_services_is_kept() {
         .collect();
     let expected: Vec<String> = (0..services).map(|i| format!("s{i}")).collect();
     assert_eq!(order, expected);
+}
+
+/// The `record_seq` of every line of `path`, in file order; a line without one is a failure.
+fn record_seqs(path: &Path) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["record_seq"].as_u64().unwrap_or_else(|| panic!("{l}"))
+        })
+        .collect()
+}
+
+/// Every line is numbered, from 1, one more per record, `record_seq` first; the
+/// `evidence_reopened` line the writer thread writes itself included.
+#[tokio::test]
+async fn record_seq_counts_every_record_from_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("e.jsonl");
+    let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 20, QUEUE_LINES).unwrap();
+    w.record(0, &abandoned(1));
+    w.record(1, &abandoned(2));
+    settle(&w, 2).await;
+    std::fs::remove_file(&p).unwrap();
+    w.reopen_if_replaced(2);
+    w.record(3, &abandoned(3));
+    assert!(w.close(soon()).await);
+    assert_eq!(kinds(&p), ["evidence_reopened", "attempt_abandoned"]);
+    assert_eq!(record_seqs(&p), [3, 4]);
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(text.starts_with(r#"{"record_seq":3,"at":"#), "{text}");
+}
+
+/// A second run on the same file goes on from the first run's last number.
+#[tokio::test]
+async fn record_seq_continues_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("e.jsonl");
+    for run in 0..2 {
+        let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 20, QUEUE_LINES).unwrap();
+        for i in 0..3 {
+            w.record(i, &abandoned(run));
+        }
+        assert!(w.close(soon()).await);
+    }
+    assert_eq!(record_seqs(&p), [1, 2, 3, 4, 5, 6]);
+}
+
+/// Numbers run on through rotations; a run that starts on an empty current file (it rotated
+/// just before the last run stopped) goes on from the rotated generation's tail.
+#[tokio::test]
+async fn record_seq_continues_after_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("evidence.jsonl");
+    let old = dir.path().join("evidence.jsonl.1");
+    let mut w = EvidenceWriter::open(&p, "s", "p", 4096, QUEUE_LINES).unwrap();
+    for i in 0..200 {
+        w.record(i, &abandoned(i as u64));
+    }
+    assert!(w.close(soon()).await);
+    let (prev, cur) = (record_seqs(&old), record_seqs(&p));
+    let all: Vec<u64> = prev.iter().chain(&cur).copied().collect();
+    assert_eq!(all, (all[0]..=200).collect::<Vec<_>>());
+    assert!(all[0] > 1, "rotated at least twice");
+
+    std::fs::write(&p, "").unwrap();
+    let mut w = EvidenceWriter::open(&p, "s", "p", 4096, QUEUE_LINES).unwrap();
+    w.record(200, &abandoned(200));
+    assert!(w.close(soon()).await);
+    assert_eq!(record_seqs(&p), [*prev.last().unwrap() + 1]);
+}
+
+/// The tail read at open passes over a torn last line (even one whose number would be higher),
+/// a line cut by the start of the read and lines of an older version without numbers; a file
+/// with no number anywhere starts at 1.
+#[tokio::test]
+async fn record_seq_passes_over_a_torn_last_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("evidence.jsonl");
+    let line = Envelope::new(0, "s", "p", &abandoned(1)).to_line().unwrap();
+    // More than TAIL_BYTES of numbered lines, then unnumbered ones, then a torn one.
+    let mut text = Vec::new();
+    let mut seq = 0;
+    while (text.len() as u64) < 2 * TAIL_BYTES {
+        seq += 1;
+        put_numbered(&mut text, seq, &line);
+    }
+    text.extend_from_slice(line.repeat(3).as_bytes());
+    let mut torn = Vec::new();
+    put_numbered(&mut torn, seq + 100, &line);
+    text.extend_from_slice(&torn[..torn.len() - 10]);
+    std::fs::write(&p, &text).unwrap();
+    let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 30, QUEUE_LINES).unwrap();
+    w.record(1, &abandoned(2));
+    assert!(w.close(soon()).await);
+    let last = std::fs::read_to_string(&p).unwrap();
+    let last: Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert_eq!(last["record_seq"], seq + 1);
+
+    let fresh = dir.path().join("old.jsonl");
+    std::fs::write(&fresh, line.repeat(2)).unwrap();
+    let mut w = EvidenceWriter::open(&fresh, "s", "p", 1 << 30, QUEUE_LINES).unwrap();
+    w.record(1, &abandoned(2));
+    assert!(w.close(soon()).await);
+    let last = std::fs::read_to_string(&fresh).unwrap();
+    let last: Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert_eq!(last["record_seq"], 1);
+}
+
+/// Records refused by a full queue keep their numbers: the file's numbers rise line by line
+/// with a gap exactly as wide as the records lost.
+#[tokio::test]
+async fn a_refused_record_leaves_a_gap_in_record_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("e.jsonl");
+    let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 20, 4).unwrap();
+    let (release, stalled) = mpsc::channel();
+    w.send(Msg::Stall(stalled));
+    for i in 0..10 {
+        w.record(i, &abandoned(i as u64));
+    }
+    drop(release);
+    assert!(w.close(soon()).await);
+    let (written, failed) = (w.written(), w.failed());
+    assert!(failed >= 5, "failed {failed}");
+    assert_eq!(written + failed, 10);
+    let seqs = record_seqs(&p);
+    assert_eq!(seqs.len() as u64, written);
+    assert!(seqs.windows(2).all(|s| s[0] < s[1]), "{seqs:?}");
+    assert_eq!(*seqs.last().unwrap(), 10);
 }
