@@ -13,7 +13,7 @@ use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Snapshot, Tran
 use crate::record::{
     AbandonCause, ApprovalNotApplied, ApprovalRecord, AttemptAbandoned, BothBranchesUnready,
     MarkerRecord, OverrideAction, OverrideRecord, Publish, PublishFailureClass, PublishOutcome,
-    PublishReason, Record, Restored, StateSyncFailed, Stop, TransitionRecord,
+    PublishReason, Record, Restored, StableNameRecord, StateSyncFailed, Stop, TransitionRecord,
 };
 use crate::sink::{
     BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, service_unavailable_datum,
@@ -138,6 +138,13 @@ pub enum Input {
         /// Service name.
         service: String,
         attempt: Box<Attempt>,
+    },
+    /// A round of the stable-name probe of service `service`: recorded (evidence only, it never
+    /// reaches a branch's window); ignored when the service is gone.
+    StableName {
+        /// Index of the service.
+        service: ServiceId,
+        record: Box<StableNameRecord>,
     },
     /// An attempt cut off because a reload stopped its loop: recorded as abandoned with cause
     /// `reload`; it counts in no window.
@@ -711,6 +718,11 @@ impl Fold {
             Input::ChangeService(c) => self.change_service(*c),
             Input::SetUnavailable(list) => self.unavailable = list,
             Input::StoppedAttempt { service, attempt } => self.stopped_attempt(service, attempt),
+            Input::StableName { service, record } => {
+                if self.services.contains_key(&service) {
+                    self.record_for(service, now, Record::StableName(*record));
+                }
+            }
             Input::CancelledByReload {
                 service,
                 branch,

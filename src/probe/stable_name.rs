@@ -9,6 +9,7 @@
 use super::resolve::{Answer, Resolution, resolve_with};
 use crate::config::{AddressFamily, Role};
 use crate::failure::FailureClass;
+use crate::record::StableNameRecord;
 use hickory_resolver::TokioResolver;
 use std::collections::BTreeSet;
 
@@ -124,6 +125,35 @@ impl Observation {
     /// The stable name answered with something no branch has.
     pub fn unknown_target(&self) -> bool {
         self.selection == Some(Selection::Unknown)
+    }
+
+    /// The `SelectedBranch` datum (0 when the stable name did not resolve).
+    pub fn datum(&self) -> f64 {
+        self.selection.as_ref().map_or(0.0, Selection::datum)
+    }
+
+    /// The evidence record of this round.
+    pub fn record(&self, stable_name: &str) -> StableNameRecord {
+        let (class, error) = match &self.failure {
+            Some((c, m)) => (Some(*c), Some(m.clone())),
+            None => (None, None),
+        };
+        StableNameRecord {
+            stable_name: stable_name.to_string(),
+            answers: self.answers.clone(),
+            selected: self
+                .selection
+                .as_ref()
+                .and_then(|s| s.branch_name().map(str::to_string)),
+            unknown_target: self.unknown_target(),
+            ambiguous: match &self.selection {
+                Some(Selection::Ambiguous(names)) => names.clone(),
+                _ => Vec::new(),
+            },
+            class,
+            error,
+            branch_failures: self.branch_failures.iter().cloned().collect(),
+        }
     }
 }
 

@@ -128,3 +128,42 @@ fn observation_flags_unknown_target_only_for_unknown() {
     o.selection = Some(Selection::Ambiguous(vec![]));
     assert!(!o.unknown_target());
 }
+
+#[test]
+fn the_record_says_selected_unknown_or_the_failure() {
+    let o = Observation {
+        answers: vec![a("db.example.test.", "A", "10.0.0.9")],
+        selection: Some(Selection::Unknown),
+        failure: None,
+        branch_failures: vec![("secondary".into(), FailureClass::DnsTimeout)],
+    };
+    let r = o.record("db.example.test");
+    assert!(r.unknown_target);
+    assert_eq!(r.selected, None);
+    assert_eq!(r.branch_failures["secondary"], FailureClass::DnsTimeout);
+    assert_eq!(o.datum(), 0.0);
+    let o = Observation {
+        answers: vec![],
+        selection: None,
+        failure: Some((FailureClass::DnsNxdomain, "no such name".into())),
+        branch_failures: vec![],
+    };
+    let r = o.record("db.example.test");
+    assert!(!r.unknown_target);
+    assert_eq!(r.class, Some(FailureClass::DnsNxdomain));
+    assert_eq!(r.error.as_deref(), Some("no such name"));
+    let o = Observation {
+        answers: vec![a("db.example.test.", "A", "10.0.0.2")],
+        selection: Some(Selection::Branch {
+            name: "secondary".into(),
+            role: Role::Secondary,
+        }),
+        failure: None,
+        branch_failures: vec![],
+    };
+    assert_eq!(
+        o.record("db.example.test").selected.as_deref(),
+        Some("secondary")
+    );
+    assert_eq!(o.datum(), 2.0);
+}
