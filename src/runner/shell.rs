@@ -124,6 +124,7 @@ impl Shell {
                 branch,
                 seq,
             },
+            BranchEvent::StableName(record) => Input::StableName { service, record },
         });
     }
 
@@ -138,6 +139,8 @@ impl Shell {
                 branch,
                 seq,
             },
+            // A stable-name round of a service a reload removed: evidence of nothing running.
+            BranchEvent::StableName(_) => return,
         });
     }
 
