@@ -240,10 +240,10 @@ impl Fleet {
         let branch = match ev {
             BranchEvent::Attempt(a) => &a.branch,
             BranchEvent::Abandoned { branch, .. } => branch,
-            BranchEvent::StableName(_) if self.live.contains_key(&tag.service) => {
+            BranchEvent::StableName(..) if self.live.contains_key(&tag.service) => {
                 return Route::Live(tag.service);
             }
-            BranchEvent::StableName(_) => return Route::Stopped(tag.name),
+            BranchEvent::StableName(..) => return Route::Stopped(tag.name),
         };
         let current = self
             .live

@@ -23,8 +23,9 @@ pub enum BranchEvent {
         /// Its sequence number.
         seq: u64,
     },
-    /// A round of the service's stable-name probe (evidence only).
-    StableName(Box<crate::record::StableNameRecord>),
+    /// A round of the service's stable-name probe (evidence only) and its `SelectedBranch`
+    /// value.
+    StableName(Box<crate::record::StableNameRecord>, f64),
 }
 
 /// Timing of a branch loop.
@@ -105,7 +106,11 @@ pub async fn stable_name_loop(
             o = round => o,
         };
         let record = Box::new(obs.record(&t.stable_name));
-        if tx.send(BranchEvent::StableName(record)).await.is_err() {
+        if tx
+            .send(BranchEvent::StableName(record, obs.datum()))
+            .await
+            .is_err()
+        {
             break;
         }
     }

@@ -1277,7 +1277,18 @@ fn a_stable_name_round_is_recorded_for_its_service_and_never_reaches_a_window() 
             error: None,
             branch_failures: BTreeMap::new(),
         }),
+        selected: 2.0,
     };
+    let selected = |e: &[Effect]| -> Vec<Value> {
+        batches(e)
+            .iter()
+            .flat_map(|b| b.datums.iter())
+            .filter(|d| d.metric == "SelectedBranch")
+            .map(|d| d.value.clone())
+            .collect()
+    };
+    // No round yet: no datum.
+    assert!(selected(&f.handle(Input::Tick { last: false }, 5)).is_empty());
     let e = f.handle(round(0), 10);
     let r = of_kind(&e, "stable_name");
     assert_eq!(r.len(), 1);
@@ -1287,4 +1298,9 @@ fn a_stable_name_round_is_recorded_for_its_service_and_never_reaches_a_window() 
     assert_eq!(w.finished, 0);
     // A round of a service that is gone is dropped.
     assert!(of_kind(&f.handle(round(7), 20), "stable_name").is_empty());
+    // The latest round's value, at every tick until the next round.
+    for t in [30, 40] {
+        let e = f.handle(Input::Tick { last: false }, t);
+        assert_eq!(selected(&e), [Value::Single(2.0)]);
+    }
 }

@@ -124,7 +124,11 @@ impl Shell {
                 branch,
                 seq,
             },
-            BranchEvent::StableName(record) => Input::StableName { service, record },
+            BranchEvent::StableName(record, selected) => Input::StableName {
+                service,
+                record,
+                selected,
+            },
         });
     }
 
@@ -140,7 +144,7 @@ impl Shell {
                 seq,
             },
             // A stable-name round of a service a reload removed: evidence of nothing running.
-            BranchEvent::StableName(_) => return,
+            BranchEvent::StableName(..) => return,
         });
     }
 

@@ -30,6 +30,25 @@ fn last_round(ev: &[Value]) -> Option<&Value> {
     ev.iter().rev().find(|v| v["kind"] == "stable_name")
 }
 
+/// Wait until the EMF output's newest `SelectedBranch` value is `want`.
+async fn wait_selected_datum(run: &Running, want: f64) {
+    let end = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let newest = run.emf.lines().iter().rev().find_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            v["SelectedBranch"].as_f64()
+        });
+        if newest == Some(want) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "SelectedBranch {newest:?}, want {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The newest round satisfies `pred`.
 fn newest(pred: impl Fn(&Value) -> bool) -> impl Fn(&[Value]) -> bool {
     move |ev| last_round(ev).is_some_and(&pred)
@@ -67,13 +86,16 @@ async fn the_selection_follows_the_failover_record_and_an_unknown_target_is_flag
     assert_eq!(r["unknown_target"], false);
     assert_eq!(r["answers"][0]["data"], "127.0.0.1");
     assert_eq!(r["answers"][0]["ttl"], 7);
+    wait_selected_datum(&run, 1.0).await;
 
     dns.set_a("mq", SECONDARY, 7).await;
     wait_evidence(&evidence, wait, newest(|r| r["selected"] == "secondary")).await;
+    wait_selected_datum(&run, 2.0).await;
 
     dns.set_a("mq", ELSEWHERE, 7).await;
     let ev = wait_evidence(&evidence, wait, newest(|r| r["unknown_target"] == true)).await;
     assert!(last_round(&ev).unwrap()["selected"].is_null());
+    wait_selected_datum(&run, 0.0).await;
 
     dns.remove("mq").await;
     let ev = wait_evidence(&evidence, wait, newest(|r| !r["class"].is_null())).await;
