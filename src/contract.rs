@@ -119,6 +119,13 @@ pub const PUBLISH_FAILURES: Metric = Metric {
     unit: Unit::Count,
     dimensions: &[SERVICE, CLASS],
 };
+/// Which branch the stable name's answer selects (`[stable_name_probe]` only): 1 PRIMARY,
+/// 2 SECONDARY, 0 neither; from the latest round, every tick. No alarm reads it.
+pub const SELECTED_BRANCH: Metric = Metric {
+    name: "SelectedBranch",
+    unit: Unit::None,
+    dimensions: S,
+};
 
 /// Every metric of the contract.
 pub const METRICS: &[Metric] = &[
@@ -132,6 +139,7 @@ pub const METRICS: &[Metric] = &[
     BOTH_BRANCHES_UNREADY,
     PUBLISH_FAILURES,
     SERVICE_UNAVAILABLE,
+    SELECTED_BRANCH,
 ];
 
 /// The statistics a Route 53 `CLOUDWATCH_METRIC` health check can follow (no extended

@@ -13,11 +13,11 @@ use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Snapshot, Tran
 use crate::record::{
     AbandonCause, ApprovalNotApplied, ApprovalRecord, AttemptAbandoned, BothBranchesUnready,
     MarkerRecord, OverrideAction, OverrideRecord, Publish, PublishFailureClass, PublishOutcome,
-    PublishReason, Record, Restored, StateSyncFailed, Stop, TransitionRecord,
+    PublishReason, Record, Restored, StableNameRecord, StateSyncFailed, Stop, TransitionRecord,
 };
 use crate::sink::{
-    BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, service_unavailable_datum,
-    tick_datums, transition_datum,
+    BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, selected_branch_datum,
+    service_unavailable_datum, tick_datums, transition_datum,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -138,6 +138,16 @@ pub enum Input {
         /// Service name.
         service: String,
         attempt: Box<Attempt>,
+    },
+    /// A round of the stable-name probe of service `service`: recorded (evidence only, it never
+    /// reaches a branch's window); ignored when the service is gone.
+    StableName {
+        /// Index of the service.
+        service: ServiceId,
+        record: Box<StableNameRecord>,
+        /// Its `SelectedBranch` value (1 PRIMARY, 2 SECONDARY, 0 neither), published at every
+        /// tick until the next round.
+        selected: f64,
     },
     /// An attempt cut off because a reload stopped its loop: recorded as abandoned with cause
     /// `reload`; it counts in no window.
@@ -342,6 +352,8 @@ struct Svc {
     markers: BTreeSet<String>,
     /// Whether the current all-unready spell has been logged (re-armed when a branch is ready).
     both_unready_logged: bool,
+    /// The `SelectedBranch` value of the latest stable-name round; `None` before the first.
+    selected_branch: Option<f64>,
 }
 
 /// Every branch of every service, and the run's counters.
@@ -499,6 +511,7 @@ impl Fold {
                     .map(|m| m.id.clone())
                     .collect(),
                 both_unready_logged: false,
+                selected_branch: None,
             },
         );
         for (b, snap) in mine.map(|p| &p.branches).into_iter().flatten() {
@@ -711,6 +724,16 @@ impl Fold {
             Input::ChangeService(c) => self.change_service(*c),
             Input::SetUnavailable(list) => self.unavailable = list,
             Input::StoppedAttempt { service, attempt } => self.stopped_attempt(service, attempt),
+            Input::StableName {
+                service,
+                record,
+                selected,
+            } => {
+                if let Some(s) = self.services.get_mut(&service) {
+                    s.selected_branch = Some(selected);
+                    self.record_for(service, now, Record::StableName(*record));
+                }
+            }
             Input::CancelledByReload {
                 service,
                 branch,
@@ -1089,7 +1112,11 @@ impl Fold {
         } else if !all_unready {
             self.set_unready_logged(svc, false);
         }
-        tick_datums(&name, &ticks, now)
+        let mut datums = tick_datums(&name, &ticks, now);
+        if let Some(v) = self.services.get(&svc).and_then(|s| s.selected_branch) {
+            datums.push(selected_branch_datum(&name, v, now));
+        }
+        datums
     }
 
     /// The failed batches counted since the last tick, as `PublishFailures` datums for the

@@ -93,6 +93,9 @@ pub enum Record {
     Reload(Reload),
     /// An operator's drill marker (`drill mark`), recorded once by each prober.
     Marker(MarkerRecord),
+    /// A round of the stable-name probe: what the failover record answered, and which branch
+    /// that selects.
+    StableName(StableNameRecord),
     /// A run stopped; its summary.
     Stop(Stop),
 }
@@ -469,6 +472,32 @@ pub struct MarkerRecord {
     pub by: String,
     /// When it was given, ms since the epoch.
     pub given_at: Millis,
+}
+
+/// `stable_name`: one round of the stable-name probe (evidence only: never feeds a branch's
+/// readiness). `selected` is the branch whose own answer the stable name's matches (`None` when
+/// none or several do, or the stable name did not resolve); `unknown_target` when the answer
+/// matches no branch: the failover records point somewhere this config does not know.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StableNameRecord {
+    /// The stable name asked.
+    pub stable_name: String,
+    /// Its answer chain, CNAMEs included, with TTLs as served (empty on failure).
+    pub answers: Vec<crate::probe::resolve::Answer>,
+    /// The branch selected, by name.
+    pub selected: Option<String>,
+    /// The answer matches no branch.
+    pub unknown_target: bool,
+    /// Branches whose answers all match (their endpoints share an address); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ambiguous: Vec<String>,
+    /// Why the stable name did not resolve: its failure class.
+    pub class: Option<crate::failure::FailureClass>,
+    /// The resolver's message on failure.
+    pub error: Option<String>,
+    /// Branch endpoints that did not resolve this round, with their class.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub branch_failures: BTreeMap<String, crate::failure::FailureClass>,
 }
 
 /// `both_branches_unready`: no branch is ready, so Route 53 fails open.

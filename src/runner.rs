@@ -14,9 +14,10 @@ use crate::clock::{Clock, Millis};
 use crate::config::{Config, ConfigError, ServiceConfig, SinkKind, StoreKind, escape_controls};
 use crate::control::ControlDoc;
 use crate::fold::{Fold, Input, ServiceId, ServiceSetup, Setup};
+use crate::probe::stable_name::BranchEndpoint;
 use crate::probe::{self, BranchProbe, InputsDigest, PrepareError};
 use crate::record::{Record, Restored, ServiceUnavailable, Start, StartBranch};
-use crate::scheduler::{BranchEvent, Schedule, branch_loop};
+use crate::scheduler::{BranchEvent, Schedule, StableNameTarget, branch_loop, stable_name_loop};
 use crate::sink::cloudwatch::{CloudWatchClient, CloudWatchSink};
 use crate::sink::emf::{EmfBuffer, EmfSink};
 use crate::sink::evidence::EvidenceWriter;
@@ -178,6 +179,52 @@ impl Loops {
     }
 }
 
+impl Loops {
+    /// Start service `id`'s stable-name loop (`[stable_name_probe]`); it ends at shutdown.
+    /// Its rounds are routed to the service while it runs and dropped once a reload removed it.
+    fn spawn_stable_name(&self, id: ServiceId, svc: &ServiceConfig, cfg: &Config) {
+        let Some(out) = self.tx.clone() else {
+            return;
+        };
+        let name: Arc<str> = svc.service.name.as_str().into();
+        let target = StableNameTarget {
+            service: svc.service.name.clone(),
+            stable_name: svc.service.stable_name.clone(),
+            branches: svc
+                .branches
+                .iter()
+                .map(|b| BranchEndpoint {
+                    name: b.name.clone(),
+                    role: b.role,
+                    endpoint: b.endpoint.clone(),
+                })
+                .collect(),
+            family: cfg.dns.address_family,
+        };
+        let schedule = Schedule {
+            interval: cfg.stable_name_probe.interval,
+            jitter: cfg.stable_name_probe.interval / 10,
+            grace: self.grace,
+        };
+        let (tx, mut rx) = mpsc::channel::<BranchEvent>(8);
+        let feed = u64::MAX;
+        tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                let tag = Tag {
+                    feed,
+                    service: id,
+                    name: name.clone(),
+                };
+                if out.send((tag, ev)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let (resolver, stop) = (self.resolver.clone(), self.stop.clone());
+        tokio::spawn(stable_name_loop(target, resolver, schedule, tx, stop));
+    }
+}
+
 /// Where a branch event goes.
 enum Route {
     /// Its loop still runs: into the fold for this service.
@@ -193,6 +240,10 @@ impl Fleet {
         let branch = match ev {
             BranchEvent::Attempt(a) => &a.branch,
             BranchEvent::Abandoned { branch, .. } => branch,
+            BranchEvent::StableName(..) if self.live.contains_key(&tag.service) => {
+                return Route::Live(tag.service);
+            }
+            BranchEvent::StableName(..) => return Route::Stopped(tag.name),
         };
         let current = self
             .live
@@ -560,6 +611,9 @@ fn start(
         shell.evidence.record_for(now, &svc.service.name, &record);
         shell.add_store(id, store);
         let loops = fleet.loops.spawn(id, svc, probes).into_iter().collect();
+        if cfg.stable_name_probe.enabled {
+            fleet.loops.spawn_stable_name(id, svc, cfg);
+        }
         fleet.live.insert(
             id,
             Live {

@@ -23,6 +23,9 @@ pub enum BranchEvent {
         /// Its sequence number.
         seq: u64,
     },
+    /// A round of the service's stable-name probe (evidence only) and its `SelectedBranch`
+    /// value.
+    StableName(Box<crate::record::StableNameRecord>, f64),
 }
 
 /// Timing of a branch loop.
@@ -51,6 +54,66 @@ pub async fn branch_loop(
         async move { run_attempt(&probe, &resolver, &clock, seq).await }
     })
     .await
+}
+
+/// What a service's stable-name loop asks each round.
+#[derive(Debug, Clone)]
+pub struct StableNameTarget {
+    /// Service name (log lines).
+    pub service: String,
+    /// The failover record name.
+    pub stable_name: String,
+    /// Its branches' endpoints, resolved in the same round.
+    pub branches: Vec<crate::probe::stable_name::BranchEndpoint>,
+    /// Address records asked for (`dns.address_family`).
+    pub family: crate::config::AddressFamily,
+}
+
+/// Run stable-name rounds for one service until `stop` is cancelled or `tx` closes: the first
+/// after a random delay up to `schedule.jitter`, then every `schedule.interval` (missed ticks
+/// skipped). Each round resolves afresh with the branches' uncached resolver.
+pub async fn stable_name_loop(
+    target: StableNameTarget,
+    resolver: TokioResolver,
+    schedule: Schedule,
+    tx: mpsc::Sender<BranchEvent>,
+    stop: CancellationToken,
+) {
+    let jitter = if schedule.jitter.is_zero() {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(rand::random_range(0..=schedule.jitter.as_millis() as u64))
+    };
+    let mut ticker = interval_at(Instant::now() + jitter, schedule.interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            _ = ticker.tick() => {}
+        }
+        let t = &target;
+        let round = crate::probe::stable_name::observe(
+            &resolver,
+            t.family,
+            &t.service,
+            &t.stable_name,
+            &t.branches,
+        );
+        let obs = tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            o = round => o,
+        };
+        let record = Box::new(obs.record(&t.stable_name));
+        if tx
+            .send(BranchEvent::StableName(record, obs.datum()))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
 }
 
 /// The loop of [`branch_loop`] with the attempt as a parameter (`attempt(seq)` yields one

@@ -247,6 +247,12 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
             }
             n if n == contract::CERTIFICATE_EXPIRY_DAYS.name => (" (days)", " (TLS)"),
             n if n == contract::PUBLISH_FAILURES.name => ("", failures),
+            n if n == contract::SELECTED_BRANCH.name => {
+                if !cfg.stable_name_probe.enabled {
+                    continue;
+                }
+                (" (0/1/2)", " (stable-name probe)")
+            }
             n if n == contract::SERVICE_UNAVAILABLE.name => {
                 if cfg.services.len() < 2 {
                     continue;

@@ -95,6 +95,7 @@ pub(super) fn validate(
         state: raw.state,
         dns: raw.dns,
         route53: raw.route53,
+        stable_name_probe: raw.stable_name_probe,
     };
     let config = shared_sections(path, shared, host, issues);
     let default_ns = config.as_ref().map(|c| c.publish.namespace.clone());

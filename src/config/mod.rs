@@ -22,6 +22,7 @@ mod readiness;
 mod route53;
 mod secret;
 mod service;
+mod stable_name;
 mod state;
 mod tcp;
 mod tls;
@@ -39,6 +40,7 @@ pub use readiness::{MAX_WINDOW, MAX_WINDOW_ATTEMPTS, attempts_in, one_failure_ef
 pub use route53::Route53;
 pub use secret::{HeaderValueSource, SecretError, SecretRef};
 pub use service::{Branch, Service, check_hostname};
+pub use stable_name::StableNameProbe;
 pub use state::{S3State, StateConfig, StoreKind};
 pub use tcp::TcpProbe;
 pub use tls::{ClientIdentityFiles, TlsSettings};
@@ -81,6 +83,8 @@ pub struct Config {
     pub dns: Dns,
     /// What `check --aws` expects of the Route 53 objects and where it finds them.
     pub route53: Route53,
+    /// The evidence-only probe of each service's stable name.
+    pub stable_name_probe: StableNameProbe,
     /// The services, in config order (one for a config with a single `[service]` table).
     pub services: Vec<ServiceConfig>,
     /// Non-fatal findings (e.g. a policy where one failure crosses a threshold).
@@ -263,6 +267,7 @@ pub(super) struct RawShared {
     state: raw::RawState,
     dns: raw::RawDns,
     route53: raw::RawRoute53,
+    stable_name_probe: raw::RawStableNameProbe,
 }
 
 /// The checked stage of the single-service form: every section in turn, all errors collected.
@@ -283,6 +288,7 @@ fn validate(
         state: raw.state,
         dns: raw.dns,
         route53: raw.route53,
+        stable_name_probe: raw.stable_name_probe,
     };
     let config = shared_sections(path, shared, host, issues);
     let interval = probe::interval(&raw.probe);
@@ -344,6 +350,7 @@ pub(super) fn shared_sections(
     let state = publish_interval.and_then(|i| state::section(raw.state, i, issues));
     let dns = dns::section(raw.dns, issues);
     let route53 = route53::section(raw.route53, issues);
+    let stable_name_probe = stable_name::section(raw.stable_name_probe, issues);
     Some(Config {
         source: path.to_owned(),
         prober_id,
@@ -354,6 +361,7 @@ pub(super) fn shared_sections(
         evidence_max_bytes: evidence_mb.clamp(1, 1_048_576) * 1024 * 1024,
         dns: dns?,
         route53,
+        stable_name_probe,
         services: Vec::new(),
         warnings: Vec::new(),
     })
@@ -449,6 +457,33 @@ endpoint = "mysql-secondary.orders.internal.example"
     fn with(replace: &str, by: &str) -> String {
         assert!(BASE.contains(replace), "{replace}");
         BASE.replacen(replace, by, 1)
+    }
+
+    #[test]
+    fn stable_name_probe_is_off_by_default_and_checked() {
+        let c = parse(Path::new("t.toml"), BASE).unwrap();
+        assert_eq!(c.stable_name_probe, StableNameProbe::default());
+        assert!(!c.stable_name_probe.enabled);
+        assert_eq!(c.stable_name_probe.interval, Duration::from_secs(30));
+        let text = with(
+            "[service]\n",
+            "[stable_name_probe]\nenabled = true\ninterval = \"5s\"\n\n[service]\n",
+        );
+        let c = parse(Path::new("t.toml"), &text).unwrap();
+        assert!(c.stable_name_probe.enabled);
+        assert_eq!(c.stable_name_probe.interval, Duration::from_secs(5));
+        let short = with(
+            "[service]\n",
+            "[stable_name_probe]\ninterval = \"10ms\"\n\n[service]\n",
+        );
+        let found = issues(&short);
+        assert_eq!(found[0].key, "stable_name_probe.interval");
+        assert!(found[0].line.is_some(), "{found:?}");
+        let unknown = with(
+            "[service]\n",
+            "[stable_name_probe]\nevery = \"5s\"\n\n[service]\n",
+        );
+        assert!(issues(&unknown)[0].message.contains("every"));
     }
 
     #[test]

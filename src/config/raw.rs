@@ -52,6 +52,8 @@ pub(super) struct RawConfig {
     pub dns: RawDns,
     #[serde(default)]
     pub route53: RawRoute53,
+    #[serde(default)]
+    pub stable_name_probe: RawStableNameProbe,
     pub probe: RawProbe,
     #[serde(default)]
     pub branch: Vec<RawBranch>,
@@ -77,6 +79,8 @@ pub(super) struct RawFleetConfig {
     pub dns: RawDns,
     #[serde(default)]
     pub route53: RawRoute53,
+    #[serde(default)]
+    pub stable_name_probe: RawStableNameProbe,
     pub probe: Option<toml::Table>,
     /// Refused: in this form each service lists its own `[[service.branch]]`.
     pub branch: Option<toml::Value>,
@@ -196,6 +200,15 @@ pub(super) struct RawRoute53 {
     pub hosted_zone_id: Option<String>,
     pub insufficient_data_health_status: Option<HealthStatus>,
     pub endpoint_url: Option<String>,
+}
+
+/// `[stable_name_probe]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStableNameProbe {
+    pub enabled: Option<bool>,
+    #[serde(default, deserialize_with = "bounded_duration")]
+    pub interval: Option<Duration>,
 }
 
 /// `[dns]`.

@@ -1261,3 +1261,46 @@ fn tick_cost_at_a_thousand_services() {
         "1,000 services × 2 branches: one tick {tick:?}; a sync request for every service {syncs:?}"
     );
 }
+
+#[test]
+fn a_stable_name_round_is_recorded_for_its_service_and_never_reaches_a_window() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let round = |service| Input::StableName {
+        service,
+        record: Box::new(StableNameRecord {
+            stable_name: "orders-db.example.test".into(),
+            answers: vec![],
+            selected: Some("secondary".into()),
+            unknown_target: false,
+            ambiguous: vec![],
+            class: None,
+            error: None,
+            branch_failures: BTreeMap::new(),
+        }),
+        selected: 2.0,
+    };
+    let selected = |e: &[Effect]| -> Vec<Value> {
+        batches(e)
+            .iter()
+            .flat_map(|b| b.datums.iter())
+            .filter(|d| d.metric == "SelectedBranch")
+            .map(|d| d.value.clone())
+            .collect()
+    };
+    // No round yet: no datum.
+    assert!(selected(&f.handle(Input::Tick { last: false }, 5)).is_empty());
+    let e = f.handle(round(0), 10);
+    let r = of_kind(&e, "stable_name");
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0]["selected"], "secondary");
+    assert_eq!(record_services(&e), ["orders-db"]);
+    let w = f.sync_request(0).readiness["primary"].window_stats(20, Duration::from_secs(10));
+    assert_eq!(w.finished, 0);
+    // A round of a service that is gone is dropped.
+    assert!(of_kind(&f.handle(round(7), 20), "stable_name").is_empty());
+    // The latest round's value, at every tick until the next round.
+    for t in [30, 40] {
+        let e = f.handle(Input::Tick { last: false }, t);
+        assert_eq!(selected(&e), [Value::Single(2.0)]);
+    }
+}

@@ -18,6 +18,7 @@ pub mod mysql;
 pub mod otlp;
 mod prepare;
 pub mod resolve;
+pub mod stable_name;
 pub mod target;
 pub mod tcp;
 pub mod tls;

@@ -303,8 +303,65 @@ fn every_kind() -> Vec<Record> {
         duplicate_prober(),
         reload(),
         marker(),
+        stable_name_selected(),
+        stable_name_failed(),
         stop(),
     ]
+}
+
+fn stable_name_selected() -> Record {
+    Record::StableName(StableNameRecord {
+        stable_name: "orders-db.example.internal".into(),
+        answers: vec![
+            resolve::Answer {
+                name: "orders-db.example.internal.".into(),
+                rtype: "CNAME".into(),
+                data: "orders-db-a.example.internal.".into(),
+                ttl: 60,
+            },
+            resolve::Answer {
+                name: "orders-db-a.example.internal.".into(),
+                rtype: "A".into(),
+                data: "10.0.1.15".into(),
+                ttl: 30,
+            },
+        ],
+        selected: Some("primary".into()),
+        unknown_target: false,
+        ambiguous: vec![],
+        class: None,
+        error: None,
+        branch_failures: BTreeMap::new(),
+    })
+}
+
+fn stable_name_failed() -> Record {
+    Record::StableName(StableNameRecord {
+        stable_name: "orders-db.example.internal".into(),
+        answers: vec![],
+        selected: None,
+        unknown_target: false,
+        ambiguous: vec![],
+        class: Some(FailureClass::DnsTimeout),
+        error: Some("request timed out".into()),
+        branch_failures: BTreeMap::from([("secondary".into(), FailureClass::DnsTimeout)]),
+    })
+}
+
+#[test]
+fn golden_stable_name() {
+    check(
+        stable_name_selected(),
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"stable_name","stable_name":"orders-db.example.internal","answers":[{"name":"orders-db.example.internal.","type":"CNAME","data":"orders-db-a.example.internal.","ttl":60},{"name":"orders-db-a.example.internal.","type":"A","data":"10.0.1.15","ttl":30}],"selected":"primary","unknown_target":false,"class":null,"error":null}"#
+        ]],
+    );
+    check(
+        stable_name_failed(),
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"stable_name","stable_name":"orders-db.example.internal","answers":[],"selected":null,"unknown_target":false,"class":"dns_timeout","error":"request timed out","branch_failures":{"secondary":"dns_timeout"}}"#
+        ]],
+    );
 }
 
 fn marker() -> Record {

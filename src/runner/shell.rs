@@ -124,6 +124,11 @@ impl Shell {
                 branch,
                 seq,
             },
+            BranchEvent::StableName(record, selected) => Input::StableName {
+                service,
+                record,
+                selected,
+            },
         });
     }
 
@@ -138,6 +143,8 @@ impl Shell {
                 branch,
                 seq,
             },
+            // A stable-name round of a service a reload removed: evidence of nothing running.
+            BranchEvent::StableName(..) => return,
         });
     }
 

@@ -186,6 +186,16 @@ pub fn service_unavailable_datum(service: &str, now: Millis) -> Datum {
     )
 }
 
+/// The `SelectedBranch` datum of a service's latest stable-name round (pure).
+pub fn selected_branch_datum(service: &str, value: f64, now: Millis) -> Datum {
+    datum(
+        &contract::SELECTED_BRANCH,
+        &[service],
+        Value::Single(value),
+        now,
+    )
+}
+
 /// The `PublishFailures` datums: failed batches per class since the previous tick (pure).
 pub fn publish_failure_datums(
     service: &str,

@@ -21,6 +21,7 @@ mod reload;
 mod resolve_step;
 mod secret_leak;
 mod simulate;
+mod stable_name;
 mod state_dir;
 mod support;
 mod tcp_kind;
