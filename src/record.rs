@@ -498,6 +498,25 @@ pub struct StableNameRecord {
     /// Branch endpoints that did not resolve this round, with their class.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub branch_failures: BTreeMap<String, crate::failure::FailureClass>,
+    /// The service's probe run through the stable name this round (`[stable_name_probe]
+    /// end_to_end`); absent when not made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_to_end: Option<EndToEnd>,
+}
+
+/// An end-to-end attempt through the stable name: can a client use what DNS hands out?
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndToEnd {
+    /// Start, ms since the epoch.
+    pub started_at: Millis,
+    /// End, ms since the epoch.
+    pub finished_at: Millis,
+    /// The address connected to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Success, or the failing step and class.
+    #[serde(flatten)]
+    pub outcome: crate::probe::Outcome,
 }
 
 /// `both_branches_unready`: no branch is ready, so Route 53 fails open.

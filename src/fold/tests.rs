@@ -1276,6 +1276,7 @@ fn a_stable_name_round_is_recorded_for_its_service_and_never_reaches_a_window() 
             class: None,
             error: None,
             branch_failures: BTreeMap::new(),
+            end_to_end: None,
         }),
         selected: 2.0,
     };

@@ -153,6 +153,7 @@ impl Observation {
             class,
             error,
             branch_failures: self.branch_failures.iter().cloned().collect(),
+            end_to_end: None,
         }
     }
 }

@@ -332,6 +332,7 @@ fn stable_name_selected() -> Record {
         class: None,
         error: None,
         branch_failures: BTreeMap::new(),
+        end_to_end: None,
     })
 }
 
@@ -345,6 +346,7 @@ fn stable_name_failed() -> Record {
         class: Some(FailureClass::DnsTimeout),
         error: Some("request timed out".into()),
         branch_failures: BTreeMap::from([("secondary".into(), FailureClass::DnsTimeout)]),
+        end_to_end: None,
     })
 }
 
