@@ -38,7 +38,10 @@ pub enum Source {
         files: Vec<String>,
     },
     /// `simulate`'s model, with each hop's assumption in a sentence.
-    Simulation { scenario: String, assumptions: Vec<String> },
+    Simulation {
+        scenario: String,
+        assumptions: Vec<String>,
+    },
 }
 
 /// The whole report.
