@@ -22,6 +22,11 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 /// record); a reader gets an `Envelope<Record>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Envelope<R = Record> {
+    /// The prober's record number, read back from the line (the evidence writer puts it first
+    /// on each line itself, so it is never serialised from here); `None` on a line of a
+    /// version from before it.
+    #[serde(default, skip_serializing)]
+    pub record_seq: Option<u64>,
     /// When it happened, RFC 3339 UTC with milliseconds (for people and log tools).
     pub at: String,
     /// When it happened, ms since the UNIX epoch (for programs).
@@ -39,6 +44,7 @@ impl<R: Serialize> Envelope<R> {
     /// Wrap `record` with its time (ms since the epoch) and origin.
     pub fn new(at_ms: Millis, service: &str, prober: &str, record: R) -> Self {
         Envelope {
+            record_seq: None,
             at: rfc3339(at_ms),
             at_ms,
             service: service.into(),
@@ -107,8 +113,9 @@ impl Record {
     }
 }
 
-/// `start`: the configuration a run probes with and the state it continues from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `start`: the configuration a run probes with and the state it continues from. The fields
+/// after `restored` came later: absent in older files, they read as `None` or empty.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Start {
     /// Path of the config file.
     pub config: String,
@@ -120,6 +127,24 @@ pub struct Start {
     pub state_store: String,
     /// Branches whose readiness was restored from the store.
     pub restored: Vec<Restored>,
+    /// Time between two attempts of a branch, ms.
+    #[serde(default)]
+    pub probe_interval_ms: Option<u64>,
+    /// An attempt's deadline, ms.
+    #[serde(default)]
+    pub probe_timeout_ms: Option<u64>,
+    /// Time between two publish ticks, ms.
+    #[serde(default)]
+    pub publish_interval_ms: Option<u64>,
+    /// The readiness policy, one readable line per condition (as `check` prints it).
+    #[serde(default)]
+    pub policy: Vec<String>,
+    /// Whether failing back needs an operator's approval.
+    #[serde(default)]
+    pub approval_required: Option<bool>,
+    /// Time between two stable-name rounds, ms; `None` when the stable-name probe is off.
+    #[serde(default)]
+    pub stable_name_interval_ms: Option<u64>,
 }
 
 /// One branch in a `start` record.

@@ -661,7 +661,52 @@ fn start_record(
         duration_ms,
         state_store,
         restored,
+        probe_interval_ms: Some(ms(svc.probe.interval)),
+        probe_timeout_ms: Some(ms(svc.probe.timeout)),
+        publish_interval_ms: Some(ms(cfg.publish.interval)),
+        policy: policy_lines(&svc.policy),
+        approval_required: Some(svc.policy.approval_required),
+        stable_name_interval_ms: cfg
+            .stable_name_probe
+            .enabled
+            .then(|| ms(cfg.stable_name_probe.interval)),
     })
+}
+
+/// A duration in whole ms (saturating).
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The readiness policy in readable lines, as `check` words it: what a drill report shows as
+/// the configuration in force.
+fn policy_lines(p: &crate::readiness::Policy) -> Vec<String> {
+    let d = crate::clock::fmt_duration;
+    let (u, r) = (&p.declare_unready, &p.declare_ready);
+    vec![
+        format!(
+            "initial {}, min_attempts {}",
+            p.initial.as_str(),
+            p.min_attempts
+        ),
+        format!(
+            "declare unready: success rate < {}% over {} held for {}",
+            u.threshold_percent,
+            d(u.window),
+            d(u.for_)
+        ),
+        format!(
+            "declare ready: success rate ≥ {}% over {} held for {}{}",
+            r.threshold_percent,
+            d(r.window),
+            d(r.for_),
+            if p.approval_required {
+                ", then operator approval"
+            } else {
+                ""
+            }
+        ),
+    ]
 }
 
 /// Say at ERROR and in the evidence that a service is not probed.

@@ -67,6 +67,15 @@ fn start() -> Record {
             state: ReadinessState::Ready,
             since: Some(AT - 86_400_000),
         }],
+        probe_interval_ms: Some(2_000),
+        probe_timeout_ms: Some(1_500),
+        publish_interval_ms: Some(60_000),
+        policy: vec![
+            "initial unknown, min_attempts 10".into(),
+            "declare unready: success rate < 95% over 1m held for 3m".into(),
+        ],
+        approval_required: Some(true),
+        stable_name_interval_ms: Some(30_000),
     })
 }
 
@@ -412,9 +421,24 @@ fn golden_start() {
     check(
         start(),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"start","config":"probes/orders-db.toml","branches":[{"name":"primary","role":"PRIMARY","endpoint":"primary.orders-db.example.internal","port":3306}],"duration_ms":600000,"state_store":"/var/lib/readyprobe/orders-db.json","restored":[{"branch":"primary","state":"ready","since":1767236645678}]}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"start","config":"probes/orders-db.toml","branches":[{"name":"primary","role":"PRIMARY","endpoint":"primary.orders-db.example.internal","port":3306}],"duration_ms":600000,"state_store":"/var/lib/readyprobe/orders-db.json","restored":[{"branch":"primary","state":"ready","since":1767236645678}],"probe_interval_ms":2000,"probe_timeout_ms":1500,"publish_interval_ms":60000,"policy":["initial unknown, min_attempts 10","declare unready: success rate < 95% over 1m held for 3m"],"approval_required":true,"stable_name_interval_ms":30000}"#
         ]],
     );
+}
+
+/// A `start` line written before it carried the policy reads, its later fields empty; a line's
+/// `record_seq` (put there by the evidence writer) reads back and is never written from here.
+#[test]
+fn an_older_start_line_reads_and_record_seq_reads_back() {
+    let old = r#"{"record_seq":7,"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"start","config":"c.toml","branches":[],"duration_ms":null,"state_store":"s","restored":[]}"#;
+    let e: Envelope = serde_json::from_str(old).unwrap();
+    assert_eq!(e.record_seq, Some(7));
+    let Record::Start(s) = &e.record else {
+        panic!("{e:?}")
+    };
+    assert_eq!((s.probe_interval_ms, s.approval_required), (None, None));
+    assert!(s.policy.is_empty());
+    assert!(!e.to_line().unwrap().contains("record_seq"));
 }
 
 #[test]
@@ -665,6 +689,16 @@ async fn writes_every_kind_and_reads_it_back_equal() {
         .enumerate()
         .map(|(i, r)| Envelope::new(AT + i as Millis, "orders-db", "az-a", r))
         .collect();
+    // Each line reads back with the number the writer gave it.
+    let numbered: Vec<Envelope> = written
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, mut e)| {
+            e.record_seq = Some(i as u64 + 1);
+            e
+        })
+        .collect();
     for e in &written {
         w.record(e.at_ms, &e.record);
     }
@@ -673,7 +707,7 @@ async fn writes_every_kind_and_reads_it_back_equal() {
     assert_eq!(w.failed(), 0);
     let f = std::io::BufReader::new(std::fs::File::open(&p).unwrap());
     let read: Vec<Envelope> = read_lines(f).map(Result::unwrap).collect();
-    assert_eq!(read, written);
+    assert_eq!(read, numbered);
 }
 
 #[test]

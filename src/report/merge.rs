@@ -1,1 +1,751 @@
-//! (being written)
+//! Evidence of one or more probers merged into one [`Drill`]: records ordered by time, then
+//! prober, then `record_seq`; one marker per `marker_id`; a lane per branch; the stable-name
+//! rounds; the configuration in force; and every line that could not be used, as a problem.
+//!
+//! Pure: the caller reads the files ([`crate::record::read_lines`]) and hands each line to a
+//! [`Merger`], which keeps only what the lanes and the phase table need (an attempt becomes a
+//! time and a class), so memory grows with the drill's events, not with the files' bytes.
+
+use super::model::{
+    AlarmLane, AttemptMark, Band, BranchLane, Drill, Event, Marker, Round, ServiceDrill, Source,
+    Span, StableLane,
+};
+use super::phases::{self, ApprovalFact, Facts, PublishFact, TransitionFact};
+use crate::clock::rfc3339;
+use crate::control::Override;
+use crate::probe::Outcome;
+use crate::readiness::{Millis, ReadinessState};
+use crate::record::{Envelope, LineError, OverrideAction, PublishReason, Record, Start};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+/// Most problems listed by name; the rest are counted in one last line.
+pub const MAX_PROBLEMS: usize = 50;
+
+/// What one evidence line leaves behind: its origin, its time and the part of its record a
+/// lane or a phase uses.
+#[derive(Debug)]
+struct Item {
+    at: Millis,
+    prober: usize,
+    seq: Option<u64>,
+    service: usize,
+    ev: Ev,
+}
+
+#[derive(Debug)]
+enum Ev {
+    Start(Box<Start>),
+    Attempt {
+        branch: usize,
+        class: Option<String>,
+    },
+    Transition {
+        branch: usize,
+        from: ReadinessState,
+        to: ReadinessState,
+        published: Option<f64>,
+    },
+    /// A `publish` with reason `transition`: its outcome and sink.
+    Publish(crate::record::PublishOutcome, String),
+    Approval {
+        branch: usize,
+        by: String,
+        reason: String,
+        applied: bool,
+    },
+    Override {
+        branch: usize,
+        action: OverrideAction,
+        label: Option<(String, f64)>,
+    },
+    Marker(Marker, String),
+    Stable(String, Round),
+    Reopened(String),
+    Other,
+}
+
+/// Interned names (services, probers, branches), so a million attempts do not hold a million
+/// copies of the same few strings.
+#[derive(Debug, Default)]
+struct Names {
+    list: Vec<String>,
+    index: HashMap<String, usize>,
+}
+
+impl Names {
+    fn id(&mut self, s: &str) -> usize {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        self.list.push(s.to_string());
+        self.index.insert(s.to_string(), self.list.len() - 1);
+        self.list.len() - 1
+    }
+
+    fn get(&self, i: usize) -> &str {
+        self.list.get(i).map_or("", String::as_str)
+    }
+}
+
+/// Collects evidence lines of several files and builds the [`Drill`] from them.
+#[derive(Debug, Default)]
+pub struct Merger {
+    service: Option<String>,
+    files: Vec<String>,
+    items: Vec<Item>,
+    names: Names,
+    problems: Vec<String>,
+    more_problems: usize,
+    /// Every `record_seq` per prober, of every service (a filtered-out record is no gap).
+    seqs: BTreeMap<String, Vec<u64>>,
+    /// Alarm lanes per service (`--alarms`).
+    alarms: HashMap<String, Vec<AlarmLane>>,
+}
+
+/// A short one-line label for an override: its value, who set it and why.
+fn override_label(o: &Override) -> (String, f64) {
+    let v = o.force.value();
+    (
+        format!("force {} by {}: {}", o.force.as_str(), o.by, o.reason),
+        v,
+    )
+}
+
+impl Merger {
+    /// A merger keeping only the records of service `service` (all services when `None`).
+    pub fn new(service: Option<&str>) -> Self {
+        Merger {
+            service: service.map(str::to_string),
+            ..Merger::default()
+        }
+    }
+
+    /// Start reading the file named `name` (as given on the command line); its lines follow
+    /// with [`push`](Self::push). Returns the file's index.
+    pub fn file(&mut self, name: &str) -> usize {
+        self.files.push(name.to_string());
+        self.files.len() - 1
+    }
+
+    /// A problem the caller found with file `file` (e.g. it could not be read to its end).
+    pub fn problem(&mut self, file: usize, what: &str) {
+        let name = self.files.get(file).cloned().unwrap_or_default();
+        self.note(format!("{name}: {what}"));
+    }
+
+    fn note(&mut self, p: String) {
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(p);
+        } else {
+            self.more_problems += 1;
+        }
+    }
+
+    /// One item of [`read_lines`](crate::record::read_lines) over file `file`.
+    pub fn push(&mut self, file: usize, line: Result<Envelope, LineError>) {
+        let env = match line {
+            Ok(e) => e,
+            Err(e) => return self.problem(file, &format!("{e} (line left out)")),
+        };
+        if let Some(seq) = env.record_seq {
+            match self.seqs.get_mut(&env.prober) {
+                Some(v) => v.push(seq),
+                None => {
+                    self.seqs.insert(env.prober.clone(), vec![seq]);
+                }
+            }
+        }
+        if self.service.as_deref().is_some_and(|s| s != env.service) {
+            return;
+        }
+        let service = self.names.id(&env.service);
+        let prober = self.names.id(&env.prober);
+        let ev = self.compact(env.record, env.at_ms);
+        self.items.push(Item {
+            at: env.at_ms,
+            prober,
+            seq: env.record_seq,
+            service,
+            ev,
+        });
+    }
+
+    /// The part of `r` a lane or a phase uses.
+    fn compact(&mut self, r: Record, at: Millis) -> Ev {
+        match r {
+            Record::Start(s) => {
+                for b in &s.branches {
+                    self.names.id(&b.name);
+                }
+                for r in &s.restored {
+                    self.names.id(&r.branch);
+                }
+                Ev::Start(Box::new(s))
+            }
+            Record::Attempt(a) => Ev::Attempt {
+                branch: self.names.id(&a.branch),
+                class: match a.outcome {
+                    Outcome::Success => None,
+                    Outcome::Failure { class, .. } => Some(class.as_str().to_string()),
+                },
+            },
+            Record::Transition(t) => Ev::Transition {
+                branch: self.names.id(&t.branch),
+                from: t.transition.from,
+                to: t.transition.to,
+                published: t.published,
+            },
+            Record::Publish(p) if p.reason == PublishReason::Transition => {
+                Ev::Publish(p.outcome, p.sink)
+            }
+            Record::Approval(a) => Ev::Approval {
+                branch: self.names.id(&a.branch),
+                by: a.by,
+                reason: a.reason,
+                applied: a.applied,
+            },
+            Record::Override(o) => Ev::Override {
+                branch: self.names.id(&o.branch),
+                action: o.action,
+                label: o.override_.as_ref().map(override_label),
+            },
+            Record::Marker(m) => Ev::Marker(
+                Marker {
+                    at: m.given_at,
+                    kind: m.marker_kind.as_str().to_string(),
+                    label: m.label,
+                    by: m.by,
+                },
+                m.marker_id,
+            ),
+            Record::StableName(s) => {
+                let round = Round {
+                    at,
+                    selected: s.selected,
+                    unknown_target: s.unknown_target,
+                    ttl: s.answers.iter().map(|a| a.ttl).min(),
+                    end_to_end: s.end_to_end.map(|e| match e.outcome {
+                        Outcome::Success => None,
+                        Outcome::Failure { class, .. } => Some(class.as_str().to_string()),
+                    }),
+                };
+                Ev::Stable(s.stable_name, round)
+            }
+            Record::EvidenceReopened(e) => Ev::Reopened(e.path),
+            _ => Ev::Other,
+        }
+    }
+
+    /// The window of what was pushed so far: from the first record (or marker) to the last
+    /// (e.g. the span to fetch alarm history over).
+    pub fn window(&self) -> Span {
+        window(&self.items)
+    }
+
+    /// The services pushed so far, in order of first appearance.
+    pub fn services(&self) -> Vec<String> {
+        let mut ids: Vec<usize> = Vec::new();
+        for i in &self.items {
+            if !ids.contains(&i.service) {
+                ids.push(i.service);
+            }
+        }
+        ids.into_iter()
+            .map(|i| self.names.get(i).to_string())
+            .collect()
+    }
+
+    /// The alarm lanes of `service` (`drill report --alarms`): drawn, and read by the phase
+    /// table's alarm phases.
+    pub fn set_alarms(&mut self, service: &str, lanes: Vec<AlarmLane>) {
+        self.alarms.insert(service.to_string(), lanes);
+    }
+
+    /// The drill: records in order, one per `(prober, record_seq)` (a file given twice, or
+    /// overlapping copies, count once), gaps in `record_seq` listed as problems.
+    pub fn finish(mut self) -> Drill {
+        let names = &self.names;
+        self.items.sort_by(|a, b| {
+            (a.at, names.get(a.prober), a.seq).cmp(&(b.at, names.get(b.prober), b.seq))
+        });
+        let mut seen = HashSet::new();
+        self.items
+            .retain(|i| i.seq.is_none_or(|s| seen.insert((i.prober, s))));
+        for p in seq_gaps(std::mem::take(&mut self.seqs)) {
+            self.note(p);
+        }
+        let mut reopened = Vec::new();
+        for i in &self.items {
+            if let Ev::Reopened(path) = &i.ev {
+                reopened.push(format!(
+                    "prober {} reopened its evidence file {path} at {} (evidence_reopened): records just before may be in the old file, or lost",
+                    self.names.get(i.prober),
+                    rfc3339(i.at)
+                ));
+            }
+        }
+        for p in reopened {
+            self.note(p);
+        }
+        let window = window(&self.items);
+        let probers: BTreeSet<&str> = self
+            .items
+            .iter()
+            .map(|i| self.names.get(i.prober))
+            .collect();
+        let mut order: Vec<usize> = Vec::new();
+        for i in &self.items {
+            if !order.contains(&i.service) {
+                order.push(i.service);
+            }
+        }
+        let services = order
+            .into_iter()
+            .map(|s| {
+                let alarms = self.alarms.remove(self.names.get(s)).unwrap_or_default();
+                build_service(&self.items, &self.names, s, window, alarms)
+            })
+            .collect();
+        let mut problems = self.problems;
+        if self.more_problems > 0 {
+            problems.push(format!("… and {} more problems", self.more_problems));
+        }
+        Drill {
+            source: Source::Drill { files: self.files },
+            window,
+            probers: probers.into_iter().map(str::to_string).collect(),
+            services,
+            problems,
+        }
+    }
+}
+
+/// [`Merger`] over lines already read: `(file name, its lines)` per file (tests, small inputs).
+pub fn merge(
+    files: Vec<(String, Vec<Result<Envelope, LineError>>)>,
+    service: Option<&str>,
+) -> Drill {
+    let mut m = Merger::new(service);
+    for (name, lines) in files {
+        let f = m.file(&name);
+        for l in lines {
+            m.push(f, l);
+        }
+    }
+    m.finish()
+}
+
+/// From the first record (or marker) to the last.
+fn window(items: &[Item]) -> Span {
+    let times = items.iter().flat_map(|i| match &i.ev {
+        Ev::Marker(m, _) => [i.at, m.at],
+        _ => [i.at, i.at],
+    });
+    let (from, until) = times.fold((Millis::MAX, Millis::MIN), |(lo, hi), t| {
+        (lo.min(t), hi.max(t))
+    });
+    if from > until {
+        Span { from: 0, until: 0 }
+    } else {
+        Span { from, until }
+    }
+}
+
+/// One sentence per jump in a prober's `record_seq` (records lost between two lines), in
+/// prober order. A first number above 1 is not a gap: older records may be in a rotated file.
+fn seq_gaps(per: BTreeMap<String, Vec<u64>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (prober, mut v) in per {
+        v.sort_unstable();
+        v.dedup();
+        for w in v.windows(2) {
+            if let [a, b] = *w
+                && b > a + 1
+            {
+                let lost = b - a - 1;
+                out.push(format!(
+                    "prober {prober}: record_seq jumps from {a} to {b}: {lost} record{} missing (lost when written, or in a file not given)",
+                    if lost == 1 { "" } else { "s" }
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Readiness, published value and override of one branch as one prober recorded them.
+#[derive(Debug, Default)]
+struct Track {
+    state: Option<ReadinessState>,
+    states: Vec<(Millis, ReadinessState)>,
+    published: Vec<(Millis, Option<f64>)>,
+    forced: Option<f64>,
+    overrides: Vec<(Millis, Option<String>)>,
+    events: Vec<Event>,
+}
+
+impl Track {
+    fn set_state(&mut self, at: Millis, s: ReadinessState, published: Option<f64>) {
+        self.state = Some(s);
+        self.states.push((at, s));
+        self.published.push((at, published));
+    }
+}
+
+/// Everything of one service, gathered in one pass over the ordered items.
+#[derive(Debug, Default)]
+struct Gather {
+    starts: Vec<(Millis, usize, Start)>,
+    branches: Vec<usize>,
+    roles: HashMap<usize, String>,
+    attempts: HashMap<usize, Vec<AttemptMark>>,
+    tracks: BTreeMap<(usize, usize), Track>,
+    stable: Option<StableLane>,
+    markers: Vec<Marker>,
+    marker_ids: HashSet<String>,
+    facts: Facts,
+}
+
+impl Gather {
+    fn branch(&mut self, b: usize) {
+        if !self.branches.contains(&b) {
+            self.branches.push(b);
+        }
+    }
+
+    fn take(&mut self, i: &Item, names: &Names) {
+        let prober = names.get(i.prober).to_string();
+        match &i.ev {
+            Ev::Start(s) => self.start(i, s, names),
+            Ev::Attempt { branch, class } => {
+                self.branch(*branch);
+                let mark = AttemptMark {
+                    at: i.at,
+                    class: class.clone(),
+                };
+                self.attempts.entry(*branch).or_default().push(mark);
+            }
+            Ev::Transition {
+                branch,
+                from,
+                to,
+                published,
+            } => {
+                self.branch(*branch);
+                let t = self.tracks.entry((*branch, i.prober)).or_default();
+                t.set_state(i.at, *to, *published);
+                self.facts.transitions.push(TransitionFact {
+                    at: i.at,
+                    prober,
+                    branch: names.get(*branch).to_string(),
+                    from: *from,
+                    to: *to,
+                });
+            }
+            Ev::Publish(outcome, sink) => self.facts.publishes.push(PublishFact {
+                at: i.at,
+                prober,
+                outcome: *outcome,
+                sink: sink.clone(),
+            }),
+            Ev::Approval {
+                branch,
+                by,
+                reason,
+                applied,
+            } => {
+                let t = self.tracks.entry((*branch, i.prober)).or_default();
+                let label = if *applied {
+                    format!("approved by {by}: {reason}")
+                } else {
+                    format!("approval by {by} rejected: {reason}")
+                };
+                t.events.push(Event { at: i.at, label });
+                self.facts.approvals.push(ApprovalFact {
+                    at: i.at,
+                    prober,
+                    branch: names.get(*branch).to_string(),
+                    by: by.clone(),
+                    reason: reason.clone(),
+                    applied: *applied,
+                });
+            }
+            Ev::Override {
+                branch,
+                action,
+                label,
+            } => override_change(
+                self.tracks.entry((*branch, i.prober)).or_default(),
+                i.at,
+                *action,
+                label,
+            ),
+            Ev::Marker(m, id) => {
+                if self.marker_ids.insert(id.clone()) {
+                    self.markers.push(m.clone());
+                }
+            }
+            Ev::Stable(name, round) => self
+                .stable
+                .get_or_insert_with(|| StableLane {
+                    name: name.clone(),
+                    rounds: Vec::new(),
+                })
+                .rounds
+                .push(round.clone()),
+            Ev::Reopened(_) | Ev::Other => {}
+        }
+    }
+
+    fn start(&mut self, i: &Item, s: &Start, names: &Names) {
+        let ids: Vec<usize> = s
+            .branches
+            .iter()
+            .map(|b| names.index.get(&b.name).copied().unwrap_or(usize::MAX))
+            .collect();
+        for (b, id) in s.branches.iter().zip(&ids) {
+            if *id != usize::MAX {
+                self.branch(*id);
+                self.roles.insert(*id, b.role.clone());
+            }
+        }
+        for r in &s.restored {
+            if let Some(&b) = names.index.get(&r.branch) {
+                let t = self.tracks.entry((b, i.prober)).or_default();
+                let v = t.forced.or(r.state.published_value());
+                t.set_state(i.at, r.state, v);
+            }
+        }
+        if self.facts.approval_required.is_none() {
+            self.facts.approval_required = s.approval_required;
+        }
+        self.starts.push((i.at, i.prober, s.clone()));
+    }
+}
+
+/// An override set, cleared or expired on `t` at `at`.
+fn override_change(
+    t: &mut Track,
+    at: Millis,
+    action: OverrideAction,
+    label: &Option<(String, f64)>,
+) {
+    let base = t.state.and_then(ReadinessState::published_value);
+    match (action, label) {
+        (OverrideAction::Set, Some((text, v))) => {
+            t.forced = Some(*v);
+            t.overrides.push((at, Some(text.clone())));
+            t.published.push((at, Some(*v)));
+            t.events.push(Event {
+                at,
+                label: format!("override set: {text}"),
+            });
+        }
+        (a, _) => {
+            t.forced = None;
+            t.overrides.push((at, None));
+            t.published.push((at, base));
+            let what = if a == OverrideAction::Expired {
+                "expired"
+            } else {
+                "cleared"
+            };
+            t.events.push(Event {
+                at,
+                label: format!("override {what}"),
+            });
+        }
+    }
+}
+
+/// Bands from a list of changes: each state from its change to the next, the last to `until`;
+/// consecutive equal states joined.
+fn bands<S: Clone + PartialEq>(changes: &[(Millis, S)], until: Millis) -> Vec<Band<S>> {
+    let mut out: Vec<Band<S>> = Vec::new();
+    for (k, (at, s)) in changes.iter().enumerate() {
+        let end = changes.get(k + 1).map_or(until, |(n, _)| *n).max(*at);
+        match out.last_mut() {
+            Some(last) if last.state == *s => last.span.until = end,
+            _ => out.push(Band {
+                span: Span {
+                    from: *at,
+                    until: end,
+                },
+                state: s.clone(),
+            }),
+        }
+    }
+    out.retain(|b| !b.span.is_empty() || b.span.from == until);
+    out
+}
+
+/// Override bands: each set override from its record to the next change.
+fn override_bands(changes: &[(Millis, Option<String>)], until: Millis) -> Vec<Band<String>> {
+    bands(changes, until)
+        .into_iter()
+        .filter_map(|b| {
+            b.state.map(|state| Band {
+                span: b.span,
+                state,
+            })
+        })
+        .collect()
+}
+
+fn build_service(
+    items: &[Item],
+    names: &Names,
+    service: usize,
+    window: Span,
+    alarms: Vec<AlarmLane>,
+) -> ServiceDrill {
+    let mut g = Gather::default();
+    for i in items.iter().filter(|i| i.service == service) {
+        g.take(i, names);
+    }
+    // With several probers each has its own readiness per branch: a lane shows one prober's
+    // (the first by id that recorded one), the phase table looks at all.
+    let lane_prober = g
+        .tracks
+        .keys()
+        .map(|(_, p)| *p)
+        .min_by_key(|p| names.get(*p))
+        .or_else(|| g.starts.first().map(|s| s.1));
+    g.facts.lane_prober = lane_prober.map(|p| names.get(p).to_string());
+    let mut branches: Vec<BranchLane> = g
+        .branches
+        .iter()
+        .map(|&b| {
+            let empty = Track::default();
+            let t = lane_prober
+                .and_then(|p| g.tracks.get(&(b, p)))
+                .unwrap_or(&empty);
+            BranchLane {
+                name: names.get(b).to_string(),
+                role: g.roles.get(&b).cloned(),
+                attempts: g.attempts.remove(&b).unwrap_or_default(),
+                states: bands(&t.states, window.until),
+                published: bands(&t.published, window.until),
+                overrides: override_bands(&t.overrides, window.until),
+                events: t.events.clone(),
+            }
+        })
+        .collect();
+    branches.sort_by_key(|b| match b.role.as_deref() {
+        Some("PRIMARY") => 0,
+        Some("SECONDARY") => 1,
+        _ => 2,
+    });
+    let mut markers = g.markers;
+    markers.sort_by_key(|m| m.at);
+    let mut s = ServiceDrill {
+        name: names.get(service).to_string(),
+        config: config_lines(
+            &g.starts,
+            names,
+            g.stable.as_ref(),
+            g.tracks.keys().map(|k| k.1).collect(),
+        ),
+        branches,
+        stable_name: g.stable,
+        alarms,
+        markers,
+        episodes: Vec::new(),
+    };
+    s.episodes = phases::episodes(&s, &g.facts);
+    s
+}
+
+/// The configuration in force, from the service's `start` records, and the TTLs seen.
+fn config_lines(
+    starts: &[(Millis, usize, Start)],
+    names: &Names,
+    stable: Option<&StableLane>,
+    probers_with_state: BTreeSet<usize>,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let kv = |k: &str, v: String| (k.to_string(), v);
+    let Some((at, prober, s)) = starts.first() else {
+        out.push(kv(
+            "configuration",
+            "unknown: no start record of this service in the evidence".into(),
+        ));
+        return out;
+    };
+    let d = |ms: u64| crate::clock::fmt_duration_ms(i64::try_from(ms).unwrap_or(i64::MAX));
+    out.push(kv("config", s.config.clone()));
+    out.push(kv(
+        "started",
+        format!("{} (prober {})", rfc3339(*at), names.get(*prober)),
+    ));
+    let branches: Vec<String> = s
+        .branches
+        .iter()
+        .map(|b| format!("{} {} {}:{}", b.role, b.name, b.endpoint, b.port))
+        .collect();
+    out.push(kv("branches", branches.join(", ")));
+    if let (Some(i), Some(t)) = (s.probe_interval_ms, s.probe_timeout_ms) {
+        out.push(kv(
+            "probe",
+            format!("every {}, attempt timeout {}", d(i), d(t)),
+        ));
+    }
+    if let Some(p) = s.publish_interval_ms {
+        out.push(kv("publish", format!("every {}", d(p))));
+    }
+    for p in &s.policy {
+        out.push(kv("readiness", p.clone()));
+    }
+    if s.policy.is_empty() {
+        out.push(kv(
+            "readiness",
+            "not recorded (evidence written before start records carried the policy)".into(),
+        ));
+    }
+    match s.stable_name_interval_ms {
+        Some(i) => out.push(kv("stable_name_probe", format!("every {}", d(i)))),
+        None if !s.policy.is_empty() => out.push(kv("stable_name_probe", "off".into())),
+        None => {}
+    }
+    let ttls: BTreeSet<u32> = stable
+        .into_iter()
+        .flat_map(|l| l.rounds.iter().filter_map(|r| r.ttl))
+        .collect();
+    if let (Some(lo), Some(hi)) = (ttls.first(), ttls.last()) {
+        let v = if lo == hi {
+            format!("{lo} s")
+        } else {
+            format!("{lo}–{hi} s")
+        };
+        out.push(kv("stable name TTL seen", v));
+    }
+    for (at, prober, later) in &starts[1..] {
+        if later.policy != s.policy
+            || later.probe_interval_ms != s.probe_interval_ms
+            || later.branches != s.branches
+        {
+            out.push(kv(
+                "changed",
+                format!(
+                    "prober {} restarted at {} with another configuration",
+                    names.get(*prober),
+                    rfc3339(*at)
+                ),
+            ));
+        }
+    }
+    if probers_with_state.len() > 1 {
+        let ps: Vec<&str> = probers_with_state.iter().map(|p| names.get(*p)).collect();
+        out.push(kv(
+            "lanes",
+            format!(
+                "readiness bands of the first of the probers {}; the phase table uses all",
+                ps.join(", ")
+            ),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -293,6 +293,7 @@ fn start_record(service: usize) -> Record {
         duration_ms: None,
         state_store: format!("state/control-s{service}.json"),
         restored: vec![],
+        ..Default::default()
     })
 }
 

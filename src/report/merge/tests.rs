@@ -1,0 +1,295 @@
+//! The merge on hand-built evidence: order, one record per `(prober, record_seq)`, one marker
+//! per id, lanes from transitions and `start.restored`, the configuration in force, problems.
+
+use super::*;
+use crate::control::{Forced, MarkerKind};
+use crate::probe::Attempt;
+use crate::readiness::{Transition, WindowStats};
+use crate::record::{
+    EvidenceReopened, MarkerRecord, OverrideRecord, Restored, StartBranch, TransitionRecord,
+    read_lines,
+};
+
+const T0: Millis = 1_767_323_045_000;
+
+fn env(at: Millis, prober: &str, seq: u64, record: Record) -> Result<Envelope, LineError> {
+    let mut e = Envelope::new(T0 + at, "orders-queue", prober, record);
+    e.record_seq = Some(seq);
+    Ok(e)
+}
+
+fn start(restored: Vec<Restored>) -> Record {
+    Record::Start(Start {
+        config: "probes/orders-queue.toml".into(),
+        branches: vec![
+            StartBranch {
+                name: "secondary".into(),
+                role: "SECONDARY".into(),
+                endpoint: "mq-b.orders.internal.example".into(),
+                port: 5672,
+            },
+            StartBranch {
+                name: "primary".into(),
+                role: "PRIMARY".into(),
+                endpoint: "mq-a.orders.internal.example".into(),
+                port: 5672,
+            },
+        ],
+        duration_ms: None,
+        state_store: "state".into(),
+        restored,
+        probe_interval_ms: Some(300),
+        probe_timeout_ms: Some(250),
+        publish_interval_ms: Some(1_000),
+        policy: vec!["declare unready: success rate < 80% over 3s held for 1s".into()],
+        approval_required: Some(false),
+        stable_name_interval_ms: None,
+    })
+}
+
+fn attempt(branch: &str, ok: bool) -> Record {
+    let outcome = if ok {
+        Outcome::Success
+    } else {
+        Outcome::Failure {
+            step: crate::failure::Step::Connect,
+            class: crate::failure::FailureClass::TcpRefused,
+            message: "refused".into(),
+        }
+    };
+    Record::Attempt(Attempt::bare(branch, 1, 0, 0, outcome))
+}
+
+fn transition(branch: &str, from: ReadinessState, to: ReadinessState) -> Record {
+    let stats = WindowStats {
+        window_ms: 3_000,
+        finished: 10,
+        failed: 5,
+        success_rate_percent: Some(50.0),
+        failure_classes: vec![],
+    };
+    Record::Transition(TransitionRecord {
+        branch: branch.into(),
+        transition: Transition {
+            from,
+            to,
+            at: 0,
+            reason: "r".into(),
+            held_since: None,
+            unready_window: stats.clone(),
+            ready_window: stats,
+        },
+        published: to.published_value(),
+        override_: None,
+    })
+}
+
+fn marker(id: &str, given_at: Millis) -> Record {
+    Record::Marker(MarkerRecord {
+        marker_id: id.into(),
+        marker_kind: MarkerKind::Fault,
+        label: "blocked writer path".into(),
+        by: "alice".into(),
+        given_at: T0 + given_at,
+    })
+}
+
+use ReadinessState::{Ready, Unready};
+
+#[test]
+fn lanes_markers_and_config_come_from_every_file_in_time_order() {
+    let a = || {
+        vec![
+            env(
+                0,
+                "az-a",
+                1,
+                start(vec![Restored {
+                    branch: "primary".into(),
+                    state: Ready,
+                    since: None,
+                }]),
+            ),
+            env(1_000, "az-a", 2, attempt("primary", true)),
+            env(3_000, "az-a", 3, marker("m1", 2_500)),
+            env(3_100, "az-a", 4, attempt("primary", false)),
+            env(5_000, "az-a", 5, transition("primary", Ready, Unready)),
+        ]
+    };
+    let b = vec![
+        env(500, "az-b", 7, attempt("primary", true)),
+        env(2_900, "az-b", 8, marker("m1", 2_500)),
+        env(3_050, "az-b", 9, attempt("secondary", true)),
+    ];
+    let d = merge(vec![("a.jsonl".into(), a()), ("b.jsonl".into(), b)], None);
+    assert_eq!(d.probers, ["az-a", "az-b"]);
+    assert_eq!(
+        d.window,
+        Span {
+            from: T0,
+            until: T0 + 5_000
+        }
+    );
+    assert!(d.problems.is_empty(), "{:?}", d.problems);
+    let s = &d.services[0];
+    let names: Vec<_> = s
+        .branches
+        .iter()
+        .map(|b| (b.name.as_str(), b.role.as_deref()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("primary", Some("PRIMARY")),
+            ("secondary", Some("SECONDARY"))
+        ]
+    );
+    let p = &s.branches[0];
+    let at: Vec<_> = p
+        .attempts
+        .iter()
+        .map(|a| (a.at - T0, a.class.as_deref()))
+        .collect();
+    assert_eq!(
+        at,
+        [(500, None), (1_000, None), (3_100, Some("tcp_refused"))]
+    );
+    let states: Vec<_> = p
+        .states
+        .iter()
+        .map(|b| (b.span.from - T0, b.span.until - T0, b.state))
+        .collect();
+    assert_eq!(states, [(0, 5_000, Ready), (5_000, 5_000, Unready)]);
+    let published: Vec<_> = p.published.iter().map(|b| b.state).collect();
+    assert_eq!(published, [Some(1.0), Some(0.0)]);
+    // One marker for the two probers' records of it, at the time it was given.
+    assert_eq!(s.markers.len(), 1);
+    assert_eq!(s.markers[0].at, T0 + 2_500);
+    let cfg: Vec<String> = s.config.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    assert!(
+        cfg.contains(&"probe: every 300ms, attempt timeout 250ms".to_string()),
+        "{cfg:?}"
+    );
+    assert!(
+        cfg.contains(
+            &"readiness: declare unready: success rate < 80% over 3s held for 1s".to_string()
+        ),
+        "{cfg:?}"
+    );
+    assert!(
+        cfg.contains(&"stable_name_probe: off".to_string()),
+        "{cfg:?}"
+    );
+    // The phase table is derived: the fault at 2.5 s hit the primary.
+    assert_eq!(s.episodes.len(), 1);
+    assert_eq!(s.episodes[0].branch, "primary");
+
+    // The same file given twice counts once.
+    let twice = merge(
+        vec![("a.jsonl".into(), a()), ("a-copy.jsonl".into(), a())],
+        None,
+    );
+    assert_eq!(twice.services[0].branches[0].attempts.len(), 2);
+    assert!(twice.problems.is_empty(), "{:?}", twice.problems);
+}
+
+#[test]
+fn bad_lines_gaps_and_reopens_are_problems_and_the_rest_still_merges() {
+    let good = |at: Millis, seq: u64, r: Record| {
+        let mut e = Envelope::new(T0 + at, "orders-queue", "az-a", r);
+        e.record_seq = Some(seq);
+        let mut l = serde_json::to_string(&e).unwrap();
+        l.insert_str(1, &format!("\"record_seq\":{seq},"));
+        l
+    };
+    let reopened = Record::EvidenceReopened(EvidenceReopened {
+        path: "/var/ev.jsonl".into(),
+    });
+    let text = [
+        good(0, 1, attempt("primary", true)),
+        "{\"at\": torn".into(),
+        good(1_000, 2, attempt("primary", true)),
+        good(2_000, 6, reopened),
+        good(3_000, 7, attempt("primary", false)),
+    ]
+    .join("\n");
+    let lines: Vec<_> = read_lines(text.as_bytes()).collect();
+    let d = merge(vec![("ev.jsonl".into(), lines)], None);
+    assert_eq!(d.services[0].branches[0].attempts.len(), 3);
+    let problems = d.problems.join("\n");
+    assert!(
+        problems.contains("ev.jsonl: line 2: not an evidence record"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("prober az-a: record_seq jumps from 2 to 6: 3 records missing"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("reopened its evidence file /var/ev.jsonl"),
+        "{problems}"
+    );
+    // An old line without record_seq reads, and is neither deduplicated nor a gap.
+    let old = r#"{"at":"x","at_ms":5,"service":"orders-queue","prober":"az-a","kind":"evidence_reopened","path":"p"}"#;
+    let e: Envelope = serde_json::from_str(old).unwrap();
+    assert_eq!(e.record_seq, None);
+}
+
+#[test]
+fn a_service_filter_keeps_one_service_and_overrides_make_bands() {
+    let set = Record::Override(OverrideRecord {
+        branch: "primary".into(),
+        action: OverrideAction::Set,
+        override_: Some(Override {
+            force: Forced::Unready,
+            by: "carol".into(),
+            reason: "maintenance".into(),
+            at: T0,
+            expires_at: T0 + 60_000,
+        }),
+    });
+    let cleared = Record::Override(OverrideRecord {
+        branch: "primary".into(),
+        action: OverrideAction::Cleared,
+        override_: None,
+    });
+    let mut other = Envelope::new(T0, "billing", "az-a", attempt("primary", true));
+    other.record_seq = Some(4);
+    let lines = vec![
+        env(
+            0,
+            "az-a",
+            1,
+            start(vec![Restored {
+                branch: "primary".into(),
+                state: Ready,
+                since: None,
+            }]),
+        ),
+        env(1_000, "az-a", 2, set),
+        env(4_000, "az-a", 3, cleared),
+        Ok(other),
+        env(6_000, "az-a", 5, attempt("primary", true)),
+    ];
+    let d = merge(vec![("a.jsonl".into(), lines)], Some("orders-queue"));
+    assert_eq!(d.services.len(), 1);
+    let p = &d.services[0].branches[0];
+    let ov: Vec<_> = p
+        .overrides
+        .iter()
+        .map(|b| (b.span.from - T0, b.span.until - T0, b.state.as_str()))
+        .collect();
+    assert_eq!(ov, [(1_000, 4_000, "force unready by carol: maintenance")]);
+    let published: Vec<_> = p
+        .published
+        .iter()
+        .map(|b| (b.span.from - T0, b.state))
+        .collect();
+    assert_eq!(
+        published,
+        [(0, Some(1.0)), (1_000, Some(0.0)), (4_000, Some(1.0))]
+    );
+    assert_eq!(p.events.len(), 2);
+    // The other service's record is not in the window, and its seq 4 is no gap either.
+    assert!(d.problems.is_empty(), "{:?}", d.problems);
+}
