@@ -225,7 +225,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Drill evidence: `drill mark` puts an operator's marker into the drill's evidence.
+    /// Drill evidence: `drill mark` puts an operator's marker into the drill's evidence;
+    /// `drill report` turns the evidence into a report.
     Drill {
         /// The drill subcommand.
         #[command(subcommand)]
@@ -393,8 +394,8 @@ const RUNTIME_SHUTDOWN: Duration = Duration::from_millis(250);
 pub const STOP_SLACK: Duration = Duration::from_secs(2);
 
 impl Command {
-    /// The config file every subcommand reads.
-    fn config(&self) -> &std::path::Path {
+    /// The config file the subcommand reads (`None`: `drill report`, which reads none).
+    fn config(&self) -> Option<&std::path::Path> {
         match self {
             Command::Run { config, .. }
             | Command::Check { config, .. }
@@ -402,7 +403,7 @@ impl Command {
             | Command::Approve { config, .. }
             | Command::Override { config, .. }
             | Command::Status { config, .. }
-            | Command::Simulate { config, .. } => config,
+            | Command::Simulate { config, .. } => Some(config),
             Command::Drill { command } => command.config(),
         }
     }
@@ -413,7 +414,17 @@ async fn async_main(cli: Cli) -> ExitCode {
     // (its default action), also while a large config is still being read.
     let hup = matches!(cli.command, Command::Run { .. })
         .then(|| tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()));
-    let cfg = match load(cli.command.config(), cli.prober_id.as_deref()) {
+    if let Command::Drill {
+        command: drill_cmd::DrillCommand::Report(args),
+    } = cli.command
+    {
+        return drill_cmd::report(args);
+    }
+    let Some(path) = cli.command.config() else {
+        eprintln!("error: no --config for this command");
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    };
+    let cfg = match load(path, cli.prober_id.as_deref()) {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -426,14 +437,16 @@ async fn async_main(cli: Cli) -> ExitCode {
         } => aws_check::check_aws(&cfg, format, aws_timeout).await,
         Command::Check { strict, .. } => check(&cfg, strict),
         Command::Run {
-            duration, grace, ..
+            duration,
+            grace,
+            config,
         } => {
             let opts = RunOptions {
                 duration,
                 grace,
                 emf_out: None,
             };
-            let reloads = reload_requests(hup, cli.command.config(), cli.prober_id.clone());
+            let reloads = reload_requests(hup, &config, cli.prober_id.clone());
             run(cfg, opts, reloads).await
         }
         Command::Probe {
@@ -489,8 +502,11 @@ async fn async_main(cli: Cli) -> ExitCode {
             ..
         } => simulate_cmd::simulate(&cfg, service.as_deref(), &scenario, out.as_deref(), format),
         Command::Drill { command } => {
-            let drill_cmd::DrillCommand::Mark { service, .. } = &command;
-            match pick(&cfg, service.as_deref()) {
+            let service = match &command {
+                drill_cmd::DrillCommand::Mark { service, .. } => service.as_deref(),
+                drill_cmd::DrillCommand::Report(_) => None,
+            };
+            match pick(&cfg, service) {
                 Ok(svc) => drill_cmd::drill(&cfg, svc, command).await,
                 Err(code) => code,
             }
@@ -735,6 +751,7 @@ mod tests {
             ("status", &[0, 64, 74]),
             ("simulate", &[0, 64, 74]),
             ("drill mark", &[0, 64, 74]),
+            ("drill report", &[0, 64, 74]),
         ] {
             let mut words = cmd.split(' ');
             let top = words.next().and_then(|w| cli.find_subcommand(w));

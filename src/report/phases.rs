@@ -74,6 +74,9 @@ pub struct Facts {
     pub lane_prober: Option<String>,
 }
 
+/// The note of a stable-name phase when the evidence has no stable-name round at all.
+const NO_STABLE: &str = "missing: no stable_name records (enable [stable_name_probe])";
+
 /// What starts an episode.
 #[derive(Debug, Clone)]
 struct Trigger {
@@ -199,12 +202,12 @@ fn state_at(s: &ServiceDrill, branch: &str, at: Millis) -> Option<ReadinessState
 }
 
 /// The first failure after `from` (before `end`) of a branch for which `keep` holds.
-fn first_failure<'a>(
-    s: &'a ServiceDrill,
+fn first_failure(
+    s: &ServiceDrill,
     from: Millis,
     end: Millis,
     keep: impl Fn(&str) -> bool,
-) -> Option<&'a str> {
+) -> Option<&str> {
     s.branches
         .iter()
         .filter(|b| keep(&b.name))
@@ -386,7 +389,7 @@ impl Ctx<'_> {
     /// The first stable-name round in range whose selection `want` accepts.
     fn selection(&self, want: impl Fn(&str) -> bool, what: &str) -> Result<&Round, String> {
         if self.s.stable_name.is_none() {
-            return Err("missing: no stable_name records (enable [stable_name_probe])".into());
+            return Err(NO_STABLE.into());
         }
         self.rounds()
             .iter()
@@ -433,6 +436,9 @@ impl Ctx<'_> {
     /// The first successful end-to-end attempt through the stable name at or after `switch`,
     /// while it selects a branch `new` accepts.
     fn reconnect(&self, switch: Option<&Round>, new: impl Fn(&str) -> bool) -> Found {
+        if self.s.stable_name.is_none() {
+            return Err(NO_STABLE.into());
+        }
         if !self.rounds().iter().any(|r| r.end_to_end.is_some()) {
             return Err("missing: no end_to_end in the stable_name records".into());
         }
@@ -456,6 +462,9 @@ impl Ctx<'_> {
     /// The first round from which, to the episode's end, the stable name keeps selecting the
     /// same branch (one `want` accepts) and no end-to-end attempt fails.
     fn steady(&self, want: impl Fn(&str) -> bool) -> Found {
+        if self.s.stable_name.is_none() {
+            return Err(NO_STABLE.into());
+        }
         let rounds: Vec<&Round> = self
             .rounds()
             .iter()

@@ -1,10 +1,12 @@
 //! Drill markers on real components: `drill mark` through the file store reaches every running
 //! prober's evidence exactly once; `--evidence` appends one whole line to a file; bad labels
-//! are usage errors that touch nothing.
+//! are usage errors that touch nothing. `drill report` on a recorded drill measures its phases.
 
 use crate::support::config::{ConfigBuilder, path};
 use crate::support::dns::DnsServer;
-use crate::support::fixture::{Running, read_evidence, wait_evidence};
+use crate::support::fixture::{
+    FAST_POLICY, Running, has_transition, read_evidence, transitions, wait_evidence,
+};
 use readyprobe::control::ControlDoc;
 use serde_json::Value;
 use std::net::Ipv4Addr;
@@ -260,4 +262,210 @@ async fn a_bad_label_exits_64_and_writes_nothing() {
     }
     assert!(doc(d).markers.is_empty());
     assert!(!d.join("state").exists());
+}
+
+/// A `tcp` service whose two branches each have their own listener, probed every 300 ms with
+/// the compressed policy (unready after 1 s under 80%, ready after 3 s at 95%, no approval).
+fn two_branch_config(dir: &Path, dns: &DnsServer, ports: (u16, u16)) -> PathBuf {
+    ConfigBuilder::new(dir, SERVICE, "mq.orders.internal.example")
+        .top("prober_id", "az-a")
+        .nameserver(dns.addr())
+        .set("dns", "timeout", "200ms")
+        .kind("tcp")
+        .set("probe.tcp", "port", i64::from(ports.0))
+        .set("probe", "interval", "300ms")
+        .set("probe", "timeout", "250ms")
+        .set("publish", "interval", "1s")
+        .set("publish", "sinks", toml::Value::Array(vec!["emf".into()]))
+        .set("state", "poll_interval", "300ms")
+        .set("evidence", "path", path(&evidence(dir, "az-a")))
+        .merge(FAST_POLICY)
+        .branch(
+            "primary",
+            "PRIMARY",
+            "mq-a.orders.internal.example",
+            Some(ports.0),
+        )
+        .branch(
+            "secondary",
+            "SECONDARY",
+            "mq-b.orders.internal.example",
+            Some(ports.1),
+        )
+        .write(&dir.join("az-a.toml"))
+}
+
+/// The cells of the phase row `name` in the table after heading `heading` of `md`.
+fn phase_row<'a>(md: &'a str, heading: &str, name: &str) -> Vec<&'a str> {
+    let (_, table) = md
+        .split_once(heading)
+        .unwrap_or_else(|| panic!("no {heading:?} in\n{md}"));
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&format!("| {name} |")))
+        .unwrap_or_else(|| panic!("no row {name:?} after {heading:?} in\n{md}"));
+    row.trim_matches('|').split(" | ").map(str::trim).collect()
+}
+
+/// Milliseconds of a duration cell (`1s 200ms`, `850ms`).
+fn cell_ms(cell: &str) -> u64 {
+    let d = humantime::parse_duration(cell).unwrap_or_else(|e| panic!("{cell:?}: {e}"));
+    d.as_millis() as u64
+}
+
+/// A real drill: `run` on two tcp branches, a fault marker, the primary's listener stopped, a
+/// restore marker, the listener back; then `drill report` measures the first phases (each
+/// within a few probe intervals of what the test did) and names the records that are missing
+/// for the others (no alarm lane, no stable-name probe).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drill_report_measures_a_recorded_failover_and_failback() {
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("mq-a", Ipv4Addr::LOCALHOST, 5).await;
+    dns.set_a("mq-b", Ipv4Addr::LOCALHOST, 5).await;
+    let (a, b) = (listener().await, listener().await);
+    let port_a = a.port;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = two_branch_config(d, &dns, (a.port, b.port));
+    let run = Running::start(readyprobe::config::load(&cfg).unwrap(), None);
+    let ev = evidence(d, "az-a");
+    let ready = |b: &'static str| move |ev: &[Value]| has_transition(ev, b, "ready");
+    wait_evidence(&ev, Duration::from_secs(30), ready("primary")).await;
+    wait_evidence(&ev, Duration::from_secs(30), ready("secondary")).await;
+
+    let mark = |kind: &str, label: &str| {
+        let args = [
+            "drill",
+            "mark",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--kind",
+            kind,
+        ];
+        let (code, out, err) = cli(&[&args[..], &["--label", label, "--by", "alice"]].concat());
+        assert_eq!(code, 0, "{out}{err}");
+    };
+    mark("fault", "stopped the primary listener");
+    wait_evidence(&ev, Duration::from_secs(20), |ev| {
+        !markers(ev, "stopped the primary listener").is_empty()
+    })
+    .await;
+    drop(a);
+    wait_evidence(&ev, Duration::from_secs(30), |ev| {
+        has_transition(ev, "primary", "unready")
+    })
+    .await;
+    // The listener back on its port, then the restore marker.
+    let back = TcpListener::bind(("127.0.0.1", port_a)).await.unwrap();
+    let back = tokio::spawn(async move { while back.accept().await.is_ok() {} });
+    mark("restore", "started the primary listener");
+    wait_evidence(&ev, Duration::from_secs(30), |ev| {
+        transitions(ev, "primary")
+            .iter()
+            .filter(|t| t.1 == "ready")
+            .count()
+            == 2
+    })
+    .await;
+    run.stop().await;
+    back.abort();
+
+    let out = d.join("report");
+    let (code, stdout, err) = cli(&[
+        "drill",
+        "report",
+        "--evidence",
+        ev.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.starts_with("<!DOCTYPE html>") && html.contains("Failover of primary"),
+        "{html}"
+    );
+    assert!(
+        stdout.contains("### Failover of primary") && stdout.contains("### Failback of primary"),
+        "{stdout}"
+    );
+    assert!(
+        md.contains("| probe | every 300ms, attempt timeout 250ms |"),
+        "{md}"
+    );
+    assert!(md.contains("Problems\n\nNone"), "{md}");
+
+    let fo = "### Failover of primary";
+    // phase, at, since start, took, note
+    let first = phase_row(&md, fo, "first failed attempt");
+    assert!(first[1].starts_with("20"), "{first:?}");
+    assert!(cell_ms(first[2]) < 10_000, "{first:?}");
+    let detect = phase_row(&md, fo, "readiness 0 published");
+    assert!(detect[1].starts_with("20"), "{detect:?}");
+    // Unready needs 1 s under 80% in a 3 s window: a few probe intervals after the first failure.
+    let took = cell_ms(detect[3]);
+    assert!((500..=8_000).contains(&took), "{detect:?}");
+    assert!(detect[4].contains("sent by sink emf"), "{detect:?}");
+    let alarm = phase_row(&md, fo, "alarm in ALARM");
+    assert_eq!(alarm[1], "—", "{alarm:?}");
+    assert!(
+        alarm[4].contains("no alarm lane: run with --alarms"),
+        "{alarm:?}"
+    );
+    for name in ["stable name answers with the other branch", "steady state"] {
+        let row = phase_row(&md, fo, name);
+        assert_eq!(row[1], "—", "{row:?}");
+        assert!(row[4].contains("no stable_name records"), "{row:?}");
+    }
+
+    let fb = "### Failback of primary";
+    let ok = phase_row(&md, fb, "first successful attempt");
+    assert!(cell_ms(ok[2]) < 10_000, "{ok:?}");
+    let pending = phase_row(&md, fb, "pending_approval entered");
+    assert!(pending[4].contains("needs no approval"), "{pending:?}");
+    let published = phase_row(&md, fb, "readiness 1 published");
+    // Ready needs 3 s at 95%: at least that after the first success.
+    assert!(
+        (2_500..=15_000).contains(&cell_ms(published[3])),
+        "{published:?}"
+    );
+}
+
+/// Bad input: a missing evidence file or an out path that is a file exit 74; an unknown
+/// `--service` 64; a file with a bad line still makes a report that lists it. No config needed.
+#[test]
+fn drill_report_exit_codes_and_bad_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ev = d.join("copy.jsonl");
+    let line = r#"{"record_seq":1,"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-queue","prober":"az-a","kind":"evidence_reopened","path":"x"}"#;
+    std::fs::write(&ev, format!("{line}\nnot json\n")).unwrap();
+    let report = |evidence: &Path, out: &Path, more: &[&str]| {
+        let args = [
+            "drill",
+            "report",
+            "--evidence",
+            evidence.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        cli(&[&args[..], more].concat())
+    };
+    let (code, out, err) = report(&ev, &d.join("r"), &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let md = std::fs::read_to_string(d.join("r/report.md")).unwrap();
+    assert!(
+        md.contains("copy.jsonl: line 2: not an evidence record"),
+        "{md}"
+    );
+    let (code, _, err) = report(&d.join("missing.jsonl"), &d.join("r2"), &[]);
+    assert_eq!(code, 74, "{err}");
+    assert!(err.contains("cannot read evidence file"), "{err}");
+    let (code, _, err) = report(&ev, &ev, &[]);
+    assert_eq!(code, 74, "{err}");
+    let (code, _, err) = report(&ev, &d.join("r3"), &["--service", "billing"]);
+    assert_eq!(code, 64, "{err}");
+    let (code, _, err) = cli(&["drill", "report", "--out", d.to_str().unwrap()]);
+    assert_eq!(code, 64, "{err}");
 }

@@ -293,7 +293,10 @@ fn each_missing_record_is_named_instead_of_a_time() {
         note(0, "stable name answers with the other branch").contains("no stable_name records")
     );
     assert!(note(0, "cache expiry").contains("needs the DNS selection"));
-    assert!(note(0, "reconnect (end-to-end through the stable name)").contains("no end_to_end"));
+    assert!(
+        note(0, "reconnect (end-to-end through the stable name)")
+            .contains("no stable_name records")
+    );
     assert!(note(1, "approved").contains("no applied approval record"));
     for p in e.iter().flat_map(|e| &e.phases).filter(|p| p.at.is_none()) {
         assert!(p.since_start_ms.is_none() && p.took_ms.is_none(), "{p:?}");
