@@ -61,6 +61,9 @@ enum Ev {
     Marker(Marker, String),
     Stable(String, Round),
     Reopened(String),
+    /// A `duplicate_prober` record: the state store it was found in.
+    Duplicate(String),
+    /// Nothing a lane or a phase uses (kept only in the window, the probers and the seq check).
     Other,
 }
 
@@ -100,6 +103,12 @@ pub struct Merger {
     seqs: BTreeMap<String, Vec<u64>>,
     /// Alarm lanes per service (`--alarms`).
     alarms: HashMap<String, Vec<AlarmLane>>,
+    /// The first and last time seen (records and markers' `given_at`).
+    bounds: Option<(Millis, Millis)>,
+    /// Services in order of first appearance.
+    service_order: Vec<usize>,
+    /// Probers that contributed a record of a kept service.
+    prober_ids: BTreeSet<usize>,
 }
 
 /// A short one-line label for an override: its value, who set it and why.
@@ -161,6 +170,22 @@ impl Merger {
         let service = self.names.id(&env.service);
         let prober = self.names.id(&env.prober);
         let ev = self.compact(env.record, env.at_ms);
+        let given = match &ev {
+            Ev::Marker(m, _) => m.at,
+            _ => env.at_ms,
+        };
+        for t in [env.at_ms, given] {
+            let (lo, hi) = self.bounds.get_or_insert((t, t));
+            (*lo, *hi) = ((*lo).min(t), (*hi).max(t));
+        }
+        if !self.service_order.contains(&service) {
+            self.service_order.push(service);
+        }
+        self.prober_ids.insert(prober);
+        if matches!(ev, Ev::Other) {
+            // Publish ticks, stops, syncs: counted in the window and the seq check only.
+            return;
+        }
         self.items.push(Item {
             at: env.at_ms,
             prober,
@@ -232,6 +257,7 @@ impl Merger {
                 Ev::Stable(s.stable_name, round)
             }
             Record::EvidenceReopened(e) => Ev::Reopened(e.path),
+            Record::DuplicateProber(d) => Ev::Duplicate(d.state_store),
             _ => Ev::Other,
         }
     }
@@ -239,19 +265,15 @@ impl Merger {
     /// The window of what was pushed so far: from the first record (or marker) to the last
     /// (e.g. the span to fetch alarm history over).
     pub fn window(&self) -> Span {
-        window(&self.items)
+        let (from, until) = self.bounds.unwrap_or((0, 0));
+        Span { from, until }
     }
 
     /// The services pushed so far, in order of first appearance.
     pub fn services(&self) -> Vec<String> {
-        let mut ids: Vec<usize> = Vec::new();
-        for i in &self.items {
-            if !ids.contains(&i.service) {
-                ids.push(i.service);
-            }
-        }
-        ids.into_iter()
-            .map(|i| self.names.get(i).to_string())
+        self.service_order
+            .iter()
+            .map(|i| self.names.get(*i).to_string())
             .collect()
     }
 
@@ -274,32 +296,25 @@ impl Merger {
         for p in seq_gaps(std::mem::take(&mut self.seqs)) {
             self.note(p);
         }
-        let mut reopened = Vec::new();
+        let mut found = Vec::new();
         for i in &self.items {
-            if let Ev::Reopened(path) = &i.ev {
-                reopened.push(format!(
-                    "prober {} reopened its evidence file {path} at {} (evidence_reopened): records just before may be in the old file, or lost",
-                    self.names.get(i.prober),
-                    rfc3339(i.at)
-                ));
+            let (prober, at) = (self.names.get(i.prober), rfc3339(i.at));
+            match &i.ev {
+                Ev::Reopened(path) => found.push(format!(
+                    "prober {prober} reopened its evidence file {path} at {at} (evidence_reopened): records just before may be in the old file, or lost"
+                )),
+                Ev::Duplicate(store) => found.push(format!(
+                    "prober {prober}: another run process saved under the same prober id in {store} at {at} (duplicate_prober): their readiness overwrites each other's"
+                )),
+                _ => {}
             }
         }
-        for p in reopened {
+        for p in found {
             self.note(p);
         }
-        let window = window(&self.items);
-        let probers: BTreeSet<&str> = self
-            .items
-            .iter()
-            .map(|i| self.names.get(i.prober))
-            .collect();
-        let mut order: Vec<usize> = Vec::new();
-        for i in &self.items {
-            if !order.contains(&i.service) {
-                order.push(i.service);
-            }
-        }
-        let services = order
+        let window = self.window();
+        let probers: BTreeSet<&str> = self.prober_ids.iter().map(|p| self.names.get(*p)).collect();
+        let services = std::mem::take(&mut self.service_order)
             .into_iter()
             .map(|s| {
                 let alarms = self.alarms.remove(self.names.get(s)).unwrap_or_default();
@@ -333,22 +348,6 @@ pub fn merge(
         }
     }
     m.finish()
-}
-
-/// From the first record (or marker) to the last.
-fn window(items: &[Item]) -> Span {
-    let times = items.iter().flat_map(|i| match &i.ev {
-        Ev::Marker(m, _) => [i.at, m.at],
-        _ => [i.at, i.at],
-    });
-    let (from, until) = times.fold((Millis::MAX, Millis::MIN), |(lo, hi), t| {
-        (lo.min(t), hi.max(t))
-    });
-    if from > until {
-        Span { from: 0, until: 0 }
-    } else {
-        Span { from, until }
-    }
 }
 
 /// One sentence per jump in a prober's `record_seq` (records lost between two lines), in
@@ -493,7 +492,7 @@ impl Gather {
                 })
                 .rounds
                 .push(round.clone()),
-            Ev::Reopened(_) | Ev::Other => {}
+            Ev::Reopened(_) | Ev::Duplicate(_) | Ev::Other => {}
         }
     }
 

@@ -432,7 +432,7 @@ async fn drill_report_measures_a_recorded_failover_and_failback() {
     );
 }
 
-/// Bad input: a missing evidence file or an out path that is a file exit 74; an unknown
+/// Bad input: a missing evidence file, a directory, or an out path that is a file exit 74; an unknown
 /// `--service` 64; a file with a bad line still makes a report that lists it. No config needed.
 #[test]
 fn drill_report_exit_codes_and_bad_lines() {
@@ -463,6 +463,9 @@ fn drill_report_exit_codes_and_bad_lines() {
     assert_eq!(code, 74, "{err}");
     assert!(err.contains("cannot read evidence file"), "{err}");
     let (code, _, err) = report(&ev, &ev, &[]);
+    assert_eq!(code, 74, "{err}");
+    // A directory opens but cannot be read as evidence.
+    let (code, _, err) = report(d, &d.join("r4"), &[]);
     assert_eq!(code, 74, "{err}");
     let (code, _, err) = report(&ev, &d.join("r3"), &["--service", "billing"]);
     assert_eq!(code, 64, "{err}");

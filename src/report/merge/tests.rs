@@ -6,8 +6,8 @@ use crate::control::{Forced, MarkerKind};
 use crate::probe::Attempt;
 use crate::readiness::{Transition, WindowStats};
 use crate::record::{
-    EvidenceReopened, MarkerRecord, OverrideRecord, Restored, StartBranch, TransitionRecord,
-    read_lines,
+    DuplicateProber, EvidenceReopened, MarkerRecord, OverrideRecord, Restored, StartBranch,
+    StateSyncFailed, TransitionRecord, read_lines,
 };
 
 const T0: Millis = 1_767_323_045_000;
@@ -202,6 +202,16 @@ fn bad_lines_gaps_and_reopens_are_problems_and_the_rest_still_merges() {
         l.insert_str(1, &format!("\"record_seq\":{seq},"));
         l
     };
+    let duplicate = Record::DuplicateProber(DuplicateProber {
+        state_store: "state/control-orders-queue.json".into(),
+        instance: "i-1".into(),
+        other_instance: "i-2".into(),
+        other_saved_at: T0,
+    });
+    let sync_failed = Record::StateSyncFailed(StateSyncFailed {
+        error: "disk full".into(),
+        started_at: None,
+    });
     let reopened = Record::EvidenceReopened(EvidenceReopened {
         path: "/var/ev.jsonl".into(),
     });
@@ -211,6 +221,9 @@ fn bad_lines_gaps_and_reopens_are_problems_and_the_rest_still_merges() {
         good(1_000, 2, attempt("primary", true)),
         good(2_000, 6, reopened),
         good(3_000, 7, attempt("primary", false)),
+        good(3_500, 8, duplicate),
+        // Kept for nothing but the window and the seq check.
+        good(9_000, 9, sync_failed),
     ]
     .join("\n");
     let lines: Vec<_> = read_lines(text.as_bytes()).collect();
@@ -229,6 +242,8 @@ fn bad_lines_gaps_and_reopens_are_problems_and_the_rest_still_merges() {
         problems.contains("reopened its evidence file /var/ev.jsonl"),
         "{problems}"
     );
+    assert!(problems.contains("(duplicate_prober)"), "{problems}");
+    assert_eq!(d.window.until, T0 + 9_000);
     // An old line without record_seq reads, and is neither deduplicated nor a gap.
     let old = r#"{"at":"x","at_ms":5,"service":"orders-queue","prober":"az-a","kind":"evidence_reopened","path":"p"}"#;
     let e: Envelope = serde_json::from_str(old).unwrap();
