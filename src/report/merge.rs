@@ -734,11 +734,13 @@ fn config_lines(
         }
     }
     if probers_with_state.len() > 1 {
-        let ps: Vec<&str> = probers_with_state.iter().map(|p| names.get(*p)).collect();
+        let ps: BTreeSet<&str> = probers_with_state.iter().map(|p| names.get(*p)).collect();
+        let ps: Vec<&str> = ps.into_iter().collect();
         out.push(kv(
             "lanes",
             format!(
-                "readiness bands of the first of the probers {}; the phase table uses all",
+                "readiness bands of prober {} (of {}); the phase table uses every prober's records",
+                ps[0],
                 ps.join(", ")
             ),
         ));

@@ -308,3 +308,80 @@ fn a_service_filter_keeps_one_service_and_overrides_make_bands() {
     // The other service's record is not in the window, and its seq 4 is no gap either.
     assert!(d.problems.is_empty(), "{:?}", d.problems);
 }
+
+/// Two probers: the lanes show the first prober's readiness, the phase table the first
+/// prober to declare the branch unready and its own publish.
+#[test]
+fn with_two_probers_detection_is_the_first_to_declare_and_publish() {
+    let publish = |outcome| {
+        Record::Publish(crate::record::Publish::new(
+            "emf",
+            PublishReason::Transition,
+            1,
+            1,
+            1,
+            outcome,
+            None,
+        ))
+    };
+    let restored = || {
+        start(vec![Restored {
+            branch: "primary".into(),
+            state: Ready,
+            since: None,
+        }])
+    };
+    let a = vec![
+        env(0, "az-a", 1, restored()),
+        env(1_000, "az-a", 2, marker("m1", 1_000)),
+        env(1_300, "az-a", 3, attempt("primary", false)),
+        env(4_000, "az-a", 4, transition("primary", Ready, Unready)),
+        env(
+            4_010,
+            "az-a",
+            5,
+            publish(crate::record::PublishOutcome::Sent),
+        ),
+    ];
+    let b = vec![
+        env(0, "az-b", 1, restored()),
+        env(1_200, "az-b", 2, marker("m1", 1_000)),
+        env(1_400, "az-b", 3, attempt("primary", false)),
+        env(3_000, "az-b", 4, transition("primary", Ready, Unready)),
+        env(
+            3_005,
+            "az-b",
+            5,
+            publish(crate::record::PublishOutcome::Failed),
+        ),
+        env(
+            3_500,
+            "az-b",
+            6,
+            publish(crate::record::PublishOutcome::Sent),
+        ),
+    ];
+    let d = merge(vec![("b".into(), b), ("a".into(), a)], None);
+    let s = &d.services[0];
+    let states: Vec<_> = s.branches[0]
+        .states
+        .iter()
+        .map(|b| (b.span.from - T0, b.state))
+        .collect();
+    assert_eq!(states, [(0, Ready), (4_000, Unready)], "az-a's bands");
+    assert!(
+        s.config
+            .iter()
+            .any(|(k, v)| k == "lanes" && v.contains("az-a, az-b")),
+        "{:?}",
+        s.config
+    );
+    let e = &s.episodes[0];
+    let p = e
+        .phases
+        .iter()
+        .find(|p| p.name == "readiness 0 published")
+        .unwrap();
+    assert_eq!(p.at, Some(T0 + 3_500), "{p:?}");
+    assert!(p.note.as_deref().unwrap().contains("prober az-b"), "{p:?}");
+}
