@@ -47,19 +47,17 @@ enum Ev {
     },
     /// A `publish` with reason `transition`: its outcome and sink.
     Publish(crate::record::PublishOutcome, String),
-    Approval {
-        branch: usize,
-        by: String,
-        reason: String,
-        applied: bool,
-    },
+    // The rarer, larger payloads are boxed: an `Item` stays small for the many attempts.
+    Approval(usize, Box<crate::record::ApprovalRecord>),
     Override {
         branch: usize,
         action: OverrideAction,
-        label: Option<(String, f64)>,
+        label: Option<Box<(String, f64)>>,
     },
-    Marker(Marker, String),
-    Stable(String, Round),
+    /// The marker and its id.
+    Marker(Box<(Marker, String)>),
+    /// The stable name and the round.
+    Stable(Box<(String, Round)>),
     Reopened(String),
     /// A `duplicate_prober` record: the state store it was found in.
     Duplicate(String),
@@ -171,7 +169,7 @@ impl Merger {
         let prober = self.names.id(&env.prober);
         let ev = self.compact(env.record, env.at_ms);
         let given = match &ev {
-            Ev::Marker(m, _) => m.at,
+            Ev::Marker(m) => m.0.at,
             _ => env.at_ms,
         };
         for t in [env.at_ms, given] {
@@ -223,18 +221,13 @@ impl Merger {
             Record::Publish(p) if p.reason == PublishReason::Transition => {
                 Ev::Publish(p.outcome, p.sink)
             }
-            Record::Approval(a) => Ev::Approval {
-                branch: self.names.id(&a.branch),
-                by: a.by,
-                reason: a.reason,
-                applied: a.applied,
-            },
+            Record::Approval(a) => Ev::Approval(self.names.id(&a.branch), Box::new(a)),
             Record::Override(o) => Ev::Override {
                 branch: self.names.id(&o.branch),
                 action: o.action,
-                label: o.override_.as_ref().map(override_label),
+                label: o.override_.as_ref().map(|o| Box::new(override_label(o))),
             },
-            Record::Marker(m) => Ev::Marker(
+            Record::Marker(m) => Ev::Marker(Box::new((
                 Marker {
                     at: m.given_at,
                     kind: m.marker_kind.as_str().to_string(),
@@ -242,7 +235,7 @@ impl Merger {
                     by: m.by,
                 },
                 m.marker_id,
-            ),
+            ))),
             Record::StableName(s) => {
                 let round = Round {
                     at,
@@ -254,7 +247,7 @@ impl Merger {
                         Outcome::Failure { class, .. } => Some(class.as_str().to_string()),
                     }),
                 };
-                Ev::Stable(s.stable_name, round)
+                Ev::Stable(Box::new((s.stable_name, round)))
             }
             Record::EvidenceReopened(e) => Ev::Reopened(e.path),
             Record::DuplicateProber(d) => Ev::Duplicate(d.state_store),
@@ -447,12 +440,8 @@ impl Gather {
                 outcome: *outcome,
                 sink: sink.clone(),
             }),
-            Ev::Approval {
-                branch,
-                by,
-                reason,
-                applied,
-            } => {
+            Ev::Approval(branch, a) => {
+                let (by, reason, applied) = (&a.by, &a.reason, &a.applied);
                 let t = self.tracks.entry((*branch, i.prober)).or_default();
                 let label = if *applied {
                     format!("approved by {by}: {reason}")
@@ -477,21 +466,22 @@ impl Gather {
                 self.tracks.entry((*branch, i.prober)).or_default(),
                 i.at,
                 *action,
-                label,
+                label.as_deref(),
             ),
-            Ev::Marker(m, id) => {
+            Ev::Marker(m) => {
+                let (m, id) = &**m;
                 if self.marker_ids.insert(id.clone()) {
                     self.markers.push(m.clone());
                 }
             }
-            Ev::Stable(name, round) => self
+            Ev::Stable(r) => self
                 .stable
                 .get_or_insert_with(|| StableLane {
-                    name: name.clone(),
+                    name: r.0.clone(),
                     rounds: Vec::new(),
                 })
                 .rounds
-                .push(round.clone()),
+                .push(r.1.clone()),
             Ev::Reopened(_) | Ev::Duplicate(_) | Ev::Other => {}
         }
     }
@@ -527,7 +517,7 @@ fn override_change(
     t: &mut Track,
     at: Millis,
     action: OverrideAction,
-    label: &Option<(String, f64)>,
+    label: Option<&(String, f64)>,
 ) {
     let base = t.state.and_then(ReadinessState::published_value);
     match (action, label) {
