@@ -105,6 +105,8 @@ pub struct Merger {
     bounds: Option<(Millis, Millis)>,
     /// Services in order of first appearance.
     service_order: Vec<usize>,
+    /// The same, for a quick look-up (thousands of services).
+    services_seen: HashSet<usize>,
     /// Probers that contributed a record of a kept service.
     prober_ids: BTreeSet<usize>,
 }
@@ -176,7 +178,7 @@ impl Merger {
             let (lo, hi) = self.bounds.get_or_insert((t, t));
             (*lo, *hi) = ((*lo).min(t), (*hi).max(t));
         }
-        if !self.service_order.contains(&service) {
+        if self.services_seen.insert(service) {
             self.service_order.push(service);
         }
         self.prober_ids.insert(prober);
@@ -307,11 +309,17 @@ impl Merger {
         }
         let window = self.window();
         let probers: BTreeSet<&str> = self.prober_ids.iter().map(|p| self.names.get(*p)).collect();
+        // One pass over the items, however many services.
+        let mut gathered: HashMap<usize, Gather> = HashMap::new();
+        for i in &self.items {
+            gathered.entry(i.service).or_default().take(i, &self.names);
+        }
         let services = std::mem::take(&mut self.service_order)
             .into_iter()
             .map(|s| {
                 let alarms = self.alarms.remove(self.names.get(s)).unwrap_or_default();
-                build_service(&self.items, &self.names, s, window, alarms)
+                let g = gathered.remove(&s).unwrap_or_default();
+                build_service(g, &self.names, s, window, alarms)
             })
             .collect();
         let mut problems = self.problems;
@@ -581,17 +589,14 @@ fn override_bands(changes: &[(Millis, Option<String>)], until: Millis) -> Vec<Ba
         .collect()
 }
 
+/// Service `service`'s lanes, configuration and episodes from what was gathered for it.
 fn build_service(
-    items: &[Item],
+    mut g: Gather,
     names: &Names,
     service: usize,
     window: Span,
     alarms: Vec<AlarmLane>,
 ) -> ServiceDrill {
-    let mut g = Gather::default();
-    for i in items.iter().filter(|i| i.service == service) {
-        g.take(i, names);
-    }
     // With several probers each has its own readiness per branch: a lane shows one prober's
     // (the first by id that recorded one), the phase table looks at all.
     let lane_prober = g
