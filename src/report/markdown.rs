@@ -31,8 +31,14 @@ fn when(d: &Drill, at: Millis) -> String {
     }
 }
 
+/// A duration, signed: a phase may come before the one listed above it (a client that
+/// resolves afresh reconnects before the cache-expiry bound).
 fn opt(ms: Option<Millis>) -> String {
-    ms.map_or_else(|| "—".to_string(), fmt_duration_ms)
+    match ms {
+        None => "—".to_string(),
+        Some(ms) if ms < 0 => format!("-{}", fmt_duration_ms(-ms)),
+        Some(ms) => fmt_duration_ms(ms),
+    }
 }
 
 /// A Markdown table; every cell escaped.
@@ -186,7 +192,7 @@ mod tests {
             name: name.into(),
             at,
             since_start_ms: at.map(|a| a - 1_000),
-            took_ms: at.map(|_| 500),
+            took_ms: at.map(|a| if a > 1_000 { -1_500 } else { 500 }),
             note: Some(note.into()),
         };
         Drill {
@@ -216,6 +222,7 @@ mod tests {
                     trigger: "fault marker: blocked | writer\npath (by alice)".into(),
                     phases: vec![
                         phase("fault marker", Some(1_000), "x"),
+                        phase("reconnect", Some(2_000), "before the cache bound"),
                         phase(
                             "alarm in ALARM",
                             None,
@@ -252,6 +259,10 @@ mod tests {
         );
         assert!(
             md.contains("- a.jsonl: line 3: not an evidence record"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| reconnect | 1970-01-01T00:00:02.000Z | 1s | -1s 500ms |"),
             "{md}"
         );
         // Every table row has the head's number of cells.
