@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 /// Width of the whole picture, px.
 pub const WIDTH: u32 = 1200;
 /// Left edge of the plot (the lane labels sit left of it), px.
-pub const PLOT_LEFT: u32 = 200;
+pub const PLOT_LEFT: u32 = 230;
 /// Right edge of the plot, px.
 pub const PLOT_RIGHT: u32 = WIDTH - 24;
 /// Top of the first lane (above it: marker labels and the time axis), px.
@@ -361,7 +361,7 @@ fn grid(s: &mut String, axis: &Axis, bottom: u32) {
 
 /// The lane's name (bold) and what it is, in the label column.
 fn lane_label(s: &mut String, lane: &LaneBox, name: &str, what: &str) {
-    let shown = truncate(name, 28);
+    let shown = truncate(name, 26);
     let _ = write!(
         s,
         r##"<text x="8" y="{}" font-weight="bold" fill="#222"><title>{}</title>{}</text><text x="8" y="{}" fill="#666">{}</text>"##,
@@ -528,7 +528,7 @@ fn alarm_lane(s: &mut String, d: &ServiceDrill, i: usize, lane: &LaneBox, axis: 
         r##"<text x="8" y="{}" fill="#222"><title>{}</title>{}</text>"##,
         lane.top + 13,
         escape(&format!("alarm {} on branch {}", a.name, a.branch)),
-        escape(&truncate(&format!("alarm {}", a.name), 30))
+        escape(&truncate(&format!("alarm {}", a.name), 34))
     );
     let states: Vec<(Span, String)> = a.states.iter().map(|x| (x.span, x.state.clone())).collect();
     bands(
