@@ -426,7 +426,7 @@ fn branch_lane(
     attempts(s, axis, top + 17.0, ROW, &b.attempts, colours);
     row_caption(s, top + 33.0, "published");
     published(s, axis, top + 33.0, &b.published);
-    row_caption(s, top + 49.0, "override");
+    row_caption(s, top + 49.0, "overrides, events");
     let overrides: Vec<(Span, String)> = b
         .overrides
         .iter()
@@ -543,7 +543,8 @@ fn alarm_lane(s: &mut String, d: &ServiceDrill, i: usize, lane: &LaneBox, axis: 
 
 /// Draw `items` as bands in one sub-row, each filled and titled by `style` (colour, text), the
 /// text written inside when it fits. A band narrower than a pixel is folded into the band drawn
-/// before it (its title counts them), so at most one shape per pixel column is drawn.
+/// before it while that one is narrower than a pixel too (its title counts them), so about one
+/// shape per pixel column is drawn at most.
 fn bands<T>(
     s: &mut String,
     axis: &Axis,
@@ -561,11 +562,13 @@ fn bands<T>(
         folded: usize,
     }
     let mut runs: Vec<Run> = Vec::new();
-    for (span, item) in items {
-        let (x0, x1) = (axis.x(span.from), axis.x(span.until.max(span.from)));
+    // An empty span held no state: nothing to draw.
+    for (span, item) in items.iter().filter(|(span, _)| !span.is_empty()) {
+        let (x0, x1) = (axis.x(span.from), axis.x(span.until));
         if x1 - x0 < 1.0
             && let Some(last) = runs.last_mut()
             && x0 - last.x1 < 1.0
+            && last.x1 - last.x0 < 1.0
         {
             last.x1 = last.x1.max(x1);
             last.folded += 1;
@@ -716,30 +719,9 @@ fn attempts(
 /// The published value as a step line: 1 at the top of the sub-row, 0 at the bottom, nothing
 /// while no value is published; each band also gets a transparent hover target.
 fn published(s: &mut String, axis: &Axis, y: f64, items: &[Band<Option<f64>>]) {
-    let level = |v: f64| y + 2.0 + (1.0 - v.clamp(0.0, 1.0)) * (ROW - 4.0);
-    let mut path = String::new();
-    let mut last: Option<(f64, f64)> = None;
-    for b in items {
-        let (x0, x1) = (axis.x(b.span.from), axis.x(b.span.until.max(b.span.from)));
-        match b.state {
-            Some(v) => {
-                let ly = level(v);
-                match last {
-                    Some((lx, lv)) if (lx - x0).abs() < 0.05 => {
-                        if (lv - ly).abs() > 0.05 {
-                            let _ = write!(path, " V{ly:.1}");
-                        }
-                    }
-                    _ => {
-                        let _ = write!(path, " M{x0:.1} {ly:.1}");
-                    }
-                }
-                let _ = write!(path, " H{x1:.1}");
-                last = Some((x1, ly));
-            }
-            None => last = None,
-        }
-    }
+    let path = step_path(axis, items, |v| {
+        y + 2.0 + (1.0 - v.clamp(0.0, 1.0)) * (ROW - 4.0)
+    });
     if !path.is_empty() {
         let _ = write!(
             s,
@@ -755,6 +737,62 @@ fn published(s: &mut String, axis: &Axis, y: f64, items: &[Band<Option<f64>>]) {
         };
         ("transparent".to_string(), text)
     });
+}
+
+/// The step line through `items` (y of a value by `level`), built per pixel column so its
+/// length is bounded by the plot's width: a column where the value changed gets a vertical
+/// stroke over every level it held, ending at its last one; a run of columns at one level is
+/// one horizontal stroke; no line where nothing is published.
+fn step_path(axis: &Axis, items: &[Band<Option<f64>>], level: impl Fn(f64) -> f64) -> String {
+    let width = (PLOT_RIGHT - PLOT_LEFT) as usize;
+    // Per column: lowest and highest y drawn, and the y it ends at.
+    let mut cols: Vec<Option<(f64, f64, f64)>> = vec![None; width + 1];
+    for b in items {
+        let Some(v) = b.state else { continue };
+        let ly = level(v);
+        let col = |t| (axis.x(t) - f64::from(PLOT_LEFT)) as usize;
+        let (c0, c1) = (col(b.span.from), col(b.span.until.max(b.span.from)));
+        for c in cols.iter_mut().take(c1.max(c0 + 1).min(width + 1)).skip(c0) {
+            *c = Some(match *c {
+                Some((lo, hi, _)) => (lo.min(ly), hi.max(ly), ly),
+                None => (ly, ly, ly),
+            });
+        }
+    }
+    let mut path = String::new();
+    let mut pen: Option<f64> = None;
+    for (i, c) in cols.iter().enumerate() {
+        let x = f64::from(PLOT_LEFT) + i as f64;
+        match (*c, pen) {
+            (None, Some(_)) => {
+                let _ = write!(path, " H{x:.1}");
+                pen = None;
+            }
+            (None, None) => {}
+            (Some((lo, hi, end)), p) => {
+                let flat = lo == hi && p == Some(lo);
+                if !flat {
+                    if p.is_some() {
+                        let _ = write!(path, " H{x:.1}");
+                    }
+                    let start = p.unwrap_or(lo);
+                    let _ = write!(path, " M{x:.1} {start:.1}");
+                    let mut at = start;
+                    for v in [lo, hi, end] {
+                        if v != at {
+                            let _ = write!(path, " V{v:.1}");
+                            at = v;
+                        }
+                    }
+                }
+                pen = Some(end);
+            }
+        }
+    }
+    if pen.is_some() {
+        let _ = write!(path, " H{PLOT_RIGHT}");
+    }
+    path
 }
 
 /// Operator markers: a dashed vertical rule through every lane, its label above the axis
@@ -922,6 +960,48 @@ mod tests {
         assert!(svg.len() < 300_000, "{} bytes", svg.len());
         assert!(svg.contains("server_read_only"));
         assert!(svg.contains("tcp_timeout"));
+    }
+
+    #[test]
+    fn a_flapping_state_stays_a_bounded_number_of_bands() {
+        // A state change every second for a day: 86,400 bands, under a pixel each.
+        let mut b = lane("p", vec![]);
+        b.published = (0..86_400)
+            .map(|i| Band {
+                span: Span {
+                    from: i * 1000,
+                    until: (i + 1) * 1000,
+                },
+                state: Some((i % 2) as f64),
+            })
+            .collect();
+        b.states = (0..86_400)
+            .map(|i| Band {
+                span: Span {
+                    from: i * 1000,
+                    until: (i + 1) * 1000,
+                },
+                state: if i % 2 == 0 {
+                    ReadinessState::Ready
+                } else {
+                    ReadinessState::Unready
+                },
+            })
+            .collect();
+        let svg = timeline(
+            &service(vec![b], vec![]),
+            &DRILL,
+            Span {
+                from: 0,
+                until: 86_400_000,
+            },
+        );
+        // At most about one shape per pixel column in each of the two flapping sub-rows.
+        let rects = svg.matches("<rect").count();
+        let bound = 2 * (PLOT_RIGHT - PLOT_LEFT) as usize + 100;
+        assert!(rects < bound, "{rects} rects");
+        assert!(svg.contains("shorter changes after it"));
+        assert!(svg.len() < 600_000, "{} bytes", svg.len());
     }
 
     #[test]

@@ -204,15 +204,21 @@ fn episodes(primary: &str) -> Vec<Episode> {
 fn example() -> Drill {
     let branches = branch_lanes();
     let (primary, secondary) = (branches[0].name.clone(), branches[1].name.clone());
-    let alarm = |name: &str, branch: &str, alarm_from: Millis, alarm_until: Millis| AlarmLane {
-        name: name.into(),
-        branch: branch.into(),
-        states: vec![
-            band(0, MIN, "INSUFFICIENT_DATA".to_string()),
-            band(MIN, alarm_from, "OK".to_string()),
-            band(alarm_from, alarm_until, "ALARM".to_string()),
-            band(alarm_until, 20 * MIN, "OK".to_string()),
-        ],
+    let alarm = |name: &str, branch: &str, alarm: Option<(Millis, Millis)>| {
+        let mut states = vec![band(0, MIN, "INSUFFICIENT_DATA".to_string())];
+        match alarm {
+            Some((from, until)) => states.extend([
+                band(MIN, from, "OK".to_string()),
+                band(from, until, "ALARM".to_string()),
+                band(until, 20 * MIN, "OK".to_string()),
+            ]),
+            None => states.push(band(MIN, 20 * MIN, "OK".to_string())),
+        }
+        AlarmLane {
+            name: name.into(),
+            branch: branch.into(),
+            states,
+        }
     };
     let marker = |at, kind: &str, label: &str| Marker {
         at: T0 + at,
@@ -240,8 +246,12 @@ fn example() -> Drill {
             ],
             stable_name: Some(stable_lane(&primary, &secondary)),
             alarms: vec![
-                alarm("orders-db-primary-ready", &primary, 6 * MIN, 15 * MIN + 30_000),
-                alarm("orders-db-secondary-ready", &secondary, 20 * MIN, 20 * MIN),
+                alarm(
+                    "orders-db-primary-ready",
+                    &primary,
+                    Some((6 * MIN, 15 * MIN + 30_000)),
+                ),
+                alarm("orders-db-secondary-ready", &secondary, None),
             ],
             markers: vec![
                 marker(5 * MIN, "fault", "blocked writer path"),
