@@ -20,7 +20,7 @@ h3{font-size:14px;margin:14px 0 4px}p.meta{margin:2px 0;color:#555;font-size:13p
 table{border-collapse:collapse;font-size:13px;margin:4px 0 10px}\
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}\
 th{background:#f5f5f5}td.num{text-align:right;font-variant-numeric:tabular-nums}\
-td.missing{color:#b71c1c}ul.problems li{color:#b71c1c}code{font-size:12px}";
+td.missing{color:#b71c1c}ul{font-size:13px}ul.problems li,p.meta.warn{color:#b71c1c}code{font-size:12px}";
 
 /// `d` as a complete HTML document, every string from the evidence escaped.
 pub fn render(d: &Drill) -> String {
@@ -51,11 +51,19 @@ pub fn render(d: &Drill) -> String {
         fmt_duration_ms(d.window.len()),
         escape(&d.probers.join(", "))
     );
+    if !d.problems.is_empty() {
+        // Said first: a problem reading the evidence can change what the timeline means.
+        let _ = write!(
+            s,
+            "<p class=\"meta warn\">{} problem(s) reading the evidence: see <a href=\"#problems\">Problems</a>.</p>",
+            d.problems.len()
+        );
+    }
     for svc in &d.services {
         service(&mut s, d, svc, &fmt_at);
     }
     source(&mut s, &d.source);
-    s.push_str("<h2>Problems</h2>");
+    s.push_str("<h2 id=\"problems\">Problems</h2>");
     if d.problems.is_empty() {
         s.push_str("<p class=\"meta\">None: every record was read and used.</p>");
     } else {
