@@ -5,7 +5,7 @@
 //! lane. Times stay ms from the scenario's start.
 
 use super::attempts::ScriptedAttempt;
-use super::phases::{FaultReport, Phase as SimPhase, describe};
+use super::phases::{FaultReport, Phase as SimPhase};
 use super::route53::Answer;
 use super::{BranchReport, Report};
 use crate::clock::fmt_duration_ms;
@@ -212,11 +212,7 @@ fn stable_lane(r: &Report) -> StableLane {
     let mut rounds = vec![round(0, r.answer.start)];
     rounds.extend(r.answer.changes.iter().map(|c| round(c.at, c.to)));
     StableLane {
-        name: format!(
-            "{} (Route 53 answer: {})",
-            r.service,
-            describe(r.answer.start)
-        ),
+        name: "Route 53 answer".into(),
         rounds,
     }
 }
