@@ -25,8 +25,9 @@ use tokio::time::Instant;
 /// gives the state the window starts in, and clocks of prober and CloudWatch may differ.
 pub const HISTORY_MARGIN_MS: Millis = 300_000;
 
-/// Most `DescribeAlarmHistory` pages read for one alarm (100 items a page): a listing longer
-/// than this, or one that names a page twice, is not trusted.
+/// Most `DescribeAlarmHistory` pages read for one alarm (100 items a page, newest first): a
+/// listing that does not reach back to the window within this, or names a page twice, is not
+/// trusted.
 pub const MAX_PAGES: usize = 50;
 
 /// `DescribeAlarmHistory` limit: items per page.
@@ -123,8 +124,9 @@ pub async fn client_for(
 
 /// The alarm lanes of `service`'s branches over `window`: the metric alarms on each branch's
 /// `Readiness` series in `namespace` (dimensions `Service`, `Branch`; alarms on metric math are
-/// not found this way), each with its state history read from [`HISTORY_MARGIN_MS`] before the
-/// window to as long after, plus the last change before that. `timeout` bounds the whole fetch.
+/// not found this way), each with its state history read back to [`HISTORY_MARGIN_MS`] before
+/// the window, and its current state for an alarm without history. `timeout` bounds the whole
+/// fetch; a branch without an alarm is a problem, not an error.
 ///
 /// # Errors
 /// [`AlarmsError`] naming the call and alarm (or series) when a call fails, when `timeout`
@@ -228,8 +230,13 @@ impl Budget {
     }
 }
 
-/// One alarm's `StateUpdate` items from [`HISTORY_MARGIN_MS`] before the window to as long
-/// after (every page), plus the last one before that.
+/// One alarm's `StateUpdate` items, newest first, page by page until a page reaches back to
+/// [`HISTORY_MARGIN_MS`] before the window (its oldest item gives the state the window starts
+/// in) or the history ends.
+///
+/// No `StartDate`/`EndDate` is sent: LocalStack fails the call with "can't compare
+/// offset-naive and offset-aware datetimes" once an alarm has changed state twice. Items after
+/// the window are read too (few, as a report follows its drill) and left out by [`lanes`].
 async fn history(
     client: &aws_sdk_cloudwatch::Client,
     name: &str,
@@ -237,8 +244,7 @@ async fn history(
     budget: &Budget,
 ) -> Result<Vec<HistoryItem>, AlarmsError> {
     let subject = format!("alarm {}", esc(name));
-    let from = DateTime::from_millis(window.from - HISTORY_MARGIN_MS);
-    let until = DateTime::from_millis(window.until.max(window.from) + HISTORY_MARGIN_MS);
+    let back_to = window.from - HISTORY_MARGIN_MS;
     let mut out = Vec::new();
     let mut named = HashSet::new();
     let mut token: Option<String> = None;
@@ -247,17 +253,21 @@ async fn history(
             .describe_alarm_history()
             .alarm_name(name)
             .history_item_type(HistoryItemType::StateUpdate)
-            .start_date(from)
-            .end_date(until)
-            .scan_by(ScanBy::TimestampAscending)
+            .scan_by(ScanBy::TimestampDescending)
             .max_records(PAGE_SIZE)
             .set_next_token(token.take())
             .send();
         let got = budget.run(DESCRIBE_ALARM_HISTORY, &subject, call).await?;
-        out.extend(items(got.alarm_history_items(), name));
+        let read: Vec<HistoryItem> = items(got.alarm_history_items(), name).collect();
+        // Newest first as asked: a page reaching back far enough is the last one needed. A page
+        // in any other order proves nothing about the next.
+        let newest_first = read.windows(2).all(|w| w[0].at >= w[1].at);
+        let reached = newest_first && read.last().and_then(|i| i.at).is_some_and(|t| t <= back_to);
+        out.extend(read);
         // An empty NextToken ends a listing, as the SDK's own paginators take it.
         match got.next_token().filter(|t| !t.is_empty()) {
-            None => break,
+            None => return Ok(out),
+            Some(_) if reached => return Ok(out),
             Some(t) if !named.insert(t.to_string()) => {
                 return Err(AlarmsError {
                     call: DESCRIBE_ALARM_HISTORY,
@@ -265,29 +275,16 @@ async fn history(
                     cause: format!("page {page} names a next page it already named"),
                 });
             }
-            Some(_) if page == MAX_PAGES => {
-                return Err(AlarmsError {
-                    call: DESCRIBE_ALARM_HISTORY,
-                    subject,
-                    cause: format!("more than {MAX_PAGES} pages: the listing does not end"),
-                });
-            }
             Some(t) => token = Some(t.to_string()),
         }
     }
-    // The state the window starts in, when nothing changed within the margin: the last change
-    // before it (newest first, one item).
-    let call = client
-        .describe_alarm_history()
-        .alarm_name(name)
-        .history_item_type(HistoryItemType::StateUpdate)
-        .end_date(from)
-        .scan_by(ScanBy::TimestampDescending)
-        .max_records(1)
-        .send();
-    let got = budget.run(DESCRIBE_ALARM_HISTORY, &subject, call).await?;
-    out.extend(items(got.alarm_history_items(), name));
-    Ok(out)
+    Err(AlarmsError {
+        call: DESCRIBE_ALARM_HISTORY,
+        subject,
+        cause: format!(
+            "more than {MAX_PAGES} pages without reaching the window: the listing does not end"
+        ),
+    })
 }
 
 /// The items of `name` of type `StateUpdate` (an endpoint that ignores the filters sends others).
