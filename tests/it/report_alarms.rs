@@ -109,6 +109,9 @@ async fn lane_shows_the_alarm_going_to_alarm_within_the_window() {
     let value = Arc::new(AtomicU64::new(1f64.to_bits()));
     let publishing = publisher(cw.clone(), ns.clone(), service, branch, value.clone());
     wait_state(&cw, &alarm, StateValue::Ok).await;
+    // Held in OK a while, so that the change to ALARM is told apart from the time OK began
+    // (which LocalStack puts in the ALARM item's Timestamp).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let zero_at = now_ms();
     value.store(0f64.to_bits(), Ordering::Relaxed);
     wait_state(&cw, &alarm, StateValue::Alarm).await;
@@ -126,8 +129,9 @@ async fn lane_shows_the_alarm_going_to_alarm_within_the_window() {
         window,
         Duration::from_secs(30),
     )
-    .await
-    .expect("fetch");
+    .await;
+    let _ = cw.delete_alarms().alarm_names(&alarm).send().await;
+    let got = got.expect("fetch");
 
     assert_eq!(got.lanes.len(), 1, "{got:#?}");
     let lane = &got.lanes[0];
@@ -170,6 +174,55 @@ async fn lane_shows_the_alarm_going_to_alarm_within_the_window() {
         "{:?}",
         got.problems
     );
+}
 
-    let _ = cw.delete_alarms().alarm_names(&alarm).send().await;
+/// An endpoint that accepts connections and never answers: the fetch ends at its budget with
+/// an error naming the call and the series, on one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_endpoint_ends_the_fetch_at_its_budget() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            open.push(s);
+        }
+    });
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_cloudwatch::config::Credentials::new(
+            "test", "test", None, None, "it",
+        ))
+        .endpoint_url(format!("http://127.0.0.1:{port}"))
+        .load()
+        .await;
+    let cw = Client::new(&config);
+    let window = Span {
+        from: now_ms() - 60_000,
+        until: now_ms(),
+    };
+    let started = std::time::Instant::now();
+    let err = alarms::fetch(
+        &cw,
+        "Readyprobe",
+        "svc",
+        &["primary".to_string()],
+        window,
+        Duration::from_secs(1),
+    )
+    .await
+    .expect_err("no answer");
+    let took = started.elapsed();
+    held.abort();
+    assert_eq!(err.call, "DescribeAlarmsForMetric", "{err}");
+    let line = err.to_string();
+    assert!(
+        line.contains("Service=svc Branch=primary in namespace Readyprobe")
+            && line.contains("1 s budget")
+            && !line.contains('\n'),
+        "{line}"
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}");
 }
