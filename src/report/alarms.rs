@@ -11,7 +11,7 @@
 use super::model::{AlarmLane, Band, Span};
 use crate::readiness::Millis;
 use aws_sdk_cloudwatch::config::http::HttpResponse;
-use aws_sdk_cloudwatch::error::{DisplayErrorContext, SdkError};
+use aws_sdk_cloudwatch::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_cloudwatch::primitives::{DateTime, DateTimeFormat};
 use aws_sdk_cloudwatch::types::{
     AlarmHistoryItem, Dimension, HistoryItemType, MetricAlarm, ScanBy,
@@ -21,8 +21,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// How far before and after the window the history is read, ms: a change just before the window
-/// gives the state the window starts in, and clocks of prober and CloudWatch may differ.
+/// How far before the window the history is read back to, ms: a change before the window gives
+/// the state the window starts in, and the clocks of prober and CloudWatch may differ.
 pub const HISTORY_MARGIN_MS: Millis = 300_000;
 
 /// Most `DescribeAlarmHistory` pages read for one alarm (100 items a page, newest first): a
@@ -184,7 +184,10 @@ pub async fn fetch(
             facts.push(AlarmFacts {
                 name: name.to_string(),
                 branch: branch.clone(),
-                current: a.state_value().map(|s| s.as_str().to_string()),
+                current: a
+                    .state_value()
+                    .map(|s| s.as_str().to_string())
+                    .filter(|s| STATES.contains(&s.as_str())),
                 current_since: a.state_updated_timestamp().and_then(millis),
                 items: history(client, name, window, &budget).await?,
             });
@@ -212,7 +215,7 @@ impl Budget {
     async fn run<T, E, F>(&self, call: &'static str, subject: &str, f: F) -> Result<T, AlarmsError>
     where
         F: std::future::Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: std::error::Error + Send + Sync + 'static,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
         let fail = |cause: String| AlarmsError {
             call,
@@ -221,7 +224,7 @@ impl Budget {
         };
         match tokio::time::timeout_at(self.until, f).await {
             Ok(Ok(t)) => Ok(t),
-            Ok(Err(e)) => Err(fail(one_line(&DisplayErrorContext(&e).to_string()))),
+            Ok(Err(e)) => Err(fail(cause(&e))),
             Err(_) => Err(fail(format!(
                 "no answer within the fetch's {} s budget",
                 self.timeout.as_secs_f64()
@@ -244,7 +247,7 @@ async fn history(
     budget: &Budget,
 ) -> Result<Vec<HistoryItem>, AlarmsError> {
     let subject = format!("alarm {}", esc(name));
-    let back_to = window.from - HISTORY_MARGIN_MS;
+    let back_to = window.from.saturating_sub(HISTORY_MARGIN_MS);
     let mut out = Vec::new();
     let mut named = HashSet::new();
     let mut token: Option<String> = None;
@@ -308,8 +311,35 @@ fn millis(t: &DateTime) -> Option<Millis> {
     t.to_millis().ok()
 }
 
-/// An error and its sources on one line, control characters escaped, cut at
-/// [`MAX_CAUSE_CHARS`].
+/// What a failed call got: the service's error code and message, else the error and its
+/// sources (`dispatch failure: io error: Connection refused`), each message once, without the
+/// SDK's debug dump; on one line.
+fn cause<E>(e: &SdkError<E, HttpResponse>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    if let SdkError::ServiceError(s) = e {
+        let err = s.err();
+        return one_line(&format!(
+            "HTTP {}: {}: {}",
+            s.raw().status().as_u16(),
+            err.code().unwrap_or("no error code"),
+            err.message().unwrap_or("no message")
+        ));
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = err.source();
+    }
+    one_line(&parts.join(": "))
+}
+
+/// `s` on one line, control characters escaped, cut at [`MAX_CAUSE_CHARS`].
 fn one_line(s: &str) -> String {
     let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
     let flat = esc(&flat);
@@ -507,7 +537,10 @@ fn change(i: &HistoryItem) -> Result<Change, String> {
         || d.old_state.as_ref().is_some_and(|o| !known(&o.state_value))
     {
         return Err(format!(
-            "{at}: unknown state in HistoryData (newState {})",
+            "{at}: unknown state in HistoryData (oldState {}, newState {})",
+            d.old_state
+                .as_ref()
+                .map_or_else(|| "none".to_string(), |o| one_line(&o.state_value)),
             one_line(&d.new_state.state_value)
         ));
     }
@@ -800,5 +833,35 @@ mod tests {
         let out = lanes(&[a, b], window());
         let names: Vec<_> = out.lanes.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["b-alarm", "a-alarm"]);
+    }
+
+    #[test]
+    fn a_failed_call_is_one_line_without_the_debug_dump() {
+        use aws_sdk_cloudwatch::error::{ConnectorError, ErrorMetadata};
+        use aws_sdk_cloudwatch::operation::describe_alarm_history::DescribeAlarmHistoryError;
+        type E = SdkError<DescribeAlarmHistoryError, HttpResponse>;
+        let response = HttpResponse::new(
+            http::StatusCode::BAD_REQUEST.into(),
+            aws_smithy_types::body::SdkBody::empty(),
+        );
+        let meta = ErrorMetadata::builder()
+            .code("InvalidNextToken")
+            .message("The next token\nis\x1b[31m bad")
+            .build();
+        let e: E = SdkError::service_error(DescribeAlarmHistoryError::generic(meta), response);
+        assert_eq!(
+            cause(&e),
+            "HTTP 400: InvalidNextToken: The next token is\\u{1b}[31m bad"
+        );
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e: E = SdkError::dispatch_failure(ConnectorError::io(Box::new(refused)));
+        let got = cause(&e);
+        assert!(
+            got.starts_with("dispatch failure") && got.ends_with("refused"),
+            "{got}"
+        );
+        let long: E =
+            SdkError::dispatch_failure(ConnectorError::other("x ".repeat(1000).into(), None));
+        assert!(cause(&long).chars().count() <= MAX_CAUSE_CHARS + 4);
     }
 }
