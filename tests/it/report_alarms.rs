@@ -111,7 +111,7 @@ async fn lane_shows_the_alarm_going_to_alarm_within_the_window() {
     wait_state(&cw, &alarm, StateValue::Ok).await;
     // Held in OK a while, so that the change to ALARM is told apart from the time OK began
     // (which LocalStack puts in the ALARM item's Timestamp).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let zero_at = now_ms();
     value.store(0f64.to_bits(), Ordering::Relaxed);
     wait_state(&cw, &alarm, StateValue::Alarm).await;
@@ -155,7 +155,9 @@ async fn lane_shows_the_alarm_going_to_alarm_within_the_window() {
         assert_ne!(w[0].state, w[1].state, "{lane:#?}");
     }
     // ... OK (or INSUFFICIENT_DATA before the first evaluation) then ALARM, which began after
-    // the test published 0 (queryDate has whole seconds) and before it saw the alarm.
+    // the test published 0 and before it saw the alarm. The margin: LocalStack's queryDate has
+    // whole seconds and is taken just before the evaluation reads the data; OK began at least
+    // 5 s before the 0, so a lane timed by the item's Timestamp still fails.
     let states: Vec<&str> = lane.states.iter().map(|b| b.state.as_str()).collect();
     assert!(
         states == ["INSUFFICIENT_DATA", "OK", "ALARM"] || states == ["OK", "ALARM"],
@@ -163,7 +165,7 @@ async fn lane_shows_the_alarm_going_to_alarm_within_the_window() {
     );
     let alarm_from = lane.states.last().map(|b| b.span.from).unwrap_or_default();
     assert!(
-        (zero_at - 1_000..=alarm_seen).contains(&alarm_from),
+        (zero_at - 2_500..=alarm_seen).contains(&alarm_from),
         "ALARM from {alarm_from}, published 0 at {zero_at}, saw ALARM at {alarm_seen}: {lane:#?}"
     );
     // The branch without an alarm is said, not drawn.
