@@ -654,7 +654,45 @@ pub fn render_status(
             }
         }
     }
+    render_markers(&mut s, &doc.markers);
     s
+}
+
+/// Markers `status` lists: the newest, which a drill is about.
+const STATUS_MARKERS: usize = 5;
+
+/// The newest drill markers and which probers took them into their evidence.
+fn render_markers(s: &mut String, markers: &[Marker]) {
+    if markers.is_empty() {
+        return;
+    }
+    let t = crate::clock::rfc3339;
+    let skipped = markers.len().saturating_sub(STATUS_MARKERS);
+    let _ = writeln!(
+        s,
+        "drill markers{}:",
+        if skipped > 0 {
+            format!(" (newest {STATUS_MARKERS} of {})", markers.len())
+        } else {
+            String::new()
+        }
+    );
+    for m in &markers[skipped..] {
+        let taken = if m.taken.is_empty() {
+            "not yet recorded by a prober".to_string()
+        } else {
+            let ids: Vec<&str> = m.taken.keys().map(String::as_str).collect();
+            format!("recorded by {}", ids.join(", "))
+        };
+        let _ = writeln!(
+            s,
+            "  {} {} by {}: {} — {taken}",
+            t(m.at),
+            m.kind.as_str(),
+            m.by,
+            m.label
+        );
+    }
 }
 
 #[cfg(test)]
@@ -1030,6 +1068,42 @@ mod tests {
             },
         );
         doc
+    }
+
+    #[test]
+    fn status_lists_the_newest_markers_and_who_recorded_them() {
+        let mut doc = doc_with(pending_at(100_000));
+        for i in 0..7 {
+            doc.markers.push(Marker {
+                id: format!("m{i}"),
+                kind: if i == 6 {
+                    MarkerKind::Fault
+                } else {
+                    MarkerKind::Note
+                },
+                label: format!("step {i}"),
+                by: "carol".into(),
+                at: 100_000 + i,
+                taken: if i == 6 {
+                    BTreeMap::new()
+                } else {
+                    [("az-a".to_string(), 100_100)].into()
+                },
+            });
+        }
+        let s = render_status(&doc, &policy(), &["primary".into()], 100_500);
+        assert!(s.contains("drill markers (newest 5 of 7):\n"), "{s}");
+        assert!(!s.contains("step 1"), "{s}");
+        assert!(
+            s.contains("note by carol: step 2 — recorded by az-a\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("fault by carol: step 6 — not yet recorded by a prober\n"),
+            "{s}"
+        );
+        let none = render_status(&doc_with(pending_at(100_000)), &policy(), &[], 100_500);
+        assert!(!none.contains("drill markers"), "{none}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 # The test command: installs and starts what the tests need, then runs every test.
 #   - MariaDB server binaries (Debian package) for the throwaway instances the tests start;
 #   - nftables (Debian package) for the fault-matrix tests' network namespaces;
+#   - Chromium (Debian package) for the drill report's headless screenshot test;
 #   - the CloudWatch emulator (LocalStack, in a Python 3.13 venv under /var/cache/readyprobe),
 #     started on 127.0.0.1:4566 and left running for the next run;
 #   - then `cargo test` (unit, property and integration tests) and the container image's final
@@ -12,12 +13,17 @@ cd "$(dirname "$0")/../.."
 
 say() { printf 'test.sh: %s\n' "$*" >&2; }
 
-say "1/4 MariaDB server binaries and nftables (installed with apt-get if absent; the tests start their own instances and network namespaces)"
+say "1/4 MariaDB server binaries, nftables and Chromium (installed with apt-get if absent; the tests start their own instances and network namespaces)"
 infra/local/mariadb.sh install
 if ! command -v nft >/dev/null 2>&1 && [ ! -x /usr/sbin/nft ]; then
   say "nft not found; installing nftables (Debian package) for the fault-matrix tests"
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+  say "chromium not found; installing chromium (Debian package) for the report screenshot test"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 say "2/4 the CloudWatch and S3 emulator on 127.0.0.1:${LOCALSTACK_PORT:-4566} (the first install takes a few minutes)"
 .ci/localstack.sh start

@@ -251,7 +251,8 @@ pub enum Command {
         /// Service name; required when the config has several services.
         #[arg(long, short = 's')]
         service: Option<String>,
-        /// Also write simulation.md and simulation.json into this directory.
+        /// Also write simulation.md, simulation.json and report.html (the timeline drawn as a
+        /// drill report is, to put next to a drill's) into this directory.
         #[arg(long)]
         out: Option<PathBuf>,
         /// Output on stdout.

@@ -73,9 +73,12 @@ pub fn simulate(
     }
     if let Some(dir) = out {
         let md = render::report(&report, render::Style::Markdown);
+        let drill = simulate::drill::drill(&report, &scenario_path.display().to_string());
+        let html = crate::report::html::render(&drill);
         let written = std::fs::create_dir_all(dir)
             .and_then(|()| std::fs::write(dir.join("simulation.md"), md))
-            .and_then(|()| std::fs::write(dir.join("simulation.json"), format!("{json}\n")));
+            .and_then(|()| std::fs::write(dir.join("simulation.json"), format!("{json}\n")))
+            .and_then(|()| std::fs::write(dir.join("report.html"), html));
         if let Err(e) = written {
             eprintln!(
                 "error: cannot write the report to {}: {e}",

@@ -13,6 +13,7 @@
 
 pub mod alarm;
 pub mod attempts;
+pub mod drill;
 pub mod phases;
 pub mod publish;
 pub mod render;
@@ -117,6 +118,9 @@ pub struct BranchReport {
     /// ready → unready transitions outside any fault, ms.
     pub flaps: Vec<Millis>,
     pub faults: Vec<phases::FaultReport>,
+    /// Its attempts, for the report's timeline (not in the JSON report).
+    #[serde(skip)]
+    pub tried: Vec<ScriptedAttempt>,
 }
 
 /// A stretch of time, ms; `until` is `None` when it lasts to the end.
@@ -195,6 +199,7 @@ pub fn simulate(setup: &Setup, scenario: &Scenario) -> Report {
         .into_iter()
         .map(|(mut b, tried, script)| {
             b.faults = phases::faults(&ctx, &b, &script.faults, &tried);
+            b.tried = tried;
             b
         })
         .collect();
@@ -269,6 +274,7 @@ fn branch(
         },
         approvals: run.approvals,
         faults: Vec::new(),
+        tried: Vec::new(),
     }
 }
 
@@ -512,5 +518,60 @@ class = "server_read_only"
         assert_eq!(at("readiness 1 published"), Some(896_000 + 304_000));
         assert_eq!(f.pending_approval_ms, Some(304_000));
         assert!(r.branches[0].approvals[0].applied);
+    }
+
+    #[test]
+    fn a_simulation_is_a_drill_with_the_same_lanes_and_phases() {
+        let text = r#"duration = "60m"
+initial = "ready"
+[[branch]]
+name = "primary"
+[[branch.fault]]
+from = "10m"
+until = "25m"
+class = "server_read_only"
+"#;
+        let r = run(&setup(Duration::from_secs(180)), text);
+        let d = drill::drill(&r, "t.toml");
+        let s = &d.services[0];
+        let marks: Vec<(Millis, &str)> =
+            s.markers.iter().map(|m| (m.at, m.kind.as_str())).collect();
+        assert_eq!(marks, [(600_000, "fault"), (1_500_000, "restore")]);
+        let primary = &s.branches[0];
+        assert_eq!(primary.attempts.len() as u64, r.branches[0].attempts);
+        let failed = primary
+            .attempts
+            .iter()
+            .filter(|a| a.class.is_some())
+            .count();
+        assert_eq!(failed as u64, r.branches[0].failed_attempts);
+        // State bands cover the window without gaps, and the fault shows as unready.
+        let spans: Vec<_> = primary.states.iter().map(|b| b.span).collect();
+        assert_eq!(spans.first().map(|s| s.from), Some(0));
+        assert_eq!(spans.last().map(|s| s.until), Some(60 * 60_000));
+        assert!(spans.windows(2).all(|w| w[0].until == w[1].from));
+        assert!(
+            primary
+                .states
+                .iter()
+                .any(|b| b.state == ReadinessState::Unready)
+        );
+        // The same phases as the simulation's own table.
+        let sim = &r.branches[0].faults[0];
+        let ep: Vec<_> = s.episodes[0]
+            .phases
+            .iter()
+            .map(|p| (&p.name, p.at))
+            .collect();
+        let own: Vec<_> = sim.failover.iter().map(|p| (&p.name, p.at)).collect();
+        assert_eq!(ep, own);
+        // The stable name answers PRIMARY, then SECONDARY, then PRIMARY again.
+        let sel: Vec<Option<&str>> = s
+            .stable_name
+            .as_ref()
+            .map(|l| l.rounds.iter().map(|r| r.selected.as_deref()).collect())
+            .unwrap_or_default();
+        assert_eq!(sel, [Some("primary"), Some("secondary"), Some("primary")]);
+        assert!(s.alarms[0].states.iter().any(|b| b.state == "ALARM"));
     }
 }

@@ -18,6 +18,8 @@ mod otlp_kind;
 mod pipeline;
 mod publish_faults;
 mod reload;
+mod report_alarms;
+mod report_view;
 mod resolve_step;
 mod secret_leak;
 mod simulate;

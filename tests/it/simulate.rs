@@ -197,6 +197,11 @@ class = "server_read_only"
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("simulation.json")).unwrap())
             .unwrap();
     assert_eq!(written, r);
+    // ... and drawn as a drill report is: lanes, the scripted fault as a marker rule.
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(html.contains("<svg"), "{html}");
+    assert!(html.contains("data-lane=\"stable:"), "{html}");
+    assert!(html.contains("scripted fault"), "{html}");
 
     // The default output is the table, the same run.
     let table = simulate(dir.path(), scenario, &[]);
