@@ -265,8 +265,9 @@ async fn a_bad_label_exits_64_and_writes_nothing() {
 }
 
 /// A `tcp` service whose two branches each have their own listener, probed every 300 ms with
-/// the compressed policy (unready after 1 s under 80%, ready after 3 s at 95%, no approval).
-fn two_branch_config(dir: &Path, dns: &DnsServer, ports: (u16, u16)) -> PathBuf {
+/// the compressed policy (unready after 1 s under 80%, ready after 3 s at 95%, no approval);
+/// written as `dir/az-a.toml` by the caller.
+fn two_branch_config(dir: &Path, dns: &DnsServer, ports: (u16, u16)) -> ConfigBuilder {
     ConfigBuilder::new(dir, SERVICE, "mq.orders.internal.example")
         .top("prober_id", "az-a")
         .nameserver(dns.addr())
@@ -292,7 +293,6 @@ fn two_branch_config(dir: &Path, dns: &DnsServer, ports: (u16, u16)) -> PathBuf 
             "mq-b.orders.internal.example",
             Some(ports.1),
         )
-        .write(&dir.join("az-a.toml"))
 }
 
 /// The cells of the phase row `name` in the table after heading `heading` of `md`.
@@ -326,7 +326,7 @@ async fn drill_report_measures_a_recorded_failover_and_failback() {
     let port_a = a.port;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let cfg = two_branch_config(d, &dns, (a.port, b.port));
+    let cfg = two_branch_config(d, &dns, (a.port, b.port)).write(&d.join("az-a.toml"));
     let run = Running::start(readyprobe::config::load(&cfg).unwrap(), None);
     let ev = evidence(d, "az-a");
     let ready = |b: &'static str| move |ev: &[Value]| has_transition(ev, b, "ready");
@@ -471,4 +471,167 @@ fn drill_report_exit_codes_and_bad_lines() {
     assert_eq!(code, 64, "{err}");
     let (code, _, err) = cli(&["drill", "report", "--out", d.to_str().unwrap()]);
     assert_eq!(code, 64, "{err}");
+}
+
+/// An accepting listener on `ip`, port 0 or `port`.
+async fn listener_on(ip: Ipv4Addr, port: u16) -> Listener {
+    let l = TcpListener::bind((ip, port)).await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let task = tokio::spawn(async move { while l.accept().await.is_ok() {} });
+    Listener { port, task }
+}
+
+/// ms since the epoch of an `at (UTC)` cell.
+fn cell_at(cell: &str) -> i64 {
+    let t = humantime::parse_rfc3339(cell).unwrap_or_else(|e| panic!("{cell:?}: {e}"));
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// The newest stable-name round selects `branch`.
+fn selects(branch: &'static str) -> impl Fn(&[Value]) -> bool {
+    move |ev| {
+        ev.iter()
+            .rev()
+            .find(|v| v["kind"] == "stable_name")
+            .is_some_and(|r| r["selected"] == branch)
+    }
+}
+
+/// With the stable-name probe on, the DNS phases are measured: the test flips the stable name's
+/// answer (TTL 2 s) once the primary is unready and again once it is ready; the report's DNS
+/// selection follows each flip within a few rounds (200 ms apart), the cache expiry is the last
+/// round naming the old branch plus 2 s, and the steady state is by selection alone (no
+/// end-to-end records).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drill_report_measures_dns_selection_and_cache_expiry() {
+    const A: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+    const B: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("mq-a", A, 5).await;
+    dns.set_a("mq-b", B, 5).await;
+    dns.set_a("mq", A, 2).await;
+    let (a, b) = (listener_on(A, 0).await, listener_on(B, 0).await);
+    let port_a = a.port;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = two_branch_config(d, &dns, (a.port, b.port))
+        .set("stable_name_probe", "enabled", true)
+        .set("stable_name_probe", "interval", "200ms")
+        .write(&d.join("az-a.toml"));
+    let run = Running::start(readyprobe::config::load(&cfg).unwrap(), None);
+    let ev = evidence(d, "az-a");
+    let wait = Duration::from_secs(30);
+    wait_evidence(&ev, wait, |ev| {
+        has_transition(ev, "primary", "ready") && has_transition(ev, "secondary", "ready")
+    })
+    .await;
+    wait_evidence(&ev, wait, selects("primary")).await;
+    let mark = |kind: &str, label: &str| {
+        let args = [
+            "drill",
+            "mark",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--kind",
+            kind,
+        ];
+        let (code, out, err) = cli(&[&args[..], &["--label", label, "--by", "alice"]].concat());
+        assert_eq!(code, 0, "{out}{err}");
+    };
+
+    mark("fault", "stopped the primary listener");
+    wait_evidence(&ev, wait, |ev| {
+        !markers(ev, "stopped the primary listener").is_empty()
+    })
+    .await;
+    drop(a);
+    wait_evidence(&ev, wait, |ev| has_transition(ev, "primary", "unready")).await;
+    let flip_over = crate_now();
+    dns.set_a("mq", B, 2).await;
+    wait_evidence(&ev, wait, selects("secondary")).await;
+    // Rounds go on naming the secondary for a while: the steady state.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let back = listener_on(A, port_a).await;
+    mark("restore", "started the primary listener");
+    wait_evidence(&ev, wait, |ev| {
+        transitions(ev, "primary")
+            .iter()
+            .filter(|t| t.1 == "ready")
+            .count()
+            == 2
+    })
+    .await;
+    let flip_back = crate_now();
+    dns.set_a("mq", A, 2).await;
+    wait_evidence(&ev, wait, selects("primary")).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    run.stop().await;
+    drop(back);
+
+    let out = d.join("report");
+    let (code, stdout, err) = cli(&[
+        "drill",
+        "report",
+        "--evidence",
+        ev.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("| stable_name_probe | every 200ms |"), "{md}");
+    assert!(md.contains("| stable name TTL seen | 2 s |"), "{md}");
+
+    let fo = "### Failover of primary";
+    // phase, at, since start, took, note
+    let dns_sel = phase_row(&md, fo, "stable name answers with the other branch");
+    assert_eq!(dns_sel[4], "secondary", "{dns_sel:?}");
+    let at = cell_at(dns_sel[1]);
+    // The first round after the flip: rounds are 200 ms apart, with room for a loaded machine.
+    assert!(
+        (flip_over..flip_over + 3_000).contains(&at),
+        "{at} vs flip {flip_over}: {dns_sel:?}"
+    );
+    let expiry = phase_row(&md, fo, "cache expiry");
+    assert!(expiry[4].contains("TTL 2 s"), "{expiry:?}");
+    // Exactly the last round naming the primary before the first naming the secondary, + 2 s.
+    let rounds: Vec<(i64, String)> = read_evidence(&ev)
+        .iter()
+        .filter(|v| v["kind"] == "stable_name")
+        .map(|v| (v["at_ms"].as_i64().unwrap(), v["selected"].to_string()))
+        .collect();
+    let switch = rounds.iter().position(|r| r.1 == "\"secondary\"").unwrap();
+    let last_old = rounds[..switch]
+        .iter()
+        .rfind(|r| r.1 == "\"primary\"")
+        .unwrap();
+    assert_eq!(cell_at(expiry[1]), last_old.0 + 2_000, "{expiry:?}");
+    assert_eq!(rounds[switch].0, at);
+    let reconnect = phase_row(&md, fo, "reconnect (end-to-end through the stable name)");
+    assert!(reconnect[4].contains("no end_to_end"), "{reconnect:?}");
+    let steady = phase_row(&md, fo, "steady state");
+    assert!(
+        steady[4].contains("selects secondary from here on (selection only"),
+        "{steady:?}"
+    );
+    assert!(cell_at(steady[1]) >= at, "{steady:?}");
+
+    let fb = "### Failback of primary";
+    let again = phase_row(&md, fb, "stable name selects the branch again");
+    let at = cell_at(again[1]);
+    assert!(
+        (flip_back..flip_back + 3_000).contains(&at),
+        "{at} vs flip {flip_back}: {again:?}"
+    );
+    let expiry = phase_row(&md, fb, "cache expiry");
+    assert!(
+        expiry[4].contains("last answer naming another branch"),
+        "{expiry:?}"
+    );
+    let steady = phase_row(&md, fb, "steady state");
+    assert!(
+        steady[4].contains("selects primary from here on"),
+        "{steady:?}"
+    );
 }
