@@ -333,19 +333,7 @@ async fn drill_report_measures_a_recorded_failover_and_failback() {
     wait_evidence(&ev, Duration::from_secs(30), ready("primary")).await;
     wait_evidence(&ev, Duration::from_secs(30), ready("secondary")).await;
 
-    let mark = |kind: &str, label: &str| {
-        let args = [
-            "drill",
-            "mark",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--kind",
-            kind,
-        ];
-        let (code, out, err) = cli(&[&args[..], &["--label", label, "--by", "alice"]].concat());
-        assert_eq!(code, 0, "{out}{err}");
-    };
-    mark("fault", "stopped the primary listener");
+    mark(&cfg, "fault", "stopped the primary listener");
     wait_evidence(&ev, Duration::from_secs(20), |ev| {
         !markers(ev, "stopped the primary listener").is_empty()
     })
@@ -358,7 +346,7 @@ async fn drill_report_measures_a_recorded_failover_and_failback() {
     // The listener back on its port, then the restore marker.
     let back = TcpListener::bind(("127.0.0.1", port_a)).await.unwrap();
     let back = tokio::spawn(async move { while back.accept().await.is_ok() {} });
-    mark("restore", "started the primary listener");
+    mark(&cfg, "restore", "started the primary listener");
     wait_evidence(&ev, Duration::from_secs(30), |ev| {
         transitions(ev, "primary")
             .iter()
@@ -473,6 +461,33 @@ fn drill_report_exit_codes_and_bad_lines() {
     assert_eq!(code, 64, "{err}");
 }
 
+/// `drill mark --kind KIND --label LABEL --by alice` through the store of config `cfg`.
+fn mark(cfg: &Path, kind: &str, label: &str) {
+    let args = [
+        "drill",
+        "mark",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--kind",
+        kind,
+    ];
+    let (code, out, err) = cli(&[&args[..], &["--label", label, "--by", "alice"]].concat());
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+/// In the evidence at `ev`: the time of the last stable-name round selecting `old` before the
+/// first selecting `new`, and of that first one.
+fn switch_rounds(ev: &Path, old: &str, new: &str) -> (i64, i64) {
+    let rounds: Vec<(i64, Value)> = read_evidence(ev)
+        .iter()
+        .filter(|v| v["kind"] == "stable_name")
+        .map(|v| (v["at_ms"].as_i64().unwrap(), v["selected"].clone()))
+        .collect();
+    let switch = rounds.iter().position(|r| r.1 == new).unwrap();
+    let last_old = rounds[..switch].iter().rfind(|r| r.1 == old).unwrap();
+    (last_old.0, rounds[switch].0)
+}
+
 /// An accepting listener on `ip`, port 0 or `port`.
 async fn listener_on(ip: Ipv4Addr, port: u16) -> Listener {
     let l = TcpListener::bind((ip, port)).await.unwrap();
@@ -526,20 +541,8 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     })
     .await;
     wait_evidence(&ev, wait, selects("primary")).await;
-    let mark = |kind: &str, label: &str| {
-        let args = [
-            "drill",
-            "mark",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--kind",
-            kind,
-        ];
-        let (code, out, err) = cli(&[&args[..], &["--label", label, "--by", "alice"]].concat());
-        assert_eq!(code, 0, "{out}{err}");
-    };
 
-    mark("fault", "stopped the primary listener");
+    mark(&cfg, "fault", "stopped the primary listener");
     wait_evidence(&ev, wait, |ev| {
         !markers(ev, "stopped the primary listener").is_empty()
     })
@@ -553,7 +556,7 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let back = listener_on(A, port_a).await;
-    mark("restore", "started the primary listener");
+    mark(&cfg, "restore", "started the primary listener");
     wait_evidence(&ev, wait, |ev| {
         transitions(ev, "primary")
             .iter()
@@ -596,18 +599,9 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     let expiry = phase_row(&md, fo, "cache expiry");
     assert!(expiry[4].contains("TTL 2 s"), "{expiry:?}");
     // Exactly the last round naming the primary before the first naming the secondary, + 2 s.
-    let rounds: Vec<(i64, String)> = read_evidence(&ev)
-        .iter()
-        .filter(|v| v["kind"] == "stable_name")
-        .map(|v| (v["at_ms"].as_i64().unwrap(), v["selected"].to_string()))
-        .collect();
-    let switch = rounds.iter().position(|r| r.1 == "\"secondary\"").unwrap();
-    let last_old = rounds[..switch]
-        .iter()
-        .rfind(|r| r.1 == "\"primary\"")
-        .unwrap();
-    assert_eq!(cell_at(expiry[1]), last_old.0 + 2_000, "{expiry:?}");
-    assert_eq!(rounds[switch].0, at);
+    let (last_old, switch) = switch_rounds(&ev, "primary", "secondary");
+    assert_eq!(cell_at(expiry[1]), last_old + 2_000, "{expiry:?}");
+    assert_eq!(switch, at);
     let reconnect = phase_row(&md, fo, "reconnect (end-to-end through the stable name)");
     assert!(reconnect[4].contains("no end_to_end"), "{reconnect:?}");
     let steady = phase_row(&md, fo, "steady state");
