@@ -591,9 +591,10 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     let dns_sel = phase_row(&md, fo, "stable name answers with the other branch");
     assert_eq!(dns_sel[4], "secondary", "{dns_sel:?}");
     let at = cell_at(dns_sel[1]);
-    // The first round after the flip: rounds are 200 ms apart, with room for a loaded machine.
+    // The first round after the flip (a round started just before it may already see it):
+    // rounds are 200 ms apart, with room for a loaded machine.
     assert!(
-        (flip_over..flip_over + 3_000).contains(&at),
+        (flip_over - 500..flip_over + 3_000).contains(&at),
         "{at} vs flip {flip_over}: {dns_sel:?}"
     );
     let expiry = phase_row(&md, fo, "cache expiry");
@@ -615,7 +616,7 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     let again = phase_row(&md, fb, "stable name selects the branch again");
     let at = cell_at(again[1]);
     assert!(
-        (flip_back..flip_back + 3_000).contains(&at),
+        (flip_back - 500..flip_back + 3_000).contains(&at),
         "{at} vs flip {flip_back}: {again:?}"
     );
     let expiry = phase_row(&md, fb, "cache expiry");
