@@ -253,6 +253,12 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
                 }
                 (" (0/1/2)", " (stable-name probe)")
             }
+            n if n == contract::STABLE_NAME_SUCCESS.name => {
+                if !(cfg.stable_name_probe.enabled && cfg.stable_name_probe.end_to_end) {
+                    continue;
+                }
+                (" (0/1)", " (end-to-end)")
+            }
             n if n == contract::SERVICE_UNAVAILABLE.name => {
                 if cfg.services.len() < 2 {
                     continue;
