@@ -187,10 +187,19 @@ async fn an_answer_no_branch_has_logs_a_warning() {
     assert!(text.contains("127.0.0.9"), "{text}");
 }
 
-/// A listener on `ip`:`port` (0: any free port) that accepts and closes; aborted on drop.
+/// A listener on `ip`:`port` (0: any free port) that accepts, counts and closes; aborted on
+/// drop.
 struct Listener {
     port: u16,
+    accepted: Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<()>,
+}
+
+impl Listener {
+    /// Connections accepted so far.
+    fn accepted(&self) -> u64 {
+        self.accepted.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Drop for Listener {
@@ -202,12 +211,19 @@ impl Drop for Listener {
 async fn listener(ip: Ipv4Addr, port: u16) -> Listener {
     let l = tokio::net::TcpListener::bind((ip, port)).await.unwrap();
     let port = l.local_addr().unwrap().port();
+    let accepted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let count = accepted.clone();
     let task = tokio::spawn(async move {
         while let Ok((s, _)) = l.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             drop(s);
         }
     });
-    Listener { port, task }
+    Listener {
+        port,
+        accepted,
+        task,
+    }
 }
 
 /// The end-to-end attempt on real MariaDB, as `run` makes it: through the stable name (a
@@ -471,17 +487,18 @@ fn reload_at(ev: &[Value], n: usize) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-/// Wait for the `n`th reload record, applied, and `after` more (wide margin) milliseconds.
-async fn applied(evidence: &Path, n: usize, after: u64) -> Vec<Value> {
+/// Wait for the `n`th reload record and check it applied.
+async fn applied(evidence: &Path, n: usize) {
     let ev = wait_evidence(evidence, Duration::from_secs(30), |ev| {
         reload_at(ev, n).is_some()
     })
     .await;
     let r = &ev[reload_at(&ev, n).unwrap()];
     assert_eq!(r["applied"], true, "{r}");
-    tokio::time::sleep(Duration::from_millis(after)).await;
-    read_evidence(evidence)
 }
+
+/// Ten stable-name intervals: the wait before counting what a loop did.
+const TEN_ROUNDS: Duration = Duration::from_secs(2);
 
 /// The `metric` datums of `service` in the EMF output timestamped after `after_ms`.
 fn datums_after(emf: &EmfBuffer, metric: &str, service: &str, after_ms: i64) -> usize {
@@ -496,16 +513,23 @@ fn datums_after(emf: &EmfBuffer, metric: &str, service: &str, after_ms: i64) -> 
 /// Reloads manage stable-name loops as they do branch loops: an added service gets one, a
 /// changed `[stable_name_probe]` (end-to-end turned on) restarts an unchanged service's, a
 /// removed service's stops, and turning the probe off stops its rounds and its datums while
-/// the service goes on. Counts are taken after waits of 10 intervals (200 ms each).
+/// the service goes on. Each stable name points at an address of its own where only its
+/// end-to-end attempts connect, so a loop that runs on unseen (its rounds dropped) is caught
+/// by its connections. Counts are taken after waits of ten intervals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloads_start_restart_and_stop_stable_name_loops() {
     use readyprobe::runner::{RunOptions, run_with_reloads};
     let l = listener(PRIMARY, 0).await;
+    let own = [Ipv4Addr::new(127, 0, 0, 3), Ipv4Addr::new(127, 0, 0, 4)];
+    let (la, lb) = (
+        listener(own[0], l.port).await,
+        listener(own[1], l.port).await,
+    );
     let dns = DnsServer::start(ZONE).await;
-    for s in ["alpha", "beta"] {
+    for (s, ip) in ["alpha", "beta"].into_iter().zip(own) {
         dns.set_a(&format!("{s}-a"), PRIMARY, 5).await;
         dns.set_a(&format!("{s}-b"), SECONDARY, 5).await;
-        dns.set_a(s, PRIMARY, 7).await;
+        dns.set_a(s, ip, 7).await;
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.toml");
@@ -532,11 +556,10 @@ async fn reloads_start_restart_and_stop_stable_name_loops() {
         records(ev, "stable_name", "alpha").len() >= 3
     })
     .await;
-    assert!(
-        records(&ev, "stable_name", "alpha")
-            .iter()
-            .all(|r| r.get("end_to_end").is_none())
-    );
+    let rounds = records(&ev, "stable_name", "alpha");
+    assert!(rounds.iter().all(|r| r.get("end_to_end").is_none()));
+    assert!(rounds.iter().all(|r| r["unknown_target"] == true));
+    assert_eq!(la.accepted(), 0, "an end-to-end attempt while it is off");
 
     // Add beta and turn end-to-end on: beta's rounds start, alpha's (unchanged) loop restarts
     // with end-to-end attempts.
@@ -544,7 +567,9 @@ async fn reloads_start_restart_and_stop_stable_name_loops() {
     tx.send(reload_config(&path, &dns, (true, true), &both))
         .await
         .unwrap();
-    let ev = applied(&evidence, 0, 2000).await;
+    applied(&evidence, 0).await;
+    tokio::time::sleep(TEN_ROUNDS).await;
+    let ev = read_evidence(&evidence);
     let after = &ev[reload_at(&ev, 0).unwrap()..];
     let beta_rounds = records(after, "stable_name", "beta");
     assert!(
@@ -559,24 +584,41 @@ async fn reloads_start_restart_and_stop_stable_name_loops() {
     };
     assert!(with_e2e(&beta_rounds) >= 3, "{beta_rounds:?}");
     assert!(with_e2e(&records(after, "stable_name", "alpha")) >= 3);
+    assert!(la.accepted() >= 3 && lb.accepted() >= 3);
 
-    // Remove alpha: its rounds stop.
+    // Remove alpha: its loop stops.
     tx.send(reload_config(&path, &dns, (true, true), &beta))
         .await
         .unwrap();
-    let ev = applied(&evidence, 1, 2000).await;
+    applied(&evidence, 1).await;
+    let before = la.accepted();
+    tokio::time::sleep(TEN_ROUNDS).await;
+    let ev = read_evidence(&evidence);
     let after = &ev[reload_at(&ev, 1).unwrap()..];
     assert!(
         records(after, "stable_name", "alpha").len() <= 1,
         "alpha's rounds go on"
     );
+    let more = la.accepted() - before;
+    assert!(
+        more <= 1,
+        "alpha's loop runs on: {more} more end-to-end attempts"
+    );
     assert!(records(after, "stable_name", "beta").len() >= 3);
 
-    // Turn the probe off: beta's rounds and stable-name datums stop; its attempts go on.
+    // Turn the probe off: beta's loop and stable-name datums stop; its attempts go on.
     tx.send(reload_config(&path, &dns, (false, true), &beta))
         .await
         .unwrap();
-    let ev = applied(&evidence, 2, 3000).await;
+    applied(&evidence, 2).await;
+    let before = lb.accepted();
+    tokio::time::sleep(TEN_ROUNDS + Duration::from_secs(1)).await;
+    let more = lb.accepted() - before;
+    assert!(
+        more <= 1,
+        "beta's loop runs on: {more} more end-to-end attempts"
+    );
+    let ev = read_evidence(&evidence);
     let at = reload_at(&ev, 2).unwrap();
     let after = &ev[at..];
     let rounds = records(after, "stable_name", "beta").len();
