@@ -497,6 +497,36 @@ async fn applied(evidence: &Path, n: usize) {
     assert_eq!(r["applied"], true, "{r}");
 }
 
+/// Reads of the config, as SIGHUPs send them.
+type Reloads =
+    tokio::sync::mpsc::Sender<Result<readyprobe::config::Config, readyprobe::config::ConfigError>>;
+
+/// `run` in this process on `cfg`, its EMF output into `emf`: configs sent on the first value
+/// are taken as SIGHUPs take them, the second stops it.
+fn run_reloadable(
+    cfg: readyprobe::config::Config,
+    emf: &EmfBuffer,
+) -> (
+    Reloads,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<readyprobe::runner::RunSummary, readyprobe::runner::RunError>>,
+) {
+    use readyprobe::runner::{RunOptions, run_with_reloads};
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = async move {
+        let _ = stop_rx.await;
+        "test"
+    };
+    let opts = RunOptions {
+        duration: None,
+        grace: Duration::from_secs(1),
+        emf_out: Some(emf.clone()),
+    };
+    let run = tokio::spawn(run_with_reloads(cfg, opts, stop, Some(rx)));
+    (tx, stop_tx, run)
+}
+
 /// Ten stable-name intervals: the wait before counting what a loop did.
 const TEN_ROUNDS: Duration = Duration::from_secs(2);
 
@@ -518,7 +548,6 @@ fn datums_after(emf: &EmfBuffer, metric: &str, service: &str, after_ms: i64) -> 
 /// by its connections. Counts are taken after waits of ten intervals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloads_start_restart_and_stop_stable_name_loops() {
-    use readyprobe::runner::{RunOptions, run_with_reloads};
     let l = listener(PRIMARY, 0).await;
     let own = [Ipv4Addr::new(127, 0, 0, 3), Ipv4Addr::new(127, 0, 0, 4)];
     let (la, lb) = (
@@ -538,20 +567,9 @@ async fn reloads_start_restart_and_stop_stable_name_loops() {
         reload_service("alpha", l.port),
         reload_service("beta", l.port),
     );
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let stop = async move {
-        let _ = stop_rx.await;
-        "test"
-    };
     let emf = EmfBuffer::new();
-    let opts = RunOptions {
-        duration: None,
-        grace: Duration::from_secs(1),
-        emf_out: Some(emf.clone()),
-    };
     let first = reload_config(&path, &dns, (true, false), &alpha).unwrap();
-    let run = tokio::spawn(run_with_reloads(first, opts, stop, Some(rx)));
+    let (tx, stop_tx, run) = run_reloadable(first, &emf);
     let ev = wait_evidence(&evidence, Duration::from_secs(30), |ev| {
         records(ev, "stable_name", "alpha").len() >= 3
     })
