@@ -2,7 +2,8 @@
 --
 -- Run once on the writer of each branch (as an administrator). The table holds one row per
 -- (prober_id, branch): every attempt upserts its row with a fresh marker, so the table never grows
--- beyond the number of prober instances times branches.
+-- beyond the number of prober instances times branches (plus one row per prober, branch
+-- '~stable_name', for the stable-name probe's end-to-end attempt when it is enabled).
 --
 -- Replace @PASSWORD@ with the probe secret (the value readyprobe reads from `password = { env = ... }`).
 -- The identity has no SUPER / READ ONLY ADMIN privilege on purpose: such privileges bypass

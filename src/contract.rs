@@ -127,6 +127,14 @@ pub const SELECTED_BRANCH: Metric = Metric {
     dimensions: S,
 };
 
+/// Whether the latest end-to-end attempt through the stable name succeeded (`[stable_name_probe]
+/// end_to_end` only): 1 succeeded, 0 failed; from the latest round, every tick. No alarm reads it.
+pub const STABLE_NAME_SUCCESS: Metric = Metric {
+    name: "StableNameSuccess",
+    unit: Unit::None,
+    dimensions: S,
+};
+
 /// Every metric of the contract.
 pub const METRICS: &[Metric] = &[
     READINESS,
@@ -140,6 +148,7 @@ pub const METRICS: &[Metric] = &[
     PUBLISH_FAILURES,
     SERVICE_UNAVAILABLE,
     SELECTED_BRANCH,
+    STABLE_NAME_SUCCESS,
 ];
 
 /// The statistics a Route 53 `CLOUDWATCH_METRIC` health check can follow (no extended

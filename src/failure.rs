@@ -84,6 +84,10 @@ pub enum FailureClass {
     /// failover record): the probe would measure whatever Route 53 answers, a circular control
     /// loop, so the attempt fails instead.
     DnsStableName,
+    /// The stable name's answer matches no branch (stable-name probe rounds only, never an
+    /// attempt): the failover records point somewhere this config does not know, the other
+    /// half of the circular-control-loop check.
+    StableNameUnknownTarget,
     /// The TCP connection was refused (RST).
     TcpRefused,
     /// The TCP connection did not complete within the connect timeout.
@@ -181,5 +185,9 @@ mod tests {
         }
         assert_eq!(FailureClass::TlsNotYetValid.as_str(), "tls_not_yet_valid");
         assert_eq!(FailureClass::DnsNxdomain.as_str(), "dns_nxdomain");
+        assert_eq!(
+            FailureClass::StableNameUnknownTarget.as_str(),
+            "stable_name_unknown_target"
+        );
     }
 }

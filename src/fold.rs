@@ -17,7 +17,7 @@ use crate::record::{
 };
 use crate::sink::{
     BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, selected_branch_datum,
-    service_unavailable_datum, tick_datums, transition_datum,
+    service_unavailable_datum, stable_name_success_datum, tick_datums, transition_datum,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -146,8 +146,15 @@ pub enum Input {
         service: ServiceId,
         record: Box<StableNameRecord>,
         /// Its `SelectedBranch` value (1 PRIMARY, 2 SECONDARY, 0 neither), published at every
-        /// tick until the next round.
+        /// tick until the next round (and its `StableNameSuccess`, from the record's end-to-end
+        /// attempt, when it made one).
         selected: f64,
+    },
+    /// A reload stopped the service's stable-name loop: its `SelectedBranch` and
+    /// `StableNameSuccess` datums stop until a round of a new loop comes.
+    StableNameStopped {
+        /// Index of the service.
+        service: ServiceId,
     },
     /// An attempt cut off because a reload stopped its loop: recorded as abandoned with cause
     /// `reload`; it counts in no window.
@@ -354,6 +361,9 @@ struct Svc {
     both_unready_logged: bool,
     /// The `SelectedBranch` value of the latest stable-name round; `None` before the first.
     selected_branch: Option<f64>,
+    /// The `StableNameSuccess` value of the latest stable-name round: `None` before the first
+    /// and when that round made no end-to-end attempt.
+    stable_name_success: Option<f64>,
 }
 
 /// Every branch of every service, and the run's counters.
@@ -512,6 +522,7 @@ impl Fold {
                     .collect(),
                 both_unready_logged: false,
                 selected_branch: None,
+                stable_name_success: None,
             },
         );
         for (b, snap) in mine.map(|p| &p.branches).into_iter().flatten() {
@@ -731,7 +742,20 @@ impl Fold {
             } => {
                 if let Some(s) = self.services.get_mut(&service) {
                     s.selected_branch = Some(selected);
+                    s.stable_name_success = record.end_to_end.as_ref().map(|e| {
+                        if e.outcome == Outcome::Success {
+                            1.0
+                        } else {
+                            0.0
+                        }
+                    });
                     self.record_for(service, now, Record::StableName(*record));
+                }
+            }
+            Input::StableNameStopped { service } => {
+                if let Some(s) = self.services.get_mut(&service) {
+                    s.selected_branch = None;
+                    s.stable_name_success = None;
                 }
             }
             Input::CancelledByReload {
@@ -1113,8 +1137,13 @@ impl Fold {
             self.set_unready_logged(svc, false);
         }
         let mut datums = tick_datums(&name, &ticks, now);
-        if let Some(v) = self.services.get(&svc).and_then(|s| s.selected_branch) {
-            datums.push(selected_branch_datum(&name, v, now));
+        if let Some(s) = self.services.get(&svc) {
+            if let Some(v) = s.selected_branch {
+                datums.push(selected_branch_datum(&name, v, now));
+            }
+            if let Some(v) = s.stable_name_success {
+                datums.push(stable_name_success_datum(&name, v, now));
+            }
         }
         datums
     }

@@ -516,9 +516,10 @@ pub struct StableNameRecord {
     /// Branches whose answers all match (their endpoints share an address); empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ambiguous: Vec<String>,
-    /// Why the stable name did not resolve: its failure class.
+    /// Why the stable name did not resolve (its DNS failure class), or
+    /// `stable_name_unknown_target` when its answer matches no branch.
     pub class: Option<crate::failure::FailureClass>,
-    /// The resolver's message on failure.
+    /// The resolver's message on failure, or the answer chain no branch matches.
     pub error: Option<String>,
     /// Branch endpoints that did not resolve this round, with their class.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

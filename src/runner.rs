@@ -109,6 +109,8 @@ struct Live {
     inputs: InputsDigest,
     /// Per branch name: the feed its events come on and its task.
     loops: BTreeMap<String, (u64, JoinHandle<u64>)>,
+    /// The stable-name loop's feed and task, while `[stable_name_probe]` is enabled.
+    stable: Option<(u64, JoinHandle<u64>)>,
 }
 
 /// Starts branch loops. Each start (a service's branches, or those a reload restarts) gets a
@@ -180,12 +182,22 @@ impl Loops {
 }
 
 impl Loops {
-    /// Start service `id`'s stable-name loop (`[stable_name_probe]`); it ends at shutdown.
-    /// Its rounds are routed to the service while it runs and dropped once a reload removed it.
-    fn spawn_stable_name(&self, id: ServiceId, svc: &ServiceConfig, cfg: &Config) {
-        let Some(out) = self.tx.clone() else {
-            return;
-        };
+    /// Start service `id`'s stable-name loop when `cfg` enables `[stable_name_probe]` (with
+    /// `end_to_end`, its attempts use `probes`, the service's branch probes); `None` otherwise
+    /// or once shutdown began. Its rounds are routed to the service while the loop is the
+    /// service's, and dropped once a reload stopped or replaced it.
+    fn spawn_stable_name(
+        &mut self,
+        id: ServiceId,
+        svc: &ServiceConfig,
+        cfg: &Config,
+        probes: &[BranchProbe],
+    ) -> Option<(u64, JoinHandle<u64>)> {
+        let out = self.tx.clone()?;
+        let settings = &cfg.stable_name_probe;
+        if !settings.enabled {
+            return None;
+        }
         let name: Arc<str> = svc.service.name.as_str().into();
         let target = StableNameTarget {
             service: svc.service.name.clone(),
@@ -200,14 +212,23 @@ impl Loops {
                 })
                 .collect(),
             family: cfg.dns.address_family,
+            end_to_end: if settings.end_to_end {
+                probes
+                    .iter()
+                    .map(BranchProbe::through_stable_name)
+                    .collect()
+            } else {
+                Vec::new()
+            },
         };
         let schedule = Schedule {
-            interval: cfg.stable_name_probe.interval,
-            jitter: cfg.stable_name_probe.interval / 10,
+            interval: settings.interval,
+            jitter: settings.interval / 10,
             grace: self.grace,
         };
         let (tx, mut rx) = mpsc::channel::<BranchEvent>(8);
-        let feed = u64::MAX;
+        let feed = self.next_feed;
+        self.next_feed += 1;
         tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
                 let tag = Tag {
@@ -221,7 +242,8 @@ impl Loops {
             }
         });
         let (resolver, stop) = (self.resolver.clone(), self.stop.clone());
-        tokio::spawn(stable_name_loop(target, resolver, schedule, tx, stop));
+        let task = stable_name_loop(target, resolver, self.clock, schedule, tx, stop);
+        Some((feed, tokio::spawn(task)))
     }
 }
 
@@ -240,10 +262,13 @@ impl Fleet {
         let branch = match ev {
             BranchEvent::Attempt(a) => &a.branch,
             BranchEvent::Abandoned { branch, .. } => branch,
-            BranchEvent::StableName(..) if self.live.contains_key(&tag.service) => {
-                return Route::Live(tag.service);
+            BranchEvent::StableName(..) => {
+                let live = self.live.get(&tag.service).and_then(|l| l.stable.as_ref());
+                return match live {
+                    Some((feed, _)) if *feed == tag.feed => Route::Live(tag.service),
+                    _ => Route::Stopped(tag.name),
+                };
             }
-            BranchEvent::StableName(..) => return Route::Stopped(tag.name),
         };
         let current = self
             .live
@@ -258,7 +283,7 @@ impl Fleet {
     /// Stop service `id`'s loops: an attempt in flight is cut off and reported abandoned.
     fn stop_service(&mut self, id: ServiceId) -> Option<Live> {
         let live = self.live.remove(&id)?;
-        for (_, h) in live.loops.values() {
+        for (_, h) in live.loops.values().chain(&live.stable) {
             h.abort();
         }
         Some(live)
@@ -267,7 +292,7 @@ impl Fleet {
     fn handles(&self) -> impl Iterator<Item = &JoinHandle<u64>> {
         self.live
             .values()
-            .flat_map(|l| l.loops.values().map(|(_, h)| h))
+            .flat_map(|l| l.loops.values().chain(&l.stable).map(|(_, h)| h))
     }
 }
 
@@ -610,16 +635,15 @@ fn start(
         let record = start_record(cfg, svc, store.location(), restored, duration_ms);
         shell.evidence.record_for(now, &svc.service.name, &record);
         shell.add_store(id, store);
+        let stable = fleet.loops.spawn_stable_name(id, svc, cfg, &probes);
         let loops = fleet.loops.spawn(id, svc, probes).into_iter().collect();
-        if cfg.stable_name_probe.enabled {
-            fleet.loops.spawn_stable_name(id, svc, cfg);
-        }
         fleet.live.insert(
             id,
             Live {
                 cfg: svc.clone(),
                 inputs,
                 loops,
+                stable,
             },
         );
     }

@@ -67,18 +67,23 @@ pub struct StableNameTarget {
     pub branches: Vec<crate::probe::stable_name::BranchEndpoint>,
     /// Address records asked for (`dns.address_family`).
     pub family: crate::config::AddressFamily,
+    /// The branches' probes made [`BranchProbe::through_stable_name`], for the end-to-end
+    /// attempt of each round; empty when `[stable_name_probe] end_to_end` is off.
+    pub end_to_end: Vec<BranchProbe>,
 }
 
 /// Run stable-name rounds for one service until `stop` is cancelled or `tx` closes: the first
 /// after a random delay up to `schedule.jitter`, then every `schedule.interval` (missed ticks
-/// skipped). Each round resolves afresh with the branches' uncached resolver.
+/// skipped). Each round resolves afresh with the branches' uncached resolver, then, with
+/// end-to-end probes, runs one attempt through the stable name. Returns the number of rounds.
 pub async fn stable_name_loop(
     target: StableNameTarget,
     resolver: TokioResolver,
+    clock: Clock,
     schedule: Schedule,
     tx: mpsc::Sender<BranchEvent>,
     stop: CancellationToken,
-) {
+) -> u64 {
     let jitter = if schedule.jitter.is_zero() {
         Duration::ZERO
     } else {
@@ -86,6 +91,7 @@ pub async fn stable_name_loop(
     };
     let mut ticker = interval_at(Instant::now() + jitter, schedule.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut rounds = 0u64;
     loop {
         tokio::select! {
             biased;
@@ -105,7 +111,18 @@ pub async fn stable_name_loop(
             _ = stop.cancelled() => break,
             o = round => o,
         };
-        let record = Box::new(obs.record(&t.stable_name));
+        rounds += 1;
+        let mut record = Box::new(obs.record(&t.stable_name));
+        let probe =
+            crate::probe::stable_name::end_to_end_probe(&t.end_to_end, obs.selection.as_ref());
+        if let Some(probe) = probe {
+            let attempt = tokio::select! {
+                biased;
+                _ = stop.cancelled() => break,
+                a = end_to_end(probe.clone(), resolver.clone(), clock, rounds) => a,
+            };
+            record.end_to_end = Some(attempt.into());
+        }
         if tx
             .send(BranchEvent::StableName(record, obs.datum()))
             .await
@@ -113,6 +130,37 @@ pub async fn stable_name_loop(
         {
             break;
         }
+    }
+    rounds
+}
+
+/// One end-to-end attempt (number `seq`) in a task of its own, as a branch's attempt runs: a
+/// panic inside is an `internal_error` failure, and dropping this future (the loop stopped or
+/// aborted) aborts the attempt.
+async fn end_to_end(
+    probe: BranchProbe,
+    resolver: TokioResolver,
+    clock: Clock,
+    seq: u64,
+) -> Attempt {
+    let started_at = clock.now_ms();
+    let branch = probe.branch.name.clone();
+    let task = tokio::spawn(async move { run_attempt(&probe, &resolver, &clock, seq).await });
+    let guard = AbortOnDrop(task.abort_handle());
+    let result = task.await;
+    drop(guard);
+    result.unwrap_or_else(|e| {
+        tracing::error!(branch = %branch, seq, error = %e, "an end-to-end attempt failed inside readyprobe; recorded as failed");
+        Attempt::internal_failure(&branch, seq, started_at, clock.now_ms(), format!("internal error: {e}"))
+    })
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

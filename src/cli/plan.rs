@@ -40,7 +40,8 @@ fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
 }
 
 /// The load of the whole config in one line: services, branches, attempts per second and the
-/// most datums a minute of publish ticks carries (every step succeeding, every branch known).
+/// most datums a minute of publish ticks carries (every step succeeding, every branch known, a
+/// stable-name round made).
 fn summary(cfg: &Config) -> String {
     let (mut branches, mut per_s, mut per_tick) = (0, 0.0, 0);
     for svc in &cfg.services {
@@ -53,6 +54,11 @@ fn summary(cfg: &Config) -> String {
         // CertificateExpiryDays with TLS; Heartbeat and BothBranchesUnready per service.
         per_tick += n * (4 + steps.split(" → ").count() + tls) + 2;
     }
+    // SelectedBranch per service with the stable-name probe, and StableNameSuccess with its
+    // end-to-end attempt.
+    let stable = &cfg.stable_name_probe;
+    per_tick += cfg.services.len()
+        * (usize::from(stable.enabled) + usize::from(stable.enabled && stable.end_to_end));
     let ticks_per_min = 60.0 / cfg.publish.interval.as_secs_f64();
     let services = cfg.services.len();
     format!(
@@ -253,6 +259,12 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
                 }
                 (" (0/1/2)", " (stable-name probe)")
             }
+            n if n == contract::STABLE_NAME_SUCCESS.name => {
+                if !(cfg.stable_name_probe.enabled && cfg.stable_name_probe.end_to_end) {
+                    continue;
+                }
+                (" (0/1)", " (end-to-end)")
+            }
             n if n == contract::SERVICE_UNAVAILABLE.name => {
                 if cfg.services.len() < 2 {
                     continue;
@@ -411,6 +423,25 @@ endpoint = "mysql-secondary.orders.internal.example"
         "#]].assert_eq(&probe_lines_of(
             "[probe]\nkind = \"otlp\"\ninterval = \"2s\"\n[probe.otlp]\n[probe.tls]\nssl_mode = \"disabled\"\n",
         ));
+    }
+
+    /// The stable-name datums are listed and counted only when they are published:
+    /// `SelectedBranch` with the probe, `StableNameSuccess` with its end-to-end attempt too.
+    #[test]
+    fn plan_lists_the_stable_name_datums_when_published() {
+        let with = |section: &str| plan_of(&format!("{MYSQL}\n{section}\n"));
+        let lines = |plan: &str, metric: &str| plan.lines().filter(|l| l.contains(metric)).count();
+        let off = with("");
+        assert_eq!(lines(&off, "SelectedBranch"), 0, "{off}");
+        assert_eq!(lines(&off, "StableNameSuccess"), 0, "{off}");
+        let on = with("[stable_name_probe]\nenabled = true");
+        assert_eq!(lines(&on, "SelectedBranch"), 1, "{on}");
+        assert_eq!(lines(&on, "StableNameSuccess"), 0, "{on}");
+        assert!(on.contains("up to 25 datums/min"), "{on}");
+        let e2e = with("[stable_name_probe]\nenabled = true\nend_to_end = true");
+        assert_eq!(lines(&e2e, "SelectedBranch"), 1, "{e2e}");
+        assert_eq!(lines(&e2e, "StableNameSuccess"), 1, "{e2e}");
+        assert!(e2e.contains("up to 26 datums/min"), "{e2e}");
     }
 
     /// A config of several services: a plan per service, then one summary of the load.

@@ -40,7 +40,7 @@ pub use readiness::{MAX_WINDOW, MAX_WINDOW_ATTEMPTS, attempts_in, one_failure_ef
 pub use route53::Route53;
 pub use secret::{HeaderValueSource, SecretError, SecretRef};
 pub use service::{Branch, Service, check_hostname};
-pub use stable_name::StableNameProbe;
+pub use stable_name::{END_TO_END_KEY, StableNameProbe};
 pub use state::{S3State, StateConfig, StoreKind};
 pub use tcp::TcpProbe;
 pub use tls::{ClientIdentityFiles, TlsSettings};
@@ -472,6 +472,17 @@ endpoint = "mysql-secondary.orders.internal.example"
         let c = parse(Path::new("t.toml"), &text).unwrap();
         assert!(c.stable_name_probe.enabled);
         assert_eq!(c.stable_name_probe.interval, Duration::from_secs(5));
+        assert!(!c.stable_name_probe.end_to_end);
+        let text = with(
+            "[service]\n",
+            "[stable_name_probe]\nenabled = true\nend_to_end = true\n\n[service]\n",
+        );
+        assert!(
+            parse(Path::new("t.toml"), &text)
+                .unwrap()
+                .stable_name_probe
+                .end_to_end
+        );
         let short = with(
             "[service]\n",
             "[stable_name_probe]\ninterval = \"10ms\"\n\n[service]\n",
@@ -484,6 +495,16 @@ endpoint = "mysql-secondary.orders.internal.example"
             "[stable_name_probe]\nevery = \"5s\"\n\n[service]\n",
         );
         assert!(issues(&unknown)[0].message.contains("every"));
+    }
+
+    /// The end-to-end attempt's canary key is no branch's name.
+    #[test]
+    fn the_end_to_end_canary_key_is_no_branch_name() {
+        let text = with("name = \"secondary\"", "name = \"~stable_name\"");
+        let found = issues(&text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].key, "branch[1].name");
+        assert!(found[0].message.contains("reserved"), "{found:?}");
     }
 
     #[test]

@@ -207,6 +207,7 @@ pub(super) struct RawRoute53 {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStableNameProbe {
     pub enabled: Option<bool>,
+    pub end_to_end: Option<bool>,
     #[serde(default, deserialize_with = "bounded_duration")]
     pub interval: Option<Duration>,
 }

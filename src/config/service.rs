@@ -118,6 +118,14 @@ pub(super) fn branches(
         if !names.insert(name.clone()) {
             issues.error(key("name"), format!("duplicate branch name {name:?}"));
         }
+        if name == super::END_TO_END_KEY {
+            issues.error(
+                key("name"),
+                format!(
+                    "{name:?} is reserved: it keys the stable-name probe's end-to-end canary row"
+                ),
+            );
+        }
         if !roles.insert(b.role) {
             issues.error(
                 key("role"),

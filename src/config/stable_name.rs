@@ -5,6 +5,10 @@ use super::probe::too_short;
 use super::raw::RawStableNameProbe;
 use std::time::Duration;
 
+/// The canary-row key (`branch` column) of the end-to-end attempt's marked write (`mysql`): no
+/// branch may have this name, so the attempt never overwrites a branch's row.
+pub const END_TO_END_KEY: &str = "~stable_name";
+
 /// The shortest accepted interval: a round resolves the stable name and every branch endpoint.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -15,6 +19,9 @@ pub struct StableNameProbe {
     pub enabled: bool,
     /// Time between two rounds per service (jittered). Default 30 s, at least 100 ms.
     pub interval: Duration,
+    /// Whether each round also runs the service's probe through the stable name (the
+    /// end-to-end attempt, evidence only). Default `false`.
+    pub end_to_end: bool,
 }
 
 impl Default for StableNameProbe {
@@ -22,6 +29,7 @@ impl Default for StableNameProbe {
         Self {
             enabled: false,
             interval: Duration::from_secs(30),
+            end_to_end: false,
         }
     }
 }
@@ -39,5 +47,6 @@ pub(super) fn section(raw: RawStableNameProbe, issues: &mut Issues<'_>) -> Stabl
     StableNameProbe {
         enabled: raw.enabled.unwrap_or(default.enabled),
         interval,
+        end_to_end: raw.end_to_end.unwrap_or(default.end_to_end),
     }
 }

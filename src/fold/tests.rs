@@ -1305,3 +1305,63 @@ fn a_stable_name_round_is_recorded_for_its_service_and_never_reaches_a_window() 
         assert_eq!(selected(&e), [Value::Single(2.0)]);
     }
 }
+
+/// `StableNameSuccess` follows the latest round's end-to-end attempt: none without one, 1 on
+/// success, 0 on failure; a reload that stops the loop stops both stable-name datums.
+#[test]
+fn stable_name_success_follows_the_latest_end_to_end_attempt() {
+    use crate::failure::{FailureClass, Step};
+    use crate::probe::Outcome;
+    use crate::record::EndToEnd;
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let round = |outcome: Option<Outcome>| Input::StableName {
+        service: 0,
+        record: Box::new(StableNameRecord {
+            stable_name: "orders-db.example.test".into(),
+            answers: vec![],
+            selected: Some("primary".into()),
+            unknown_target: false,
+            ambiguous: vec![],
+            class: None,
+            error: None,
+            branch_failures: BTreeMap::new(),
+            end_to_end: outcome.map(|outcome| EndToEnd {
+                started_at: 1,
+                finished_at: 2,
+                address: None,
+                outcome,
+            }),
+        }),
+        selected: 1.0,
+    };
+    let metric = |e: &[Effect], name: &str| -> Vec<Value> {
+        batches(e)
+            .iter()
+            .flat_map(|b| b.datums.iter())
+            .filter(|d| d.metric == name)
+            .map(|d| d.value.clone())
+            .collect()
+    };
+    let tick = |f: &mut Fold, t| f.handle(Input::Tick { last: false }, t);
+    assert!(metric(&tick(&mut f, 5), "StableNameSuccess").is_empty());
+    f.handle(round(None), 10);
+    assert!(metric(&tick(&mut f, 15), "StableNameSuccess").is_empty());
+    f.handle(round(Some(Outcome::Success)), 20);
+    assert_eq!(
+        metric(&tick(&mut f, 25), "StableNameSuccess"),
+        [Value::Single(1.0)]
+    );
+    let failed = Outcome::Failure {
+        step: Step::Connect,
+        class: FailureClass::TcpRefused,
+        message: "connection refused".into(),
+    };
+    f.handle(round(Some(failed)), 30);
+    let e = tick(&mut f, 35);
+    assert_eq!(metric(&e, "StableNameSuccess"), [Value::Single(0.0)]);
+    assert_eq!(metric(&e, "SelectedBranch"), [Value::Single(1.0)]);
+    f.handle(Input::StableNameStopped { service: 0 }, 40);
+    let e = tick(&mut f, 45);
+    assert!(metric(&e, "StableNameSuccess").is_empty());
+    assert!(metric(&e, "SelectedBranch").is_empty());
+}

@@ -132,7 +132,8 @@ async fn write_and_verify(
     version: String,
 ) -> Result<(), StepFailure> {
     let table = format!("`{}`.`{}`", s.database, s.table);
-    let (prober_id, branch) = (&ctx.probe.prober_id, &ctx.probe.branch.name);
+    // The end-to-end attempt has a row of its own: it never overwrites a branch's.
+    let (prober_id, branch) = (&ctx.probe.prober_id, ctx.probe.canary_key());
     let (marker, seq) = (ctx.marker.as_str(), ctx.seq);
     ctx.steps
         .run(Step::Write, async {

@@ -232,6 +232,7 @@ pub fn branches_and_digest(
             target: target.clone(),
             tls_verified,
             redactor: redactor.clone(),
+            end_to_end: false,
         })
         .collect();
     Ok((probes, digest))

@@ -63,7 +63,7 @@ pub enum ResolverSetupError {
 ///
 /// # Errors
 /// The lookup's class (see [`classify_dns`]), or `dns_stable_name` when the answer chain passes
-/// through the service's stable name.
+/// through the service's stable name (except in the end-to-end attempt, which resolves it).
 pub async fn run(ctx: &mut StepCtx<'_>) -> Result<Resolution, StepFailure> {
     let probe = ctx.probe;
     let endpoint = probe.branch.endpoint.as_str();
@@ -79,7 +79,10 @@ pub async fn run(ctx: &mut StepCtx<'_>) -> Result<Resolution, StepFailure> {
         rcode: res.rcode.clone(),
         authoritative: res.authoritative,
     });
-    if let Some(a) = through_stable_name(&res.answers, &probe.stable_name) {
+    // The end-to-end attempt resolves the stable name on purpose; a branch's attempt never may.
+    if let Some(a) = through_stable_name(&res.answers, &probe.stable_name)
+        && !probe.end_to_end
+    {
         let message = format!(
             "{endpoint} resolves through the stable name {} ({} {} {}): a branch probe must not follow the failover record",
             probe.stable_name, a.name, a.rtype, a.data

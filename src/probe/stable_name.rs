@@ -3,13 +3,15 @@
 //! One observation resolves the service's stable name and every branch endpoint afresh, with the
 //! branches' resolver (uncached, see [`super::resolve`]), and matches the stable name's answer
 //! against each branch's own answer: a shared address, or a CNAME in the stable name's chain that
-//! names the branch endpoint or a name in its chain. Evidence only: an observation never feeds a
-//! branch's readiness.
+//! names the branch endpoint or a name in its chain. With `end_to_end`, the round then runs the
+//! service's probe through the stable name ([`end_to_end_probe`]). Evidence only: an observation
+//! never feeds a branch's readiness.
 
 use super::resolve::{Answer, Resolution, resolve_with};
+use super::{Attempt, BranchProbe};
 use crate::config::{AddressFamily, Role};
 use crate::failure::FailureClass;
-use crate::record::StableNameRecord;
+use crate::record::{EndToEnd, StableNameRecord};
 use hickory_resolver::TokioResolver;
 use std::collections::BTreeSet;
 
@@ -132,10 +134,18 @@ impl Observation {
         self.selection.as_ref().map_or(0.0, Selection::datum)
     }
 
-    /// The evidence record of this round.
+    /// The evidence record of this round: an answer no branch has carries the class
+    /// `stable_name_unknown_target`, a name that did not resolve its DNS class.
     pub fn record(&self, stable_name: &str) -> StableNameRecord {
         let (class, error) = match &self.failure {
             Some((c, m)) => (Some(*c), Some(m.clone())),
+            None if self.unknown_target() => (
+                Some(FailureClass::StableNameUnknownTarget),
+                Some(format!(
+                    "the answer matches no branch: {}",
+                    chain_text(&self.answers)
+                )),
+            ),
             None => (None, None),
         };
         StableNameRecord {
@@ -218,15 +228,10 @@ pub async fn observe(
         .collect();
     let selection = select(&stable.answers, &views);
     if selection == Selection::Unknown {
-        let chain: Vec<String> = stable
-            .answers
-            .iter()
-            .map(|a| format!("{} {} {}", a.name, a.rtype, a.data))
-            .collect();
         tracing::warn!(
             service,
             stable_name,
-            answer = %chain.join(", "),
+            answer = %chain_text(&stable.answers),
             "the failover records point somewhere this config does not know: the stable name's answer matches no branch"
         );
     }
@@ -235,6 +240,42 @@ pub async fn observe(
         selection: Some(selection),
         failure: None,
         branch_failures,
+    }
+}
+
+/// An answer chain as one line: `name TYPE data, …`.
+fn chain_text(answers: &[Answer]) -> String {
+    answers
+        .iter()
+        .map(|a| format!("{} {} {}", a.name, a.rtype, a.data))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The probe of the end-to-end attempt this round, among `probes` (the branches' own, made
+/// [`BranchProbe::through_stable_name`]): the selected branch's, so the attempt uses the port
+/// and settings of the branch the answer names; the PRIMARY's (else the first) when no single
+/// branch is selected (pure).
+pub fn end_to_end_probe<'a>(
+    probes: &'a [BranchProbe],
+    selection: Option<&Selection>,
+) -> Option<&'a BranchProbe> {
+    let selected = selection.and_then(Selection::branch_name);
+    probes
+        .iter()
+        .find(|p| Some(p.branch.name.as_str()) == selected)
+        .or_else(|| probes.iter().find(|p| p.branch.role == Role::Primary))
+        .or_else(|| probes.first())
+}
+
+impl From<Attempt> for EndToEnd {
+    fn from(a: Attempt) -> Self {
+        EndToEnd {
+            started_at: a.started_at,
+            finished_at: a.finished_at,
+            address: a.address,
+            outcome: a.outcome,
+        }
     }
 }
 

@@ -26,6 +26,34 @@ pub struct BranchProbe {
     pub tls_verified: bool,
     /// Removes the configured secrets from text the target sends back.
     pub redactor: Redactor,
+    /// The stable-name probe's end-to-end attempt ([`BranchProbe::through_stable_name`]):
+    /// `branch.endpoint` is the stable name, which the `resolve` step then follows instead of
+    /// refusing (`dns_stable_name`).
+    pub end_to_end: bool,
+}
+
+impl BranchProbe {
+    /// This branch's probe made the end-to-end attempt through the service's stable name: what
+    /// a client does. The endpoint is the stable name (resolved, and what TLS certificates are
+    /// checked against); kind, steps, port, TLS, credentials and templates stay the branch's
+    /// (`{{branch}}` still names it); the `mysql` canary row is keyed
+    /// [`crate::config::END_TO_END_KEY`], never a branch's.
+    pub fn through_stable_name(&self) -> BranchProbe {
+        let mut p = self.clone();
+        p.branch.endpoint = p.stable_name.clone();
+        p.end_to_end = true;
+        p
+    }
+
+    /// The `branch` column of this probe's canary row (`mysql`): the branch name, or
+    /// [`crate::config::END_TO_END_KEY`] for the end-to-end attempt.
+    pub fn canary_key(&self) -> &str {
+        if self.end_to_end {
+            crate::config::END_TO_END_KEY
+        } else {
+            &self.branch.name
+        }
+    }
 }
 
 /// What replaces a secret in text read back from a target.

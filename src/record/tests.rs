@@ -359,6 +359,45 @@ fn stable_name_failed() -> Record {
     })
 }
 
+/// A round whose answer matches no branch, with its end-to-end attempt through the stable name.
+fn stable_name_unknown_with_end_to_end() -> Record {
+    Record::StableName(StableNameRecord {
+        stable_name: "orders-db.example.internal".into(),
+        answers: vec![resolve::Answer {
+            name: "orders-db.example.internal.".into(),
+            rtype: "A".into(),
+            data: "10.0.9.9".into(),
+            ttl: 60,
+        }],
+        selected: None,
+        unknown_target: true,
+        ambiguous: vec![],
+        class: Some(FailureClass::StableNameUnknownTarget),
+        error: Some("the answer matches no branch: orders-db.example.internal. A 10.0.9.9".into()),
+        branch_failures: BTreeMap::new(),
+        end_to_end: Some(EndToEnd {
+            started_at: AT - 1000,
+            finished_at: AT - 990,
+            address: Some("10.0.9.9:3306".into()),
+            outcome: Outcome::Failure {
+                step: Step::Connect,
+                class: FailureClass::TcpRefused,
+                message: "connection refused".into(),
+            },
+        }),
+    })
+}
+
+#[test]
+fn golden_stable_name_end_to_end() {
+    check(
+        stable_name_unknown_with_end_to_end(),
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"stable_name","stable_name":"orders-db.example.internal","answers":[{"name":"orders-db.example.internal.","type":"A","data":"10.0.9.9","ttl":60}],"selected":null,"unknown_target":true,"class":"stable_name_unknown_target","error":"the answer matches no branch: orders-db.example.internal. A 10.0.9.9","end_to_end":{"started_at":1767323044678,"finished_at":1767323044688,"address":"10.0.9.9:3306","result":"failure","step":"connect","class":"tcp_refused","message":"connection refused"}}"#
+        ]],
+    );
+}
+
 #[test]
 fn golden_stable_name() {
     check(

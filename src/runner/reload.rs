@@ -21,7 +21,7 @@ use super::{
 use crate::config::{Config, ConfigError, ServiceConfig, StoreKind, escape_controls};
 use crate::control::ControlDoc;
 use crate::fold::{BranchChange, Input, NewService, ServiceChange, ServiceId};
-use crate::probe;
+use crate::probe::{self, BranchProbe};
 use crate::record::{Record, Reload};
 use crate::state::Store;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -376,6 +376,9 @@ pub(super) fn finish(
             .unwrap_or_else(|| Err(vec!["could not be prepared".to_string()]))
     };
     let mut changed = Vec::new();
+    // Unchanged services whose stable-name loop restarts: `[stable_name_probe]` changed.
+    let stable_changed = !same(&w.fleet.cfg.stable_name_probe, &new.stable_name_probe);
+    let mut kept = Vec::new();
     let mut problems = Vec::new();
     for &(id, svc, settings_changed) in &plan.running {
         let name = &svc.service.name;
@@ -384,6 +387,8 @@ pub(super) fn finish(
                 let inputs = w.fleet.live.get(&id).map(|l| l.inputs);
                 if settings_changed || inputs != Some(probes.1) {
                     changed.push((id, svc, probes));
+                } else if stable_changed {
+                    kept.push((id, probes.0));
                 }
             }
             // A problem names config paths: escaped before it is logged.
@@ -420,7 +425,10 @@ pub(super) fn finish(
         .map(|(_, s, _)| s.service.name.clone())
         .collect();
     for (id, svc, probes) in changed {
-        change(shell, &mut w.fleet, id, svc, probes);
+        change(shell, &mut w.fleet, (id, svc, probes), &new, stable_changed);
+    }
+    for (id, probes) in kept {
+        follow_stable_name_probe(shell, &mut w.fleet, id, &new, &probes, true);
     }
     let (added, unavailable) = start_services(shell, &mut w.fleet, &new, to_start);
     // Every service of the new config publishes to its namespace (one that cannot start, its
@@ -512,12 +520,14 @@ fn remove(shell: &mut Shell, w: &mut Wiring, syncs: &mut Syncs, id: ServiceId) {
 /// Take a running service's new settings: restart the loops of the branches whose settings
 /// changed (every branch's, when the inputs read otherwise) and start those that are new, stop
 /// those that are gone; the rest run on.
+/// Its stable-name loop restarts when what it probes changed (the stable name, the branches,
+/// the probe settings or inputs) or `[stable_name_probe]` did (`stable_changed`).
 fn change(
     shell: &mut Shell,
     fleet: &mut Fleet,
-    id: ServiceId,
-    svc: &ServiceConfig,
-    (probes, inputs): Probes,
+    (id, svc, (probes, inputs)): (ServiceId, &ServiceConfig, Probes),
+    new: &Config,
+    stable_changed: bool,
 ) {
     let Some(live) = fleet.live.get_mut(&id) else {
         return;
@@ -527,6 +537,11 @@ fn change(
         && same(&old.service, &svc.service)
         && same(&old.probe, &svc.probe)
         && same(&old.policy, &svc.policy);
+    let stable_restart = stable_changed
+        || live.inputs != inputs
+        || !same(&old.service, &svc.service)
+        || !same(&old.probe, &svc.probe)
+        || !same(&old.branches, &svc.branches);
     let mut branches = Vec::new();
     let mut restart = Vec::new();
     for b in &svc.branches {
@@ -548,6 +563,11 @@ fn change(
         }
         keep
     });
+    if let Some(live) = fleet.live.get_mut(&id) {
+        live.cfg = svc.clone();
+        live.inputs = inputs;
+    }
+    follow_stable_name_probe(shell, fleet, id, new, &probes, stable_restart);
     let fresh = probes
         .into_iter()
         .filter(|p| restart.contains(&p.branch.name))
@@ -555,8 +575,6 @@ fn change(
     loops.extend(fleet.loops.spawn(id, svc, fresh));
     if let Some(live) = fleet.live.get_mut(&id) {
         live.loops = loops;
-        live.cfg = svc.clone();
-        live.inputs = inputs;
     }
     shell.feed(Input::ChangeService(Box::new(ServiceChange {
         id,
@@ -564,6 +582,35 @@ fn change(
         policy: svc.policy.clone(),
         branches,
     })));
+}
+
+/// Make running service `id`'s stable-name loop follow `cfg`'s `[stable_name_probe]`: stopped
+/// when it is off (the service's `SelectedBranch` and `StableNameSuccess` datums stop with it),
+/// started from `probes` when it is on and none runs, restarted when `restart` (what it probes
+/// changed). Rounds of a stopped or replaced loop are dropped ([`Fleet::route`]).
+fn follow_stable_name_probe(
+    shell: &mut Shell,
+    fleet: &mut Fleet,
+    id: ServiceId,
+    cfg: &Config,
+    probes: &[BranchProbe],
+    restart: bool,
+) {
+    let Some(live) = fleet.live.get_mut(&id) else {
+        return;
+    };
+    let enabled = cfg.stable_name_probe.enabled;
+    if (restart || !enabled)
+        && let Some((_, h)) = live.stable.take()
+    {
+        h.abort();
+        if !enabled {
+            shell.feed(Input::StableNameStopped { service: id });
+        }
+    }
+    if enabled && live.stable.is_none() {
+        live.stable = fleet.loops.spawn_stable_name(id, &live.cfg, cfg, probes);
+    }
 }
 
 /// Start the services that are not running, as at start-up: each whose inputs or control
@@ -608,6 +655,7 @@ fn start_services(
         let record = start_record(cfg, svc, location, restored, None);
         shell.evidence.record_for(now, &name, &record);
         shell.add_store(id, store);
+        let stable = fleet.loops.spawn_stable_name(id, svc, cfg, &probes);
         let loops: BTreeMap<_, _> = fleet.loops.spawn(id, svc, probes).into_iter().collect();
         fleet.live.insert(
             id,
@@ -615,6 +663,7 @@ fn start_services(
                 cfg: svc.clone(),
                 inputs,
                 loops,
+                stable,
             },
         );
         added.push(name);
@@ -670,6 +719,7 @@ port = 5432
                     cfg: s.clone(),
                     inputs: Default::default(),
                     loops: BTreeMap::new(),
+                    stable: None,
                 };
                 (id, live)
             })

@@ -143,7 +143,7 @@ impl Shell {
                 branch,
                 seq,
             },
-            // A stable-name round of a service a reload removed: evidence of nothing running.
+            // A stable-name round of a loop a reload stopped or replaced: evidence of nothing running.
             BranchEvent::StableName(..) => return,
         });
     }

@@ -196,6 +196,17 @@ pub fn selected_branch_datum(service: &str, value: f64, now: Millis) -> Datum {
     )
 }
 
+/// The `StableNameSuccess` datum of a service's latest end-to-end attempt through its stable
+/// name: 1 succeeded, 0 failed (pure).
+pub fn stable_name_success_datum(service: &str, value: f64, now: Millis) -> Datum {
+    datum(
+        &contract::STABLE_NAME_SUCCESS,
+        &[service],
+        Value::Single(value),
+        now,
+    )
+}
+
 /// The `PublishFailures` datums: failed batches per class since the previous tick (pure).
 pub fn publish_failure_datums(
     service: &str,

@@ -140,6 +140,11 @@ fn the_record_says_selected_unknown_or_the_failure() {
     let r = o.record("db.example.test");
     assert!(r.unknown_target);
     assert_eq!(r.selected, None);
+    assert_eq!(r.class, Some(FailureClass::StableNameUnknownTarget));
+    assert_eq!(
+        r.error.as_deref(),
+        Some("the answer matches no branch: db.example.test. A 10.0.0.9")
+    );
     assert_eq!(r.branch_failures["secondary"], FailureClass::DnsTimeout);
     assert_eq!(o.datum(), 0.0);
     let o = Observation {
@@ -166,4 +171,62 @@ fn the_record_says_selected_unknown_or_the_failure() {
         Some("secondary")
     );
     assert_eq!(o.datum(), 2.0);
+}
+
+/// The two branches of a `tcp` service, each on its own port, prepared as `run` does.
+fn tcp_probes() -> Vec<BranchProbe> {
+    let text = r#"
+[service]
+name = "orders-db"
+stable_name = "db.example.test"
+
+[probe]
+kind = "tcp"
+
+[[branch]]
+name = "secondary"
+role = "SECONDARY"
+endpoint = "db-b.example.test"
+port = 3307
+
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "db-a.example.test"
+port = 3306
+"#;
+    let cfg = crate::config::parse(std::path::Path::new("t.toml"), text)
+        .unwrap_or_else(|e| panic!("{:?}", e.issues));
+    crate::probe::branches(&cfg, &cfg.services[0]).unwrap()
+}
+
+/// The end-to-end attempt goes to the stable name with the selected branch's port, else the
+/// PRIMARY's; its canary row is the reserved key, and only it may resolve the stable name.
+#[test]
+fn the_end_to_end_probe_is_the_selected_branchs_through_the_stable_name() {
+    let probes: Vec<BranchProbe> = tcp_probes()
+        .iter()
+        .map(BranchProbe::through_stable_name)
+        .collect();
+    for p in &probes {
+        assert_eq!(p.branch.endpoint, "db.example.test");
+        assert!(p.end_to_end);
+        assert_eq!(p.canary_key(), crate::config::END_TO_END_KEY);
+    }
+    let secondary = Selection::Branch {
+        name: "secondary".into(),
+        role: Role::Secondary,
+    };
+    let port = |s: Option<&Selection>| end_to_end_probe(&probes, s).map(|p| p.branch.port);
+    assert_eq!(port(Some(&secondary)), Some(3307));
+    assert_eq!(port(Some(&Selection::Unknown)), Some(3306));
+    assert_eq!(port(Some(&Selection::Ambiguous(vec![]))), Some(3306));
+    assert_eq!(port(None), Some(3306));
+    assert_eq!(end_to_end_probe(&[], None).map(|p| p.branch.port), None);
+    // The branches' own probes are unchanged.
+    let own = tcp_probes();
+    assert!(
+        own.iter()
+            .all(|p| !p.end_to_end && p.canary_key() == p.branch.name)
+    );
 }
