@@ -145,6 +145,9 @@ pub struct Start {
     /// Time between two stable-name rounds, ms; `None` when the stable-name probe is off.
     #[serde(default)]
     pub stable_name_interval_ms: Option<u64>,
+    /// Whether each stable-name round also makes the end-to-end attempt.
+    #[serde(default)]
+    pub stable_name_end_to_end: Option<bool>,
 }
 
 /// One branch in a `start` record.

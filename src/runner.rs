@@ -694,6 +694,10 @@ fn start_record(
             .stable_name_probe
             .enabled
             .then(|| ms(cfg.stable_name_probe.interval)),
+        stable_name_end_to_end: cfg
+            .stable_name_probe
+            .enabled
+            .then_some(cfg.stable_name_probe.end_to_end),
     })
 }
 

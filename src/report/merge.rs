@@ -697,7 +697,14 @@ fn config_lines(
         ));
     }
     match s.stable_name_interval_ms {
-        Some(i) => out.push(kv("stable_name_probe", format!("every {}", d(i)))),
+        Some(i) => {
+            let e2e = match s.stable_name_end_to_end {
+                Some(true) => ", with the end-to-end attempt",
+                Some(false) => ", without the end-to-end attempt (end_to_end = false)",
+                None => "",
+            };
+            out.push(kv("stable_name_probe", format!("every {}{e2e}", d(i))));
+        }
         None if !s.policy.is_empty() => out.push(kv("stable_name_probe", "off".into())),
         None => {}
     }

@@ -512,11 +512,12 @@ fn selects(branch: &'static str) -> impl Fn(&[Value]) -> bool {
     }
 }
 
-/// With the stable-name probe on, the DNS phases are measured: the test flips the stable name's
-/// answer (TTL 2 s) once the primary is unready and again once it is ready; the report's DNS
-/// selection follows each flip within a few rounds (200 ms apart), the cache expiry is the last
-/// round naming the old branch plus 2 s, and the steady state is by selection alone (no
-/// end-to-end records).
+/// With the stable-name probe on (end-to-end attempt included), the DNS and client phases are
+/// measured: the test flips the stable name's answer (TTL 2 s) once the primary is unready and
+/// again once it is ready; the report's DNS selection follows each flip within a few rounds
+/// (200 ms apart), the cache expiry is the last round naming the old branch plus 2 s, the
+/// reconnect is the first end-to-end success after the switch, and the steady state holds from
+/// there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drill_report_measures_dns_selection_and_cache_expiry() {
     const A: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
@@ -525,13 +526,17 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     dns.set_a("mq-a", A, 5).await;
     dns.set_a("mq-b", B, 5).await;
     dns.set_a("mq", A, 2).await;
-    let (a, b) = (listener_on(A, 0).await, listener_on(B, 0).await);
+    // One port on both addresses: the end-to-end attempt connects to the service's port at
+    // whatever address the stable name gives.
+    let a = listener_on(A, 0).await;
+    let b = listener_on(B, a.port).await;
     let port_a = a.port;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let cfg = two_branch_config(d, &dns, (a.port, b.port))
         .set("stable_name_probe", "enabled", true)
         .set("stable_name_probe", "interval", "200ms")
+        .set("stable_name_probe", "end_to_end", true)
         .write(&d.join("az-a.toml"));
     let run = Running::start(readyprobe::config::load(&cfg).unwrap(), None);
     let ev = evidence(d, "az-a");
@@ -583,7 +588,10 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     ]);
     assert_eq!(code, 0, "{stdout}{err}");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(md.contains("| stable_name_probe | every 200ms |"), "{md}");
+    assert!(
+        md.contains("| stable_name_probe | every 200ms, with the end-to-end attempt |"),
+        "{md}"
+    );
     assert!(md.contains("| stable name TTL seen | 2 s |"), "{md}");
 
     let fo = "### Failover of primary";
@@ -603,11 +611,13 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     let (last_old, switch) = switch_rounds(&ev, "primary", "secondary");
     assert_eq!(cell_at(expiry[1]), last_old + 2_000, "{expiry:?}");
     assert_eq!(switch, at);
+    // The secondary listens on the same port: the first round naming it connects.
     let reconnect = phase_row(&md, fo, "reconnect (end-to-end through the stable name)");
-    assert!(reconnect[4].contains("no end_to_end"), "{reconnect:?}");
+    let r = cell_at(reconnect[1]);
+    assert!((at..at + 3_000).contains(&r), "{reconnect:?}");
     let steady = phase_row(&md, fo, "steady state");
     assert!(
-        steady[4].contains("selects secondary from here on (selection only"),
+        steady[4].contains("selects secondary from here on; every end-to-end attempt succeeds"),
         "{steady:?}"
     );
     assert!(cell_at(steady[1]) >= at, "{steady:?}");
@@ -624,9 +634,14 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
         expiry[4].contains("last answer naming another branch"),
         "{expiry:?}"
     );
+    let reconnect = phase_row(&md, fb, "reconnect (end-to-end through the stable name)");
+    assert!(
+        (at..at + 3_000).contains(&cell_at(reconnect[1])),
+        "{reconnect:?}"
+    );
     let steady = phase_row(&md, fb, "steady state");
     assert!(
-        steady[4].contains("selects primary from here on"),
+        steady[4].contains("selects primary from here on; every end-to-end attempt succeeds"),
         "{steady:?}"
     );
 }

@@ -44,6 +44,7 @@ fn start(restored: Vec<Restored>) -> Record {
         policy: vec!["declare unready: success rate < 80% over 3s held for 1s".into()],
         approval_required: Some(false),
         stable_name_interval_ms: None,
+        stable_name_end_to_end: None,
     })
 }
 
