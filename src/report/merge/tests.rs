@@ -386,3 +386,18 @@ fn with_two_probers_detection_is_the_first_to_declare_and_publish() {
     assert_eq!(p.at, Some(T0 + 3_500), "{p:?}");
     assert!(p.note.as_deref().unwrap().contains("prober az-b"), "{p:?}");
 }
+
+/// A file of garbage lists the first problems and counts the rest in one line.
+#[test]
+fn problems_are_capped_with_a_count_of_the_rest() {
+    let text = "not json\n".repeat(MAX_PROBLEMS + 10);
+    let lines: Vec<_> = read_lines(text.as_bytes()).collect();
+    let d = merge(vec![("junk.jsonl".into(), lines)], None);
+    assert_eq!(d.problems.len(), MAX_PROBLEMS + 1);
+    assert_eq!(
+        d.problems[0].split(':').take(2).collect::<Vec<_>>(),
+        ["junk.jsonl", " line 1"]
+    );
+    assert_eq!(d.problems[MAX_PROBLEMS], "… and 10 more problems");
+    assert!(d.services.is_empty());
+}
