@@ -9,7 +9,9 @@
 //! pending_approval → approved → readiness 1 published → alarm OK → stable name selects the
 //! branch again → cache expiry → reconnect → steady state.
 
-use super::model::{Episode, EpisodeKind, Marker, Phase, Round, ServiceDrill};
+use super::model::{
+    AttemptMark, BranchLane, Episode, EpisodeKind, Marker, Phase, Round, ServiceDrill,
+};
 use crate::clock::rfc3339;
 use crate::readiness::{Millis, ReadinessState};
 use crate::record::PublishOutcome;
@@ -88,7 +90,8 @@ struct Trigger {
     label: String,
 }
 
-/// Every failover and failback of service `s`, in time order.
+/// Every failover and failback of service `s`, in time order. Lanes, rounds and `f`'s lists
+/// are in time order (as [`super::merge`] builds them).
 pub fn episodes(s: &ServiceDrill, f: &Facts) -> Vec<Episode> {
     let triggers = triggers(s, f);
     let mut out: Vec<Episode> = Vec::new();
@@ -183,12 +186,21 @@ fn streak_start(s: &ServiceDrill, branch: &str, at: Millis, failing: bool) -> Mi
     let Some(lane) = s.branches.iter().find(|b| b.name == branch) else {
         return at;
     };
-    let before: Vec<_> = lane.attempts.iter().filter(|a| a.at <= at).collect();
+    let n = lane.attempts.partition_point(|a| a.at <= at);
+    let before = lane.attempts.get(..n).unwrap_or(&[]);
     let breaks = before
         .iter()
         .rposition(|a| a.class.is_some() != failing)
         .map_or(0, |i| i + 1);
     before.get(breaks).map_or(at, |a| a.at)
+}
+
+/// The attempts of `lane` in `[from, end)`, found by bisection (a lane is in time order).
+fn attempts_in(lane: &BranchLane, from: Millis, end: Millis) -> &[AttemptMark] {
+    let a = &lane.attempts;
+    let lo = a.partition_point(|x| x.at < from);
+    let hi = a.partition_point(|x| x.at < end).max(lo);
+    a.get(lo..hi).unwrap_or(&[])
 }
 
 /// The state of `branch` at `at` in its lane.
@@ -212,10 +224,9 @@ fn first_failure(
         .iter()
         .filter(|b| keep(&b.name))
         .filter_map(|b| {
-            let at = b
-                .attempts
+            let at = attempts_in(b, from, end)
                 .iter()
-                .find(|a| a.at >= from && a.at < end && a.class.is_some())?
+                .find(|a| a.class.is_some())?
                 .at;
             Some((at, b.name.as_str()))
         })
@@ -312,9 +323,9 @@ impl Ctx<'_> {
     fn first_attempt(&self, branch: &str, failed: bool) -> Found {
         let lane = self.s.branches.iter().find(|b| b.name == branch);
         let a = lane.and_then(|l| {
-            l.attempts
+            attempts_in(l, self.from, self.end)
                 .iter()
-                .find(|a| self.in_range(a.at) && a.class.is_some() == failed)
+                .find(|a| a.class.is_some() == failed)
         });
         let what = if failed { "failed" } else { "successful" };
         match a {
