@@ -148,6 +148,10 @@ pub struct Start {
     /// Whether each stable-name round also makes the end-to-end attempt.
     #[serde(default)]
     pub stable_name_end_to_end: Option<bool>,
+    /// The CloudWatch namespace the service's datums go to (where `drill report --alarms` looks
+    /// for its alarms).
+    #[serde(default)]
+    pub namespace: Option<String>,
 }
 
 /// One branch in a `start` record.

@@ -698,6 +698,7 @@ fn start_record(
             .stable_name_probe
             .enabled
             .then_some(cfg.stable_name_probe.end_to_end),
+        namespace: Some(svc.namespace.clone()),
     })
 }
 

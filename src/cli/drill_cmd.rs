@@ -59,9 +59,13 @@ pub enum DrillCommand {
     ///
     /// Needs no config (copies of the evidence files are enough). Records are merged by time; a
     /// record given twice (the same file twice, overlapping copies) counts once. Lines that
-    /// cannot be used are listed as problems, with each gap in a prober's `record_seq`. Exit 0
-    /// when written (also when some lines were bad), 64 invalid arguments (no record of
-    /// `--service`), 74 an evidence file cannot be read or `--out` cannot be written.
+    /// cannot be used are listed as problems, with each gap in a prober's `record_seq`.
+    /// `--alarms` reads CloudWatch through the default AWS chain (`AWS_REGION`,
+    /// `AWS_ENDPOINT_URL`, profile or role): the alarms on each branch's `Readiness` metric in the
+    /// namespace the evidence's `start` records name, at most 60 s per service. Exit 0 when
+    /// written (also when some lines were bad), 64 invalid arguments (no record of `--service`),
+    /// 74 an evidence file cannot be read, `--out` cannot be written, or `--alarms` could not
+    /// read CloudWatch (the report is written without those lanes, the failure listed).
     Report(ReportArgs),
 }
 
@@ -125,7 +129,7 @@ pub(super) async fn drill(cfg: &Config, svc: &ServiceConfig, cmd: DrillCommand) 
             evidence,
             ..
         } => (label, kind, by, evidence),
-        DrillCommand::Report(a) => return report(a),
+        DrillCommand::Report(a) => return report(a).await,
     };
     let by = by
         .or_else(|| std::env::var("USER").ok())
@@ -253,7 +257,7 @@ pub struct ReportArgs {
 
 /// `drill report`: read every evidence file (streamed, a capped line at a time), merge, write
 /// the report, print the phase tables.
-pub(super) fn report(a: ReportArgs) -> ExitCode {
+pub(super) async fn report(a: ReportArgs) -> ExitCode {
     let esc = |p: &Path| crate::config::escape_controls(&p.display().to_string()).into_owned();
     let mut m = Merger::new(a.service.as_deref());
     for path in &a.evidence {
@@ -290,14 +294,13 @@ pub(super) fn report(a: ReportArgs) -> ExitCode {
         );
         return ExitCode::from(EXIT_INVALID_CONFIG);
     }
-    if a.alarms {
-        // The call site of the alarm lanes: `report::alarms` fetches each branch alarm's
-        // history over `m.window()` and hands it over with `m.set_alarms(service, lanes)`
-        // before `finish`, so the phase table reads it too.
-        eprintln!(
-            "note: --alarms: fetching alarm history is not wired yet; the alarm phases say which lane is missing"
-        );
-    }
+    // Alarm lanes go in before `finish`, so the phase table reads them too. A failed fetch
+    // still writes the report (without the lanes, the failure listed) and exits 74.
+    let alarms_failed = if a.alarms {
+        add_alarm_lanes(&mut m, &services).await
+    } else {
+        false
+    };
     let drill = m.finish();
     if let Err(e) = write_report(&a.out, &drill) {
         eprintln!("error: cannot write the report into {}: {e}", esc(&a.out));
@@ -314,7 +317,39 @@ pub(super) fn report(a: ReportArgs) -> ExitCode {
         );
     }
     println!("report written to {}", esc(&a.out.join("report.md")));
-    ExitCode::from(EXIT_OK)
+    ExitCode::from(if alarms_failed { EXIT_IO } else { EXIT_OK })
+}
+
+/// How long `--alarms` may take per service, every call included.
+const ALARMS_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Each service's branch alarms from CloudWatch (the default AWS chain: `AWS_REGION`,
+/// `AWS_ENDPOINT_URL`, ...), looked up on the `Readiness` metric in the namespace its `start`
+/// records name. True when a fetch failed (named on stderr and in the report).
+async fn add_alarm_lanes(m: &mut Merger, services: &[String]) -> bool {
+    use crate::report::alarms;
+    let client = alarms::client_for(None, None, std::time::Duration::from_secs(10)).await;
+    let window = m.window();
+    let mut failed = false;
+    for s in services {
+        let (ns, branches) = m.metric_series(s);
+        let ns = ns.unwrap_or(crate::contract::DEFAULT_NAMESPACE).to_string();
+        match alarms::fetch(&client, &ns, s, &branches, window, ALARMS_BUDGET).await {
+            Ok(got) => {
+                m.set_alarms(s, got.lanes);
+                for p in got.problems {
+                    m.note_problem(format!("--alarms: {p}"));
+                }
+            }
+            Err(e) => {
+                let what = format!("--alarms: service {s}: {e}; no alarm lanes");
+                eprintln!("error: {}", crate::config::escape_controls(&what));
+                m.note_problem(what);
+                failed = true;
+            }
+        }
+    }
+    failed
 }
 
 /// `report.md` and `report.html` in `dir`, created if missing.

@@ -419,7 +419,7 @@ async fn async_main(cli: Cli) -> ExitCode {
         command: drill_cmd::DrillCommand::Report(args),
     } = cli.command
     {
-        return drill_cmd::report(args);
+        return drill_cmd::report(args).await;
     }
     let Some(path) = cli.command.config() else {
         eprintln!("error: no --config for this command");

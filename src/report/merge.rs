@@ -109,6 +109,8 @@ pub struct Merger {
     services_seen: HashSet<usize>,
     /// Probers that contributed a record of a kept service.
     prober_ids: BTreeSet<usize>,
+    /// Per service: its CloudWatch namespace (from `start`) and the branches seen.
+    metric_series: HashMap<String, (Option<String>, BTreeSet<String>)>,
 }
 
 /// A short one-line label for an override: its value, who set it and why.
@@ -167,6 +169,7 @@ impl Merger {
         if self.service.as_deref().is_some_and(|s| s != env.service) {
             return;
         }
+        self.series(&env.service, &env.record);
         let service = self.names.id(&env.service);
         let prober = self.names.id(&env.prober);
         let ev = self.compact(env.record, env.at_ms);
@@ -193,6 +196,46 @@ impl Merger {
             service,
             ev,
         });
+    }
+
+    /// Note `service`'s namespace and branches, which `--alarms` looks alarms up by.
+    fn series(&mut self, service: &str, r: &Record) {
+        let branch = match r {
+            Record::Attempt(a) => &a.branch,
+            Record::Start(s) => {
+                let e = self.metric_series.entry(service.to_string()).or_default();
+                if s.namespace.is_some() {
+                    e.0.clone_from(&s.namespace);
+                }
+                e.1.extend(s.branches.iter().map(|b| b.name.clone()));
+                return;
+            }
+            _ => return,
+        };
+        match self.metric_series.get_mut(service) {
+            Some(e) if e.1.contains(branch) => {}
+            Some(e) => {
+                e.1.insert(branch.clone());
+            }
+            None => {
+                let e = self.metric_series.entry(service.to_string()).or_default();
+                e.1.insert(branch.clone());
+            }
+        }
+    }
+
+    /// `service`'s CloudWatch namespace as its `start` records give it (`None`: not recorded)
+    /// and its branches (from `start` records and attempts).
+    pub fn metric_series(&self, service: &str) -> (Option<&str>, Vec<String>) {
+        self.metric_series
+            .get(service)
+            .map(|(ns, b)| (ns.as_deref(), b.iter().cloned().collect()))
+            .unwrap_or_default()
+    }
+
+    /// A problem found outside the evidence (e.g. reading the alarm history), one sentence.
+    pub fn note_problem(&mut self, what: String) {
+        self.note(what);
     }
 
     /// The part of `r` a lane or a phase uses.

@@ -45,6 +45,7 @@ fn start(restored: Vec<Restored>) -> Record {
         approval_required: Some(false),
         stable_name_interval_ms: None,
         stable_name_end_to_end: None,
+        namespace: Some("Orders".into()),
     })
 }
 
@@ -400,4 +401,24 @@ fn problems_are_capped_with_a_count_of_the_rest() {
     );
     assert_eq!(d.problems[MAX_PROBLEMS], "… and 10 more problems");
     assert!(d.services.is_empty());
+}
+
+#[test]
+fn alarms_are_looked_up_in_the_namespace_and_branches_the_evidence_names() {
+    let mut m = Merger::new(None);
+    let f = m.file("a.jsonl");
+    // A file that starts mid-run: branches from attempts until a `start` names the namespace.
+    m.push(f, env(0, "az-a", 7, attempt("tertiary", true)));
+    assert_eq!(
+        m.metric_series("orders-queue"),
+        (None, vec!["tertiary".to_string()])
+    );
+    m.push(f, env(10, "az-a", 8, start(vec![])));
+    m.push(f, env(20, "az-a", 9, attempt("primary", false)));
+    let (ns, branches) = m.metric_series("orders-queue");
+    assert_eq!(ns, Some("Orders"));
+    assert_eq!(branches, ["primary", "secondary", "tertiary"]);
+    assert_eq!(m.metric_series("other"), (None, vec![]));
+    m.note_problem("--alarms: no alarm on branch tertiary".into());
+    assert!(m.finish().problems.iter().any(|p| p.contains("tertiary")));
 }
