@@ -54,8 +54,9 @@ pub enum DrillCommand {
         #[arg(long)]
         evidence: Option<PathBuf>,
     },
-    /// Merge the evidence of one or more probers into a drill report: `report.md` and a
-    /// self-contained `report.html` in `--out`, and the phase tables on stdout.
+    /// Merge the evidence of one or more probers into a drill report: `report.md`, a
+    /// self-contained `report.html` and `report.json` (for scripts) in `--out`, and the phase
+    /// tables on stdout.
     ///
     /// Needs no config (copies of the evidence files are enough). Records are merged by time; a
     /// record given twice (the same file twice, overlapping copies) counts once. Lines that
@@ -244,7 +245,7 @@ pub struct ReportArgs {
     /// An evidence file (repeat for several probers, or a rotated generation).
     #[arg(long, required = true, value_name = "FILE")]
     evidence: Vec<PathBuf>,
-    /// The directory to write report.md and report.html into (created if missing).
+    /// The directory to write report.md, report.html and report.json into (created if missing).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
     /// Only this service's records.
@@ -352,9 +353,12 @@ async fn add_alarm_lanes(m: &mut Merger, services: &[String]) -> bool {
     failed
 }
 
-/// `report.md` and `report.html` in `dir`, created if missing.
+/// `report.md`, `report.html` and `report.json` (the model, for scripts) in `dir`, created if
+/// missing.
 fn write_report(dir: &Path, drill: &Drill) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    let json = serde_json::to_string_pretty(drill).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("report.json"), json + "\n")?;
     std::fs::write(dir.join("report.md"), markdown::render(drill))?;
     std::fs::write(dir.join("report.html"), html::render(drill))
 }
