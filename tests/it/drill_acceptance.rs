@@ -339,8 +339,39 @@ async fn a_recorded_drill_reports_each_phase_within_one_probe_interval() {
     tokio::time::sleep(Duration::from_secs(u64::from(TTL) + 2)).await;
     run.stop().await;
 
-    // The report.
+    let seen = Seen {
+        fault,
+        unready: unready_seen,
+        flipped,
+        alarm: alarm_seen,
+        restore,
+        pending: pending_seen,
+        approved,
+        ready: ready_seen,
+        flipped_back,
+        ok: ok_seen,
+    };
     let out = dir.path().join("report");
+    drill_report(&evidence, &out);
+    check_report(&out, &seen);
+}
+
+/// Instants (ms since the epoch) at which the test did or saw each thing.
+struct Seen {
+    fault: i64,
+    unready: i64,
+    flipped: i64,
+    alarm: i64,
+    restore: i64,
+    pending: i64,
+    approved: i64,
+    ready: i64,
+    flipped_back: i64,
+    ok: i64,
+}
+
+/// `drill report --alarms` over `evidence` into `out`.
+fn drill_report(evidence: &Path, out: &Path) {
     let ep = endpoint();
     let (code, stdout, err) = cli(
         &[
@@ -365,6 +396,10 @@ async fn a_recorded_drill_reports_each_phase_within_one_probe_interval() {
             std::fs::copy(out.join(f), Path::new(&keep).join(f)).unwrap();
         }
     }
+}
+
+/// Every phase within one probe interval of what the test saw.
+fn check_report(out: &Path, seen: &Seen) {
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     let svc = &report["services"][0];
@@ -385,32 +420,32 @@ async fn a_recorded_drill_reports_each_phase_within_one_probe_interval() {
     near(
         "first failed attempt",
         phase_at(over, "first failed"),
-        fault + INTERVAL_MS / 2,
+        seen.fault + INTERVAL_MS / 2,
         over,
     );
     near(
         "detection",
         phase_at(over, "readiness 0"),
-        unready_seen,
+        seen.unready,
         over,
     );
-    near("alarm", phase_at(over, "alarm"), alarm_seen, over);
+    near("alarm", phase_at(over, "alarm"), seen.alarm, over);
     near(
         "DNS selection",
         phase_at(over, "stable name answers"),
-        flipped + INTERVAL_MS / 2,
+        seen.flipped + INTERVAL_MS / 2,
         over,
     );
     near(
         "cache expiry",
         phase_at(over, "cache expiry"),
-        flipped + i64::from(TTL) * 1000,
+        seen.flipped + i64::from(TTL) * 1000,
         over,
     );
     near(
         "reconnect",
         phase_at(over, "reconnect"),
-        flipped + INTERVAL_MS / 2,
+        seen.flipped + INTERVAL_MS / 2,
         over,
     );
 
@@ -418,34 +453,34 @@ async fn a_recorded_drill_reports_each_phase_within_one_probe_interval() {
     near(
         "first successful attempt",
         phase_at(back, "first successful"),
-        restore + INTERVAL_MS / 2,
+        seen.restore + INTERVAL_MS / 2,
         back,
     );
     near(
         "pending_approval",
         phase_at(back, "pending_approval"),
-        pending_seen,
+        seen.pending,
         back,
     );
     assert_eq!(back["approved_by"], "drill-lead");
     near(
         "readiness 1 published",
         phase_at(back, "readiness 1"),
-        ready_seen,
+        seen.ready,
         back,
     );
-    assert!(phase_at(back, "readiness 1").unwrap() >= approved);
-    near("alarm OK", phase_at(back, "alarm"), ok_seen, back);
+    assert!(phase_at(back, "readiness 1").unwrap() >= seen.approved);
+    near("alarm OK", phase_at(back, "alarm"), seen.ok, back);
     near(
         "DNS selection back",
         phase_at(back, "stable name selects"),
-        flipped_back + INTERVAL_MS / 2,
+        seen.flipped_back + INTERVAL_MS / 2,
         back,
     );
     near(
         "reconnect back",
         phase_at(back, "reconnect"),
-        flipped_back + INTERVAL_MS / 2,
+        seen.flipped_back + INTERVAL_MS / 2,
         back,
     );
 
