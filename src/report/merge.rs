@@ -549,11 +549,19 @@ impl Gather {
                 self.roles.insert(*id, b.role.clone());
             }
         }
-        for r in &s.restored {
-            if let Some(&b) = names.index.get(&r.branch) {
+        // A branch starts in its restored state, else in `readiness.initial`.
+        let initial = s.initial.into_iter().flat_map(|st| {
+            s.branches
+                .iter()
+                .filter(|b| !s.restored.iter().any(|r| r.branch == b.name))
+                .map(move |b| (&b.name, st))
+        });
+        let restored = s.restored.iter().map(|r| (&r.branch, r.state));
+        for (name, state) in restored.chain(initial) {
+            if let Some(&b) = names.index.get(name) {
                 let t = self.tracks.entry((b, i.prober)).or_default();
-                let v = t.forced.or(r.state.published_value());
-                t.set_state(i.at, r.state, v);
+                let v = t.forced.or(state.published_value());
+                t.set_state(i.at, state, v);
             }
         }
         if self.facts.approval_required.is_none() {
