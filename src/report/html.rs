@@ -132,9 +132,17 @@ fn episode(s: &mut String, e: &Episode, fmt_at: &dyn Fn(Millis) -> String) {
 /// One phase row; a phase without a time says so in red with its note.
 fn phase_row(s: &mut String, p: &Phase, fmt_at: &dyn Fn(Millis) -> String) {
     let dur = |v: Option<Millis>| v.map(fmt_duration_ms).unwrap_or_default();
-    let (at, class) = match p.at {
-        Some(t) => (fmt_at(t), ""),
-        None => ("not derived".to_string(), " class=\"missing\""),
+    // A phase that does not apply (no approval needed, no DNS change) is no gap in the evidence.
+    let (at, class) = match (p.at, p.note.as_deref()) {
+        (Some(t), _) => (fmt_at(t), ""),
+        (None, Some(n))
+            if !n.starts_with("missing")
+                && n != "not reached"
+                && n != "an earlier phase was not reached" =>
+        {
+            ("—".to_string(), "")
+        }
+        (None, _) => ("not derived".to_string(), " class=\"missing\""),
     };
     let _ = write!(
         s,
@@ -205,7 +213,7 @@ mod tests {
                         at: None,
                         since_start_ms: None,
                         took_ms: None,
-                        note: Some("no alarm history record".into()),
+                        note: Some("missing: no alarm history record".into()),
                     }],
                     pending_approval_ms: None,
                     approved_by: None,
@@ -232,5 +240,21 @@ mod tests {
         let html = render(&drill("none"));
         assert!(html.contains("not derived"));
         assert!(html.contains("no alarm history record"));
+    }
+
+    #[test]
+    fn a_phase_that_does_not_apply_is_no_gap() {
+        let mut d = drill("none");
+        let p = &mut d.services[0].episodes[0].phases[0];
+        p.note = Some("not reached".into());
+        assert!(render(&d).contains("not derived"));
+        for n in [
+            "no approval needed",
+            "not reached: the policy needs no approval",
+        ] {
+            let p = &mut d.services[0].episodes[0].phases[0];
+            p.note = Some(n.into());
+            assert!(!render(&d).contains("not derived"), "{n}");
+        }
     }
 }

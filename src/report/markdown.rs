@@ -226,7 +226,7 @@ mod tests {
                         phase(
                             "alarm in ALARM",
                             None,
-                            "missing: no alarm lane: run with --alarms",
+                            "missing: no alarm lane (without --alarms; with it, the problems say why none was found)",
                         ),
                     ],
                     pending_approval_ms: None,
@@ -249,7 +249,7 @@ mod tests {
         assert!(md.contains("`a\\|b.jsonl`"), "{md}");
         assert!(
             md.contains(
-                "| alarm in ALARM | — | — | — | missing: no alarm lane: run with --alarms |"
+                "| alarm in ALARM | — | — | — | missing: no alarm lane (without --alarms; with it, the problems say why none was found) |"
             ),
             "{md}"
         );

@@ -500,6 +500,8 @@ fn stable_lane(
         let what = match (selected, unknown) {
             (_, true) => "unknown target".to_string(),
             (Some(n), false) => format!("→ {n}"),
+            // Answered (it has a TTL), but the answer matches several branches.
+            (None, false) if ttl.is_some() => "matches several branches".to_string(),
             (None, false) => "no answer".to_string(),
         };
         let ttl = ttl.map(|t| format!(", TTL {t}s")).unwrap_or_default();

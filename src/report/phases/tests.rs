@@ -281,7 +281,7 @@ fn each_missing_record_is_named_instead_of_a_time() {
     for k in [0, 1] {
         assert!(
             note(k, if k == 0 { "alarm in ALARM" } else { "alarm OK" })
-                .contains("no alarm lane: run with --alarms")
+                .contains("no alarm lane (without --alarms")
         );
     }
     let p = note(0, "readiness 0 published");
