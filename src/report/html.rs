@@ -91,6 +91,23 @@ fn service(s: &mut String, d: &Drill, svc: &ServiceDrill, fmt_at: &dyn Fn(Millis
     for e in &svc.episodes {
         episode(s, e, fmt_at);
     }
+    if !svc.markers.is_empty() {
+        // The timeline's marker labels are cut to fit; here they are whole.
+        s.push_str(
+            "<h3>Markers</h3><table><tr><th>at</th><th>kind</th><th>label</th><th>by</th></tr>",
+        );
+        for m in &svc.markers {
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&fmt_at(m.at)),
+                escape(&m.kind),
+                escape(&m.label),
+                escape(&m.by)
+            );
+        }
+        s.push_str("</table>");
+    }
     s.push_str("<h3>Configuration in force</h3><table>");
     for (k, v) in &svc.config {
         let _ = write!(s, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v));

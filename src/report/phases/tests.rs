@@ -421,3 +421,30 @@ fn without_markers_transitions_start_the_episodes() {
         "{p:?}"
     );
 }
+
+#[test]
+fn a_transition_no_marker_explains_gets_its_own_episode() {
+    let (mut s, f) = full();
+    // Only the restore marker: the failover has no fault marker before it.
+    s.markers.retain(|m| m.kind == "restore");
+    let e = episodes(&s, &f);
+    let kinds: Vec<_> = e
+        .iter()
+        .map(|e| (e.kind, e.trigger.starts_with("no marker")))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (EpisodeKind::Failover, true),
+            (EpisodeKind::Failback, false)
+        ],
+        "{e:#?}"
+    );
+    // With both markers, the marked episodes alone.
+    let (s, f) = full();
+    assert!(
+        episodes(&s, &f)
+            .iter()
+            .all(|e| !e.trigger.starts_with("no marker"))
+    );
+}
