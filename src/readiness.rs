@@ -15,6 +15,11 @@
 //! * `for` has Prometheus alerting semantics: a condition's clock (`holding_since`) starts at the
 //!   first evaluation where it holds and is cleared by any evaluation where it does not. The
 //!   condition *fires* at an evaluation where it holds and `now - holding_since >= for`.
+//! * Definitive rule ([`Policy::definitive`]): at an evaluation where the unready condition holds,
+//!   it also fires when the attempts finished in `(now - definitive_for, now]` are at least two
+//!   and every one of them failed with a definitive class. A single definitive failure among
+//!   successes never fires it (two at least, none in between), nor does any run of ambiguous
+//!   failures (timeouts, resets): those wait for the full `for`.
 //! * Transitions: `ready → unready` when the unready condition fires; `unready → ready` (or
 //!   `→ pending_approval` when approval is required) when the ready condition fires;
 //!   `pending_approval → ready` only by [`Readiness::approve`]; `pending_approval → unready` when
@@ -26,7 +31,7 @@
 
 use crate::failure::FailureClass;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 pub use crate::clock::Millis;
@@ -91,6 +96,27 @@ pub struct Condition {
     pub window: Duration,
 }
 
+/// The definitive rule: the unready condition fires after `for_` instead of its own `for` while
+/// every recent attempt failed with one of `classes` (see the module rules).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Definitive {
+    /// `declare_unready.definitive_for`: how far back every attempt must have failed definitively.
+    pub for_: Duration,
+    /// The classes that count as definitive (`readiness.definitive_classes`). Empty: the rule
+    /// never fires.
+    pub classes: BTreeSet<FailureClass>,
+}
+
+impl Default for Definitive {
+    /// 20 s over [`FailureClass::default_definitive`].
+    fn default() -> Self {
+        Definitive {
+            for_: Duration::from_secs(20),
+            classes: FailureClass::default_definitive().into_iter().collect(),
+        }
+    }
+}
+
 /// The readiness policy of a branch (parsed and validated by the config module).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -106,12 +132,19 @@ pub struct Policy {
     pub approval_required: bool,
     /// State before any evidence (and after a fresh start without a saved snapshot).
     pub initial: ReadinessState,
+    /// The definitive rule; `None`: the unready condition fires after its `for` only.
+    pub definitive: Option<Definitive>,
 }
 
 impl Policy {
-    /// The larger of the two condition windows: how long attempts must be retained.
+    /// The largest of the two condition windows and `definitive_for`: how long attempts must be
+    /// retained.
     pub fn retention(&self) -> Duration {
-        self.declare_unready.window.max(self.declare_ready.window)
+        let d = self.definitive.as_ref().map_or(Duration::ZERO, |d| d.for_);
+        self.declare_unready
+            .window
+            .max(self.declare_ready.window)
+            .max(d)
     }
 }
 
@@ -358,7 +391,14 @@ impl Readiness {
         let fires = |since: Option<Millis>, for_: Duration| {
             since.is_some_and(|s| now.saturating_sub(s) >= duration_ms(for_))
         };
-        let u_fires = fires(self.unready_holding_since, self.policy.declare_unready.for_);
+        let for_fires = fires(self.unready_holding_since, self.policy.declare_unready.for_);
+        // The definitive rule is only looked at while the unready condition holds.
+        let definitive = if u_holds && !for_fires {
+            self.definitive_fires(now)
+        } else {
+            None
+        };
+        let u_fires = for_fires || definitive.is_some();
         let r_fires = fires(self.ready_holding_since, self.policy.declare_ready.for_);
         let ready_target = if self.policy.approval_required {
             ReadinessState::PendingApproval
@@ -383,7 +423,7 @@ impl Readiness {
         let (held_since, reason) = if to == ReadinessState::Unready {
             let c = &self.policy.declare_unready;
             let hs = self.unready_holding_since.unwrap_or(now);
-            let reason = format!(
+            let mut reason = format!(
                 "success rate {}% < {}% {} held for {} (required {}, since {})",
                 fmt_percent(uw.success_rate_percent.unwrap_or(0.0)),
                 fmt_percent(c.threshold_percent),
@@ -392,6 +432,12 @@ impl Readiness {
                 fmt_duration_ms(duration_ms(c.for_)),
                 rfc3339(hs),
             );
+            if let Some(dw) = &definitive {
+                reason.push_str(&format!(
+                    "; definitive rule fired: every attempt {} failed with a definitive class",
+                    describe_window(dw)
+                ));
+            }
             (hs, reason)
         } else {
             let c = &self.policy.declare_ready;
@@ -496,6 +542,23 @@ impl Readiness {
         &self.policy
     }
 
+    /// The definitive rule at `now`: the statistics of `(now - definitive_for, now]` when that
+    /// span holds at least two attempts and all of them failed with a definitive class.
+    fn definitive_fires(&self, now: Millis) -> Option<WindowStats> {
+        let d = self.policy.definitive.as_ref()?;
+        if d.classes.is_empty() {
+            return None;
+        }
+        let lo = now.saturating_sub(duration_ms(d.for_));
+        let start = self.attempts.partition_point(|a| a.finished_at <= lo);
+        let end = self.attempts.partition_point(|a| a.finished_at <= now);
+        let span = self.attempts.range(start..end.max(start));
+        let all_definitive = span
+            .clone()
+            .all(|a| !a.success && a.class.is_some_and(|c| d.classes.contains(&c)));
+        (end.saturating_sub(start) >= 2 && all_definitive).then(|| self.window_stats(now, d.for_))
+    }
+
     /// Moves the evaluation clock to `max(clock, now)` and returns it.
     fn advance_clock(&mut self, now: Millis) -> Millis {
         let now = self.clock.map_or(now, |c| c.max(now));
@@ -567,6 +630,7 @@ mod tests {
             },
             approval_required: false,
             initial: ReadinessState::Ready,
+            definitive: None,
         }
     }
 
@@ -727,6 +791,22 @@ mod tests {
                     "min_attempts" => policy.min_attempts = v.parse().expect("min_attempts"),
                     "unready" => policy.declare_unready = parse_condition(v),
                     "ready" => policy.declare_ready = parse_condition(v),
+                    // `definitive=20s` (default classes), `definitive=20s/a,b` or `…/` (none).
+                    "definitive" => {
+                        let (d, classes) = match v.split_once('/') {
+                            Some((d, c)) => (d, Some(c)),
+                            None => (v, None),
+                        };
+                        let mut rule = Definitive {
+                            for_: humantime::parse_duration(d).expect("definitive_for"),
+                            ..Definitive::default()
+                        };
+                        if let Some(c) = classes {
+                            let names = c.split(',').filter(|n| !n.is_empty());
+                            rule.classes = names.map(parse_class).collect();
+                        }
+                        policy.definitive = Some(rule);
+                    }
                     _ => panic!("{ctx}: unknown policy key {k}"),
                 }
             }
@@ -970,6 +1050,83 @@ mod tests {
             expect unknown
             expect value none
             expect holding ready none
+            ",
+        );
+    }
+
+    #[test]
+    fn read_only_writer_is_unready_after_definitive_for() {
+        check(
+            "
+            policy definitive=20s
+            t=0s..10m2s/2s ok
+            # read-only after the success at 10m: the first failure finishes at 10m2s
+            t=10m2s..10m20s/2s fail server_read_only
+            expect ready
+            expect holding unready since 10m4s
+            # (10m0s, 10m20s] holds 10 attempts, all read-only
+            t=10m20s fail server_read_only
+            expect transition ready -> unready at 10m20s
+            expect reason contains held for 16s (required 3m, since
+            expect reason contains definitive rule fired: every attempt over the last 20s (10 attempts, 10 failed: server_read_only=10) failed with a definitive class
+            ",
+        );
+    }
+
+    #[test]
+    fn ambiguous_failures_wait_for_the_full_for() {
+        check(
+            "
+            policy definitive=20s
+            t=0s..10m/2s ok
+            # a 90s burst of timeouts: well past definitive_for, short of for
+            t=10m..11m30s/2s fail tcp_timeout
+            t=11m30s..20m/2s ok
+            expect ready
+            expect no transition
+            # definitive failures mixed with timeouts: no span of definitive failures only
+            t=20m..23m/2s [fail server_read_only*5, fail tcp_timeout]
+            expect ready
+            t=23m..23m4s/2s fail tcp_timeout
+            expect transition ready -> unready at 23m2s
+            expect reason contains required 3m
+            ",
+        );
+    }
+
+    #[test]
+    fn one_definitive_failure_among_successes_never_fires() {
+        check(
+            "
+            # one failure in a 60s window at 5s already holds the unready condition
+            policy min_attempts=3 definitive=5s
+            t=0s..30m/5s [ok*13, fail server_read_only, ok*13, fail auth_denied]
+            t=30m tick
+            expect ready
+            expect no transition
+            ",
+        );
+    }
+
+    #[test]
+    fn classes_outside_the_list_are_not_definitive() {
+        check(
+            "
+            policy definitive=20s/server_read_only
+            t=0s..10m/2s ok
+            t=10m..13m/2s fail auth_denied
+            expect ready
+            t=13m..13m4s/2s fail auth_denied
+            expect transition ready -> unready at 13m2s
+            expect reason contains required 3m
+            ",
+        );
+        check(
+            "
+            policy definitive=20s/
+            t=0s..10m/2s ok
+            t=10m..13m/2s fail server_read_only
+            expect ready
             ",
         );
     }
@@ -1454,15 +1611,32 @@ mod tests {
                 ReadinessState::Ready,
                 ReadinessState::Unready,
             ]),
+            prop::option::of((0u64..40, prop::bool::ANY)),
         )
             .prop_map(
-                |(min_attempts, declare_unready, declare_ready, approval_required, initial)| {
+                |(
+                    min_attempts,
+                    declare_unready,
+                    declare_ready,
+                    approval_required,
+                    initial,
+                    def,
+                )| {
                     Policy {
                         min_attempts,
                         declare_unready,
                         declare_ready,
                         approval_required,
                         initial,
+                        // Default classes, or only server_read_only.
+                        definitive: def.map(|(secs, all)| Definitive {
+                            for_: Duration::from_secs(secs),
+                            classes: if all {
+                                Definitive::default().classes
+                            } else {
+                                [FailureClass::ServerReadOnly].into_iter().collect()
+                            },
+                        }),
                     }
                 },
             )
@@ -1493,6 +1667,23 @@ mod tests {
         }
     }
 
+    /// Brute force over every attempt ever recorded: do the attempts finished in
+    /// `(now - definitive_for, now]` number at least two, all failed with a definitive class?
+    fn brute_definitive(all: &[AttemptRecord], now: Millis, policy: &Policy) -> bool {
+        let Some(d) = &policy.definitive else {
+            return false;
+        };
+        let lo = now - duration_ms(d.for_);
+        let span: Vec<&AttemptRecord> = all
+            .iter()
+            .filter(|a| a.finished_at > lo && a.finished_at <= now)
+            .collect();
+        span.len() >= 2
+            && span
+                .iter()
+                .all(|a| !a.success && a.class.is_some_and(|c| d.classes.contains(&c)))
+    }
+
     /// Start of the uninterrupted run of holding evaluations ending at the latest one.
     fn run_start(history: &[(Millis, bool)]) -> Option<Millis> {
         let (_, holds_now) = history.last()?;
@@ -1510,8 +1701,9 @@ mod tests {
         })]
 
         /// (a) A transition happens exactly when, by brute force over all evaluations since the
-        /// previous transition, its condition has held at every evaluation for its full `for`:
-        /// never earlier (and `held_since` is where that run began), and not missed.
+        /// previous transition, its condition has held at every evaluation for its full `for`
+        /// (or, for unready, holds now and the definitive rule holds over every attempt): never
+        /// earlier (and `held_since` is where that run began), and not missed.
         #[test]
         fn transitions_only_after_full_for(
             policy in arb_policy(),
@@ -1560,7 +1752,10 @@ mod tests {
                 if got.is_none() {
                     prop_assert_eq!(r.holding(), (start_u, start_r));
                 }
-                let fires_u = start_u.is_some_and(|s| now - s >= for_u);
+                let for_fires_u = start_u.is_some_and(|s| now - s >= for_u);
+                let definitive_u =
+                    !for_fires_u && start_u.is_some() && brute_definitive(&all, now, &policy);
+                let fires_u = for_fires_u || definitive_u;
                 let fires_r = start_r.is_some_and(|s| now - s >= for_r);
                 let want = match before {
                     ReadinessState::Ready | ReadinessState::PendingApproval => {
@@ -1586,7 +1781,9 @@ mod tests {
                     };
                     let hs = tr.held_since.expect("held_since");
                     prop_assert_eq!(Some(hs), start);
-                    prop_assert!(now - hs >= for_ms);
+                    let early = tr.to == ReadinessState::Unready && definitive_u;
+                    prop_assert!(early || now - hs >= for_ms);
+                    prop_assert_eq!(early, tr.reason.contains("definitive rule fired"));
                     prop_assert_eq!((tr.from, tr.at, r.since()), (before, now, Some(now)));
                     prop_assert_eq!(r.holding(), (None, None));
                     hist_u.clear();
