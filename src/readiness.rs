@@ -16,10 +16,12 @@
 //!   first evaluation where it holds and is cleared by any evaluation where it does not. The
 //!   condition *fires* at an evaluation where it holds and `now - holding_since >= for`.
 //! * Definitive rule ([`Policy::definitive`]): at an evaluation where the unready condition holds,
-//!   it also fires when the attempts finished in `(now - definitive_for, now]` are at least two
-//!   and every one of them failed with a definitive class. A single definitive failure among
-//!   successes never fires it (two at least, none in between), nor does any run of ambiguous
-//!   failures (timeouts, resets): those wait for the full `for`.
+//!   it also fires when the latest attempts finished by `now` form an unbroken run of failures with
+//!   a definitive class whose first and last finished at least `definitive_for` apart. A single
+//!   definitive failure among successes never fires it, nor does any run of ambiguous failures
+//!   (timeouts, resets): those wait for the full `for`. The run is read from the retained attempts
+//!   (see [`Policy::retention`]): one that began before them counts from the oldest retained, so
+//!   the rule may fire later than the full run would allow, never earlier.
 //! * Transitions: `ready → unready` when the unready condition fires; `unready → ready` (or
 //!   `→ pending_approval` when approval is required) when the ready condition fires;
 //!   `pending_approval → ready` only by [`Readiness::approve`]; `pending_approval → unready` when
@@ -270,6 +272,20 @@ fn fmt_percent(p: f64) -> String {
     }
 }
 
+/// `a=3, b=1`, the three largest classes (then `...`).
+fn describe_classes(classes: &[(FailureClass, u32)]) -> String {
+    let top: Vec<String> = classes
+        .iter()
+        .take(3)
+        .map(|(c, n)| format!("{c}={n}"))
+        .collect();
+    let mut s = top.join(", ");
+    if classes.len() > 3 {
+        s.push_str(", ...");
+    }
+    s
+}
+
 fn describe_window(w: &WindowStats) -> String {
     let mut s = format!(
         "over the last {} ({} attempts, {} failed",
@@ -278,17 +294,8 @@ fn describe_window(w: &WindowStats) -> String {
         w.failed
     );
     if !w.failure_classes.is_empty() {
-        let top: Vec<String> = w
-            .failure_classes
-            .iter()
-            .take(3)
-            .map(|(c, n)| format!("{c}={n}"))
-            .collect();
         s.push_str(": ");
-        s.push_str(&top.join(", "));
-        if w.failure_classes.len() > 3 {
-            s.push_str(", ...");
-        }
+        s.push_str(&describe_classes(&w.failure_classes));
     }
     s.push(')');
     s
@@ -432,10 +439,15 @@ impl Readiness {
                 fmt_duration_ms(duration_ms(c.for_)),
                 rfc3339(hs),
             );
-            if let Some(dw) = &definitive {
+            if let Some(run) = &definitive {
                 reason.push_str(&format!(
-                    "; definitive rule fired: every attempt {} failed with a definitive class",
-                    describe_window(dw)
+                    "; definitive rule fired: the last {} attempts failed with a definitive class ({}) over {} from the first to the last (required {})",
+                    run.failed,
+                    describe_classes(&run.failure_classes),
+                    fmt_duration_ms(i64::try_from(run.window_ms).unwrap_or(i64::MAX)),
+                    fmt_duration_ms(duration_ms(
+                        self.policy.definitive.as_ref().map_or(Duration::ZERO, |d| d.for_)
+                    )),
                 ));
             }
             (hs, reason)
@@ -542,21 +554,42 @@ impl Readiness {
         &self.policy
     }
 
-    /// The definitive rule at `now`: the statistics of `(now - definitive_for, now]` when that
-    /// span holds at least two attempts and all of them failed with a definitive class.
+    /// The definitive rule at `now`: when the retained attempts finished by `now` end in a run of
+    /// definitive failures spanning at least `definitive_for` from its first to its last, that
+    /// run's statistics (`window_ms` = the span, `finished` = `failed` = its length).
     fn definitive_fires(&self, now: Millis) -> Option<WindowStats> {
         let d = self.policy.definitive.as_ref()?;
-        if d.classes.is_empty() {
+        let is_definitive =
+            |a: &AttemptRecord| !a.success && a.class.is_some_and(|c| d.classes.contains(&c));
+        let end = self.attempts.partition_point(|a| a.finished_at <= now);
+        let run = self
+            .attempts
+            .range(..end)
+            .rev()
+            .take_while(|a| is_definitive(a))
+            .count();
+        let first = self.attempts.get(end.checked_sub(run)?)?;
+        let last = self.attempts.get(end.checked_sub(1)?)?;
+        let span = last.finished_at.saturating_sub(first.finished_at);
+        if run == 0 || span < duration_ms(d.for_) {
             return None;
         }
-        let lo = now.saturating_sub(duration_ms(d.for_));
-        let start = self.attempts.partition_point(|a| a.finished_at <= lo);
-        let end = self.attempts.partition_point(|a| a.finished_at <= now);
-        let span = self.attempts.range(start..end.max(start));
-        let all_definitive = span
-            .clone()
-            .all(|a| !a.success && a.class.is_some_and(|c| d.classes.contains(&c)));
-        (end.saturating_sub(start) >= 2 && all_definitive).then(|| self.window_stats(now, d.for_))
+        let mut classes: BTreeMap<FailureClass, u32> = BTreeMap::new();
+        for a in self.attempts.range(end - run..end) {
+            if let Some(c) = a.class {
+                *classes.entry(c).or_insert(0) += 1;
+            }
+        }
+        let mut failure_classes: Vec<(FailureClass, u32)> = classes.into_iter().collect();
+        failure_classes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let n = u32::try_from(run).unwrap_or(u32::MAX);
+        Some(WindowStats {
+            window_ms: u64::try_from(span).unwrap_or(0),
+            finished: n,
+            failed: n,
+            success_rate_percent: Some(0.0),
+            failure_classes,
+        })
     }
 
     /// Moves the evaluation clock to `max(clock, now)` and returns it.
@@ -1061,14 +1094,14 @@ mod tests {
             policy definitive=20s
             t=0s..10m2s/2s ok
             # read-only after the success at 10m: the first failure finishes at 10m2s
-            t=10m2s..10m20s/2s fail server_read_only
+            t=10m2s..10m22s/2s fail server_read_only
             expect ready
             expect holding unready since 10m4s
-            # (10m0s, 10m20s] holds 10 attempts, all read-only
-            t=10m20s fail server_read_only
-            expect transition ready -> unready at 10m20s
-            expect reason contains held for 16s (required 3m, since
-            expect reason contains definitive rule fired: every attempt over the last 20s (10 attempts, 10 failed: server_read_only=10) failed with a definitive class
+            # 11 read-only failures from 10m2s to 10m22s: 20s from the first to the last
+            t=10m22s fail server_read_only
+            expect transition ready -> unready at 10m22s
+            expect reason contains held for 18s (required 3m, since
+            expect reason contains definitive rule fired: the last 11 attempts failed with a definitive class (server_read_only=11) over 20s from the first to the last (required 20s)
             ",
         );
     }
@@ -1099,9 +1132,17 @@ mod tests {
         check(
             "
             # one failure in a 60s window at 5s already holds the unready condition
-            policy min_attempts=3 definitive=5s
+            policy min_attempts=3 definitive=10s
             t=0s..30m/5s [ok*13, fail server_read_only, ok*13, fail auth_denied]
             t=30m tick
+            expect ready
+            expect no transition
+            # two definitive failures 5s apart, then the probe stalls: the run spans 5s however
+            # long the stall, while the unready condition holds (since the cycle's failure at 29m5s)
+            t=30m fail server_read_only
+            t=30m5s fail server_read_only
+            t=30m50s tick
+            expect holding unready since 29m5s
             expect ready
             expect no transition
             ",
@@ -1667,21 +1708,30 @@ mod tests {
         }
     }
 
-    /// Brute force over every attempt ever recorded: do the attempts finished in
-    /// `(now - definitive_for, now]` number at least two, all failed with a definitive class?
+    /// Brute force over the attempts recorded within the retention of `now`: do the latest ones
+    /// form a run of definitive failures spanning at least `definitive_for`?
     fn brute_definitive(all: &[AttemptRecord], now: Millis, policy: &Policy) -> bool {
         let Some(d) = &policy.definitive else {
             return false;
         };
-        let lo = now - duration_ms(d.for_);
-        let span: Vec<&AttemptRecord> = all
+        let horizon = now - duration_ms(policy.retention());
+        let seen: Vec<&AttemptRecord> = all
             .iter()
-            .filter(|a| a.finished_at > lo && a.finished_at <= now)
+            .filter(|a| a.finished_at > horizon && a.finished_at <= now)
             .collect();
-        span.len() >= 2
-            && span
-                .iter()
-                .all(|a| !a.success && a.class.is_some_and(|c| d.classes.contains(&c)))
+        let mut run: Vec<&AttemptRecord> = Vec::new();
+        for a in seen.iter().rev() {
+            if a.success || !a.class.is_some_and(|c| d.classes.contains(&c)) {
+                break;
+            }
+            run.push(a);
+        }
+        match (run.last(), run.first()) {
+            (Some(first), Some(last)) => {
+                last.finished_at - first.finished_at >= duration_ms(d.for_)
+            }
+            _ => false,
+        }
     }
 
     /// Start of the uninterrupted run of holding evaluations ending at the latest one.

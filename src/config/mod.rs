@@ -696,7 +696,7 @@ endpoint = "mysql-secondary.orders.internal.example"
             (
                 with(
                     "[probe]",
-                    "[readiness]\ndeclare_unready = { definitive_for = \"3s\" }\n\n[probe]",
+                    "[readiness]\ndeclare_unready = { for = \"24h\", definitive_for = \"12h\" }\n\n[probe]",
                 ),
                 "readiness.declare_unready.definitive_for",
                 "definitive_for",

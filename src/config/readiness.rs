@@ -64,7 +64,20 @@ pub(super) fn section(
             window_fits(name, c, own_window, interval, min_attempts, issues);
         }
     }
-    let definitive = definitive(r, &unready, interval, issues);
+    let definitive = definitive(r, &unready, issues);
+    // The attempts of `definitive_for` are kept too (`Policy::retention`).
+    if let Some(n) = interval
+        .map(|i| attempts_in(definitive.for_, i))
+        .filter(|n| *n > MAX_WINDOW_ATTEMPTS)
+    {
+        issues.error(
+            "readiness.declare_unready.definitive_for",
+            format!(
+                "{} holds {n} attempts at the probe interval, more than {MAX_WINDOW_ATTEMPTS}: its attempts are kept in the state saved to the shared control document; shorten it",
+                fmt_duration(definitive.for_)
+            ),
+        );
+    }
     Some(Policy {
         min_attempts,
         declare_unready: unready,
@@ -77,12 +90,7 @@ pub(super) fn section(
 
 /// `declare_unready.definitive_for` (default 20 s, or `for` when that is shorter: at most `for`)
 /// and `definitive_classes` (default [`FailureClass::default_definitive`]).
-fn definitive(
-    r: &RawReadiness,
-    unready: &Condition,
-    interval: Option<Duration>,
-    issues: &mut Issues<'_>,
-) -> Definitive {
+fn definitive(r: &RawReadiness, unready: &Condition, issues: &mut Issues<'_>) -> Definitive {
     const KEY: &str = "readiness.declare_unready.definitive_for";
     let written = r.declare_unready.as_ref().and_then(|u| u.definitive_for);
     let default = Definitive::default();
@@ -99,25 +107,8 @@ fn definitive(
     } else if written.is_some_and(|d| d.is_zero()) {
         issues.error(
             KEY,
-            "must be longer than 0s (it needs two attempts); to turn the rule off, set readiness.definitive_classes = []",
+            "must be longer than 0s (0s would fire on a single definitive failure); to turn the rule off, set readiness.definitive_classes = []",
         );
-    }
-    let fits = interval.map(|i| attempts_in(for_, i));
-    if let (Some(fits), Some(interval)) = (fits.filter(|n| *n < 2), interval) {
-        // The rule needs two attempts in the span; when `definitive_for` equals `for`, the
-        // ordinary rule fires as soon anyway, so only a shorter span is worth a word.
-        if for_ < unready.for_ {
-            let msg = format!(
-                "a {} span holds at most {fits} attempt(s) at probe.interval {}: the definitive rule needs two, so it never fires",
-                fmt_duration(for_),
-                fmt_duration(interval)
-            );
-            if written.is_some() {
-                issues.error(KEY, msg);
-            } else {
-                issues.warn(format!("{KEY} (default): {msg}"));
-            }
-        }
     }
     let classes = match &r.definitive_classes {
         None => default.classes,

@@ -58,17 +58,23 @@ fn noise_up_to_two_percent_and_bursts_up_to_90s_never_flap() {
 }
 
 #[test]
-fn read_only_outages_are_detected_by_the_definitive_rule_within_20s() {
+fn read_only_outages_are_detected_by_the_definitive_rule_in_20s_and_an_interval() {
     let (with, without, _) = contenders();
     let sc = Scenario::outages(5, FailureClass::ServerReadOnly, 2, DAYS, 31);
     let n = 2 * DAYS as u32;
     let (s, run) = score(&sc, &with);
     assert_eq!((s.real_faults, s.missed, s.flaps), (n, 0, 0), "{s:?}");
     assert_eq!(run.definitive_fired, n);
-    // definitive_for (20 s) after the last success, which is at most one interval before the
-    // outage: never later than 20 s + one attempt's latency, well within 30 s + one interval.
+    // definitive_for (20 s) after the first read-only answer, which starts at most one interval
+    // after the outage: never later than 20 s + one interval + one attempt's latency (5 ms), well
+    // within 30 s + one interval; never before 20 s.
     let max = s.detection_ms.iter().copied().max().unwrap_or(i64::MAX);
-    assert!(max <= 20_000 + 5, "{:?}", s.detection_ms);
+    assert!(max <= 20_000 + INTERVAL_MS + 5, "{:?}", s.detection_ms);
+    assert!(
+        s.detection_ms.iter().all(|d| *d >= 20_000),
+        "{:?}",
+        s.detection_ms
+    );
     assert!(max <= 30_000 + INTERVAL_MS);
     // Without the rule the same outages wait for the full `for`.
     let (s, run) = score(&sc, &without);

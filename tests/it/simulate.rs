@@ -154,11 +154,11 @@ class = "server_read_only"
     let fault = &p["faults"][0];
     let over = &fault["failover"];
     // Detection: `server_read_only` is definitive, so the unready condition (holding from the
-    // second failure, 28/30 = 93.3 % < 95 %) fires without waiting 3 m once every attempt of the
-    // last 20 s (`definitive_for`) failed definitively: the last success started at fault - 2 s,
-    // so at fault + 18 s (the attempt that starts at the fault fails).
+    // second failure, 28/30 = 93.3 % < 95 %) fires without waiting 3 m once the read-only
+    // failures, unbroken, span 20 s (`definitive_for`) from the first (the attempt that starts
+    // at the fault) to the last: at fault + 20 s.
     let detection = since(over, "detection").unwrap();
-    assert_eq!(detection, 18 * S);
+    assert_eq!(detection, 20 * S);
     let unready = &p["transitions"][0]["reason"];
     assert!(
         unready.as_str().unwrap().contains("definitive rule fired"),
@@ -233,9 +233,9 @@ class = "server_read_only"
     // Primary (tcp_timeout, ambiguous): unready 3 m 3 s after its fault (tcp_timeout attempts end
     // 1 s after their start, the second at fault + 3 s), ALARM at the next minute's end
     // (fault + 4 m), unhealthy 30 s later: 14m30s, the answer SECONDARY. Secondary
-    // (server_read_only, definitive): unready 18 s after its fault (`definitive_for` 20 s after
-    // its last success), ALARM at 21m, unhealthy at 21m30s: no record healthy, Route 53 answers
-    // PRIMARY anyway, to the end (failback takes ~15 m).
+    // (server_read_only, definitive): unready 20 s after its fault (`definitive_for` after its
+    // first read-only answer), ALARM at 21m, unhealthy at 21m30s: no record healthy, Route 53
+    // answers PRIMARY anyway, to the end (failback takes ~15 m).
     let answers: Vec<(i64, &str, bool)> = r["answer"]["changes"]
         .as_array()
         .unwrap()
