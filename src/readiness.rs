@@ -21,7 +21,7 @@
 //!   definitive failure among successes never fires it, nor does any run of ambiguous failures
 //!   (timeouts, resets): those wait for the full `for`. The run is read from the retained attempts
 //!   (see [`Policy::retention`]): one that began before them counts from the oldest retained, so
-//!   the rule may fire later than the full run would allow, never earlier.
+//!   at a probe interval longer than `definitive_for` the rule may fire later, never earlier.
 //! * Transitions: `ready → unready` when the unready condition fires; `unready → ready` (or
 //!   `→ pending_approval` when approval is required) when the ready condition fires;
 //!   `pending_approval → ready` only by [`Readiness::approve`]; `pending_approval → unready` when
@@ -139,14 +139,16 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// The largest of the two condition windows and `definitive_for`: how long attempts must be
-    /// retained.
+    /// The largest of the two condition windows and twice `definitive_for`: how long attempts
+    /// must be retained. Twice, so that when a run of definitive failures first spans
+    /// `definitive_for` (less than one interval more), its first attempt is still kept at any
+    /// probe interval up to `definitive_for`.
     pub fn retention(&self) -> Duration {
         let d = self.definitive.as_ref().map_or(Duration::ZERO, |d| d.for_);
         self.declare_unready
             .window
             .max(self.declare_ready.window)
-            .max(d)
+            .max(d.saturating_mul(2))
     }
 }
 

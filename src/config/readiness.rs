@@ -65,15 +65,15 @@ pub(super) fn section(
         }
     }
     let definitive = definitive(r, &unready, issues);
-    // The attempts of `definitive_for` are kept too (`Policy::retention`).
+    // The attempts of twice `definitive_for` are kept too (`Policy::retention`).
     if let Some(n) = interval
-        .map(|i| attempts_in(definitive.for_, i))
+        .map(|i| attempts_in(definitive.for_.saturating_mul(2), i))
         .filter(|n| *n > MAX_WINDOW_ATTEMPTS)
     {
         issues.error(
             "readiness.declare_unready.definitive_for",
             format!(
-                "{} holds {n} attempts at the probe interval, more than {MAX_WINDOW_ATTEMPTS}: its attempts are kept in the state saved to the shared control document; shorten it",
+                "twice {} holds {n} attempts at the probe interval, more than {MAX_WINDOW_ATTEMPTS}: the attempts of twice definitive_for are kept in the state saved to the shared control document; shorten it",
                 fmt_duration(definitive.for_)
             ),
         );
