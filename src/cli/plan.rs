@@ -205,6 +205,7 @@ fn plan_readiness(s: &mut String, svc: &ServiceConfig) -> std::fmt::Result {
         d(p.declare_unready.for_),
         config::one_failure_effect(&p.declare_unready, svc.probe.interval, true)
     )?;
+    plan_definitive(s, p)?;
     writeln!(
         s,
         "  declare ready:   success rate ≥ {}% over {} held for {}{}; {}",
@@ -218,6 +219,40 @@ fn plan_readiness(s: &mut String, svc: &ServiceConfig) -> std::fmt::Result {
         },
         config::one_failure_effect(&p.declare_ready, svc.probe.interval, false)
     )
+}
+
+/// The definitive rule and the two class lists.
+fn plan_definitive(s: &mut String, p: &crate::readiness::Policy) -> std::fmt::Result {
+    use std::fmt::Write;
+    use strum::IntoEnumIterator;
+    let Some(def) = p.definitive.as_ref() else {
+        return writeln!(s, "  definitive rule: off");
+    };
+    let names = |definitive: bool| {
+        let v: Vec<&str> = crate::failure::FailureClass::iter()
+            .filter(|c| def.classes.contains(c) == definitive)
+            .map(|c| c.as_str())
+            .collect();
+        if v.is_empty() {
+            "(none)".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    if def.classes.is_empty() {
+        writeln!(
+            s,
+            "  definitive rule: off (readiness.definitive_classes is empty)"
+        )?;
+    } else {
+        writeln!(
+            s,
+            "  definitive rule: the unready condition also fires once the latest attempts failed with a definitive class, without a break, for {} from the first to the last",
+            crate::clock::fmt_duration(def.for_)
+        )?;
+    }
+    writeln!(s, "    definitive classes: {}", names(true))?;
+    writeln!(s, "    ambiguous classes:  {}", names(false))
 }
 
 /// Where and how often metrics go, and the metric contract (names, units, dimensions).
@@ -381,6 +416,9 @@ endpoint = "mysql-secondary.orders.internal.example"
               secondary    SECONDARY mysql-secondary.orders.internal.example:3306
             readiness (initial unknown, min_attempts 10):
               declare unready: success rate < 95% over 1m held for 3m; 30 attempts per 1m window; one failure → 96.7% (still above the threshold)
+              definitive rule: the unready condition also fires once the latest attempts failed with a definitive class, without a break, for 20s from the first to the last
+                definitive classes: dns_nxdomain, dns_nodata, dns_stable_name, tls_not_offered, tls_untrusted, tls_name_mismatch, tls_expired, tls_not_yet_valid, tls_protocol_version, auth_denied, server_read_only, verify_mismatch, http_body_mismatch, http_wrong_branch
+                ambiguous classes:  dns_servfail, dns_refused, dns_timeout, dns_error, tcp_refused, tcp_timeout, tcp_unreachable, tcp_reset, tls_handshake, too_many_connections, lock_wait_timeout, server_gone_away, server_error, http_status, otlp_rejected, deadline_exceeded, protocol_error, internal_error
               declare ready:   success rate ≥ 99% over 5m held for 10m; 150 attempts per 5m window; one failure → 99.3% (still meets the threshold)
             publish every 1m to emf (stdout) in namespace Readyprobe (standard resolution, 60 s):
               Readiness              None (0/1)     [Service, Branch]

@@ -3,6 +3,7 @@
 mod check_aws;
 mod cli;
 mod config_hostile;
+mod decisions;
 mod drill;
 mod drill_acceptance;
 mod failback;
