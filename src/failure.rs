@@ -162,6 +162,8 @@ impl FailureClass {
             C::DnsNxdomain => true,
             // Authoritative answer: the name exists without an address of the requested type.
             C::DnsNodata => true,
+            // A stable-name round's finding, never a branch attempt's: no branch's readiness.
+            C::StableNameUnknownTarget => false,
             // Resolver trouble (upstream down, overloaded, DNSSEC hiccup): often passes.
             C::DnsServfail => false,
             // A statement about the nameserver's policy, not about the branch.

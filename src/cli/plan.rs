@@ -230,6 +230,8 @@ fn plan_definitive(s: &mut String, p: &crate::readiness::Policy) -> std::fmt::Re
     };
     let names = |definitive: bool| {
         let v: Vec<&str> = crate::failure::FailureClass::iter()
+            // A stable-name round's class is never a branch attempt's.
+            .filter(|c| *c != crate::failure::FailureClass::StableNameUnknownTarget)
             .filter(|c| def.classes.contains(c) == definitive)
             .map(|c| c.as_str())
             .collect();
