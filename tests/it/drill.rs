@@ -398,7 +398,7 @@ async fn drill_report_measures_a_recorded_failover_and_failback() {
     let alarm = phase_row(&md, fo, "alarm in ALARM");
     assert_eq!(alarm[1], "—", "{alarm:?}");
     assert!(
-        alarm[4].contains("no alarm lane: run with --alarms"),
+        alarm[4].contains("no alarm lane (without --alarms"),
         "{alarm:?}"
     );
     for name in ["stable name answers with the other branch", "steady state"] {
