@@ -64,7 +64,8 @@ pub enum DrillCommand {
     /// `--alarms` reads CloudWatch through the default AWS chain (`AWS_REGION`,
     /// `AWS_ENDPOINT_URL`, profile or role): the alarms on each branch's `Readiness` metric in the
     /// namespace the evidence's `start` records name, at most 60 s per service. Exit 0 when
-    /// written (also when some lines were bad), 64 invalid arguments (no record of `--service`),
+    /// written (also when some lines were bad), 64 invalid arguments or nothing to report (no
+    /// evidence record at all, or none of `--service`),
     /// 74 an evidence file cannot be read, `--out` cannot be written, or `--alarms` could not
     /// read CloudWatch (the report is written without those lanes, the failure listed).
     Report(ReportArgs),
@@ -286,6 +287,14 @@ pub(super) async fn report(a: ReportArgs) -> ExitCode {
         }
     }
     let services = m.services();
+    if a.service.is_none() && services.is_empty() {
+        let files: Vec<String> = a.evidence.iter().map(|p| esc(p)).collect();
+        eprintln!(
+            "error: no evidence record in {}: nothing to report",
+            files.join(", ")
+        );
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
     if let Some(s) = &a.service
         && services.is_empty()
     {

@@ -65,7 +65,10 @@ pub fn render(d: &Drill) -> String {
     source(&mut s, &d.source);
     s.push_str("<h2 id=\"problems\">Problems</h2>");
     if d.problems.is_empty() {
-        s.push_str("<p class=\"meta\">None: every record was read and used.</p>");
+        s.push_str(match d.source {
+            Source::Drill { .. } => "<p class=\"meta\">None: every record was read and used.</p>",
+            Source::Simulation { .. } => "<p class=\"meta\">None.</p>",
+        });
     } else {
         s.push_str("<ul class=\"problems\">");
         for p in &d.problems {
@@ -138,7 +141,7 @@ fn episode(s: &mut String, e: &Episode, fmt_at: &dyn Fn(Millis) -> String) {
         let _ = write!(s, "<p class=\"meta\">{}</p>", escape(&extra.join("; ")));
     }
     s.push_str(
-        "<table><tr><th>phase</th><th>at</th><th>since start</th><th>took</th><th>note</th></tr>",
+        "<table><tr><th>phase</th><th>at</th><th>since trigger</th><th>took</th><th>note</th></tr>",
     );
     for p in &e.phases {
         phase_row(s, p, fmt_at);

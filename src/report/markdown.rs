@@ -170,7 +170,7 @@ fn episode(out: &mut String, d: &Drill, e: &Episode) {
         .collect();
     table(
         out,
-        &["phase", at_head, "since start", "took", "note"],
+        &["phase", at_head, "since trigger", "took", "note"],
         &rows,
     );
     if let Some(p) = e.pending_approval_ms {
@@ -241,7 +241,7 @@ mod tests {
     fn labels_are_escaped_and_tables_have_the_phase_columns() {
         let md = render(&drill());
         assert!(
-            md.contains("| phase | at (UTC) | since start | took | note |"),
+            md.contains("| phase | at (UTC) | since trigger | took | note |"),
             "{md}"
         );
         assert!(md.contains("blocked \\| writer\\npath"), "{md}");

@@ -92,7 +92,41 @@ fn config(r: &Report) -> Vec<(String, String)> {
             ),
         ),
         ("record TTL".into(), fmt_duration_ms(r.dns.ttl_ms)),
+        ("flaps".into(), flaps(r)),
+        ("fail-open".into(), fail_open(r)),
     ]
+}
+
+/// Flaps per branch: ready → unready transitions no scripted fault explains.
+fn flaps(r: &Report) -> String {
+    let per: Vec<String> = r
+        .branches
+        .iter()
+        .map(|b| {
+            let at: Vec<String> = b.flaps.iter().map(|t| fmt_duration_ms(*t)).collect();
+            match at.as_slice() {
+                [] => format!("{}: none", b.name),
+                _ => format!("{}: {} (at {})", b.name, at.len(), at.join(", ")),
+            }
+        })
+        .collect();
+    per.join("; ")
+}
+
+/// When no record was healthy and Route 53 answered with the PRIMARY anyway.
+fn fail_open(r: &Report) -> String {
+    if r.fail_open.is_empty() {
+        return "never".into();
+    }
+    let p: Vec<String> = r
+        .fail_open
+        .iter()
+        .map(|p| match p.until {
+            Some(u) => format!("{}–{}", fmt_duration_ms(p.from), fmt_duration_ms(u)),
+            None => format!("from {} to the end", fmt_duration_ms(p.from)),
+        })
+        .collect();
+    p.join(", ")
 }
 
 fn lane(b: &BranchReport, tried: &[ScriptedAttempt], window: Span) -> BranchLane {
