@@ -97,12 +97,13 @@ fn service(s: &mut String, d: &Drill, svc: &ServiceDrill, fmt_at: &dyn Fn(Millis
     if !svc.markers.is_empty() {
         // The timeline's marker labels are cut to fit; here they are whole.
         s.push_str(
-            "<h3>Markers</h3><table><tr><th>at</th><th>kind</th><th>label</th><th>by</th></tr>",
+            "<h3>Markers</h3><table><tr><th>#</th><th>at</th><th>kind</th><th>label</th><th>by</th></tr>",
         );
-        for m in &svc.markers {
+        for (k, m) in svc.markers.iter().enumerate() {
             let _ = write!(
                 s,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                k + 1,
                 escape(&fmt_at(m.at)),
                 escape(&m.kind),
                 escape(&m.label),
