@@ -61,6 +61,8 @@ enum Ev {
     Reopened(String),
     /// A `duplicate_prober` record: the state store it was found in.
     Duplicate(String),
+    /// A `stop` record: why the run stopped. Until the prober's next `start` it publishes nothing.
+    Stop(String),
     /// Nothing a lane or a phase uses (kept only in the window, the probers and the seq check).
     Other,
 }
@@ -296,6 +298,7 @@ impl Merger {
             }
             Record::EvidenceReopened(e) => Ev::Reopened(e.path),
             Record::DuplicateProber(d) => Ev::Duplicate(d.state_store),
+            Record::Stop(s) => Ev::Stop(s.reason),
             _ => Ev::Other,
         }
     }
@@ -460,6 +463,18 @@ impl Gather {
         let prober = names.get(i.prober).to_string();
         match &i.ev {
             Ev::Start(s) => self.start(i, s, names),
+            Ev::Stop(reason) => {
+                // No prober, no datum: the lanes show nothing published until its next start.
+                for ((_, p), t) in self.tracks.iter_mut() {
+                    if *p == i.prober {
+                        t.set_state(i.at, ReadinessState::Unknown, None);
+                        t.events.push(Event {
+                            at: i.at,
+                            label: format!("prober {prober} stopped ({reason})"),
+                        });
+                    }
+                }
+            }
             Ev::Attempt { branch, class } => {
                 self.branch(*branch);
                 let mark = AttemptMark {

@@ -441,3 +441,45 @@ fn a_branch_without_transitions_shows_its_initial_state_from_the_start() {
     assert_eq!(lane.states[0].span.from, T0);
     assert_eq!(lane.published[0].state, Some(1.0));
 }
+
+#[test]
+fn between_a_stop_and_the_next_start_nothing_is_published() {
+    let stop = Record::Stop(crate::record::Stop {
+        reason: "SIGTERM".into(),
+        attempts: BTreeMap::new(),
+        abandoned: 0,
+        transitions: 0,
+        dropped_batches: BTreeMap::new(),
+        final_states: BTreeMap::new(),
+        approvals_applied: 0,
+        approvals_rejected: 0,
+        state_sync_failures: 0,
+        evidence_write_failures: 0,
+    });
+    let mut m = Merger::new(None);
+    let f = m.file("a.jsonl");
+    m.push(f, env(0, "az-a", 1, start(vec![])));
+    m.push(f, env(10_000, "az-a", 2, stop));
+    m.push(f, env(40_000, "az-a", 3, start(vec![])));
+    m.push(f, env(50_000, "az-a", 4, attempt("primary", true)));
+    let d = m.finish();
+    let lane = d.services[0]
+        .branches
+        .iter()
+        .find(|b| b.name == "primary")
+        .expect("primary lane");
+    let published: Vec<(Millis, Option<f64>)> = lane
+        .published
+        .iter()
+        .map(|b| (b.span.from - T0, b.state))
+        .collect();
+    assert_eq!(
+        published,
+        [(0, Some(1.0)), (10_000, None), (40_000, Some(1.0))]
+    );
+    assert!(
+        lane.events
+            .iter()
+            .any(|e| e.label.contains("stopped (SIGTERM)"))
+    );
+}
