@@ -222,6 +222,19 @@ fn service_tick(cfg: &Config, svc: &ServiceConfig) -> Vec<Datum> {
     out
 }
 
+/// `n` with a comma between groups of three digits: `43,200`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The `check` section: one line per item, the total, what a further prober adds, and what the
 /// estimate leaves out.
 pub fn section(e: &Estimate) -> String {
@@ -236,9 +249,9 @@ pub fn section(e: &Estimate) -> String {
         "custom metrics",
         format!(
             "{} series, ${:.2} each up to {}",
-            e.metrics,
+            grouped(e.metrics),
             price::METRIC_TIERS[0].1,
-            price::METRIC_TIERS[0].0
+            grouped(price::METRIC_TIERS[0].0)
         ),
         e.metrics_usd(),
     );
@@ -247,9 +260,9 @@ pub fn section(e: &Estimate) -> String {
             "PutMetricData",
             format!(
                 "{} requests ({} per tick of {} datums), ${:.2} per 1,000",
-                e.requests(),
+                grouped(e.requests()),
                 e.requests_per_tick,
-                e.datums_per_tick,
+                grouped(e.datums_per_tick),
                 price::PER_1000_REQUESTS
             ),
             e.requests_usd(),
@@ -261,7 +274,7 @@ pub fn section(e: &Estimate) -> String {
             format!(
                 "{:.1} MB ingested ({} bytes per tick), ${:.2} per GB",
                 e.log_bytes() as f64 / 1e6,
-                e.log_bytes_per_tick,
+                grouped(e.log_bytes_per_tick),
                 price::LOGS_PER_GB
             ),
             e.logs_usd(),
@@ -329,6 +342,12 @@ mod tests {
         }
         config::parse(Path::new("/etc/readyprobe/fleet.toml"), &text)
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn grouped_digits() {
+        let g: Vec<String> = [0, 999, 1_000, 43_200, 1_234_567].map(grouped).into();
+        assert_eq!(g, ["0", "999", "1,000", "43,200", "1,234,567"]);
     }
 
     #[test]
@@ -435,7 +454,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            lines[2].contains("43200 requests") && lines[2].ends_with("$0.43"),
+            lines[2].contains("43,200 requests") && lines[2].ends_with("$0.43"),
             "{text}"
         );
         assert!(lines[3].starts_with("  CloudWatch Logs (emf)"), "{text}");

@@ -436,8 +436,8 @@ endpoint = "mysql-secondary.orders.internal.example"
             evidence: /var/lib/readyprobe/evidence.jsonl
             prober id az-a; state store: /var/lib/readyprobe/control-orders-db.json (synced every 10s)
             estimated AWS cost per month (us-east-1 list prices of 2026-12-01, 30-day month, one prober; no free tier):
-              custom metrics         24 series, $0.30 each up to 10000                              $7.20
-              CloudWatch Logs (emf)  600.7 MB ingested (13905 bytes per tick), $0.50 per GB         $0.30
+              custom metrics         24 series, $0.30 each up to 10,000                             $7.20
+              CloudWatch Logs (emf)  600.7 MB ingested (13,905 bytes per tick), $0.50 per GB        $0.30
               alarms                 5 standard resolution, $0.10 each                              $0.50
               Route 53 health checks 2 CLOUDWATCH_METRIC, $0.50 each                                $1.00
               total                                                                                 $9.00
