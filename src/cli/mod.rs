@@ -1,6 +1,7 @@
 //! Command line: argument parsing (clap), logging set-up, the subcommands and their exit codes.
 
 mod aws_check;
+pub mod cost;
 mod drill_cmd;
 mod operator;
 mod plan;

@@ -32,6 +32,7 @@ fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
     }
     plan_publish(s, cfg)?;
     plan_evidence_and_state(s, cfg)?;
+    writeln!(s, "{}", super::cost::section(&super::cost::estimate(cfg)))?;
     writeln!(s, "{}", summary(cfg))?;
     for w in &cfg.warnings {
         writeln!(s, "warning: {w}")?;
@@ -70,7 +71,7 @@ fn summary(cfg: &Config) -> String {
 }
 
 /// The steps one attempt of `kind` runs, in order.
-fn probe_steps(kind: &ProbeKind) -> &'static str {
+pub(super) fn probe_steps(kind: &ProbeKind) -> &'static str {
     let tls = |mode: config::SslMode| mode != config::SslMode::Disabled;
     match kind {
         ProbeKind::Mysql(m) if tls(m.ssl_mode) => "resolve → connect → tls → auth → write → verify",
@@ -434,6 +435,14 @@ endpoint = "mysql-secondary.orders.internal.example"
               PublishFailures        Count          [Service, Class (emf only)]
             evidence: /var/lib/readyprobe/evidence.jsonl
             prober id az-a; state store: /var/lib/readyprobe/control-orders-db.json (synced every 10s)
+            estimated AWS cost per month (us-east-1 list prices of 2026-12-01, 30-day month, one prober; no free tier):
+              custom metrics         24 series, $0.30 each up to 10,000                             $7.20
+              CloudWatch Logs (emf)  600.7 MB ingested (13,905 bytes per tick), $0.50 per GB        $0.30
+              alarms                 5 standard resolution, $0.10 each                              $0.50
+              Route 53 health checks 2 CLOUDWATCH_METRIC, $0.50 each                                $1.00
+              total                                                                                 $9.00
+              each further prober (the prober stack runs one per subnet) adds $0.30 (its requests and log bytes; series, alarms and health checks are shared)
+              not counted: series published only while something fails (ServiceUnavailable, PublishFailures), transition datums, the prober's own logs, log storage, the tasks, the state store
             summary: 1 service, 2 branches, 1.0 attempts/s, up to 24 datums/min
             warning: probe.tls.danger_send_secrets_unverified is true: ssl_mode "required" does not verify the server's certificate, and probe.mysql.password is sent anyway; a server that is not the branch can capture it (evidence records tls_verified: false)
         "#]]
