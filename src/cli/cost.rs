@@ -13,8 +13,11 @@ use crate::config::{Config, ServiceConfig, SinkKind};
 use crate::sink::{self, BranchTick, Datum, cloudwatch, emf};
 use std::collections::BTreeSet;
 
-/// List prices, us-east-1, as published on 2026-12-01; check the pricing pages (Amazon
-/// CloudWatch pricing, Amazon Route 53 pricing). US dollars. The free tier is not applied: it
+/// List prices, us-east-1, US dollars, as of 2026-12-01: custom metrics ($0.30, then $0.10
+/// beyond 10,000) and endpoint health checks ($0.50 AWS, $0.75 non-AWS) agree with public
+/// pricing summaries read that day; the other figures, the Route 53 optional features above all,
+/// were not checked against the pricing pages (Amazon CloudWatch pricing, Amazon Route 53
+/// pricing) and should be before a budget relies on them. The free tier is not applied: it
 /// is per account and shared with everything else in it.
 pub mod price {
     /// CloudWatch custom metrics per metric-month, in tiers: (metrics in the tier, price), in
