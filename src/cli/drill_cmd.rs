@@ -261,7 +261,7 @@ pub(super) async fn report(a: ReportArgs) -> ExitCode {
     let esc = |p: &Path| crate::config::escape_controls(&p.display().to_string()).into_owned();
     let mut m = Merger::new(a.service.as_deref());
     for path in &a.evidence {
-        let file = match std::fs::File::open(path) {
+        let file = match open_evidence(path) {
             Ok(f) => f,
             Err(e) => {
                 eprintln!("error: cannot read evidence file {}: {e}", esc(path));
@@ -318,6 +318,24 @@ pub(super) async fn report(a: ReportArgs) -> ExitCode {
     }
     println!("report written to {}", esc(&a.out.join("report.md")));
     ExitCode::from(if alarms_failed { EXIT_IO } else { EXIT_OK })
+}
+
+/// Open evidence file `path` for reading: a regular file, through symbolic links (a copy may be
+/// one). A FIFO, a device or a directory is refused before a read, which would block or never
+/// end (`/dev/zero`); the open itself does not wait for a FIFO's writer.
+fn open_evidence(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or directory)",
+        ));
+    }
+    Ok(file)
 }
 
 /// How long `--alarms` may take per service, every call included.

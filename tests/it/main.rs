@@ -4,6 +4,7 @@ mod check_aws;
 mod cli;
 mod config_hostile;
 mod drill;
+mod drill_hostile;
 mod failback;
 mod fault_matrix;
 mod fleet;
