@@ -71,3 +71,63 @@ fn drill_report_refuses_a_fifo_and_a_device_without_hanging() {
     }
     assert!(!dir.path().join("out").exists());
 }
+
+/// One evidence line of `kind` at `at_ms` (a marker given then, or a successful attempt of
+/// branch `primary`), as a prober writes it.
+fn line(seq: u64, at_ms: i64, kind: &str) -> String {
+    let head = format!(
+        r#"{{"record_seq":{seq},"at":"2026-12-01T19:42:44.869Z","at_ms":{at_ms},"service":"orders-queue","prober":"az-a""#
+    );
+    match kind {
+        "marker" => format!(
+            r#"{head},"kind":"marker","marker_id":"m{seq}","marker_kind":"fault","label":"kill primary","by":"h","given_at":{at_ms}}}"#
+        ),
+        _ => format!(
+            r#"{head},"kind":"attempt","branch":"primary","seq":{seq},"marker":"55848ea23848a8e12f6566f038a4f4e5","started_at":{at_ms},"finished_at":{at_ms},"steps":[{{"step":"resolve","duration_ms":0.1,"ok":true}},{{"step":"connect","duration_ms":0.1,"ok":true}}],"answers":[],"dns":{{"rcode":"NoError","authoritative":false}},"address":"127.0.0.1:17002","tls_verified":false,"result":"success"}}"#
+        ),
+    }
+}
+
+/// Times at the ends of `i64` are lines left out and listed with their line number (they
+/// overflowed the report's span arithmetic: a panic in a debug build, wrapped garbage in a
+/// release build); the widest valid window (1970 to 9999) still makes a report.
+#[test]
+fn drill_report_lists_out_of_range_times_and_takes_the_widest_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let ev = dir.path().join("times.jsonl");
+    let t = 1_796_154_164_852;
+    let lines = [
+        line(1, t, "attempt"),
+        line(2, t + 1000, "marker"),
+        line(3, i64::MIN, "attempt"),
+        line(4, i64::MAX, "marker"),
+        line(5, -1, "attempt"),
+        line(6, t + 2000, "attempt"),
+    ];
+    std::fs::write(&ev, lines.join("\n") + "\n").unwrap();
+    let out = dir.path().join("out");
+    let (code, _, err, _) = report(&ev, &out);
+    assert_eq!(code, 0, "{err}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for n in [3, 4, 5] {
+        assert!(
+            md.contains(&format!(
+                "times.jsonl: line {n}: not an evidence record: time"
+            )),
+            "line {n}: {md}"
+        );
+    }
+    assert!(!md.contains("times.jsonl: line 6"), "{md}");
+
+    let wide = [
+        line(1, 0, "attempt"),
+        line(2, 1, "marker"),
+        line(3, 253_402_300_799_999, "attempt"),
+    ];
+    std::fs::write(&ev, wide.join("\n") + "\n").unwrap();
+    let (code, _, err, took) = report(&ev, &out);
+    assert_eq!(code, 0, "{err}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("9999-12-31T23:59:59.999Z"), "{md}");
+}
