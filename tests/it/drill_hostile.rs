@@ -131,3 +131,50 @@ fn drill_report_lists_out_of_range_times_and_takes_the_widest_window() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("9999-12-31T23:59:59.999Z"), "{md}");
 }
+
+/// A name that is markup: HTML, a Markdown link and table cell, a CDATA end, a newline, a bell,
+/// a right-to-left override.
+const EVIL: &str = "<script>document.title='PWNED'</script><img src=x onerror=alert(1)>[x](javascript:alert(2))|]]>\n\u{7}\u{202e}gnp.exe";
+
+/// Service, branch, prober and marker label and author all `EVIL`: neither report holds a raw
+/// tag, a link or the override; the HTML escapes them, the Markdown backslash-escapes them.
+#[test]
+fn drill_report_writes_markup_in_names_as_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let ev = dir.path().join("evil.jsonl");
+    let evil = serde_json::to_string(EVIL).unwrap();
+    let t = 1_796_154_164_852;
+    let text = [line(1, t, "attempt"), line(2, t + 1000, "marker")]
+        .join("\n")
+        .replace("\"orders-queue\"", &evil)
+        .replace("\"primary\"", &evil)
+        .replace("\"az-a\"", &evil)
+        .replace("\"kill primary\"", &evil)
+        .replace("\"h\"", &evil);
+    std::fs::write(&ev, text + "\n").unwrap();
+    let out = dir.path().join("out");
+    let (code, stdout, err, _) = report(&ev, &out);
+    assert_eq!(code, 0, "{err}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(md.contains("\\<script\\>"), "{md}");
+    for (name, text) in [
+        ("report.md", &md),
+        ("report.html", &html),
+        ("stdout", &stdout),
+    ] {
+        // What a Markdown viewer sees once the backslash escapes are taken out; in HTML a
+        // link's Markdown is text.
+        let bare = text
+            .replace("\\\\", "")
+            .replace("\\<", "")
+            .replace("\\]", "");
+        let link = (name != "report.html").then_some("](javascript");
+        for bad in ["<script", "<img", "\u{202e}", "\u{7}"]
+            .into_iter()
+            .chain(link)
+        {
+            assert!(!bare.contains(bad), "{name} holds {bad:?}: {text}");
+        }
+    }
+}
