@@ -373,8 +373,27 @@ async fn add_alarm_lanes(m: &mut Merger, services: &[String]) -> bool {
 /// `report.md` and `report.html` in `dir`, created if missing.
 fn write_report(dir: &Path, drill: &Drill) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("report.md"), markdown::render(drill))?;
-    std::fs::write(dir.join("report.html"), html::render(drill))
+    replace_file(dir, "report.md", markdown::render(drill).as_bytes())?;
+    replace_file(dir, "report.html", html::render(drill).as_bytes())
+}
+
+/// Write `bytes` to `dir/name` through a new temporary file renamed over it: a file already
+/// there (an earlier report) is replaced whole, and a symbolic link there is replaced, never
+/// followed (a link in a shared directory cannot make the report overwrite its target).
+pub(super) fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes));
+    let renamed = written.and_then(|()| std::fs::rename(&tmp, dir.join(name)));
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    renamed
 }
 
 #[cfg(test)]

@@ -178,3 +178,59 @@ fn drill_report_writes_markup_in_names_as_text() {
         }
     }
 }
+
+/// `--out` holding links named like the outputs (a shared directory): `drill report` and
+/// `simulate --out` replace the links with their files and leave the links' targets alone; an
+/// earlier report is replaced whole.
+#[test]
+fn out_dir_links_are_replaced_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let victim = d.join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    let out = d.join("out");
+    std::fs::create_dir(&out).unwrap();
+    for name in [
+        "report.md",
+        "report.html",
+        "simulation.md",
+        "simulation.json",
+    ] {
+        std::os::unix::fs::symlink(&victim, out.join(name)).unwrap();
+    }
+    let ev = d.join("ev.jsonl");
+    std::fs::write(&ev, line(1, 1_796_154_164_852, "attempt") + "\n").unwrap();
+    for _ in 0..2 {
+        let (code, _, err, _) = report(&ev, &out);
+        assert_eq!(code, 0, "{err}");
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
+    let (code, _, err, _) = run_bounded(
+        &[
+            "simulate",
+            "--config",
+            repo.join("orders-db.toml").to_str().unwrap(),
+            "--scenario",
+            repo.join("scenario-noise-outage.toml").to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    for name in [
+        "report.md",
+        "simulation.md",
+        "simulation.json",
+        "report.html",
+    ] {
+        let m = std::fs::symlink_metadata(out.join(name)).unwrap();
+        assert!(m.is_file(), "{name}: {m:?}");
+    }
+    let names: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 4, "no temporary file left: {names:?}");
+}
