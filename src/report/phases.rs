@@ -380,7 +380,10 @@ impl Ctx<'_> {
     /// When the alarm of `branch` entered `state`.
     fn alarm(&self, branch: &str, state: &str) -> Found {
         if self.s.alarms.is_empty() {
-            return Err("missing: no alarm lane: run with --alarms".into());
+            return Err(
+                "missing: no alarm lane: run with --alarms (if it was: no alarm found, see Problems)"
+                    .into(),
+            );
         }
         let Some(lane) = self.s.alarms.iter().find(|a| a.branch == branch) else {
             return Err(format!("missing: no alarm lane for {branch}"));
