@@ -806,6 +806,7 @@ mod tests {
             },
             approval_required: true,
             initial: ReadinessState::Unready,
+            definitive: None,
         }
     }
 

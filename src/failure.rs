@@ -149,6 +149,89 @@ impl FailureClass {
     pub fn as_str(self) -> &'static str {
         self.into()
     }
+
+    /// Whether this class is *definitive* by default: the branch answered, and the answer says it
+    /// cannot do the job, whatever the network noise (retrying the same attempt gets the same
+    /// answer). The others are *ambiguous*: the attempt may fail for a moment and pass the next
+    /// time. `readiness.definitive_classes` overrides this list; the unready condition fires after
+    /// the shorter `declare_unready.definitive_for` on definitive failures only.
+    pub fn is_definitive(self) -> bool {
+        use FailureClass as C;
+        match self {
+            // Authoritative answer: the branch's name does not exist.
+            C::DnsNxdomain => true,
+            // Authoritative answer: the name exists without an address of the requested type.
+            C::DnsNodata => true,
+            // A stable-name round's finding, never a branch attempt's: no branch's readiness.
+            C::StableNameUnknownTarget => false,
+            // Resolver trouble (upstream down, overloaded, DNSSEC hiccup): often passes.
+            C::DnsServfail => false,
+            // A statement about the nameserver's policy, not about the branch.
+            C::DnsRefused => false,
+            // No answer in time: loss or a slow resolver.
+            C::DnsTimeout => false,
+            // Unusable or malformed response: says nothing certain about the branch.
+            C::DnsError => false,
+            // Topology: the branch name resolves through the failover record; no retry changes it.
+            C::DnsStableName => true,
+            // A restart or a full listen queue refuses for seconds.
+            C::TcpRefused => false,
+            // Loss, a blackhole or an overloaded host look the same: the class the bursts carry.
+            C::TcpTimeout => false,
+            // Routing changes and ARP/ND hiccups pass.
+            C::TcpUnreachable => false,
+            // A reset mid-exchange: a restart, a load balancer or a middlebox.
+            C::TcpReset => false,
+            // The server answered without TLS: its configuration, the same on every attempt.
+            C::TlsNotOffered => true,
+            // Cut handshakes are resets in disguise.
+            C::TlsHandshake => false,
+            // The certificate chain is the server's configuration: clients refuse it too.
+            C::TlsUntrusted => true,
+            // The certificate does not name the endpoint: clients refuse it too.
+            C::TlsNameMismatch => true,
+            // An expired certificate stays expired until someone replaces it.
+            C::TlsExpired => true,
+            // Not valid yet (or a skewed clock): clients refuse it until time or config changes.
+            C::TlsNotYetValid => true,
+            // No common protocol version: negotiation gives the same answer every time.
+            C::TlsProtocolVersion => true,
+            // The server refused the identity or its grants: clients with it fail too.
+            C::AuthDenied => true,
+            // The writer says it is read-only: it cannot take writes, however fast it answers.
+            C::ServerReadOnly => true,
+            // Capacity: connections free up within seconds.
+            C::TooManyConnections => false,
+            // Contention: the next transaction usually gets the lock.
+            C::LockWaitTimeout => false,
+            // The server or a proxy closed the connection: restarts and idle cuts pass.
+            C::ServerGoneAway => false,
+            // Unknown server error: no basis for certainty.
+            C::ServerError => false,
+            // The read-back shows another writer's data: the branch is not the writer it claims.
+            C::VerifyMismatch => true,
+            // 5xx during a deploy or from a load balancer passes; the status alone is not certain.
+            C::HttpStatus => false,
+            // The service answered with content that is not the service's: a wrong deployment.
+            C::HttpBodyMismatch => true,
+            // Another branch answered: traffic for this branch does not reach it.
+            C::HttpWrongBranch => true,
+            // Partial rejections include throttling and quotas, which pass.
+            C::OtlpRejected => false,
+            // Too slow this time: the same as a timeout.
+            C::DeadlineExceeded => false,
+            // A broken exchange can be a middlebox or a cut connection.
+            C::ProtocolError => false,
+            // readyprobe's own failure says nothing certain about the branch.
+            C::InternalError => false,
+        }
+    }
+
+    /// The definitive classes by default ([`is_definitive`](Self::is_definitive)), in order.
+    pub fn default_definitive() -> Vec<FailureClass> {
+        use strum::IntoEnumIterator;
+        FailureClass::iter().filter(|c| c.is_definitive()).collect()
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,13 @@
 //! * `for` has Prometheus alerting semantics: a condition's clock (`holding_since`) starts at the
 //!   first evaluation where it holds and is cleared by any evaluation where it does not. The
 //!   condition *fires* at an evaluation where it holds and `now - holding_since >= for`.
+//! * Definitive rule ([`Policy::definitive`]): at an evaluation where the unready condition holds,
+//!   it also fires when the latest attempts finished by `now` form an unbroken run of failures with
+//!   a definitive class whose first and last finished at least `definitive_for` apart. A single
+//!   definitive failure among successes never fires it, nor does any run of ambiguous failures
+//!   (timeouts, resets): those wait for the full `for`. The run is read from the retained attempts
+//!   (see [`Policy::retention`]): one that began before them counts from the oldest retained, so
+//!   at a probe interval longer than `definitive_for` the rule may fire later, never earlier.
 //! * Transitions: `ready → unready` when the unready condition fires; `unready → ready` (or
 //!   `→ pending_approval` when approval is required) when the ready condition fires;
 //!   `pending_approval → ready` only by [`Readiness::approve`]; `pending_approval → unready` when
@@ -26,7 +33,7 @@
 
 use crate::failure::FailureClass;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 pub use crate::clock::Millis;
@@ -91,6 +98,27 @@ pub struct Condition {
     pub window: Duration,
 }
 
+/// The definitive rule: the unready condition fires after `for_` instead of its own `for` while
+/// every recent attempt failed with one of `classes` (see the module rules).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Definitive {
+    /// `declare_unready.definitive_for`: how far back every attempt must have failed definitively.
+    pub for_: Duration,
+    /// The classes that count as definitive (`readiness.definitive_classes`). Empty: the rule
+    /// never fires.
+    pub classes: BTreeSet<FailureClass>,
+}
+
+impl Default for Definitive {
+    /// 20 s over [`FailureClass::default_definitive`].
+    fn default() -> Self {
+        Definitive {
+            for_: Duration::from_secs(20),
+            classes: FailureClass::default_definitive().into_iter().collect(),
+        }
+    }
+}
+
 /// The readiness policy of a branch (parsed and validated by the config module).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -106,12 +134,21 @@ pub struct Policy {
     pub approval_required: bool,
     /// State before any evidence (and after a fresh start without a saved snapshot).
     pub initial: ReadinessState,
+    /// The definitive rule; `None`: the unready condition fires after its `for` only.
+    pub definitive: Option<Definitive>,
 }
 
 impl Policy {
-    /// The larger of the two condition windows: how long attempts must be retained.
+    /// The largest of the two condition windows and twice `definitive_for`: how long attempts
+    /// must be retained. Twice, so that when a run of definitive failures first spans
+    /// `definitive_for` (less than one interval more), its first attempt is still kept at any
+    /// probe interval up to `definitive_for`.
     pub fn retention(&self) -> Duration {
-        self.declare_unready.window.max(self.declare_ready.window)
+        let d = self.definitive.as_ref().map_or(Duration::ZERO, |d| d.for_);
+        self.declare_unready
+            .window
+            .max(self.declare_ready.window)
+            .max(d.saturating_mul(2))
     }
 }
 
@@ -237,6 +274,20 @@ fn fmt_percent(p: f64) -> String {
     }
 }
 
+/// `a=3, b=1`, the three largest classes (then `...`).
+fn describe_classes(classes: &[(FailureClass, u32)]) -> String {
+    let top: Vec<String> = classes
+        .iter()
+        .take(3)
+        .map(|(c, n)| format!("{c}={n}"))
+        .collect();
+    let mut s = top.join(", ");
+    if classes.len() > 3 {
+        s.push_str(", ...");
+    }
+    s
+}
+
 fn describe_window(w: &WindowStats) -> String {
     let mut s = format!(
         "over the last {} ({} attempts, {} failed",
@@ -245,17 +296,8 @@ fn describe_window(w: &WindowStats) -> String {
         w.failed
     );
     if !w.failure_classes.is_empty() {
-        let top: Vec<String> = w
-            .failure_classes
-            .iter()
-            .take(3)
-            .map(|(c, n)| format!("{c}={n}"))
-            .collect();
         s.push_str(": ");
-        s.push_str(&top.join(", "));
-        if w.failure_classes.len() > 3 {
-            s.push_str(", ...");
-        }
+        s.push_str(&describe_classes(&w.failure_classes));
     }
     s.push(')');
     s
@@ -358,7 +400,14 @@ impl Readiness {
         let fires = |since: Option<Millis>, for_: Duration| {
             since.is_some_and(|s| now.saturating_sub(s) >= duration_ms(for_))
         };
-        let u_fires = fires(self.unready_holding_since, self.policy.declare_unready.for_);
+        let for_fires = fires(self.unready_holding_since, self.policy.declare_unready.for_);
+        // The definitive rule is only looked at while the unready condition holds.
+        let definitive = if u_holds && !for_fires {
+            self.definitive_fires(now)
+        } else {
+            None
+        };
+        let u_fires = for_fires || definitive.is_some();
         let r_fires = fires(self.ready_holding_since, self.policy.declare_ready.for_);
         let ready_target = if self.policy.approval_required {
             ReadinessState::PendingApproval
@@ -383,7 +432,7 @@ impl Readiness {
         let (held_since, reason) = if to == ReadinessState::Unready {
             let c = &self.policy.declare_unready;
             let hs = self.unready_holding_since.unwrap_or(now);
-            let reason = format!(
+            let mut reason = format!(
                 "success rate {}% < {}% {} held for {} (required {}, since {})",
                 fmt_percent(uw.success_rate_percent.unwrap_or(0.0)),
                 fmt_percent(c.threshold_percent),
@@ -392,6 +441,17 @@ impl Readiness {
                 fmt_duration_ms(duration_ms(c.for_)),
                 rfc3339(hs),
             );
+            if let Some(run) = &definitive {
+                reason.push_str(&format!(
+                    "; definitive rule fired: the last {} attempts failed with a definitive class ({}) over {} from the first to the last (required {})",
+                    run.failed,
+                    describe_classes(&run.failure_classes),
+                    fmt_duration_ms(i64::try_from(run.window_ms).unwrap_or(i64::MAX)),
+                    fmt_duration_ms(duration_ms(
+                        self.policy.definitive.as_ref().map_or(Duration::ZERO, |d| d.for_)
+                    )),
+                ));
+            }
             (hs, reason)
         } else {
             let c = &self.policy.declare_ready;
@@ -496,6 +556,44 @@ impl Readiness {
         &self.policy
     }
 
+    /// The definitive rule at `now`: when the retained attempts finished by `now` end in a run of
+    /// definitive failures spanning at least `definitive_for` from its first to its last, that
+    /// run's statistics (`window_ms` = the span, `finished` = `failed` = its length).
+    fn definitive_fires(&self, now: Millis) -> Option<WindowStats> {
+        let d = self.policy.definitive.as_ref()?;
+        let is_definitive =
+            |a: &AttemptRecord| !a.success && a.class.is_some_and(|c| d.classes.contains(&c));
+        let end = self.attempts.partition_point(|a| a.finished_at <= now);
+        let run = self
+            .attempts
+            .range(..end)
+            .rev()
+            .take_while(|a| is_definitive(a))
+            .count();
+        let first = self.attempts.get(end.checked_sub(run)?)?;
+        let last = self.attempts.get(end.checked_sub(1)?)?;
+        let span = last.finished_at.saturating_sub(first.finished_at);
+        if run == 0 || span < duration_ms(d.for_) {
+            return None;
+        }
+        let mut classes: BTreeMap<FailureClass, u32> = BTreeMap::new();
+        for a in self.attempts.range(end - run..end) {
+            if let Some(c) = a.class {
+                *classes.entry(c).or_insert(0) += 1;
+            }
+        }
+        let mut failure_classes: Vec<(FailureClass, u32)> = classes.into_iter().collect();
+        failure_classes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let n = u32::try_from(run).unwrap_or(u32::MAX);
+        Some(WindowStats {
+            window_ms: u64::try_from(span).unwrap_or(0),
+            finished: n,
+            failed: n,
+            success_rate_percent: Some(0.0),
+            failure_classes,
+        })
+    }
+
     /// Moves the evaluation clock to `max(clock, now)` and returns it.
     fn advance_clock(&mut self, now: Millis) -> Millis {
         let now = self.clock.map_or(now, |c| c.max(now));
@@ -567,6 +665,7 @@ mod tests {
             },
             approval_required: false,
             initial: ReadinessState::Ready,
+            definitive: None,
         }
     }
 
@@ -727,6 +826,22 @@ mod tests {
                     "min_attempts" => policy.min_attempts = v.parse().expect("min_attempts"),
                     "unready" => policy.declare_unready = parse_condition(v),
                     "ready" => policy.declare_ready = parse_condition(v),
+                    // `definitive=20s` (default classes), `definitive=20s/a,b` or `…/` (none).
+                    "definitive" => {
+                        let (d, classes) = match v.split_once('/') {
+                            Some((d, c)) => (d, Some(c)),
+                            None => (v, None),
+                        };
+                        let mut rule = Definitive {
+                            for_: humantime::parse_duration(d).expect("definitive_for"),
+                            ..Definitive::default()
+                        };
+                        if let Some(c) = classes {
+                            let names = c.split(',').filter(|n| !n.is_empty());
+                            rule.classes = names.map(parse_class).collect();
+                        }
+                        policy.definitive = Some(rule);
+                    }
                     _ => panic!("{ctx}: unknown policy key {k}"),
                 }
             }
@@ -970,6 +1085,91 @@ mod tests {
             expect unknown
             expect value none
             expect holding ready none
+            ",
+        );
+    }
+
+    #[test]
+    fn read_only_writer_is_unready_after_definitive_for() {
+        check(
+            "
+            policy definitive=20s
+            t=0s..10m2s/2s ok
+            # read-only after the success at 10m: the first failure finishes at 10m2s
+            t=10m2s..10m22s/2s fail server_read_only
+            expect ready
+            expect holding unready since 10m4s
+            # 11 read-only failures from 10m2s to 10m22s: 20s from the first to the last
+            t=10m22s fail server_read_only
+            expect transition ready -> unready at 10m22s
+            expect reason contains held for 18s (required 3m, since
+            expect reason contains definitive rule fired: the last 11 attempts failed with a definitive class (server_read_only=11) over 20s from the first to the last (required 20s)
+            ",
+        );
+    }
+
+    #[test]
+    fn ambiguous_failures_wait_for_the_full_for() {
+        check(
+            "
+            policy definitive=20s
+            t=0s..10m/2s ok
+            # a 90s burst of timeouts: well past definitive_for, short of for
+            t=10m..11m30s/2s fail tcp_timeout
+            t=11m30s..20m/2s ok
+            expect ready
+            expect no transition
+            # definitive failures mixed with timeouts: no span of definitive failures only
+            t=20m..23m/2s [fail server_read_only*5, fail tcp_timeout]
+            expect ready
+            t=23m..23m4s/2s fail tcp_timeout
+            expect transition ready -> unready at 23m2s
+            expect reason contains required 3m
+            ",
+        );
+    }
+
+    #[test]
+    fn one_definitive_failure_among_successes_never_fires() {
+        check(
+            "
+            # one failure in a 60s window at 5s already holds the unready condition
+            policy min_attempts=3 definitive=10s
+            t=0s..30m/5s [ok*13, fail server_read_only, ok*13, fail auth_denied]
+            t=30m tick
+            expect ready
+            expect no transition
+            # two definitive failures 5s apart, then the probe stalls: the run spans 5s however
+            # long the stall, while the unready condition holds (since the cycle's failure at 29m5s)
+            t=30m fail server_read_only
+            t=30m5s fail server_read_only
+            t=30m50s tick
+            expect holding unready since 29m5s
+            expect ready
+            expect no transition
+            ",
+        );
+    }
+
+    #[test]
+    fn classes_outside_the_list_are_not_definitive() {
+        check(
+            "
+            policy definitive=20s/server_read_only
+            t=0s..10m/2s ok
+            t=10m..13m/2s fail auth_denied
+            expect ready
+            t=13m..13m4s/2s fail auth_denied
+            expect transition ready -> unready at 13m2s
+            expect reason contains required 3m
+            ",
+        );
+        check(
+            "
+            policy definitive=20s/
+            t=0s..10m/2s ok
+            t=10m..13m/2s fail server_read_only
+            expect ready
             ",
         );
     }
@@ -1454,15 +1654,32 @@ mod tests {
                 ReadinessState::Ready,
                 ReadinessState::Unready,
             ]),
+            prop::option::of((0u64..40, prop::bool::ANY)),
         )
             .prop_map(
-                |(min_attempts, declare_unready, declare_ready, approval_required, initial)| {
+                |(
+                    min_attempts,
+                    declare_unready,
+                    declare_ready,
+                    approval_required,
+                    initial,
+                    def,
+                )| {
                     Policy {
                         min_attempts,
                         declare_unready,
                         declare_ready,
                         approval_required,
                         initial,
+                        // Default classes, or only server_read_only.
+                        definitive: def.map(|(secs, all)| Definitive {
+                            for_: Duration::from_secs(secs),
+                            classes: if all {
+                                Definitive::default().classes
+                            } else {
+                                [FailureClass::ServerReadOnly].into_iter().collect()
+                            },
+                        }),
                     }
                 },
             )
@@ -1493,6 +1710,32 @@ mod tests {
         }
     }
 
+    /// Brute force over the attempts recorded within the retention of `now`: do the latest ones
+    /// form a run of definitive failures spanning at least `definitive_for`?
+    fn brute_definitive(all: &[AttemptRecord], now: Millis, policy: &Policy) -> bool {
+        let Some(d) = &policy.definitive else {
+            return false;
+        };
+        let horizon = now - duration_ms(policy.retention());
+        let seen: Vec<&AttemptRecord> = all
+            .iter()
+            .filter(|a| a.finished_at > horizon && a.finished_at <= now)
+            .collect();
+        let mut run: Vec<&AttemptRecord> = Vec::new();
+        for a in seen.iter().rev() {
+            if a.success || !a.class.is_some_and(|c| d.classes.contains(&c)) {
+                break;
+            }
+            run.push(a);
+        }
+        match (run.last(), run.first()) {
+            (Some(first), Some(last)) => {
+                last.finished_at - first.finished_at >= duration_ms(d.for_)
+            }
+            _ => false,
+        }
+    }
+
     /// Start of the uninterrupted run of holding evaluations ending at the latest one.
     fn run_start(history: &[(Millis, bool)]) -> Option<Millis> {
         let (_, holds_now) = history.last()?;
@@ -1510,8 +1753,9 @@ mod tests {
         })]
 
         /// (a) A transition happens exactly when, by brute force over all evaluations since the
-        /// previous transition, its condition has held at every evaluation for its full `for`:
-        /// never earlier (and `held_since` is where that run began), and not missed.
+        /// previous transition, its condition has held at every evaluation for its full `for`
+        /// (or, for unready, holds now and the definitive rule holds over every attempt): never
+        /// earlier (and `held_since` is where that run began), and not missed.
         #[test]
         fn transitions_only_after_full_for(
             policy in arb_policy(),
@@ -1560,7 +1804,10 @@ mod tests {
                 if got.is_none() {
                     prop_assert_eq!(r.holding(), (start_u, start_r));
                 }
-                let fires_u = start_u.is_some_and(|s| now - s >= for_u);
+                let for_fires_u = start_u.is_some_and(|s| now - s >= for_u);
+                let definitive_u =
+                    !for_fires_u && start_u.is_some() && brute_definitive(&all, now, &policy);
+                let fires_u = for_fires_u || definitive_u;
                 let fires_r = start_r.is_some_and(|s| now - s >= for_r);
                 let want = match before {
                     ReadinessState::Ready | ReadinessState::PendingApproval => {
@@ -1586,7 +1833,9 @@ mod tests {
                     };
                     let hs = tr.held_since.expect("held_since");
                     prop_assert_eq!(Some(hs), start);
-                    prop_assert!(now - hs >= for_ms);
+                    let early = tr.to == ReadinessState::Unready && definitive_u;
+                    prop_assert!(early || now - hs >= for_ms);
+                    prop_assert_eq!(early, tr.reason.contains("definitive rule fired"));
                     prop_assert_eq!((tr.from, tr.at, r.since()), (before, now, Some(now)));
                     prop_assert_eq!(r.holding(), (None, None));
                     hist_u.clear();

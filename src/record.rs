@@ -154,6 +154,9 @@ pub struct Start {
     /// for its alarms).
     #[serde(default)]
     pub namespace: Option<String>,
+    /// The readiness state a branch not in `restored` starts in (`readiness.initial`).
+    #[serde(default)]
+    pub initial: Option<ReadinessState>,
 }
 
 /// One branch in a `start` record.

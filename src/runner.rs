@@ -699,6 +699,7 @@ fn start_record(
             .enabled
             .then_some(cfg.stable_name_probe.end_to_end),
         namespace: Some(svc.namespace.clone()),
+        initial: Some(svc.policy.initial),
     })
 }
 

@@ -54,8 +54,9 @@ pub enum DrillCommand {
         #[arg(long)]
         evidence: Option<PathBuf>,
     },
-    /// Merge the evidence of one or more probers into a drill report: `report.md` and a
-    /// self-contained `report.html` in `--out`, and the phase tables on stdout.
+    /// Merge the evidence of one or more probers into a drill report: `report.md`, a
+    /// self-contained `report.html` and `report.json` (for scripts) in `--out`, and the phase
+    /// tables on stdout.
     ///
     /// Needs no config (copies of the evidence files are enough). Records are merged by time; a
     /// record given twice (the same file twice, overlapping copies) counts once. Lines that
@@ -63,7 +64,8 @@ pub enum DrillCommand {
     /// `--alarms` reads CloudWatch through the default AWS chain (`AWS_REGION`,
     /// `AWS_ENDPOINT_URL`, profile or role): the alarms on each branch's `Readiness` metric in the
     /// namespace the evidence's `start` records name, at most 60 s per service. Exit 0 when
-    /// written (also when some lines were bad), 64 invalid arguments (no record of `--service`),
+    /// written (also when some lines were bad), 64 invalid arguments or nothing to report (no
+    /// evidence record at all, or none of `--service`),
     /// 74 an evidence file cannot be read, `--out` cannot be written, or `--alarms` could not
     /// read CloudWatch (the report is written without those lanes, the failure listed).
     Report(ReportArgs),
@@ -244,7 +246,7 @@ pub struct ReportArgs {
     /// An evidence file (repeat for several probers, or a rotated generation).
     #[arg(long, required = true, value_name = "FILE")]
     evidence: Vec<PathBuf>,
-    /// The directory to write report.md and report.html into (created if missing).
+    /// The directory to write report.md, report.html and report.json into (created if missing).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
     /// Only this service's records.
@@ -285,6 +287,14 @@ pub(super) async fn report(a: ReportArgs) -> ExitCode {
         }
     }
     let services = m.services();
+    if a.service.is_none() && services.is_empty() {
+        let files: Vec<String> = a.evidence.iter().map(|p| esc(p)).collect();
+        eprintln!(
+            "error: no evidence record in {}: nothing to report",
+            files.join(", ")
+        );
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
     if let Some(s) = &a.service
         && services.is_empty()
     {
@@ -370,9 +380,12 @@ async fn add_alarm_lanes(m: &mut Merger, services: &[String]) -> bool {
     failed
 }
 
-/// `report.md` and `report.html` in `dir`, created if missing.
+/// `report.md`, `report.html` and `report.json` (the model, for scripts) in `dir`, created if
+/// missing.
 fn write_report(dir: &Path, drill: &Drill) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    let json = serde_json::to_string_pretty(drill).map_err(std::io::Error::other)?;
+    replace_file(dir, "report.json", (json + "\n").as_bytes())?;
     replace_file(dir, "report.md", markdown::render(drill).as_bytes())?;
     replace_file(dir, "report.html", html::render(drill).as_bytes())
 }

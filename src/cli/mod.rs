@@ -1,6 +1,7 @@
 //! Command line: argument parsing (clap), logging set-up, the subcommands and their exit codes.
 
 mod aws_check;
+pub mod cost;
 mod drill_cmd;
 mod operator;
 mod plan;
@@ -41,7 +42,8 @@ pub const EXIT_UNAVAILABLE_INPUT: u8 = 78;
 ///
 /// Exit codes: 0 ok; 1 `probe` attempt failed, `approve` found no prober waiting for approval, or
 /// `check --aws` found a violation; 64 invalid config or usage; 70 internal error (the runtime
-/// could not start); 74 state store or evidence I/O error, or AWS unreachable (`check --aws`);
+/// could not start); 74 state store, evidence, scenario or report I/O error, or AWS unreachable
+/// (`check --aws`, `drill report --alarms`);
 /// 77 `check --aws` could not read everything (no violation among what it read); 78 secret, CA
 /// bundle, client certificate or key, or resolv.conf unavailable (`run`, `probe`, `check --strict`).
 #[derive(Debug, Parser)]

@@ -32,6 +32,7 @@ fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
     }
     plan_publish(s, cfg)?;
     plan_evidence_and_state(s, cfg)?;
+    writeln!(s, "{}", super::cost::section(&super::cost::estimate(cfg)))?;
     writeln!(s, "{}", summary(cfg))?;
     for w in &cfg.warnings {
         writeln!(s, "warning: {w}")?;
@@ -70,7 +71,7 @@ fn summary(cfg: &Config) -> String {
 }
 
 /// The steps one attempt of `kind` runs, in order.
-fn probe_steps(kind: &ProbeKind) -> &'static str {
+pub(super) fn probe_steps(kind: &ProbeKind) -> &'static str {
     let tls = |mode: config::SslMode| mode != config::SslMode::Disabled;
     match kind {
         ProbeKind::Mysql(m) if tls(m.ssl_mode) => "resolve → connect → tls → auth → write → verify",
@@ -205,6 +206,7 @@ fn plan_readiness(s: &mut String, svc: &ServiceConfig) -> std::fmt::Result {
         d(p.declare_unready.for_),
         config::one_failure_effect(&p.declare_unready, svc.probe.interval, true)
     )?;
+    plan_definitive(s, p)?;
     writeln!(
         s,
         "  declare ready:   success rate ≥ {}% over {} held for {}{}; {}",
@@ -218,6 +220,42 @@ fn plan_readiness(s: &mut String, svc: &ServiceConfig) -> std::fmt::Result {
         },
         config::one_failure_effect(&p.declare_ready, svc.probe.interval, false)
     )
+}
+
+/// The definitive rule and the two class lists.
+fn plan_definitive(s: &mut String, p: &crate::readiness::Policy) -> std::fmt::Result {
+    use std::fmt::Write;
+    use strum::IntoEnumIterator;
+    let Some(def) = p.definitive.as_ref() else {
+        return writeln!(s, "  definitive rule: off");
+    };
+    let names = |definitive: bool| {
+        let v: Vec<&str> = crate::failure::FailureClass::iter()
+            // A stable-name round's class is never a branch attempt's.
+            .filter(|c| *c != crate::failure::FailureClass::StableNameUnknownTarget)
+            .filter(|c| def.classes.contains(c) == definitive)
+            .map(|c| c.as_str())
+            .collect();
+        if v.is_empty() {
+            "(none)".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    if def.classes.is_empty() {
+        writeln!(
+            s,
+            "  definitive rule: off (readiness.definitive_classes is empty)"
+        )?;
+    } else {
+        writeln!(
+            s,
+            "  definitive rule: the unready condition also fires once the latest attempts failed with a definitive class, without a break, for {} from the first to the last",
+            crate::clock::fmt_duration(def.for_)
+        )?;
+    }
+    writeln!(s, "    definitive classes: {}", names(true))?;
+    writeln!(s, "    ambiguous classes:  {}", names(false))
 }
 
 /// Where and how often metrics go, and the metric contract (names, units, dimensions).
@@ -381,6 +419,9 @@ endpoint = "mysql-secondary.orders.internal.example"
               secondary    SECONDARY mysql-secondary.orders.internal.example:3306
             readiness (initial unknown, min_attempts 10):
               declare unready: success rate < 95% over 1m held for 3m; 30 attempts per 1m window; one failure → 96.7% (still above the threshold)
+              definitive rule: the unready condition also fires once the latest attempts failed with a definitive class, without a break, for 20s from the first to the last
+                definitive classes: dns_nxdomain, dns_nodata, dns_stable_name, tls_not_offered, tls_untrusted, tls_name_mismatch, tls_expired, tls_not_yet_valid, tls_protocol_version, auth_denied, server_read_only, verify_mismatch, http_body_mismatch, http_wrong_branch
+                ambiguous classes:  dns_servfail, dns_refused, dns_timeout, dns_error, tcp_refused, tcp_timeout, tcp_unreachable, tcp_reset, tls_handshake, too_many_connections, lock_wait_timeout, server_gone_away, server_error, http_status, otlp_rejected, deadline_exceeded, protocol_error, internal_error
               declare ready:   success rate ≥ 99% over 5m held for 10m; 150 attempts per 5m window; one failure → 99.3% (still meets the threshold)
             publish every 1m to emf (stdout) in namespace Readyprobe (standard resolution, 60 s):
               Readiness              None (0/1)     [Service, Branch]
@@ -394,6 +435,14 @@ endpoint = "mysql-secondary.orders.internal.example"
               PublishFailures        Count          [Service, Class (emf only)]
             evidence: /var/lib/readyprobe/evidence.jsonl
             prober id az-a; state store: /var/lib/readyprobe/control-orders-db.json (synced every 10s)
+            estimated AWS cost per month (us-east-1 list prices of 2026-12-01, 30-day month, one prober; no free tier):
+              custom metrics         24 series, $0.30 each up to 10,000                             $7.20
+              CloudWatch Logs (emf)  600.7 MB ingested (13,905 bytes per tick), $0.50 per GB        $0.30
+              alarms                 5 standard resolution, $0.10 each                              $0.50
+              Route 53 health checks 2 CLOUDWATCH_METRIC, $0.50 each                                $1.00
+              total                                                                                 $9.00
+              each further prober (the prober stack runs one per subnet) adds $0.30 (its requests and log bytes; series, alarms and health checks are shared)
+              not counted: series published only while something fails (ServiceUnavailable, PublishFailures), transition datums, the prober's own logs, log storage, the tasks, the state store
             summary: 1 service, 2 branches, 1.0 attempts/s, up to 24 datums/min
             warning: probe.tls.danger_send_secrets_unverified is true: ssl_mode "required" does not verify the server's certificate, and probe.mysql.password is sent anyway; a server that is not the branch can capture it (evidence records tls_verified: false)
         "#]]

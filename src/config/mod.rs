@@ -578,6 +578,48 @@ endpoint = "mysql-secondary.orders.internal.example"
         assert_eq!(c.services[0].branches[0].port, 3306);
         assert_eq!(c.state_dir, PathBuf::from("/etc/readyprobe/state"));
         assert_eq!(c.services[0].policy.initial, ReadinessState::Unknown);
+        let def = c.services[0].policy.definitive.clone().unwrap();
+        assert_eq!(def.for_, Duration::from_secs(20));
+        assert_eq!(
+            def.classes.into_iter().collect::<Vec<_>>(),
+            crate::failure::FailureClass::default_definitive()
+        );
+    }
+
+    #[test]
+    fn definitive_rule_keys() {
+        let text = with(
+            "[probe]",
+            "[readiness]\ndefinitive_classes = []\ndeclare_unready = { for = \"10s\" }\n\n[probe]",
+        );
+        let c = parse(Path::new("t.toml"), &text).unwrap();
+        let def = c.services[0].policy.definitive.clone().unwrap();
+        // Unwritten, definitive_for is at most `for`.
+        assert_eq!(def.for_, Duration::from_secs(10));
+        assert!(def.classes.is_empty());
+        let text = with(
+            "[probe]",
+            "[readiness]\ndefinitive_classes = [\"tcp_timeout\"]\ndeclare_unready = { definitive_for = \"30s\" }\n\n[probe]",
+        );
+        let def = parse(Path::new("t.toml"), &text).unwrap().services[0]
+            .policy
+            .definitive
+            .clone()
+            .unwrap();
+        assert_eq!(def.for_, Duration::from_secs(30));
+        assert_eq!(
+            def.classes.into_iter().collect::<Vec<_>>(),
+            [crate::failure::FailureClass::TcpTimeout]
+        );
+        let got = issues(&with(
+            "[probe]",
+            "[readiness]\ndeclare_unready = { definitive_for = \"0s\" }\n\n[probe]",
+        ));
+        assert!(
+            got.iter()
+                .any(|i| i.message.contains("definitive_classes = []")),
+            "{got:?}"
+        );
     }
 
     #[test]
@@ -663,6 +705,30 @@ endpoint = "mysql-secondary.orders.internal.example"
                 with("[probe]", "[publish]\nnamespace = \"AWS/RDS\"\n\n[probe]"),
                 "publish.namespace",
                 "namespace",
+            ),
+            (
+                with(
+                    "[probe]",
+                    "[readiness]\ndeclare_unready = { for = \"1m\", definitive_for = \"2m\" }\n\n[probe]",
+                ),
+                "readiness.declare_unready.definitive_for",
+                "definitive_for",
+            ),
+            (
+                with(
+                    "[probe]",
+                    "[readiness]\ndeclare_unready = { for = \"24h\", definitive_for = \"12h\" }\n\n[probe]",
+                ),
+                "readiness.declare_unready.definitive_for",
+                "definitive_for",
+            ),
+            (
+                with(
+                    "[probe]",
+                    "[readiness]\ndefinitive_classes = [\"server_read_only\", \"read_only\"]\n\n[probe]",
+                ),
+                "readiness.definitive_classes[1]",
+                "definitive_classes",
             ),
         ];
         for (text, key, needle) in cases {

@@ -117,6 +117,8 @@ pub(super) struct RawReadiness {
     pub declare_unready: Option<RawUnready>,
     pub declare_ready: Option<RawReady>,
     pub initial: Option<InitialState>,
+    /// Failure class names, checked against [`crate::failure::FailureClass`] with line numbers.
+    pub definitive_classes: Option<Vec<String>>,
 }
 
 /// `readiness.declare_unready`.
@@ -126,6 +128,8 @@ pub(super) struct RawUnready {
     pub success_rate_below: Option<f64>,
     #[serde(default, rename = "for", deserialize_with = "bounded_duration")]
     pub for_: Option<Duration>,
+    #[serde(default, deserialize_with = "bounded_duration")]
+    pub definitive_for: Option<Duration>,
     #[serde(default, deserialize_with = "bounded_duration")]
     pub window: Option<Duration>,
 }

@@ -4,7 +4,9 @@ use super::issues::Issues;
 use super::raw::RawReadiness;
 use super::values::{Approval, InitialState};
 use crate::clock::fmt_duration;
-use crate::readiness::{Condition, Policy};
+use crate::failure::FailureClass;
+use crate::readiness::{Condition, Definitive, Policy};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 const UNREADY_RATE: &str = "readiness.declare_unready.success_rate_below";
@@ -62,13 +64,81 @@ pub(super) fn section(
             window_fits(name, c, own_window, interval, min_attempts, issues);
         }
     }
+    let definitive = definitive(r, &unready, issues);
+    // The attempts of twice `definitive_for` are kept too (`Policy::retention`).
+    if let Some(n) = interval
+        .map(|i| attempts_in(definitive.for_.saturating_mul(2), i))
+        .filter(|n| *n > MAX_WINDOW_ATTEMPTS)
+    {
+        issues.error(
+            "readiness.declare_unready.definitive_for",
+            format!(
+                "twice {} holds {n} attempts at the probe interval, more than {MAX_WINDOW_ATTEMPTS}: the attempts of twice definitive_for are kept in the state saved to the shared control document; shorten it",
+                fmt_duration(definitive.for_)
+            ),
+        );
+    }
     Some(Policy {
         min_attempts,
         declare_unready: unready,
         declare_ready: ready,
         approval_required: approval == Approval::Required,
         initial: initial.into(),
+        definitive: Some(definitive),
     })
+}
+
+/// `declare_unready.definitive_for` (default 20 s, or `for` when that is shorter: at most `for`)
+/// and `definitive_classes` (default [`FailureClass::default_definitive`]).
+fn definitive(r: &RawReadiness, unready: &Condition, issues: &mut Issues<'_>) -> Definitive {
+    const KEY: &str = "readiness.declare_unready.definitive_for";
+    let written = r.declare_unready.as_ref().and_then(|u| u.definitive_for);
+    let default = Definitive::default();
+    let for_ = written.unwrap_or(default.for_.min(unready.for_));
+    if for_ > unready.for_ {
+        issues.error(
+            KEY,
+            format!(
+                "{} is longer than declare_unready.for ({}): the definitive rule shortens `for` for definitive failures, it cannot lengthen it",
+                fmt_duration(for_),
+                fmt_duration(unready.for_)
+            ),
+        );
+    } else if written.is_some_and(|d| d.is_zero()) {
+        issues.error(
+            KEY,
+            "must be longer than 0s (0s would fire on a single definitive failure); to turn the rule off, set readiness.definitive_classes = []",
+        );
+    }
+    let classes = match &r.definitive_classes {
+        None => default.classes,
+        Some(names) => class_set(names, issues),
+    };
+    Definitive { for_, classes }
+}
+
+/// The classes `names` name; an unknown name is an error listing the known ones.
+fn class_set(names: &[String], issues: &mut Issues<'_>) -> BTreeSet<FailureClass> {
+    use strum::IntoEnumIterator;
+    let mut set = BTreeSet::new();
+    for (i, name) in names.iter().enumerate() {
+        match FailureClass::iter().find(|c| c.as_str() == name) {
+            Some(c) => {
+                set.insert(c);
+            }
+            None => {
+                let known: Vec<&str> = FailureClass::iter().map(FailureClass::as_str).collect();
+                issues.error(
+                    format!("readiness.definitive_classes[{i}]"),
+                    format!(
+                        "unknown failure class {name:?}; the classes are: {}",
+                        known.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    set
 }
 
 /// Every written window and `for` is at most [`MAX_WINDOW`].
@@ -79,6 +149,10 @@ fn bounded_windows(r: &RawReadiness, issues: &mut Issues<'_>) {
         ("readiness.window", r.window),
         ("readiness.declare_unready.window", u.and_then(|u| u.window)),
         ("readiness.declare_unready.for", u.and_then(|u| u.for_)),
+        (
+            "readiness.declare_unready.definitive_for",
+            u.and_then(|u| u.definitive_for),
+        ),
         ("readiness.declare_ready.window", x.and_then(|x| x.window)),
         ("readiness.declare_ready.for", x.and_then(|x| x.for_)),
     ] {

@@ -24,6 +24,7 @@ fn policy() -> Policy {
         },
         approval_required: true,
         initial: ReadinessState::Unready,
+        definitive: None,
     }
 }
 

@@ -4,7 +4,7 @@ use super::*;
 use crate::control::Forced;
 use crate::failure::{FailureClass, Step};
 use crate::probe::{DnsMeta, Outcome, StepRecord, mysql, resolve, tls};
-use crate::readiness::WindowStats;
+use crate::readiness::{ReadinessState, WindowStats};
 use expect_test::{Expect, expect};
 
 /// 2026-01-02T03:04:05.678Z.
@@ -78,6 +78,7 @@ fn start() -> Record {
         stable_name_interval_ms: Some(30_000),
         stable_name_end_to_end: Some(true),
         namespace: Some("Readyprobe".into()),
+        initial: Some(ReadinessState::Unknown),
     })
 }
 
@@ -462,7 +463,7 @@ fn golden_start() {
     check(
         start(),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"start","config":"probes/orders-db.toml","branches":[{"name":"primary","role":"PRIMARY","endpoint":"primary.orders-db.example.internal","port":3306}],"duration_ms":600000,"state_store":"/var/lib/readyprobe/orders-db.json","restored":[{"branch":"primary","state":"ready","since":1767236645678}],"probe_interval_ms":2000,"probe_timeout_ms":1500,"publish_interval_ms":60000,"policy":["initial unknown, min_attempts 10","declare unready: success rate < 95% over 1m held for 3m"],"approval_required":true,"stable_name_interval_ms":30000,"stable_name_end_to_end":true,"namespace":"Readyprobe"}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"start","config":"probes/orders-db.toml","branches":[{"name":"primary","role":"PRIMARY","endpoint":"primary.orders-db.example.internal","port":3306}],"duration_ms":600000,"state_store":"/var/lib/readyprobe/orders-db.json","restored":[{"branch":"primary","state":"ready","since":1767236645678}],"probe_interval_ms":2000,"probe_timeout_ms":1500,"publish_interval_ms":60000,"policy":["initial unknown, min_attempts 10","declare unready: success rate < 95% over 1m held for 3m"],"approval_required":true,"stable_name_interval_ms":30000,"stable_name_end_to_end":true,"namespace":"Readyprobe","initial":"unknown"}"#
         ]],
     );
 }

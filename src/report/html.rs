@@ -65,7 +65,10 @@ pub fn render(d: &Drill) -> String {
     source(&mut s, &d.source);
     s.push_str("<h2 id=\"problems\">Problems</h2>");
     if d.problems.is_empty() {
-        s.push_str("<p class=\"meta\">None: every record was read and used.</p>");
+        s.push_str(match d.source {
+            Source::Drill { .. } => "<p class=\"meta\">None: every record was read and used.</p>",
+            Source::Simulation { .. } => "<p class=\"meta\">None.</p>",
+        });
     } else {
         s.push_str("<ul class=\"problems\">");
         for p in &d.problems {
@@ -90,6 +93,24 @@ fn service(s: &mut String, d: &Drill, svc: &ServiceDrill, fmt_at: &dyn Fn(Millis
     }
     for e in &svc.episodes {
         episode(s, e, fmt_at);
+    }
+    if !svc.markers.is_empty() {
+        // The timeline's marker labels are cut to fit; here they are whole.
+        s.push_str(
+            "<h3>Markers</h3><table><tr><th>#</th><th>at</th><th>kind</th><th>label</th><th>by</th></tr>",
+        );
+        for (k, m) in svc.markers.iter().enumerate() {
+            let _ = write!(
+                s,
+                "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                k + 1,
+                escape(&fmt_at(m.at)),
+                escape(&m.kind),
+                escape(&m.label),
+                escape(&m.by)
+            );
+        }
+        s.push_str("</table>");
     }
     s.push_str("<h3>Configuration in force</h3><table>");
     for (k, v) in &svc.config {
@@ -121,7 +142,7 @@ fn episode(s: &mut String, e: &Episode, fmt_at: &dyn Fn(Millis) -> String) {
         let _ = write!(s, "<p class=\"meta\">{}</p>", escape(&extra.join("; ")));
     }
     s.push_str(
-        "<table><tr><th>phase</th><th>at</th><th>since start</th><th>took</th><th>note</th></tr>",
+        "<table><tr><th>phase</th><th>at</th><th>since trigger</th><th>took</th><th>note</th></tr>",
     );
     for p in &e.phases {
         phase_row(s, p, fmt_at);
@@ -132,9 +153,17 @@ fn episode(s: &mut String, e: &Episode, fmt_at: &dyn Fn(Millis) -> String) {
 /// One phase row; a phase without a time says so in red with its note.
 fn phase_row(s: &mut String, p: &Phase, fmt_at: &dyn Fn(Millis) -> String) {
     let dur = |v: Option<Millis>| v.map(fmt_duration_ms).unwrap_or_default();
-    let (at, class) = match p.at {
-        Some(t) => (fmt_at(t), ""),
-        None => ("not derived".to_string(), " class=\"missing\""),
+    // A phase that does not apply (no approval needed, no DNS change) is no gap in the evidence.
+    let (at, class) = match (p.at, p.note.as_deref()) {
+        (Some(t), _) => (fmt_at(t), ""),
+        (None, Some(n))
+            if !n.starts_with("missing")
+                && n != "not reached"
+                && n != "an earlier phase was not reached" =>
+        {
+            ("—".to_string(), "")
+        }
+        (None, _) => ("not derived".to_string(), " class=\"missing\""),
     };
     let _ = write!(
         s,
@@ -205,7 +234,7 @@ mod tests {
                         at: None,
                         since_start_ms: None,
                         took_ms: None,
-                        note: Some("no alarm history record".into()),
+                        note: Some("missing: no alarm history record".into()),
                     }],
                     pending_approval_ms: None,
                     approved_by: None,
@@ -232,5 +261,21 @@ mod tests {
         let html = render(&drill("none"));
         assert!(html.contains("not derived"));
         assert!(html.contains("no alarm history record"));
+    }
+
+    #[test]
+    fn a_phase_that_does_not_apply_is_no_gap() {
+        let mut d = drill("none");
+        let p = &mut d.services[0].episodes[0].phases[0];
+        p.note = Some("not reached".into());
+        assert!(render(&d).contains("not derived"));
+        for n in [
+            "no approval needed",
+            "not reached: the policy needs no approval",
+        ] {
+            let p = &mut d.services[0].episodes[0].phases[0];
+            p.note = Some(n.into());
+            assert!(!render(&d).contains("not derived"), "{n}");
+        }
     }
 }

@@ -175,7 +175,7 @@ fn episode(out: &mut String, d: &Drill, e: &Episode) {
         .collect();
     table(
         out,
-        &["phase", at_head, "since start", "took", "note"],
+        &["phase", at_head, "since trigger", "took", "note"],
         &rows,
     );
     if let Some(p) = e.pending_approval_ms {
@@ -231,7 +231,7 @@ mod tests {
                         phase(
                             "alarm in ALARM",
                             None,
-                            "missing: no alarm lane: run with --alarms",
+                            "missing: no alarm lane (without --alarms; with it, the problems say why none was found)",
                         ),
                     ],
                     pending_approval_ms: None,
@@ -246,7 +246,7 @@ mod tests {
     fn labels_are_escaped_and_tables_have_the_phase_columns() {
         let md = render(&drill());
         assert!(
-            md.contains("| phase | at (UTC) | since start | took | note |"),
+            md.contains("| phase | at (UTC) | since trigger | took | note |"),
             "{md}"
         );
         assert!(md.contains("blocked \\| writer\\npath"), "{md}");
@@ -254,7 +254,7 @@ mod tests {
         assert!(md.contains("- evidence: a\\|b.jsonl\n"), "{md}");
         assert!(
             md.contains(
-                "| alarm in ALARM | — | — | — | missing: no alarm lane: run with --alarms |"
+                "| alarm in ALARM | — | — | — | missing: no alarm lane (without --alarms; with it, the problems say why none was found) |"
             ),
             "{md}"
         );

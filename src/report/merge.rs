@@ -61,6 +61,8 @@ enum Ev {
     Reopened(String),
     /// A `duplicate_prober` record: the state store it was found in.
     Duplicate(String),
+    /// A `stop` record: why the run stopped. Until the prober's next `start` it publishes nothing.
+    Stop(String),
     /// Nothing a lane or a phase uses (kept only in the window, the probers and the seq check).
     Other,
 }
@@ -296,6 +298,7 @@ impl Merger {
             }
             Record::EvidenceReopened(e) => Ev::Reopened(e.path),
             Record::DuplicateProber(d) => Ev::Duplicate(d.state_store),
+            Record::Stop(s) => Ev::Stop(s.reason),
             _ => Ev::Other,
         }
     }
@@ -460,6 +463,18 @@ impl Gather {
         let prober = names.get(i.prober).to_string();
         match &i.ev {
             Ev::Start(s) => self.start(i, s, names),
+            Ev::Stop(reason) => {
+                // No prober, no datum: the lanes show nothing published until its next start.
+                for ((_, p), t) in self.tracks.iter_mut() {
+                    if *p == i.prober {
+                        t.set_state(i.at, ReadinessState::Unknown, None);
+                        t.events.push(Event {
+                            at: i.at,
+                            label: format!("prober {prober} stopped ({reason})"),
+                        });
+                    }
+                }
+            }
             Ev::Attempt { branch, class } => {
                 self.branch(*branch);
                 let mark = AttemptMark {
@@ -549,11 +564,19 @@ impl Gather {
                 self.roles.insert(*id, b.role.clone());
             }
         }
-        for r in &s.restored {
-            if let Some(&b) = names.index.get(&r.branch) {
+        // A branch starts in its restored state, else in `readiness.initial`.
+        let initial = s.initial.into_iter().flat_map(|st| {
+            s.branches
+                .iter()
+                .filter(|b| !s.restored.iter().any(|r| r.branch == b.name))
+                .map(move |b| (&b.name, st))
+        });
+        let restored = s.restored.iter().map(|r| (&r.branch, r.state));
+        for (name, state) in restored.chain(initial) {
+            if let Some(&b) = names.index.get(name) {
                 let t = self.tracks.entry((b, i.prober)).or_default();
-                let v = t.forced.or(r.state.published_value());
-                t.set_state(i.at, r.state, v);
+                let v = t.forced.or(state.published_value());
+                t.set_state(i.at, state, v);
             }
         }
         if self.facts.approval_required.is_none() {

@@ -127,8 +127,8 @@ pub fn episodes(s: &ServiceDrill, f: &Facts) -> Vec<Episode> {
     out
 }
 
-/// Fault and restore markers; without any, the lane prober's transitions out of and into
-/// ready.
+/// Fault and restore markers, and the lane prober's transitions out of and into ready that no
+/// marker explains.
 fn triggers(s: &ServiceDrill, f: &Facts) -> Vec<Trigger> {
     let marked: Vec<Trigger> = s
         .markers
@@ -148,11 +148,18 @@ fn triggers(s: &ServiceDrill, f: &Facts) -> Vec<Trigger> {
             })
         })
         .collect();
-    if !marked.is_empty() {
-        return marked;
-    }
     use ReadinessState::{PendingApproval, Ready, Unready};
-    f.transitions
+    // A transition is explained by the newest fault or restore marker at or before it when that
+    // marker is of its kind; the others start episodes of their own, so none goes unreported.
+    let explained = |kind: EpisodeKind, at: Millis| {
+        marked
+            .iter()
+            .rev()
+            .find(|m| m.at <= at)
+            .is_some_and(|m| m.kind == kind)
+    };
+    let mut all: Vec<Trigger> = f
+        .transitions
         .iter()
         .filter(|t| f.lane_prober.as_deref().is_none_or(|p| p == t.prober))
         .filter_map(|t| {
@@ -161,6 +168,9 @@ fn triggers(s: &ServiceDrill, f: &Facts) -> Vec<Trigger> {
                 (Unready, Ready | PendingApproval) => EpisodeKind::Failback,
                 _ => return None,
             };
+            if explained(kind, t.at) {
+                return None;
+            }
             let at = streak_start(s, &t.branch, t.at, kind == EpisodeKind::Failover);
             Some(Trigger {
                 kind,
@@ -177,7 +187,10 @@ fn triggers(s: &ServiceDrill, f: &Facts) -> Vec<Trigger> {
                 ),
             })
         })
-        .collect()
+        .collect();
+    all.extend(marked);
+    all.sort_by_key(|t| t.at);
+    all
 }
 
 /// The first attempt of the streak that ends in a transition at `at`: the first failure after
@@ -381,7 +394,7 @@ impl Ctx<'_> {
     fn alarm(&self, branch: &str, state: &str) -> Found {
         if self.s.alarms.is_empty() {
             return Err(
-                "missing: no alarm lane: run with --alarms (if it was: no alarm found, see Problems)"
+                "missing: no alarm lane (without --alarms; with it, the problems say why none was found)"
                     .into(),
             );
         }

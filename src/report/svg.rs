@@ -505,6 +505,8 @@ fn stable_lane(
         let what = match (selected, unknown) {
             (_, true) => "unknown target".to_string(),
             (Some(n), false) => format!("→ {n}"),
+            // Answered (it has a TTL), but the answer matches several branches.
+            (None, false) if ttl.is_some() => "matches several branches".to_string(),
             (None, false) => "no answer".to_string(),
         };
         let ttl = ttl.map(|t| format!(", TTL {t}s")).unwrap_or_default();
@@ -801,19 +803,32 @@ fn step_path(axis: &Axis, items: &[Band<Option<f64>>], level: impl Fn(f64) -> f6
 }
 
 /// Operator markers: a dashed vertical rule through every lane, its label above the axis
-/// (alternating rows when two labels would overlap).
+/// (alternating rows when two labels would overlap). Labels are numbered as in the page's marker
+/// table; where neither row has room, the number alone stands for the label.
 fn markers(s: &mut String, d: &ServiceDrill, axis: &Axis, bottom: u32) {
     let mut row_end = [f64::MIN; MARKER_ROWS.len()];
-    for m in &d.markers {
+    for (k, m) in d.markers.iter().enumerate() {
         let x = axis.x(m.at);
         let colour = marker_colour(&m.kind);
-        let text = truncate(&format!("{}: {}", m.kind, m.label), 40);
-        let w = text.chars().count() as f64 * CHAR_PX;
-        let (row, y) = MARKER_ROWS
+        let free = MARKER_ROWS
             .iter()
             .enumerate()
-            .find(|(i, _)| row_end.get(*i).is_some_and(|e| *e < x))
-            .map_or((0, MARKER_ROWS[0]), |(i, y)| (i, *y));
+            .find(|(i, _)| row_end.get(*i).is_some_and(|e| *e < x));
+        let text = match free {
+            Some(_) => truncate(&format!("{}. {}: {}", k + 1, m.kind, m.label), 40),
+            None => format!("{}.", k + 1),
+        };
+        let w = text.chars().count() as f64 * CHAR_PX;
+        let (row, y) = free.map_or_else(
+            || {
+                // The row whose last label ends first.
+                let i = (0..MARKER_ROWS.len())
+                    .min_by(|a, b| row_end[*a].total_cmp(&row_end[*b]))
+                    .unwrap_or(0);
+                (i, MARKER_ROWS[i])
+            },
+            |(i, y)| (i, *y),
+        );
         if let Some(e) = row_end.get_mut(row) {
             *e = x + w + 6.0;
         }
@@ -935,6 +950,33 @@ mod tests {
         assert!(!svg.contains("<script>"), "{svg}");
         assert!(!svg.contains("p<1>"), "{svg}");
         assert!(svg.contains("data-lane=\"branch:p&lt;1&gt;\""), "{svg}");
+    }
+
+    #[test]
+    fn crowded_markers_keep_their_numbers_instead_of_overlapping() {
+        let m = |at: Millis, label: &str| Marker {
+            at,
+            kind: "note".into(),
+            label: label.into(),
+            by: "op".into(),
+        };
+        let markers = vec![
+            m(1_000, "first long label"),
+            m(1_100, "second"),
+            m(1_200, "third"),
+        ];
+        let svg = timeline(
+            &service(vec![lane("p", vec![])], markers),
+            &DRILL,
+            Span {
+                from: 0,
+                until: 600_000,
+            },
+        );
+        assert!(svg.contains(">1. note: first long label</text>"), "{svg}");
+        assert!(svg.contains(">2. note: second</text>"), "{svg}");
+        // Both rows are taken at the third: its number stands for it.
+        assert!(svg.contains(">3.</text>"), "{svg}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::phases::{FaultReport, Phase as SimPhase};
 use super::route53::Answer;
 use super::{BranchReport, Report};
 use crate::clock::fmt_duration_ms;
-use crate::readiness::{Millis, ReadinessState};
+use crate::readiness::Millis;
 use crate::report::model::{
     AlarmLane, AttemptMark, Band, BranchLane, Drill, Episode, EpisodeKind, Event, Marker, Phase,
     Round, ServiceDrill, Source, Span, StableLane,
@@ -32,7 +32,12 @@ pub fn drill(r: &Report, scenario: &str) -> Drill {
         .map(|b| AlarmLane {
             name: format!("{} {} (simulated)", r.service, b.name),
             branch: b.name.clone(),
-            states: bands(b.alarm.start, &b.alarm.changes, window, |s| s.to_string()),
+            states: bands(
+                b.alarm.start,
+                b.alarm.changes.iter().map(|c| (c.at, c.to)),
+                window,
+                |s| s.to_string(),
+            ),
         })
         .collect();
     let mut markers: Vec<Marker> = r.branches.iter().flat_map(fault_markers).collect();
@@ -87,7 +92,41 @@ fn config(r: &Report) -> Vec<(String, String)> {
             ),
         ),
         ("record TTL".into(), fmt_duration_ms(r.dns.ttl_ms)),
+        ("flaps".into(), flaps(r)),
+        ("fail-open".into(), fail_open(r)),
     ]
+}
+
+/// Flaps per branch: ready → unready transitions no scripted fault explains.
+fn flaps(r: &Report) -> String {
+    let per: Vec<String> = r
+        .branches
+        .iter()
+        .map(|b| {
+            let at: Vec<String> = b.flaps.iter().map(|t| fmt_duration_ms(*t)).collect();
+            match at.as_slice() {
+                [] => format!("{}: none", b.name),
+                _ => format!("{}: {} (at {})", b.name, at.len(), at.join(", ")),
+            }
+        })
+        .collect();
+    per.join("; ")
+}
+
+/// When no record was healthy and Route 53 answered with the PRIMARY anyway.
+fn fail_open(r: &Report) -> String {
+    if r.fail_open.is_empty() {
+        return "never".into();
+    }
+    let p: Vec<String> = r
+        .fail_open
+        .iter()
+        .map(|p| match p.until {
+            Some(u) => format!("{}–{}", fmt_duration_ms(p.from), fmt_duration_ms(u)),
+            None => format!("from {} to the end", fmt_duration_ms(p.from)),
+        })
+        .collect();
+    p.join(", ")
 }
 
 fn lane(b: &BranchReport, tried: &[ScriptedAttempt], window: Span) -> BranchLane {
@@ -103,9 +142,8 @@ fn lane(b: &BranchReport, tried: &[ScriptedAttempt], window: Span) -> BranchLane
             }),
         })
         .collect();
-    let changes: Vec<(Millis, ReadinessState)> =
-        b.transitions.iter().map(|s| (s.at, s.to)).collect();
-    let states = state_bands(b.initial, &changes, window);
+    let changes = b.transitions.iter().map(|s| (s.at, s.to));
+    let states = bands(b.initial, changes, window, |s| s);
     let published = states
         .iter()
         .map(|s| Band {
@@ -136,48 +174,20 @@ fn lane(b: &BranchReport, tried: &[ScriptedAttempt], window: Span) -> BranchLane
     }
 }
 
-fn state_bands(
-    start: ReadinessState,
-    changes: &[(Millis, ReadinessState)],
-    window: Span,
-) -> Vec<Band<ReadinessState>> {
-    let mut out: Vec<Band<ReadinessState>> = Vec::new();
-    let (mut from, mut state) = (window.from, start);
-    for &(at, to) in changes {
-        if at > from {
-            out.push(Band {
-                span: Span { from, until: at },
-                state,
-            });
-        }
-        (from, state) = (at.max(from), to);
-    }
-    if window.until > from {
-        out.push(Band {
-            span: Span {
-                from,
-                until: window.until,
-            },
-            state,
-        });
-    }
-    out
-}
-
-fn bands<S: Copy>(
+/// Bands over `window` from the state at its start and the changes after it.
+fn bands<S: Copy, T>(
     start: S,
-    changes: &[super::alarm::Change<S>],
+    changes: impl IntoIterator<Item = (Millis, S)>,
     window: Span,
-    name: impl Fn(S) -> String,
-) -> Vec<Band<String>> {
-    let c: Vec<(Millis, S)> = changes.iter().map(|c| (c.at, c.to)).collect();
-    let mut out: Vec<Band<String>> = Vec::new();
+    label: impl Fn(S) -> T,
+) -> Vec<Band<T>> {
+    let mut out: Vec<Band<T>> = Vec::new();
     let (mut from, mut state) = (window.from, start);
-    for (at, to) in c {
+    for (at, to) in changes {
         if at > from {
             out.push(Band {
                 span: Span { from, until: at },
-                state: name(state),
+                state: label(state),
             });
         }
         (from, state) = (at.max(from), to);
@@ -188,7 +198,7 @@ fn bands<S: Copy>(
                 from,
                 until: window.until,
             },
-            state: name(state),
+            state: label(state),
         });
     }
     out

@@ -395,6 +395,7 @@ mod tests {
                 },
                 approval_required: false,
                 initial: ReadinessState::Unknown,
+                definitive: None,
             },
             timing: Timing {
                 interval: Duration::from_secs(2),

@@ -194,6 +194,7 @@ mod tests {
             },
             approval_required,
             initial: ReadinessState::Ready,
+            definitive: None,
         }
     }
 

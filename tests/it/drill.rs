@@ -385,7 +385,7 @@ async fn drill_report_measures_a_recorded_failover_and_failback() {
     assert!(md.contains("Problems\n\nNone"), "{md}");
 
     let fo = "### Failover of primary";
-    // phase, at, since start, took, note
+    // phase, at, since trigger, took, note
     let first = phase_row(&md, fo, "first failed attempt");
     assert!(first[1].starts_with("20"), "{first:?}");
     assert!(cell_ms(first[2]) < 10_000, "{first:?}");
@@ -398,7 +398,7 @@ async fn drill_report_measures_a_recorded_failover_and_failback() {
     let alarm = phase_row(&md, fo, "alarm in ALARM");
     assert_eq!(alarm[1], "—", "{alarm:?}");
     assert!(
-        alarm[4].contains("no alarm lane: run with --alarms"),
+        alarm[4].contains("no alarm lane (without --alarms"),
         "{alarm:?}"
     );
     for name in ["stable name answers with the other branch", "steady state"] {
@@ -459,6 +459,13 @@ fn drill_report_exit_codes_and_bad_lines() {
     assert_eq!(code, 64, "{err}");
     let (code, _, err) = cli(&["drill", "report", "--out", d.to_str().unwrap()]);
     assert_eq!(code, 64, "{err}");
+    // Nothing to report: an empty file, or one of bad lines only.
+    let empty = d.join("empty.jsonl");
+    std::fs::write(&empty, "not json\n").unwrap();
+    let (code, _, err) = report(&empty, &d.join("r5"), &[]);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("no evidence record"), "{err}");
+    assert!(!d.join("r5").exists());
 }
 
 /// `drill mark --kind KIND --label LABEL --by alice` through the store of config `cfg`.
@@ -595,7 +602,7 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     assert!(md.contains("| stable name TTL seen | 2 s |"), "{md}");
 
     let fo = "### Failover of primary";
-    // phase, at, since start, took, note
+    // phase, at, since trigger, took, note
     let dns_sel = phase_row(&md, fo, "stable name answers with the other branch");
     assert_eq!(dns_sel[4], "secondary", "{dns_sel:?}");
     let at = cell_at(dns_sel[1]);

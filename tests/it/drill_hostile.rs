@@ -203,6 +203,7 @@ fn out_dir_links_are_replaced_not_followed() {
     for name in [
         "report.md",
         "report.html",
+        "report.json",
         "simulation.md",
         "simulation.json",
     ] {
@@ -231,6 +232,7 @@ fn out_dir_links_are_replaced_not_followed() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
     for name in [
         "report.md",
+        "report.json",
         "simulation.md",
         "simulation.json",
         "report.html",
@@ -242,7 +244,7 @@ fn out_dir_links_are_replaced_not_followed() {
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(names.len(), 4, "no temporary file left: {names:?}");
+    assert_eq!(names.len(), 5, "no temporary file left: {names:?}");
 }
 
 /// A day of 3 % noise at a 100 ms interval flaps thousands of times: the table prints (it

@@ -732,6 +732,21 @@ fn cloudformation_matches_the_metric_contract() {
     );
 }
 
+/// `check`'s cost estimate (`src/cli/cost.rs`) counts, per service of two branches, the alarms and
+/// health checks this template creates, all at the standard-resolution alarm price.
+#[test]
+fn cost_estimate_counts_the_cloudformation_alarms() {
+    use readyprobe::cli::cost;
+    let t = cloudformation();
+    assert_eq!(
+        (t.alarms.len() as u64, t.health_checks.len()),
+        (2 + cost::ALARMS_PER_SERVICE, 2)
+    );
+    for a in &t.alarms {
+        assert_eq!(a.period, Some(Val::Lit("60".into())), "{}", a.id);
+    }
+}
+
 #[test]
 fn terraform_matches_the_metric_contract() {
     let t = terraform();

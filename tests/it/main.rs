@@ -3,7 +3,9 @@
 mod check_aws;
 mod cli;
 mod config_hostile;
+mod decisions;
 mod drill;
+mod drill_acceptance;
 mod drill_hostile;
 mod failback;
 mod fault_matrix;

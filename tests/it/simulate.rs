@@ -153,21 +153,24 @@ class = "server_read_only"
 
     let fault = &p["faults"][0];
     let over = &fault["failover"];
-    // Detection: one failing attempt leaves 29/30 = 96.7 % (not below 95 %); the second, at
-    // fault + 2 s, makes 93.3 %; held 3 m: 3 m 2 s. A noise failure still in the 60 s window at
-    // the fault makes the first outage attempt the second failure: 3 m.
+    // Detection: `server_read_only` is definitive, so the unready condition (holding from the
+    // second failure, 28/30 = 93.3 % < 95 %) fires without waiting 3 m once the read-only
+    // failures, unbroken, span 20 s (`definitive_for`) from the first (the attempt that starts
+    // at the fault) to the last: at fault + 20 s.
     let detection = since(over, "detection").unwrap();
+    assert_eq!(detection, 20 * S);
+    let unready = &p["transitions"][0]["reason"];
     assert!(
-        detection == 3 * M + 2 * S || detection == 3 * M,
-        "{detection}"
+        unready.as_str().unwrap().contains("definitive rule fired"),
+        "{unready}"
     );
-    // Alarm: Minimum over the minute 13m–14m holds the 0 published at detection; evaluated at
-    // its end, 14m: fault + 4 m. Health check 30 s later (the default delay); the answer moves to
+    // Alarm: Minimum over the minute 10m–11m holds the 0 published at detection; evaluated at
+    // its end, 11m: fault + 1 m. Health check 30 s later (the default delay); the answer moves to
     // SECONDARY at once (answer delay 0); every cache has it a TTL (60 s) later.
-    assert_eq!(since(over, "alarm"), Some(4 * M));
-    assert_eq!(since(over, "health check"), Some(4 * M + 30 * S));
-    assert_eq!(since(over, "DNS selection"), Some(4 * M + 30 * S));
-    assert_eq!(since(over, "cache expiry"), Some(5 * M + 30 * S));
+    assert_eq!(since(over, "alarm"), Some(M));
+    assert_eq!(since(over, "health check"), Some(M + 30 * S));
+    assert_eq!(since(over, "DNS selection"), Some(M + 30 * S));
+    assert_eq!(since(over, "cache expiry"), Some(2 * M + 30 * S));
     let dns = over
         .as_array()
         .unwrap()
@@ -232,10 +235,12 @@ until = "40m"
 class = "server_read_only"
 "#;
     let r = json(&simulate(dir.path(), scenario, &["--format", "json"]));
-    // Each branch: unready 3 m 2 s after its fault (tcp_timeout attempts end 1 s after their
-    // start, the second at fault + 3 s: 3 m 3 s), ALARM at the next minute's end (fault + 4 m),
-    // unhealthy 30 s later. Primary: 14m30s, the answer SECONDARY; secondary: 24m30s, no record
-    // healthy: Route 53 answers PRIMARY anyway, to the end (failback takes ~15 m).
+    // Primary (tcp_timeout, ambiguous): unready 3 m 3 s after its fault (tcp_timeout attempts end
+    // 1 s after their start, the second at fault + 3 s), ALARM at the next minute's end
+    // (fault + 4 m), unhealthy 30 s later: 14m30s, the answer SECONDARY. Secondary
+    // (server_read_only, definitive): unready 20 s after its fault (`definitive_for` after its
+    // first read-only answer), ALARM at 21m, unhealthy at 21m30s: no record healthy, Route 53
+    // answers PRIMARY anyway, to the end (failback takes ~15 m).
     let answers: Vec<(i64, &str, bool)> = r["answer"]["changes"]
         .as_array()
         .unwrap()
@@ -252,15 +257,15 @@ class = "server_read_only"
         answers,
         [
             (14 * M + 30 * S, "SECONDARY", false),
-            (24 * M + 30 * S, "PRIMARY", true)
+            (21 * M + 30 * S, "PRIMARY", true)
         ]
     );
     assert_eq!(
         r["fail_open"],
-        serde_json::json!([{ "from": 24 * M + 30 * S, "until": null }])
+        serde_json::json!([{ "from": 21 * M + 30 * S, "until": null }])
     );
     let over = &branch(&r, "secondary")["faults"][0]["failover"];
-    assert_eq!(since(over, "DNS selection"), Some(4 * M + 30 * S));
+    assert_eq!(since(over, "DNS selection"), Some(M + 30 * S));
     let dns = over
         .as_array()
         .unwrap()

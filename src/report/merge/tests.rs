@@ -46,6 +46,7 @@ fn start(restored: Vec<Restored>) -> Record {
         stable_name_interval_ms: None,
         stable_name_end_to_end: None,
         namespace: Some("Orders".into()),
+        initial: Some(ReadinessState::Ready),
     })
 }
 
@@ -421,4 +422,64 @@ fn alarms_are_looked_up_in_the_namespace_and_branches_the_evidence_names() {
     assert_eq!(m.metric_series("other"), (None, vec![]));
     m.note_problem("--alarms: no alarm on branch tertiary".into());
     assert!(m.finish().problems.iter().any(|p| p.contains("tertiary")));
+}
+
+#[test]
+fn a_branch_without_transitions_shows_its_initial_state_from_the_start() {
+    let mut m = Merger::new(None);
+    let f = m.file("a.jsonl");
+    m.push(f, env(0, "az-a", 1, start(vec![])));
+    m.push(f, env(5_000, "az-a", 2, attempt("secondary", true)));
+    let d = m.finish();
+    let lane = d.services[0]
+        .branches
+        .iter()
+        .find(|b| b.name == "secondary")
+        .expect("secondary lane");
+    assert_eq!(lane.states.len(), 1, "{:?}", lane.states);
+    assert_eq!(lane.states[0].state, Ready);
+    assert_eq!(lane.states[0].span.from, T0);
+    assert_eq!(lane.published[0].state, Some(1.0));
+}
+
+#[test]
+fn between_a_stop_and_the_next_start_nothing_is_published() {
+    let stop = Record::Stop(crate::record::Stop {
+        reason: "SIGTERM".into(),
+        attempts: BTreeMap::new(),
+        abandoned: 0,
+        transitions: 0,
+        dropped_batches: BTreeMap::new(),
+        final_states: BTreeMap::new(),
+        approvals_applied: 0,
+        approvals_rejected: 0,
+        state_sync_failures: 0,
+        evidence_write_failures: 0,
+    });
+    let mut m = Merger::new(None);
+    let f = m.file("a.jsonl");
+    m.push(f, env(0, "az-a", 1, start(vec![])));
+    m.push(f, env(10_000, "az-a", 2, stop));
+    m.push(f, env(40_000, "az-a", 3, start(vec![])));
+    m.push(f, env(50_000, "az-a", 4, attempt("primary", true)));
+    let d = m.finish();
+    let lane = d.services[0]
+        .branches
+        .iter()
+        .find(|b| b.name == "primary")
+        .expect("primary lane");
+    let published: Vec<(Millis, Option<f64>)> = lane
+        .published
+        .iter()
+        .map(|b| (b.span.from - T0, b.state))
+        .collect();
+    assert_eq!(
+        published,
+        [(0, Some(1.0)), (10_000, None), (40_000, Some(1.0))]
+    );
+    assert!(
+        lane.events
+            .iter()
+            .any(|e| e.label.contains("stopped (SIGTERM)"))
+    );
 }

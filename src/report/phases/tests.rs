@@ -281,7 +281,7 @@ fn each_missing_record_is_named_instead_of_a_time() {
     for k in [0, 1] {
         assert!(
             note(k, if k == 0 { "alarm in ALARM" } else { "alarm OK" })
-                .contains("no alarm lane: run with --alarms")
+                .contains("no alarm lane (without --alarms")
         );
     }
     let p = note(0, "readiness 0 published");
@@ -419,5 +419,32 @@ fn without_markers_transitions_start_the_episodes() {
     assert!(
         p.note.as_deref().unwrap().contains("needs no approval"),
         "{p:?}"
+    );
+}
+
+#[test]
+fn a_transition_no_marker_explains_gets_its_own_episode() {
+    let (mut s, f) = full();
+    // Only the restore marker: the failover has no fault marker before it.
+    s.markers.retain(|m| m.kind == "restore");
+    let e = episodes(&s, &f);
+    let kinds: Vec<_> = e
+        .iter()
+        .map(|e| (e.kind, e.trigger.starts_with("no marker")))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (EpisodeKind::Failover, true),
+            (EpisodeKind::Failback, false)
+        ],
+        "{e:#?}"
+    );
+    // With both markers, the marked episodes alone.
+    let (s, f) = full();
+    assert!(
+        episodes(&s, &f)
+            .iter()
+            .all(|e| !e.trigger.starts_with("no marker"))
     );
 }

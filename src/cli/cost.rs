@@ -1,0 +1,467 @@
+//! The estimated monthly AWS cost of a config at list prices (pure), for `check`: the custom
+//! metrics it publishes, its `PutMetricData` requests (the `cloudwatch` sink) or its CloudWatch
+//! Logs bytes (the `emf` sink), and the alarms and Route 53 health checks that the templates in
+//! `infra/cloudformation/` create for it.
+//!
+//! The datums are the ones a publish tick carries when every branch is known and every step
+//! succeeds, built by the sinks' own code ([`sink::tick_datums`]), split into requests by
+//! [`cloudwatch::batches`] and written as lines by [`emf::encode`], so the estimate follows the
+//! code that publishes.
+
+use crate::clock::Millis;
+use crate::config::{Config, ServiceConfig, SinkKind};
+use crate::sink::{self, BranchTick, Datum, cloudwatch, emf};
+use std::collections::BTreeSet;
+
+/// List prices, us-east-1, as published on 2026-12-01; check the pricing pages (Amazon
+/// CloudWatch pricing, Amazon Route 53 pricing). US dollars. The free tier is not applied: it
+/// is per account and shared with everything else in it.
+pub mod price {
+    /// CloudWatch custom metrics per metric-month, in tiers: (metrics in the tier, price), in
+    /// order. $0.30 for the first 10,000; the later tiers are the page's volume discounts.
+    pub const METRIC_TIERS: &[(u64, f64)] = &[
+        (10_000, 0.30),
+        (240_000, 0.10),
+        (750_000, 0.05),
+        (u64::MAX, 0.02),
+    ];
+    /// CloudWatch API requests (`PutMetricData`), per 1,000 requests.
+    pub const PER_1000_REQUESTS: f64 = 0.01;
+    /// CloudWatch standard-resolution (60 s period) alarm, per alarm-metric-month.
+    pub const STANDARD_ALARM: f64 = 0.10;
+    /// CloudWatch high-resolution (10 s period) alarm, per alarm-metric-month.
+    pub const HIGH_RESOLUTION_ALARM: f64 = 0.30;
+    /// CloudWatch Logs ingestion (standard log class), per GB.
+    pub const LOGS_PER_GB: f64 = 0.50;
+    /// Route 53 health check of an AWS endpoint (the price of a `CLOUDWATCH_METRIC` check),
+    /// per health check-month, optional features extra.
+    pub const AWS_ENDPOINT_HEALTH_CHECK: f64 = 0.50;
+    /// Route 53 health check of a non-AWS endpoint (HTTPS/TCP), per health check-month.
+    pub const NON_AWS_ENDPOINT_HEALTH_CHECK: f64 = 0.75;
+    /// Route 53 optional feature: fast interval (10 s), per health check-month.
+    pub const FAST_INTERVAL: f64 = 1.00;
+    /// Route 53 optional feature: string matching, per health check-month.
+    pub const STRING_MATCHING: f64 = 2.00;
+    /// CloudWatch Synthetics, per canary run (its Lambda, storage and logs extra).
+    pub const CANARY_RUN: f64 = 0.0012;
+}
+
+/// The month of the estimate: 30 days, ms (43,200 one-minute ticks).
+pub const MONTH_MS: u64 = 30 * 86_400_000;
+
+/// Bytes CloudWatch Logs counts per log event on top of its text (the `PutLogEvents` size
+/// accounting); counted as ingested, which errs on the high side.
+pub const LOG_EVENT_OVERHEAD: u64 = 26;
+
+/// Bytes in a GB of ingestion: 10^9 (the higher of the two readings of GB).
+pub const GB: f64 = 1e9;
+
+/// Alarms `readyprobe-service.yaml` creates per service besides one per branch: heartbeat,
+/// fail-open and service-unavailable. All standard resolution (period 60 s).
+pub const ALARMS_PER_SERVICE: u64 = 3;
+
+/// The value of each `StepDuration` sample in the estimate, ms: 17 significant digits, as an
+/// unrounded `f64` duration is written in an EMF line at its longest.
+const SAMPLE_MS: f64 = 1.234_567_890_123_456_7;
+
+/// The timestamp of the estimate's datums (any ms since the epoch of 13 digits).
+const AT: Millis = 1_800_000_000_000;
+
+/// The monthly quantities of one config (pure). Requests and log bytes are per prober process;
+/// the series, alarms and health checks are shared by every prober of the config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    /// Unique custom metrics (namespace, name and dimension values) at steady state.
+    pub metrics: u64,
+    /// Datums one publish tick carries, every namespace.
+    pub datums_per_tick: u64,
+    /// `PutMetricData` requests per tick (0 without the `cloudwatch` sink).
+    pub requests_per_tick: u64,
+    /// Publish ticks in [`MONTH_MS`].
+    pub ticks_per_month: u64,
+    /// EMF bytes per tick as CloudWatch Logs counts them (0 without the `emf` sink).
+    pub log_bytes_per_tick: u64,
+    /// Standard-resolution alarms (one per branch plus [`ALARMS_PER_SERVICE`]).
+    pub alarms: u64,
+    /// `CLOUDWATCH_METRIC` health checks (one per branch).
+    pub health_checks: u64,
+}
+
+impl Estimate {
+    /// `PutMetricData` requests per month of one prober.
+    pub fn requests(&self) -> u64 {
+        self.requests_per_tick * self.ticks_per_month
+    }
+    /// EMF bytes per month of one prober.
+    pub fn log_bytes(&self) -> u64 {
+        self.log_bytes_per_tick * self.ticks_per_month
+    }
+    /// Dollars for the custom metrics, tiered.
+    pub fn metrics_usd(&self) -> f64 {
+        metrics_usd(self.metrics)
+    }
+    /// Dollars for one prober's requests.
+    pub fn requests_usd(&self) -> f64 {
+        self.requests() as f64 / 1000.0 * price::PER_1000_REQUESTS
+    }
+    /// Dollars for one prober's log ingestion.
+    pub fn logs_usd(&self) -> f64 {
+        self.log_bytes() as f64 / GB * price::LOGS_PER_GB
+    }
+    /// Dollars for the alarms.
+    pub fn alarms_usd(&self) -> f64 {
+        self.alarms as f64 * price::STANDARD_ALARM
+    }
+    /// Dollars for the health checks.
+    pub fn health_checks_usd(&self) -> f64 {
+        self.health_checks as f64 * price::AWS_ENDPOINT_HEALTH_CHECK
+    }
+    /// What each prober beyond the first adds: its requests and its log ingestion.
+    pub fn per_extra_prober_usd(&self) -> f64 {
+        self.requests_usd() + self.logs_usd()
+    }
+    /// Everything, with one prober.
+    pub fn total_usd(&self) -> f64 {
+        self.metrics_usd()
+            + self.alarms_usd()
+            + self.health_checks_usd()
+            + self.per_extra_prober_usd()
+    }
+}
+
+/// Dollars per month for `n` custom metrics through [`price::METRIC_TIERS`].
+pub fn metrics_usd(n: u64) -> f64 {
+    let (mut left, mut usd) = (n, 0.0);
+    for (size, each) in price::METRIC_TIERS {
+        let here = left.min(*size);
+        usd += here as f64 * each;
+        left -= here;
+    }
+    usd
+}
+
+/// The estimate of `cfg` (pure).
+pub fn estimate(cfg: &Config) -> Estimate {
+    let sinks = &cfg.publish.sinks;
+    let mut series = BTreeSet::new();
+    let (mut datums, mut requests, mut bytes) = (0, 0, 0);
+    let namespaces: BTreeSet<&str> = cfg.services.iter().map(|s| s.namespace.as_str()).collect();
+    for ns in namespaces {
+        // One batch per namespace and tick, as the fold hands them to the sinks.
+        let tick: Vec<Datum> = cfg
+            .services
+            .iter()
+            .filter(|s| s.namespace == ns)
+            .flat_map(|s| service_tick(cfg, s))
+            .collect();
+        datums += tick.len() as u64;
+        for d in &tick {
+            series.insert((ns, d.metric, d.dimensions.clone()));
+        }
+        if sinks.contains(&SinkKind::CloudWatch) {
+            requests += cloudwatch::batches(&tick, AT).0.len() as u64;
+        }
+        if sinks.contains(&SinkKind::Emf) {
+            bytes += tick
+                .iter()
+                .filter_map(|d| emf::encode(ns, d))
+                .map(|line| line.len() as u64 + LOG_EVENT_OVERHEAD)
+                .sum::<u64>();
+        }
+    }
+    let branches: u64 = cfg.services.iter().map(|s| s.branches.len() as u64).sum();
+    let interval_ms = cfg.publish.interval.as_millis().max(1) as u64;
+    Estimate {
+        metrics: series.len() as u64,
+        datums_per_tick: datums,
+        requests_per_tick: requests,
+        ticks_per_month: MONTH_MS / interval_ms,
+        log_bytes_per_tick: bytes,
+        alarms: branches + ALARMS_PER_SERVICE * cfg.services.len() as u64,
+        health_checks: branches,
+    }
+}
+
+/// The datums of one service's tick at steady state: every branch known and ready, every step
+/// of every attempt since the previous tick succeeded, a stable-name round made.
+fn service_tick(cfg: &Config, svc: &ServiceConfig) -> Vec<Datum> {
+    let steps: Vec<&'static str> = super::plan::probe_steps(&svc.probe.kind)
+        .split(" → ")
+        .collect();
+    let tls = steps.contains(&"tls");
+    let tick_ms = cfg.publish.interval.as_millis();
+    let probe_ms = svc.probe.interval.as_millis().max(1);
+    let attempts = tick_ms.div_ceil(probe_ms).max(1) as u64;
+    let branches: Vec<BranchTick> = svc
+        .branches
+        .iter()
+        .map(|b| BranchTick {
+            branch: b.name.clone(),
+            readiness: Some(1.0),
+            is_ready: true,
+            is_known: true,
+            success_rate: Some(100.0),
+            attempts,
+            failed: 0,
+            step_durations: steps
+                .iter()
+                .map(|s| (*s, vec![SAMPLE_MS; attempts as usize]))
+                .collect(),
+            cert_not_after: tls.then_some(AT + 90 * 86_400_000),
+        })
+        .collect();
+    let name = &svc.service.name;
+    let mut out = sink::tick_datums(name, &branches, AT);
+    let stable = &cfg.stable_name_probe;
+    if stable.enabled {
+        out.push(sink::selected_branch_datum(name, 1.0, AT));
+        if stable.end_to_end {
+            out.push(sink::stable_name_success_datum(name, 1.0, AT));
+        }
+    }
+    out
+}
+
+/// `n` with a comma between groups of three digits: `43,200`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The `check` section: one line per item, the total, what a further prober adds, and what the
+/// estimate leaves out.
+pub fn section(e: &Estimate) -> String {
+    let usd = |v: f64| format!("${v:.2}");
+    let mut lines = vec![
+        "estimated AWS cost per month (us-east-1 list prices of 2026-12-01, 30-day month, one prober; no free tier):".to_string(),
+    ];
+    let mut row = |what: &str, detail: String, v: f64| {
+        lines.push(format!("  {what:<22} {detail:<58} {:>9}", usd(v)));
+    };
+    row(
+        "custom metrics",
+        format!(
+            "{} series, ${:.2} each up to {}",
+            grouped(e.metrics),
+            price::METRIC_TIERS[0].1,
+            grouped(price::METRIC_TIERS[0].0)
+        ),
+        e.metrics_usd(),
+    );
+    if e.requests_per_tick > 0 {
+        row(
+            "PutMetricData",
+            format!(
+                "{} requests ({} per tick of {} datums), ${:.2} per 1,000",
+                grouped(e.requests()),
+                e.requests_per_tick,
+                grouped(e.datums_per_tick),
+                price::PER_1000_REQUESTS
+            ),
+            e.requests_usd(),
+        );
+    }
+    if e.log_bytes_per_tick > 0 {
+        row(
+            "CloudWatch Logs (emf)",
+            format!(
+                "{:.1} MB ingested ({} bytes per tick), ${:.2} per GB",
+                e.log_bytes() as f64 / 1e6,
+                grouped(e.log_bytes_per_tick),
+                price::LOGS_PER_GB
+            ),
+            e.logs_usd(),
+        );
+    }
+    row(
+        "alarms",
+        format!(
+            "{} standard resolution, ${:.2} each",
+            e.alarms,
+            price::STANDARD_ALARM
+        ),
+        e.alarms_usd(),
+    );
+    row(
+        "Route 53 health checks",
+        format!(
+            "{} CLOUDWATCH_METRIC, ${:.2} each",
+            e.health_checks,
+            price::AWS_ENDPOINT_HEALTH_CHECK
+        ),
+        e.health_checks_usd(),
+    );
+    row("total", String::new(), e.total_usd());
+    lines.push(format!(
+        "  each further prober (the prober stack runs one per subnet) adds {} (its requests and log bytes; series, alarms and health checks are shared)",
+        usd(e.per_extra_prober_usd())
+    ));
+    lines.push("  not counted: series published only while something fails (ServiceUnavailable, PublishFailures), transition datums, the prober's own logs, log storage, the tasks, the state store".into());
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use std::path::Path;
+
+    fn load(name: &str) -> Config {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("probes")
+            .join(name);
+        config::load(&path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Cents, so that sums compare exactly.
+    fn cents(usd: f64) -> i64 {
+        (usd * 100.0).round() as i64
+    }
+
+    /// `n` `[[service]]`s of two `tcp` branches without TLS, in `namespace` (or the default).
+    fn tcp_fleet(n: usize, namespace: Option<&str>, publish: &str) -> Config {
+        let mut text = format!(
+            "state_dir = \"/tmp/x\"\n[publish]\ninterval = \"{publish}\"\nsinks = [\"cloudwatch\"]\n[readiness]\nmin_attempts = 5\n[probe]\nkind = \"tcp\"\ninterval = \"10s\"\n[probe.tcp]\nport = 5672\n[probe.tls]\nssl_mode = \"disabled\"\n"
+        );
+        for i in 0..n {
+            let ns = namespace
+                .map(|ns| format!("namespace = \"{ns}\"\n"))
+                .unwrap_or_default();
+            text.push_str(&format!(
+                "[[service]]\nname = \"s{i}\"\nstable_name = \"s{i}.internal.example\"\n{ns}\
+                 [[service.branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"p{i}.internal.example\"\n\
+                 [[service.branch]]\nname = \"secondary\"\nrole = \"SECONDARY\"\nendpoint = \"q{i}.internal.example\"\n"
+            ));
+        }
+        config::parse(Path::new("/etc/readyprobe/fleet.toml"), &text)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn grouped_digits() {
+        let g: Vec<String> = [0, 999, 1_000, 43_200, 1_234_567].map(grouped).into();
+        assert_eq!(g, ["0", "999", "1,000", "43,200", "1,234,567"]);
+    }
+
+    #[test]
+    fn metric_tiers() {
+        assert_eq!(cents(metrics_usd(0)), 0);
+        // 10,000 × $0.30 = $3,000.00; one more at $0.10.
+        assert_eq!(cents(metrics_usd(10_000)), 300_000);
+        assert_eq!(cents(metrics_usd(10_001)), 300_010);
+        // $3,000 + 240,000 × $0.10 = $27,000; the next at $0.05.
+        assert_eq!(cents(metrics_usd(250_000)), 2_700_000);
+        assert_eq!(cents(metrics_usd(250_001)), 2_700_005);
+        // $27,000 + 750,000 × $0.05 = $64,500; then $0.02 each.
+        assert_eq!(cents(metrics_usd(1_000_000)), 6_450_000);
+        assert_eq!(cents(metrics_usd(1_000_100)), 6_450_200);
+    }
+
+    /// probes/orders-db.toml: one mysql service with TLS, two branches, both sinks, 60 s ticks.
+    #[test]
+    fn orders_db() {
+        let e = estimate(&load("orders-db.toml"));
+        // Per branch: Readiness, SuccessRate, Attempts, FailedAttempts, CertificateExpiryDays,
+        // StepDuration × 6 steps (resolve, connect, tls, auth, write, verify) = 11; × 2
+        // branches + Heartbeat + BothBranchesUnready = 24.
+        assert_eq!(e.metrics, 24);
+        assert_eq!(e.datums_per_tick, 24);
+        assert_eq!(cents(e.metrics_usd()), 720); // 24 × $0.30
+        // 24 datums fit one request; 30 days × 1,440 ticks = 43,200 requests × $0.01 / 1,000.
+        assert_eq!((e.requests_per_tick, e.ticks_per_month), (1, 43_200));
+        assert_eq!(e.requests(), 43_200);
+        assert_eq!(cents(e.requests_usd()), 43); // $0.432
+        // 2 readiness alarms + heartbeat, fail-open, service-unavailable = 5 × $0.10.
+        assert_eq!((e.alarms, cents(e.alarms_usd())), (5, 50));
+        // 2 CLOUDWATCH_METRIC health checks × $0.50.
+        assert_eq!((e.health_checks, cents(e.health_checks_usd())), (2, 100));
+        // EMF: 24 lines a tick, each a few hundred bytes (StepDuration carries the 30 samples
+        // of a 2 s probe in a 60 s tick).
+        assert!(
+            (24 * 150..24 * 1_500).contains(&e.log_bytes_per_tick),
+            "{e:?}"
+        );
+        assert_eq!(e.log_bytes(), e.log_bytes_per_tick * 43_200);
+        let sum = e.metrics_usd() + e.requests_usd() + e.logs_usd() + 0.50 + 1.00;
+        assert_eq!(cents(e.total_usd()), cents(sum));
+        assert_eq!(
+            cents(e.per_extra_prober_usd()),
+            cents(e.requests_usd() + e.logs_usd())
+        );
+    }
+
+    /// probes/fleet.toml: two mysql services (24 series each, as above) and an http one with
+    /// TLS (per branch 4 + CertificateExpiryDays + 4 steps = 9; × 2 + 2 = 20): 68 series, the
+    /// 68 datums a minute the plan's summary counts.
+    #[test]
+    fn fleet() {
+        let cfg = load("fleet.toml");
+        let e = estimate(&cfg);
+        assert_eq!((e.metrics, e.datums_per_tick), (68, 68));
+        assert!(
+            super::super::plan(&cfg).contains("up to 68 datums/min"),
+            "the summary and the estimate count the same datums"
+        );
+        assert_eq!(cents(e.metrics_usd()), 2_040); // 68 × $0.30
+        assert_eq!(e.requests(), 43_200); // one namespace, 68 datums: 1 request a tick
+        assert_eq!((e.alarms, cents(e.alarms_usd())), (15, 150)); // 3 × (2 + 3) × $0.10
+        assert_eq!((e.health_checks, cents(e.health_checks_usd())), (6, 300)); // 6 × $0.50
+    }
+
+    /// The requests follow the sink's batching: 1,000 datums a request, a batch per namespace.
+    #[test]
+    fn requests_follow_the_batching() {
+        // tcp without TLS: per branch 4 + 2 steps = 6; × 2 + 2 = 14 datums per service.
+        // 100 services: 1,400 datums a tick = 2 requests (1,000 + 400).
+        let e = estimate(&tcp_fleet(100, None, "60s"));
+        assert_eq!((e.metrics, e.datums_per_tick), (1_400, 1_400));
+        assert_eq!(e.requests_per_tick, 2);
+        assert_eq!(e.requests(), 86_400); // 2 × 43,200
+        assert_eq!(cents(e.requests_usd()), 86); // $0.864
+        assert_eq!(cents(e.metrics_usd()), 42_000); // 1,400 × $0.30
+        assert_eq!(e.log_bytes_per_tick, 0, "no emf sink");
+        // 50 services in another namespace: 700 datums there, 700 in the default: 2 requests.
+        let mut cfg = tcp_fleet(100, None, "60s");
+        for s in cfg.services.iter_mut().take(50) {
+            s.namespace = "Other".into();
+        }
+        assert_eq!(estimate(&cfg).requests_per_tick, 2);
+        // A 30 s tick doubles the requests, not the series.
+        let e = estimate(&tcp_fleet(1, None, "30s"));
+        assert_eq!(
+            (e.metrics, e.requests_per_tick, e.ticks_per_month),
+            (14, 1, 86_400)
+        );
+    }
+
+    #[test]
+    fn section_of_orders_db() {
+        let text = section(&estimate(&load("orders-db.toml")));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("estimated AWS cost per month"),
+            "{text}"
+        );
+        assert!(
+            lines[1].contains("24 series") && lines[1].ends_with("$7.20"),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("43,200 requests") && lines[2].ends_with("$0.43"),
+            "{text}"
+        );
+        assert!(lines[3].starts_with("  CloudWatch Logs (emf)"), "{text}");
+        assert!(
+            lines[4].ends_with("$0.50") && lines[5].ends_with("$1.00"),
+            "{text}"
+        );
+        assert!(lines[6].starts_with("  total"), "{text}");
+    }
+}
