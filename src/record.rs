@@ -29,7 +29,9 @@ pub struct Envelope<R = Record> {
     pub record_seq: Option<u64>,
     /// When it happened, RFC 3339 UTC with milliseconds (for people and log tools).
     pub at: String,
-    /// When it happened, ms since the UNIX epoch (for programs).
+    /// When it happened, ms since the UNIX epoch (for programs); a line with a time outside
+    /// [`plausible_ms`]'s range is not an evidence record.
+    #[serde(deserialize_with = "plausible_ms")]
     pub at_ms: Millis,
     /// The `Service` dimension of the run that wrote it.
     pub service: String,
@@ -505,8 +507,25 @@ pub struct MarkerRecord {
     pub label: String,
     /// Who.
     pub by: String,
-    /// When it was given, ms since the epoch.
+    /// When it was given, ms since the epoch (read as [`plausible_ms`]).
+    #[serde(deserialize_with = "plausible_ms")]
     pub given_at: Millis,
+}
+
+/// A time read from evidence: 1970-01-01 to 9999-12-31 (what [`rfc3339`] writes), so that a
+/// hostile or corrupt line (`at_ms` of `i64::MIN`) cannot overflow a reader's span arithmetic.
+///
+/// # Errors
+/// A time outside that range, or not an integer.
+pub fn plausible_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Millis, D::Error> {
+    let ms = Millis::deserialize(d)?;
+    if (0..=crate::clock::MAX_RFC3339_MS).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "time {ms} ms is outside 1970-01-01 to 9999-12-31"
+        )))
+    }
 }
 
 /// `stable_name`: one round of the stable-name probe (evidence only: never feeds a branch's

@@ -263,7 +263,7 @@ pub(super) async fn report(a: ReportArgs) -> ExitCode {
     let esc = |p: &Path| crate::config::escape_controls(&p.display().to_string()).into_owned();
     let mut m = Merger::new(a.service.as_deref());
     for path in &a.evidence {
-        let file = match std::fs::File::open(path) {
+        let file = match open_evidence(path) {
             Ok(f) => f,
             Err(e) => {
                 eprintln!("error: cannot read evidence file {}: {e}", esc(path));
@@ -330,6 +330,24 @@ pub(super) async fn report(a: ReportArgs) -> ExitCode {
     ExitCode::from(if alarms_failed { EXIT_IO } else { EXIT_OK })
 }
 
+/// Open evidence file `path` for reading: a regular file, through symbolic links (a copy may be
+/// one). A FIFO, a device or a directory is refused before a read, which would block or never
+/// end (`/dev/zero`); the open itself does not wait for a FIFO's writer.
+fn open_evidence(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or directory)",
+        ));
+    }
+    Ok(file)
+}
+
 /// How long `--alarms` may take per service, every call included.
 const ALARMS_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -367,9 +385,28 @@ async fn add_alarm_lanes(m: &mut Merger, services: &[String]) -> bool {
 fn write_report(dir: &Path, drill: &Drill) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let json = serde_json::to_string_pretty(drill).map_err(std::io::Error::other)?;
-    std::fs::write(dir.join("report.json"), json + "\n")?;
-    std::fs::write(dir.join("report.md"), markdown::render(drill))?;
-    std::fs::write(dir.join("report.html"), html::render(drill))
+    replace_file(dir, "report.json", (json + "\n").as_bytes())?;
+    replace_file(dir, "report.md", markdown::render(drill).as_bytes())?;
+    replace_file(dir, "report.html", html::render(drill).as_bytes())
+}
+
+/// Write `bytes` to `dir/name` through a new temporary file renamed over it: a file already
+/// there (an earlier report) is replaced whole, and a symbolic link there is replaced, never
+/// followed (a link in a shared directory cannot make the report overwrite its target).
+pub(super) fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes));
+    let renamed = written.and_then(|()| std::fs::rename(&tmp, dir.join(name)));
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    renamed
 }
 
 #[cfg(test)]

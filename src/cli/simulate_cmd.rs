@@ -1,6 +1,7 @@
 //! `simulate`: reads the scenario, runs the pure model ([`crate::simulate`]) on one service of the
 //! config, prints the report and writes it to `--out`.
 
+use super::drill_cmd::replace_file;
 use super::{EXIT_INVALID_CONFIG, EXIT_IO, EXIT_OK};
 use crate::config::{self, Config};
 use crate::simulate::{self, Setup, render, scenario};
@@ -76,9 +77,9 @@ pub fn simulate(
         let drill = simulate::drill::drill(&report, &scenario_path.display().to_string());
         let html = crate::report::html::render(&drill);
         let written = std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(dir.join("simulation.md"), md))
-            .and_then(|()| std::fs::write(dir.join("simulation.json"), format!("{json}\n")))
-            .and_then(|()| std::fs::write(dir.join("report.html"), html));
+            .and_then(|()| replace_file(dir, "simulation.md", md.as_bytes()))
+            .and_then(|()| replace_file(dir, "simulation.json", format!("{json}\n").as_bytes()))
+            .and_then(|()| replace_file(dir, "report.html", html.as_bytes()));
         if let Err(e) = written {
             eprintln!(
                 "error: cannot write the report to {}: {e}",

@@ -9,15 +9,20 @@ use crate::clock::{fmt_duration_ms, rfc3339};
 use crate::readiness::Millis;
 use std::fmt::Write;
 
-/// `s` safe in a table cell or a line: `|` escaped, control characters written as escapes
-/// (`\n`, `\u{1b}`).
+/// `s` safe in a table cell or a line, as text: the characters that would make a cell, raw
+/// HTML, a link, a code span or an entity backslash-escaped (`\|`, `\<`, `\[`, `` \` ``, `\&`),
+/// control characters and bidirectional overrides written as escapes (`\n`, `\u{1b}`,
+/// `\u{202e}`): a label from evidence cannot run as HTML in a Markdown viewer, nor reorder
+/// the text after it.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
-            '|' => out.push_str("\\|"),
-            c if c.is_control() => out.extend(c.escape_debug()),
-            c => out.push(c),
+            '\\' | '|' | '<' | '>' | '[' | ']' | '`' | '&' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push_str(&crate::config::escape_controls(c.encode_utf8(&mut [0; 4]))),
         }
     }
     out
@@ -57,14 +62,14 @@ pub fn render(d: &Drill) -> String {
     let mut out = String::from("# Drill report\n\n");
     match &d.source {
         Source::Drill { files } => {
-            let files: Vec<String> = files.iter().map(|f| format!("`{}`", escape(f))).collect();
+            let files: Vec<String> = files.iter().map(|f| escape(f)).collect();
             let _ = writeln!(out, "- evidence: {}", files.join(", "));
         }
         Source::Simulation {
             scenario,
             assumptions,
         } => {
-            let _ = writeln!(out, "- simulation of scenario `{}`", escape(scenario));
+            let _ = writeln!(out, "- simulation of scenario {}", escape(scenario));
             for a in assumptions {
                 let _ = writeln!(out, "  - {}", escape(a));
             }
@@ -246,7 +251,7 @@ mod tests {
         );
         assert!(md.contains("blocked \\| writer\\npath"), "{md}");
         assert!(!md.contains("writer\npath"), "{md}");
-        assert!(md.contains("`a\\|b.jsonl`"), "{md}");
+        assert!(md.contains("- evidence: a\\|b.jsonl\n"), "{md}");
         assert!(
             md.contains(
                 "| alarm in ALARM | — | — | — | missing: no alarm lane (without --alarms; with it, the problems say why none was found) |"

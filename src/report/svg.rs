@@ -124,7 +124,9 @@ fn lanes_bottom(boxes: &[LaneBox]) -> u32 {
     boxes.last().map_or(LANES_TOP, |b| b.top + b.height)
 }
 
-/// Escape `s` for XML text and attribute values; characters XML cannot hold become U+FFFD.
+/// Escape `s` for XML text and attribute values; characters XML cannot hold become U+FFFD, and
+/// bidirectional overrides are written as escapes (`\u{202e}`), so a name cannot reorder the
+/// text after it.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -136,6 +138,9 @@ pub fn escape(s: &str) -> String {
             '\'' => out.push_str("&#39;"),
             '\t' | '\n' | '\r' => out.push(c),
             c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
+            '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => {
+                out.extend(c.escape_unicode());
+            }
             c => out.push(c),
         }
     }

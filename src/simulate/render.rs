@@ -7,6 +7,10 @@ use crate::clock::fmt_duration_ms;
 use crate::readiness::Millis;
 use std::fmt::Write;
 
+/// Flap times listed in a branch's row; the rest are counted ("and 3677 more"), so a noisy
+/// scenario keeps its table readable (a cell of 3,697 times was 66,000 characters).
+const MAX_FLAP_TIMES: usize = 20;
+
 /// How a table is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Style {
@@ -49,7 +53,11 @@ fn table(style: Style, head: &[&str], rows: &[Vec<String>]) -> String {
                 let padded: Vec<String> = cells
                     .iter()
                     .zip(&w)
-                    .map(|(c, w)| format!("{c:<w$}"))
+                    // Padded by hand: a width over u16::MAX panics in `format!`.
+                    .map(|(c, w)| {
+                        let pad = w.saturating_sub(c.chars().count());
+                        format!("{c}{}", " ".repeat(pad))
+                    })
                     .collect();
                 padded.join("  ").trim_end().to_string()
             };
@@ -191,8 +199,14 @@ pub fn report(r: &Report, style: Style) -> String {
             let flaps = if b.flaps.is_empty() {
                 "0".to_string()
             } else {
-                let at: Vec<String> = b.flaps.iter().map(|x| t(*x)).collect();
-                format!("{} (at {})", b.flaps.len(), at.join(", "))
+                let at: Vec<String> = b.flaps.iter().take(MAX_FLAP_TIMES).map(|x| t(*x)).collect();
+                let more = b.flaps.len().saturating_sub(MAX_FLAP_TIMES);
+                let more = if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                };
+                format!("{} (at {}{more})", b.flaps.len(), at.join(", "))
             };
             vec![
                 b.name.clone(),
@@ -239,4 +253,22 @@ pub fn report(r: &Report, style: Style) -> String {
         let _ = writeln!(out, "- {a}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cell wider than `u16::MAX` characters is padded, not a panic ("Formatting argument
+    /// out of range"), and the columns after it still line up.
+    #[test]
+    fn a_text_table_takes_a_cell_wider_than_u16() {
+        let wide = "x".repeat(70_000);
+        let rows = vec![vec![wide.clone(), "a".into()], vec!["b".into(), "c".into()]];
+        let text = table(Style::Text, &["one", "two"], &rows);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{}", &text[..200]);
+        assert_eq!(lines[1], format!("  {wide}  a"));
+        assert_eq!(lines[2].find('c'), lines[1].rfind('a'));
+    }
 }

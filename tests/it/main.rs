@@ -6,6 +6,7 @@ mod config_hostile;
 mod decisions;
 mod drill;
 mod drill_acceptance;
+mod drill_hostile;
 mod failback;
 mod fault_matrix;
 mod fleet;
