@@ -359,7 +359,15 @@ async fn add_alarm_lanes(m: &mut Merger, services: &[String]) -> bool {
     let client = alarms::client_for(None, None, std::time::Duration::from_secs(10)).await;
     let window = m.window();
     let mut failed = false;
-    for s in services {
+    for (k, s) in services.iter().enumerate() {
+        if failed {
+            // CloudWatch failed once: asking again per service would multiply the wait.
+            let rest = services.len() - k;
+            m.note_problem(format!(
+                "--alarms: the {rest} remaining service(s) not asked after that failure; no alarm lanes"
+            ));
+            break;
+        }
         let (ns, branches) = m.metric_series(s);
         let ns = ns.unwrap_or(crate::contract::DEFAULT_NAMESPACE).to_string();
         match alarms::fetch(&client, &ns, s, &branches, window, ALARMS_BUDGET).await {

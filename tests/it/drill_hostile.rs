@@ -10,10 +10,20 @@ use std::time::{Duration, Instant};
 /// A run that had to be killed exits -1. Its output is drained while it runs (a full pipe would
 /// stall it).
 fn run_bounded(args: &[&str], limit: Duration) -> (i32, String, String, Duration) {
+    run_bounded_env(args, &[], limit)
+}
+
+/// [`run_bounded`] with extra environment variables.
+fn run_bounded_env(
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> (i32, String, String, Duration) {
     use std::io::Read;
     let start = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_readyprobe"))
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -311,4 +321,49 @@ endpoint = "mq-b.orders.internal.example"
         .unwrap_or_default();
     assert!(row.len() < 2_000, "{row}");
     assert!(row.contains("primary"), "{out}");
+}
+
+/// `--alarms` against a CloudWatch endpoint that accepts and never answers: the first service's
+/// fetch ends at its timeout, the others are not asked (each would wait as long again), the
+/// report is written and the exit is 74.
+#[test]
+fn alarms_from_a_silent_endpoint_stop_after_the_first_service() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", l.local_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let ev = dir.path().join("ev.jsonl");
+    let lines: Vec<String> = ["alpha", "beta", "gamma"]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            line(i as u64 + 1, 1_767_323_045_678 + i as i64, "attempt").replace("orders-queue", s)
+        })
+        .collect();
+    std::fs::write(&ev, lines.join("\n") + "\n").unwrap();
+    let out = dir.path().join("r");
+    let (code, stdout, err, took) = run_bounded_env(
+        &[
+            "drill",
+            "report",
+            "--evidence",
+            ev.to_str().unwrap(),
+            "--alarms",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[
+            ("AWS_ENDPOINT_URL", endpoint.as_str()),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, 74, "{stdout}{err}");
+    // One service's timeout (10 s), not three.
+    assert!(took < Duration::from_secs(25), "took {took:?}: {err}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("2 remaining service(s) not asked"), "{md}");
+    drop(l);
 }
