@@ -180,6 +180,7 @@ fn transition() -> Record {
             held_since: Some(AT - 30_000),
             unready_window: stats(30_000, 3, 3),
             ready_window: stats(300_000, 30, 3),
+            damping: None,
         },
         published: Some(0.0),
         override_: None,

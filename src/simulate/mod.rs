@@ -396,6 +396,7 @@ mod tests {
                 approval_required: false,
                 initial: ReadinessState::Unknown,
                 definitive: None,
+                damping: None,
             },
             timing: Timing {
                 interval: Duration::from_secs(2),
