@@ -2112,6 +2112,8 @@ mod tests {
                 ReadinessState::Unready,
             ]),
             prop::option::of((0u64..40, prop::bool::ANY)),
+            // flaps, period (s), max_for beyond the ready `for` (s), quiet (percent of period).
+            prop::option::of((0u32..3, 10u64..600, 0u64..300, 1u64..=100)),
         )
             .prop_map(
                 |(
@@ -2121,7 +2123,14 @@ mod tests {
                     approval_required,
                     initial,
                     def,
+                    damp,
                 )| {
+                    let damping = damp.map(|(flaps, period, extra, quiet)| FlapDamping {
+                        flaps,
+                        period: Duration::from_secs(period),
+                        max_for: declare_ready.for_ + Duration::from_secs(extra),
+                        quiet: Duration::from_secs((period * quiet / 100).max(1)),
+                    });
                     Policy {
                         min_attempts,
                         declare_unready,
@@ -2137,7 +2146,7 @@ mod tests {
                                 [FailureClass::ServerReadOnly].into_iter().collect()
                             },
                         }),
-                        damping: None,
+                        damping,
                     }
                 },
             )
@@ -2194,6 +2203,29 @@ mod tests {
         }
     }
 
+    /// Brute force over every flap seen: the ready `for` in force at `now` (module rules).
+    fn brute_ready_for(flaps: &[Millis], now: Millis, policy: &Policy) -> i64 {
+        let base = policy.declare_ready.for_;
+        let Some(d) = &policy.damping else {
+            return duration_ms(base);
+        };
+        let quiet = duration_ms(d.quiet);
+        let mut after_gap: Vec<Millis> = Vec::new();
+        for (i, t) in flaps.iter().enumerate() {
+            let next = flaps.get(i + 1).copied().unwrap_or(now);
+            after_gap.push(*t);
+            if next - t >= quiet {
+                after_gap.clear();
+            }
+        }
+        let counted = after_gap
+            .iter()
+            .filter(|t| **t > now - duration_ms(d.period))
+            .count();
+        let grown = base.saturating_mul(1 << (counted as u32).saturating_sub(d.flaps).min(20));
+        duration_ms(grown.min(d.max_for).max(base))
+    }
+
     /// Start of the uninterrupted run of holding evaluations ending at the latest one.
     fn run_start(history: &[(Millis, bool)]) -> Option<Millis> {
         let (_, holds_now) = history.last()?;
@@ -2224,7 +2256,7 @@ mod tests {
             let mut hist_u: Vec<(Millis, bool)> = Vec::new();
             let mut hist_r: Vec<(Millis, bool)> = Vec::new();
             let for_u = duration_ms(policy.declare_unready.for_);
-            let for_r = duration_ms(policy.declare_ready.for_);
+            let mut flaps: Vec<Millis> = Vec::new();
             let ready_target = if policy.approval_required {
                 ReadinessState::PendingApproval
             } else {
@@ -2266,6 +2298,7 @@ mod tests {
                 let definitive_u =
                     !for_fires_u && start_u.is_some() && brute_definitive(&all, now, &policy);
                 let fires_u = for_fires_u || definitive_u;
+                let for_r = brute_ready_for(&flaps, now, &policy);
                 let fires_r = start_r.is_some_and(|s| now - s >= for_r);
                 let want = match before {
                     ReadinessState::Ready | ReadinessState::PendingApproval => {
@@ -2296,6 +2329,18 @@ mod tests {
                     prop_assert_eq!(early, tr.reason.contains("definitive rule fired"));
                     prop_assert_eq!((tr.from, tr.at, r.since()), (before, now, Some(now)));
                     prop_assert_eq!(r.holding(), (None, None));
+                    if before == ReadinessState::Ready && tr.to == ReadinessState::Unready {
+                        flaps.push(now);
+                    }
+                    // Damping evidence names the ready `for` in force after the transition, and is
+                    // there whenever that `for` grew (on a flap or a recovery).
+                    let n = brute_ready_for(&flaps, now, &policy);
+                    let grew = n > duration_ms(policy.declare_ready.for_);
+                    let counts = tr.to != ReadinessState::Unready || before == ReadinessState::Ready;
+                    if let Some(ev) = &tr.damping {
+                        prop_assert_eq!(i64::try_from(ev.ready_for_ms).ok(), Some(n));
+                    }
+                    prop_assert!(!(grew && counts) || tr.damping.is_some());
                     hist_u.clear();
                     hist_r.clear();
                 }
