@@ -807,6 +807,7 @@ mod tests {
             approval_required: true,
             initial: ReadinessState::Unready,
             definitive: None,
+            damping: None,
         }
     }
 

@@ -610,6 +610,7 @@ impl Fold {
                         unready_holding_since: None,
                         ready_holding_since: None,
                         attempts: Vec::new(),
+                        flaps: Vec::new(),
                     };
                     b.readiness = Readiness::restore(c.policy.clone(), fresh);
                     self.effects.push(log(

@@ -29,6 +29,12 @@
 //!   one evaluation, unready wins.
 //! * Every transition clears both holding clocks: the evidence for the next transition is gathered
 //!   in the new state only.
+//! * Flap damping ([`Policy::damping`]): every `ready → unready` transition is a *flap*. The
+//!   flaps counted at `now` are those in `(now - period, now]` that came after the latest gap of
+//!   at least `quiet` between two flaps (or between the latest flap and `now`). When more than
+//!   `flaps` are counted, the ready condition's `for` in force is its `for × 2^(counted - flaps)`,
+//!   capped at `max_for`; otherwise its own `for`. It is taken at every evaluation, so it only
+//!   shortens while no new flap comes. The flap history is part of the [`Snapshot`].
 //! * Published value: `ready` = 1, `unready` and `pending_approval` = 0, `unknown` = no datum.
 
 use crate::failure::FailureClass;
@@ -119,6 +125,62 @@ impl Default for Definitive {
     }
 }
 
+/// Flap damping (`[readiness.flap_damping]`): a branch that went `ready → unready` more than
+/// `flaps` times in `period` waits a longer ready `for` (see the module rules).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlapDamping {
+    /// How many `ready → unready` flaps in `period` are tolerated before the ready `for` grows.
+    pub flaps: u32,
+    /// The trailing period flaps are counted over.
+    pub period: Duration,
+    /// The longest ready `for` damping may demand.
+    pub max_for: Duration,
+    /// A gap of this long without a flap forgets every earlier flap (at most `period`).
+    pub quiet: Duration,
+}
+
+impl Default for FlapDamping {
+    /// More than 3 flaps in 1h double the ready `for` per extra flap, up to 1h; 1h quiet resets.
+    fn default() -> Self {
+        FlapDamping {
+            flaps: 3,
+            period: Duration::from_secs(3600),
+            max_for: Duration::from_secs(3600),
+            quiet: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl FlapDamping {
+    /// The ready `for` in force when `counted` flaps are counted and the ready condition's own
+    /// `for` is `base`: `base × 2^(counted - flaps)` capped at `max_for` (never below `base`)
+    /// above `flaps`, `base` otherwise.
+    pub fn ready_for(&self, base: Duration, counted: u32) -> Duration {
+        let Some(extra) = counted.checked_sub(self.flaps).filter(|e| *e > 0) else {
+            return base;
+        };
+        let factor = 1u32.checked_shl(extra).unwrap_or(0);
+        let grown = if factor == 0 {
+            None
+        } else {
+            base.checked_mul(factor)
+        };
+        grown
+            .map_or(self.max_for, |d| d.min(self.max_for))
+            .max(base)
+    }
+}
+
+/// What flap damping made of a transition (in [`Transition::damping`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DampingEvidence {
+    /// `ready → unready` flaps counted at the transition (including this one, if it is a flap).
+    pub recent_flaps: u32,
+    /// The ready `for` in force after the transition, in milliseconds: what the next (or this)
+    /// recovery waits.
+    pub ready_for_ms: u64,
+}
+
 /// The readiness policy of a branch (parsed and validated by the config module).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -136,6 +198,8 @@ pub struct Policy {
     pub initial: ReadinessState,
     /// The definitive rule; `None`: the unready condition fires after its `for` only.
     pub definitive: Option<Definitive>,
+    /// Flap damping; `None`: the ready condition always waits its own `for`.
+    pub damping: Option<FlapDamping>,
 }
 
 impl Policy {
@@ -185,6 +249,10 @@ pub struct Transition {
     pub unready_window: WindowStats,
     /// Statistics of the ready condition's window at `at`.
     pub ready_window: WindowStats,
+    /// Set when flap damping lengthened the ready `for`: on the flap that lengthened it and on the
+    /// recovery that waited it. Absent otherwise (and in records written before damping).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damping: Option<DampingEvidence>,
 }
 
 /// Everything needed to continue a [`Readiness`] in a later process (scheduled-task runs).
@@ -200,6 +268,10 @@ pub struct Snapshot {
     pub ready_holding_since: Option<Millis>,
     /// Retained attempts, sorted by `finished_at`.
     pub attempts: Vec<AttemptRecord>,
+    /// Instants (ms since the epoch) of the `ready → unready` flaps flap damping still counts,
+    /// oldest first. Absent in documents written before damping.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flaps: Vec<Millis>,
 }
 
 impl Snapshot {
@@ -214,6 +286,7 @@ impl Snapshot {
         self.since = self.since.map(|t| t.min(now));
         self.unready_holding_since = self.unready_holding_since.filter(|t| *t <= now);
         self.ready_holding_since = self.ready_holding_since.filter(|t| *t <= now);
+        self.flaps.retain(|t| *t <= now);
         self
     }
 }
@@ -256,6 +329,8 @@ pub struct Readiness {
     ready_holding_since: Option<Millis>,
     /// Sorted by `finished_at` (stable for equal instants).
     attempts: VecDeque<AttemptRecord>,
+    /// Flap instants damping still counts, sorted (see [`Snapshot::flaps`]).
+    flaps: VecDeque<Millis>,
     /// Latest instant evaluated or approved at; not persisted (rebuilt on restore).
     clock: Option<Millis>,
 }
@@ -315,6 +390,7 @@ impl Readiness {
             unready_holding_since: None,
             ready_holding_since: None,
             attempts: VecDeque::new(),
+            flaps: VecDeque::new(),
             clock: None,
         }
     }
@@ -334,6 +410,7 @@ impl Readiness {
             snapshot.unready_holding_since,
             snapshot.ready_holding_since,
             attempts.last().map(|a| a.finished_at),
+            snapshot.flaps.iter().max().copied(),
         ]
         .into_iter()
         .flatten()
@@ -353,6 +430,11 @@ impl Readiness {
             unready_holding_since: snapshot.unready_holding_since,
             ready_holding_since,
             attempts: attempts.into(),
+            flaps: {
+                let mut f = snapshot.flaps;
+                f.sort_unstable();
+                f.into()
+            },
             clock,
         }
     }
@@ -365,6 +447,7 @@ impl Readiness {
             unready_holding_since: self.unready_holding_since,
             ready_holding_since: self.ready_holding_since,
             attempts: self.attempts.iter().copied().collect(),
+            flaps: self.flaps.iter().copied().collect(),
         }
     }
 
@@ -384,6 +467,7 @@ impl Readiness {
     pub fn evaluate(&mut self, now: Millis) -> Option<Transition> {
         let now = self.advance_clock(now);
         self.prune(now);
+        self.prune_flaps(now);
         let uw = self.window_stats(now, self.policy.declare_unready.window);
         let rw = self.window_stats(now, self.policy.declare_ready.window);
         let min = self.policy.min_attempts;
@@ -408,7 +492,8 @@ impl Readiness {
             None
         };
         let u_fires = for_fires || definitive.is_some();
-        let r_fires = fires(self.ready_holding_since, self.policy.declare_ready.for_);
+        let ready_for = self.ready_for();
+        let r_fires = fires(self.ready_holding_since, ready_for);
         let ready_target = if self.policy.approval_required {
             ReadinessState::PendingApproval
         } else {
@@ -429,48 +514,15 @@ impl Readiness {
                 }
             }
         }?;
-        let (held_since, reason) = if to == ReadinessState::Unready {
-            let c = &self.policy.declare_unready;
-            let hs = self.unready_holding_since.unwrap_or(now);
-            let mut reason = format!(
-                "success rate {}% < {}% {} held for {} (required {}, since {})",
-                fmt_percent(uw.success_rate_percent.unwrap_or(0.0)),
-                fmt_percent(c.threshold_percent),
-                describe_window(&uw),
-                fmt_duration_ms(now.saturating_sub(hs)),
-                fmt_duration_ms(duration_ms(c.for_)),
-                rfc3339(hs),
-            );
-            if let Some(run) = &definitive {
-                reason.push_str(&format!(
-                    "; definitive rule fired: the last {} attempts failed with a definitive class ({}) over {} from the first to the last (required {})",
-                    run.failed,
-                    describe_classes(&run.failure_classes),
-                    fmt_duration_ms(i64::try_from(run.window_ms).unwrap_or(i64::MAX)),
-                    fmt_duration_ms(duration_ms(
-                        self.policy.definitive.as_ref().map_or(Duration::ZERO, |d| d.for_)
-                    )),
-                ));
-            }
-            (hs, reason)
+        let (held_since, mut reason) = if to == ReadinessState::Unready {
+            self.unready_reason(now, &uw, definitive.as_ref())
         } else {
-            let c = &self.policy.declare_ready;
-            let hs = self.ready_holding_since.unwrap_or(now);
-            let mut reason = format!(
-                "success rate {}% >= {}% {} held for {} (required {}, since {})",
-                fmt_percent(rw.success_rate_percent.unwrap_or(0.0)),
-                fmt_percent(c.threshold_percent),
-                describe_window(&rw),
-                fmt_duration_ms(now.saturating_sub(hs)),
-                fmt_duration_ms(duration_ms(c.for_)),
-                rfc3339(hs),
-            );
-            if to == ReadinessState::PendingApproval {
-                reason.push_str("; operator approval required");
-            }
-            (hs, reason)
+            self.ready_reason(now, &rw, to, ready_for)
         };
-        Some(self.transition(to, now, reason, Some(held_since), uw, rw))
+        let damping = self.damp(to, now, &mut reason);
+        let mut tr = self.transition(to, now, reason, Some(held_since), uw, rw);
+        tr.damping = damping;
+        Some(tr)
     }
 
     /// Operator approval: `pending_approval → ready` at `now` (ms since the epoch), clearing both
@@ -594,6 +646,145 @@ impl Readiness {
         })
     }
 
+    /// `(held_since, reason)` of a transition to `unready` at `now`.
+    fn unready_reason(
+        &self,
+        now: Millis,
+        uw: &WindowStats,
+        definitive: Option<&WindowStats>,
+    ) -> (Millis, String) {
+        let c = &self.policy.declare_unready;
+        let hs = self.unready_holding_since.unwrap_or(now);
+        let mut reason = format!(
+            "success rate {}% < {}% {} held for {} (required {}, since {})",
+            fmt_percent(uw.success_rate_percent.unwrap_or(0.0)),
+            fmt_percent(c.threshold_percent),
+            describe_window(uw),
+            fmt_duration_ms(now.saturating_sub(hs)),
+            fmt_duration_ms(duration_ms(c.for_)),
+            rfc3339(hs),
+        );
+        if let Some(run) = definitive {
+            reason.push_str(&format!(
+                "; definitive rule fired: the last {} attempts failed with a definitive class ({}) over {} from the first to the last (required {})",
+                run.failed,
+                describe_classes(&run.failure_classes),
+                fmt_duration_ms(i64::try_from(run.window_ms).unwrap_or(i64::MAX)),
+                fmt_duration_ms(duration_ms(
+                    self.policy.definitive.as_ref().map_or(Duration::ZERO, |d| d.for_)
+                )),
+            ));
+        }
+        (hs, reason)
+    }
+
+    /// `(held_since, reason)` of a transition to `to` (ready or pending_approval) at `now`, after
+    /// the ready condition held for `ready_for` (the `for` in force).
+    fn ready_reason(
+        &self,
+        now: Millis,
+        rw: &WindowStats,
+        to: ReadinessState,
+        ready_for: Duration,
+    ) -> (Millis, String) {
+        let c = &self.policy.declare_ready;
+        let hs = self.ready_holding_since.unwrap_or(now);
+        let mut reason = format!(
+            "success rate {}% >= {}% {} held for {} (required {}, since {})",
+            fmt_percent(rw.success_rate_percent.unwrap_or(0.0)),
+            fmt_percent(c.threshold_percent),
+            describe_window(rw),
+            fmt_duration_ms(now.saturating_sub(hs)),
+            fmt_duration_ms(duration_ms(ready_for)),
+            rfc3339(hs),
+        );
+        if to == ReadinessState::PendingApproval {
+            reason.push_str("; operator approval required");
+        }
+        (hs, reason)
+    }
+
+    /// The ready condition's `for` in force now: its own, or the damped one (module rules).
+    fn ready_for(&self) -> Duration {
+        let base = self.policy.declare_ready.for_;
+        self.policy.damping.as_ref().map_or(base, |d| {
+            d.ready_for(base, u32::try_from(self.flaps.len()).unwrap_or(u32::MAX))
+        })
+    }
+
+    /// Flap damping's part of a transition to `to` at `now`: counts a `ready → unready` flap, and
+    /// when more flaps are counted than the policy tolerates, says so in `reason` and returns
+    /// the evidence.
+    fn damp(
+        &mut self,
+        to: ReadinessState,
+        now: Millis,
+        reason: &mut String,
+    ) -> Option<DampingEvidence> {
+        let d = self.policy.damping.clone()?;
+        let flap = self.state == ReadinessState::Ready && to == ReadinessState::Unready;
+        if flap {
+            self.flaps.push_back(now);
+            // Beyond `flaps + 64` the doubling has long reached any cap: keep memory bounded.
+            let keep = usize::try_from(d.flaps)
+                .unwrap_or(usize::MAX)
+                .saturating_add(64);
+            while self.flaps.len() > keep {
+                self.flaps.pop_front();
+            }
+        }
+        let counted = u32::try_from(self.flaps.len()).unwrap_or(u32::MAX);
+        if counted <= d.flaps || (to == ReadinessState::Unready && !flap) {
+            return None;
+        }
+        let base = self.policy.declare_ready.for_;
+        let ready_for = d.ready_for(base, counted);
+        let period = fmt_duration_ms(duration_ms(d.period));
+        let (grown, max) = (
+            fmt_duration_ms(duration_ms(ready_for)),
+            fmt_duration_ms(duration_ms(d.max_for)),
+        );
+        let base = fmt_duration_ms(duration_ms(base));
+        let extra = counted - d.flaps;
+        let needs = if flap { "now needs" } else { "needed" };
+        reason.push_str(&format!(
+            "; flap damping: {counted} ready → unready flaps within {period} (more than {}): the ready condition {needs} {grown} (for {base} × 2^{extra}, at most {max})",
+            d.flaps
+        ));
+        Some(DampingEvidence {
+            recent_flaps: counted,
+            ready_for_ms: u64::try_from(ready_for.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// Forgets the flaps damping no longer counts at `now`: those at or before `now - period`,
+    /// and every flap before the latest gap of at least `quiet` (all of them when the latest
+    /// flap is at least `quiet` ago).
+    fn prune_flaps(&mut self, now: Millis) {
+        let Some(d) = &self.policy.damping else {
+            self.flaps.clear();
+            return;
+        };
+        let (period, quiet) = (duration_ms(d.period), duration_ms(d.quiet));
+        let horizon = now.saturating_sub(period);
+        while self.flaps.front().is_some_and(|t| *t <= horizon) {
+            self.flaps.pop_front();
+        }
+        if self
+            .flaps
+            .back()
+            .is_some_and(|t| now.saturating_sub(*t) >= quiet)
+        {
+            self.flaps.clear();
+        }
+        let gap = (1..self.flaps.len())
+            .rev()
+            .find(|i| self.flaps[*i].saturating_sub(self.flaps[*i - 1]) >= quiet);
+        if let Some(i) = gap {
+            self.flaps.drain(..i);
+        }
+    }
+
     /// Moves the evaluation clock to `max(clock, now)` and returns it.
     fn advance_clock(&mut self, now: Millis) -> Millis {
         let now = self.clock.map_or(now, |c| c.max(now));
@@ -635,6 +826,7 @@ impl Readiness {
             held_since,
             unready_window,
             ready_window,
+            damping: None,
         }
     }
 }
@@ -666,6 +858,7 @@ mod tests {
             approval_required: false,
             initial: ReadinessState::Ready,
             definitive: None,
+            damping: None,
         }
     }
 
@@ -717,6 +910,7 @@ mod tests {
     ///
     /// ```text
     /// policy initial=unknown approval=required min_attempts=10 unready=95%/3m/60s ready=99%/10m/5m
+    /// policy damping=3/1h/5m/1h        flap damping: FLAPS/PERIOD/MAX_FOR/QUIET (or `off`)
     /// t=12s ok                         record one attempt
     /// t=14s fail server_read_only      record one failed attempt (class optional)
     /// t=0s..3m/2s ok                   attempts every 2s in [0s, 3m)
@@ -732,6 +926,7 @@ mod tests {
     /// expect no transition             no unchecked transition
     /// expect evidence unready|ready finished=30 failed=24 classes=a:18,b:6   of the last transition
     /// expect reason contains TEXT      of the last transition
+    /// expect damping 4 2m | none       the last transition's damping evidence (flaps, ready for)
     /// ```
     ///
     /// Every transition must be checked by an `expect transition` line before the script ends.
@@ -842,6 +1037,19 @@ mod tests {
                         }
                         policy.definitive = Some(rule);
                     }
+                    // `damping=FLAPS/PERIOD/MAX_FOR/QUIET` or `damping=off`.
+                    "damping" if v == "off" => policy.damping = None,
+                    "damping" => {
+                        let p: Vec<&str> = v.split('/').collect();
+                        assert_eq!(p.len(), 4, "{ctx}: damping=FLAPS/PERIOD/MAX_FOR/QUIET");
+                        let d = |s: &str| humantime::parse_duration(s).expect("duration");
+                        policy.damping = Some(FlapDamping {
+                            flaps: p[0].parse().expect("flaps"),
+                            period: d(p[1]),
+                            max_for: d(p[2]),
+                            quiet: d(p[3]),
+                        });
+                    }
                     _ => panic!("{ctx}: unknown policy key {k}"),
                 }
             }
@@ -934,6 +1142,21 @@ mod tests {
                     assert!(unchecked.is_empty(), "{ctx}: unexpected {unchecked:#?}");
                 }
                 ["evidence", which, fields @ ..] => self.expect_evidence(ctx, which, fields),
+                ["damping", rest @ ..] => {
+                    let tr = self
+                        .last
+                        .as_ref()
+                        .unwrap_or_else(|| panic!("{ctx}: no transition"));
+                    let want = match rest {
+                        ["none"] => None,
+                        [flaps, ready_for] => Some(DampingEvidence {
+                            recent_flaps: flaps.parse().expect("flaps"),
+                            ready_for_ms: parse_span(ready_for) as u64,
+                        }),
+                        _ => panic!("{ctx}: want `expect damping FLAPS READY_FOR` or `none`"),
+                    };
+                    assert_eq!(tr.damping, want, "{ctx}");
+                }
                 ["reason", "contains", ..] => {
                     let text = rest.trim_start_matches("reason contains").trim();
                     let tr = self
@@ -1441,6 +1664,7 @@ mod tests {
                     class: None,
                 })
                 .collect(),
+            flaps: vec![],
         };
         let fail_for_5m = |r: &mut Readiness| {
             (1..=150)
@@ -1475,6 +1699,7 @@ mod tests {
             unready_holding_since: None,
             ready_holding_since: Some(1),
             attempts: vec![],
+            flaps: vec![],
         };
         assert_eq!(
             Readiness::restore(p.clone(), snap.clone()).state(),
@@ -1484,6 +1709,238 @@ mod tests {
         let r = Readiness::restore(p, snap);
         assert_eq!(r.state(), ReadinessState::Unready);
         assert_eq!(r.holding().1, None);
+    }
+
+    // ------------------------------------------------------------ flap damping
+
+    /// Short conditions (unready 30s over 10s, ready 1m over 30s, attempts every 2s) so one flap
+    /// and its recovery take about two minutes.
+    fn flapping_policy(damping: Option<FlapDamping>) -> Policy {
+        Policy {
+            min_attempts: 3,
+            declare_unready: parse_condition("95%/30s/10s"),
+            declare_ready: parse_condition("99%/1m/30s"),
+            damping,
+            ..default_policy()
+        }
+    }
+
+    /// More than 3 flaps in 1h double the ready `for`, up to `max_for`; `quiet` resets.
+    fn damping(max_for: &str, quiet: &str) -> Option<FlapDamping> {
+        Some(FlapDamping {
+            flaps: 3,
+            period: Duration::from_secs(3600),
+            max_for: humantime::parse_duration(max_for).expect("max_for"),
+            quiet: humantime::parse_duration(quiet).expect("quiet"),
+        })
+    }
+
+    /// Records attempts every 2s from `*t` until one makes a transition, which must lead to `to`.
+    fn run_until(
+        r: &mut Readiness,
+        t: &mut Millis,
+        success: bool,
+        to: ReadinessState,
+    ) -> Transition {
+        for _ in 0..1000 {
+            let a = AttemptRecord {
+                finished_at: *t,
+                success,
+                class: (!success).then_some(FailureClass::TcpTimeout),
+            };
+            *t += 2 * S;
+            if let Some(tr) = r.record(a) {
+                assert_eq!(tr.to, to, "{tr:#?}");
+                return tr;
+            }
+        }
+        panic!("no transition to {to} within 1000 attempts");
+    }
+
+    /// One flap and its recovery: `(the unready transition, the ready one)`.
+    fn flap(r: &mut Readiness, t: &mut Millis) -> (Transition, Transition) {
+        let down = run_until(r, t, false, ReadinessState::Unready);
+        let up = run_until(r, t, true, ReadinessState::Ready);
+        (down, up)
+    }
+
+    fn evidence(flaps: u32, ready_for: &str) -> Option<DampingEvidence> {
+        Some(DampingEvidence {
+            recent_flaps: flaps,
+            ready_for_ms: parse_span(ready_for) as u64,
+        })
+    }
+
+    #[test]
+    fn a_flapping_branch_waits_a_doubling_ready_for_up_to_the_cap() {
+        let mut r = Readiness::new(flapping_policy(damping("5m", "1h")));
+        let mut t = BASE;
+        // Flaps 1–3 are tolerated; the 4th doubles the 1m, the 5th doubles again, the 6th and 7th
+        // hit the 5m cap.
+        let want = [
+            ("1m", None),
+            ("1m", None),
+            ("1m", None),
+            ("2m", evidence(4, "2m")),
+            ("4m", evidence(5, "4m")),
+            ("5m", evidence(6, "5m")),
+            ("5m", evidence(7, "5m")),
+        ];
+        for (i, (wait, ev)) in want.into_iter().enumerate() {
+            let (down, up) = flap(&mut r, &mut t);
+            let ctx = format!("flap {}", i + 1);
+            assert_eq!(down.damping, ev, "{ctx}: {down:#?}");
+            assert_eq!(up.damping, ev, "{ctx}: {up:#?}");
+            let held = up.at - up.held_since.expect("held_since");
+            assert_eq!(held, parse_span(wait), "{ctx}: {up:#?}");
+            assert!(
+                up.reason.contains(&format!("(required {wait},")),
+                "{ctx}: {}",
+                up.reason
+            );
+            assert_eq!(
+                up.reason.contains("flap damping"),
+                ev.is_some(),
+                "{ctx}: {}",
+                up.reason
+            );
+        }
+        assert!(
+            t - BASE < parse_span("1h"),
+            "the flaps all fit in the period"
+        );
+    }
+
+    #[test]
+    fn damping_reasons_say_what_was_applied() {
+        let mut r = Readiness::new(flapping_policy(damping("5m", "1h")));
+        let mut t = BASE;
+        for _ in 0..3 {
+            flap(&mut r, &mut t);
+        }
+        let (down, up) = flap(&mut r, &mut t);
+        assert!(
+            down.reason.ends_with("; flap damping: 4 ready → unready flaps within 1h (more than 3): the ready condition now needs 2m (for 1m × 2^1, at most 5m)"),
+            "{}",
+            down.reason
+        );
+        assert!(
+            up.reason.ends_with("; flap damping: 4 ready → unready flaps within 1h (more than 3): the ready condition needed 2m (for 1m × 2^1, at most 5m)"),
+            "{}",
+            up.reason
+        );
+    }
+
+    #[test]
+    fn without_damping_every_recovery_waits_the_ready_for() {
+        let mut r = Readiness::new(flapping_policy(None));
+        let mut t = BASE;
+        for _ in 0..7 {
+            let (down, up) = flap(&mut r, &mut t);
+            assert_eq!((down.damping, up.damping.clone()), (None, None));
+            assert_eq!(up.at - up.held_since.expect("held_since"), parse_span("1m"));
+        }
+        assert_eq!(r.snapshot().flaps, Vec::<Millis>::new());
+    }
+
+    #[test]
+    fn a_quiet_period_forgets_the_flaps() {
+        check(
+            "
+            policy min_attempts=3 unready=95%/30s/10s ready=99%/1m/30s damping=3/1h/5m/10m
+            t=0s..30s/2s ok
+            t=30s..1m2s/2s fail tcp_timeout
+            expect transition ready -> unready at 1m
+            t=1m2s..2m32s/2s ok
+            expect transition unready -> ready at 2m30s
+            t=2m32s..3m4s/2s fail tcp_timeout
+            expect transition ready -> unready at 3m2s
+            t=3m4s..4m34s/2s ok
+            expect transition unready -> ready at 4m32s
+            t=4m34s..5m6s/2s fail tcp_timeout
+            expect transition ready -> unready at 5m4s
+            t=5m6s..6m36s/2s ok
+            expect transition unready -> ready at 6m34s
+            expect damping none
+            t=6m36s..7m8s/2s fail tcp_timeout
+            expect transition ready -> unready at 7m6s
+            expect damping 4 2m
+            t=7m8s..9m38s/2s ok           # holds from 7m36s, for 2m
+            expect transition unready -> ready at 9m36s
+            expect damping 4 2m
+            # 12m54s after the 4th flap: quiet (10m) forgets all four
+            t=9m38s..20m/2s ok
+            t=20m..20m32s/2s fail tcp_timeout
+            expect transition ready -> unready at 20m30s
+            expect damping none
+            t=20m32s..22m2s/2s ok
+            expect transition unready -> ready at 22m
+            expect damping none
+            ",
+        );
+    }
+
+    #[test]
+    fn flap_history_survives_a_restart() {
+        check(
+            "
+            policy min_attempts=3 unready=95%/30s/10s ready=99%/1m/30s damping=3/1h/5m/1h
+            t=0s..30s/2s ok
+            t=30s..1m2s/2s fail tcp_timeout
+            expect transition ready -> unready at 1m
+            t=1m2s..2m32s/2s ok
+            expect transition unready -> ready at 2m30s
+            t=2m32s..3m4s/2s fail tcp_timeout
+            expect transition ready -> unready at 3m2s
+            t=3m4s..4m34s/2s ok
+            expect transition unready -> ready at 4m32s
+            restart
+            t=4m34s..5m6s/2s fail tcp_timeout
+            expect transition ready -> unready at 5m4s
+            t=5m6s..6m36s/2s ok
+            expect transition unready -> ready at 6m34s
+            t=6m36s..7m8s/2s fail tcp_timeout
+            expect transition ready -> unready at 7m6s
+            expect damping 4 2m
+            restart
+            t=7m8s..9m38s/2s ok           # holds from 7m36s, for 2m: not the 1m of a fresh start
+            expect transition unready -> ready at 9m36s
+            expect damping 4 2m
+            ",
+        );
+    }
+
+    #[test]
+    fn a_snapshot_without_flaps_loads_and_writes_none() {
+        let json = r#"{"state":"ready","since":5,"unready_holding_since":null,"ready_holding_since":null,"attempts":[]}"#;
+        let snap: Snapshot = serde_json::from_str(json).expect("an older snapshot loads");
+        assert_eq!(snap.flaps, Vec::<Millis>::new());
+        assert_eq!(serde_json::to_string(&snap).expect("serialise"), json);
+    }
+
+    #[test]
+    fn damped_ready_for_arithmetic() {
+        let d = FlapDamping {
+            flaps: 3,
+            period: Duration::from_secs(3600),
+            max_for: Duration::from_secs(3600),
+            quiet: Duration::from_secs(3600),
+        };
+        let m = |n: u64| Duration::from_secs(60 * n);
+        for (counted, want) in [
+            (0, m(10)),
+            (3, m(10)),
+            (4, m(20)),
+            (5, m(40)),
+            (6, m(60)),
+            (40, m(60)),
+            (u32::MAX, m(60)),
+        ] {
+            assert_eq!(d.ready_for(m(10), counted), want, "{counted} flaps");
+        }
+        assert_eq!(d.ready_for(Duration::ZERO, 9), Duration::ZERO);
+        // A cap below the condition's own `for` never shortens it.
+        assert_eq!(d.ready_for(m(90), 5), m(90));
     }
 
     #[test]
@@ -1655,6 +2112,8 @@ mod tests {
                 ReadinessState::Unready,
             ]),
             prop::option::of((0u64..40, prop::bool::ANY)),
+            // flaps, period (s), max_for beyond the ready `for` (s), quiet (percent of period).
+            prop::option::of((0u32..3, 10u64..600, 0u64..300, 1u64..=100)),
         )
             .prop_map(
                 |(
@@ -1664,7 +2123,14 @@ mod tests {
                     approval_required,
                     initial,
                     def,
+                    damp,
                 )| {
+                    let damping = damp.map(|(flaps, period, extra, quiet)| FlapDamping {
+                        flaps,
+                        period: Duration::from_secs(period),
+                        max_for: declare_ready.for_ + Duration::from_secs(extra),
+                        quiet: Duration::from_secs((period * quiet / 100).max(1)),
+                    });
                     Policy {
                         min_attempts,
                         declare_unready,
@@ -1680,6 +2146,7 @@ mod tests {
                                 [FailureClass::ServerReadOnly].into_iter().collect()
                             },
                         }),
+                        damping,
                     }
                 },
             )
@@ -1736,6 +2203,29 @@ mod tests {
         }
     }
 
+    /// Brute force over every flap seen: the ready `for` in force at `now` (module rules).
+    fn brute_ready_for(flaps: &[Millis], now: Millis, policy: &Policy) -> i64 {
+        let base = policy.declare_ready.for_;
+        let Some(d) = &policy.damping else {
+            return duration_ms(base);
+        };
+        let quiet = duration_ms(d.quiet);
+        let mut after_gap: Vec<Millis> = Vec::new();
+        for (i, t) in flaps.iter().enumerate() {
+            let next = flaps.get(i + 1).copied().unwrap_or(now);
+            after_gap.push(*t);
+            if next - t >= quiet {
+                after_gap.clear();
+            }
+        }
+        let counted = after_gap
+            .iter()
+            .filter(|t| **t > now - duration_ms(d.period))
+            .count();
+        let grown = base.saturating_mul(1 << (counted as u32).saturating_sub(d.flaps).min(20));
+        duration_ms(grown.min(d.max_for).max(base))
+    }
+
     /// Start of the uninterrupted run of holding evaluations ending at the latest one.
     fn run_start(history: &[(Millis, bool)]) -> Option<Millis> {
         let (_, holds_now) = history.last()?;
@@ -1766,7 +2256,7 @@ mod tests {
             let mut hist_u: Vec<(Millis, bool)> = Vec::new();
             let mut hist_r: Vec<(Millis, bool)> = Vec::new();
             let for_u = duration_ms(policy.declare_unready.for_);
-            let for_r = duration_ms(policy.declare_ready.for_);
+            let mut flaps: Vec<Millis> = Vec::new();
             let ready_target = if policy.approval_required {
                 ReadinessState::PendingApproval
             } else {
@@ -1808,6 +2298,7 @@ mod tests {
                 let definitive_u =
                     !for_fires_u && start_u.is_some() && brute_definitive(&all, now, &policy);
                 let fires_u = for_fires_u || definitive_u;
+                let for_r = brute_ready_for(&flaps, now, &policy);
                 let fires_r = start_r.is_some_and(|s| now - s >= for_r);
                 let want = match before {
                     ReadinessState::Ready | ReadinessState::PendingApproval => {
@@ -1838,6 +2329,18 @@ mod tests {
                     prop_assert_eq!(early, tr.reason.contains("definitive rule fired"));
                     prop_assert_eq!((tr.from, tr.at, r.since()), (before, now, Some(now)));
                     prop_assert_eq!(r.holding(), (None, None));
+                    if before == ReadinessState::Ready && tr.to == ReadinessState::Unready {
+                        flaps.push(now);
+                    }
+                    // Damping evidence names the ready `for` in force after the transition, and is
+                    // there whenever that `for` grew (on a flap or a recovery).
+                    let n = brute_ready_for(&flaps, now, &policy);
+                    let grew = n > duration_ms(policy.declare_ready.for_);
+                    let counts = tr.to != ReadinessState::Unready || before == ReadinessState::Ready;
+                    if let Some(ev) = &tr.damping {
+                        prop_assert_eq!(i64::try_from(ev.ready_for_ms).ok(), Some(n));
+                    }
+                    prop_assert!(!(grew && counts) || tr.damping.is_some());
                     hist_u.clear();
                     hist_r.clear();
                 }

@@ -740,6 +740,7 @@ mod tests {
             unready_holding_since: None,
             ready_holding_since: None,
             attempts: vec![],
+            flaps: vec![],
         }
     }
 

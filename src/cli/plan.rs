@@ -219,6 +219,31 @@ fn plan_readiness(s: &mut String, svc: &ServiceConfig) -> std::fmt::Result {
             ""
         },
         config::one_failure_effect(&p.declare_ready, svc.probe.interval, false)
+    )?;
+    plan_damping(s, p)
+}
+
+/// Flap damping: when it lengthens the ready `for`, the first lengths and the cap.
+fn plan_damping(s: &mut String, p: &crate::readiness::Policy) -> std::fmt::Result {
+    use std::fmt::Write;
+    let d = crate::clock::fmt_duration;
+    let Some(damp) = p.damping.as_ref() else {
+        return writeln!(s, "  flap damping: off");
+    };
+    let base = p.declare_ready.for_;
+    let counts: Vec<u32> = (1..=3).map(|e| damp.flaps.saturating_add(e)).collect();
+    let steps: Vec<String> = counts.iter().map(|n| d(damp.ready_for(base, *n))).collect();
+    let counts: Vec<String> = counts.iter().map(u32::to_string).collect();
+    writeln!(
+        s,
+        "  flap damping: after more than {} ready → unready flaps within {}, declare ready holds for {} at {} flaps (not {}), doubling per flap up to {}; flaps are forgotten after {} without one",
+        damp.flaps,
+        d(damp.period),
+        steps.join(", "),
+        counts.join(", "),
+        d(base),
+        d(damp.max_for),
+        d(damp.quiet)
     )
 }
 
@@ -423,6 +448,7 @@ endpoint = "mysql-secondary.orders.internal.example"
                 definitive classes: dns_nxdomain, dns_nodata, dns_stable_name, tls_not_offered, tls_untrusted, tls_name_mismatch, tls_expired, tls_not_yet_valid, tls_protocol_version, auth_denied, server_read_only, verify_mismatch, http_body_mismatch, http_wrong_branch
                 ambiguous classes:  dns_servfail, dns_refused, dns_timeout, dns_error, tcp_refused, tcp_timeout, tcp_unreachable, tcp_reset, tls_handshake, too_many_connections, lock_wait_timeout, server_gone_away, server_error, http_status, otlp_rejected, deadline_exceeded, protocol_error, internal_error
               declare ready:   success rate ≥ 99% over 5m held for 10m; 150 attempts per 5m window; one failure → 99.3% (still meets the threshold)
+              flap damping: after more than 3 ready → unready flaps within 1h, declare ready holds for 20m, 40m, 1h at 4, 5, 6 flaps (not 10m), doubling per flap up to 1h; flaps are forgotten after 1h without one
             publish every 1m to emf (stdout) in namespace Readyprobe (standard resolution, 60 s):
               Readiness              None (0/1)     [Service, Branch]
               SuccessRate            Percent        [Service, Branch]

@@ -404,7 +404,7 @@ fn default_prober_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::readiness::ReadinessState;
+    use crate::readiness::{FlapDamping, ReadinessState};
     use std::time::Duration;
 
     #[test]
@@ -620,6 +620,87 @@ endpoint = "mysql-secondary.orders.internal.example"
                 .any(|i| i.message.contains("definitive_classes = []")),
             "{got:?}"
         );
+    }
+
+    #[test]
+    fn flap_damping_keys() {
+        let damping = |text: &str| {
+            parse(Path::new("t.toml"), &with("[probe]", text))
+                .unwrap()
+                .services[0]
+                .policy
+                .damping
+                .clone()
+        };
+        let h = |n: u64| Duration::from_secs(3600 * n);
+        // On by default; max_for is at least declare_ready.for, quiet defaults to period.
+        assert_eq!(damping("[probe]"), Some(FlapDamping::default()));
+        let d = damping(
+            "[readiness]\ndeclare_ready = { for = \"2h\" }\n\n[readiness.flap_damping]\nflaps = 5\nperiod = \"6h\"\n\n[probe]",
+        )
+        .unwrap();
+        assert_eq!(
+            (d.flaps, d.period, d.max_for, d.quiet),
+            (5, h(6), h(2), h(6))
+        );
+        let d = damping("[readiness.flap_damping]\nmax_for = \"3h\"\nquiet = \"30m\"\n\n[probe]")
+            .unwrap();
+        assert_eq!((d.max_for, d.quiet), (h(3), Duration::from_secs(1800)));
+        assert_eq!(
+            damping("[readiness.flap_damping]\nenabled = false\n\n[probe]"),
+            None
+        );
+        let got = issues(&with(
+            "[probe]",
+            "[readiness.flap_damping]\nflap = 3\n\n[probe]",
+        ));
+        assert!(got.iter().any(|i| i.message.contains("flap")), "{got:?}");
+    }
+
+    #[test]
+    fn flap_damping_errors_name_their_key_and_line() {
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                with(
+                    "[probe]",
+                    "[readiness.flap_damping]\nperiod = \"30m\"\nquiet = \"2h\"\n\n[probe]",
+                ),
+                "readiness.flap_damping.quiet",
+                "quiet",
+            ),
+            (
+                with(
+                    "[probe]",
+                    "[readiness.flap_damping]\nmax_for = \"5m\"\n\n[probe]",
+                ),
+                "readiness.flap_damping.max_for",
+                "max_for",
+            ),
+            (
+                with(
+                    "[probe]",
+                    "[readiness.flap_damping]\nperiod = \"0s\"\nquiet = \"0s\"\n\n[probe]",
+                ),
+                "readiness.flap_damping.period",
+                "period",
+            ),
+            (
+                with(
+                    "[probe]",
+                    "[readiness.flap_damping]\nperiod = \"25h\"\n\n[probe]",
+                ),
+                "readiness.flap_damping.period",
+                "period",
+            ),
+        ];
+        for (text, key, needle) in cases {
+            let got = issues(&text);
+            let hit = got.iter().find(|i| i.key == key);
+            assert!(hit.is_some(), "{key}: {got:?}\n{text}");
+            let lines: Vec<&str> = text.lines().collect();
+            let line = lines.iter().rposition(|l| l.contains(needle)).unwrap() + 1;
+            assert_eq!(hit.unwrap().line, Some(line), "{key}: {got:?}");
+        }
     }
 
     #[test]

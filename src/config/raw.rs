@@ -119,6 +119,21 @@ pub(super) struct RawReadiness {
     pub initial: Option<InitialState>,
     /// Failure class names, checked against [`crate::failure::FailureClass`] with line numbers.
     pub definitive_classes: Option<Vec<String>>,
+    pub flap_damping: Option<RawFlapDamping>,
+}
+
+/// `readiness.flap_damping`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFlapDamping {
+    pub enabled: Option<bool>,
+    pub flaps: Option<u32>,
+    #[serde(default, deserialize_with = "bounded_duration")]
+    pub period: Option<Duration>,
+    #[serde(default, deserialize_with = "bounded_duration")]
+    pub max_for: Option<Duration>,
+    #[serde(default, deserialize_with = "bounded_duration")]
+    pub quiet: Option<Duration>,
 }
 
 /// `readiness.declare_unready`.

@@ -5,7 +5,7 @@ use super::raw::RawReadiness;
 use super::values::{Approval, InitialState};
 use crate::clock::fmt_duration;
 use crate::failure::FailureClass;
-use crate::readiness::{Condition, Definitive, Policy};
+use crate::readiness::{Condition, Definitive, FlapDamping, Policy};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -78,6 +78,7 @@ pub(super) fn section(
             ),
         );
     }
+    let damping = damping(r, &ready, issues);
     Some(Policy {
         min_attempts,
         declare_unready: unready,
@@ -85,7 +86,69 @@ pub(super) fn section(
         approval_required: approval == Approval::Required,
         initial: initial.into(),
         definitive: Some(definitive),
+        damping,
     })
+}
+
+/// `[readiness.flap_damping]`: on by default ([`FlapDamping::default`], `quiet` defaulting to
+/// `period`); `enabled = false` turns it off.
+fn damping(r: &RawReadiness, ready: &Condition, issues: &mut Issues<'_>) -> Option<FlapDamping> {
+    const KEY: &str = "readiness.flap_damping";
+    let raw = r.flap_damping.as_ref();
+    if raw.and_then(|d| d.enabled) == Some(false) {
+        return None;
+    }
+    let default = FlapDamping::default();
+    let period = raw.and_then(|d| d.period).unwrap_or(default.period);
+    let d = FlapDamping {
+        flaps: raw.and_then(|d| d.flaps).unwrap_or(default.flaps),
+        period,
+        max_for: raw
+            .and_then(|d| d.max_for)
+            .unwrap_or(default.max_for.max(ready.for_)),
+        quiet: raw.and_then(|d| d.quiet).unwrap_or(period),
+    };
+    for (key, v) in [
+        ("period", d.period),
+        ("max_for", d.max_for),
+        ("quiet", d.quiet),
+    ] {
+        if v > MAX_WINDOW {
+            issues.error(
+                format!("{KEY}.{key}"),
+                format!(
+                    "{} is longer than 24h (flap damping keeps no longer a memory)",
+                    fmt_duration(v)
+                ),
+            );
+        }
+    }
+    if d.period.is_zero() {
+        issues.error(format!("{KEY}.period"), "must be longer than 0s; to turn damping off, set readiness.flap_damping.enabled = false");
+    }
+    if d.quiet.is_zero() {
+        issues.error(format!("{KEY}.quiet"), "must be longer than 0s; to turn damping off, set readiness.flap_damping.enabled = false");
+    } else if d.quiet > d.period {
+        issues.error(
+            format!("{KEY}.quiet"),
+            format!(
+                "{} is longer than flap_damping.period ({}): flaps older than the period are forgotten already, so it would never reset anything",
+                fmt_duration(d.quiet),
+                fmt_duration(d.period)
+            ),
+        );
+    }
+    if d.max_for < ready.for_ {
+        issues.error(
+            format!("{KEY}.max_for"),
+            format!(
+                "{} is shorter than declare_ready.for ({}): damping lengthens the ready `for`, it cannot shorten it",
+                fmt_duration(d.max_for),
+                fmt_duration(ready.for_)
+            ),
+        );
+    }
+    Some(d)
 }
 
 /// `declare_unready.definitive_for` (default 20 s, or `for` when that is shorter: at most `for`)

@@ -25,6 +25,7 @@ fn policy() -> Policy {
         approval_required: true,
         initial: ReadinessState::Unready,
         definitive: None,
+        damping: None,
     }
 }
 

@@ -4,7 +4,7 @@ use super::*;
 use crate::control::Forced;
 use crate::failure::{FailureClass, Step};
 use crate::probe::{DnsMeta, Outcome, StepRecord, mysql, resolve, tls};
-use crate::readiness::{ReadinessState, WindowStats};
+use crate::readiness::{DampingEvidence, ReadinessState, WindowStats};
 use expect_test::{Expect, expect};
 
 /// 2026-01-02T03:04:05.678Z.
@@ -180,8 +180,31 @@ fn transition() -> Record {
             held_since: Some(AT - 30_000),
             unready_window: stats(30_000, 3, 3),
             ready_window: stats(300_000, 30, 3),
+            damping: None,
         },
         published: Some(0.0),
+        override_: None,
+    })
+}
+
+/// A recovery flap damping made wait: 4 flaps in the period, so 2 × the 10m ready `for`.
+fn transition_damped() -> Record {
+    Record::Transition(TransitionRecord {
+        branch: "primary".into(),
+        transition: Transition {
+            from: ReadinessState::Unready,
+            to: ReadinessState::Ready,
+            at: AT,
+            reason: "success rate 100% >= 99% over the last 5m (150 attempts, 0 failed) held for 20m (required 20m, since 2026-01-02T02:44:05.678Z); flap damping: 4 ready → unready flaps within 1h (more than 3): the ready condition needed 20m (for 10m × 2^1, at most 1h)".into(),
+            held_since: Some(AT - 1_200_000),
+            unready_window: stats(60_000, 30, 0),
+            ready_window: stats(300_000, 150, 0),
+            damping: Some(DampingEvidence {
+                recent_flaps: 4,
+                ready_for_ms: 1_200_000,
+            }),
+        },
+        published: Some(1.0),
         override_: None,
     })
 }
@@ -303,6 +326,7 @@ fn every_kind() -> Vec<Record> {
             cause: None,
         }),
         transition(),
+        transition_damped(),
         publish_sent(),
         publish_failed(),
         approval(),
@@ -535,6 +559,24 @@ fn golden_transition() {
             r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"transition","branch":"primary","transition":{"from":"ready","to":"unready","at":1767323045678,"reason":"3 of 3 attempts failed in 30s","held_since":1767323015678,"unready_window":{"window_ms":30000,"finished":3,"failed":3,"success_rate_percent":0.0,"failure_classes":[["tcp_refused",3]]},"ready_window":{"window_ms":300000,"finished":30,"failed":3,"success_rate_percent":90.0,"failure_classes":[["tcp_refused",3]]}},"published":0.0,"override":null}"#
         ]],
     );
+}
+
+/// Damping evidence is written only on the transitions it shaped; older lines without it read.
+#[test]
+fn golden_transition_damped() {
+    check(
+        transition_damped(),
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"transition","branch":"primary","transition":{"from":"unready","to":"ready","at":1767323045678,"reason":"success rate 100% >= 99% over the last 5m (150 attempts, 0 failed) held for 20m (required 20m, since 2026-01-02T02:44:05.678Z); flap damping: 4 ready → unready flaps within 1h (more than 3): the ready condition needed 20m (for 10m × 2^1, at most 1h)","held_since":1767321845678,"unready_window":{"window_ms":60000,"finished":30,"failed":0,"success_rate_percent":100.0,"failure_classes":[]},"ready_window":{"window_ms":300000,"finished":150,"failed":0,"success_rate_percent":100.0,"failure_classes":[]},"damping":{"recent_flaps":4,"ready_for_ms":1200000}},"published":1.0,"override":null}"#
+        ]],
+    );
+    let line = line(transition());
+    assert!(!line.contains("damping"), "{line}");
+    let back: Envelope = serde_json::from_str(&line).unwrap();
+    let Record::Transition(t) = back.record else {
+        panic!("{back:?}")
+    };
+    assert_eq!(t.transition.damping, None);
 }
 
 #[test]

@@ -373,7 +373,7 @@ fn assumptions(setup: &Setup, s: &Scenario, policy: &Policy) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::config::StepTimeouts;
-    use crate::readiness::Condition;
+    use crate::readiness::{Condition, FlapDamping};
     use std::path::Path;
     use std::time::Duration;
 
@@ -396,6 +396,7 @@ mod tests {
                 approval_required: false,
                 initial: ReadinessState::Unknown,
                 definitive: None,
+                damping: None,
             },
             timing: Timing {
                 interval: Duration::from_secs(2),
@@ -451,6 +452,57 @@ fail_percent = 2.0
         let hair_trigger = run(&setup(Duration::ZERO), NOISE);
         assert!(!hair_trigger.branches[0].flaps.is_empty());
         assert!(!hair_trigger.answer.changes.is_empty());
+    }
+
+    /// A primary that fails 2 minutes in every 8: the simulation runs the real core, so flap
+    /// damping doubles its ready `for` from the 4th flap and says so in the transition reasons.
+    #[test]
+    fn a_flapping_primary_is_damped() {
+        let mut text = String::from(
+            "duration = \"70m\"\ninitial = \"ready\"\n[[branch]]\nname = \"primary\"\n",
+        );
+        for k in 0..6 {
+            let from = 5 + 8 * k;
+            text.push_str(&format!(
+                "[[branch.fault]]\nfrom = \"{from}m\"\nuntil = \"{}m\"\n",
+                from + 2
+            ));
+        }
+        let required = |damping: Option<FlapDamping>| {
+            let mut s = setup(Duration::from_secs(30));
+            s.policy.declare_ready.for_ = Duration::from_secs(60);
+            s.policy.declare_ready.window = Duration::from_secs(60);
+            s.policy.damping = damping;
+            let r = run(&s, &text);
+            let steps = &r.branches[0].transitions;
+            let downs = steps.iter().filter(|t| t.to == ReadinessState::Unready);
+            assert_eq!(downs.count(), 6, "{steps:#?}");
+            steps
+                .iter()
+                .filter(|t| t.to == ReadinessState::Ready)
+                .map(|t| {
+                    let damped = t.reason.contains("; flap damping: ");
+                    let (_, rest) = t.reason.split_once("(required ").expect("required");
+                    let (d, _) = rest.split_once(',').expect("required ..,");
+                    (d.to_string(), damped)
+                })
+                .collect::<Vec<_>>()
+        };
+        let want = |v: &[(&str, bool)]| -> Vec<(String, bool)> {
+            v.iter().map(|(d, b)| (d.to_string(), *b)).collect()
+        };
+        assert_eq!(
+            required(Some(FlapDamping::default())),
+            want(&[
+                ("1m", false),
+                ("1m", false),
+                ("1m", false),
+                ("2m", true),
+                ("4m", true),
+                ("8m", true)
+            ])
+        );
+        assert_eq!(required(None), want(&[("1m", false); 6]));
     }
 
     #[test]

@@ -195,6 +195,7 @@ mod tests {
             approval_required,
             initial: ReadinessState::Ready,
             definitive: None,
+            damping: None,
         }
     }
 

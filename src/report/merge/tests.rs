@@ -81,6 +81,7 @@ fn transition(branch: &str, from: ReadinessState, to: ReadinessState) -> Record 
             held_since: None,
             unready_window: stats.clone(),
             ready_window: stats,
+            damping: None,
         },
         published: to.published_value(),
         override_: None,
