@@ -713,6 +713,23 @@ fn ms(d: std::time::Duration) -> u64 {
 fn policy_lines(p: &crate::readiness::Policy) -> Vec<String> {
     let d = crate::clock::fmt_duration;
     let (u, r) = (&p.declare_unready, &p.declare_ready);
+    let definitive = match &p.definitive {
+        Some(x) if !x.classes.is_empty() => format!(
+            "definitive rule: unready after {} of definitive failures ({} classes)",
+            d(x.for_),
+            x.classes.len()
+        ),
+        _ => "definitive rule: off".into(),
+    };
+    let damping = match &p.damping {
+        Some(x) => format!(
+            "flap damping: after more than {} flaps in {}, the ready for doubles per flap up to {}",
+            x.flaps,
+            d(x.period),
+            d(x.max_for)
+        ),
+        None => "flap damping: off".into(),
+    };
     vec![
         format!(
             "initial {}, min_attempts {}",
@@ -736,6 +753,8 @@ fn policy_lines(p: &crate::readiness::Policy) -> Vec<String> {
                 ""
             }
         ),
+        definitive,
+        damping,
     ]
 }
 
