@@ -72,6 +72,19 @@ pub struct StableNameTarget {
     pub end_to_end: Vec<BranchProbe>,
 }
 
+/// The ticks of a loop: the first after a random delay up to `schedule.jitter`, then every
+/// `schedule.interval`, missed ticks skipped (never bunched).
+fn ticker(schedule: &Schedule) -> tokio::time::Interval {
+    let jitter = if schedule.jitter.is_zero() {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(rand::random_range(0..=schedule.jitter.as_millis() as u64))
+    };
+    let mut ticker = interval_at(Instant::now() + jitter, schedule.interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    ticker
+}
+
 /// Run stable-name rounds for one service until `stop` is cancelled or `tx` closes: the first
 /// after a random delay up to `schedule.jitter`, then every `schedule.interval` (missed ticks
 /// skipped). Each round resolves afresh with the branches' uncached resolver, then, with
@@ -84,13 +97,7 @@ pub async fn stable_name_loop(
     tx: mpsc::Sender<BranchEvent>,
     stop: CancellationToken,
 ) -> u64 {
-    let jitter = if schedule.jitter.is_zero() {
-        Duration::ZERO
-    } else {
-        Duration::from_millis(rand::random_range(0..=schedule.jitter.as_millis() as u64))
-    };
-    let mut ticker = interval_at(Instant::now() + jitter, schedule.interval);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut ticker = ticker(&schedule);
     let mut rounds = 0u64;
     loop {
         tokio::select! {
@@ -178,13 +185,7 @@ where
     F: Fn(u64) -> Fut,
     Fut: Future<Output = Attempt> + Send + 'static,
 {
-    let jitter = if schedule.jitter.is_zero() {
-        Duration::ZERO
-    } else {
-        Duration::from_millis(rand::random_range(0..=schedule.jitter.as_millis() as u64))
-    };
-    let mut ticker = interval_at(Instant::now() + jitter, schedule.interval);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut ticker = ticker(&schedule);
     let mut seq = 0u64;
     loop {
         tokio::select! {
