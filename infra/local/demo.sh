@@ -60,10 +60,12 @@ $BIN check --config probes/local-demo.toml >&2
 
 if [ "$DRILL" = 1 ]; then
   # Both branches are declared ready about 15 s in (5 attempts, then the 10 s ready `for`).
-  ( sleep 25; echo "demo: >>> making the primary read-only (SET GLOBAL read_only = ON)" >&2
+  # Timestamped like the prober's log lines, so the two can be read side by side.
+  ( sleep 25; echo "$(date -u +%FT%T.%3NZ) demo: >>> making the primary read-only (SET GLOBAL read_only = ON)" >&2
     infra/local/mariadb.sh sql "$DEMO/primary" "SET GLOBAL read_only = ON"
-    sleep 20; echo "demo: >>> making the primary writable again" >&2
+    sleep 20; echo "$(date -u +%FT%T.%3NZ) demo: >>> making the primary writable again" >&2
     infra/local/mariadb.sh sql "$DEMO/primary" "SET GLOBAL read_only = OFF" ) &
 fi
 echo "demo: running readyprobe for $DURATION (EMF on stdout, evidence in $DEMO/state/evidence.jsonl)" >&2
 $BIN run --config probes/local-demo.toml --duration "$DURATION"
+echo "demo: done; the drill report of this run: $BIN drill report --evidence $DEMO/state/evidence.jsonl --out $DEMO/report (docs/drill.md)" >&2
