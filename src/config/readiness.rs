@@ -105,7 +105,8 @@ fn damping(r: &RawReadiness, ready: &Condition, issues: &mut Issues<'_>) -> Opti
         period,
         max_for: raw
             .and_then(|d| d.max_for)
-            .unwrap_or(default.max_for.max(ready.for_)),
+            // A ready `for` over a day is its own error; the default does not repeat it.
+            .unwrap_or(default.max_for.max(ready.for_.min(MAX_WINDOW))),
         quiet: raw.and_then(|d| d.quiet).unwrap_or(period),
     };
     for (key, v) in [
@@ -138,7 +139,7 @@ fn damping(r: &RawReadiness, ready: &Condition, issues: &mut Issues<'_>) -> Opti
             ),
         );
     }
-    if d.max_for < ready.for_ {
+    if d.max_for < ready.for_ && ready.for_ <= MAX_WINDOW {
         issues.error(
             format!("{KEY}.max_for"),
             format!(
