@@ -36,7 +36,7 @@ pub fn simulate(
         Ok(t) => t,
         Err(e) => {
             eprintln!(
-                "error: {}: {e}",
+                "error: cannot read scenario file {}: {e}",
                 config::escape_controls(&scenario_path.display().to_string())
             );
             return ExitCode::from(EXIT_IO);

@@ -315,6 +315,8 @@ fn a_bad_scenario_key_exits_64_naming_file_line_and_key() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(74));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot read scenario file "), "{err}");
 }
 
 /// The example scenarios in `probes/` run against the configs their comments name, and reach
