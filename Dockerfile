@@ -28,8 +28,11 @@ RUN mkdir -p src tests/it \
  && rm -rf src
 COPY src ./src
 # touch: the stub's build is older than the sources, but cargo compares modification times.
+# strip: the symbol tables are a quarter of the binary (BENCHMARKS.md, start-up and size); a
+# panic still prints its message and location.
 RUN touch src/main.rs src/lib.rs \
  && cargo build --release --locked --bin readyprobe \
+ && strip target/release/readyprobe \
  && install -d -m 0750 /out/state \
  && install -d -m 0755 /out/config
 # The config to bake in: none by default; a baked one must pass `check` (syntax and rules).

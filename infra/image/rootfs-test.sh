@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the image's final stage without Docker: lays out in a temporary directory the file system
-# the Dockerfile's final stage has (the release binary built as the build stage builds it, the
+# the Dockerfile's final stage has (the release binary built and stripped as the build stage does, the
 # shared libraries it links, CA certificates, passwd/group with the distroless `nonroot` user, the
 # config the Dockerfile bakes in, /var/lib/readyprobe owned by that user, no shell), then, in a
 # private mount namespace with that root read-only and /var/lib/readyprobe a writable volume (as
@@ -52,6 +52,7 @@ trap cleanup EXIT
 # ---------------------------------------------------------------- the final stage's file system
 say "laying out the final stage in $ROOT"
 install -D -m 0755 "$BIN" "$ROOT/usr/local/bin/readyprobe"
+strip "$ROOT/usr/local/bin/readyprobe"   # as the build stage does
 # Shared libraries: what distroless cc-debian12 carries for a glibc binary (Debian 12's glibc and
 # libgcc, the same packages as this machine's); ldd names the ones this binary needs.
 ldd "$BIN" | awk '/=> \// { print $3 } /^\s*\/lib/ { print $1 }' | while read -r lib; do
@@ -81,6 +82,7 @@ install -d -m 0755 "$ROOT/etc/readyprobe"
 if [ -n "$CONFIG" ]; then
   install -m 0644 "$CONFIG" "$ROOT/etc/readyprobe/readyprobe.toml"
 fi
+say "final stage laid out: $(du -sb "$ROOT" | cut -f1) bytes, of which the binary $(stat -c %s "$ROOT/usr/local/bin/readyprobe") (what distroless adds beyond glibc, libgcc and the CA bundle is not here)"
 
 # What the container runtime provides at run time.
 mkdir -p "$ROOT/proc" "$ROOT/dev"
