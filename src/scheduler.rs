@@ -4,9 +4,11 @@
 //!
 //! Adaptive probing: while the runner says a branch is suspect (a `watch` per branch), its
 //! attempts start every `suspect_interval` instead. A switch re-anchors the ticks one new period
-//! after the latest start (at once if that has passed), so two starts are never closer than the
-//! period in force at the second, and with one attempt in flight and missed ticks skipped, a
-//! branch whose attempts hang starts one per attempt timeout.
+//! after the latest start (at once if that has passed). While suspect, a tick missed because an
+//! attempt outlasted the period fires when the attempt ends and delays the ticks after it (an
+//! attempt may outlast `suspect_interval`, never `interval`): two starts are never closer than
+//! the period in force at the second, and a branch whose attempts hang starts one attempt per
+//! attempt timeout.
 
 use crate::clock::Clock;
 use crate::probe::{Attempt, BranchProbe, run_attempt};
@@ -83,7 +85,7 @@ pub struct StableNameTarget {
 /// The ticks of a loop: the first after a random delay up to `schedule.jitter`, then every
 /// `schedule.interval`, missed ticks skipped (never bunched).
 fn ticker(schedule: &Schedule) -> tokio::time::Interval {
-    every(first_tick(schedule), schedule.interval)
+    every(first_tick(schedule), schedule.interval, MissedTickBehavior::Skip)
 }
 
 /// When the first tick is due: after a random delay up to `schedule.jitter`.
@@ -96,10 +98,11 @@ fn first_tick(schedule: &Schedule) -> Instant {
     Instant::now() + jitter
 }
 
-/// Ticks from `start` every `period`, missed ticks skipped (never bunched).
-fn every(start: Instant, period: Duration) -> tokio::time::Interval {
+/// Ticks from `start` every `period`; a missed tick fires late and then, with `Skip`, the
+/// ticks keep their phase, with `Delay`, they come a period after it (never bunched either way).
+fn every(start: Instant, period: Duration, missed: MissedTickBehavior) -> tokio::time::Interval {
     let mut ticker = interval_at(start, period);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    ticker.set_missed_tick_behavior(missed);
     ticker
 }
 
@@ -203,17 +206,19 @@ where
     F: Fn(u64) -> Fut,
     Fut: Future<Output = Attempt> + Send + 'static,
 {
+    // The period in force and what a missed tick does (module docs).
     let period = |suspect: bool| {
-        if suspect {
-            schedule.suspect_interval
+        if suspect && schedule.suspect_interval < schedule.interval {
+            (schedule.suspect_interval, MissedTickBehavior::Delay)
         } else {
-            schedule.interval
+            (schedule.interval, MissedTickBehavior::Skip)
         }
     };
     let mut suspect = *pace.borrow_and_update();
     // Before the first attempt, the jittered first tick; after, the latest start.
     let mut anchor = first_tick(&schedule);
-    let mut ticker = every(anchor, period(suspect));
+    let (p, missed) = period(suspect);
+    let mut ticker = every(anchor, p, missed);
     let mut seq = 0u64;
     loop {
         tokio::select! {
@@ -221,12 +226,12 @@ where
             _ = stop.cancelled() => break,
             // A closed watch (the runner forgot this loop) keeps the period in force.
             Ok(()) = pace.changed() => {
-                let was = period(suspect);
+                let (was, _) = period(suspect);
                 suspect = *pace.borrow_and_update();
-                let p = period(suspect);
+                let (p, missed) = period(suspect);
                 if p != was {
                     let first = if seq == 0 { anchor } else { anchor + p };
-                    ticker = every(first.max(Instant::now()), p);
+                    ticker = every(first.max(Instant::now()), p, missed);
                 }
                 continue;
             }
@@ -510,10 +515,12 @@ mod tests {
         assert_eq!(log.max_in_flight.load(Ordering::SeqCst), 1);
     }
 
-    /// A suspect branch whose attempts hang until their deadline (5 s, longer than the 2 s
-    /// suspect interval) is probed once per deadline, back to back, never two at once.
+    /// A suspect branch whose every other attempt hangs until its deadline (5 s, longer than
+    /// the 2 s suspect interval) starts the next attempt when the hung one ends, and the one
+    /// after that 2 s later, not on the tick the hung attempt missed: never two starts closer
+    /// than the suspect interval, never two attempts at once.
     #[tokio::test(start_paused = true)]
-    async fn a_suspect_branch_whose_attempts_hang_is_probed_once_per_attempt() {
+    async fn a_suspect_branch_whose_attempts_hang_is_never_probed_faster() {
         let t0 = Instant::now();
         let (tx, mut rx) = mpsc::channel(64);
         let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
@@ -522,11 +529,18 @@ mod tests {
             suspect_interval: secs(2),
             ..schedule(secs(10), Duration::ZERO, secs(5))
         };
-        let h = spawn_paced("a", sched, &log, |_| secs(5), &stop, (tx, paced));
-        for _ in 0..3 {
+        let takes = |seq| {
+            if seq % 2 == 1 {
+                secs(5)
+            } else {
+                Duration::from_millis(100)
+            }
+        };
+        let h = spawn_paced("a", sched, &log, takes, &stop, (tx, paced));
+        for _ in 0..4 {
             next_attempt(&mut rx).await;
         }
-        // No longer suspect during the 4th attempt (15 s to 20 s): the 5th starts at 25 s.
+        // No longer suspect during the 5th attempt (14 s to 19 s): the 6th starts at 24 s.
         tokio::time::sleep_until(t0 + secs(16)).await;
         pace.send_replace(false);
         for _ in 0..2 {
@@ -535,7 +549,7 @@ mod tests {
         stop.cancel();
         h.await.unwrap();
         let starts = log.starts("a", t0);
-        assert_eq!(starts, [0, 5, 10, 15, 25].map(secs));
+        assert_eq!(starts, [0, 5, 7, 12, 14, 24].map(secs));
         assert_eq!(log.max_in_flight.load(Ordering::SeqCst), 1);
     }
 
