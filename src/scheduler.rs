@@ -85,7 +85,11 @@ pub struct StableNameTarget {
 /// The ticks of a loop: the first after a random delay up to `schedule.jitter`, then every
 /// `schedule.interval`, missed ticks skipped (never bunched).
 fn ticker(schedule: &Schedule) -> tokio::time::Interval {
-    every(first_tick(schedule), schedule.interval, MissedTickBehavior::Skip)
+    every(
+        first_tick(schedule),
+        schedule.interval,
+        MissedTickBehavior::Skip,
+    )
 }
 
 /// When the first tick is due: after a random delay up to `schedule.jitter`.

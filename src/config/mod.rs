@@ -303,6 +303,9 @@ fn validate(
         issues,
     )?;
     let policy = readiness::section(&raw.readiness, interval, issues);
+    if let (Some(p), Some(policy)) = (&probe, &policy) {
+        readiness::suspect_fits(policy, p.suspect_interval, issues);
+    }
     let mut config = config?;
     config.services.push(ServiceConfig {
         namespace: config.publish.namespace.clone(),
@@ -968,6 +971,12 @@ endpoint = "mysql-secondary.orders.internal.example"
             c.services[0].probe.suspect_interval,
             Duration::from_millis(500)
         );
+        // A 1 h window fits at 2 s (1,800 attempts) but not at 100 ms (36,000).
+        let long = format!("{}\n[readiness]\nwindow = \"1h\"\n", set("100ms"));
+        let got = issues(&long);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].key, "probe.suspect_interval");
+        assert!(got[0].message.contains("36000 attempts"), "{got:?}");
         for (v, says) in [
             ("50ms", "at least 100ms"),
             ("3s", "must not be longer than probe.interval (2s)"),
