@@ -304,7 +304,7 @@ fn validate(
     )?;
     let policy = readiness::section(&raw.readiness, interval, issues);
     if let (Some(p), Some(policy)) = (&probe, &policy) {
-        readiness::suspect_fits(policy, p.suspect_interval, issues);
+        readiness::suspect_fits(policy, (p.interval, p.suspect_interval), issues);
     }
     let mut config = config?;
     config.services.push(ServiceConfig {
