@@ -2356,7 +2356,8 @@ mod tests {
         /// (a) A transition happens exactly when, by brute force over all evaluations since the
         /// previous transition, its condition has held at every evaluation for its full `for`
         /// (or, for unready, holds now and the definitive rule holds over every attempt): never
-        /// earlier (and `held_since` is where that run began), and not missed.
+        /// earlier (and `held_since` is where that run began), and not missed. After every
+        /// evaluation the branch is suspect exactly as the module rule says.
         #[test]
         fn transitions_only_after_full_for(
             policy in arb_policy(),
@@ -2427,6 +2428,7 @@ mod tests {
                     }
                 };
                 prop_assert_eq!(got.as_ref().map(|t| t.to), want);
+                let transitioned = got.is_some();
                 if let Some(tr) = got {
                     let (start, for_ms) = if tr.to == ReadinessState::Unready {
                         (start_u, for_u)
@@ -2455,6 +2457,17 @@ mod tests {
                     hist_u.clear();
                     hist_r.clear();
                 }
+                // Suspect, by the module rule over the brute-force holding runs.
+                let (hu, hr) = if transitioned { (None, None) } else { (start_u, start_r) };
+                let for_now = brute_ready_for(&flaps, now, &policy);
+                let suspect = match r.state() {
+                    ReadinessState::Unready => true,
+                    ReadinessState::Ready | ReadinessState::Unknown => hu.is_some(),
+                    ReadinessState::PendingApproval => {
+                        hu.is_some() || hr.is_some_and(|s| now - s < for_now)
+                    }
+                };
+                prop_assert_eq!(r.suspect().is_some(), suspect, "{:?}", r.suspect());
             }
         }
 
