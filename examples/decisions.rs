@@ -49,6 +49,18 @@ fn main() -> Result<(), String> {
         let scores = score_all(&sc, &cs);
         outage_table(&mut out, days, kind, &cs, &scores).map_err(|e| e.to_string())?;
     }
+    for pct in [10.0, 20.0] {
+        let kind = format!("partially failing writer ({pct}% of attempts reset, ambiguous)");
+        let sc: Vec<Scenario> = [(5, 41), (15, 42), (60, 43)]
+            .into_iter()
+            .map(|(m, seed)| {
+                let at = (OUTAGES_PER_DAY, days, seed);
+                Scenario::partial(m, pct, FailureClass::TcpReset, at)
+            })
+            .collect();
+        let scores = score_all(&sc, &cs);
+        outage_table(&mut out, days, &kind, &cs, &scores).map_err(|e| e.to_string())?;
+    }
     for class in [FailureClass::TcpRefused, FailureClass::ServerReadOnly] {
         let flap = [Scenario::flapping(4, 1, class, days)];
         let scores = score_all(&flap, &cs);
@@ -101,6 +113,27 @@ fn ratio(peer: f64, base: f64) -> String {
     }
 }
 
+/// `2 s`, or `2 s (0.5 s suspect)` with adaptive probing.
+fn interval(c: &Contender) -> String {
+    let s = |ms: i64| format!("{} s", ms as f64 / 1000.0);
+    match c.suspect_interval_ms {
+        Some(f) => format!("{} ({} suspect)", s(c.interval_ms), s(f)),
+        None => s(c.interval_ms),
+    }
+}
+
+/// Attempts per day over `row`'s scenarios: one number when they all agree, else `min–max`.
+fn per_day(row: &[(Score, u64)], days: i64) -> String {
+    let d = days.max(1) as u64;
+    let min = row.iter().map(|(_, n)| n / d).min().unwrap_or(0);
+    let max = row.iter().map(|(_, n)| n / d).max().unwrap_or(0);
+    if min == max {
+        min.to_string()
+    } else {
+        format!("{min}–{max}")
+    }
+}
+
 fn minutes(ms: i64) -> String {
     format!("{:.1}", ms as f64 / 60_000.0)
 }
@@ -127,10 +160,10 @@ fn noise_tables(
         let cells: Vec<String> = row.iter().map(|(s, _)| s.flaps.to_string()).collect();
         writeln!(
             out,
-            "| {} | {} s | {} | {} |",
+            "| {} | {} | {} | {} |",
             c.name,
-            c.interval_ms / 1000,
-            row[0].1 / days.max(1) as u64,
+            interval(c),
+            per_day(row, days),
             cells.join(" | ")
         )?;
     }
@@ -160,11 +193,11 @@ fn outage_table(
     )?;
     writeln!(
         out,
-        "| policy | detect 5 min: median / max | detect 15 min | detect 60 min | missed | detection median ÷ readyprobe | failback median / max | false unready | published wrong (min): healthy while down + unhealthy while up | wrong ÷ readyprobe |"
+        "| policy | detect 5 min: median / max | detect 15 min | detect 60 min | missed | detection median ÷ readyprobe | failback median / max | false unready | published wrong (min): healthy while down + unhealthy while up | wrong ÷ readyprobe | attempts / day |"
     )?;
     writeln!(
         out,
-        "| --- | --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: |"
+        "| --- | --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"
     )?;
     let all = |row: &[(Score, u64)], f: &dyn Fn(&Score) -> Vec<i64>| -> Vec<i64> {
         row.iter().flat_map(|(s, _)| f(s)).collect()
@@ -192,7 +225,7 @@ fn outage_table(
         let wrong_u: i64 = row.iter().map(|(s, _)| s.wrong_unhealthy_ms).sum();
         writeln!(
             out,
-            "| {} | {} | {missed} of {faults} | {} | {} / {} | {flaps} | {} + {} = {} | {} |",
+            "| {} | {} | {missed} of {faults} | {} | {} / {} | {flaps} | {} + {} = {} | {} | {} |",
             c.name,
             det.join(" | "),
             ratio(sim::median(&det_all).unwrap_or(0) as f64, base_det as f64),
@@ -202,6 +235,7 @@ fn outage_table(
             minutes(wrong_u),
             minutes(wrong),
             ratio(wrong as f64, base_wrong as f64),
+            per_day(row, days),
         )?;
     }
     writeln!(out)
@@ -224,21 +258,22 @@ fn flapping_table(
     )?;
     writeln!(
         out,
-        "| policy | unready transitions | healthy while down (min) | unhealthy while up (min) | published wrong (min) | wrong ÷ readyprobe |"
+        "| policy | unready transitions | healthy while down (min) | unhealthy while up (min) | published wrong (min) | wrong ÷ readyprobe | attempts / day |"
     )?;
-    writeln!(out, "| --- | ---: | ---: | ---: | ---: | ---: |")?;
+    writeln!(out, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")?;
     let base = scores[0][0].0.wrong_ms();
     for (c, row) in cs.iter().zip(scores) {
         let s = &row[0].0;
         writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             c.name,
             s.unready_transitions,
             minutes(s.wrong_healthy_ms),
             minutes(s.wrong_unhealthy_ms),
             minutes(s.wrong_ms()),
-            ratio(s.wrong_ms() as f64, base as f64)
+            ratio(s.wrong_ms() as f64, base as f64),
+            per_day(row, days),
         )?;
     }
     writeln!(out)

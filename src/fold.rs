@@ -9,7 +9,7 @@
 
 use crate::control::{self, Approval, ControlDoc, Decision, Marker, Override};
 use crate::probe::{Attempt, Outcome};
-use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Snapshot, Transition};
+use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Snapshot, Suspect, Transition};
 use crate::record::{
     AbandonCause, ApprovalNotApplied, ApprovalRecord, AttemptAbandoned, BothBranchesUnready,
     MarkerRecord, OverrideAction, OverrideRecord, Publish, PublishFailureClass, PublishOutcome,
@@ -277,6 +277,15 @@ pub enum Effect {
     Record(Millis, String, Record),
     /// Emit a log event.
     Log(Log),
+    /// Branch `branch` of service `id` became suspect (`Some`: why) or stopped being suspect
+    /// (`None`): probe it at its suspect interval, or at its interval again.
+    Pace {
+        id: ServiceId,
+        /// Service name (log lines).
+        service: String,
+        branch: String,
+        suspect: Option<Suspect>,
+    },
 }
 
 /// What the fold needs to start.
@@ -331,6 +340,9 @@ struct Branch {
     acc: TickAcc,
     /// The override in force, as last read from the store; dropped once it expires.
     ov: Option<Override>,
+    /// Whether the runner was last told (or will be asked, [`Fold::suspect`]) that it is
+    /// suspect: kept equal to `readiness.suspect().is_some()` after every input.
+    suspect: bool,
 }
 
 impl Branch {
@@ -480,6 +492,7 @@ impl Fold {
             branches.push(Branch {
                 svc,
                 name: name.clone(),
+                suspect: readiness.suspect().is_some(),
                 readiness,
                 acc: TickAcc::default(),
                 ov: None,
@@ -629,11 +642,15 @@ impl Fold {
                     readiness: Readiness::new(c.policy.clone()),
                     acc: TickAcc::default(),
                     ov: None,
+                    suspect: false,
                 },
             };
             branches.push(branch);
         }
         self.branches.insert(c.id, branches);
+        for ix in 0..self.branch_count(c.id) {
+            self.repace(c.id, ix);
+        }
         for b in old.keys() {
             self.effects.push(log(
                 Level::Info,
@@ -641,6 +658,38 @@ impl Fold {
                 branch_fields(&name, b),
             ));
         }
+    }
+
+    /// The name of service `svc` (empty once removed).
+    pub fn service_name(&self, svc: ServiceId) -> &str {
+        self.svc_name(svc)
+    }
+
+    /// Whether branch `branch` of service `svc` is suspect now, and why (for a loop starting).
+    pub fn suspect(&self, svc: ServiceId, branch: &str) -> Option<Suspect> {
+        let b = self.branches.get(&svc)?.iter().find(|b| b.name == branch)?;
+        b.readiness.suspect()
+    }
+
+    /// After a change of branch `ix` of `svc`'s readiness: a [`Effect::Pace`] when it became or
+    /// stopped being suspect.
+    fn repace(&mut self, svc: ServiceId, ix: usize) {
+        let service = self.svc_name(svc).to_string();
+        let Some(b) = self.branch_mut(svc, ix) else {
+            return;
+        };
+        let suspect = b.readiness.suspect();
+        if suspect.is_some() == b.suspect {
+            return;
+        }
+        b.suspect = suspect.is_some();
+        let branch = b.name.clone();
+        self.effects.push(Effect::Pace {
+            id: svc,
+            service,
+            branch,
+            suspect,
+        });
     }
 
     /// The branches of service `svc` whose state was restored from the store, for its start
@@ -978,6 +1027,9 @@ impl Fold {
         if let (Some(i), Some(t)) = (ix, transition) {
             self.on_transition(svc, i, &t);
         }
+        if let Some(i) = ix {
+            self.repace(svc, i);
+        }
     }
 
     /// An attempt of a loop a reload stopped: the evidence and the run's count have it, no
@@ -1095,6 +1147,7 @@ impl Fold {
             if let Some(t) = b.readiness.evaluate(now) {
                 self.on_transition(svc, i, &t);
             }
+            self.repace(svc, i);
             let Some(b) = self.branch_mut(svc, i) else {
                 continue;
             };
@@ -1399,6 +1452,7 @@ impl Fold {
                     },
                 ));
                 self.on_transition(svc, ix, &t);
+                self.repace(svc, ix);
             }
             Err(e) => {
                 // The branch left pending_approval while the sync was in flight.

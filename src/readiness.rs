@@ -36,6 +36,11 @@
 //!   capped at `max_for`; otherwise its own `for`. It is taken at every evaluation, so it only
 //!   shortens while no new flap comes. The flap history is part of the [`Snapshot`].
 //! * Published value: `ready` = 1, `unready` and `pending_approval` = 0, `unknown` = no datum.
+//! * Suspect ([`Readiness::suspect`], as of the latest evaluation): the state is `unready`; or
+//!   the unready condition holds and has not fired (`ready`, `unknown`, `pending_approval`); or,
+//!   in `pending_approval`, the ready condition holds and has not yet held its `for`. A suspect
+//!   branch may be probed faster: more samples shorten the lag to notice that a condition
+//!   started or stopped holding, never a `for` (a clock of time, not of attempts).
 
 use crate::failure::FailureClass;
 use serde::{Deserialize, Serialize};
@@ -300,6 +305,30 @@ pub struct AttemptRecord {
     pub success: bool,
     /// Why it failed (ignored for successful attempts).
     pub class: Option<FailureClass>,
+}
+
+/// Why a branch is suspect ([`Readiness::suspect`]): where more samples matter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Suspect {
+    /// The unready condition holds since the instant (ms since the epoch) and has not fired.
+    UnreadyHolding(Millis),
+    /// The branch is unready (or pending approval) and its ready condition holds since the
+    /// instant and has not fired.
+    ReadyHolding(Millis),
+    /// The branch is unready and its ready condition does not hold.
+    Unready,
+}
+
+impl std::fmt::Display for Suspect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Suspect::UnreadyHolding(t) => {
+                write!(f, "unready condition holding since {}", rfc3339(*t))
+            }
+            Suspect::ReadyHolding(t) => write!(f, "ready condition holding since {}", rfc3339(*t)),
+            Suspect::Unready => f.write_str("unready"),
+        }
+    }
 }
 
 /// [`Readiness::approve`] was called outside `pending_approval`.
@@ -601,6 +630,23 @@ impl Readiness {
     /// condition has held at every evaluation, or `None` if it did not hold at the latest one.
     pub fn holding(&self) -> (Option<Millis>, Option<Millis>) {
         (self.unready_holding_since, self.ready_holding_since)
+    }
+
+    /// Whether the branch is suspect as of the latest evaluation (module rules), and why.
+    pub fn suspect(&self) -> Option<Suspect> {
+        let (unready, ready) = (self.unready_holding_since, self.ready_holding_since);
+        match self.state {
+            ReadinessState::Unready => Some(ready.map_or(Suspect::Unready, Suspect::ReadyHolding)),
+            ReadinessState::Ready | ReadinessState::Unknown => unready.map(Suspect::UnreadyHolding),
+            ReadinessState::PendingApproval => {
+                let now = self.clock.unwrap_or(Millis::MIN);
+                let ready_for = duration_ms(self.ready_for());
+                let ready = ready.filter(|s| now.saturating_sub(*s) < ready_for);
+                unready
+                    .map(Suspect::UnreadyHolding)
+                    .or(ready.map(Suspect::ReadyHolding))
+            }
+        }
     }
 
     /// The policy in force.
@@ -922,6 +968,7 @@ mod tests {
     /// expect unready                   current state
     /// expect value 1|0|none            published value
     /// expect holding unready|ready since 2m|none
+    /// expect suspect none|unready|unready_holding since 2m|ready_holding since 2m
     /// expect transition ready -> unready at 3m18s   next unchecked transition
     /// expect no transition             no unchecked transition
     /// expect evidence unready|ready finished=30 failed=24 classes=a:18,b:6   of the last transition
@@ -1128,6 +1175,17 @@ mod tests {
                     };
                     assert_eq!(got, want, "{ctx}");
                 }
+                ["suspect", rest @ ..] => {
+                    let since = |t: &str| BASE + parse_span(t);
+                    let want = match rest {
+                        ["none"] => None,
+                        ["unready"] => Some(Suspect::Unready),
+                        ["unready_holding", "since", t] => Some(Suspect::UnreadyHolding(since(t))),
+                        ["ready_holding", "since", t] => Some(Suspect::ReadyHolding(since(t))),
+                        _ => panic!("{ctx}: want `none`, `unready` or `WHICH_holding since T`"),
+                    };
+                    assert_eq!(r.suspect(), want, "{ctx}");
+                }
                 ["transition", from, "->", to, "at", t] => {
                     let tr = self
                         .unchecked
@@ -1225,6 +1283,59 @@ mod tests {
             expect value 1
             expect holding unready none
             expect no transition
+            ",
+        );
+    }
+
+    /// Suspect from the first evaluation where the unready condition holds until it fires or
+    /// stops holding; then for the whole unready spell; never while ready and healthy.
+    #[test]
+    fn a_branch_is_suspect_while_a_condition_holds_and_while_unready() {
+        check(
+            "
+            t=0s..10m/2s ok
+            expect suspect none
+            # one failure of 30 (96.7%) does not make the unready condition hold
+            t=10m fail tcp_timeout
+            expect suspect none
+            t=10m2s fail tcp_timeout
+            expect suspect unready_holding since 10m2s
+            # the failures leave the window: no longer suspect
+            t=10m4s..11m4s/2s ok
+            expect suspect none
+            t=11m4s..14m8s/2s fail tcp_timeout
+            expect transition ready -> unready at 14m6s
+            expect suspect unready
+            t=14m8s..15m8s/2s ok
+            expect suspect unready
+            # one failure of 150 in the 5m ready window is 99.3%: it holds from then on
+            t=15m8s..19m30s/2s ok
+            expect suspect ready_holding since 19m4s
+            t=19m30s..29m/2s ok
+            expect suspect ready_holding since 19m4s
+            t=29m..29m6s/2s ok
+            expect transition unready -> ready at 29m4s
+            expect suspect none
+            ",
+        );
+    }
+
+    /// In pending_approval a branch is suspect while either condition holds without having
+    /// fired; once the ready condition held its `for` again it waits for the operator only.
+    #[test]
+    fn pending_approval_is_suspect_until_the_ready_for_has_passed_again() {
+        check(
+            "
+            policy initial=unready approval=required min_attempts=10 unready=95%/3m/60s ready=99%/10m/5m
+            t=0s..10m/2s ok
+            expect suspect ready_holding since 18s
+            t=10m..10m22s/2s ok
+            expect transition unready -> pending_approval at 10m18s
+            expect suspect ready_holding since 10m20s
+            t=10m20s..20m22s/2s ok
+            expect suspect none
+            t=20m22s..20m26s/2s fail tcp_reset
+            expect suspect unready_holding since 20m24s
             ",
         );
     }
@@ -2245,7 +2356,8 @@ mod tests {
         /// (a) A transition happens exactly when, by brute force over all evaluations since the
         /// previous transition, its condition has held at every evaluation for its full `for`
         /// (or, for unready, holds now and the definitive rule holds over every attempt): never
-        /// earlier (and `held_since` is where that run began), and not missed.
+        /// earlier (and `held_since` is where that run began), and not missed. After every
+        /// evaluation the branch is suspect exactly as the module rule says.
         #[test]
         fn transitions_only_after_full_for(
             policy in arb_policy(),
@@ -2316,6 +2428,7 @@ mod tests {
                     }
                 };
                 prop_assert_eq!(got.as_ref().map(|t| t.to), want);
+                let transitioned = got.is_some();
                 if let Some(tr) = got {
                     let (start, for_ms) = if tr.to == ReadinessState::Unready {
                         (start_u, for_u)
@@ -2344,6 +2457,17 @@ mod tests {
                     hist_u.clear();
                     hist_r.clear();
                 }
+                // Suspect, by the module rule over the brute-force holding runs.
+                let (hu, hr) = if transitioned { (None, None) } else { (start_u, start_r) };
+                let for_now = brute_ready_for(&flaps, now, &policy);
+                let suspect = match r.state() {
+                    ReadinessState::Unready => true,
+                    ReadinessState::Ready | ReadinessState::Unknown => hu.is_some(),
+                    ReadinessState::PendingApproval => {
+                        hu.is_some() || hr.is_some_and(|s| now - s < for_now)
+                    }
+                };
+                prop_assert_eq!(r.suspect().is_some(), suspect, "{:?}", r.suspect());
             }
         }
 

@@ -135,6 +135,9 @@ pub struct Start {
     /// An attempt's deadline, ms.
     #[serde(default)]
     pub probe_timeout_ms: Option<u64>,
+    /// Time between two attempts of a suspect branch, ms; `None` when adaptive probing is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspect_interval_ms: Option<u64>,
     /// Time between two publish ticks, ms.
     #[serde(default)]
     pub publish_interval_ms: Option<u64>,

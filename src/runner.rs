@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior, interval_at};
 use tokio_util::sync::CancellationToken;
@@ -129,24 +129,21 @@ struct Loops {
 }
 
 impl Loops {
-    /// Start a loop per probe of service `id` (first attempts jittered, as at start-up).
-    fn spawn(
-        &mut self,
-        id: ServiceId,
-        svc: &ServiceConfig,
-        probes: Vec<BranchProbe>,
-    ) -> Vec<(String, (u64, JoinHandle<u64>))> {
+    /// Start a loop per probe of service `id` (first attempts jittered, as at start-up), each
+    /// paced by the `watch` whose sender comes back beside it (for [`Shell::pace`]).
+    fn spawn(&mut self, id: ServiceId, svc: &ServiceConfig, probes: Vec<BranchProbe>) -> Spawned {
         let Some(out) = self.tx.clone() else {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         };
         if probes.is_empty() {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
         let feed = self.next_feed;
         self.next_feed += 1;
         let name: Arc<str> = svc.service.name.as_str().into();
         let schedule = Schedule {
             interval: svc.probe.interval,
+            suspect_interval: svc.probe.suspect_interval,
             jitter: svc.probe.jitter,
             grace: self.grace,
         };
@@ -167,17 +164,18 @@ impl Loops {
             .into_iter()
             .map(|p| {
                 let name = p.branch.name.clone();
+                let (pace, paced) = watch::channel(false);
                 let h = tokio::spawn(branch_loop(
                     p,
                     self.resolver.clone(),
                     self.clock,
                     schedule,
-                    tx.clone(),
+                    (tx.clone(), paced),
                     self.stop.clone(),
                 ));
-                (name, (feed, h))
+                ((name.clone(), (feed, h)), (name, pace))
             })
-            .collect()
+            .unzip()
     }
 }
 
@@ -223,6 +221,7 @@ impl Loops {
         };
         let schedule = Schedule {
             interval: settings.interval,
+            suspect_interval: settings.interval,
             jitter: settings.interval / 10,
             grace: self.grace,
         };
@@ -246,6 +245,12 @@ impl Loops {
         Some((feed, tokio::spawn(task)))
     }
 }
+
+/// What [`Loops::spawn`] started: each branch's feed and task, and each branch's pace sender.
+type Spawned = (
+    Vec<(String, (u64, JoinHandle<u64>))>,
+    Vec<(String, watch::Sender<bool>)>,
+);
 
 /// Where a branch event goes.
 enum Route {
@@ -611,6 +616,7 @@ fn start(
         stores: BTreeMap::new(),
         instances: BTreeMap::new(),
         instance: format!("{:016x}", rand::random::<u64>()),
+        paces: BTreeMap::new(),
         prober: cfg.prober_id.clone(),
         publish_window: cfg.publish.interval,
         sync_bound: cfg.state.poll_interval.max(Duration::from_secs(5)),
@@ -636,7 +642,9 @@ fn start(
         shell.evidence.record_for(now, &svc.service.name, &record);
         shell.add_store(id, store);
         let stable = fleet.loops.spawn_stable_name(id, svc, cfg, &probes);
-        let loops = fleet.loops.spawn(id, svc, probes).into_iter().collect();
+        let (loops, paces) = fleet.loops.spawn(id, svc, probes);
+        shell.pace(id, &svc.probe, paces);
+        let loops = loops.into_iter().collect();
         fleet.live.insert(
             id,
             Live {
@@ -687,6 +695,8 @@ fn start_record(
         restored,
         probe_interval_ms: Some(ms(svc.probe.interval)),
         probe_timeout_ms: Some(ms(svc.probe.timeout)),
+        suspect_interval_ms: (svc.probe.suspect_interval < svc.probe.interval)
+            .then(|| ms(svc.probe.suspect_interval)),
         publish_interval_ms: Some(ms(cfg.publish.interval)),
         policy: policy_lines(&svc.policy),
         approval_required: Some(svc.policy.approval_required),

@@ -1,13 +1,21 @@
 //! Per-branch attempt loops: a fixed interval with a little jitter on the first attempt, no
 //! drift (ticks are scheduled from the start, missed ticks skipped, never bunched), at most one
 //! attempt in flight per branch, branches independent of one another.
+//!
+//! Adaptive probing: while the runner says a branch is suspect (a `watch` per branch), its
+//! attempts start every `suspect_interval` instead. A switch re-anchors the ticks one new period
+//! after the latest start (at once if that has passed). While suspect, a tick missed because an
+//! attempt outlasted the period fires when the attempt ends and delays the ticks after it (an
+//! attempt may outlast `suspect_interval`, never `interval`): two starts are never closer than
+//! the period in force at the second, and a branch whose attempts hang starts one attempt per
+//! attempt timeout.
 
 use crate::clock::Clock;
 use crate::probe::{Attempt, BranchProbe, run_attempt};
 use hickory_resolver::TokioResolver;
 use std::future::Future;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior, interval_at};
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +41,8 @@ pub enum BranchEvent {
 pub struct Schedule {
     /// Between attempt starts.
     pub interval: Duration,
+    /// Between attempt starts while the branch is suspect (`interval`: adaptive probing off).
+    pub suspect_interval: Duration,
     /// Upper bound of the random delay before the first attempt.
     pub jitter: Duration,
     /// How long an in-flight attempt may still run after shutdown is requested.
@@ -45,11 +55,11 @@ pub async fn branch_loop(
     resolver: TokioResolver,
     clock: Clock,
     schedule: Schedule,
-    tx: mpsc::Sender<BranchEvent>,
+    (tx, pace): (mpsc::Sender<BranchEvent>, watch::Receiver<bool>),
     stop: CancellationToken,
 ) -> u64 {
     let branch = probe.branch.name.clone();
-    attempt_loop(&branch, clock, schedule, tx, stop, move |seq| {
+    attempt_loop(&branch, clock, schedule, (tx, pace), stop, move |seq| {
         let (probe, resolver) = (probe.clone(), resolver.clone());
         async move { run_attempt(&probe, &resolver, &clock, seq).await }
     })
@@ -75,13 +85,28 @@ pub struct StableNameTarget {
 /// The ticks of a loop: the first after a random delay up to `schedule.jitter`, then every
 /// `schedule.interval`, missed ticks skipped (never bunched).
 fn ticker(schedule: &Schedule) -> tokio::time::Interval {
+    every(
+        first_tick(schedule),
+        schedule.interval,
+        MissedTickBehavior::Skip,
+    )
+}
+
+/// When the first tick is due: after a random delay up to `schedule.jitter`.
+fn first_tick(schedule: &Schedule) -> Instant {
     let jitter = if schedule.jitter.is_zero() {
         Duration::ZERO
     } else {
         Duration::from_millis(rand::random_range(0..=schedule.jitter.as_millis() as u64))
     };
-    let mut ticker = interval_at(Instant::now() + jitter, schedule.interval);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    Instant::now() + jitter
+}
+
+/// Ticks from `start` every `period`; a missed tick fires late and then, with `Skip`, the
+/// ticks keep their phase, with `Delay`, they come a period after it (never bunched either way).
+fn every(start: Instant, period: Duration, missed: MissedTickBehavior) -> tokio::time::Interval {
+    let mut ticker = interval_at(start, period);
+    ticker.set_missed_tick_behavior(missed);
     ticker
 }
 
@@ -177,7 +202,7 @@ async fn attempt_loop<F, Fut>(
     branch: &str,
     clock: Clock,
     schedule: Schedule,
-    tx: mpsc::Sender<BranchEvent>,
+    (tx, mut pace): (mpsc::Sender<BranchEvent>, watch::Receiver<bool>),
     stop: CancellationToken,
     attempt: F,
 ) -> u64
@@ -185,14 +210,38 @@ where
     F: Fn(u64) -> Fut,
     Fut: Future<Output = Attempt> + Send + 'static,
 {
-    let mut ticker = ticker(&schedule);
+    // The period in force and what a missed tick does (module docs).
+    let period = |suspect: bool| {
+        if suspect && schedule.suspect_interval < schedule.interval {
+            (schedule.suspect_interval, MissedTickBehavior::Delay)
+        } else {
+            (schedule.interval, MissedTickBehavior::Skip)
+        }
+    };
+    let mut suspect = *pace.borrow_and_update();
+    // Before the first attempt, the jittered first tick; after, the latest start.
+    let mut anchor = first_tick(&schedule);
+    let (p, missed) = period(suspect);
+    let mut ticker = every(anchor, p, missed);
     let mut seq = 0u64;
     loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
+            // A closed watch (the runner forgot this loop) keeps the period in force.
+            Ok(()) = pace.changed() => {
+                let (was, _) = period(suspect);
+                suspect = *pace.borrow_and_update();
+                let (p, missed) = period(suspect);
+                if p != was {
+                    let first = if seq == 0 { anchor } else { anchor + p };
+                    ticker = every(first.max(Instant::now()), p, missed);
+                }
+                continue;
+            }
             _ = ticker.tick() => {}
         }
+        anchor = Instant::now();
         seq += 1;
         // Each attempt runs in a task of its own, so a bug that panics in one attempt is
         // recorded as a failed attempt instead of silently ending this branch's loop.
@@ -285,9 +334,15 @@ mod tests {
     fn schedule(interval: Duration, jitter: Duration, grace: Duration) -> Schedule {
         Schedule {
             interval,
+            suspect_interval: interval,
             jitter,
             grace,
         }
+    }
+
+    /// The pace of a loop never found suspect (its sender gone: the period never changes).
+    fn steady() -> watch::Receiver<bool> {
+        watch::channel(false).1
     }
 
     /// One test attempt, in tokio time.
@@ -359,11 +414,23 @@ mod tests {
         stop: &CancellationToken,
         tx: mpsc::Sender<BranchEvent>,
     ) -> JoinHandle<u64> {
+        spawn_paced(branch, schedule, log, takes, stop, (tx, steady()))
+    }
+
+    /// [`spawn_loop`] whose pace (suspect or not) comes from `pace`.
+    fn spawn_paced(
+        branch: &str,
+        schedule: Schedule,
+        log: &Arc<Log>,
+        takes: fn(u64) -> Duration,
+        stop: &CancellationToken,
+        (tx, pace): (mpsc::Sender<BranchEvent>, watch::Receiver<bool>),
+    ) -> JoinHandle<u64> {
         let (branch, log, stop) = (branch.to_string(), log.clone(), stop.clone());
         let clock = Clock::start();
         tokio::spawn(async move {
             let name = branch.clone();
-            attempt_loop(&name, clock, schedule, tx, stop, move |seq| {
+            attempt_loop(&name, clock, schedule, (tx, pace), stop, move |seq| {
                 let (branch, log) = (branch.clone(), log.clone());
                 async move {
                     let start = Instant::now();
@@ -414,6 +481,80 @@ mod tests {
         assert_eq!(Instant::now(), cancelled_at);
         assert_eq!(log.starts("a", t0), [secs(0), secs(10), secs(20), secs(30)]);
         assert!(rx.recv().await.is_none(), "no attempt after the cancel");
+    }
+
+    /// Suspect: attempts every `suspect_interval`, re-anchored on the latest start (never
+    /// sooner); back to `interval` when no longer suspect.
+    #[tokio::test(start_paused = true)]
+    async fn a_suspect_branch_is_probed_at_the_suspect_interval_then_at_the_interval_again() {
+        let t0 = Instant::now();
+        let (tx, mut rx) = mpsc::channel(64);
+        let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
+        let (pace, paced) = watch::channel(false);
+        let sched = Schedule {
+            suspect_interval: secs(2),
+            ..schedule(secs(10), Duration::ZERO, secs(5))
+        };
+        let takes = |_| Duration::from_millis(100);
+        let h = spawn_paced("a", sched, &log, takes, &stop, (tx, paced));
+        for _ in 0..2 {
+            next_attempt(&mut rx).await;
+        }
+        // Suspect from 11 s: the next start is 2 s after the latest (10 s), not at once.
+        tokio::time::sleep_until(t0 + secs(11)).await;
+        pace.send_replace(true);
+        for _ in 0..3 {
+            next_attempt(&mut rx).await;
+        }
+        // No longer suspect at 17 s: the next start is 10 s after the latest (16 s).
+        tokio::time::sleep_until(t0 + secs(17)).await;
+        pace.send_replace(false);
+        for _ in 0..2 {
+            next_attempt(&mut rx).await;
+        }
+        stop.cancel();
+        assert_eq!(h.await.unwrap(), 7);
+        let want = [0, 10, 12, 14, 16, 26, 36].map(secs);
+        assert_eq!(log.starts("a", t0), want);
+        assert_eq!(log.max_in_flight.load(Ordering::SeqCst), 1);
+    }
+
+    /// A suspect branch whose every other attempt hangs until its deadline (5 s, longer than
+    /// the 2 s suspect interval) starts the next attempt when the hung one ends, and the one
+    /// after that 2 s later, not on the tick the hung attempt missed: never two starts closer
+    /// than the suspect interval, never two attempts at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_suspect_branch_whose_attempts_hang_is_never_probed_faster() {
+        let t0 = Instant::now();
+        let (tx, mut rx) = mpsc::channel(64);
+        let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
+        let (pace, paced) = watch::channel(true);
+        let sched = Schedule {
+            suspect_interval: secs(2),
+            ..schedule(secs(10), Duration::ZERO, secs(5))
+        };
+        let takes = |seq| {
+            if seq % 2 == 1 {
+                secs(5)
+            } else {
+                Duration::from_millis(100)
+            }
+        };
+        let h = spawn_paced("a", sched, &log, takes, &stop, (tx, paced));
+        for _ in 0..4 {
+            next_attempt(&mut rx).await;
+        }
+        // No longer suspect during the 5th attempt (14 s to 19 s): the 6th starts at 24 s.
+        tokio::time::sleep_until(t0 + secs(16)).await;
+        pace.send_replace(false);
+        for _ in 0..2 {
+            next_attempt(&mut rx).await;
+        }
+        stop.cancel();
+        h.await.unwrap();
+        let starts = log.starts("a", t0);
+        assert_eq!(starts, [0, 5, 7, 12, 14, 24].map(secs));
+        assert_eq!(log.max_in_flight.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -506,38 +647,46 @@ mod tests {
         // `probe::run_attempt` sets it (step timeouts longer than the attempt's).
         let h = tokio::spawn(async move {
             let sched = schedule(secs(10), Duration::ZERO, secs(5));
-            attempt_loop("a", clock, sched, tx, stop.clone(), move |seq| {
-                let seen = seen.clone();
-                async move {
-                    let start = Instant::now();
-                    seen.lock().unwrap().push(start - t0);
-                    let step_timeouts = StepTimeouts {
-                        resolve: secs(60),
-                        connect: secs(60),
-                        tls: secs(60),
-                        auth: secs(60),
-                        write: secs(60),
-                        verify: secs(60),
-                    };
-                    let deadline = Deadline {
-                        end: start + timeout,
-                        step_timeouts,
-                    };
-                    let mut steps = Steps::new(deadline);
-                    let never = std::future::pending::<Result<(), StepError>>();
-                    let outcome = match steps.run(Step::Write, never).await {
-                        Ok(()) => Outcome::Success,
-                        Err((_, e)) => Outcome::Failure {
-                            step: Step::Write,
-                            class: e.class,
-                            message: e.message,
-                        },
-                    };
-                    let mut a = Attempt::bare("a", seq, clock.at(start), clock.now_ms(), outcome);
-                    a.steps = steps.records;
-                    a
-                }
-            })
+            attempt_loop(
+                "a",
+                clock,
+                sched,
+                (tx, steady()),
+                stop.clone(),
+                move |seq| {
+                    let seen = seen.clone();
+                    async move {
+                        let start = Instant::now();
+                        seen.lock().unwrap().push(start - t0);
+                        let step_timeouts = StepTimeouts {
+                            resolve: secs(60),
+                            connect: secs(60),
+                            tls: secs(60),
+                            auth: secs(60),
+                            write: secs(60),
+                            verify: secs(60),
+                        };
+                        let deadline = Deadline {
+                            end: start + timeout,
+                            step_timeouts,
+                        };
+                        let mut steps = Steps::new(deadline);
+                        let never = std::future::pending::<Result<(), StepError>>();
+                        let outcome = match steps.run(Step::Write, never).await {
+                            Ok(()) => Outcome::Success,
+                            Err((_, e)) => Outcome::Failure {
+                                step: Step::Write,
+                                class: e.class,
+                                message: e.message,
+                            },
+                        };
+                        let mut a =
+                            Attempt::bare("a", seq, clock.at(start), clock.now_ms(), outcome);
+                        a.steps = steps.records;
+                        a
+                    }
+                },
+            )
             .await
         });
         let first = next_attempt(&mut rx).await;
@@ -572,10 +721,17 @@ mod tests {
         let token = stop.clone();
         let h = tokio::spawn(async move {
             let sched = schedule(secs(10), Duration::ZERO, secs(5));
-            attempt_loop("a", clock, sched, tx, token, move |seq| async move {
-                assert!(seq != 1, "a bug in attempt 1");
-                Attempt::bare("a", seq, clock.now_ms(), clock.now_ms(), Outcome::Success)
-            })
+            attempt_loop(
+                "a",
+                clock,
+                sched,
+                (tx, steady()),
+                token,
+                move |seq| async move {
+                    assert!(seq != 1, "a bug in attempt 1");
+                    Attempt::bare("a", seq, clock.now_ms(), clock.now_ms(), Outcome::Success)
+                },
+            )
             .await
         });
         let first = next_attempt(&mut rx).await;

@@ -5,7 +5,12 @@
 //! Model, stated once:
 //! * Every prober starts attempt `k` at `k × interval` and decides when the attempt finishes: 5 ms
 //!   after its start, or [`TIMEOUT_MS`] after it for a timeout (`tcp_timeout`), for every prober.
-//! * The outcome of an attempt depends on its start: inside a fault it fails with the fault's class;
+//!   With adaptive probing ([`Contender::suspect_interval_ms`]), readyprobe's next attempt starts
+//!   `suspect_interval` after the previous start while the core says the branch is suspect
+//!   ([`Readiness::suspect`] after the attempt), `interval` after it otherwise, and never before
+//!   the previous attempt finished (one in flight), as `scheduler::attempt_loop` does.
+//! * The outcome of an attempt depends on its start: inside a fault it fails with the fault's class
+//!   (with the fault's share, drawn like the noise);
 //!   elsewhere it fails with the scenario's noise probability (class `tcp_reset`, ambiguous), drawn
 //!   from `StdRng` seeded by the scenario's seed, one draw per attempt in order.
 //! * Truth: a branch is down only inside a *real* fault (an outage, the flapping primary's down
@@ -40,6 +45,9 @@ pub struct Fault {
     pub class: FailureClass,
     /// A real outage (the branch is down) rather than a transient burst.
     pub real: bool,
+    /// The share of attempts started inside it that fail (1.0: every one; less: a partial
+    /// outage, drawn like the noise).
+    pub share: f64,
 }
 
 /// One scripted stretch of days.
@@ -107,6 +115,22 @@ impl Scenario {
         }
     }
 
+    /// [`outages`](Self::outages) in which only `percent` % of attempts fail (a partial outage:
+    /// the branch is down for its clients all the same).
+    pub fn partial(
+        minutes: i64,
+        percent: f64,
+        class: FailureClass,
+        (per_day, days, seed): (i64, i64, u64),
+    ) -> Scenario {
+        let mut sc = Scenario::outages(minutes, class, per_day, days, seed);
+        for f in &mut sc.faults {
+            f.share = percent / 100.0;
+        }
+        sc.name = format!("{minutes} min partial outages ({percent}% {class}), {per_day} a day");
+        sc
+    }
+
     /// A primary that is up `up_min` minutes, then down `down_min` (every attempt failing with
     /// `class`), over and over.
     pub fn flapping(up_min: i64, down_min: i64, class: FailureClass, days: i64) -> Scenario {
@@ -117,6 +141,7 @@ impl Scenario {
                 end: (k + 1) * period,
                 class,
                 real: true,
+                share: 1.0,
             })
             .collect();
         Scenario {
@@ -165,6 +190,7 @@ fn spread(
                 end: start + len,
                 class,
                 real,
+                share: 1.0,
             }
         })
         .collect()
@@ -197,6 +223,9 @@ pub struct Contender {
     pub name: String,
     /// Probe interval, ms.
     pub interval_ms: i64,
+    /// Interval while suspect (readyprobe's `probe.suspect_interval`), ms; `None`: fixed
+    /// interval.
+    pub suspect_interval_ms: Option<i64>,
     /// Decision rule.
     pub rule: Rule,
 }
@@ -222,7 +251,7 @@ pub fn run(sc: &Scenario, c: &Contender) -> Run {
     while start < end {
         let draw: f64 = rng.random();
         let class = match sc.fault_at(start) {
-            Some(f) => Some(f.class),
+            Some(f) => (draw < f.share).then_some(f.class),
             None => (draw < sc.noise).then_some(FailureClass::TcpReset),
         };
         let took = if class == Some(FailureClass::TcpTimeout) {
@@ -232,7 +261,11 @@ pub fn run(sc: &Scenario, c: &Contender) -> Run {
         };
         out.attempts += 1;
         verdict.attempt(start + took, class, &mut out);
-        start += c.interval_ms;
+        let period = match c.suspect_interval_ms {
+            Some(fast) if verdict.suspect() => fast,
+            _ => c.interval_ms,
+        };
+        start += period.max(took);
     }
     out
 }
@@ -257,6 +290,14 @@ enum Verdict {
 }
 
 impl Verdict {
+    /// Whether the branch is suspect after the latest attempt: the core's own rule.
+    fn suspect(&self) -> bool {
+        match self {
+            Verdict::Readyprobe(r) => r.suspect().is_some(),
+            _ => false,
+        }
+    }
+
     fn new(rule: &Rule) -> Verdict {
         match rule {
             Rule::Readyprobe(p) => {
@@ -455,24 +496,36 @@ pub fn contenders(defaults: &Policy) -> Vec<Contender> {
     let consecutive = |name: &str, interval_s: i64, fall: u32, rise: u32| Contender {
         name: name.to_string(),
         interval_ms: interval_s * 1000,
+        suspect_interval_ms: None,
         rule: Rule::Consecutive { fall, rise },
+    };
+    let adaptive = |ms: i64| Contender {
+        name: format!("readyprobe defaults, suspect_interval {ms} ms"),
+        interval_ms: 2000,
+        suspect_interval_ms: Some(ms),
+        rule: Rule::Readyprobe(Box::new(defaults.clone())),
     };
     vec![
         Contender {
             name: "readyprobe defaults".into(),
             interval_ms: 2000,
+            suspect_interval_ms: None,
             rule: Rule::Readyprobe(Box::new(defaults.clone())),
         },
         Contender {
             name: "readyprobe defaults, no definitive rule".into(),
             interval_ms: 2000,
+            suspect_interval_ms: None,
             rule: Rule::Readyprobe(Box::new(no_definitive)),
         },
+        adaptive(1000),
+        adaptive(500),
         consecutive("Route 53, 30 s, 3 / 3", 30, 3, 3),
         consecutive("Route 53, 10 s, 3 / 3", 10, 3, 3),
         Contender {
             name: "bad minute / good minute (2 s, < 95 %)".into(),
             interval_ms: 2000,
+            suspect_interval_ms: None,
             rule: Rule::PerMinute {
                 threshold_percent: 95.0,
             },

@@ -226,7 +226,7 @@ fn service_tick(cfg: &Config, svc: &ServiceConfig) -> Vec<Datum> {
 }
 
 /// `n` with a comma between groups of three digits: `43,200`.
-fn grouped(n: u64) -> String {
+pub(super) fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {

@@ -102,6 +102,7 @@ fn plan_probe(s: &mut String, cfg: &Config, svc: &ServiceConfig) -> std::fmt::Re
         d(svc.probe.jitter),
         probe_steps(&svc.probe.kind)
     )?;
+    writeln!(s, "  {}", pacing(&svc.probe))?;
     writeln!(s, "  {}", kind_settings(&svc.probe.kind))?;
     let dns = match &cfg.dns.nameservers {
         Some(ns) => ns
@@ -112,6 +113,35 @@ fn plan_probe(s: &mut String, cfg: &Config, svc: &ServiceConfig) -> std::fmt::Re
         None => format!("nameservers from {}", cfg.dns.resolv_conf.display()),
     };
     writeln!(s, "  dns: {dns}")
+}
+
+/// Adaptive probing in one line: the interval while suspect and the attempts a branch makes a
+/// day at steady state and while suspect (never two in flight: attempts that last their whole
+/// timeout come once per timeout).
+fn pacing(p: &config::ProbeConfig) -> String {
+    let d = crate::clock::fmt_duration;
+    let per_day = |every: std::time::Duration| {
+        super::cost::grouped((86_400_000 / every.as_millis().max(1)) as u64)
+    };
+    let steady = per_day(p.interval);
+    if p.suspect_interval >= p.interval {
+        return format!(
+            "adaptive probing off (no probe.suspect_interval): {steady} attempts/day per branch"
+        );
+    }
+    let hung = if p.timeout > p.suspect_interval {
+        format!(
+            ", {} when every attempt takes its whole timeout",
+            per_day(p.timeout)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "while suspect (a condition holding, not yet fired, or unready) every {}: per branch {steady} attempts/day at steady state, up to {} while suspect{hung}",
+        d(p.suspect_interval),
+        per_day(p.suspect_interval)
+    )
 }
 
 /// One line of the kind's own settings (never a secret's value).
@@ -437,6 +467,7 @@ endpoint = "mysql-secondary.orders.internal.example"
             /etc/readyprobe/orders.toml: valid
             service orders-db (stable name mysql.orders.internal.example, never probed as a branch)
             probe kind mysql every 2s (attempt timeout 1s 500ms, first-attempt jitter ≤ 200ms): resolve → connect → tls → auth → write → verify
+              adaptive probing off (no probe.suspect_interval): 43,200 attempts/day per branch
               mysql user readyprobe (password from environment variable READYPROBE_MYSQL_PASSWORD), canary readyprobe.canary, ssl_mode required, TLS ≥ 1.2
               dns: nameservers from /etc/resolv.conf
             branches:
@@ -476,25 +507,42 @@ endpoint = "mysql-secondary.orders.internal.example"
     }
 
     #[test]
+    fn plan_shows_the_attempts_per_day_with_and_without_adaptive_probing() {
+        let tcp = "[probe]\nkind = \"tcp\"\n[probe.tcp]\nport = 5672\n[probe.tls]\nssl_mode = \"disabled\"\n";
+        expect![[r#"
+            probe kind tcp every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect
+              adaptive probing off (no probe.suspect_interval): 43,200 attempts/day per branch
+              tcp, ssl_mode disabled (liveness-level: proves the port answers, not that the branch can do its job)
+        "#]].assert_eq(&probe_lines_of(tcp));
+        expect![[r#"
+            probe kind tcp every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect
+              while suspect (a condition holding, not yet fired, or unready) every 500ms: per branch 43,200 attempts/day at steady state, up to 172,800 while suspect, 54,000 when every attempt takes its whole timeout
+              tcp, ssl_mode disabled (liveness-level: proves the port answers, not that the branch can do its job)
+        "#]].assert_eq(&probe_lines_of(
+            &tcp.replace("kind = \"tcp\"", "kind = \"tcp\"\nsuspect_interval = \"500ms\""),
+        ));
+    }
+
+    #[test]
     fn plan_shows_each_kinds_steps_and_settings() {
         expect![[r#"
             probe kind tcp every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect
+              adaptive probing off (no probe.suspect_interval): 43,200 attempts/day per branch
               tcp, ssl_mode disabled (liveness-level: proves the port answers, not that the branch can do its job)
-              dns: 10.0.0.2:53, 10.0.1.2:5353
         "#]].assert_eq(&probe_lines_of(
             "[probe]\nkind = \"tcp\"\ninterval = \"2s\"\n[probe.tcp]\nport = 5672\n[probe.tls]\nssl_mode = \"disabled\"\n[dns]\nnameservers = [\"10.0.0.2\", \"10.0.1.2:5353\"]\n",
         ));
         expect![[r#"
             probe kind http every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect → tls → write → verify
+              adaptive probing off (no probe.suspect_interval): 43,200 attempts/day per branch
               http POST /orders then verify GET /orders/{{marker}}, ssl_mode required, accepted status [201]
-              dns: nameservers from /etc/resolv.conf
         "#]].assert_eq(&probe_lines_of(
             "[probe]\nkind = \"http\"\ninterval = \"2s\"\n[probe.tls]\nssl_mode = \"required\"\n[probe.http]\nmethod = \"POST\"\npath = \"/orders\"\nexpect_status = [201]\n[probe.http.verify]\nmethod = \"GET\"\npath = \"/orders/{{marker}}\"\n",
         ));
         expect![[r#"
             probe kind otlp every 2s (attempt timeout 1s 600ms, first-attempt jitter ≤ 200ms): resolve → connect → write
+              adaptive probing off (no probe.suspect_interval): 43,200 attempts/day per branch
               otlp POST /v1/metrics (one marked gauge data point, OTLP/HTTP protobuf), ssl_mode disabled
-              dns: nameservers from /etc/resolv.conf
         "#]].assert_eq(&probe_lines_of(
             "[probe]\nkind = \"otlp\"\ninterval = \"2s\"\n[probe.otlp]\n[probe.tls]\nssl_mode = \"disabled\"\n",
         ));

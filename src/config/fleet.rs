@@ -199,6 +199,9 @@ fn one(
         None => (None, None),
     };
     let policy = raw_readiness.and_then(|r| readiness::section(&r.readiness, interval, issues));
+    if let (Some(p), Some(policy)) = (&probe, &policy) {
+        readiness::suspect_fits(policy, (p.interval, p.suspect_interval), issues);
+    }
     issues.scope = None;
     let default_port = probe.as_ref().and_then(|p| p.kind.default_port());
     let branches = service::branches(

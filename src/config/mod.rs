@@ -303,6 +303,9 @@ fn validate(
         issues,
     )?;
     let policy = readiness::section(&raw.readiness, interval, issues);
+    if let (Some(p), Some(policy)) = (&probe, &policy) {
+        readiness::suspect_fits(policy, (p.interval, p.suspect_interval), issues);
+    }
     let mut config = config?;
     config.services.push(ServiceConfig {
         namespace: config.publish.namespace.clone(),
@@ -949,6 +952,43 @@ endpoint = "mysql-secondary.orders.internal.example"
             ("(syntax)", Some(7)),
             "{got:?}"
         );
+    }
+
+    /// `probe.suspect_interval`: off (the interval) by default; from 100 ms to the interval,
+    /// shorter than the attempt timeout allowed; anything else an error naming key and line.
+    #[test]
+    fn suspect_interval_defaults_off_and_is_bounded() {
+        let c = parse(Path::new("t.toml"), BASE).unwrap();
+        assert_eq!(c.services[0].probe.suspect_interval, Duration::from_secs(2));
+        let set = |v: &str| {
+            with(
+                "[probe]\nkind = \"mysql\"",
+                &format!("[probe]\nkind = \"mysql\"\nsuspect_interval = \"{v}\""),
+            )
+        };
+        let c = parse(Path::new("t.toml"), &set("500ms")).unwrap();
+        assert_eq!(
+            c.services[0].probe.suspect_interval,
+            Duration::from_millis(500)
+        );
+        // A 1 h window fits at 2 s (1,800 attempts) but not at 100 ms (36,000).
+        let long = format!("{}\n[readiness]\nwindow = \"1h\"\n", set("100ms"));
+        let got = issues(&long);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].key, "probe.suspect_interval");
+        assert!(got[0].message.contains("36000 attempts"), "{got:?}");
+        for (v, says) in [
+            ("50ms", "at least 100ms"),
+            ("3s", "must not be longer than probe.interval (2s)"),
+        ] {
+            let got = issues(&set(v));
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(
+                (got[0].key.as_str(), got[0].line),
+                ("probe.suspect_interval", Some(8))
+            );
+            assert!(got[0].message.contains(says), "{v}: {got:?}");
+        }
     }
 
     #[test]

@@ -18,6 +18,9 @@ use std::time::Duration;
 pub struct ProbeConfig {
     /// Time between attempt starts of one branch. Default 2 s.
     pub interval: Duration,
+    /// Time between attempt starts while the branch is suspect (`readiness::Suspect`), from
+    /// 100 ms to `interval`; equal to `interval` (the default): adaptive probing is off.
+    pub suspect_interval: Duration,
     /// Deadline of one whole attempt; must be shorter than `interval`. Default 80 % of the interval.
     pub timeout: Duration,
     /// Random delay added to each branch's first attempt, spreading branches apart. Default 10 %
@@ -131,6 +134,37 @@ fn timing(raw: &RawProbe, issues: &mut Issues<'_>) -> (Duration, Duration, Durat
     (interval, timeout, jitter)
 }
 
+/// `probe.suspect_interval`: at least [`MIN_INTERVAL`], at most `interval` (its default: off).
+/// It may be shorter than the attempt timeout: one attempt is in flight at a time and a missed
+/// tick is skipped, so a branch whose attempts hang is probed once per timeout.
+fn suspect_interval(raw: &RawProbe, interval: Duration, issues: &mut Issues<'_>) -> Duration {
+    let Some(fast) = raw.suspect_interval else {
+        return interval;
+    };
+    if fast < MIN_INTERVAL {
+        issues.error(
+            "probe.suspect_interval",
+            format!(
+                "must be at least {}: it bounds how often one branch is probed",
+                fmt_duration(MIN_INTERVAL)
+            ),
+        );
+        return interval;
+    }
+    if fast > interval {
+        issues.error(
+            "probe.suspect_interval",
+            format!(
+                "({}) must not be longer than probe.interval ({}): it is the faster interval used while a branch is suspect",
+                fmt_duration(fast),
+                fmt_duration(interval)
+            ),
+        );
+        return interval;
+    }
+    fast
+}
+
 /// The message for a duration below its key's minimum.
 pub(super) fn too_short(d: Duration, min: Duration) -> String {
     format!(
@@ -178,6 +212,7 @@ fn step_timeouts(st: &RawStepTimeouts, timeout: Duration, issues: &mut Issues<'_
 /// Validate `[probe]` and its kind's table; `base` resolves relative paths.
 pub(super) fn section(raw: RawProbe, base: &Path, issues: &mut Issues<'_>) -> Option<ProbeConfig> {
     let (interval, timeout, jitter) = timing(&raw, issues);
+    let suspect_interval = suspect_interval(&raw, interval, issues);
     let step_timeouts = step_timeouts(&raw.step_timeout, timeout, issues);
     let kind = raw.kind;
     for (name, present) in [
@@ -219,6 +254,7 @@ pub(super) fn section(raw: RawProbe, base: &Path, issues: &mut Issues<'_>) -> Op
     };
     Some(ProbeConfig {
         interval,
+        suspect_interval,
         timeout,
         jitter,
         step_timeouts,

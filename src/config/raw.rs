@@ -250,6 +250,8 @@ pub(super) struct RawProbe {
     #[serde(default, deserialize_with = "bounded_duration")]
     pub interval: Option<Duration>,
     #[serde(default, deserialize_with = "bounded_duration")]
+    pub suspect_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "bounded_duration")]
     pub timeout: Option<Duration>,
     #[serde(default, deserialize_with = "bounded_duration")]
     pub jitter: Option<Duration>,

@@ -258,6 +258,39 @@ fn thresholds(unready: &Condition, ready: &Condition, issues: &mut Issues<'_>) {
     }
 }
 
+/// With adaptive probing, the attempts the policy keeps (its longest window, or twice
+/// `definitive_for`) at one per `suspect_interval` stay within [`MAX_WINDOW_ATTEMPTS`]: a
+/// suspect branch fills its windows faster. An error on `probe.suspect_interval` otherwise,
+/// unless the policy is already refused at `interval` (one error per cause).
+pub(super) fn suspect_fits(
+    policy: &Policy,
+    (interval, suspect_interval): (Duration, Duration),
+    issues: &mut Issues<'_>,
+) {
+    let kept = policy.retention();
+    let longest = policy
+        .declare_unready
+        .window
+        .max(policy.declare_ready.window);
+    if suspect_interval >= interval
+        || longest > MAX_WINDOW
+        || attempts_in(kept, interval) > MAX_WINDOW_ATTEMPTS
+    {
+        return;
+    }
+    let n = attempts_in(kept, suspect_interval);
+    if n > MAX_WINDOW_ATTEMPTS {
+        issues.error(
+            "probe.suspect_interval",
+            format!(
+                "a suspect branch keeps {n} attempts ({} of them at {}), more than {MAX_WINDOW_ATTEMPTS}: each prober saves every attempt of its windows to the shared control document (read whole, at most 16 MiB); lengthen probe.suspect_interval or shorten the windows",
+                fmt_duration(kept),
+                fmt_duration(suspect_interval)
+            ),
+        );
+    }
+}
+
 /// The condition's window holds `min_attempts` at `interval`; warn when one failure crosses
 /// the threshold.
 fn window_fits(

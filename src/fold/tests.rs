@@ -1367,3 +1367,45 @@ fn stable_name_success_follows_the_latest_end_to_end_attempt() {
     assert!(metric(&e, "StableNameSuccess").is_empty());
     assert!(metric(&e, "SelectedBranch").is_empty());
 }
+
+/// The pace of each branch, in order: `(branch, suspect)` per [`Effect::Pace`].
+fn paces(effects: &[Effect]) -> Vec<(String, bool)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Pace {
+                branch, suspect, ..
+            } => Some((branch.clone(), suspect.is_some())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A branch becomes suspect at the first attempt that makes its unready condition hold, stays
+/// suspect through the unready spell, and stops being suspect when it is ready again: one
+/// `Pace` effect each way, none per attempt, none for the healthy branch.
+#[test]
+fn pace_effects_only_when_a_branch_becomes_or_stops_being_suspect() {
+    let p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    let (mut f, _) = start_with(&ControlDoc::new("orders-db"), &p);
+    let mut out = drive(&mut f, "primary", 0, 5_000, true);
+    out.extend(drive(&mut f, "secondary", 0, 60_000, true));
+    assert!(paces(&out).is_empty(), "{:?}", paces(&out));
+    let out = drive(&mut f, "primary", 5_000, 5_500, false);
+    assert_eq!(paces(&out), [("primary".to_string(), true)]);
+    assert!(matches!(
+        f.suspect(0, "primary"),
+        Some(Suspect::UnreadyHolding(5_000))
+    ));
+    let out = drive(&mut f, "primary", 5_500, 8_000, false);
+    assert_eq!(f.suspect(0, "primary"), Some(Suspect::Unready));
+    assert!(paces(&out).is_empty(), "{:?}", paces(&out));
+    let out = drive(&mut f, "primary", 8_000, 30_000, true);
+    assert_eq!(paces(&out), [("primary".to_string(), false)]);
+    assert_eq!(f.suspect(0, "primary"), None);
+    assert_eq!(f.suspect(0, "secondary"), None);
+}

@@ -69,6 +69,7 @@ fn start() -> Record {
         }],
         probe_interval_ms: Some(2_000),
         probe_timeout_ms: Some(1_500),
+        suspect_interval_ms: Some(500),
         publish_interval_ms: Some(60_000),
         policy: vec![
             "initial unknown, min_attempts 10".into(),
@@ -487,7 +488,7 @@ fn golden_start() {
     check(
         start(),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"start","config":"probes/orders-db.toml","branches":[{"name":"primary","role":"PRIMARY","endpoint":"primary.orders-db.example.internal","port":3306}],"duration_ms":600000,"state_store":"/var/lib/readyprobe/orders-db.json","restored":[{"branch":"primary","state":"ready","since":1767236645678}],"probe_interval_ms":2000,"probe_timeout_ms":1500,"publish_interval_ms":60000,"policy":["initial unknown, min_attempts 10","declare unready: success rate < 95% over 1m held for 3m"],"approval_required":true,"stable_name_interval_ms":30000,"stable_name_end_to_end":true,"namespace":"Readyprobe","initial":"unknown"}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"start","config":"probes/orders-db.toml","branches":[{"name":"primary","role":"PRIMARY","endpoint":"primary.orders-db.example.internal","port":3306}],"duration_ms":600000,"state_store":"/var/lib/readyprobe/orders-db.json","restored":[{"branch":"primary","state":"ready","since":1767236645678}],"probe_interval_ms":2000,"probe_timeout_ms":1500,"suspect_interval_ms":500,"publish_interval_ms":60000,"policy":["initial unknown, min_attempts 10","declare unready: success rate < 95% over 1m held for 3m"],"approval_required":true,"stable_name_interval_ms":30000,"stable_name_end_to_end":true,"namespace":"Readyprobe","initial":"unknown"}"#
         ]],
     );
 }
@@ -503,6 +504,7 @@ fn an_older_start_line_reads_and_record_seq_reads_back() {
         panic!("{e:?}")
     };
     assert_eq!((s.probe_interval_ms, s.approval_required), (None, None));
+    assert_eq!(s.suspect_interval_ms, None);
     assert!(s.policy.is_empty());
     assert!(!e.to_line().unwrap().contains("record_seq"));
 }

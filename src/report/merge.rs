@@ -745,9 +745,13 @@ fn config_lines(
         .collect();
     out.push(kv("branches", branches.join(", ")));
     if let (Some(i), Some(t)) = (s.probe_interval_ms, s.probe_timeout_ms) {
+        let fast = s
+            .suspect_interval_ms
+            .map(|f| format!(", every {} while suspect", d(f)))
+            .unwrap_or_default();
         out.push(kv(
             "probe",
-            format!("every {}, attempt timeout {}", d(i), d(t)),
+            format!("every {}, attempt timeout {}{fast}", d(i), d(t)),
         ));
     }
     if let Some(p) = s.publish_interval_ms {
@@ -789,6 +793,7 @@ fn config_lines(
     for (at, prober, later) in &starts[1..] {
         if later.policy != s.policy
             || later.probe_interval_ms != s.probe_interval_ms
+            || later.suspect_interval_ms != s.suspect_interval_ms
             || later.branches != s.branches
         {
             out.push(kv(

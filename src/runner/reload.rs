@@ -572,7 +572,9 @@ fn change(
         .into_iter()
         .filter(|p| restart.contains(&p.branch.name))
         .collect();
-    loops.extend(fleet.loops.spawn(id, svc, fresh));
+    let (fresh, paces) = fleet.loops.spawn(id, svc, fresh);
+    shell.pace(id, &svc.probe, paces);
+    loops.extend(fresh);
     if let Some(live) = fleet.live.get_mut(&id) {
         live.loops = loops;
     }
@@ -656,7 +658,9 @@ fn start_services(
         shell.evidence.record_for(now, &name, &record);
         shell.add_store(id, store);
         let stable = fleet.loops.spawn_stable_name(id, svc, cfg, &probes);
-        let loops: BTreeMap<_, _> = fleet.loops.spawn(id, svc, probes).into_iter().collect();
+        let (loops, paces) = fleet.loops.spawn(id, svc, probes);
+        shell.pace(id, &svc.probe, paces);
+        let loops: BTreeMap<_, _> = loops.into_iter().collect();
         fleet.live.insert(
             id,
             Live {

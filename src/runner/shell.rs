@@ -5,7 +5,7 @@
 use crate::clock::Clock;
 use crate::control::{self, Approval, ControlDoc, Decision, InstanceWatch, Marker, OtherInstance};
 use crate::fold::{Batch, Effect, Fold, Input, Level, Log, ServiceId};
-use crate::readiness::Millis;
+use crate::readiness::{Millis, Suspect};
 use crate::record::{DuplicateProber, Record};
 use crate::scheduler::BranchEvent;
 use crate::sink::evidence::EvidenceWriter;
@@ -14,6 +14,7 @@ use crate::state::{StateError, Store};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// What a background sync produced: the document, this prober's decisions to take and drill
@@ -49,6 +50,38 @@ pub(super) struct Shell {
     pub(super) instances: BTreeMap<ServiceId, InstanceWatch>,
     /// This process's instance id.
     pub(super) instance: String,
+    /// The pace of each running branch loop with adaptive probing, by service and branch.
+    pub(super) paces: BTreeMap<(ServiceId, String), Pace>,
+}
+
+/// What sets a branch loop's pace: the `watch` it reads (true: suspect) and its two periods.
+pub(super) struct Pace {
+    tx: watch::Sender<bool>,
+    interval: Duration,
+    suspect_interval: Duration,
+}
+
+impl Pace {
+    /// Sets the loop's pace and says so in one log line.
+    fn set(&self, service: &str, branch: &str, suspect: Option<Suspect>) {
+        self.tx.send_replace(suspect.is_some());
+        let d = crate::clock::fmt_duration;
+        match suspect {
+            Some(why) => tracing::info!(
+                service,
+                branch,
+                why = %why,
+                interval = %d(self.suspect_interval),
+                "branch suspect: probing at its suspect interval"
+            ),
+            None => tracing::info!(
+                service,
+                branch,
+                interval = %d(self.interval),
+                "branch no longer suspect: probing at its interval"
+            ),
+        }
+    }
 }
 
 impl Shell {
@@ -63,6 +96,36 @@ impl Shell {
     pub(super) fn remove_store(&mut self, id: ServiceId) {
         self.stores.remove(&id);
         self.instances.remove(&id);
+        self.paces.retain(|(s, _), _| *s != id);
+    }
+
+    /// Keep the pace of the branch loops just started for service `id` (with `probe`'s
+    /// periods), each set from the fold: a branch already suspect starts at its suspect
+    /// interval. Without adaptive probing nothing is kept: the loops keep their interval.
+    pub(super) fn pace(
+        &mut self,
+        id: ServiceId,
+        probe: &crate::config::ProbeConfig,
+        loops: Vec<(String, watch::Sender<bool>)>,
+    ) {
+        for (branch, _) in &loops {
+            self.paces.remove(&(id, branch.clone()));
+        }
+        if probe.suspect_interval >= probe.interval {
+            return;
+        }
+        for (branch, tx) in loops {
+            let pace = Pace {
+                tx,
+                interval: probe.interval,
+                suspect_interval: probe.suspect_interval,
+            };
+            if let Some(why) = self.fold.suspect(id, &branch) {
+                let service = self.fold.service_name(id).to_string();
+                pace.set(&service, &branch, Some(why));
+            }
+            self.paces.insert((id, branch), pace);
+        }
     }
 
     pub(super) fn feed(&mut self, input: Input) {
@@ -76,6 +139,16 @@ impl Shell {
                 Effect::Publish(b) => self.hand(b),
                 Effect::Record(at, service, r) => self.evidence.record_for(at, &service, &r),
                 Effect::Log(l) => emit(&l),
+                Effect::Pace {
+                    id,
+                    service,
+                    branch,
+                    suspect,
+                } => {
+                    if let Some(p) = self.paces.get(&(id, branch.clone())) {
+                        p.set(&service, &branch, suspect);
+                    }
+                }
             }
         }
     }

@@ -22,6 +22,9 @@ use std::time::Duration;
 pub struct Timing {
     /// `probe.interval`.
     pub interval: Duration,
+    /// `probe.suspect_interval`: not modelled (attempts stay at `interval`), only named in
+    /// the report's assumptions.
+    pub suspect_interval: Duration,
     /// `probe.timeout`.
     pub timeout: Duration,
     /// `probe.step_timeout`.
@@ -109,6 +112,7 @@ mod tests {
         let s = Duration::from_secs(1);
         Timing {
             interval: Duration::from_secs(2),
+            suspect_interval: Duration::from_secs(2),
             timeout: Duration::from_millis(1500),
             steps: StepTimeouts {
                 resolve: s,

@@ -52,6 +52,7 @@ impl Setup {
             policy: svc.policy.clone(),
             timing: Timing {
                 interval: svc.probe.interval,
+                suspect_interval: svc.probe.suspect_interval,
                 timeout: svc.probe.timeout,
                 steps: svc.probe.step_timeouts,
                 latency_ms: 0,
@@ -329,9 +330,17 @@ fn assumptions(setup: &Setup, s: &Scenario, policy: &Policy) -> Vec<String> {
     let d = crate::clock::fmt_duration_ms;
     let a = &s.alarm;
     let t = &setup.timing;
+    let fast = if t.suspect_interval < t.interval {
+        format!(
+            "; probe.suspect_interval ({}) is not modelled: a suspect branch is probed faster in a real run",
+            crate::clock::fmt_duration(t.suspect_interval)
+        )
+    } else {
+        String::new()
+    };
     vec![
         format!(
-            "attempts: one every {} from 0 (no jitter); a success or a non-timeout failure takes {}; dns_timeout, tcp_timeout and deadline_exceeded end at their step timeout ({}, {}) or the attempt timeout ({}); random failures from seed {}",
+            "attempts: one every {} from 0 (no jitter); a success or a non-timeout failure takes {}; dns_timeout, tcp_timeout and deadline_exceeded end at their step timeout ({}, {}) or the attempt timeout ({}); random failures from seed {}{fast}",
             crate::clock::fmt_duration(t.interval),
             d(s.latency_ms),
             crate::clock::fmt_duration(t.steps.resolve),
@@ -400,6 +409,7 @@ mod tests {
             },
             timing: Timing {
                 interval: Duration::from_secs(2),
+                suspect_interval: Duration::from_secs(2),
                 timeout: Duration::from_millis(1500),
                 steps: StepTimeouts {
                     resolve: s,
@@ -441,6 +451,22 @@ name = "primary"
 [[branch.noise]]
 fail_percent = 2.0
 "#;
+
+    /// Adaptive probing is not simulated, and the assumptions say so when it is on.
+    #[test]
+    fn the_assumptions_name_an_unmodelled_suspect_interval() {
+        let mut on = setup(Duration::from_secs(180));
+        let off = run(&on, NOISE);
+        assert!(
+            !off.assumptions[0].contains("suspect"),
+            "{}",
+            off.assumptions[0]
+        );
+        on.timing.suspect_interval = Duration::from_millis(500);
+        let r = run(&on, NOISE);
+        let want = "probe.suspect_interval (500ms) is not modelled";
+        assert!(r.assumptions[0].contains(want), "{}", r.assumptions[0]);
+    }
 
     #[test]
     fn noise_flaps_only_without_a_for_clock() {

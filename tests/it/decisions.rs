@@ -105,3 +105,65 @@ fn blackholed_outages_wait_for_the_full_for() {
         assert!((600_000..=660_000 + 2 * INTERVAL_MS).contains(b), "{b}");
     }
 }
+
+/// readyprobe's defaults with `probe.suspect_interval = "500ms"`.
+fn adaptive() -> Contender {
+    let defaults = sim::default_policy().expect("default policy");
+    let cs = sim::contenders(&defaults);
+    cs.into_iter()
+        .find(|c| c.suspect_interval_ms == Some(500))
+        .expect("readyprobe with a 500 ms suspect interval")
+}
+
+/// Adaptive probing adds attempts only while a branch is suspect: under light noise and timeout
+/// bursts a few percent, and it never turns noise or a burst into a flap.
+#[test]
+fn adaptive_probing_costs_little_without_a_fault_and_never_flaps() {
+    let (fixed, _, _) = contenders();
+    let fast = adaptive();
+    for (sc, at_most) in [
+        (Scenario::noise(0.5, DAYS, 11), 1.02),
+        (Scenario::noise(2.0, DAYS, 12), 1.2),
+        (Scenario::bursts(90, 4, DAYS, 23), 1.02),
+    ] {
+        let (s, run) = score(&sc, &fast);
+        assert_eq!((s.flaps, s.wrong_ms()), (0, 0), "{}: {s:?}", sc.name);
+        let (_, base) = score(&sc, &fixed);
+        let ratio = run.attempts as f64 / base.attempts as f64;
+        assert!((1.0..=at_most).contains(&ratio), "{}: {ratio}", sc.name);
+    }
+}
+
+/// More samples while the unready condition holds keep a partial outage (10 % of attempts
+/// reset) from resetting the `for` clock with a lucky window: the fixed interval misses one of
+/// these four outages, adaptive probing none, and never before `for` (3 min).
+#[test]
+fn adaptive_probing_detects_a_partial_outage_the_fixed_interval_misses() {
+    let (fixed, _, _) = contenders();
+    let sc = Scenario::partial(15, 10.0, FailureClass::TcpReset, (2, DAYS, 42));
+    let (s, _) = score(&sc, &fixed);
+    assert_eq!((s.real_faults, s.missed), (4, 1), "{s:?}");
+    let (s, _) = score(&sc, &adaptive());
+    assert_eq!((s.real_faults, s.missed, s.flaps), (4, 0, 0), "{s:?}");
+    assert!(s.detection_ms.iter().all(|d| *d >= 180_000), "{s:?}");
+}
+
+/// A blackholed branch is probed once per timeout while suspect, so adaptive probing does not
+/// close the gap to `for` + one interval: the unready condition still needs two timed-out
+/// attempts before it holds, and then fires at the first attempt's end at or after `for`.
+#[test]
+fn adaptive_probing_leaves_blackholed_detection_within_the_same_bound() {
+    let sc = Scenario::outages(5, FailureClass::TcpTimeout, 2, DAYS, 31);
+    let (s, run) = score(&sc, &adaptive());
+    assert_eq!(
+        (s.missed, s.flaps, run.definitive_fired),
+        (0, 0, 0),
+        "{s:?}"
+    );
+    // Up to an interval to the first failing start, two timeouts known an interval apart, then
+    // `for`, then at most one attempt (a timeout) to the evaluation that fires.
+    let max = 180_000 + 2 * INTERVAL_MS + 2 * sim::TIMEOUT_MS;
+    for d in &s.detection_ms {
+        assert!((180_000..=max).contains(d), "{:?}", s.detection_ms);
+    }
+}

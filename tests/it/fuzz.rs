@@ -74,7 +74,10 @@ const KEYS: &[(&str, &[&str])] = &[
         "dns",
         &["nameservers", "address_family", "resolv_conf", "timeout"],
     ),
-    ("probe", &["kind", "interval", "timeout", "jitter"]),
+    (
+        "probe",
+        &["kind", "interval", "suspect_interval", "timeout", "jitter"],
+    ),
     (
         "probe.step_timeout",
         &["resolve", "connect", "tls", "auth", "write", "verify"],

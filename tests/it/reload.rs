@@ -8,6 +8,7 @@
 //! a removed service's attempt in flight is recorded as abandoned (and its state saved once);
 //! adding many such services applies within the reload's own bound. A CA bundle replaced under
 //! an unchanged config takes effect at SIGHUP; control characters of a path never reach stderr.
+//! A reload turns adaptive probing (`probe.suspect_interval`) on and off again.
 
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{fleet_header, read_evidence, wait_evidence};
@@ -1002,4 +1003,102 @@ async fn a_reload_adding_many_services_on_a_dead_store_applies_within_its_bound(
         .expect("exit after SIGTERM")
         .unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+/// Start gaps (ms) of `service`'s primary attempts that started after `after_ms`.
+fn start_gaps(ev: &[Value], service: &str, after_ms: i64) -> Vec<i64> {
+    let starts: Vec<i64> = of(ev, "attempt", service, Some("primary"))
+        .iter()
+        .map(|a| a["started_at"].as_i64().unwrap())
+        .filter(|t| *t > after_ms)
+        .collect();
+    starts.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+/// A reload that sets `probe.suspect_interval` restarts the loops of the service at it: its
+/// unready primary (a closed port) is probed every 250 ms instead of every 1 s; a reload that
+/// takes it away brings back the 1 s interval (the restarted loop is not paced by the old
+/// one's setting). Wide margins: a gap is fast below 625 ms, halfway between the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_turns_adaptive_probing_on_and_off() {
+    use readyprobe::runner::{RunOptions, run_with_reloads};
+    use readyprobe::sink::emf::EmfBuffer;
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha"]).await;
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let refused = closed.local_addr().unwrap().port();
+    drop(closed);
+    let path = dir.path().join("adaptive.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let with_probe = |suspect: &str| {
+        let probe = format!(
+            "probe = {{ interval = \"1s\", timeout = \"800ms\", jitter = \"0s\"{suspect} }}\nreadiness = {{ window = \"10s\" }}\n"
+        );
+        let svc = service("alpha", refused, f.ports[1].port).replacen(
+            "\n[[service.branch]]",
+            &format!("\n{probe}[[service.branch]]"),
+            1,
+        );
+        write_config(&path, &config(dir.path(), &f.dns, "1s", &svc));
+        readyprobe::config::load(&path)
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = async move {
+        let _ = stop_rx.await;
+        "test"
+    };
+    let opts = RunOptions {
+        duration: None,
+        grace: Duration::from_secs(1),
+        emf_out: Some(EmfBuffer::new()),
+    };
+    let run = tokio::spawn(run_with_reloads(
+        with_probe("").unwrap(),
+        opts,
+        stop,
+        Some(rx),
+    ));
+    let unready = |ev: &[Value]| {
+        of(ev, "transition", "alpha", Some("primary"))
+            .iter()
+            .find(|t| t["transition"]["to"] == "unready")
+            .map(|t| t["at_ms"].as_i64().unwrap())
+    };
+    // Off: unready, and still every second.
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        unready(ev).is_some_and(|t| start_gaps(ev, "alpha", t).len() >= 3)
+    })
+    .await;
+    let gaps = start_gaps(&ev, "alpha", unready(&ev).unwrap());
+    assert!(gaps.iter().all(|g| *g >= 625), "off: {gaps:?}");
+
+    // On: every 250 ms while unready.
+    tx.send(with_probe(", suspect_interval = \"250ms\""))
+        .await
+        .unwrap();
+    let at = |ev: &[Value], n| ev[reload_at(ev, n).unwrap()]["at_ms"].as_i64().unwrap();
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        reload_at(ev, 0).is_some_and(|_| start_gaps(ev, "alpha", at(ev, 0)).len() >= 8)
+    })
+    .await;
+    assert_eq!(ev[reload_at(&ev, 0).unwrap()]["applied"], true);
+    let gaps = start_gaps(&ev, "alpha", at(&ev, 0));
+    let fast = gaps.iter().filter(|g| **g < 625).count();
+    assert!(fast >= 4 && 2 * fast >= gaps.len(), "on: {gaps:?}");
+
+    // Off again: every second.
+    tx.send(with_probe("")).await.unwrap();
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        reload_at(ev, 1).is_some_and(|_| start_gaps(ev, "alpha", at(ev, 1)).len() >= 3)
+    })
+    .await;
+    let gaps = start_gaps(&ev, "alpha", at(&ev, 1));
+    assert!(gaps.iter().all(|g| *g >= 625), "off again: {gaps:?}");
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("stops")
+        .unwrap()
+        .unwrap();
 }

@@ -173,3 +173,68 @@ async fn tcp_kind_reports_a_rejected_client_certificate() {
     assert_eq!(a.outcome, Outcome::Success, "{a:?}");
     server.abort();
 }
+
+/// Adaptive probing end to end: a branch whose port refuses connections becomes suspect once
+/// its unready condition holds (the second failure, `min_attempts` 2), and from then on its
+/// attempts start every `suspect_interval` (250 ms) instead of every `interval` (1 s). Wide
+/// margins: a gap counts as fast below 625 ms, halfway between the two; without adaptive
+/// probing every gap is about 1 s and none counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_branch_is_probed_at_its_suspect_interval() {
+    use crate::support::config::path;
+    use readyprobe::runner::{RunOptions, run};
+    use readyprobe::sink::emf::EmfBuffer;
+    use std::time::Duration;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gateway", Ipv4Addr::LOCALHOST, 5).await;
+    // A port nothing listens on: every attempt fails at connect (tcp_refused).
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let dir = tempfile::tempdir().unwrap();
+    let evidence = dir.path().join("evidence.jsonl");
+    let cfg = ConfigBuilder::new(dir.path(), "gateway", "gw.orders.internal.example")
+        .nameserver(dns.addr())
+        .kind("tcp")
+        .set("probe.tcp", "port", i64::from(port))
+        .tls("disabled", None)
+        .branch("primary", "PRIMARY", NAME, None)
+        .set("probe", "interval", "1s")
+        .set("probe", "timeout", "800ms")
+        .set("probe", "suspect_interval", "250ms")
+        .set("readiness", "min_attempts", 2)
+        .set("evidence", "path", path(&evidence))
+        .load(&dir.path().join("tcp.toml"));
+    let opts = RunOptions {
+        duration: Some(Duration::from_secs(8)),
+        grace: Duration::from_secs(2),
+        emf_out: Some(EmfBuffer::new()),
+    };
+    run(cfg, opts, std::future::pending()).await.unwrap();
+    let text = std::fs::read_to_string(&evidence).unwrap();
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let start = records.iter().find(|r| r["kind"] == "start").unwrap();
+    assert_eq!(start["suspect_interval_ms"], 250, "{start}");
+    let attempts: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "attempt" && r["branch"] == "primary")
+        .collect();
+    assert!(
+        attempts.iter().all(|a| a["class"] == "tcp_refused"),
+        "{attempts:?}"
+    );
+    let starts: Vec<i64> = attempts
+        .iter()
+        .map(|a| a["started_at"].as_i64().unwrap())
+        .collect();
+    // From the second attempt on, the branch is suspect.
+    let gaps: Vec<i64> = starts[1..].windows(2).map(|w| w[1] - w[0]).collect();
+    let fast = gaps.iter().filter(|g| **g < 625).count();
+    assert!(fast >= 4 && 2 * fast >= gaps.len(), "gaps (ms): {gaps:?}");
+    // Never back to back (a refused attempt takes about a millisecond): the exact bound is the
+    // scheduler's paused-time tests'; here a busy runtime may delay one start's clock reading.
+    assert!(gaps.iter().all(|g| *g >= 100), "gaps (ms): {gaps:?}");
+}

@@ -40,6 +40,7 @@ fn start(restored: Vec<Restored>) -> Record {
         restored,
         probe_interval_ms: Some(300),
         probe_timeout_ms: Some(250),
+        suspect_interval_ms: None,
         publish_interval_ms: Some(1_000),
         policy: vec!["declare unready: success rate < 80% over 3s held for 1s".into()],
         approval_required: Some(false),
