@@ -216,36 +216,54 @@ def run(a):
         sys.exit("detection: the 0 datum was not accepted (see result.json)")
 
 
+MS_COLS = ("late", "transition_to_accepted")
+
+
 def fmt(v):
     return "–" if v is None else f"{v / 1000:.2f}"
 
 
+def late(r):
+    """How long after its `for` ran out the rule fired, ms: from the first failure (definitive:
+    the run of definitive failures starts there) or from `held_since` (ambiguous: the condition's
+    clock) to the transition, less the `for` that applies. About one interval when the attempt
+    that should have fired it finished a few ms short of the `for`."""
+    anchor = r["held_since"] if r["hold_key"] == "for" else (r["first_failure"] or {}).get("finished_at")
+    return None if anchor is None else r["transition_at"] - anchor - r["hold_ms"]
+
+
 def summary(out):
-    rows = [json.load(open(p)) for p in sorted(glob.glob(f"{out}/*/result.json"))]
+    rows = []
+    for p in sorted(glob.glob(f"{out}/*/result.json")):
+        cfg = tomllib.load(open(os.path.join(os.path.dirname(p), "detect.toml"), "rb"))
+        rows.append(dict(json.load(open(p)), window=cfg["readiness"]["window"]))
     cols = ["fault_to_first_failure_end", "fault_to_condition", "fault_to_transition",
-            "transition_to_accepted", "fault_to_accepted", "overhead"]
-    head = ["first failure ends", "condition holds", "transition", "transition → accepted",
+            "late", "transition_to_accepted", "fault_to_accepted", "overhead"]
+    head = ["first failure ends", "condition holds", "transition", "late", "transition → accepted",
             "fault → accepted", "overhead"]
-    print("Seconds after the fault (overhead: fault → accepted − the `for` that applies).\n")
+    print("Seconds after the fault; late: how long after its `for` ran out the rule fired;"
+          " overhead: fault → accepted − that `for`.\n")
     print("| run | class | " + " | ".join(head) + " | datum 0 read back | emulator log → record |")
     print("| --- | --- |" + " ---: |" * len(cols) + " --- | ---: |")
     by_kind = {}
     for r in rows:
-        m = r["ms"]
-        by_kind.setdefault((r["kind"], r["hold_key"], r["hold_ms"], r["interval_ms"]), []).append(m)
+        m = dict(r["ms"], late=late(r))
+        key = (r["kind"], r["hold_key"], r["hold_ms"], r["window"], r["interval_ms"])
+        by_kind.setdefault(key, []).append(m)
         cls = (r["first_failure"] or {}).get("class")
         back = "yes" if r["emulator_zero_datum_ms"] is not None else "NO"
         log = "–" if m["emulator_log_to_record"] is None else f"{m['emulator_log_to_record']} ms"
-        print(f"| {r['run']} | {cls} | " + " | ".join(fmt(m[c]) for c in cols) + f" | {back} | {log} |")
-    print("\n| kind | runs | `for` applied | fault → accepted, median / max | overhead, median / max |"
+        cells = [f"{m[c]} ms" if c in MS_COLS and m[c] is not None else fmt(m[c]) for c in cols]
+        print(f"| {r['run']} | {cls} | " + " | ".join(cells) + f" | {back} | {log} |")
+    print("\n| kind | runs | `for` applied, window | fault → accepted, median / max | overhead, median / max |"
           " target (interval + 1 s) |")
     print("| --- | ---: | --- | --- | --- | --- |")
-    for (kind, key, hold, interval), ms in by_kind.items():
+    for (kind, key, hold, window, interval), ms in by_kind.items():
         tot = [m["fault_to_accepted"] for m in ms]
         ovh = [m["overhead"] for m in ms]
         target = interval + 1000
         ok = "met" if max(ovh) <= target else f"missed in {sum(o > target for o in ovh)} of {len(ovh)}"
-        print(f"| {kind} | {len(ms)} | {key} = {hold / 1000:g} s | {fmt(statistics.median(tot))} / "
+        print(f"| {kind} | {len(ms)} | {key} = {hold / 1000:g} s, {window} | {fmt(statistics.median(tot))} / "
               f"{fmt(max(tot))} | {fmt(statistics.median(ovh))} / {fmt(max(ovh))} | {ok} |")
 
 

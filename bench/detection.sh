@@ -157,7 +157,7 @@ sql() { infra/local/mariadb.sh sql "$DB" "$1"; }
 fault_cmd() {
   case $1 in
     readonly) echo "infra/local/mariadb.sh sql '$DB' 'SET GLOBAL read_only = ON'" ;;
-    blackhole) echo "ip netns exec $NS nft -f - <<< 'table inet rpdetect { chain input { type filter hook input priority 0; tcp dport $DB_PORT drop; } }'" ;;
+    blackhole) echo "ip netns exec $NS nft -f - <<< 'table inet rpdetect { chain input { type filter hook input priority 0; tcp dport $DB_PORT drop; }; }'" ;;
   esac
 }
 restore() {
