@@ -172,6 +172,7 @@ export AWS_EC2_METADATA_DISABLED=true
 { echo "date $(date -u +%FT%TZ)"; echo "nproc $(nproc)"; grep -m1 'model name' /proc/cpuinfo
   echo "load $(cut -d' ' -f1-3 /proc/loadavg)"; "$OUT/readyprobe" --version 2>/dev/null || true
   echo "interval $INTERVAL window $WINDOW for $FOR definitive_for $DEFINITIVE_FOR warm ${WARM}s"; } > "$OUT/machine.txt"
+failed=0
 for kind in $KINDS; do
   for i in $(seq 1 "$RUNS"); do
     dir=$OUT/$kind-$i
@@ -181,9 +182,10 @@ for kind in $KINDS; do
     "$PY" bench/detection.py run --kind "$kind" --dir "$dir" --bin "$OUT/readyprobe" \
       --fault "$(fault_cmd "$kind")" --warm "$WARM" --endpoint "$ENDPOINT" \
       --localstack-log "${LOCALSTACK_LOG:-/var/cache/readyprobe/localstack-venv/run/localstack-4566.log}" \
-      || echo "detection: $kind run $i failed (see $dir)" >&2
+      || { echo "detection: $kind run $i failed (see $dir)" >&2; failed=$((failed + 1)); }
     restore "$kind"
   done
 done
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the end" >> "$OUT/machine.txt"
 "$PY" bench/detection.py summary "$OUT" | tee "$OUT/summary.md"
+[ "$failed" = 0 ] || { echo "detection: $failed run(s) failed" >&2; exit 1; }
