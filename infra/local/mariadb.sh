@@ -2,6 +2,7 @@
 # Throwaway MariaDB instances for the local demo: install the server package if absent,
 # initialise a datadir once, start an instance per port with TLS, load the canary schema.
 # Usage: mariadb.sh install | start NAME PORT DIR CERT KEY CA PASSWORD | stop DIR | sql DIR SQL
+# MARIADB_BIND: the address `start` listens on (default 127.0.0.1; e.g. a network namespace's).
 set -euo pipefail
 
 log() { printf 'mariadb.sh: %s\n' "$*" >&2; }
@@ -32,7 +33,7 @@ start() {
       log "port $port is already in use; stop what listens there or change the port"; exit 1
     fi
     "$bin" --no-defaults --user=root --datadir="$dir/data" --port="$port" \
-      --bind-address=127.0.0.1 --socket="$dir/sock" --pid-file="$dir/pid" --skip-log-bin \
+      --bind-address="${MARIADB_BIND:-127.0.0.1}" --socket="$dir/sock" --pid-file="$dir/pid" --skip-log-bin \
       --innodb-buffer-pool-size=32M --ssl-cert="$cert" --ssl-key="$key" --ssl-ca="$ca" \
       --log-error="$dir/error.log" >/dev/null 2>&1 &
     for _ in $(seq 1 100); do
@@ -41,7 +42,7 @@ start() {
     done
     mariadb --no-defaults -uroot --socket="$dir/sock" -e 'SELECT 1' >/dev/null 2>&1 \
       || { log "$name did not start; see $dir/error.log"; tail -5 "$dir/error.log" >&2; exit 1; }
-    log "$name listening on 127.0.0.1:$port (TLS)"
+    log "$name listening on ${MARIADB_BIND:-127.0.0.1}:$port (TLS)"
   fi
   local here; here=$(cd "$(dirname "$0")/../.." && pwd)
   sed "s/@PASSWORD@/$password/" "$here/probes/mysql-canary.sql" \
