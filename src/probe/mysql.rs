@@ -57,7 +57,13 @@ async fn tls(
     ctx: &mut StepCtx<'_>,
     cfg: Arc<rustls::ClientConfig>,
     mut session: Session<TcpStream>,
-) -> Result<(Session<tokio_rustls::client::TlsStream<TcpStream>>, Greeting), StepFailure> {
+) -> Result<
+    (
+        Session<tokio_rustls::client::TlsStream<TcpStream>>,
+        Greeting,
+    ),
+    StepFailure,
+> {
     let endpoint = ctx.endpoint();
     let (session, greeting, info) = ctx
         .steps
@@ -290,7 +296,10 @@ mod tests {
                 FailureClass::TlsUntrusted,
             ),
             (Error::Protocol("x".into()), FailureClass::ProtocolError),
-            (Error::Plugin("client_ed25519".into()), FailureClass::AuthDenied),
+            (
+                Error::Plugin("client_ed25519".into()),
+                FailureClass::AuthDenied,
+            ),
         ];
         for (e, want) in cases {
             assert_eq!(classify_mysql(&e).class, want, "{e}");

@@ -413,10 +413,14 @@ async fn an_attempt_is_one_connection() {
     let Some(p) = Pipeline::start_or_skip().await else {
         return;
     };
-    let plain = builder(&p)
-        .tls("disabled", None)
-        .set("probe.tls", "danger_send_secrets_unverified", true);
-    for (name, text) in [("verify_identity", builder(&p).build()), ("disabled", plain.build())] {
+    let plain =
+        builder(&p)
+            .tls("disabled", None)
+            .set("probe.tls", "danger_send_secrets_unverified", true);
+    for (name, text) in [
+        ("verify_identity", builder(&p).build()),
+        ("disabled", plain.build()),
+    ] {
         let path = p.dir.path().join(format!("one-connection-{name}.toml"));
         std::fs::write(&path, text).unwrap();
         let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -442,7 +446,11 @@ async fn an_unsupported_auth_plugin_fails_auth_naming_it() {
     let Some(p) = Pipeline::start_or_skip().await else {
         return;
     };
-    if let Err(e) = p.primary.try_root_exec("INSTALL SONAME 'auth_ed25519'").await {
+    if let Err(e) = p
+        .primary
+        .try_root_exec("INSTALL SONAME 'auth_ed25519'")
+        .await
+    {
         crate::support::skip_or_panic(&format!("MariaDB's auth_ed25519 plugin: {e}"));
         return;
     }

@@ -218,7 +218,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             match p.first() {
                 Some(0x00) => return self.take_ok(&p),
                 Some(0xff) => return Err(server_error(&p, self.framing.capabilities)),
-                Some(0xfe) if p.len() == 1 => return Err(Error::Plugin("mysql_old_password".into())),
+                Some(0xfe) if p.len() == 1 => {
+                    return Err(Error::Plugin("mysql_old_password".into()));
+                }
                 Some(0xfe) if !switched => {
                     switched = true;
                     let request = ParseBuf(&p)
@@ -227,7 +229,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     plugin = supported(request.auth_plugin())?;
                     nonce = request.plugin_data().to_vec();
                     let data = scramble(&plugin, login.password, &nonce);
-                    self.write_packet(data.as_deref().unwrap_or_default()).await?;
+                    self.write_packet(data.as_deref().unwrap_or_default())
+                        .await?;
                 }
                 Some(0x01) if plugin == AuthPlugin::CachingSha2Password => {
                     self.caching_sha2_more(&p, login, &nonce).await?;
@@ -414,9 +417,9 @@ fn supported(plugin: AuthPlugin<'_>) -> Result<AuthPlugin<'static>, Error> {
 /// The password scrambled for `plugin` (one of [`supported`]); `None` for an empty password.
 fn scramble(plugin: &AuthPlugin<'_>, password: &str, nonce: &[u8]) -> Option<Vec<u8>> {
     match plugin {
-        AuthPlugin::MysqlNativePassword | AuthPlugin::CachingSha2Password => plugin
-            .gen_data(Some(password), nonce)
-            .map(|d| d.to_vec()),
+        AuthPlugin::MysqlNativePassword | AuthPlugin::CachingSha2Password => {
+            plugin.gen_data(Some(password), nonce).map(|d| d.to_vec())
+        }
         _ => None,
     }
 }
@@ -555,8 +558,8 @@ mod tests {
     #[tokio::test]
     async fn caching_sha2_full_auth_without_tls_encrypts_with_the_servers_key() {
         use aws_lc_rs::encoding::AsDer;
-        use aws_lc_rs::rsa::{KeySize, OAEP_SHA1_MGF1SHA1, OaepPrivateDecryptingKey};
         use aws_lc_rs::rsa::PrivateDecryptingKey;
+        use aws_lc_rs::rsa::{KeySize, OAEP_SHA1_MGF1SHA1, OaepPrivateDecryptingKey};
         use base64::Engine;
         let private = PrivateDecryptingKey::generate(KeySize::Rsa2048).unwrap();
         let der = private.public_key().as_der().unwrap();
@@ -616,7 +619,11 @@ mod tests {
 
     #[tokio::test]
     async fn an_auth_switch_to_native_password_is_followed_and_to_another_plugin_refused() {
-        for (plugin, want) in [("mysql_native_password", None), ("client_ed25519", Some("client_ed25519")), ("dialog", Some("dialog"))] {
+        for (plugin, want) in [
+            ("mysql_native_password", None),
+            ("client_ed25519", Some("client_ed25519")),
+            ("dialog", Some("dialog")),
+        ] {
             let (c, mut s) = pair();
             let server = async {
                 s.write_packet(&greeting_packet("mysql_native_password"))
@@ -655,7 +662,10 @@ mod tests {
         // A header announcing 1 MiB - 1 and no body: the client must not wait for it.
         raw.write_all(&[0xff, 0xff, 0x0f, 0]).await.unwrap();
         let e = c.greeting().await.unwrap_err();
-        assert!(matches!(&e, Error::Protocol(m) if m.contains("over 65536")), "{e:?}");
+        assert!(
+            matches!(&e, Error::Protocol(m) if m.contains("over 65536")),
+            "{e:?}"
+        );
     }
 
     #[tokio::test]
