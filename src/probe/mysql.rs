@@ -28,6 +28,9 @@ use session::{Greeting, Login, Session};
 /// left of the attempt deadline.
 const DISCONNECT_WAIT: Duration = Duration::from_millis(500);
 
+/// A session on the TLS stream over the attempt's connection.
+type TlsSession = Session<tokio_rustls::client::TlsStream<TcpStream>>;
+
 /// The canary row as read back by `verify`: marker, seq, `@@hostname`, `@@server_id`,
 /// `@@read_only`, `@@innodb_read_only`.
 type CanaryRow = (String, u64, String, u64, u8, u8);
@@ -57,28 +60,19 @@ async fn tls(
     ctx: &mut StepCtx<'_>,
     cfg: Arc<rustls::ClientConfig>,
     mut session: Session<TcpStream>,
-) -> Result<
-    (
-        Session<tokio_rustls::client::TlsStream<TcpStream>>,
-        Greeting,
-    ),
-    StepFailure,
-> {
+) -> Result<(TlsSession, Greeting), StepFailure> {
     let endpoint = ctx.endpoint();
     let (session, greeting, info) = ctx
         .steps
         .run(Step::Tls, async move {
-            let greeting = session.greeting().await.map_err(|e| classify_mysql(&e))?;
+            let greeting = session.greeting().await?;
             if !greeting.offers_tls() {
                 return Err(StepError {
                     class: FailureClass::TlsNotOffered,
                     message: "the server does not offer TLS (no CLIENT_SSL capability)".into(),
                 });
             }
-            session
-                .ssl_request()
-                .await
-                .map_err(|e| classify_mysql(&e))?;
+            session.ssl_request().await?;
             let (stream, framing) = session.into_parts();
             let (tls, info) = super::tls::handshake(cfg, endpoint, stream).await?;
             Ok((Session::resume(tls, framing), greeting, info))
