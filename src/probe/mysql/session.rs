@@ -477,7 +477,8 @@ fn unexpected(when: &str, p: &[u8]) -> Error {
 #[cfg(test)]
 mod tests {
     //! The server side is a fake on an in-memory pipe: MariaDB has no `caching_sha2_password`
-    //! and cannot send an oversized greeting; the real exchanges are in tests/it.
+    //! and cannot send an oversized greeting; the real exchanges are in tests/it. Each fake owns
+    //! its end and drops it when done, so a client waiting for more fails instead of hanging.
     use super::*;
     use tokio::io::DuplexStream;
 
@@ -529,7 +530,7 @@ mod tests {
     async fn caching_sha2_fast_path_and_full_auth_over_tls() {
         for tls in [false, true] {
             let (c, mut s) = pair();
-            let server = async {
+            let server = async move {
                 s.write_packet(&greeting_packet("caching_sha2_password"))
                     .await
                     .unwrap();
@@ -569,7 +570,7 @@ mod tests {
         );
         let private = OaepPrivateDecryptingKey::new(private).unwrap();
         let (c, mut s) = pair();
-        let server = async {
+        let server = async move {
             s.write_packet(&greeting_packet("caching_sha2_password"))
                 .await
                 .unwrap();
@@ -599,7 +600,7 @@ mod tests {
     #[tokio::test]
     async fn a_bad_rsa_key_is_a_protocol_error_not_a_panic() {
         let (c, mut s) = pair();
-        let server = async {
+        let server = async move {
             s.write_packet(&greeting_packet("caching_sha2_password"))
                 .await
                 .unwrap();
@@ -625,7 +626,7 @@ mod tests {
             ("dialog", Some("dialog")),
         ] {
             let (c, mut s) = pair();
-            let server = async {
+            let server = async move {
                 s.write_packet(&greeting_packet("mysql_native_password"))
                     .await
                     .unwrap();
