@@ -5,7 +5,7 @@
 //! that does, so `check` can ask it once and report every problem (`run` refuses to start on any).
 //! Each input is checked on its own, so one missing file never hides another.
 
-use super::target::{BranchProbe, Header, Redactor, Target, TlsPems};
+use super::target::{BranchProbe, Header, Redactor, Target};
 use super::{http, mysql, otlp, resolve, tcp, tls};
 use crate::config::{
     Config, Dns, HeaderValueSource, ProbeKind, SecretRef, ServiceConfig, SslMode, TlsSettings,
@@ -307,17 +307,16 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
     match kind {
         ProbeKind::Mysql(m) => {
             let password = secret(format!("{prefix}.password"), &m.password, problems);
-            let (tls, pems) = tls_config(tls_table, &tls_settings(kind), problems)?;
+            let tls = tls_config(tls_table, &tls_settings(kind), problems)?;
             Some(Target::Mysql(Box::new(mysql::MysqlTarget {
                 settings: m.clone(),
                 password: password?,
                 tls,
-                pems,
             })))
         }
         ProbeKind::Http(h) => {
             let headers = headers(&prefix, &h.headers, problems);
-            let tls = tls_config(tls_table, &h.tls, problems).map(|(c, _)| c);
+            let tls = tls_config(tls_table, &h.tls, problems);
             Some(Target::Http(Box::new(http::HttpTarget {
                 headers: headers?,
                 tls: tls?,
@@ -326,7 +325,7 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
         }
         ProbeKind::Otlp(o) => {
             let headers = headers(&prefix, &o.headers, problems);
-            let tls = tls_config(tls_table, &o.tls, problems).map(|(c, _)| c);
+            let tls = tls_config(tls_table, &o.tls, problems);
             Some(Target::Otlp(Box::new(otlp::OtlpTarget {
                 headers: headers?,
                 tls: tls?,
@@ -334,7 +333,7 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
             })))
         }
         ProbeKind::Tcp(t) => Some(Target::Tcp(tcp::TcpTarget {
-            tls: tls_config(tls_table, &t.tls, problems)?.0,
+            tls: tls_config(tls_table, &t.tls, problems)?,
         })),
     }
 }
@@ -390,26 +389,23 @@ fn headers(
     complete.then_some(out)
 }
 
-/// The TLS client configuration (`None` inside when TLS is disabled) and the PEM files it was
-/// built from, each read once; `None` when a file it needs is unavailable. The CA bundle, certificate and key are checked one by one first, so each bad
-/// file is named.
+/// The TLS client configuration (`None` inside when TLS is disabled), read at start-up only;
+/// `None` when a file it needs is unavailable. The CA bundle, certificate and key are checked one
+/// by one first, so each bad file is named.
 fn tls_config(
     prefix: &str,
     s: &TlsSettings,
     problems: &mut Problems,
-) -> Option<(Option<Arc<ClientConfig>>, TlsPems)> {
+) -> Option<Option<Arc<ClientConfig>>> {
     if s.ssl_mode == SslMode::Disabled {
-        return Some((None, TlsPems::default()));
+        return Some(None);
     }
     let mut usable = true;
     let mut check =
         |field: &str, path: &Path, parse: fn(&[u8]) -> Result<(), String>| match read_pem(path)
             .and_then(|bytes| parse(&bytes).map(|()| bytes))
         {
-            Ok(bytes) => {
-                problems.1.add(&format!("{prefix}.{field}"), &bytes);
-                Some(Arc::<[u8]>::from(bytes))
-            }
+            Ok(bytes) => problems.1.add(&format!("{prefix}.{field}"), &bytes),
             Err(reason) => {
                 problems.push(
                     format!("{prefix}.{field}"),
@@ -417,25 +413,22 @@ fn tls_config(
                     reason,
                 );
                 usable = false;
-                None
             }
         };
-    let mut pems = TlsPems::default();
     if matches!(s.ssl_mode, SslMode::VerifyCa | SslMode::VerifyIdentity)
         && let Some(ca) = &s.ssl_ca
     {
-        pems.ca = check("ssl_ca", ca, parse_ca_bundle);
+        check("ssl_ca", ca, parse_ca_bundle);
     }
     if let Some(id) = &s.client_identity {
-        let cert = check("ssl_cert", &id.cert, parse_certificates);
-        let key = check("ssl_key", &id.key, parse_private_key);
-        pems.identity = cert.zip(key);
+        check("ssl_cert", &id.cert, parse_certificates);
+        check("ssl_key", &id.key, parse_private_key);
     }
     if !usable {
         return None;
     }
     match tls::client_config_for(s) {
-        Ok(c) => Some((c, pems)),
+        Ok(c) => Some(c),
         Err(tls::TlsSetupError(reason)) => {
             let key = |k: &str| format!("{prefix}.{k}");
             let (keys, subject, reason) = match (&s.client_identity, &s.ssl_ca) {
@@ -606,7 +599,7 @@ mod tests {
         let (_, other_key) = self_signed(dir.path(), "b");
         let mut problems = Problems::default();
         let built = tls_config("probe.tls", &tls_settings(&ca, &ca, &key), &mut problems);
-        assert!(matches!(built, Some((Some(_), _))), "{problems:?}");
+        assert!(matches!(built, Some(Some(_))), "{problems:?}");
         assert!(problems.0.is_empty());
 
         let s = tls_settings(&ca, &ca, &other_key);

@@ -345,25 +345,10 @@ pub struct MysqlTarget {
     pub settings: MysqlProbe,
     /// The resolved password (never logged).
     pub password: String,
-    /// rustls client configuration for the `tls` step (`None` when ssl_mode is disabled).
+    /// rustls client configuration of the `tls` step, whose session then carries `auth`, `write`
+    /// and `verify` (`None` when ssl_mode is disabled).
     pub tls: Option<Arc<rustls::ClientConfig>>,
-    /// The PEM files read at start-up, handed to the MySQL driver for the `auth` step's session
-    /// so it trusts the same bundle as the `tls` step and never reads a file per attempt.
-    pub pems: TlsPems,
 }
-
-/// The CA bundle and client identity PEMs as read (capped) at start-up; empty where not
-/// configured or not used by the ssl_mode.
-#[derive(Clone, Default)]
-pub struct TlsPems {
-    /// `ssl_ca`'s contents.
-    pub ca: Option<Pem>,
-    /// `ssl_cert` and `ssl_key`'s contents.
-    pub identity: Option<(Pem, Pem)>,
-}
-
-/// A PEM file's contents.
-pub type Pem = Arc<[u8]>;
 
 impl std::fmt::Debug for MysqlTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -107,6 +107,20 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
+/// Seed the crypto library's random generator (its first use gathers entropy for tens of
+/// milliseconds) and start each key exchange once, so that the first attempt's `tls` step
+/// measures the handshake, not the library's start-up. Once per process, from [`client_config`],
+/// that is when the probes are prepared.
+fn warm_up(provider: &CryptoProvider) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = provider.secure_random.fill(&mut [0u8; 32]);
+        for group in &provider.kx_groups {
+            let _ = group.start();
+        }
+    });
+}
+
 /// Build the client configuration for an ssl-mode. `None` for [`SslMode::Disabled`].
 ///
 /// # Errors
@@ -121,7 +135,11 @@ pub fn client_config(
         MinVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
         MinVersion::Tls13 => &[&rustls::version::TLS13],
     };
-    let builder = ClientConfig::builder_with_provider(provider())
+    let kind_provider = provider();
+    if mode != SslMode::Disabled {
+        warm_up(&kind_provider);
+    }
+    let builder = ClientConfig::builder_with_provider(kind_provider)
         .with_protocol_versions(versions)
         .map_err(|e| TlsSetupError(e.to_string()))?;
     let builder = match mode {

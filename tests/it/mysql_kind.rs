@@ -341,8 +341,7 @@ async fn a_writer_under_innodb_read_only_fails_verify_even_when_the_write_went_t
 
 /// The CA bundle and client identity are read once at start-up: replacing the CA file afterwards
 /// with a FIFO (whose `open` waits for a writer forever) and the certificate and key with junk
-/// changes nothing, because the `auth` step's session trusts the bundle the `tls` step trusts,
-/// as loaded then.
+/// changes nothing: the attempt's one TLS session trusts the bundle as loaded then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_files_swapped_after_start_are_never_read_again() {
     let Some(p) = Pipeline::start_or_skip().await else {
@@ -393,4 +392,86 @@ impl Drop for Unblock {
             .custom_flags(libc::O_NONBLOCK)
             .open(&self.0);
     }
+}
+
+/// The server's `Connections` status counter (every connection it accepted), read on `root`'s
+/// one connection so reading it adds nothing.
+async fn connections(root: &mut mysql_async::Conn) -> u64 {
+    use mysql_async::prelude::Queryable;
+    let row: Option<(String, u64)> = root
+        .query_first("SHOW GLOBAL STATUS LIKE 'Connections'")
+        .await
+        .unwrap();
+    row.unwrap().1
+}
+
+/// One attempt is one connection to the target, with TLS and without: the session whose
+/// certificate the `tls` step verified carries the password, the write and the read-back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_is_one_connection() {
+    const N: u64 = 5;
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let plain =
+        builder(&p)
+            .tls("disabled", None)
+            .set("probe.tls", "danger_send_secrets_unverified", true);
+    for (name, text) in [
+        ("verify_identity", builder(&p).build()),
+        ("disabled", plain.build()),
+    ] {
+        let path = p.dir.path().join(format!("one-connection-{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let (resolver, probes) = prepare(&cfg).unwrap();
+        let probe = probes.iter().find(|b| b.branch.name == "primary").unwrap();
+        let mut root = p.primary.root_conn().await.unwrap();
+        let before = connections(&mut root).await;
+        for seq in 1..=N {
+            let a = run_attempt(probe, &resolver, &Clock::start(), seq).await;
+            assert_eq!(a.outcome, Outcome::Success, "{name} attempt {seq}: {a:?}");
+            assert_eq!(a.tls.is_some(), name != "disabled", "{a:?}");
+        }
+        let after = connections(&mut root).await;
+        assert_eq!(after - before, N, "{name}: connections per {N} attempts");
+        let _ = root.disconnect().await;
+    }
+}
+
+/// A probe user identified by a plugin readyprobe does not speak (MariaDB's `ed25519`): the
+/// server asks to switch to it and the attempt fails at `auth`, naming the plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsupported_auth_plugin_fails_auth_naming_it() {
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    if let Err(e) = p
+        .primary
+        .try_root_exec("INSTALL SONAME 'auth_ed25519'")
+        .await
+    {
+        crate::support::skip_or_panic(&format!("MariaDB's auth_ed25519 plugin: {e}"));
+        return;
+    }
+    p.primary
+        .root_exec(&format!(
+            "ALTER USER 'readyprobe'@'%' IDENTIFIED VIA ed25519 USING PASSWORD('{PASSWORD}')"
+        ))
+        .await;
+    let a = attempt(&p, builder(&p).build(), "primary").await;
+    assert_eq!(failure(&a), (Step::Auth, FailureClass::AuthDenied), "{a:?}");
+    let Outcome::Failure { message, .. } = &a.outcome else {
+        unreachable!()
+    };
+    assert!(message.contains("client_ed25519"), "{message}");
+
+    // Back to mysql_native_password: the same attempt succeeds.
+    p.primary
+        .root_exec(&format!(
+            "ALTER USER 'readyprobe'@'%' IDENTIFIED VIA mysql_native_password USING PASSWORD('{PASSWORD}')"
+        ))
+        .await;
+    let a = attempt(&p, builder(&p).build(), "primary").await;
+    assert_eq!(a.outcome, Outcome::Success, "{a:?}");
 }
