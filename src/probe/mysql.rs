@@ -31,9 +31,13 @@ const DISCONNECT_WAIT: Duration = Duration::from_millis(500);
 /// A session on the TLS stream over the attempt's connection.
 type TlsSession = Session<tokio_rustls::client::TlsStream<TcpStream>>;
 
-/// The canary row as read back by `verify`: marker, seq, `@@hostname`, `@@server_id`,
-/// `@@read_only`, `@@innodb_read_only`.
-type CanaryRow = (String, u64, String, u64, u8, u8);
+/// The canary row as read back by `verify`: marker, seq (both NULL when something rewrote
+/// them), `@@hostname` (bytes: any encoding), `@@server_id`, `@@read_only`, `@@innodb_read_only`.
+type CanaryRow = (Option<Vec<u8>>, Option<u64>, Vec<u8>, u64, u8, u8);
+
+/// Longest text about the server kept in an attempt (version, host name): it goes into every
+/// evidence record.
+const MAX_IDENTITY_CHARS: usize = 255;
 
 /// Run `tls` (when enabled), `auth`, `write` and `verify` on the connection `connect` opened.
 ///
@@ -149,7 +153,15 @@ async fn write_and_verify<S: AsyncRead + AsyncWrite + Unpin>(
         session.literal(observed_at),
     );
     ctx.steps
-        .run(Step::Write, async { Ok(session.execute(&upsert).await?) })
+        .run(Step::Write, async {
+            session.execute(&upsert).await?;
+            // Autocommit off (the server's default or `init_connect`): without the commit the
+            // write would be seen by this session's read-back only, then rolled back.
+            if session.in_transaction() {
+                session.execute("COMMIT").await?;
+            }
+            Ok(())
+        })
         .await?;
     let select = format!(
         "SELECT marker, seq, @@hostname, @@server_id, @@read_only, @@innodb_read_only \
@@ -157,9 +169,7 @@ async fn write_and_verify<S: AsyncRead + AsyncWrite + Unpin>(
     );
     let row: Option<CanaryRow> = ctx
         .steps
-        .run(Step::Verify, async {
-            Ok(session.first_row(&select).await?)
-        })
+        .run(Step::Verify, async { Ok(session.only_row(&select).await?) })
         .await?;
     let Some((got_marker, got_seq, hostname, server_id, read_only, innodb_read_only)) = row else {
         return Err(ctx.steps.fail_last(
@@ -169,11 +179,11 @@ async fn write_and_verify<S: AsyncRead + AsyncWrite + Unpin>(
         ));
     };
     let identity = ctx.learned.server.insert(ServerIdentity {
-        hostname,
+        hostname: shown(&String::from_utf8_lossy(&hostname)),
         server_id,
         read_only: read_only != 0,
         innodb_read_only: innodb_read_only != 0,
-        version,
+        version: shown(&version),
     });
     // A user with SUPER or READ_ONLY ADMIN writes through read_only; the application's users
     // cannot, so the branch cannot do its job whatever this write did.
@@ -191,9 +201,11 @@ async fn write_and_verify<S: AsyncRead + AsyncWrite + Unpin>(
             .steps
             .fail_last(Step::Verify, FailureClass::ServerReadOnly, message));
     }
-    if got_marker != marker || got_seq != seq {
+    if got_marker.as_deref() != Some(marker.as_bytes()) || got_seq != Some(seq) {
         let message = format!(
-            "read back marker {got_marker} seq {got_seq}, wrote {marker} seq {seq} (server {})",
+            "read back marker {} seq {}, wrote {marker} seq {seq} (server {})",
+            got_marker.map_or("NULL".into(), |m| shown(&String::from_utf8_lossy(&m))),
+            got_seq.map_or("NULL".into(), |s| s.to_string()),
             identity.hostname
         );
         return Err(ctx
@@ -201,6 +213,15 @@ async fn write_and_verify<S: AsyncRead + AsyncWrite + Unpin>(
             .fail_last(Step::Verify, FailureClass::VerifyMismatch, message));
     }
     Ok(())
+}
+
+/// Text the server sent, as kept in an attempt: control characters replaced, at most
+/// [`MAX_IDENTITY_CHARS`].
+fn shown(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .take(MAX_IDENTITY_CHARS)
+        .collect()
 }
 
 /// Map a session error to a failure class. The one place MySQL errors are classified.
@@ -218,6 +239,7 @@ pub fn classify_mysql(e: &session::Error) -> StepError {
         Error::Closed => FailureClass::ServerGoneAway,
         Error::Protocol(_) => FailureClass::ProtocolError,
         Error::Plugin(_) => FailureClass::AuthDenied,
+        Error::ManyRows => FailureClass::VerifyMismatch,
     };
     StepError {
         class,
@@ -290,6 +312,7 @@ mod tests {
                 FailureClass::TlsUntrusted,
             ),
             (Error::Protocol("x".into()), FailureClass::ProtocolError),
+            (Error::ManyRows, FailureClass::VerifyMismatch),
             (
                 Error::Plugin("client_ed25519".into()),
                 FailureClass::AuthDenied,

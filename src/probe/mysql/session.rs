@@ -58,6 +58,11 @@ pub enum Error {
     /// The server broke the protocol (malformed, unexpected or oversized packet).
     #[error("{0}")]
     Protocol(String),
+    /// A query that reads one row by its primary key returned more than one.
+    #[error(
+        "the read-back returned more than one row: (prober_id, branch) must be the canary table's primary key"
+    )]
+    ManyRows,
     /// The probe user's authentication plugin is not one readyprobe speaks.
     #[error(
         "the server asks for authentication plugin {0:?}, which readyprobe does not speak: give the probe user mysql_native_password or caching_sha2_password"
@@ -284,9 +289,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
-    /// A query's first row as `T` (`None` when it returned no row); the rest are read and
-    /// dropped.
-    pub async fn first_row<T: FromRow>(&mut self, sql: &str) -> Result<Option<T>, Error> {
+    /// Whether the server reports an open transaction (autocommit off): a write is not there
+    /// for anyone else until it is committed.
+    pub fn in_transaction(&self) -> bool {
+        self.framing
+            .status
+            .contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+    }
+
+    /// A query's only row as `T` (`None` when it returned no row); a second row is
+    /// [`Error::ManyRows`].
+    pub async fn only_row<T: FromRow>(&mut self, sql: &str) -> Result<Option<T>, Error> {
         self.query(sql).await?;
         let p = self.read_packet().await?;
         let count = match p.first() {
@@ -320,16 +333,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             match p.first() {
                 Some(0xfe) if p.len() < 9 => return Ok(first),
                 Some(0xff) => return Err(server_error(&p, self.framing.capabilities)),
-                _ if first.is_none() => {
-                    let row = ParseBuf(&p)
-                        .parse::<RowDeserializer<(), Text>>(columns.clone())
-                        .map_err(malformed("row"))?
-                        .into_inner();
-                    let row = from_row_opt::<T>(row)
-                        .map_err(|e| Error::Protocol(format!("unexpected row: {e}")))?;
-                    first = Some(row);
-                }
-                _ => {}
+                _ if first.is_some() => return Err(Error::ManyRows),
+                _ => first = Some(text_row(&p, &columns)?),
             }
         }
     }
@@ -451,13 +456,30 @@ fn rsa_encrypt(password: &[u8], nonce: &[u8], pem: &[u8]) -> Result<Vec<u8>, Err
     Ok(out)
 }
 
+/// A text-protocol row of exactly one value per column, as `T`.
+fn text_row<T: FromRow>(p: &[u8], columns: &Arc<[Column]>) -> Result<T, Error> {
+    let mut buf = ParseBuf(p);
+    let row = buf
+        .parse::<RowDeserializer<(), Text>>(columns.clone())
+        .map_err(malformed("row"))?
+        .into_inner();
+    if !buf.0.is_empty() {
+        return Err(Error::Protocol(format!(
+            "a row with more than its {} values",
+            columns.len()
+        )));
+    }
+    from_row_opt::<T>(row).map_err(|e| Error::Protocol(format!("unexpected row: {e}")))
+}
+
 /// The server's ERR packet as an [`Error`].
 fn server_error(p: &[u8], capabilities: CapabilityFlags) -> Error {
     match ParseBuf(p).parse::<ErrPacket>(capabilities) {
         Ok(ErrPacket::Error(e)) => Error::Server {
             code: e.error_code(),
             state: e.sql_state_ref().map(|s| s.as_str().into_owned()),
-            message: e.message_str().into_owned(),
+            // The server's words go into logs and evidence: no line breaks or escapes.
+            message: e.message_str().replace(char::is_control, "\u{fffd}"),
         },
         Ok(ErrPacket::Progress(_)) => Error::Protocol("an unasked-for progress report".into()),
         Err(e) => Error::Protocol(format!("malformed ERR packet: {e}")),
