@@ -16,6 +16,7 @@ mod hostile_state;
 mod http_kind;
 mod infra_alarm;
 mod infra_contract;
+mod mysql_hostile;
 mod mysql_kind;
 mod otlp_kind;
 mod pipeline;

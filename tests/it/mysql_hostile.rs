@@ -1,0 +1,734 @@
+//! The `mysql` kind against servers that break the protocol: a scripted server on loopback
+//! (greeting, authentication, answers, each bent one way) and real MariaDB where it can produce
+//! the condition (autocommit off, `NO_BACKSLASH_ESCAPES`). Every hostile answer must end the
+//! attempt as a failure of the right step and class, within the deadline, without the password
+//! in the message; never a success, never a panic.
+
+use crate::support::config::{ConfigBuilder, path, secret_file};
+use crate::support::dns::DnsServer;
+use crate::support::fixture::*;
+use crate::support::tls::{ServerCert, TestCa};
+use mysql_common::constants::{CapabilityFlags, ColumnType, StatusFlags};
+use mysql_common::packets::{Column, HandshakePacket};
+use mysql_common::proto::MySerialize;
+use readyprobe::clock::Clock;
+use readyprobe::failure::{FailureClass as C, Step};
+use readyprobe::probe::{Attempt, Outcome, prepare, run_attempt};
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr};
+use std::pin::Pin;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+/// The server's end of one connection: packets with sequence ids, on TCP or TLS.
+struct Peer {
+    io: Box<dyn Stream>,
+    seq: u8,
+}
+
+type Script = Box<dyn FnOnce(Peer) -> Pin<Box<dyn Future<Output = io::Result<()>> + Send>> + Send>;
+
+fn script<F: Future<Output = io::Result<()>> + Send + 'static>(
+    f: impl FnOnce(Peer) -> F + Send + 'static,
+) -> Script {
+    Box::new(move |p| Box::pin(f(p)))
+}
+
+impl Peer {
+    async fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.io.write_all(bytes).await?;
+        self.io.flush().await
+    }
+
+    async fn send(&mut self, payload: &[u8]) -> io::Result<()> {
+        let mut b = (payload.len() as u32).to_le_bytes().to_vec();
+        b[3] = self.seq;
+        self.seq = self.seq.wrapping_add(1);
+        b.extend_from_slice(payload);
+        self.raw(&b).await
+    }
+
+    async fn recv(&mut self) -> io::Result<Vec<u8>> {
+        let mut h = [0u8; 4];
+        self.io.read_exact(&mut h).await?;
+        self.seq = h[3].wrapping_add(1);
+        let mut p = vec![0u8; u32::from_le_bytes([h[0], h[1], h[2], 0]) as usize];
+        self.io.read_exact(&mut p).await?;
+        Ok(p)
+    }
+
+    /// The text of the next `COM_QUERY`.
+    async fn query(&mut self) -> io::Result<String> {
+        let p = self.recv().await?;
+        assert_eq!(p.first(), Some(&0x03), "a COM_QUERY");
+        Ok(String::from_utf8_lossy(&p[1..]).into_owned())
+    }
+
+    /// Greeting (caching_sha2_password), handshake response, OK.
+    async fn login(&mut self) -> io::Result<()> {
+        self.send(&greeting(10, "caching_sha2_password", false))
+            .await?;
+        self.recv().await?;
+        self.send(&[0x01, 0x03]).await?;
+        self.send(OK).await
+    }
+
+    /// Login, the INSERT answered OK: the marker and seq it wrote.
+    async fn write(&mut self) -> io::Result<(String, String)> {
+        self.login().await?;
+        let insert = self.query().await?;
+        self.send(OK).await?;
+        Ok(written(&insert))
+    }
+
+    async fn send_all(&mut self, packets: Vec<Vec<u8>>) -> io::Result<()> {
+        for x in packets {
+            self.send(&x).await?;
+        }
+        Ok(())
+    }
+
+    /// Greeting offering TLS, the SSLRequest, the handshake, then caching_sha2_password's full
+    /// authentication: the password arrives in clear over the verified session.
+    async fn login_tls(self, cert: &ServerCert, password: &str) -> io::Result<Peer> {
+        let mut p = self;
+        p.send(&greeting(10, "caching_sha2_password", true)).await?;
+        assert_eq!(p.recv().await?.len(), 32, "an SSLRequest");
+        let tls = tokio_rustls::TlsAcceptor::from(cert.rustls_server_config());
+        let mut p = Peer {
+            io: Box::new(tls.accept(p.io).await?),
+            seq: p.seq,
+        };
+        p.recv().await?;
+        p.send(&[0x01, 0x04]).await?;
+        assert_eq!(p.recv().await?, format!("{password}\0").as_bytes());
+        p.send(OK).await?;
+        Ok(p)
+    }
+
+    /// Keep the connection open, reading whatever comes, until the client closes it.
+    async fn hold(mut self) -> io::Result<()> {
+        let mut sink = [0u8; 4096];
+        while self.io.read(&mut sink).await? > 0 {}
+        Ok(())
+    }
+}
+
+const OK: &[u8] = &[0, 0, 0, 2, 0, 0, 0];
+const EOF: &[u8] = &[0xfe, 0, 0, 2, 0];
+
+fn greeting(protocol: u8, plugin: &str, ssl: bool) -> Vec<u8> {
+    greeting_with(protocol, b"8.4.0-hostile", plugin, ssl)
+}
+
+fn greeting_with(protocol: u8, version: &[u8], plugin: &str, ssl: bool) -> Vec<u8> {
+    let mut caps = CapabilityFlags::CLIENT_PROTOCOL_41
+        | CapabilityFlags::CLIENT_SECURE_CONNECTION
+        | CapabilityFlags::CLIENT_PLUGIN_AUTH
+        | CapabilityFlags::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA
+        | CapabilityFlags::CLIENT_CONNECT_WITH_DB;
+    if ssl {
+        caps |= CapabilityFlags::CLIENT_SSL;
+    }
+    let mut p = Vec::new();
+    HandshakePacket::new(
+        protocol,
+        version,
+        7,
+        *b"01234567",
+        Some(&b"89abcdefghij\0"[..]),
+        caps,
+        45,
+        StatusFlags::SERVER_STATUS_AUTOCOMMIT,
+        Some(plugin.as_bytes()),
+    )
+    .serialize(&mut p);
+    p
+}
+
+/// Marker and seq of the canary INSERT (`VALUES ('it', 'primary', 'MARKER', SEQ, '...')`).
+fn written(insert: &str) -> (String, String) {
+    let values = insert.split("VALUES (").nth(1).expect("an INSERT");
+    let v: Vec<&str> = values.split(", ").collect();
+    (v[2].trim_matches('\'').to_string(), v[3].to_string())
+}
+
+fn row(values: &[Option<&[u8]>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in values {
+        match v {
+            None => out.push(0xfb),
+            Some(b) if b.len() < 251 => out.push(b.len() as u8),
+            Some(b) => {
+                out.push(0xfd);
+                out.extend_from_slice(&(b.len() as u32).to_le_bytes()[..3]);
+            }
+        }
+        out.extend_from_slice(v.unwrap_or_default());
+    }
+    out
+}
+
+/// The canary row as a server would answer it: marker, seq, host, id 7, not read-only.
+fn canary<'a>(marker: &'a str, seq: &'a str, host: &'a [u8]) -> Vec<Option<&'a [u8]>> {
+    vec![
+        Some(marker.as_bytes()),
+        Some(seq.as_bytes()),
+        Some(host),
+        Some(b"7"),
+        Some(b"0"),
+        Some(b"0"),
+    ]
+}
+
+/// A result set of the canary's six columns and `rows`.
+fn result(rows: &[Vec<Option<&[u8]>>]) -> Vec<Vec<u8>> {
+    let mut column = Vec::new();
+    Column::new(ColumnType::MYSQL_TYPE_VAR_STRING).serialize(&mut column);
+    let mut out = vec![vec![6]];
+    out.extend(std::iter::repeat_n(column, 6));
+    out.push(EOF.to_vec());
+    out.extend(rows.iter().map(|r| row(r)));
+    out.push(EOF.to_vec());
+    out
+}
+
+type Case = (&'static str, Script, Option<(Step, C)>);
+
+/// Send `bytes` as they are, then keep the connection open.
+fn raw(bytes: &'static [u8]) -> Script {
+    script(move |mut p| async move {
+        p.raw(bytes).await?;
+        p.hold().await
+    })
+}
+
+/// Greet with `greeting`, read the handshake response, answer with `packets` (reading the
+/// client's reply after each when `reply`), keep the connection open.
+fn answer_login(greeting: Vec<u8>, packets: Vec<&'static [u8]>, reply: bool) -> Script {
+    script(move |mut p| async move {
+        p.send(&greeting).await?;
+        p.recv().await?;
+        for x in packets {
+            p.send(x).await?;
+            if reply {
+                p.recv().await?;
+            }
+        }
+        p.hold().await
+    })
+}
+
+/// Log in, take the write, answer the read-back with what `answer` makes of the marker and
+/// seq written, keep the connection open.
+fn answer_read_back(answer: impl FnOnce(&str, &str) -> Vec<Vec<u8>> + Send + 'static) -> Script {
+    script(move |mut p| async move {
+        let (m, s) = p.write().await?;
+        p.query().await?;
+        p.send_all(answer(&m, &s)).await?;
+        p.hold().await
+    })
+}
+
+/// A name for the scripted server, a CA that vouches for it, and the probe's password.
+struct Rig {
+    _ca: TestCa,
+    cert: ServerCert,
+    ca_path: std::path::PathBuf,
+    dns: DnsServer,
+    dir: tempfile::TempDir,
+    password: String,
+}
+
+impl Rig {
+    async fn new() -> Rig {
+        let ca = TestCa::new();
+        let cert = ca.server_cert(&[PRIMARY], &[IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+        let dns = DnsServer::start(ZONE).await;
+        dns.set_a("mysql-primary", Ipv4Addr::LOCALHOST, 5).await;
+        let dir = tempfile::tempdir().unwrap();
+        let password = format!("Hostile-Pw-{:016x}", rand::random::<u64>());
+        std::fs::write(dir.path().join("password"), &password).unwrap();
+        Rig {
+            ca_path: ca.ca_pem_path().to_owned(),
+            _ca: ca,
+            cert,
+            dns,
+            dir,
+            password,
+        }
+    }
+
+    fn config(&self, port: u16, tls: bool, timeout_ms: u64) -> ConfigBuilder {
+        let dir = self.dir.path();
+        let b = ConfigBuilder::new(dir, "orders-db", "mysql.orders.internal.example")
+            .set("publish", "sinks", toml::Value::Array(vec!["emf".into()]))
+            .set("evidence", "path", path(&dir.join("evidence.jsonl")))
+            .nameserver(self.dns.addr())
+            .set("dns", "timeout", "200ms")
+            .kind("mysql")
+            .set("probe", "interval", "5s")
+            .set("probe", "timeout", format!("{timeout_ms}ms"))
+            .set("probe.mysql", "user", "readyprobe")
+            .set(
+                "probe.mysql",
+                "password",
+                secret_file(&dir.join("password")),
+            )
+            .branch("primary", "PRIMARY", PRIMARY, Some(port))
+            .branch("secondary", "SECONDARY", SECONDARY, Some(port));
+        if tls {
+            b.tls("verify_identity", Some(&self.ca_path))
+        } else {
+            b.tls("disabled", None)
+                .set("probe.tls", "danger_send_secrets_unverified", true)
+        }
+    }
+
+    /// One attempt of `cfg`'s primary branch.
+    async fn attempt(&self, cfg: &ConfigBuilder) -> Attempt {
+        let file = self.dir.path().join("hostile.toml");
+        let cfg = cfg.load(&file);
+        let (resolver, probes) = prepare(&cfg).unwrap();
+        let probe = probes.iter().find(|b| b.branch.name == "primary").unwrap();
+        run_attempt(probe, &resolver, &Clock::start(), 1).await
+    }
+
+    /// One attempt against a server that runs `script` on its one connection.
+    async fn against(&self, tls: bool, timeout_ms: u64, script: Script) -> Attempt {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (s, _) = listener.accept().await?;
+            script(Peer {
+                io: Box::new(s),
+                seq: 0,
+            })
+            .await
+        });
+        let a = self.attempt(&self.config(port, tls, timeout_ms)).await;
+        server.abort();
+        let budget = i64::try_from(timeout_ms).unwrap() + 1500;
+        assert!(
+            a.finished_at - a.started_at <= budget,
+            "the attempt ran past its deadline: {a:?}"
+        );
+        a
+    }
+
+    /// What is wrong with `a`, if anything: it must end as `want` (a failure's step and class,
+    /// or success), with a short message free of the password and of control characters.
+    fn check(&self, name: &str, a: &Attempt, want: Option<(Step, C)>) -> Option<String> {
+        let got = match &a.outcome {
+            Outcome::Success => None,
+            Outcome::Failure {
+                step,
+                class,
+                message,
+            } => {
+                if message.contains(&self.password)
+                    || message.len() > 1100
+                    || message.chars().any(char::is_control)
+                {
+                    return Some(format!("{name}: message {message:?}"));
+                }
+                Some((*step, *class))
+            }
+        };
+        (got != want).then(|| format!("{name}: want {want:?}, got {:?}", a.outcome))
+    }
+
+    /// Run `cases` one after the other; panics listing every case that went wrong.
+    async fn run(&self, tls: bool, cases: Vec<(&'static str, Script, Option<(Step, C)>)>) {
+        let mut wrong = Vec::new();
+        for (name, script, want) in cases {
+            let a = self.against(tls, 1000, script).await;
+            wrong.extend(self.check(name, &a, want));
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+}
+
+/// Scripts that bend the greeting or the authentication; the `tls` step is off, so `auth`
+/// reads the greeting.
+fn login_cases() -> Vec<Case> {
+    let (native, sha2) = (
+        greeting(10, "mysql_native_password", false),
+        greeting(10, "caching_sha2_password", false),
+    );
+    let auth = |c| Some((Step::Auth, c));
+    let switch: &[u8] = b"\xfemysql_native_password\0ABCDEFGHIJKLMNOPQRST\0";
+    let bad_key: &[u8] = b"\x01-----BEGIN PUBLIC KEY-----\n\xff\n-----END PUBLIC KEY-----\n";
+    let absurd_ok: &[u8] = &[
+        0, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfc,
+    ];
+    let cut: &[u8] = &[80, 0, 0, 0, 10, b'8', b'.'];
+    vec![
+        (
+            "greeting cut, then silence",
+            raw(cut),
+            auth(C::DeadlineExceeded),
+        ),
+        (
+            "greeting cut, then close",
+            script(move |mut p| async move { p.raw(cut).await }),
+            auth(C::ServerGoneAway),
+        ),
+        (
+            "length 0xFFFFFF",
+            raw(&[0xff, 0xff, 0xff, 0]),
+            auth(C::ProtocolError),
+        ),
+        (
+            "zero-length greeting",
+            raw(&[0, 0, 0, 0]),
+            auth(C::ProtocolError),
+        ),
+        (
+            "greeting with sequence id 5",
+            script(|mut p| async move {
+                p.seq = 5;
+                p.send(&greeting(10, "mysql_native_password", false))
+                    .await?;
+                p.hold().await
+            }),
+            auth(C::ProtocolError),
+        ),
+        (
+            "protocol version 9",
+            answer_login(greeting(9, "mysql_native_password", false), vec![], false),
+            auth(C::ProtocolError),
+        ),
+        (
+            "auth switch after auth switch",
+            answer_login(native.clone(), vec![switch; 8], true),
+            auth(C::ProtocolError),
+        ),
+        (
+            "auth switch to a plugin named with control characters",
+            answer_login(
+                native.clone(),
+                vec![b"\xfeevil\x1b[2J\n\rplugin\0n\0"],
+                false,
+            ),
+            auth(C::AuthDenied),
+        ),
+        (
+            "caching_sha2 full auth without TLS, a garbage RSA key",
+            answer_login(sha2.clone(), vec![&[1, 4], bad_key], true),
+            auth(C::ProtocolError),
+        ),
+        (
+            "caching_sha2 fast auth succeeds, forever",
+            answer_login(sha2, vec![&[1, 3]; 100], false),
+            auth(C::ProtocolError),
+        ),
+        (
+            "OK after login with absurd lengths",
+            answer_login(native, vec![absurd_ok], false),
+            auth(C::ProtocolError),
+        ),
+        (
+            "greeting byte by byte with delays, then a good conversation",
+            script(|mut p| async move {
+                let g = greeting(10, "caching_sha2_password", false);
+                let mut bytes = (g.len() as u32).to_le_bytes().to_vec();
+                bytes.extend_from_slice(&g);
+                for b in bytes {
+                    p.raw(&[b]).await?;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                p.seq = 1;
+                p.recv().await?;
+                p.send_all(vec![vec![1, 3], OK.to_vec()]).await?;
+                let (m, s) = written(&p.query().await?);
+                p.send(OK).await?;
+                p.query().await?;
+                p.send_all(result(&[canary(&m, &s, b"fake-host")])).await?;
+                p.hold().await
+            }),
+            None,
+        ),
+    ]
+}
+
+/// Scripts that log in, then bend the answers to the write and the read-back.
+fn answer_cases(pw: String) -> Vec<Case> {
+    let (write, verify) = (|c| Some((Step::Write, c)), |c| Some((Step::Verify, c)));
+    let with = |f: fn(&mut Vec<Option<&[u8]>>)| {
+        answer_read_back(move |m, s| {
+            let mut r = canary(m, s, b"h");
+            f(&mut r);
+            result(&[r])
+        })
+    };
+    vec![
+        (
+            "the INSERT answered with a result set",
+            script(|mut p| async move {
+                p.login().await?;
+                p.query().await?;
+                p.send_all(result(&[])).await?;
+                p.hold().await
+            }),
+            write(C::ProtocolError),
+        ),
+        (
+            "an ERR with a 60 KiB message: control characters, the password",
+            script(move |mut p| async move {
+                p.login().await?;
+                p.query().await?;
+                let mut err = b"\xff\x7a\x04#HY000\r\nINFO forged log line\x1b[2J ".to_vec();
+                err.extend(format!("{pw} ").repeat(2000).bytes());
+                p.send(&err).await?;
+                p.hold().await
+            }),
+            write(C::ServerError),
+        ),
+        (
+            "the server closes after login",
+            script(|mut p| async move { p.login().await }),
+            write(C::ServerGoneAway),
+        ),
+        (
+            "0 columns",
+            answer_read_back(|_, _| vec![vec![0]]),
+            verify(C::ProtocolError),
+        ),
+        (
+            "1,000 columns",
+            answer_read_back(|_, _| vec![vec![0xfc, 0xe8, 0x03]]),
+            verify(C::ProtocolError),
+        ),
+        (
+            "fewer values than columns",
+            with(|r| r.truncate(4)),
+            verify(C::ProtocolError),
+        ),
+        (
+            "more values than columns",
+            with(|r| r.push(Some(b"x"))),
+            verify(C::ProtocolError),
+        ),
+        (
+            "a NULL marker",
+            with(|r| r[0] = None),
+            verify(C::VerifyMismatch),
+        ),
+        (
+            "seq not a number",
+            with(|r| r[1] = Some(b"x1")),
+            verify(C::ProtocolError),
+        ),
+        (
+            "a non-UTF-8 hostname",
+            with(|r| r[2] = Some(b"h\xff\xfe")),
+            None,
+        ),
+        (
+            "a row announced over 16 MiB",
+            script(|mut p| async move {
+                p.write().await?;
+                p.query().await?;
+                p.raw(&[0xff, 0xff, 0xff, 1]).await?;
+                p.hold().await
+            }),
+            verify(C::ProtocolError),
+        ),
+        (
+            "no EOF after the columns (deprecate-EOF style)",
+            answer_read_back(|m, s| {
+                let mut r = result(&[canary(m, s, b"h")]);
+                r.remove(7);
+                r
+            }),
+            verify(C::ProtocolError),
+        ),
+        (
+            "rows without end",
+            script(|mut p| async move {
+                let (m, s) = p.write().await?;
+                p.query().await?;
+                let mut r = result(&[]);
+                r.pop();
+                p.send_all(r).await?;
+                loop {
+                    p.send(&row(&canary(&m, &s, b"h"))).await?;
+                }
+            }),
+            verify(C::VerifyMismatch),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_greetings_and_logins_fail_auth_in_bounded_time() {
+    Rig::new().await.run(false, login_cases()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_answers_to_the_write_and_read_back_never_succeed() {
+    let rig = Rig::new().await;
+    rig.run(false, answer_cases(rig.password.clone())).await;
+}
+
+/// Scripts that bend the TLS upgrade or stop on the TLS session.
+fn tls_cases(cert: &ServerCert, pw: &str) -> Vec<Case> {
+    let after_login = |f: fn(Peer) -> Pin<Box<dyn Future<Output = io::Result<()>> + Send>>| {
+        let (cert, pw) = (cert.clone(), pw.to_string());
+        script(move |p| async move { f(p.login_tls(&cert, &pw).await?).await })
+    };
+    vec![
+        (
+            "no CLIENT_SSL in the greeting",
+            answer_login(greeting(10, "mysql_native_password", false), vec![], false),
+            Some((Step::Tls, C::TlsNotOffered)),
+        ),
+        (
+            "CLIENT_SSL, then a plaintext answer to the SSLRequest",
+            answer_login(greeting(10, "mysql_native_password", true), vec![OK], false),
+            Some((Step::Tls, C::TlsHandshake)),
+        ),
+        (
+            "a good conversation over TLS",
+            after_login(|mut p| {
+                Box::pin(async move {
+                    let (m, s) = written(&p.query().await?);
+                    p.send(OK).await?;
+                    p.query().await?;
+                    p.send_all(result(&[canary(&m, &s, b"tls-host")])).await?;
+                    p.hold().await
+                })
+            }),
+            None,
+        ),
+        (
+            "the INSERT's answer stops mid-packet on the TLS session",
+            after_login(|mut p| {
+                Box::pin(async move {
+                    p.query().await?;
+                    p.raw(&[7, 0, 0, 1, 0]).await?;
+                    p.hold().await
+                })
+            }),
+            Some((Step::Write, C::DeadlineExceeded)),
+        ),
+        (
+            "the TCP connection closes after login, without close_notify",
+            after_login(|p| {
+                Box::pin(async move {
+                    drop(p);
+                    Ok(())
+                })
+            }),
+            Some((Step::Write, C::ServerGoneAway)),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_tls_upgrades_and_sessions_fail_the_right_step() {
+    let rig = Rig::new().await;
+    rig.run(true, tls_cases(&rig.cert, &rig.password)).await;
+}
+
+/// What the server says about itself goes into every attempt record: a 60 KiB version and a
+/// host name with control characters are cut and cleaned, and the attempt still succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_identity_is_bounded_in_the_attempt() {
+    let rig = Rig::new().await;
+    let a = rig
+        .against(
+            false,
+            1000,
+            script(|mut p| async move {
+                p.send(&greeting_with(
+                    10,
+                    &[b'v'; 60_000],
+                    "caching_sha2_password",
+                    false,
+                ))
+                .await?;
+                p.recv().await?;
+                p.send(&[0x01, 0x03]).await?;
+                p.send(OK).await?;
+                let (m, s) = written(&p.query().await?);
+                p.send(OK).await?;
+                p.query().await?;
+                let host = [&b"host\n\x1b[2J"[..], &[b'h'; 60_000]].concat();
+                p.send_all(result(&[canary(&m, &s, &host)])).await?;
+                p.hold().await
+            }),
+        )
+        .await;
+    assert_eq!(a.outcome, Outcome::Success, "{a:?}");
+    let server = a.server.unwrap();
+    for text in [&server.version, &server.hostname] {
+        assert!(text.chars().count() <= 255, "{} bytes", text.len());
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+    }
+    assert!(server.hostname.starts_with("host"), "{}", server.hostname);
+}
+
+/// One attempt of `branch` on the pipeline's real MariaDB servers.
+async fn real_attempt(p: &Pipeline, b: &ConfigBuilder, branch: &str) -> Attempt {
+    let cfg = b.load(&p.dir.path().join("hostile-real.toml"));
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    let probe = probes.iter().find(|x| x.branch.name == branch).unwrap();
+    run_attempt(probe, &resolver, &Clock::start(), 1).await
+}
+
+fn real_config(p: &Pipeline) -> ConfigBuilder {
+    p.builder(&ConfigOpts {
+        interval_ms: 2000,
+        timeout_ms: 1500,
+        policy: "[readiness]\nwindow = \"30s\"\nmin_attempts = 5\n",
+        ..Default::default()
+    })
+}
+
+/// With autocommit off on the server the upsert opens a transaction: a success must mean the
+/// row is committed, as another session sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_means_the_row_is_committed_even_with_autocommit_off() {
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    p.primary.root_exec("SET GLOBAL autocommit = 0").await;
+    let a = real_attempt(&p, &real_config(&p), "primary").await;
+    assert_eq!(a.outcome, Outcome::Success, "{a:?}");
+    let sql = format!(
+        "SELECT marker FROM readyprobe.canary WHERE marker = '{}'",
+        a.marker
+    );
+    let rows: Vec<String> = p.primary.root_query(&sql).await;
+    assert_eq!(rows, [a.marker.clone()], "the marked row is committed");
+}
+
+/// A branch name with quotes and backslashes is written and read back exactly, whether the
+/// server treats a backslash as an escape or not (`NO_BACKSLASH_ESCAPES`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotes_and_backslashes_round_trip_in_both_escaping_modes() {
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let name = r#"it's \ "odd" \' \\ '' x"#;
+    let cfg = real_config(&p).branch_set("primary", "name", name);
+    for mode in ["", "NO_BACKSLASH_ESCAPES"] {
+        let set = format!("SET GLOBAL sql_mode = '{mode}'");
+        p.primary.root_exec(&set).await;
+        let a = real_attempt(&p, &cfg, name).await;
+        assert_eq!(a.outcome, Outcome::Success, "sql_mode {mode:?}: {a:?}");
+        let sql = format!(
+            "SELECT branch FROM readyprobe.canary WHERE marker = '{}'",
+            a.marker
+        );
+        let rows: Vec<String> = p.primary.root_query(&sql).await;
+        assert_eq!(rows, [name], "sql_mode {mode:?}");
+    }
+}
