@@ -22,7 +22,7 @@ pub use super::attempt::ServerIdentity;
 use super::connect::Connected;
 use super::ctx::{StepCtx, StepError, StepFailure};
 pub use super::target::MysqlTarget;
-use session::{Greeting, Login, Session};
+use session::{Greeting, Login, Session, literal};
 
 /// Longest polite disconnect after the last step: it runs outside every step, within what is
 /// left of the attempt deadline.
@@ -140,17 +140,16 @@ async fn write_and_verify<S: AsyncRead + AsyncWrite + Unpin>(
     let table = format!("`{}`.`{}`", s.database, s.table);
     // The end-to-end attempt has a row of its own: it never overwrites a branch's.
     let (prober_id, branch) = (
-        session.literal(ctx.probe.prober_id.as_str()),
-        session.literal(ctx.probe.canary_key()),
+        literal(&ctx.probe.prober_id),
+        literal(ctx.probe.canary_key()),
     );
     let (marker, seq) = (ctx.marker.as_str(), ctx.seq);
     let upsert = format!(
         "INSERT INTO {table} (prober_id, branch, marker, seq, observed_at) \
-         VALUES ({prober_id}, {branch}, {}, {}, {}) ON DUPLICATE KEY UPDATE \
+         VALUES ({prober_id}, {branch}, {}, {seq}, {}) ON DUPLICATE KEY UPDATE \
          marker = VALUES(marker), seq = VALUES(seq), observed_at = VALUES(observed_at)",
-        session.literal(marker),
-        session.literal(seq),
-        session.literal(observed_at),
+        literal(marker),
+        literal(observed_at),
     );
     ctx.steps
         .run(Step::Write, async {

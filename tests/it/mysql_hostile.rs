@@ -711,7 +711,8 @@ async fn a_success_means_the_row_is_committed_even_with_autocommit_off() {
 }
 
 /// A branch name with quotes and backslashes is written and read back exactly, whether the
-/// server treats a backslash as an escape or not (`NO_BACKSLASH_ESCAPES`).
+/// server treats a backslash as an escape or not (`NO_BACKSLASH_ESCAPES`), also when
+/// `init_connect` changes the mode after the login's OK said otherwise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quotes_and_backslashes_round_trip_in_both_escaping_modes() {
     let Some(p) = Pipeline::start_or_skip().await else {
@@ -719,9 +720,17 @@ async fn quotes_and_backslashes_round_trip_in_both_escaping_modes() {
     };
     let name = r#"it's \ "odd" \' \\ '' x"#;
     let cfg = real_config(&p).branch_set("primary", "name", name);
-    for mode in ["", "NO_BACKSLASH_ESCAPES"] {
-        let set = format!("SET GLOBAL sql_mode = '{mode}'");
+    let init = "SET GLOBAL init_connect = 'SET SESSION sql_mode = ";
+    for (global, session) in [
+        ("", "DEFAULT"),
+        ("NO_BACKSLASH_ESCAPES", "DEFAULT"),
+        ("", "''NO_BACKSLASH_ESCAPES''"),
+        ("NO_BACKSLASH_ESCAPES", "''''"),
+    ] {
+        let set = format!("SET GLOBAL sql_mode = '{global}'");
         p.primary.root_exec(&set).await;
+        p.primary.root_exec(&format!("{init}{session}'")).await;
+        let mode = format!("{global} then {session}");
         let a = real_attempt(&p, &cfg, name).await;
         assert_eq!(a.outcome, Outcome::Success, "sql_mode {mode:?}: {a:?}");
         let sql = format!(

@@ -4,7 +4,6 @@
 //! [`MAX_PACKET`]; the caller bounds every call in time (its step).
 
 use bytes::BytesMut;
-use mysql_common::Value;
 use mysql_common::constants::{CapabilityFlags, StatusFlags};
 use mysql_common::io::ParseBuf;
 use mysql_common::packets::{
@@ -22,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// Largest packet accepted from the server: the greeting, the auth exchange and the canary row
 /// are far smaller; anything longer is a `protocol_error`, never buffered.
 pub const MAX_PACKET: usize = 64 * 1024;
-/// `utf8mb4_general_ci`: the session's character set (escaping below assumes an ASCII-safe one).
+/// `utf8mb4_general_ci`: the session's character set, as [`literal`]'s hex literals say.
 const UTF8MB4_GENERAL_CI: u8 = 45;
 /// Packets the authentication exchange may take before it is a protocol error.
 const MAX_AUTH_PACKETS: usize = 6;
@@ -339,15 +338,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
-    /// `v` as an SQL literal, escaped for the session's `NO_BACKSLASH_ESCAPES` mode.
-    pub fn literal(&self, v: impl Into<Value>) -> String {
-        let no_backslash = self
-            .framing
-            .status
-            .contains(StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES);
-        v.into().as_sql(no_backslash)
-    }
-
     /// Say goodbye (`COM_QUIT`) and close the stream (a TLS close_notify first).
     pub async fn quit(mut self) {
         self.framing.codec.reset_seq_id();
@@ -405,6 +395,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         s.serialize(&mut payload);
         self.write_packet(&payload).await
     }
+}
+
+/// `text` as an SQL string literal that reads the same whether or not the session takes a
+/// backslash as an escape: the login's OK does not tell (`init_connect` may set
+/// `NO_BACKSLASH_ESCAPES` after it). Plain text is quoted as it is, any other in hex.
+pub fn literal(text: &str) -> String {
+    if text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || " .:_-~".contains(c))
+    {
+        return format!("'{text}'");
+    }
+    let hex: String = text.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("_utf8mb4 X'{hex}'")
 }
 
 /// The plugins readyprobe speaks; any other is [`Error::Plugin`] (`gen_data` of some others
@@ -706,11 +710,10 @@ mod tests {
     }
 
     #[test]
-    fn literals_are_escaped_for_the_sessions_mode() {
-        let (mut c, _s) = pair();
-        assert_eq!(c.literal("it's a \\ b"), r"'it\'s a \\ b'");
-        assert_eq!(c.literal(42u64), "42");
-        c.framing.status = StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES;
-        assert_eq!(c.literal("it's a \\ b"), r"'it''s a \ b'");
+    fn literals_read_the_same_in_both_escaping_modes() {
+        assert_eq!(literal("primary"), "'primary'");
+        assert_eq!(literal("2026-12-01 10:00:00.5"), "'2026-12-01 10:00:00.5'");
+        assert_eq!(literal("~stable_name"), "'~stable_name'");
+        assert_eq!(literal("a'\\\""), "_utf8mb4 X'61275c22'");
     }
 }
