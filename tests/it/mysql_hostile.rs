@@ -18,6 +18,7 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -25,10 +26,12 @@ use tokio::net::TcpListener;
 trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
-/// The server's end of one connection: packets with sequence ids, on TCP or TLS.
+/// The server's end of one connection: packets with sequence ids, on TCP or TLS, and every
+/// byte the client sent in the clear.
 struct Peer {
     io: Box<dyn Stream>,
     seq: u8,
+    heard: Arc<Mutex<Vec<u8>>>,
 }
 
 type Script = Box<dyn FnOnce(Peer) -> Pin<Box<dyn Future<Output = io::Result<()>> + Send>> + Send>;
@@ -59,6 +62,7 @@ impl Peer {
         self.seq = h[3].wrapping_add(1);
         let mut p = vec![0u8; u32::from_le_bytes([h[0], h[1], h[2], 0]) as usize];
         self.io.read_exact(&mut p).await?;
+        self.heard.lock().unwrap().extend([&h[..], &p].concat());
         Ok(p)
     }
 
@@ -100,9 +104,11 @@ impl Peer {
         p.send(&greeting(10, "caching_sha2_password", true)).await?;
         assert_eq!(p.recv().await?.len(), 32, "an SSLRequest");
         let tls = tokio_rustls::TlsAcceptor::from(cert.rustls_server_config());
+        // What comes over TLS is not heard in the clear.
         let mut p = Peer {
             io: Box::new(tls.accept(p.io).await?),
             seq: p.seq,
+            heard: Arc::default(),
         };
         p.recv().await?;
         p.send(&[0x01, 0x04]).await?;
@@ -114,8 +120,13 @@ impl Peer {
     /// Keep the connection open, reading whatever comes, until the client closes it.
     async fn hold(mut self) -> io::Result<()> {
         let mut sink = [0u8; 4096];
-        while self.io.read(&mut sink).await? > 0 {}
-        Ok(())
+        loop {
+            let n = self.io.read(&mut sink).await?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.heard.lock().unwrap().extend_from_slice(&sink[..n]);
+        }
     }
 }
 
@@ -303,16 +314,25 @@ impl Rig {
     async fn against(&self, tls: bool, timeout_ms: u64, script: Script) -> Attempt {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let peer = Peer {
+            io: Box::new(tokio::io::empty()),
+            seq: 0,
+            heard: heard.clone(),
+        };
         let server = tokio::spawn(async move {
             let (s, _) = listener.accept().await?;
-            script(Peer {
-                io: Box::new(s),
-                seq: 0,
-            })
-            .await
+            let io = Box::new(s);
+            script(Peer { io, ..peer }).await
         });
         let a = self.attempt(&self.config(port, tls, timeout_ms)).await;
         server.abort();
+        let heard = heard.lock().unwrap();
+        let pw = self.password.as_bytes();
+        assert!(
+            !heard.windows(pw.len()).any(|w| w == pw),
+            "the password went out in the clear: {a:?}"
+        );
         let budget = i64::try_from(timeout_ms).unwrap() + 1500;
         assert!(
             a.finished_at - a.started_at <= budget,
@@ -416,6 +436,11 @@ fn login_cases() -> Vec<Case> {
                 vec![b"\xfeevil\x1b[2J\n\rplugin\0n\0"],
                 false,
             ),
+            auth(C::AuthDenied),
+        ),
+        (
+            "auth switch to mysql_clear_password",
+            answer_login(native.clone(), vec![b"\xfemysql_clear_password\0"], false),
             auth(C::AuthDenied),
         ),
         (
