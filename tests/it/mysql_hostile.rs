@@ -49,11 +49,8 @@ impl Peer {
     }
 
     async fn send(&mut self, payload: &[u8]) -> io::Result<()> {
-        let mut b = (payload.len() as u32).to_le_bytes().to_vec();
-        b[3] = self.seq;
         self.seq = self.seq.wrapping_add(1);
-        b.extend_from_slice(payload);
-        self.raw(&b).await
+        self.raw(&packet(self.seq.wrapping_sub(1), payload)).await
     }
 
     async fn recv(&mut self) -> io::Result<Vec<u8>> {
@@ -128,6 +125,14 @@ impl Peer {
             self.heard.lock().unwrap().extend_from_slice(&sink[..n]);
         }
     }
+}
+
+/// `payload` framed: its length, sequence id `seq`.
+fn packet(seq: u8, payload: &[u8]) -> Vec<u8> {
+    let mut b = (payload.len() as u32).to_le_bytes().to_vec();
+    b[3] = seq;
+    b.extend_from_slice(payload);
+    b
 }
 
 const OK: &[u8] = &[0, 0, 0, 2, 0, 0, 0];
@@ -461,10 +466,7 @@ fn login_cases() -> Vec<Case> {
         (
             "greeting byte by byte with delays, then a good conversation",
             script(|mut p| async move {
-                let g = greeting(10, "caching_sha2_password", false);
-                let mut bytes = (g.len() as u32).to_le_bytes().to_vec();
-                bytes.extend_from_slice(&g);
-                for b in bytes {
+                for b in packet(0, &greeting(10, "caching_sha2_password", false)) {
                     p.raw(&[b]).await?;
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
@@ -618,6 +620,16 @@ fn tls_cases(cert: &ServerCert, pw: &str) -> Vec<Case> {
             "CLIENT_SSL, then a plaintext answer to the SSLRequest",
             answer_login(greeting(10, "mysql_native_password", true), vec![OK], false),
             Some((Step::Tls, C::TlsHandshake)),
+        ),
+        (
+            "an OK injected in plaintext before the TLS handshake",
+            script(|mut p| async move {
+                let mut both = packet(0, &greeting(10, "caching_sha2_password", true));
+                both.extend(packet(2, OK));
+                p.raw(&both).await?;
+                p.hold().await
+            }),
+            Some((Step::Tls, C::ProtocolError)),
         ),
         (
             "a good conversation over TLS",
