@@ -8,254 +8,29 @@ use crate::support::config::{ConfigBuilder, path, secret_file};
 use crate::support::dns::DnsServer;
 use crate::support::fixture::*;
 use crate::support::tls::{ServerCert, TestCa};
-use mysql_common::constants::{CapabilityFlags, ColumnType, StatusFlags};
-use mysql_common::packets::{Column, HandshakePacket};
-use mysql_common::proto::MySerialize;
 use readyprobe::clock::Clock;
 use readyprobe::failure::{FailureClass as C, Step};
 use readyprobe::probe::{Attempt, Outcome, prepare, run_attempt};
-use std::future::Future;
-use std::io;
+use server::*;
 use std::net::{IpAddr, Ipv4Addr};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+mod server;
 
-/// The server's end of one connection: packets with sequence ids, on TCP or TLS, and every
-/// byte the client sent in the clear.
-struct Peer {
-    io: Box<dyn Stream>,
-    seq: u8,
-    heard: Arc<Mutex<Vec<u8>>>,
-}
-
-type Script = Box<dyn FnOnce(Peer) -> Pin<Box<dyn Future<Output = io::Result<()>> + Send>> + Send>;
-
-fn script<F: Future<Output = io::Result<()>> + Send + 'static>(
-    f: impl FnOnce(Peer) -> F + Send + 'static,
-) -> Script {
-    Box::new(move |p| Box::pin(f(p)))
-}
-
-impl Peer {
-    async fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.io.write_all(bytes).await?;
-        self.io.flush().await
-    }
-
-    async fn send(&mut self, payload: &[u8]) -> io::Result<()> {
-        self.seq = self.seq.wrapping_add(1);
-        self.raw(&packet(self.seq.wrapping_sub(1), payload)).await
-    }
-
-    async fn recv(&mut self) -> io::Result<Vec<u8>> {
-        let mut h = [0u8; 4];
-        self.io.read_exact(&mut h).await?;
-        self.seq = h[3].wrapping_add(1);
-        let mut p = vec![0u8; u32::from_le_bytes([h[0], h[1], h[2], 0]) as usize];
-        self.io.read_exact(&mut p).await?;
-        self.heard.lock().unwrap().extend([&h[..], &p].concat());
-        Ok(p)
-    }
-
-    /// The text of the next `COM_QUERY`.
-    async fn query(&mut self) -> io::Result<String> {
-        let p = self.recv().await?;
-        assert_eq!(p.first(), Some(&0x03), "a COM_QUERY");
-        Ok(String::from_utf8_lossy(&p[1..]).into_owned())
-    }
-
-    /// Greeting (caching_sha2_password), handshake response, OK.
-    async fn login(&mut self) -> io::Result<()> {
-        self.send(&greeting(10, "caching_sha2_password", false))
-            .await?;
-        self.recv().await?;
-        self.send(&[0x01, 0x03]).await?;
-        self.send(OK).await
-    }
-
-    /// Login, the INSERT answered OK: the marker and seq it wrote.
-    async fn write(&mut self) -> io::Result<(String, String)> {
-        self.login().await?;
-        let insert = self.query().await?;
-        self.send(OK).await?;
-        Ok(written(&insert))
-    }
-
-    async fn send_all(&mut self, packets: Vec<Vec<u8>>) -> io::Result<()> {
-        for x in packets {
-            self.send(&x).await?;
-        }
-        Ok(())
-    }
-
-    /// Greeting offering TLS, the SSLRequest, the handshake, then caching_sha2_password's full
-    /// authentication: the password arrives in clear over the verified session.
-    async fn login_tls(self, cert: &ServerCert, password: &str) -> io::Result<Peer> {
-        let mut p = self;
-        p.send(&greeting(10, "caching_sha2_password", true)).await?;
-        assert_eq!(p.recv().await?.len(), 32, "an SSLRequest");
-        let tls = tokio_rustls::TlsAcceptor::from(cert.rustls_server_config());
-        // What comes over TLS is not heard in the clear.
-        let mut p = Peer {
-            io: Box::new(tls.accept(p.io).await?),
-            seq: p.seq,
-            heard: Arc::default(),
-        };
-        p.recv().await?;
-        p.send(&[0x01, 0x04]).await?;
-        assert_eq!(p.recv().await?, format!("{password}\0").as_bytes());
-        p.send(OK).await?;
-        Ok(p)
-    }
-
-    /// Keep the connection open, reading whatever comes, until the client closes it.
-    async fn hold(mut self) -> io::Result<()> {
-        let mut sink = [0u8; 4096];
-        loop {
-            let n = self.io.read(&mut sink).await?;
-            if n == 0 {
-                return Ok(());
-            }
-            self.heard.lock().unwrap().extend_from_slice(&sink[..n]);
-        }
-    }
-}
-
-/// `payload` framed: its length, sequence id `seq`.
-fn packet(seq: u8, payload: &[u8]) -> Vec<u8> {
-    let mut b = (payload.len() as u32).to_le_bytes().to_vec();
-    b[3] = seq;
-    b.extend_from_slice(payload);
-    b
-}
-
-const OK: &[u8] = &[0, 0, 0, 2, 0, 0, 0];
-const EOF: &[u8] = &[0xfe, 0, 0, 2, 0];
-
-fn greeting(protocol: u8, plugin: &str, ssl: bool) -> Vec<u8> {
-    greeting_with(protocol, b"8.4.0-hostile", plugin, ssl)
-}
-
-fn greeting_with(protocol: u8, version: &[u8], plugin: &str, ssl: bool) -> Vec<u8> {
-    let mut caps = CapabilityFlags::CLIENT_PROTOCOL_41
-        | CapabilityFlags::CLIENT_SECURE_CONNECTION
-        | CapabilityFlags::CLIENT_PLUGIN_AUTH
-        | CapabilityFlags::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA
-        | CapabilityFlags::CLIENT_CONNECT_WITH_DB;
-    if ssl {
-        caps |= CapabilityFlags::CLIENT_SSL;
-    }
-    let mut p = Vec::new();
-    HandshakePacket::new(
-        protocol,
-        version,
-        7,
-        *b"01234567",
-        Some(&b"89abcdefghij\0"[..]),
-        caps,
-        45,
-        StatusFlags::SERVER_STATUS_AUTOCOMMIT,
-        Some(plugin.as_bytes()),
-    )
-    .serialize(&mut p);
-    p
-}
-
-/// Marker and seq of the canary INSERT (`VALUES ('it', 'primary', 'MARKER', SEQ, '...')`).
-fn written(insert: &str) -> (String, String) {
-    let values = insert.split("VALUES (").nth(1).expect("an INSERT");
-    let v: Vec<&str> = values.split(", ").collect();
-    (v[2].trim_matches('\'').to_string(), v[3].to_string())
-}
-
-fn row(values: &[Option<&[u8]>]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for v in values {
-        match v {
-            None => out.push(0xfb),
-            Some(b) if b.len() < 251 => out.push(b.len() as u8),
-            Some(b) => {
-                out.push(0xfd);
-                out.extend_from_slice(&(b.len() as u32).to_le_bytes()[..3]);
-            }
-        }
-        out.extend_from_slice(v.unwrap_or_default());
-    }
-    out
-}
-
-/// The canary row as a server would answer it: marker, seq, host, id 7, not read-only.
-fn canary<'a>(marker: &'a str, seq: &'a str, host: &'a [u8]) -> Vec<Option<&'a [u8]>> {
-    vec![
-        Some(marker.as_bytes()),
-        Some(seq.as_bytes()),
-        Some(host),
-        Some(b"7"),
-        Some(b"0"),
-        Some(b"0"),
-    ]
-}
-
-/// A result set of the canary's six columns and `rows`.
-fn result(rows: &[Vec<Option<&[u8]>>]) -> Vec<Vec<u8>> {
-    let mut column = Vec::new();
-    Column::new(ColumnType::MYSQL_TYPE_VAR_STRING).serialize(&mut column);
-    let mut out = vec![vec![6]];
-    out.extend(std::iter::repeat_n(column, 6));
-    out.push(EOF.to_vec());
-    out.extend(rows.iter().map(|r| row(r)));
-    out.push(EOF.to_vec());
-    out
-}
-
-type Case = (&'static str, Script, Option<(Step, C)>);
-
-/// Send `bytes` as they are, then keep the connection open.
-fn raw(bytes: &'static [u8]) -> Script {
-    script(move |mut p| async move {
-        p.raw(bytes).await?;
-        p.hold().await
-    })
-}
-
-/// Greet with `greeting`, read the handshake response, answer with `packets` (reading the
-/// client's reply after each when `reply`), keep the connection open.
-fn answer_login(greeting: Vec<u8>, packets: Vec<&'static [u8]>, reply: bool) -> Script {
-    script(move |mut p| async move {
-        p.send(&greeting).await?;
-        p.recv().await?;
-        for x in packets {
-            p.send(x).await?;
-            if reply {
-                p.recv().await?;
-            }
-        }
-        p.hold().await
-    })
-}
-
-/// Log in, take the write, answer the read-back with what `answer` makes of the marker and
-/// seq written, keep the connection open.
-fn answer_read_back(answer: impl FnOnce(&str, &str) -> Vec<Vec<u8>> + Send + 'static) -> Script {
-    script(move |mut p| async move {
-        let (m, s) = p.write().await?;
-        p.query().await?;
-        p.send_all(answer(&m, &s)).await?;
-        p.hold().await
-    })
+/// One attempt of `branch` of the config `b` (written into `dir`).
+async fn attempt(b: &ConfigBuilder, dir: &std::path::Path, branch: &str) -> Attempt {
+    let cfg = b.load(&dir.join("hostile.toml"));
+    let (resolver, probes) = prepare(&cfg).unwrap();
+    let probe = probes.iter().find(|x| x.branch.name == branch).unwrap();
+    run_attempt(probe, &resolver, &Clock::start(), 1).await
 }
 
 /// A name for the scripted server, a CA that vouches for it, and the probe's password.
 struct Rig {
-    _ca: TestCa,
+    ca: TestCa,
     cert: ServerCert,
-    ca_path: std::path::PathBuf,
     dns: DnsServer,
     dir: tempfile::TempDir,
     password: String,
@@ -271,8 +46,7 @@ impl Rig {
         let password = format!("Hostile-Pw-{:016x}", rand::random::<u64>());
         std::fs::write(dir.path().join("password"), &password).unwrap();
         Rig {
-            ca_path: ca.ca_pem_path().to_owned(),
-            _ca: ca,
+            ca,
             cert,
             dns,
             dir,
@@ -299,20 +73,11 @@ impl Rig {
             .branch("primary", "PRIMARY", PRIMARY, Some(port))
             .branch("secondary", "SECONDARY", SECONDARY, Some(port));
         if tls {
-            b.tls("verify_identity", Some(&self.ca_path))
+            b.tls("verify_identity", Some(self.ca.ca_pem_path()))
         } else {
             b.tls("disabled", None)
                 .set("probe.tls", "danger_send_secrets_unverified", true)
         }
-    }
-
-    /// One attempt of `cfg`'s primary branch.
-    async fn attempt(&self, cfg: &ConfigBuilder) -> Attempt {
-        let file = self.dir.path().join("hostile.toml");
-        let cfg = cfg.load(&file);
-        let (resolver, probes) = prepare(&cfg).unwrap();
-        let probe = probes.iter().find(|b| b.branch.name == "primary").unwrap();
-        run_attempt(probe, &resolver, &Clock::start(), 1).await
     }
 
     /// One attempt against a server that runs `script` on its one connection.
@@ -330,7 +95,8 @@ impl Rig {
             let io = Box::new(s);
             script(Peer { io, ..peer }).await
         });
-        let a = self.attempt(&self.config(port, tls, timeout_ms)).await;
+        let cfg = self.config(port, tls, timeout_ms);
+        let a = attempt(&cfg, self.dir.path(), "primary").await;
         server.abort();
         let heard = heard.lock().unwrap();
         let pw = self.password.as_bytes();
@@ -346,34 +112,28 @@ impl Rig {
         a
     }
 
-    /// What is wrong with `a`, if anything: it must end as `want` (a failure's step and class,
-    /// or success), with a short message free of the password and of control characters.
-    fn check(&self, name: &str, a: &Attempt, want: Option<(Step, C)>) -> Option<String> {
-        let got = match &a.outcome {
-            Outcome::Success => None,
-            Outcome::Failure {
-                step,
-                class,
-                message,
-            } => {
-                if message.contains(&self.password)
-                    || message.len() > 1100
-                    || message.chars().any(char::is_control)
-                {
-                    return Some(format!("{name}: message {message:?}"));
-                }
-                Some((*step, *class))
-            }
-        };
-        (got != want).then(|| format!("{name}: want {want:?}, got {:?}", a.outcome))
-    }
-
-    /// Run `cases` one after the other; panics listing every case that went wrong.
-    async fn run(&self, tls: bool, cases: Vec<(&'static str, Script, Option<(Step, C)>)>) {
+    /// Run `cases` one after the other; panics listing every case that did not end as it
+    /// should (a failure's step and class, or success), or whose message is long or holds the
+    /// password or control characters.
+    async fn run(&self, tls: bool, cases: Vec<Case>) {
         let mut wrong = Vec::new();
         for (name, script, want) in cases {
             let a = self.against(tls, 1000, script).await;
-            wrong.extend(self.check(name, &a, want));
+            let (got, message) = match &a.outcome {
+                Outcome::Success => (None, ""),
+                Outcome::Failure {
+                    step,
+                    class,
+                    message,
+                } => (Some((*step, *class)), &message[..]),
+            };
+            if got != want
+                || message.contains(&self.password)
+                || message.len() > 1100
+                || message.chars().any(char::is_control)
+            {
+                wrong.push(format!("{name}: want {want:?}, got {:?}", a.outcome));
+            }
         }
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
@@ -473,8 +233,7 @@ fn login_cases() -> Vec<Case> {
                 p.seq = 1;
                 p.recv().await?;
                 p.send_all(vec![vec![1, 3], OK.to_vec()]).await?;
-                let (m, s) = written(&p.query().await?);
-                p.send(OK).await?;
+                let (m, s) = p.take_write().await?;
                 p.query().await?;
                 p.send_all(result(&[canary(&m, &s, b"fake-host")])).await?;
                 p.hold().await
@@ -606,7 +365,7 @@ async fn hostile_answers_to_the_write_and_read_back_never_succeed() {
 
 /// Scripts that bend the TLS upgrade or stop on the TLS session.
 fn tls_cases(cert: &ServerCert, pw: &str) -> Vec<Case> {
-    let after_login = |f: fn(Peer) -> Pin<Box<dyn Future<Output = io::Result<()>> + Send>>| {
+    let after_login = |f: fn(Peer) -> Served| {
         let (cert, pw) = (cert.clone(), pw.to_string());
         script(move |p| async move { f(p.login_tls(&cert, &pw).await?).await })
     };
@@ -635,8 +394,7 @@ fn tls_cases(cert: &ServerCert, pw: &str) -> Vec<Case> {
             "a good conversation over TLS",
             after_login(|mut p| {
                 Box::pin(async move {
-                    let (m, s) = written(&p.query().await?);
-                    p.send(OK).await?;
+                    let (m, s) = p.take_write().await?;
                     p.query().await?;
                     p.send_all(result(&[canary(&m, &s, b"tls-host")])).await?;
                     p.hold().await
@@ -684,18 +442,10 @@ async fn the_servers_identity_is_bounded_in_the_attempt() {
             false,
             1000,
             script(|mut p| async move {
-                p.send(&greeting_with(
-                    10,
-                    &[b'v'; 60_000],
-                    "caching_sha2_password",
-                    false,
-                ))
-                .await?;
-                p.recv().await?;
-                p.send(&[0x01, 0x03]).await?;
-                p.send(OK).await?;
-                let (m, s) = written(&p.query().await?);
-                p.send(OK).await?;
+                let version = [b'v'; 60_000];
+                p.login_with(&greeting_with(10, &version, "caching_sha2_password", false))
+                    .await?;
+                let (m, s) = p.take_write().await?;
                 p.query().await?;
                 let host = [&b"host\n\x1b[2J"[..], &[b'h'; 60_000]].concat();
                 p.send_all(result(&[canary(&m, &s, &host)])).await?;
@@ -710,14 +460,6 @@ async fn the_servers_identity_is_bounded_in_the_attempt() {
         assert!(!text.chars().any(char::is_control), "{text:?}");
     }
     assert!(server.hostname.starts_with("host"), "{}", server.hostname);
-}
-
-/// One attempt of `branch` on the pipeline's real MariaDB servers.
-async fn real_attempt(p: &Pipeline, b: &ConfigBuilder, branch: &str) -> Attempt {
-    let cfg = b.load(&p.dir.path().join("hostile-real.toml"));
-    let (resolver, probes) = prepare(&cfg).unwrap();
-    let probe = probes.iter().find(|x| x.branch.name == branch).unwrap();
-    run_attempt(probe, &resolver, &Clock::start(), 1).await
 }
 
 fn real_config(p: &Pipeline) -> ConfigBuilder {
@@ -737,14 +479,14 @@ async fn a_success_means_the_row_is_committed_even_with_autocommit_off() {
         return;
     };
     p.primary.root_exec("SET GLOBAL autocommit = 0").await;
-    let a = real_attempt(&p, &real_config(&p), "primary").await;
+    let a = attempt(&real_config(&p), p.dir.path(), "primary").await;
     assert_eq!(a.outcome, Outcome::Success, "{a:?}");
     let sql = format!(
         "SELECT marker FROM readyprobe.canary WHERE marker = '{}'",
         a.marker
     );
     let rows: Vec<String> = p.primary.root_query(&sql).await;
-    assert_eq!(rows, [a.marker.clone()], "the marked row is committed");
+    assert_eq!(rows, [a.marker], "the marked row is committed");
 }
 
 /// A branch name with quotes and backslashes is written and read back exactly, whether the
@@ -768,7 +510,7 @@ async fn quotes_and_backslashes_round_trip_in_both_escaping_modes() {
         p.primary.root_exec(&set).await;
         p.primary.root_exec(&format!("{init}{session}'")).await;
         let mode = format!("{global} then {session}");
-        let a = real_attempt(&p, &cfg, name).await;
+        let a = attempt(&cfg, p.dir.path(), name).await;
         assert_eq!(a.outcome, Outcome::Success, "sql_mode {mode:?}: {a:?}");
         let sql = format!(
             "SELECT branch FROM readyprobe.canary WHERE marker = '{}'",
