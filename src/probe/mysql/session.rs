@@ -160,6 +160,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             // Before the handshake the server assumes no client capabilities.
             return Err(server_error(&p, CapabilityFlags::empty()));
         }
+        // `mysql_common` takes the nonce's second part as `len as i8 - 8` bytes, which overflows
+        // for 0x80..=0x87; servers send 21, and no length over 0x7f makes sense.
+        let nonce_len = p.get(1..).and_then(|v| v.iter().position(|&b| b == 0));
+        if let Some(&len) = nonce_len
+            .and_then(|nul| p.get(nul + 22))
+            .filter(|&&l| l > 0x7f)
+        {
+            return Err(Error::Protocol(format!(
+                "malformed greeting: auth-plugin-data length {len}"
+            )));
+        }
         let g = ParseBuf(&p)
             .parse::<HandshakePacket>(())
             .map_err(malformed("greeting"))?;
@@ -693,6 +704,24 @@ mod tests {
             matches!(&e, Error::Protocol(m) if m.contains("over 65536")),
             "{e:?}"
         );
+    }
+
+    /// `mysql_common` takes the second nonce part's length as `byte as i8 - 8`, which overflows
+    /// (a panic with overflow checks) for 0x80..=0x87.
+    #[tokio::test]
+    async fn an_absurd_nonce_length_in_the_greeting_is_a_protocol_error() {
+        for len in [0x80, 0x85, 0xff] {
+            let (mut c, mut s) = pair();
+            let mut g = greeting_packet("mysql_native_password");
+            let at = 1 + g[1..].iter().position(|&b| b == 0).unwrap() + 21;
+            g[at] = len;
+            s.write_packet(&g).await.unwrap();
+            let e = c.greeting().await.unwrap_err();
+            assert!(
+                matches!(&e, Error::Protocol(m) if m.contains(&format!("length {len}"))),
+                "{len:#x}: {e:?}"
+            );
+        }
     }
 
     #[tokio::test]
