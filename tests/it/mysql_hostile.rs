@@ -336,6 +336,15 @@ fn answer_cases(pw: String) -> Vec<Case> {
             verify(C::ProtocolError),
         ),
         (
+            "the rows end with an OK-style 0xFE packet (deprecate-EOF style)",
+            answer_read_back(|m, s| {
+                let mut r = result(&[canary(m, s, b"h")]);
+                *r.last_mut().unwrap() = b"\xfe\0\0\x02\0\0\0\x05hello".to_vec();
+                r
+            }),
+            verify(C::ProtocolError),
+        ),
+        (
             "rows without end",
             script(|mut p| async move {
                 let (m, s) = p.write().await?;

@@ -342,6 +342,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             let p = self.read_packet().await?;
             match p.first() {
                 Some(0xfe) if p.len() < 9 => return Ok(first),
+                // No row of a 64 KiB packet starts with 0xfe: an OK ending the rows, which
+                // only CLIENT_DEPRECATE_EOF (not asked for) allows.
+                Some(0xfe) => return Err(unexpected("in place of the EOF after the rows", &p)),
                 Some(0xff) => return Err(server_error(&p, self.framing.capabilities)),
                 _ if first.is_some() => return Err(Error::ManyRows),
                 _ => first = Some(text_row(&p, &columns)?),
