@@ -255,8 +255,9 @@ impl From<session::Error> for StepError {
 /// Map a MySQL/MariaDB server error code to a failure class.
 pub fn classify_server_code(code: u16) -> FailureClass {
     match code {
-        // 1036: a table opened read-only, as every InnoDB table is under `innodb_read_only`.
-        1036 | 1290 | 1836 => FailureClass::ServerReadOnly,
+        // 1036: a table opened read-only, as every InnoDB table is under `innodb_read_only`;
+        // 1792: a read-only transaction, as every session's under `transaction_read_only`.
+        1036 | 1290 | 1792 | 1836 => FailureClass::ServerReadOnly,
         // 3118 (MySQL) and 4151 (MariaDB): the account is locked.
         1044 | 1045 | 1142 | 1143 | 1698 | 3118 | 3159 | 4151 => FailureClass::AuthDenied,
         1040 | 1203 => FailureClass::TooManyConnections,
@@ -285,6 +286,7 @@ mod tests {
             (server(1290), FailureClass::ServerReadOnly),
             (server(1836), FailureClass::ServerReadOnly),
             (server(1036), FailureClass::ServerReadOnly),
+            (server(1792), FailureClass::ServerReadOnly),
             (server(1045), FailureClass::AuthDenied),
             (server(3159), FailureClass::AuthDenied),
             (server(3118), FailureClass::AuthDenied),

@@ -529,3 +529,20 @@ async fn quotes_and_backslashes_round_trip_in_both_escaping_modes() {
         assert_eq!(rows, [name], "sql_mode {mode:?}");
     }
 }
+
+/// A server whose sessions start read-only transactions (`transaction_read_only`) refuses the
+/// application's writes as much as `read_only` does: `server_read_only`, not `server_error`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_transactions_by_default_are_server_read_only() {
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    p.primary.root_exec("SET GLOBAL tx_read_only = 1").await;
+    let a = attempt(&real_config(&p), p.dir.path(), "primary").await;
+    match &a.outcome {
+        Outcome::Failure { step, class, .. } => {
+            assert_eq!((*step, *class), (Step::Write, C::ServerReadOnly), "{a:?}")
+        }
+        Outcome::Success => panic!("{a:?}"),
+    }
+}
