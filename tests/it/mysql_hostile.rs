@@ -112,13 +112,14 @@ impl Rig {
         a
     }
 
-    /// Run `cases` one after the other; panics listing every case that did not end as it
+    /// Run `cases` one after the other (3 s attempts: ample for a good conversation on a loaded
+    /// machine, and what the two silent servers cost); panics listing every case that did not end as it
     /// should (a failure's step and class, or success), or whose message is long or holds the
     /// password or control characters.
     async fn run(&self, tls: bool, cases: Vec<Case>) {
         let mut wrong = Vec::new();
         for (name, script, want) in cases {
-            let a = self.against(tls, 1000, script).await;
+            let a = self.against(tls, 3000, script).await;
             let (got, message) = match &a.outcome {
                 Outcome::Success => (None, ""),
                 Outcome::Failure {
@@ -449,7 +450,7 @@ async fn the_servers_identity_is_bounded_in_the_attempt() {
     let a = rig
         .against(
             false,
-            1000,
+            3000,
             script(|mut p| async move {
                 let version = [b'v'; 60_000];
                 p.login_with(&greeting_with(10, &version, "caching_sha2_password", false))
