@@ -37,14 +37,15 @@ PASSWORD_FILE="$DEMO/password"
 [ -f "$PASSWORD_FILE" ] || od -An -tx1 -N12 /dev/urandom | tr -d ' \n' > "$PASSWORD_FILE"
 export READYPROBE_MYSQL_PASSWORD; READYPROBE_MYSQL_PASSWORD=$(cat "$PASSWORD_FILE")
 
-echo "demo: starting two MariaDB servers with TLS: primary on 127.0.0.1:33061, secondary on 127.0.0.1:33062" >&2
+echo "demo: starting two MariaDB servers with TLS: primary on 127.0.0.1:23306, secondary on 127.0.0.1:23307" >&2
 cleanup() {
   infra/local/mariadb.sh stop "$DEMO/primary"
   infra/local/mariadb.sh stop "$DEMO/secondary"
 }
 trap cleanup EXIT
-infra/local/mariadb.sh start primary 33061 "$DEMO/primary" "$DEMO/tls/primary.pem" "$DEMO/tls/primary.key" "$DEMO/tls/ca.pem" "$READYPROBE_MYSQL_PASSWORD"
-infra/local/mariadb.sh start secondary 33062 "$DEMO/secondary" "$DEMO/tls/secondary.pem" "$DEMO/tls/secondary.key" "$DEMO/tls/ca.pem" "$READYPROBE_MYSQL_PASSWORD"
+# Ports below the kernel's ephemeral range (32768 and up), so an outgoing connection never holds them.
+infra/local/mariadb.sh start primary 23306 "$DEMO/primary" "$DEMO/tls/primary.pem" "$DEMO/tls/primary.key" "$DEMO/tls/ca.pem" "$READYPROBE_MYSQL_PASSWORD"
+infra/local/mariadb.sh start secondary 23307 "$DEMO/secondary" "$DEMO/tls/secondary.pem" "$DEMO/tls/secondary.key" "$DEMO/tls/ca.pem" "$READYPROBE_MYSQL_PASSWORD"
 infra/local/mariadb.sh sql "$DEMO/primary" "SET GLOBAL read_only = OFF"
 
 if [ -x target/debug/readyprobe ]; then
