@@ -10,7 +10,7 @@ are bench/scale.py's.
                                                    TARGETS with MODULE once per INTERVAL s, spread
                                                    over the interval; OUT gets "ms ok failed late"
   attempt_cost.py summary DIR                      print the run's figures (and DIR/result.json)
-  attempt_cost.py table DIR...                     the Markdown tables of several kinds' results
+  attempt_cost.py table DIR...                     the Markdown table of several kinds' results
 """
 import asyncio
 import json
@@ -117,14 +117,10 @@ def drive(url, module, targets_file, interval, out):
     asyncio.run(main())
 
 
-def summary(d):
-    meta = json.load(open(f"{d}/meta.json"))
+def readyprobe_figures(d, rp):
+    """Attempts started in the window of the samples `rp` (from `d`/state's evidence, its rotated
+    generation included), and the process's CPU and memory over it."""
     hz = os.sysconf("SC_CLK_TCK")
-
-    def marks(name):
-        return [list(map(int, l.split())) for l in open(f"{d}/{name}").read().splitlines()]
-
-    rp = marks("readyprobe.samples")
     t0, t1 = rp[0][0], rp[-1][0]
     attempts = failed = 0
     classes = {}
@@ -140,11 +136,7 @@ def summary(d):
                     failed += 1
                     classes[r.get("class")] = classes.get(r.get("class"), 0) + 1
     cpu_s = (rp[-1][1] - rp[0][1]) / hz
-    res = {
-        "kind": meta["kind"],
-        "branches": meta["branches"],
-        "interval_ms": meta["interval_ms"],
-        "commit": meta.get("commit"),
+    return {
         "window_s": round((t1 - t0) / 1000, 1),
         "attempts": attempts,
         "failed": failed,
@@ -154,8 +146,26 @@ def summary(d):
         "rss_kb_max": max(r[2] for r in rp),
         "hwm_kb": rp[-1][3],
         "threads_max": max(r[4] for r in rp),
-        "load": meta.get("load", []),
     }
+
+
+def summary(d):
+    meta = json.load(open(f"{d}/meta.json"))
+    hz = os.sysconf("SC_CLK_TCK")
+
+    def marks(name):
+        return [list(map(int, l.split())) for l in open(f"{d}/{name}").read().splitlines()]
+
+    res = {
+        "kind": meta["kind"],
+        "branches": meta["branches"],
+        "interval_ms": meta["interval_ms"],
+        "commit": meta.get("commit"),
+        "load": meta.get("load", []),
+    } | readyprobe_figures(d, marks("readyprobe.samples"))
+    if os.path.exists(f"{d}/baseline.samples"):
+        res["baseline"] = {"binary": meta.get("baseline")} | readyprobe_figures(
+            f"{d}/baseline", marks("baseline.samples"))
     if os.path.exists(f"{d}/blackbox.samples"):
         bb = marks("blackbox.samples")
         drv = marks("driver.marks")
@@ -171,31 +181,32 @@ def summary(d):
             "hwm_kb": bb[-1][3],
             "threads_max": max(r[4] for r in bb),
         }
-        if probes and attempts and bb_cpu:
-            res["ratio_cpu"] = round(res["cpu_s_per_10k"] / res["blackbox"]["cpu_s_per_10k"], 3)
-            res["ratio_hwm"] = round(res["hwm_kb"] / res["blackbox"]["hwm_kb"], 3)
+        for r in (res, res.get("baseline")):
+            if r and probes and r["attempts"] and bb_cpu:
+                r["ratio_cpu"] = round(r["cpu_s_per_10k"] / res["blackbox"]["cpu_s_per_10k"], 3)
+                r["ratio_hwm"] = round(r["hwm_kb"] / res["blackbox"]["hwm_kb"], 3)
     json.dump(res, open(f"{d}/result.json", "w"), indent=1)
     print(json.dumps(res))
 
 
 def table(dirs):
     rows = [json.load(open(f"{d}/result.json")) for d in dirs]
-    print("| kind | branches × interval | window | attempts (failed) | CPU per 10,000 attempts "
-          "| VmHWM | RSS max | threads | load average |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| kind | process | branches × interval | window | attempts (failed) | CPU per 10,000 attempts "
+          "| VmHWM | RSS max | threads | ÷ blackbox: CPU per attempt | ÷ blackbox: VmHWM | load average |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for r in rows:
-        print(f"| `{r['kind']}` | {r['branches']} × {r['interval_ms']} ms | {r['window_s']} s "
-              f"| {r['attempts']:,} ({r['failed']}) | {r['cpu_s_per_10k']:.3f} s | {r['hwm_kb']:,} kB "
-              f"| {r['rss_kb_max']:,} kB | {r['threads_max']} | {' → '.join(r['load'][::max(1, len(r['load']) - 1)])} |")
-    print()
-    print("| kind | blackbox probes (failed, late) | blackbox CPU per 10,000 probes | blackbox VmHWM "
-          "| readyprobe ÷ blackbox: CPU per attempt | VmHWM |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        b = r.get("blackbox")
-        if b:
-            print(f"| `{r['kind']}` | {b['probes']:,} ({b['failed']}, {b['late']}) | {b['cpu_s_per_10k']:.3f} s "
-                  f"| {b['hwm_kb']:,} kB | {r.get('ratio_cpu')} | {r.get('ratio_hwm')} |")
+        load = " → ".join(r["load"][::max(1, len(r["load"]) - 1)])
+        procs = [(f"readyprobe `{r['commit']}`", r)]
+        if r.get("baseline"):
+            procs.append((f"readyprobe `{r['baseline']['binary']}`", r["baseline"]))
+        if r.get("blackbox"):
+            b = r["blackbox"]
+            procs.append(("blackbox_exporter", b | {"attempts": b["probes"], "window_s": r["window_s"]}))
+        for name, p in procs:
+            ratio = (p.get("ratio_cpu", "—"), p.get("ratio_hwm", "—")) if name != "blackbox_exporter" else ("1", "1")
+            print(f"| `{r['kind']}` | {name} | {r['branches']} × {r['interval_ms']} ms | {p['window_s']} s "
+                  f"| {p['attempts']:,} ({p['failed']}) | {p['cpu_s_per_10k']:.3f} s | {p['hwm_kb']:,} kB "
+                  f"| {p['rss_kb_max']:,} kB | {p['threads_max']} | {ratio[0]} | {ratio[1]} | {load} |")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@
 #
 #   bench/attempt_cost.sh                               # tcp, http and mysql
 #   KINDS=http STEADY=60 bench/attempt_cost.sh          # a shorter one
+#   BASELINE=/tmp/main/readyprobe bench/attempt_cost.sh # and another build beside it, same config
+#                                                       # and targets (before/after a change)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KINDS=${KINDS:-tcp http mysql}
@@ -24,6 +26,7 @@ BB_PORT=${BB_PORT:-20116}         # blackbox_exporter's HTTP port
 DB_PORT=${DB_PORT:-23081}         # mysql: the two MariaDB servers on DB_PORT and DB_PORT + 1 (below
                                   # the ephemeral port range, where a connection may hold it)
 BIN=${BIN:-target/release/readyprobe}
+BASELINE=${BASELINE:-}            # another readyprobe binary run beside BIN in the same run
 
 command -v python3 >/dev/null || { echo "attempt_cost: python3 is required" >&2; exit 1; }
 if ! command -v prometheus-blackbox-exporter >/dev/null; then
@@ -36,8 +39,10 @@ if [ ! -x "$BIN" ]; then
 fi
 mkdir -p "$OUT"
 cp "$BIN" "$OUT/readyprobe"     # a rebuild during the run does not change what runs
+if [ -n "$BASELINE" ]; then cp "$BASELINE" "$OUT/baseline"; fi
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- src 2>/dev/null || COMMIT="$COMMIT+changes"
+BASELINE_NAME=${BASELINE_NAME:-$BASELINE}   # how the table names the baseline (e.g. its commit)
 
 pids=()
 stop_all() {
@@ -178,7 +183,7 @@ run_kind() {
   write_config "$kind" "$dir"
   "$OUT/readyprobe" check --config "$dir/bench.toml" >"$dir/check.log" 2>&1 \
     || { echo "attempt_cost: check refused the config: $(tail -5 "$dir/check.log")" >&2; exit 1; }
-  local rp bb="" t
+  local rp bb="" base="" t
   case $kind in
     tcp) python3 bench/scale.py listen "$BASE_PORT" "$BRANCHES" 2>"$dir/target.log" & pids+=("$!") ;;
     http) python3 bench/attempt_cost.py http-target "$HTTP_PORT" 2>"$dir/target.log" & pids+=("$!") ;;
@@ -196,6 +201,14 @@ run_kind() {
   ( cd "$dir" && exec "$OUT/readyprobe" run --config bench.toml --duration "$((WARMUP + STEADY + 120))s" ) \
     >/dev/null 2>"$dir/readyprobe.log" &
   rp=$!; pids+=("$rp")
+  if [ -n "$BASELINE" ]; then
+    # Its own prober id: the mysql canary row is keyed by (prober_id, branch).
+    mkdir -p "$dir/baseline"
+    sed 's/^prober_id = "bench"/prober_id = "bench-baseline"/' "$dir/bench.toml" > "$dir/baseline/bench.toml"
+    ( cd "$dir/baseline" && exec "$OUT/baseline" run --config bench.toml --duration "$((WARMUP + STEADY + 120))s" ) \
+      >/dev/null 2>"$dir/baseline.log" &
+    base=$!; pids+=("$base")
+  fi
   if [ -n "$bb" ]; then
     python3 bench/attempt_cost.py drive "http://127.0.0.1:$BB_PORT" "$kind" "$dir/targets" \
       "$(echo "$INTERVAL_MS" | awk '{print $1 / 1000}')" "$dir/driver.now" 2>"$dir/driver.log" &
@@ -212,6 +225,7 @@ run_kind() {
   t=0
   while :; do
     python3 bench/scale.py sample "$rp" >> "$dir/readyprobe.samples"
+    if [ -n "$base" ]; then python3 bench/scale.py sample "$base" >> "$dir/baseline.samples"; fi
     if [ -n "$bb" ]; then
       python3 bench/scale.py sample "$bb" >> "$dir/blackbox.samples"
       cat "$dir/driver.now" >> "$dir/driver.marks.all"
@@ -222,8 +236,8 @@ run_kind() {
   load+=("$(cut -d' ' -f1-3 /proc/loadavg)")
   [ -n "$bb" ] && { head -1 "$dir/driver.marks.all"; tail -1 "$dir/driver.marks.all"; } > "$dir/driver.marks"
   cleanup; dbs=()
-  printf '{"kind": "%s", "branches": %d, "interval_ms": %d, "commit": "%s", "load": [%s]}\n' \
-    "$kind" "$BRANCHES" "$INTERVAL_MS" "$COMMIT" \
+  printf '{"kind": "%s", "branches": %d, "interval_ms": %d, "commit": "%s", "baseline": "%s", "load": [%s]}\n' \
+    "$kind" "$BRANCHES" "$INTERVAL_MS" "$COMMIT" "$BASELINE_NAME" \
     "$(printf '"%s",' "${load[@]}" | sed 's/,$//')" > "$dir/meta.json"
   python3 bench/attempt_cost.py summary "$dir"
 }
