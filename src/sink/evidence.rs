@@ -12,9 +12,8 @@
 //! hands it over; a full queue counts the record as failed, as a failed write would. The queue
 //! holds [`queue_lines`] lines for the run's number of services, so the start-up burst (a
 //! `start` record per service) always fits. The thread writes what has queued up meanwhile in
-//! one `write` (whole lines only) of at most [`BATCH_BYTES`], and rests [`GATHER`] after a write
-//! that emptied the queue; when a write fails it cuts the file back and writes the lines one by
-//! one, so a full disk still loses whole records only.
+//! one `write` (whole lines only), at most one write per [`GATHER`]; when that fails it cuts the
+//! file back and writes the lines one by one, so a full disk still loses whole records only.
 //!
 //! Every line starts with `record_seq`, the prober's record number: 1, 2, 3, … across restarts
 //! and rotation (it continues from the highest number in the tail of the file, or of the
@@ -45,14 +44,11 @@ const LINES_PER_SERVICE: usize = 4;
 /// Most bytes the writer thread joins into one `write`.
 const BATCH_BYTES: usize = 256 * 1024;
 
-/// How long the writer thread rests after a write that emptied the queue before it looks at it
-/// again: records that come meanwhile go out in the next write, and their senders need not wake
-/// the thread (a futex call per record when it waits on an empty queue). At 100 records a second
-/// a write then carries about ten; each write (a `statx` and a `write` to the file system) and
-/// each wake-up cost the same whatever it carries (at 20 ms they were 7 % of the process's CPU,
-/// BENCHMARKS.md "Cost per attempt"). There is no rest while the queue holds more, so it does
-/// not cap the rate the thread writes at.
-const GATHER: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long the writer thread rests after a write before it looks at the queue again: records
+/// that come meanwhile go out in the next write, and their senders need not wake the thread
+/// (a futex call per record when it waits on an empty queue). With a thousand branches, about
+/// 100 records a second, each write then carries a few records instead of one.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// The queue size for a run of `services` services: every start-up record fits, whatever the
 /// number of services.
@@ -438,13 +434,8 @@ impl FileState {
                             }
                         }
                     }
-                    // Rest only when the queue was emptied: a full batch, or one cut short by a
-                    // rotation or another message, is followed by the next write at once.
-                    let emptied = next.is_none() && batch.bytes.len() < BATCH_BYTES;
                     self.append(&mut batch);
-                    if emptied {
-                        std::thread::sleep(GATHER);
-                    }
+                    std::thread::sleep(GATHER);
                 }
                 #[cfg(test)]
                 Msg::Stall(release) => {

@@ -453,32 +453,3 @@ async fn a_refused_record_leaves_a_gap_in_record_seq() {
     assert!(seqs.windows(2).all(|s| s[0] < s[1]), "{seqs:?}");
     assert_eq!(*seqs.last().unwrap(), 10);
 }
-
-/// The writer rests after a write only when the queue is empty: a backlog of 10 MB (40 full
-/// batches) goes out in one go. With a rest after every write it takes at least 40 × `GATHER`
-/// (4 s), past the deadline; without, a few tens of ms even on a loaded machine.
-#[tokio::test]
-async fn a_backlog_is_written_without_resting_between_full_batches() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("e.jsonl");
-    let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 30, QUEUE_LINES).unwrap();
-    let (release, stalled) = mpsc::channel();
-    w.send(Msg::Stall(stalled));
-    let n = 1_000;
-    for seq in 0..n {
-        let r = Record::AttemptAbandoned(AttemptAbandoned {
-            branch: "b".repeat(10_000),
-            seq,
-            cause: None,
-        });
-        w.record(1, &r);
-    }
-    assert_eq!(w.failed(), 0, "records refused");
-    assert!(n as usize * 10_000 >= 40 * BATCH_BYTES);
-    drop(release);
-    assert!(
-        w.close(Instant::now() + 25 * GATHER).await,
-        "the backlog was not written in time"
-    );
-    assert_eq!((w.written(), w.failed()), (n, 0));
-}
