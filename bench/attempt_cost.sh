@@ -5,7 +5,7 @@
 # targets at the same rate in the same run (its load driver's CPU not counted). `mysql` probes two
 # throwaway MariaDB servers with TLS and has no blackbox peer. Attempts are counted from the
 # evidence, blackbox probes from the driver's answers. Results: $OUT/<kind>/result.json, one line
-# per kind on stdout, and the Markdown tables at the end. See BENCHMARKS.md, "Cost per attempt".
+# per kind on stdout, and a Markdown table at the end. See BENCHMARKS.md, "Cost per attempt".
 #
 #   bench/attempt_cost.sh                               # tcp, http and mysql
 #   KINDS=http STEADY=60 bench/attempt_cost.sh          # a shorter one
@@ -40,8 +40,9 @@ fi
 mkdir -p "$OUT"
 cp "$BIN" "$OUT/readyprobe"     # a rebuild during the run does not change what runs
 if [ -n "$BASELINE" ]; then cp "$BASELINE" "$OUT/baseline"; fi
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD -- src 2>/dev/null || COMMIT="$COMMIT+changes"
+# How the table names BIN: the checkout's commit unless BIN_NAME says otherwise (BIN built elsewhere).
+COMMIT=${BIN_NAME:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+[ -n "${BIN_NAME:-}" ] || git diff --quiet HEAD -- src 2>/dev/null || COMMIT="$COMMIT+changes"
 BASELINE_NAME=${BASELINE_NAME:-$BASELINE}   # how the table names the baseline (e.g. its commit)
 
 pids=()
