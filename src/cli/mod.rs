@@ -380,7 +380,14 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_INTERNAL);
         }
     };
-    let code = rt.block_on(async_main(cli));
+    // The command runs as a task on the worker threads, beside the branch loops it talks to,
+    // not on this thread: every wake-up would cross threads (BENCHMARKS.md, cost per attempt).
+    let code = rt.block_on(async {
+        tokio::spawn(async_main(cli)).await.unwrap_or_else(|e| {
+            eprintln!("error: internal error: {e}");
+            ExitCode::from(EXIT_INTERNAL)
+        })
+    });
     // Dropping the runtime would wait for every blocking thread, including one stuck on a hung
     // file system; past this bound they are left behind and the process exits.
     rt.shutdown_timeout(RUNTIME_SHUTDOWN);
