@@ -89,6 +89,9 @@ pub enum Input {
         /// True for the last tick of the run ([`PublishReason::Final`]).
         last: bool,
     },
+    /// A readiness deadline ([`Fold::next_wakeup`]) came: evaluate every branch. A transition
+    /// publishes and records as at an attempt; no tick batch.
+    Wake,
     /// A sync with the store finished: the document as written, and this prober's decisions on
     /// approvals it had not taken yet (from [`control::sync_prober`]).
     SyncDone {
@@ -764,6 +767,7 @@ impl Fold {
                 };
                 self.tick(reason, now);
             }
+            Input::Wake => self.wake(now),
             Input::SyncDone {
                 service,
                 doc,
@@ -1113,6 +1117,33 @@ impl Fold {
             let d = transition_datum(&service, &branch, v, t.at);
             let ns = self.namespace(svc);
             self.publish(vec![d], PublishReason::Transition, ns);
+        }
+    }
+
+    /// The earliest readiness deadline of any branch ([`Readiness::next_deadline`]): when to
+    /// feed [`Input::Wake`] if nothing else comes first. Always after the latest instant the
+    /// branch was evaluated at, so a wake-up at it never hands back the same instant.
+    pub fn next_wakeup(&self) -> Option<Millis> {
+        self.branches
+            .values()
+            .flatten()
+            .filter_map(|b| b.readiness.next_deadline())
+            .min()
+    }
+
+    /// Evaluate every branch at `now` for [`Input::Wake`]: transitions and pace changes only.
+    fn wake(&mut self, now: Millis) {
+        let ids: Vec<ServiceId> = self.branches.keys().copied().collect();
+        for svc in ids {
+            for i in 0..self.branch_count(svc) {
+                let Some(b) = self.branch_mut(svc, i) else {
+                    continue;
+                };
+                if let Some(t) = b.readiness.evaluate(now) {
+                    self.on_transition(svc, i, &t);
+                }
+                self.repace(svc, i);
+            }
         }
     }
 
