@@ -360,6 +360,8 @@ impl Branch {
 struct Outstanding {
     reason: PublishReason,
     datums: usize,
+    /// [`Batch::id`].
+    batch: u64,
 }
 
 /// What the fold keeps per service besides its branches.
@@ -1111,6 +1113,8 @@ impl Fold {
                 transition: t.clone(),
                 published,
                 override_: ov,
+                // The id `publish` below gives its batch.
+                batch: published.map(|_| self.next_batch + 1),
             }),
         );
         if let Some(v) = published {
@@ -1275,6 +1279,7 @@ impl Fold {
                 Outstanding {
                     reason,
                     datums: datums.len(),
+                    batch: id,
                 },
             );
         }
@@ -1325,7 +1330,7 @@ impl Fold {
             },
         ));
         let publish = Publish::new(sink, o.reason, o.datums, 0, 0, outcome, Some(why.into()));
-        self.record(now, Record::Publish(publish));
+        self.record(now, Record::Publish(publish.with_batch(o.batch)));
     }
 
     fn on_report(&mut self, r: SinkReport, now: Millis) {
@@ -1375,7 +1380,8 @@ impl Fold {
         let publish = Publish::new(
             r.sink, o.reason, r.datums, r.sent, r.tries, r.outcome, r.error,
         );
-        self.record(now, Record::Publish(publish.with_class(r.class)));
+        let publish = publish.with_class(r.class).with_batch(o.batch);
+        self.record(now, Record::Publish(publish));
     }
 
     /// Take a finished sync: record its decisions, apply approved failbacks, take overrides.

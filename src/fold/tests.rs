@@ -1436,6 +1436,11 @@ fn a_wake_up_at_the_deadline_makes_the_transition_without_a_tick() {
     assert_eq!(t[0]["transition"]["held_since"], 500);
     let reasons: Vec<_> = batches(&e).iter().map(|b| b.reason).collect();
     assert_eq!(reasons, [PublishReason::Transition], "no tick batch");
+    // The transition and its batch's publish records name the same batch.
+    let id = batches(&e)[0].id;
+    assert_eq!(t[0]["batch"], id);
+    let p = of_kind(&f.handle(report(id, "emf", None), 1510), "publish");
+    assert_eq!((p[0]["batch"].as_u64(), &p[0]["reason"]), (Some(id), &Json::from("transition")));
     assert_eq!(f.next_wakeup(), Some(1750));
     let e = f.handle(Input::Wake, 1750);
     assert_eq!(of_kind(&e, "transition")[0]["branch"], "secondary");
