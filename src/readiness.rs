@@ -681,8 +681,14 @@ impl Readiness {
                 consider(self.definitive_deadline());
             }
         }
-        if matches!(self.state, ReadinessState::Unready | ReadinessState::Unknown) {
-            consider(self.ready_holding_since.map(|s| self.ready_deadline(s, clock)));
+        if matches!(
+            self.state,
+            ReadinessState::Unready | ReadinessState::Unknown
+        ) {
+            consider(
+                self.ready_holding_since
+                    .map(|s| self.ready_deadline(s, clock)),
+            );
         }
         next
     }
@@ -1074,7 +1080,9 @@ mod tests {
             } else if line == "wake" {
                 // What the runner does: evaluate at the deadline.
                 let r = s.readiness();
-                let at = r.next_deadline().unwrap_or_else(|| panic!("{ctx}: no deadline"));
+                let at = r
+                    .next_deadline()
+                    .unwrap_or_else(|| panic!("{ctx}: no deadline"));
                 let t = r.evaluate(at);
                 s.push(t);
             } else {

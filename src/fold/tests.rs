@@ -1440,7 +1440,10 @@ fn a_wake_up_at_the_deadline_makes_the_transition_without_a_tick() {
     let id = batches(&e)[0].id;
     assert_eq!(t[0]["batch"], id);
     let p = of_kind(&f.handle(report(id, "emf", None), 1510), "publish");
-    assert_eq!((p[0]["batch"].as_u64(), &p[0]["reason"]), (Some(id), &Json::from("transition")));
+    assert_eq!(
+        (p[0]["batch"].as_u64(), &p[0]["reason"]),
+        (Some(id), &Json::from("transition"))
+    );
     assert_eq!(f.next_wakeup(), Some(1750));
     let e = f.handle(Input::Wake, 1750);
     assert_eq!(of_kind(&e, "transition")[0]["branch"], "secondary");
