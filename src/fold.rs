@@ -405,6 +405,10 @@ pub struct Fold {
     effects: Vec<Effect>,
     /// This prober's id (its entry in each control document).
     prober: String,
+    /// [`next_wakeup`](Self::next_wakeup) as of the latest input, when known: an attempt only
+    /// brings its own branch's deadline in, so a run of attempts never scans every branch. It may
+    /// be early (a deadline an attempt moved on): that wake-up finds nothing and rescans.
+    wakeup: Option<Option<Millis>>,
 }
 
 /// The fold's view of its branches at the start of a sync with the store.
@@ -467,6 +471,7 @@ impl Fold {
             summary: RunSummary::default(),
             effects: Vec::new(),
             prober: String::new(),
+            wakeup: None,
         };
         fold.prober = setup.prober.to_string();
         for (i, s) in setup.services.iter().enumerate() {
@@ -746,8 +751,16 @@ impl Fold {
 
     /// Take one input at `now` (ms since the epoch); returns what to do, in order.
     pub fn handle(&mut self, input: Input, now: Millis) -> Vec<Effect> {
+        let cached = self.wakeup.take();
         match input {
-            Input::Attempt(svc, a) => self.on_attempt(svc, a),
+            Input::Attempt(svc, a) => {
+                let branch = self.branch_ix(svc, &a.branch);
+                self.on_attempt(svc, a);
+                let own = branch
+                    .and_then(|i| self.branches.get(&svc)?.get(i))
+                    .and_then(|b| b.readiness.next_deadline());
+                self.wakeup = cached.map(|c| c.into_iter().chain(own).min());
+            }
             Input::Abandoned {
                 service,
                 branch,
@@ -1125,14 +1138,17 @@ impl Fold {
     }
 
     /// The earliest readiness deadline of any branch ([`Readiness::next_deadline`]): when to
-    /// feed [`Input::Wake`] if nothing else comes first. Always after the latest instant the
-    /// branch was evaluated at, so a wake-up at it never hands back the same instant.
-    pub fn next_wakeup(&self) -> Option<Millis> {
-        self.branches
-            .values()
-            .flatten()
-            .filter_map(|b| b.readiness.next_deadline())
-            .min()
+    /// feed [`Input::Wake`] if nothing else comes first. After a wake-up it is always later than
+    /// the wake-up's instant (every branch was evaluated then), so one never repeats.
+    pub fn next_wakeup(&mut self) -> Option<Millis> {
+        let branches = &self.branches;
+        *self.wakeup.get_or_insert_with(|| {
+            branches
+                .values()
+                .flatten()
+                .filter_map(|b| b.readiness.next_deadline())
+                .min()
+        })
     }
 
     /// Evaluate every branch at `now` for [`Input::Wake`]: transitions and pace changes only.
