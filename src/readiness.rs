@@ -1641,10 +1641,12 @@ mod tests {
         assert_eq!(down.damping, evidence(5, "4m"), "{down:#?}");
         // Successes every 2s, and a wake-up at every deadline that comes before the next one.
         let up = loop {
-            if let Some(d) = r.next_deadline().filter(|d| *d < t) {
-                if let Some(tr) = r.evaluate(d) {
-                    break tr;
-                }
+            if let Some(tr) = r
+                .next_deadline()
+                .filter(|d| *d < t)
+                .and_then(|d| r.evaluate(d))
+            {
+                break tr;
             }
             assert!(t - down.at < 3_600 * S, "no recovery");
             if let Some(tr) = r.record(attempt(t, None)) {
