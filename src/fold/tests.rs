@@ -1452,3 +1452,23 @@ fn a_wake_up_at_the_deadline_makes_the_transition_without_a_tick() {
     let e = f.handle(Input::Wake, 1750);
     assert!(batches(&e).is_empty() && records(&e).is_empty(), "{e:?}");
 }
+
+/// An attempt that makes the transition before the wake-up leaves the cached deadline early: the
+/// wake-up then finds nothing, and the one after is computed afresh (none here), never the same.
+#[test]
+fn an_early_wake_up_finds_nothing_and_is_not_repeated() {
+    let p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    let (mut f, _) = start_with(&ControlDoc::new("orders-db"), &p);
+    drive(&mut f, "primary", 0, 1250, false);
+    assert_eq!(f.next_wakeup(), Some(1500));
+    let e = f.handle(attempt("primary", 9, 1600, false), 1600);
+    assert_eq!(of_kind(&e, "transition").len(), 1);
+    assert_eq!(f.next_wakeup(), Some(1500), "cached: early, never late");
+    let e = f.handle(Input::Wake, 1600);
+    assert!(records(&e).is_empty() && batches(&e).is_empty(), "{e:?}");
+    assert_eq!(f.next_wakeup(), None);
+}
