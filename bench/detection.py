@@ -160,9 +160,11 @@ def run(a):
             t = [r for r in ev.of("transition") if r["transition"]["to"] == "unready"]
             if not t:
                 return None
-            seq = t[0]["record_seq"]
-            p = [r for r in ev.of("publish") if r["record_seq"] > seq
-                 and r["sink"] == "cloudwatch" and r["reason"] == "transition"]
+            seq, batch = t[0]["record_seq"], t[0].get("batch")
+            # The batch that published it; evidence without batch ids: the next transition batch.
+            p = [r for r in ev.of("publish") if r["sink"] == "cloudwatch" and (
+                 r.get("batch") == batch if batch is not None
+                 else r["record_seq"] > seq and r["reason"] == "transition")]
             return (t[0], p[0]) if p else None
 
         tr, pub = wait_for(transition, budget_s, proc, "unready transition and its publish record")

@@ -37,6 +37,12 @@ impl Clock {
         self.wall_at_start + self.mono_at_start.elapsed().as_millis() as Millis
     }
 
+    /// The monotonic instant at which this clock reads `ms` (the start, for an earlier `ms`).
+    pub fn instant_of(&self, ms: Millis) -> Instant {
+        let after = u64::try_from(ms.saturating_sub(self.wall_at_start)).unwrap_or(0);
+        self.mono_at_start + Duration::from_millis(after)
+    }
+
     /// The wall time of a monotonic instant taken on this clock.
     pub fn at(&self, instant: Instant) -> Millis {
         let d = instant.saturating_duration_since(self.mono_at_start);

@@ -89,6 +89,9 @@ pub enum Input {
         /// True for the last tick of the run ([`PublishReason::Final`]).
         last: bool,
     },
+    /// A readiness deadline ([`Fold::next_wakeup`]) came: evaluate every branch. A transition
+    /// publishes and records as at an attempt; no tick batch.
+    Wake,
     /// A sync with the store finished: the document as written, and this prober's decisions on
     /// approvals it had not taken yet (from [`control::sync_prober`]).
     SyncDone {
@@ -357,6 +360,8 @@ impl Branch {
 struct Outstanding {
     reason: PublishReason,
     datums: usize,
+    /// [`Batch::id`].
+    batch: u64,
 }
 
 /// What the fold keeps per service besides its branches.
@@ -400,6 +405,10 @@ pub struct Fold {
     effects: Vec<Effect>,
     /// This prober's id (its entry in each control document).
     prober: String,
+    /// [`next_wakeup`](Self::next_wakeup) as of the latest input, when known: an attempt only
+    /// brings its own branch's deadline in, so a run of attempts never scans every branch. It may
+    /// be early (a deadline an attempt moved on): that wake-up finds nothing and rescans.
+    wakeup: Option<Option<Millis>>,
 }
 
 /// The fold's view of its branches at the start of a sync with the store.
@@ -462,6 +471,7 @@ impl Fold {
             summary: RunSummary::default(),
             effects: Vec::new(),
             prober: String::new(),
+            wakeup: None,
         };
         fold.prober = setup.prober.to_string();
         for (i, s) in setup.services.iter().enumerate() {
@@ -741,8 +751,16 @@ impl Fold {
 
     /// Take one input at `now` (ms since the epoch); returns what to do, in order.
     pub fn handle(&mut self, input: Input, now: Millis) -> Vec<Effect> {
+        let cached = self.wakeup.take();
         match input {
-            Input::Attempt(svc, a) => self.on_attempt(svc, a),
+            Input::Attempt(svc, a) => {
+                let branch = self.branch_ix(svc, &a.branch);
+                self.on_attempt(svc, a);
+                let own = branch
+                    .and_then(|i| self.branches.get(&svc)?.get(i))
+                    .and_then(|b| b.readiness.next_deadline());
+                self.wakeup = cached.map(|c| c.into_iter().chain(own).min());
+            }
             Input::Abandoned {
                 service,
                 branch,
@@ -764,6 +782,7 @@ impl Fold {
                 };
                 self.tick(reason, now);
             }
+            Input::Wake => self.wake(now),
             Input::SyncDone {
                 service,
                 doc,
@@ -1107,12 +1126,44 @@ impl Fold {
                 transition: t.clone(),
                 published,
                 override_: ov,
+                // The id `publish` below gives its batch.
+                batch: published.map(|_| self.next_batch + 1),
             }),
         );
         if let Some(v) = published {
             let d = transition_datum(&service, &branch, v, t.at);
             let ns = self.namespace(svc);
             self.publish(vec![d], PublishReason::Transition, ns);
+        }
+    }
+
+    /// The earliest readiness deadline of any branch ([`Readiness::next_deadline`]): when to
+    /// feed [`Input::Wake`] if nothing else comes first. After a wake-up it is always later than
+    /// the wake-up's instant (every branch was evaluated then), so one never repeats.
+    pub fn next_wakeup(&mut self) -> Option<Millis> {
+        let branches = &self.branches;
+        *self.wakeup.get_or_insert_with(|| {
+            branches
+                .values()
+                .flatten()
+                .filter_map(|b| b.readiness.next_deadline())
+                .min()
+        })
+    }
+
+    /// Evaluate every branch at `now` for [`Input::Wake`]: transitions and pace changes only.
+    fn wake(&mut self, now: Millis) {
+        let ids: Vec<ServiceId> = self.branches.keys().copied().collect();
+        for svc in ids {
+            for i in 0..self.branch_count(svc) {
+                let Some(b) = self.branch_mut(svc, i) else {
+                    continue;
+                };
+                if let Some(t) = b.readiness.evaluate(now) {
+                    self.on_transition(svc, i, &t);
+                }
+                self.repace(svc, i);
+            }
         }
     }
 
@@ -1244,6 +1295,7 @@ impl Fold {
                 Outstanding {
                     reason,
                     datums: datums.len(),
+                    batch: id,
                 },
             );
         }
@@ -1294,7 +1346,7 @@ impl Fold {
             },
         ));
         let publish = Publish::new(sink, o.reason, o.datums, 0, 0, outcome, Some(why.into()));
-        self.record(now, Record::Publish(publish));
+        self.record(now, Record::Publish(publish.with_batch(o.batch)));
     }
 
     fn on_report(&mut self, r: SinkReport, now: Millis) {
@@ -1344,7 +1396,8 @@ impl Fold {
         let publish = Publish::new(
             r.sink, o.reason, r.datums, r.sent, r.tries, r.outcome, r.error,
         );
-        self.record(now, Record::Publish(publish.with_class(r.class)));
+        let publish = publish.with_class(r.class).with_batch(o.batch);
+        self.record(now, Record::Publish(publish));
     }
 
     /// Take a finished sync: record its decisions, apply approved failbacks, take overrides.

@@ -16,12 +16,18 @@
 //!   first evaluation where it holds and is cleared by any evaluation where it does not. The
 //!   condition *fires* at an evaluation where it holds and `now - holding_since >= for`.
 //! * Definitive rule ([`Policy::definitive`]): at an evaluation where the unready condition holds,
-//!   it also fires when the latest attempts finished by `now` form an unbroken run of failures with
-//!   a definitive class whose first and last finished at least `definitive_for` apart. A single
-//!   definitive failure among successes never fires it, nor does any run of ambiguous failures
-//!   (timeouts, resets): those wait for the full `for`. The run is read from the retained attempts
-//!   (see [`Policy::retention`]): one that began before them counts from the oldest retained, so
-//!   at a probe interval longer than `definitive_for` the rule may fire later, never earlier.
+//!   it also fires when the latest attempts finished by `now` form an unbroken run of at least two
+//!   failures with a definitive class (one suffices when `definitive_for` is zero) whose first
+//!   finished at least `definitive_for` before `now`. No attempt since the first contradicted
+//!   the run, so it may fire between attempts (see Deadlines). A single definitive failure among
+//!   successes never fires it, nor does any run of ambiguous failures (timeouts, resets): those
+//!   wait for the full `for`. The run is read from the retained attempts (see
+//!   [`Policy::retention`]): one that began before them counts from the oldest retained.
+//! * Deadlines ([`Readiness::next_deadline`]): the earliest instant after the latest evaluation
+//!   at which a holding condition's `for` (the damped one, as it will be then), or the definitive
+//!   rule's `definitive_for`, runs out in a state that rule leaves. The caller evaluates then, so
+//!   a rule fires when its time runs out, not at the next attempt. A rule whose time ran out at
+//!   an evaluation that did not make its transition (unready won) waits for the next one.
 //! * Transitions: `ready → unready` when the unready condition fires; `unready → ready` (or
 //!   `→ pending_approval` when approval is required) when the ready condition fires;
 //!   `pending_approval → ready` only by [`Readiness::approve`]; `pending_approval → unready` when
@@ -342,7 +348,8 @@ pub struct ApprovalError {
 /// The readiness state machine of one branch.
 ///
 /// Feed it every finished attempt with [`record`](Self::record) and call
-/// [`evaluate`](Self::evaluate) on every publish tick. Attempts are retained only for
+/// [`evaluate`](Self::evaluate) on every publish tick and at every
+/// [`next_deadline`](Self::next_deadline). Attempts are retained only for
 /// [`Policy::retention`] (pruned at every evaluation), so memory is bounded by the attempt rate
 /// times the largest window.
 ///
@@ -654,14 +661,81 @@ impl Readiness {
         &self.policy
     }
 
-    /// The definitive rule at `now`: when the retained attempts finished by `now` end in a run of
-    /// definitive failures spanning at least `definitive_for` from its first to its last, that
-    /// run's statistics (`window_ms` = the span, `finished` = `failed` = its length).
-    fn definitive_fires(&self, now: Millis) -> Option<WindowStats> {
+    /// The earliest instant after the latest evaluation at which an evaluation could make a
+    /// transition if no attempt arrives first (module rules, "Deadlines"): when a holding
+    /// condition's `for` (or the definitive rule's `definitive_for`) runs out. `None` when no
+    /// rule is on its way to firing. Evaluating at it fires, unless the window sliding to it
+    /// stopped the condition holding; either way the next deadline is later.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        let clock = self.clock.unwrap_or(Millis::MIN);
+        let mut next: Option<Millis> = None;
+        let mut consider = |t: Option<Millis>| {
+            if let Some(t) = t.filter(|t| *t > clock) {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        if self.state != ReadinessState::Unready {
+            let for_ = duration_ms(self.policy.declare_unready.for_);
+            consider(self.unready_holding_since.map(|s| s.saturating_add(for_)));
+            if self.unready_holding_since.is_some() {
+                consider(self.definitive_deadline());
+            }
+        }
+        if matches!(
+            self.state,
+            ReadinessState::Unready | ReadinessState::Unknown
+        ) {
+            consider(
+                self.ready_holding_since
+                    .map(|s| self.ready_deadline(s, clock)),
+            );
+        }
+        next
+    }
+
+    /// When the definitive rule fires if no attempt comes: the first of the latest run of
+    /// definitive failures plus `definitive_for`, once the run is long enough to fire at all.
+    fn definitive_deadline(&self) -> Option<Millis> {
+        let d = self.policy.definitive.as_ref()?;
+        let (first, run) = self.definitive_run(self.attempts.len())?;
+        (run >= 2 || d.for_.is_zero()).then(|| first.saturating_add(duration_ms(d.for_)))
+    }
+
+    /// The earliest instant from `clock` on at which the ready condition, holding since `since`,
+    /// has held the `for` in force then: flap damping's `for` shortens as flaps are forgotten,
+    /// at `flap + period` and at `latest flap + quiet`.
+    fn ready_deadline(&self, since: Millis, clock: Millis) -> Millis {
+        let base = self.policy.declare_ready.for_;
+        let Some(d) = &self.policy.damping else {
+            return since.saturating_add(duration_ms(base));
+        };
+        let (period, quiet) = (duration_ms(d.period), duration_ms(d.quiet));
+        let last_quiet = self.flaps.back().map(|t| t.saturating_add(quiet));
+        let counted_at = |t: Millis| -> u32 {
+            if last_quiet.is_some_and(|q| t >= q) {
+                return 0;
+            }
+            let n = self.flaps.iter().filter(|f| f.saturating_add(period) > t);
+            u32::try_from(n.count()).unwrap_or(u32::MAX)
+        };
+        let changes = self.flaps.iter().map(|f| f.saturating_add(period));
+        std::iter::once(clock)
+            .chain(changes)
+            .chain(last_quiet)
+            .map(|p| {
+                let due = since.saturating_add(duration_ms(d.ready_for(base, counted_at(p))));
+                p.max(due)
+            })
+            .min()
+            .unwrap_or(Millis::MAX)
+    }
+
+    /// The latest run of definitive failures among the first `end` retained attempts: when its
+    /// first finished and how many it has; `None` when the latest attempt is not one.
+    fn definitive_run(&self, end: usize) -> Option<(Millis, usize)> {
         let d = self.policy.definitive.as_ref()?;
         let is_definitive =
             |a: &AttemptRecord| !a.success && a.class.is_some_and(|c| d.classes.contains(&c));
-        let end = self.attempts.partition_point(|a| a.finished_at <= now);
         let run = self
             .attempts
             .range(..end)
@@ -669,9 +743,19 @@ impl Readiness {
             .take_while(|a| is_definitive(a))
             .count();
         let first = self.attempts.get(end.checked_sub(run)?)?;
-        let last = self.attempts.get(end.checked_sub(1)?)?;
-        let span = last.finished_at.saturating_sub(first.finished_at);
-        if run == 0 || span < duration_ms(d.for_) {
+        (run > 0).then_some((first.finished_at, run))
+    }
+
+    /// The definitive rule at `now`: when the retained attempts finished by `now` end in a run of
+    /// definitive failures (at least two, unless `definitive_for` is zero) whose first finished
+    /// at least `definitive_for` before `now`, that run's statistics (`window_ms` = from its
+    /// first to `now`, `finished` = `failed` = its length).
+    fn definitive_fires(&self, now: Millis) -> Option<WindowStats> {
+        let d = self.policy.definitive.as_ref()?;
+        let end = self.attempts.partition_point(|a| a.finished_at <= now);
+        let (first, run) = self.definitive_run(end)?;
+        let span = now.saturating_sub(first);
+        if (run < 2 && !d.for_.is_zero()) || span < duration_ms(d.for_) {
             return None;
         }
         let mut classes: BTreeMap<FailureClass, u32> = BTreeMap::new();
@@ -712,7 +796,7 @@ impl Readiness {
         );
         if let Some(run) = definitive {
             reason.push_str(&format!(
-                "; definitive rule fired: the last {} attempts failed with a definitive class ({}) over {} from the first to the last (required {})",
+                "; definitive rule fired: the last {} attempts failed with a definitive class ({}), the first {} ago (required {})",
                 run.failed,
                 describe_classes(&run.failure_classes),
                 fmt_duration_ms(i64::try_from(run.window_ms).unwrap_or(i64::MAX)),
@@ -974,6 +1058,8 @@ mod tests {
     /// expect evidence unready|ready finished=30 failed=24 classes=a:18,b:6   of the last transition
     /// expect reason contains TEXT      of the last transition
     /// expect damping 4 2m | none       the last transition's damping evidence (flaps, ready for)
+    /// expect deadline 3m4s | none       next_deadline
+    /// wake                              evaluate at next_deadline, as the runner does
     /// ```
     ///
     /// Every transition must be checked by an `expect transition` line before the script ends.
@@ -991,6 +1077,14 @@ mod tests {
                 s.at(&ctx, rest);
             } else if line == "restart" {
                 s.restart();
+            } else if line == "wake" {
+                // What the runner does: evaluate at the deadline.
+                let r = s.readiness();
+                let at = r
+                    .next_deadline()
+                    .unwrap_or_else(|| panic!("{ctx}: no deadline"));
+                let t = r.evaluate(at);
+                s.push(t);
             } else {
                 let rest = line
                     .strip_prefix("expect ")
@@ -1194,6 +1288,14 @@ mod tests {
                     let got = (tr.from, tr.to, tr.at - BASE);
                     let want = (parse_state(from), parse_state(to), parse_span(t));
                     assert_eq!(got, want, "{ctx}: {tr:#?}");
+                }
+                ["deadline", rest @ ..] => {
+                    let want = match rest {
+                        ["none"] => None,
+                        [t] => Some(BASE + parse_span(t)),
+                        _ => panic!("{ctx}: want `deadline T` or `deadline none`"),
+                    };
+                    assert_eq!(r.next_deadline(), want, "{ctx}");
                 }
                 ["no", "transition"] => {
                     let unchecked = &self.unchecked;
@@ -1433,13 +1535,133 @@ mod tests {
             t=10m2s..10m22s/2s fail server_read_only
             expect ready
             expect holding unready since 10m4s
-            # 11 read-only failures from 10m2s to 10m22s: 20s from the first to the last
+            # 11 read-only failures from 10m2s to 10m22s: the first 20s before the last
             t=10m22s fail server_read_only
             expect transition ready -> unready at 10m22s
             expect reason contains held for 18s (required 3m, since
-            expect reason contains definitive rule fired: the last 11 attempts failed with a definitive class (server_read_only=11) over 20s from the first to the last (required 20s)
+            expect reason contains definitive rule fired: the last 11 attempts failed with a definitive class (server_read_only=11), the first 20s ago (required 20s)
             ",
         );
+    }
+
+    /// The deciding attempt ends 1 ms before the `for` runs out and no other comes: the rule
+    /// fires at the deadline, not an interval later.
+    #[test]
+    fn the_unready_for_fires_when_it_runs_out_not_at_the_next_attempt() {
+        check(
+            "
+            t=0s..60s/2s ok
+            t=60s..4m/2s fail tcp_timeout
+            expect holding unready since 62s
+            expect deadline 4m2s
+            t=4m1999ms fail tcp_timeout
+            expect no transition
+            expect deadline 4m2s
+            wake
+            expect transition ready -> unready at 4m2s
+            expect reason contains held for 3m (required 3m, since
+            expect deadline none
+            ",
+        );
+    }
+
+    #[test]
+    fn the_definitive_rule_fires_when_definitive_for_runs_out() {
+        check(
+            "
+            policy definitive=20s
+            t=0s..10m2s/2s ok
+            t=10m2s..10m22s/2s fail server_read_only
+            # the `for` runs out at 13m4s, definitive_for (from the first failure) at 10m22s
+            expect holding unready since 10m4s
+            expect deadline 10m22s
+            t=10m21999ms fail server_read_only
+            expect no transition
+            wake
+            expect transition ready -> unready at 10m22s
+            expect reason contains the last 11 attempts failed with a definitive class (server_read_only=11), the first 20s ago (required 20s)
+            expect deadline none
+            ",
+        );
+    }
+
+    /// One definitive failure has no definitive deadline: only the `for` runs.
+    #[test]
+    fn a_lone_definitive_failure_sets_only_the_for_deadline() {
+        check(
+            "
+            policy definitive=20s min_attempts=1 unready=99%/3m/60s
+            t=0s..60s/2s ok
+            t=60s fail server_read_only
+            expect holding unready since 60s
+            expect deadline 4m
+            t=80s tick
+            expect no transition
+            ",
+        );
+    }
+
+    /// The ready rule's time runs out while the unready condition fires too (unready wins, no
+    /// transition): the deadline is spent, never handed out again.
+    #[test]
+    fn a_deadline_that_made_no_transition_is_not_handed_out_again() {
+        check(
+            "
+            policy initial=unready min_attempts=1 unready=95%/1m/60s ready=40%/2m/60s
+            t=0s..1m59s/2s [ok, fail]
+            expect holding ready since 0s
+            expect deadline 2m
+            wake
+            expect no transition
+            expect unready
+            expect holding ready since 0s
+            expect deadline none
+            ",
+        );
+    }
+
+    /// A damped ready `for` shortens when flaps are forgotten on the way: the deadline is the
+    /// first instant the ready condition has held the `for` in force then.
+    #[test]
+    fn the_damped_ready_deadline_counts_flaps_forgotten_on_the_way() {
+        let mut policy = flapping_policy(damping("8m", "10m"));
+        if let Some(d) = policy.damping.as_mut() {
+            // The first flap (at 34s) is forgotten at 12m35s, between the two `for`s' ends (the
+            // recovery's ready condition holds from 10m12s) and off the 2s grid of attempts.
+            d.period = Duration::from_secs(721);
+        }
+        let mut r = Readiness::new(policy.clone());
+        let mut t = BASE;
+        let mut flaps = Vec::new();
+        for _ in 0..4 {
+            flaps.push(flap(&mut r, &mut t).0.at);
+        }
+        let down = run_until(&mut r, &mut t, false, ReadinessState::Unready);
+        flaps.push(down.at);
+        assert_eq!(down.damping, evidence(5, "4m"), "{down:#?}");
+        // Successes every 2s, and a wake-up at every deadline that comes before the next one.
+        let up = loop {
+            if let Some(tr) = r
+                .next_deadline()
+                .filter(|d| *d < t)
+                .and_then(|d| r.evaluate(d))
+            {
+                break tr;
+            }
+            assert!(t - down.at < 3_600 * S, "no recovery");
+            if let Some(tr) = r.record(attempt(t, None)) {
+                break tr;
+            }
+            t += 2 * S;
+        };
+        let since = up.held_since.expect("held_since");
+        // Brute force: the first whole second at which the `for` in force then has been held.
+        let mut want = since;
+        while want - since < brute_ready_for(&flaps, want, &policy) {
+            want += S;
+        }
+        assert_eq!(up.at, want, "{up:#?}");
+        assert_eq!(up.at - BASE, 755 * S, "{up:#?}");
     }
 
     #[test]
@@ -1473,14 +1695,16 @@ mod tests {
             t=30m tick
             expect ready
             expect no transition
-            # two definitive failures 5s apart, then the probe stalls: the run spans 5s however
-            # long the stall, while the unready condition holds (since the cycle's failure at 29m5s)
+            # two definitive failures 5s apart, then the probe stalls: nothing contradicts the
+            # run, so it fires 10s after its first while the unready condition holds (since the
+            # cycle's failure at 29m5s)
             t=30m fail server_read_only
             t=30m5s fail server_read_only
-            t=30m50s tick
             expect holding unready since 29m5s
-            expect ready
-            expect no transition
+            expect deadline 30m10s
+            wake
+            expect transition ready -> unready at 30m10s
+            expect reason contains the last 2 attempts failed with a definitive class (server_read_only=2), the first 10s ago (required 10s)
             ",
         );
     }
@@ -2289,7 +2513,8 @@ mod tests {
     }
 
     /// Brute force over the attempts recorded within the retention of `now`: do the latest ones
-    /// form a run of definitive failures spanning at least `definitive_for`?
+    /// form a run of definitive failures (two or more, unless `definitive_for` is zero) whose
+    /// first finished at least `definitive_for` before `now`?
     fn brute_definitive(all: &[AttemptRecord], now: Millis, policy: &Policy) -> bool {
         let Some(d) = &policy.definitive else {
             return false;
@@ -2306,11 +2531,12 @@ mod tests {
             }
             run.push(a);
         }
-        match (run.last(), run.first()) {
-            (Some(first), Some(last)) => {
-                last.finished_at - first.finished_at >= duration_ms(d.for_)
+        match run.last() {
+            Some(first) => {
+                (run.len() >= 2 || d.for_.is_zero())
+                    && now - first.finished_at >= duration_ms(d.for_)
             }
-            _ => false,
+            None => false,
         }
     }
 
@@ -2374,8 +2600,41 @@ mod tests {
             } else {
                 ReadinessState::Ready
             };
-            for ev in expand(&phases, BASE) {
+            let mut evs: VecDeque<Ev> = expand(&phases, BASE).into();
+            // The latest instant evaluated, and whether the ready rule's time had run out there
+            // without its transition (unready won): it may then fire at any later evaluation.
+            let (mut last_now, mut blocked) = (None::<Millis>, false);
+            while let Some(mut ev) = evs.pop_front() {
+                let deadline = r.next_deadline();
+                if let (Some(d), Some(l)) = (deadline, last_now) {
+                    // Never a deadline already evaluated: the runner would wake for ever.
+                    prop_assert!(d > l, "deadline {} not after the latest evaluation {}", d, l);
+                }
+                let due = deadline.filter(|d| *d < ev_time(&ev));
+                // The deadline is the earliest: an evaluation before it fires no rule whose
+                // clock was running (one whose condition only starts holding then, with a `for`
+                // of zero, may).
+                if let Some(l) = last_now {
+                    let until = due.unwrap_or(ev_time(&ev));
+                    if until - l > 1 {
+                        let mid = l + (until - l) / 2;
+                        if let Some(tr) = r.clone().evaluate(mid) {
+                            prop_assert!(blocked || tr.held_since == Some(mid), "fired at {} before the deadline {:?}: {:?}", mid, deadline, tr);
+                        }
+                    }
+                }
+                if let Some(d) = due {
+                    // What the runner does: wake up and evaluate at the deadline.
+                    evs.push_front(ev);
+                    ev = Ev::Tick(d);
+                }
                 let before = r.state();
+                // An approval refused evaluates nothing.
+                let refused = matches!(ev, Ev::Approve(_)) && before != ReadinessState::PendingApproval;
+                if !refused {
+                    last_now = Some(ev_time(&ev));
+                    blocked = false;
+                }
                 let (now, got) = match ev {
                     Ev::Approve(t) => {
                         let res = r.approve(t);
@@ -2428,6 +2687,7 @@ mod tests {
                     }
                 };
                 prop_assert_eq!(got.as_ref().map(|t| t.to), want);
+                blocked = before == ReadinessState::Unready && fires_r && fires_u;
                 let transitioned = got.is_some();
                 if let Some(tr) = got {
                     let (start, for_ms) = if tr.to == ReadinessState::Unready {

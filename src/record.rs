@@ -220,6 +220,10 @@ pub struct TransitionRecord {
     /// The override in force, if any.
     #[serde(rename = "override")]
     pub override_: Option<Override>,
+    /// The id of the batch that published it (its `publish` records carry the same `batch`);
+    /// absent when nothing was published, and in records written before ids were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
 }
 
 /// What became of one batch handed to one sink.
@@ -362,6 +366,10 @@ pub struct Publish {
     pub error: Option<String>,
     /// Why the last try failed, when it was tried and failed (`outcome` = `failed`).
     pub class: Option<PublishFailureClass>,
+    /// The batch's id, unique within a run and shared by its records for every sink and by the
+    /// `transition` record it published; absent in records written before ids were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
 }
 
 impl Publish {
@@ -385,12 +393,21 @@ impl Publish {
             outcome,
             error,
             class: None,
+            batch: None,
         }
     }
 
     /// The same record with the class of its failure.
     pub fn with_class(self, class: Option<PublishFailureClass>) -> Self {
         Publish { class, ..self }
+    }
+
+    /// The same record with its batch's id.
+    pub fn with_batch(self, batch: u64) -> Self {
+        Publish {
+            batch: Some(batch),
+            ..self
+        }
     }
 }
 

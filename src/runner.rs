@@ -941,8 +941,25 @@ where
     let mut syncs = Syncs::default();
     // A reload in preparation; dropped (its task aborted) when the loop ends.
     let mut pending = reload::Pending::default();
+    // One timer, armed at the fold's earliest readiness deadline after every input. A deadline
+    // is always after the instant last evaluated, so a wake-up never re-arms the same instant.
+    let wake = tokio::time::sleep_until(Instant::now());
+    tokio::pin!(wake);
+    let mut armed: Option<Millis> = None;
     let reason = loop {
+        let next = shell.fold.next_wakeup();
+        if next != armed {
+            if let Some(at) = next {
+                wake.as_mut().reset(shell.clock.instant_of(at));
+            }
+            armed = next;
+        }
         tokio::select! {
+            () = &mut wake, if armed.is_some() => {
+                if let Some(at) = armed.take() {
+                    shell.wake(at);
+                }
+            }
             ev = w.events.recv() => match ev {
                 Some((tag, ev)) => route(shell, &w.fleet, tag, ev),
                 None => break "branch loops ended".to_string(),

@@ -305,7 +305,7 @@ fn plan_definitive(s: &mut String, p: &crate::readiness::Policy) -> std::fmt::Re
     } else {
         writeln!(
             s,
-            "  definitive rule: the unready condition also fires once the latest attempts failed with a definitive class, without a break, for {} from the first to the last",
+            "  definitive rule: the unready condition also fires once the latest attempts (two or more) failed with a definitive class, without a break, for {} since the first",
             crate::clock::fmt_duration(def.for_)
         )?;
     }
@@ -475,7 +475,7 @@ endpoint = "mysql-secondary.orders.internal.example"
               secondary    SECONDARY mysql-secondary.orders.internal.example:3306
             readiness (initial unknown, min_attempts 10):
               declare unready: success rate < 95% over 1m held for 3m; 30 attempts per 1m window; one failure → 96.7% (still above the threshold)
-              definitive rule: the unready condition also fires once the latest attempts failed with a definitive class, without a break, for 20s from the first to the last
+              definitive rule: the unready condition also fires once the latest attempts (two or more) failed with a definitive class, without a break, for 20s since the first
                 definitive classes: dns_nxdomain, dns_nodata, dns_stable_name, tls_not_offered, tls_untrusted, tls_name_mismatch, tls_expired, tls_not_yet_valid, tls_protocol_version, auth_denied, server_read_only, verify_mismatch, http_body_mismatch, http_wrong_branch
                 ambiguous classes:  dns_servfail, dns_refused, dns_timeout, dns_error, tcp_refused, tcp_timeout, tcp_unreachable, tcp_reset, tls_handshake, too_many_connections, lock_wait_timeout, server_gone_away, server_error, http_status, otlp_rejected, deadline_exceeded, protocol_error, internal_error
               declare ready:   success rate ≥ 99% over 5m held for 10m; 150 attempts per 5m window; one failure → 99.3% (still meets the threshold)

@@ -1409,3 +1409,66 @@ fn pace_effects_only_when_a_branch_becomes_or_stops_being_suspect() {
     assert_eq!(f.suspect(0, "primary"), None);
     assert_eq!(f.suspect(0, "secondary"), None);
 }
+
+/// A branch's `for` runs out between attempts: the wake-up at the fold's deadline makes the
+/// transition there, publishes it alone (no tick batch), and hands out no deadline again.
+#[test]
+fn a_wake_up_at_the_deadline_makes_the_transition_without_a_tick() {
+    let p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    let (mut f, _) = start_with(&ControlDoc::new("orders-db"), &p);
+    assert_eq!(f.next_wakeup(), None);
+    // Failures at 0, 500 and 1000 ms: the unready condition holds from 500 (two attempts), its
+    // 1 s `for` runs out at 1500; the secondary's from 750, at 1750.
+    let e = drive(&mut f, "primary", 0, 1250, false);
+    assert!(of_kind(&e, "transition").is_empty());
+    f.handle(attempt("secondary", 1, 250, false), 250);
+    f.handle(attempt("secondary", 2, 750, false), 750);
+    assert_eq!(f.next_wakeup(), Some(1500));
+    let e = f.handle(Input::Wake, 1500);
+    let t = of_kind(&e, "transition");
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(t[0]["branch"], "primary");
+    assert_eq!(t[0]["transition"]["at"], 1500);
+    assert_eq!(t[0]["transition"]["held_since"], 500);
+    let reasons: Vec<_> = batches(&e).iter().map(|b| b.reason).collect();
+    assert_eq!(reasons, [PublishReason::Transition], "no tick batch");
+    // The transition and its batch's publish records name the same batch.
+    let id = batches(&e)[0].id;
+    assert_eq!(t[0]["batch"], id);
+    let p = of_kind(&f.handle(report(id, "emf", None), 1510), "publish");
+    assert_eq!(
+        (p[0]["batch"].as_u64(), &p[0]["reason"]),
+        (Some(id), &Json::from("transition"))
+    );
+    assert_eq!(f.next_wakeup(), Some(1750));
+    let e = f.handle(Input::Wake, 1750);
+    assert_eq!(of_kind(&e, "transition")[0]["branch"], "secondary");
+    // Nothing holds any more: no deadline, and a wake-up changes nothing.
+    assert_eq!(f.next_wakeup(), None);
+    let e = f.handle(Input::Wake, 1750);
+    assert!(batches(&e).is_empty() && records(&e).is_empty(), "{e:?}");
+}
+
+/// An attempt that makes the transition before the wake-up leaves the cached deadline early: the
+/// wake-up then finds nothing, and the one after is computed afresh (none here), never the same.
+#[test]
+fn an_early_wake_up_finds_nothing_and_is_not_repeated() {
+    let p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    let (mut f, _) = start_with(&ControlDoc::new("orders-db"), &p);
+    drive(&mut f, "primary", 0, 1250, false);
+    assert_eq!(f.next_wakeup(), Some(1500));
+    let e = f.handle(attempt("primary", 9, 1600, false), 1600);
+    assert_eq!(of_kind(&e, "transition").len(), 1);
+    assert_eq!(f.next_wakeup(), Some(1500), "cached: early, never late");
+    let e = f.handle(Input::Wake, 1600);
+    assert!(records(&e).is_empty() && batches(&e).is_empty(), "{e:?}");
+    assert_eq!(f.next_wakeup(), None);
+}

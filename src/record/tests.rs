@@ -185,6 +185,7 @@ fn transition() -> Record {
         },
         published: Some(0.0),
         override_: None,
+        batch: Some(7),
     })
 }
 
@@ -207,19 +208,23 @@ fn transition_damped() -> Record {
         },
         published: Some(1.0),
         override_: None,
+        batch: None,
     })
 }
 
 fn publish_sent() -> Record {
-    Record::Publish(Publish::new(
-        "cloudwatch",
-        PublishReason::Tick,
-        12,
-        12,
-        1,
-        PublishOutcome::Sent,
-        None,
-    ))
+    Record::Publish(
+        Publish::new(
+            "cloudwatch",
+            PublishReason::Tick,
+            12,
+            12,
+            1,
+            PublishOutcome::Sent,
+            None,
+        )
+        .with_batch(7),
+    )
 }
 
 fn publish_failed() -> Record {
@@ -558,7 +563,7 @@ fn golden_transition() {
     check(
         transition(),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"transition","branch":"primary","transition":{"from":"ready","to":"unready","at":1767323045678,"reason":"3 of 3 attempts failed in 30s","held_since":1767323015678,"unready_window":{"window_ms":30000,"finished":3,"failed":3,"success_rate_percent":0.0,"failure_classes":[["tcp_refused",3]]},"ready_window":{"window_ms":300000,"finished":30,"failed":3,"success_rate_percent":90.0,"failure_classes":[["tcp_refused",3]]}},"published":0.0,"override":null}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"transition","branch":"primary","transition":{"from":"ready","to":"unready","at":1767323045678,"reason":"3 of 3 attempts failed in 30s","held_since":1767323015678,"unready_window":{"window_ms":30000,"finished":3,"failed":3,"success_rate_percent":0.0,"failure_classes":[["tcp_refused",3]]},"ready_window":{"window_ms":300000,"finished":30,"failed":3,"success_rate_percent":90.0,"failure_classes":[["tcp_refused",3]]}},"published":0.0,"override":null,"batch":7}"#
         ]],
     );
 }
@@ -586,7 +591,7 @@ fn golden_publish() {
     check(
         publish_sent(),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"cloudwatch","reason":"tick","datums":12,"sent":12,"tries":1,"dropped":false,"outcome":"sent","error":null,"class":null}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"cloudwatch","reason":"tick","datums":12,"sent":12,"tries":1,"dropped":false,"outcome":"sent","error":null,"class":null,"batch":7}"#
         ]],
     );
     check(

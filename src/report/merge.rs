@@ -44,9 +44,10 @@ enum Ev {
         from: ReadinessState,
         to: ReadinessState,
         published: Option<f64>,
+        batch: Option<u64>,
     },
-    /// A `publish` with reason `transition`: its outcome and sink.
-    Publish(crate::record::PublishOutcome, String),
+    /// A `publish` with reason `transition`: its outcome, sink and batch id.
+    Publish(crate::record::PublishOutcome, String, Option<u64>),
     // The rarer, larger payloads are boxed: an `Item` stays small for the many attempts.
     Approval(usize, Box<crate::record::ApprovalRecord>),
     Override {
@@ -264,9 +265,10 @@ impl Merger {
                 from: t.transition.from,
                 to: t.transition.to,
                 published: t.published,
+                batch: t.batch,
             },
             Record::Publish(p) if p.reason == PublishReason::Transition => {
-                Ev::Publish(p.outcome, p.sink)
+                Ev::Publish(p.outcome, p.sink, p.batch)
             }
             Record::Approval(a) => Ev::Approval(self.names.id(&a.branch), Box::new(a)),
             Record::Override(o) => Ev::Override {
@@ -488,6 +490,7 @@ impl Gather {
                 from,
                 to,
                 published,
+                batch,
             } => {
                 self.branch(*branch);
                 let t = self.tracks.entry((*branch, i.prober)).or_default();
@@ -498,13 +501,15 @@ impl Gather {
                     branch: names.get(*branch).to_string(),
                     from: *from,
                     to: *to,
+                    batch: *batch,
                 });
             }
-            Ev::Publish(outcome, sink) => self.facts.publishes.push(PublishFact {
+            Ev::Publish(outcome, sink, batch) => self.facts.publishes.push(PublishFact {
                 at: i.at,
                 prober,
                 outcome: *outcome,
                 sink: sink.clone(),
+                batch: *batch,
             }),
             Ev::Approval(branch, a) => {
                 let (by, reason, applied) = (&a.by, &a.reason, &a.applied);

@@ -29,6 +29,8 @@ pub struct TransitionFact {
     pub from: ReadinessState,
     /// State entered.
     pub to: ReadinessState,
+    /// The batch that published it (evidence before batch ids: `None`).
+    pub batch: Option<u64>,
 }
 
 /// A `publish` record with reason `transition`.
@@ -42,6 +44,8 @@ pub struct PublishFact {
     pub outcome: PublishOutcome,
     /// The sink's name.
     pub sink: String,
+    /// The batch's id (evidence before batch ids: `None`).
+    pub batch: Option<u64>,
 }
 
 /// An `approval` record.
@@ -358,7 +362,8 @@ impl Ctx<'_> {
     }
 
     /// When the value of `to` was published: the first `publish` record with reason
-    /// `transition` and outcome `sent` of the prober that made the transition, at or after it.
+    /// `transition` and outcome `sent` of the prober that made the transition, at or after it,
+    /// of the batch the transition names when both records carry a batch id.
     fn published(&self, branch: &str, to: ReadinessState) -> Found {
         let Some(t) = self.transition(branch, to) else {
             return Err(format!(
@@ -366,10 +371,13 @@ impl Ctx<'_> {
                 to.as_str()
             ));
         };
-        let sent =
-            self.f.publishes.iter().find(|p| {
-                p.prober == t.prober && p.at >= t.at && p.outcome == PublishOutcome::Sent
-            });
+        let sent = self.f.publishes.iter().find(|p| {
+            let same = match (t.batch, p.batch) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            };
+            same && p.prober == t.prober && p.at >= t.at && p.outcome == PublishOutcome::Sent
+        });
         match sent {
             Some(p) => Ok((
                 p.at,

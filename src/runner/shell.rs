@@ -221,6 +221,14 @@ impl Shell {
         });
     }
 
+    /// A readiness deadline came: evaluate every branch at it (or now, if later), so a rule
+    /// fires when its time runs out rather than at the next attempt or tick.
+    pub(super) fn wake(&mut self, deadline: Millis) {
+        let now = self.clock.now_ms().max(deadline);
+        let effects = self.fold.handle(Input::Wake, now);
+        self.execute(effects);
+    }
+
     pub(super) fn tick(&mut self, last: bool) {
         self.evidence.reopen_if_replaced(self.clock.now_ms());
         self.feed(Input::Tick { last });

@@ -238,3 +238,64 @@ async fn a_failing_branch_is_probed_at_its_suspect_interval() {
     // scheduler's paused-time tests'; here a busy runtime may delay one start's clock reading.
     assert!(gaps.iter().all(|g| *g >= 100), "gaps (ms): {gaps:?}");
 }
+
+/// A rule fires when its `for` runs out, not at the next attempt: a refused port probed every
+/// 5 s with a 7 s `for` (not a multiple of the interval) goes unready about 7 s after its
+/// condition started holding; waiting for the next attempt would make it 10 s (3 s late). Wide
+/// margin: less than 1 s late. The transition's `publish` record names its batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_fires_when_its_for_runs_out_between_attempts() {
+    use crate::support::config::path;
+    use readyprobe::runner::{RunOptions, run};
+    use readyprobe::sink::emf::EmfBuffer;
+    use std::time::Duration;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gateway", Ipv4Addr::LOCALHOST, 5).await;
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let dir = tempfile::tempdir().unwrap();
+    let evidence = dir.path().join("evidence.jsonl");
+    let cfg = ConfigBuilder::new(dir.path(), "gateway", "gw.orders.internal.example")
+        .nameserver(dns.addr())
+        .kind("tcp")
+        .set("probe.tcp", "port", i64::from(port))
+        .tls("disabled", None)
+        .branch("primary", "PRIMARY", NAME, None)
+        .set("probe", "interval", "5s")
+        .set("probe", "timeout", "2s")
+        .set("readiness", "min_attempts", 2)
+        .set("readiness", "initial", "ready")
+        .set("readiness", "window", "60s")
+        .merge("[readiness]\ndeclare_unready = { success_rate_below = 95.0, for = \"7s\" }")
+        .set("evidence", "path", path(&evidence))
+        .load(&dir.path().join("tcp.toml"));
+    let opts = RunOptions {
+        duration: Some(Duration::from_secs(20)),
+        grace: Duration::from_secs(2),
+        emf_out: Some(EmfBuffer::new()),
+    };
+    run(cfg, opts, std::future::pending()).await.unwrap();
+    let text = std::fs::read_to_string(&evidence).unwrap();
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let tr = records
+        .iter()
+        .find(|r| r["kind"] == "transition")
+        .unwrap_or_else(|| panic!("no transition: {text}"));
+    let t = &tr["transition"];
+    assert_eq!(t["to"], "unready", "{tr}");
+    let held = t["at"].as_i64().unwrap() - t["held_since"].as_i64().unwrap();
+    assert!((7_000..8_000).contains(&held), "held {held} ms: {tr}");
+    let batch = tr["batch"].as_u64().unwrap();
+    let publish: Vec<_> = records
+        .iter()
+        .filter(|r| r["kind"] == "publish" && r["batch"] == batch)
+        .collect();
+    assert!(
+        publish.len() == 1 && publish[0]["reason"] == "transition",
+        "{publish:?}"
+    );
+}

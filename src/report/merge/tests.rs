@@ -86,6 +86,7 @@ fn transition(branch: &str, from: ReadinessState, to: ReadinessState) -> Record 
         },
         published: to.published_value(),
         override_: None,
+        batch: None,
     })
 }
 

@@ -81,6 +81,7 @@ fn tr(at: Millis, branch: &str, from: ReadinessState, to: ReadinessState) -> Tra
         branch: branch.into(),
         from,
         to,
+        batch: None,
     }
 }
 
@@ -90,6 +91,7 @@ fn sent(at: Millis) -> PublishFact {
         prober: "az-a".into(),
         outcome: PublishOutcome::Sent,
         sink: "emf".into(),
+        batch: None,
     }
 }
 
@@ -447,4 +449,23 @@ fn a_transition_no_marker_explains_gets_its_own_episode() {
             .iter()
             .all(|e| !e.trigger.starts_with("no marker"))
     );
+}
+
+/// With several branches, a transition's publish is the one of the batch it names: another
+/// branch's transition batch sent just before is not taken for it.
+#[test]
+fn the_publish_of_a_transition_is_found_by_its_batch() {
+    let (s, mut f) = full();
+    f.transitions[0].batch = Some(2);
+    let other = PublishFact {
+        batch: Some(1),
+        ..sent(12_003)
+    };
+    let own = PublishFact {
+        batch: Some(2),
+        ..sent(12_007)
+    };
+    f.publishes = vec![other, own, sent(170_010)];
+    let e = episodes(&s, &f);
+    assert_eq!(phase(&e[0], "readiness 0 published").at, Some(12_007));
 }
