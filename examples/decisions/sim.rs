@@ -8,7 +8,9 @@
 //!   With adaptive probing ([`Contender::suspect_interval_ms`]), readyprobe's next attempt starts
 //!   `suspect_interval` after the previous start while the core says the branch is suspect
 //!   ([`Readiness::suspect`] after the attempt), `interval` after it otherwise, and never before
-//!   the previous attempt finished (one in flight), as `scheduler::attempt_loop` does.
+//!   the previous attempt finished (one in flight), as `scheduler::attempt_loop` does. Between
+//!   attempts the core is evaluated at each [`Readiness::next_deadline`], as the runner's timer
+//!   does.
 //! * The outcome of an attempt depends on its start: inside a fault it fails with the fault's class
 //!   (with the fault's share, drawn like the noise);
 //!   elsewhere it fails with the scenario's noise probability (class `tcp_reset`, ambiguous), drawn
@@ -260,6 +262,7 @@ pub fn run(sc: &Scenario, c: &Contender) -> Run {
             LATENCY_MS
         };
         out.attempts += 1;
+        verdict.wake_until(start + took, &mut out);
         verdict.attempt(start + took, class, &mut out);
         let period = match c.suspect_interval_ms {
             Some(fast) if verdict.suspect() => fast,
@@ -319,6 +322,23 @@ impl Verdict {
                 finished: 0,
                 failed: 0,
             },
+        }
+    }
+
+    /// Evaluates at every deadline before `at` (ms from the start), as the runner's timer does
+    /// between attempts (readyprobe only).
+    fn wake_until(&mut self, at: i64, out: &mut Run) {
+        let Verdict::Readyprobe(r) = self else {
+            return;
+        };
+        while let Some(d) = r.next_deadline().filter(|d| *d < EPOCH + at) {
+            if let Some(t) = r.evaluate(d) {
+                out.changes
+                    .push((t.at - EPOCH, t.to == ReadinessState::Ready));
+                if t.reason.contains("definitive rule fired") {
+                    out.definitive_fired += 1;
+                }
+            }
         }
     }
 
