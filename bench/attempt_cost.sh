@@ -58,29 +58,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# mysql: a throwaway CA and two MariaDB servers with TLS and the canary schema (as bench/scale.sh).
-start_mariadb() {
-  infra/local/mariadb.sh install
-  TLS=$OUT/tls
-  mkdir -p "$TLS"
-  ( cd "$TLS"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-      -subj "/CN=readyprobe bench CA" -keyout ca.key -out ca.pem 2>/dev/null
-    for b in primary secondary; do
-      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-        -subj "/CN=mysql-$b.localhost" -keyout "$b.key" -out "$b.csr" 2>/dev/null
-      printf 'subjectAltName=DNS:mysql-%s.localhost\n' "$b" > "$b.ext"
-      openssl x509 -req -in "$b.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-        -extfile "$b.ext" -out "$b.pem" 2>/dev/null
-    done )
-  export READYPROBE_MYSQL_PASSWORD; READYPROBE_MYSQL_PASSWORD=$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')
-  for b in primary secondary; do
-    local port=$DB_PORT; [ "$b" = secondary ] && port=$((DB_PORT + 1))
-    rm -rf "${OUT:?}/db-$b"
-    dbs+=("$OUT/db-$b")
-    infra/local/mariadb.sh start "$b" "$port" "$OUT/db-$b" "$TLS/$b.pem" "$TLS/$b.key" "$TLS/ca.pem" "$READYPROBE_MYSQL_PASSWORD"
-  done
-}
+# mysql: a throwaway CA and two MariaDB servers with TLS and the canary schema.
+source bench/lib.sh
 
 # The config: BRANCHES/2 services under `.localhost` names (loopback without a DNS server), the
 # settings of bench/scale.sh but a short interval. tcp: a listening port per branch; http: one
@@ -180,7 +159,7 @@ EOF
 run_kind() {
   local kind=$1 dir=$OUT/$1
   rm -rf "$dir"; mkdir -p "$dir"
-  [ "$kind" = mysql ] && start_mariadb
+  [ "$kind" = mysql ] && start_mariadb_pair
   write_config "$kind" "$dir"
   "$OUT/readyprobe" check --config "$dir/bench.toml" >"$dir/check.log" 2>&1 \
     || { echo "attempt_cost: check refused the config: $(tail -5 "$dir/check.log")" >&2; exit 1; }

@@ -22,7 +22,7 @@ SAMPLE=${SAMPLE:-5}               # seconds between /proc samples
 OUT=${OUT:-/tmp/readyprobe-bench}
 BASE_PORT=${BASE_PORT:-10000}     # tcp targets: BASE_PORT .. BASE_PORT + N - 1
 BB_PORT=${BB_PORT:-20115}         # blackbox_exporter's HTTP port
-DB_PORT=${DB_PORT:-33071}         # mysql: the two MariaDB servers on DB_PORT and DB_PORT + 1
+DB_PORT=${DB_PORT:-23071}         # mysql: the two MariaDB servers on DB_PORT and DB_PORT + 1
 BIN=${BIN:-target/release/readyprobe}
 HERE=$(pwd)
 
@@ -53,27 +53,9 @@ cleanup() {
 trap cleanup EXIT
 
 # mysql: a throwaway CA, two MariaDB servers with TLS and the canary schema.
+source bench/lib.sh
 if [ "$KIND" = mysql ]; then
-  infra/local/mariadb.sh install
-  TLS=$OUT/tls
-  mkdir -p "$TLS"
-  ( cd "$TLS"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-      -subj "/CN=readyprobe bench CA" -keyout ca.key -out ca.pem 2>/dev/null
-    for b in primary secondary; do
-      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-        -subj "/CN=mysql-$b.localhost" -keyout "$b.key" -out "$b.csr" 2>/dev/null
-      printf 'subjectAltName=DNS:mysql-%s.localhost\n' "$b" > "$b.ext"
-      openssl x509 -req -in "$b.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-        -extfile "$b.ext" -out "$b.pem" 2>/dev/null
-    done )
-  export READYPROBE_MYSQL_PASSWORD; READYPROBE_MYSQL_PASSWORD=$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')
-  for b in primary secondary; do
-    port=$DB_PORT; [ "$b" = secondary ] && port=$((DB_PORT + 1))
-    rm -rf "${OUT:?}/db-$b"
-    dbs+=("$OUT/db-$b")
-    infra/local/mariadb.sh start "$b" "$port" "$OUT/db-$b" "$TLS/$b.pem" "$TLS/$b.key" "$TLS/ca.pem" "$READYPROBE_MYSQL_PASSWORD"
-  done
+  start_mariadb_pair
 fi
 
 # The config: N/2 services, shared settings at the top. Names under `.localhost` resolve to
