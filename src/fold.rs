@@ -1139,7 +1139,7 @@ impl Fold {
 
     /// The earliest readiness deadline of any branch ([`Readiness::next_deadline`]): when to
     /// feed [`Input::Wake`] if nothing else comes first. After a wake-up it is always later than
-    /// the wake-up's instant (every branch was evaluated then), so one never repeats.
+    /// the wake-up's instant (every branch whose deadline had come was evaluated then), so one never repeats.
     pub fn next_wakeup(&mut self) -> Option<Millis> {
         let branches = &self.branches;
         *self.wakeup.get_or_insert_with(|| {
@@ -1151,7 +1151,9 @@ impl Fold {
         })
     }
 
-    /// Evaluate every branch at `now` for [`Input::Wake`]: transitions and pace changes only.
+    /// Evaluate at `now`, for [`Input::Wake`], every branch whose deadline has come:
+    /// transitions and pace changes only. The others' deadlines are later, so evaluating them
+    /// too would find nothing (and cost a pass over every branch at each of their deadlines).
     fn wake(&mut self, now: Millis) {
         let ids: Vec<ServiceId> = self.branches.keys().copied().collect();
         for svc in ids {
@@ -1159,6 +1161,9 @@ impl Fold {
                 let Some(b) = self.branch_mut(svc, i) else {
                     continue;
                 };
+                if !b.readiness.next_deadline().is_some_and(|d| d <= now) {
+                    continue;
+                }
                 if let Some(t) = b.readiness.evaluate(now) {
                     self.on_transition(svc, i, &t);
                 }

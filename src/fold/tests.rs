@@ -1472,3 +1472,62 @@ fn an_early_wake_up_finds_nothing_and_is_not_repeated() {
     assert!(records(&e).is_empty() && batches(&e).is_empty(), "{e:?}");
     assert_eq!(f.next_wakeup(), None);
 }
+
+/// Not a check: the cost of the wake-ups when 10,000 branches (5,000 services of two) all
+/// start failing at staggered instants, each `for` running out at its own deadline
+/// (`cargo test --lib wake_cost -- --ignored --nocapture`).
+#[test]
+#[ignore = "a measurement"]
+fn wake_cost_at_ten_thousand_branches() {
+    let branches = ["primary".to_string(), "secondary".to_string()];
+    let n = 5000;
+    let names: Vec<String> = (0..n).map(|i| format!("svc-{i:04}")).collect();
+    let docs: Vec<ControlDoc> = names.iter().map(|n| ControlDoc::new(n)).collect();
+    let p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    let services: Vec<ServiceSetup<'_>> = names
+        .iter()
+        .zip(&docs)
+        .map(|(n, doc)| ServiceSetup {
+            service: n,
+            namespace: "Readyprobe",
+            policy: &p,
+            branches: &branches,
+            store_location: "memory",
+            doc,
+        })
+        .collect();
+    let setup = Setup {
+        prober: "p1",
+        services: &services,
+        unavailable: &[],
+        sinks: &SINKS,
+    };
+    let (mut f, _) = Fold::start(setup, 0);
+    // Two failures per branch, 500 ms apart, each branch 0.1 ms after the one before (by
+    // whole ms: 10 branches share each instant): 1,000 distinct deadlines.
+    for k in 0..2 {
+        for s in 0..n {
+            for (j, b) in branches.iter().enumerate() {
+                let at = 1000 + k * 500 + ((s * 2 + j) / 10) as Millis;
+                let mut a = Attempt::internal_failure(b, k as u64, at - 10, at, "refused".into());
+                a.finished_at = at;
+                f.handle(Input::Attempt(s, Box::new(a)), at);
+            }
+        }
+    }
+    let t0 = std::time::Instant::now();
+    let (mut wakes, mut transitions) = (0, 0);
+    while let Some(d) = f.next_wakeup() {
+        let e = f.handle(Input::Wake, d);
+        wakes += 1;
+        transitions += of_kind(&e, "transition").len();
+    }
+    println!(
+        "10,000 branches, {wakes} wake-ups, {transitions} transitions: {:?}",
+        t0.elapsed()
+    );
+}
