@@ -752,6 +752,20 @@ impl Fold {
     /// Take one input at `now` (ms since the epoch); returns what to do, in order.
     pub fn handle(&mut self, input: Input, now: Millis) -> Vec<Effect> {
         let cached = self.wakeup.take();
+        // Inputs that touch no branch's readiness keep the cached deadline: a sink's report of
+        // each batch must not cost a scan of every branch.
+        let keeps = matches!(
+            input,
+            Input::Abandoned { .. }
+                | Input::SyncFailed { .. }
+                | Input::SinkRefused { .. }
+                | Input::SinkReport(_)
+                | Input::SetUnavailable(_)
+                | Input::StoppedAttempt { .. }
+                | Input::StableName { .. }
+                | Input::StableNameStopped { .. }
+                | Input::CancelledByReload { .. }
+        );
         match input {
             Input::Attempt(svc, a) => {
                 let branch = self.branch_ix(svc, &a.branch);
@@ -841,6 +855,9 @@ impl Fold {
                 let r = Record::AttemptAbandoned(r);
                 self.effects.push(Effect::Record(now, service, r));
             }
+        }
+        if keeps {
+            self.wakeup = cached;
         }
         std::mem::take(&mut self.effects)
     }

@@ -1473,6 +1473,61 @@ fn an_early_wake_up_finds_nothing_and_is_not_repeated() {
     assert_eq!(f.next_wakeup(), None);
 }
 
+/// A branch is evaluated at its own deadlines, attempts and ticks, never at another branch's
+/// deadline: its decision does not depend on when other branches' rules run out (as in the
+/// decision simulation). Here the primary's wake-up at 20.5 s falls where the secondary's
+/// window briefly holds one attempt; the secondary still fires at its own deadline.
+#[test]
+fn a_branch_is_not_evaluated_at_another_branch_deadline() {
+    let mut p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    p.declare_unready.for_ = Duration::from_secs(20);
+    let (mut f, _) = start_with(&ControlDoc::new("orders-db"), &p);
+    f.handle(attempt("primary", 1, 0, false), 0);
+    f.handle(attempt("primary", 2, 500, false), 500);
+    for (seq, at) in [(1, 9_000), (2, 9_500), (3, 19_200)] {
+        f.handle(attempt("secondary", seq, at, false), at);
+    }
+    assert_eq!(f.next_wakeup(), Some(20_500));
+    // The primary's window is empty by then: no transition, its clock stops.
+    let e = f.handle(Input::Wake, 20_500);
+    assert!(of_kind(&e, "transition").is_empty(), "{e:?}");
+    for (seq, at) in [(4, 20_700), (5, 29_000)] {
+        f.handle(attempt("secondary", seq, at, false), at);
+    }
+    assert_eq!(f.next_wakeup(), Some(29_500));
+    let e = f.handle(Input::Wake, 29_500);
+    let t = of_kind(&e, "transition");
+    assert_eq!(t.len(), 1, "{e:?}");
+    assert_eq!(t[0]["branch"], "secondary");
+    assert_eq!(t[0]["transition"]["held_since"], 9_500);
+}
+
+/// A sink's report touches no readiness: it keeps the cached deadline (here the early one an
+/// attempt left) instead of scanning every branch again; the wake-up at it still finds nothing.
+#[test]
+fn a_sink_report_keeps_the_cached_deadline() {
+    let p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    let (mut f, _) = start_with(&ControlDoc::new("orders-db"), &p);
+    drive(&mut f, "primary", 0, 1250, false);
+    assert_eq!(f.next_wakeup(), Some(1500));
+    let e = f.handle(attempt("primary", 9, 1600, false), 1600);
+    let id = batches(&e)[0].id;
+    f.handle(report(id, "emf", None), 1610);
+    f.handle(Input::StableNameStopped { service: 0 }, 1620);
+    assert_eq!(f.next_wakeup(), Some(1500), "kept, not scanned again");
+    let e = f.handle(Input::Wake, 1620);
+    assert!(records(&e).is_empty() && batches(&e).is_empty(), "{e:?}");
+    assert_eq!(f.next_wakeup(), None);
+}
+
 /// Not a check: the cost of the wake-ups when 10,000 branches (5,000 services of two) all
 /// start failing at staggered instants, each `for` running out at its own deadline
 /// (`cargo test --lib wake_cost -- --ignored --nocapture`).
@@ -1525,9 +1580,26 @@ fn wake_cost_at_ten_thousand_branches() {
         let e = f.handle(Input::Wake, d);
         wakes += 1;
         transitions += of_kind(&e, "transition").len();
+        // Each transition's batch comes back from each sink, as from the sink tasks.
+        for b in batches(&e) {
+            for sink in SINKS {
+                f.handle(report(b.id, sink, None), d);
+                std::hint::black_box(f.next_wakeup());
+            }
+        }
     }
     println!(
         "10,000 branches, {wakes} wake-ups, {transitions} transitions: {:?}",
+        t0.elapsed()
+    );
+    // An input other than an attempt drops the cached deadline: the next one is a full scan.
+    let t0 = std::time::Instant::now();
+    for _ in 0..1000 {
+        f.handle(Input::StableNameStopped { service: 0 }, 20_000);
+        std::hint::black_box(f.next_wakeup());
+    }
+    println!(
+        "1,000 inputs, each followed by next_wakeup: {:?}",
         t0.elapsed()
     );
 }
