@@ -31,6 +31,11 @@ fn policy() -> Policy {
 
 /// A fold of one service, `orders-db`, with `doc` as its control document.
 fn start_with(doc: &ControlDoc, policy: &Policy) -> (Fold, Vec<Effect>) {
+    start_at(doc, policy, 0)
+}
+
+/// [`start_with`] on a host whose clock reads `now`.
+fn start_at(doc: &ControlDoc, policy: &Policy, now: Millis) -> (Fold, Vec<Effect>) {
     let branches = ["primary".to_string(), "secondary".to_string()];
     let services = [ServiceSetup {
         service: "orders-db",
@@ -46,7 +51,7 @@ fn start_with(doc: &ControlDoc, policy: &Policy) -> (Fold, Vec<Effect>) {
         unavailable: &[],
         sinks: &SINKS,
     };
-    Fold::start(setup, 0)
+    Fold::start(setup, now)
 }
 
 fn start(doc: &ControlDoc) -> (Fold, Vec<Effect>) {
@@ -1504,6 +1509,39 @@ fn a_branch_is_not_evaluated_at_another_branch_deadline() {
     assert_eq!(t.len(), 1, "{e:?}");
     assert_eq!(t[0]["branch"], "secondary");
     assert_eq!(t[0]["transition"]["held_since"], 9_500);
+}
+
+/// A restart restores a holding clock whose deadline is ahead (first wake-up there) or already
+/// past (first wake-up at once, evaluated at the restart's now): either way the rule fires at
+/// that wake-up, once, with the saved `held_since`, and no deadline is handed out again.
+#[test]
+fn a_restored_holding_clock_fires_at_its_first_wake_up_once() {
+    let p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    let (mut f, _) = start_with(&ControlDoc::new("orders-db"), &p);
+    drive(&mut f, "primary", 0, 1250, false);
+    let snap = f.sync_request(0).readiness["primary"].snapshot();
+    assert_eq!(snap.unready_holding_since, Some(500));
+    let mut doc = ControlDoc::new("orders-db");
+    let branches = [("primary".to_string(), snap)].into_iter().collect();
+    let saved = ProberState {
+        saved_at: 1000,
+        branches,
+    };
+    doc.probers.insert("p1".into(), saved);
+    for (restart, wake) in [(1200, 1500), (5000, 5000)] {
+        let (mut f, _) = start_at(&doc, &p, restart);
+        assert_eq!(f.next_wakeup(), Some(1500), "restart at {restart}");
+        let e = f.handle(Input::Wake, wake);
+        let t = of_kind(&e, "transition");
+        assert_eq!(t.len(), 1, "restart at {restart}: {e:?}");
+        assert_eq!(t[0]["transition"]["at"], wake);
+        assert_eq!(t[0]["transition"]["held_since"], 500);
+        assert_eq!(f.next_wakeup(), None, "restart at {restart}");
+    }
 }
 
 /// A sink's report touches no readiness: it keeps the cached deadline (here the early one an
