@@ -1178,7 +1178,7 @@ impl Fold {
                 let Some(b) = self.branch_mut(svc, i) else {
                     continue;
                 };
-                if !b.readiness.next_deadline().is_some_and(|d| d <= now) {
+                if b.readiness.next_deadline().is_none_or(|d| d > now) {
                     continue;
                 }
                 if let Some(t) = b.readiness.evaluate(now) {
