@@ -752,6 +752,20 @@ impl Fold {
     /// Take one input at `now` (ms since the epoch); returns what to do, in order.
     pub fn handle(&mut self, input: Input, now: Millis) -> Vec<Effect> {
         let cached = self.wakeup.take();
+        // Inputs that touch no branch's readiness keep the cached deadline: a sink's report of
+        // each batch must not cost a scan of every branch.
+        let keeps = matches!(
+            input,
+            Input::Abandoned { .. }
+                | Input::SyncFailed { .. }
+                | Input::SinkRefused { .. }
+                | Input::SinkReport(_)
+                | Input::SetUnavailable(_)
+                | Input::StoppedAttempt { .. }
+                | Input::StableName { .. }
+                | Input::StableNameStopped { .. }
+                | Input::CancelledByReload { .. }
+        );
         match input {
             Input::Attempt(svc, a) => {
                 let branch = self.branch_ix(svc, &a.branch);
@@ -841,6 +855,9 @@ impl Fold {
                 let r = Record::AttemptAbandoned(r);
                 self.effects.push(Effect::Record(now, service, r));
             }
+        }
+        if keeps {
+            self.wakeup = cached;
         }
         std::mem::take(&mut self.effects)
     }
@@ -1139,7 +1156,7 @@ impl Fold {
 
     /// The earliest readiness deadline of any branch ([`Readiness::next_deadline`]): when to
     /// feed [`Input::Wake`] if nothing else comes first. After a wake-up it is always later than
-    /// the wake-up's instant (every branch was evaluated then), so one never repeats.
+    /// the wake-up's instant (every branch whose deadline had come was evaluated then), so one never repeats.
     pub fn next_wakeup(&mut self) -> Option<Millis> {
         let branches = &self.branches;
         *self.wakeup.get_or_insert_with(|| {
@@ -1151,7 +1168,9 @@ impl Fold {
         })
     }
 
-    /// Evaluate every branch at `now` for [`Input::Wake`]: transitions and pace changes only.
+    /// Evaluate at `now`, for [`Input::Wake`], every branch whose deadline has come:
+    /// transitions and pace changes only. The others' deadlines are later, so evaluating them
+    /// too would find nothing (and cost a pass over every branch at each of their deadlines).
     fn wake(&mut self, now: Millis) {
         let ids: Vec<ServiceId> = self.branches.keys().copied().collect();
         for svc in ids {
@@ -1159,6 +1178,9 @@ impl Fold {
                 let Some(b) = self.branch_mut(svc, i) else {
                     continue;
                 };
+                if b.readiness.next_deadline().is_none_or(|d| d > now) {
+                    continue;
+                }
                 if let Some(t) = b.readiness.evaluate(now) {
                     self.on_transition(svc, i, &t);
                 }

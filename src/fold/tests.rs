@@ -31,6 +31,11 @@ fn policy() -> Policy {
 
 /// A fold of one service, `orders-db`, with `doc` as its control document.
 fn start_with(doc: &ControlDoc, policy: &Policy) -> (Fold, Vec<Effect>) {
+    start_at(doc, policy, 0)
+}
+
+/// [`start_with`] on a host whose clock reads `now`.
+fn start_at(doc: &ControlDoc, policy: &Policy, now: Millis) -> (Fold, Vec<Effect>) {
     let branches = ["primary".to_string(), "secondary".to_string()];
     let services = [ServiceSetup {
         service: "orders-db",
@@ -46,7 +51,7 @@ fn start_with(doc: &ControlDoc, policy: &Policy) -> (Fold, Vec<Effect>) {
         unavailable: &[],
         sinks: &SINKS,
     };
-    Fold::start(setup, 0)
+    Fold::start(setup, now)
 }
 
 fn start(doc: &ControlDoc) -> (Fold, Vec<Effect>) {
@@ -1471,4 +1476,168 @@ fn an_early_wake_up_finds_nothing_and_is_not_repeated() {
     let e = f.handle(Input::Wake, 1600);
     assert!(records(&e).is_empty() && batches(&e).is_empty(), "{e:?}");
     assert_eq!(f.next_wakeup(), None);
+}
+
+/// A branch is evaluated at its own deadlines, attempts and ticks, never at another branch's
+/// deadline: its decision does not depend on when other branches' rules run out (as in the
+/// decision simulation). Here the primary's wake-up at 20.5 s falls where the secondary's
+/// window briefly holds one attempt; the secondary still fires at its own deadline.
+#[test]
+fn a_branch_is_not_evaluated_at_another_branch_deadline() {
+    let mut p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    p.declare_unready.for_ = Duration::from_secs(20);
+    let (mut f, _) = start_with(&ControlDoc::new("orders-db"), &p);
+    f.handle(attempt("primary", 1, 0, false), 0);
+    f.handle(attempt("primary", 2, 500, false), 500);
+    for (seq, at) in [(1, 9_000), (2, 9_500), (3, 19_200)] {
+        f.handle(attempt("secondary", seq, at, false), at);
+    }
+    assert_eq!(f.next_wakeup(), Some(20_500));
+    // The primary's window is empty by then: no transition, its clock stops.
+    let e = f.handle(Input::Wake, 20_500);
+    assert!(of_kind(&e, "transition").is_empty(), "{e:?}");
+    for (seq, at) in [(4, 20_700), (5, 29_000)] {
+        f.handle(attempt("secondary", seq, at, false), at);
+    }
+    assert_eq!(f.next_wakeup(), Some(29_500));
+    let e = f.handle(Input::Wake, 29_500);
+    let t = of_kind(&e, "transition");
+    assert_eq!(t.len(), 1, "{e:?}");
+    assert_eq!(t[0]["branch"], "secondary");
+    assert_eq!(t[0]["transition"]["held_since"], 9_500);
+}
+
+/// A restart restores a holding clock whose deadline is ahead (first wake-up there) or already
+/// past (first wake-up at once, evaluated at the restart's now): either way the rule fires at
+/// that wake-up, once, with the saved `held_since`, and no deadline is handed out again.
+#[test]
+fn a_restored_holding_clock_fires_at_its_first_wake_up_once() {
+    let p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    let (mut f, _) = start_with(&ControlDoc::new("orders-db"), &p);
+    drive(&mut f, "primary", 0, 1250, false);
+    let snap = f.sync_request(0).readiness["primary"].snapshot();
+    assert_eq!(snap.unready_holding_since, Some(500));
+    let mut doc = ControlDoc::new("orders-db");
+    let branches = [("primary".to_string(), snap)].into_iter().collect();
+    let saved = ProberState {
+        saved_at: 1000,
+        branches,
+    };
+    doc.probers.insert("p1".into(), saved);
+    for (restart, wake) in [(1200, 1500), (5000, 5000)] {
+        let (mut f, _) = start_at(&doc, &p, restart);
+        assert_eq!(f.next_wakeup(), Some(1500), "restart at {restart}");
+        let e = f.handle(Input::Wake, wake);
+        let t = of_kind(&e, "transition");
+        assert_eq!(t.len(), 1, "restart at {restart}: {e:?}");
+        assert_eq!(t[0]["transition"]["at"], wake);
+        assert_eq!(t[0]["transition"]["held_since"], 500);
+        assert_eq!(f.next_wakeup(), None, "restart at {restart}");
+    }
+}
+
+/// A sink's report touches no readiness: it keeps the cached deadline (here the early one an
+/// attempt left) instead of scanning every branch again; the wake-up at it still finds nothing.
+#[test]
+fn a_sink_report_keeps_the_cached_deadline() {
+    let p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    let (mut f, _) = start_with(&ControlDoc::new("orders-db"), &p);
+    drive(&mut f, "primary", 0, 1250, false);
+    assert_eq!(f.next_wakeup(), Some(1500));
+    let e = f.handle(attempt("primary", 9, 1600, false), 1600);
+    let id = batches(&e)[0].id;
+    f.handle(report(id, "emf", None), 1610);
+    f.handle(Input::StableNameStopped { service: 0 }, 1620);
+    assert_eq!(f.next_wakeup(), Some(1500), "kept, not scanned again");
+    let e = f.handle(Input::Wake, 1620);
+    assert!(records(&e).is_empty() && batches(&e).is_empty(), "{e:?}");
+    assert_eq!(f.next_wakeup(), None);
+}
+
+/// Not a check: the cost of the wake-ups when 10,000 branches (5,000 services of two) all
+/// start failing at staggered instants, each `for` running out at its own deadline
+/// (`cargo test --lib wake_cost -- --ignored --nocapture`).
+#[test]
+#[ignore = "a measurement"]
+fn wake_cost_at_ten_thousand_branches() {
+    let branches = ["primary".to_string(), "secondary".to_string()];
+    let n = 5000;
+    let names: Vec<String> = (0..n).map(|i| format!("svc-{i:04}")).collect();
+    let docs: Vec<ControlDoc> = names.iter().map(|n| ControlDoc::new(n)).collect();
+    let p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    let services: Vec<ServiceSetup<'_>> = names
+        .iter()
+        .zip(&docs)
+        .map(|(n, doc)| ServiceSetup {
+            service: n,
+            namespace: "Readyprobe",
+            policy: &p,
+            branches: &branches,
+            store_location: "memory",
+            doc,
+        })
+        .collect();
+    let setup = Setup {
+        prober: "p1",
+        services: &services,
+        unavailable: &[],
+        sinks: &SINKS,
+    };
+    let (mut f, _) = Fold::start(setup, 0);
+    // Two failures per branch, 500 ms apart, each branch 0.1 ms after the one before (by
+    // whole ms: 10 branches share each instant): 1,000 distinct deadlines.
+    for k in 0..2 {
+        for s in 0..n {
+            for (j, b) in branches.iter().enumerate() {
+                let at = 1000 + k * 500 + ((s * 2 + j) / 10) as Millis;
+                let mut a = Attempt::internal_failure(b, k as u64, at - 10, at, "refused".into());
+                a.finished_at = at;
+                f.handle(Input::Attempt(s, Box::new(a)), at);
+            }
+        }
+    }
+    let t0 = std::time::Instant::now();
+    let (mut wakes, mut transitions) = (0, 0);
+    while let Some(d) = f.next_wakeup() {
+        let e = f.handle(Input::Wake, d);
+        wakes += 1;
+        transitions += of_kind(&e, "transition").len();
+        // Each transition's batch comes back from each sink, as from the sink tasks.
+        for b in batches(&e) {
+            for sink in SINKS {
+                f.handle(report(b.id, sink, None), d);
+                std::hint::black_box(f.next_wakeup());
+            }
+        }
+    }
+    println!(
+        "10,000 branches, {wakes} wake-ups, {transitions} transitions: {:?}",
+        t0.elapsed()
+    );
+    // An input other than an attempt drops the cached deadline: the next one is a full scan.
+    let t0 = std::time::Instant::now();
+    for _ in 0..1000 {
+        f.handle(Input::StableNameStopped { service: 0 }, 20_000);
+        std::hint::black_box(f.next_wakeup());
+    }
+    println!(
+        "1,000 inputs, each followed by next_wakeup: {:?}",
+        t0.elapsed()
+    );
 }
