@@ -17,7 +17,8 @@ import json
 import os
 import sys
 import time
-import urllib.parse
+
+from scale import drive  # the blackbox_exporter load driver, shared with bench/scale.sh
 
 PER = 10_000  # attempts the figures are given per
 
@@ -49,70 +50,6 @@ def http_target(port):
         server = await asyncio.start_server(serve, "127.0.0.1", port, backlog=1024)
         print(f"listening on {port}", file=sys.stderr, flush=True)
         await server.serve_forever()
-
-    asyncio.run(main())
-
-
-def drive(url, module, targets_file, interval, out):
-    """Target i of n is probed at start + k × interval + i × interval / n, as bench/scale.py
-    drive does for `tcp`, over a few keep-alive connections; a request issued after its slot by
-    more than 10 % of the interval counts as late (the driver could not keep up)."""
-    targets = [t for t in open(targets_file).read().split() if t]
-    n = len(targets)
-    host, port = url.split("//", 1)[1].split(":")
-    counts = {"ok": 0, "failed": 0, "late": 0}
-    queue = asyncio.Queue()
-    paths = [f"/probe?module={module}&target={urllib.parse.quote(t, safe='')}" for t in targets]
-
-    async def worker():
-        reader, writer = await asyncio.open_connection(host, int(port))
-        while True:
-            i = await queue.get()
-            writer.write(f"GET {paths[i]} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-            head = await reader.readuntil(b"\r\n\r\n")
-            length, chunked = 0, False
-            for line in head.split(b"\r\n"):
-                name, _, value = line.partition(b":")
-                if name.lower() == b"content-length":
-                    length = int(value)
-                elif name.lower() == b"transfer-encoding":
-                    chunked = b"chunked" in value.lower()
-            body = b""
-            if chunked:  # the exporter chunks an answer too large for its buffer (the http module's)
-                while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
-                    body += (await reader.readexactly(size + 2))[:-2]
-                await reader.readuntil(b"\r\n")
-            else:
-                body = await reader.readexactly(length)
-            ok = head.startswith(b"HTTP/1.1 200") and b"\nprobe_success 1" in body
-            counts["ok" if ok else "failed"] += 1
-
-    async def report():
-        while True:
-            tmp = out + ".tmp"
-            with open(tmp, "w") as f:
-                f.write(f"{int(time.time() * 1000)} {counts['ok']} {counts['failed']} {counts['late']}\n")
-            os.replace(tmp, out)
-            await asyncio.sleep(0.5)
-
-    async def main():
-        workers = [asyncio.create_task(worker()) for _ in range(8)]
-        reporter = asyncio.create_task(report())
-        start = time.monotonic() + 0.5
-        step = interval / n
-        k = 0
-        while True:
-            slot = start + k * step
-            now = time.monotonic()
-            if slot > now:
-                await asyncio.sleep(slot - now)
-            elif now - slot > interval / 10:
-                counts["late"] += 1
-            queue.put_nowait(k % n)
-            k += 1
-            for w in workers + [reporter]:
-                if w.done():
-                    w.result()  # raises the worker's error
 
     asyncio.run(main())
 
@@ -214,7 +151,8 @@ if __name__ == "__main__":
     if cmd == "http-target":
         http_target(int(args[0]))
     elif cmd == "drive":
-        drive(args[0], args[1], args[2], float(args[3]), args[4])
+        targets = [t for t in open(args[2]).read().split() if t]
+        drive(args[0], args[1], targets, float(args[3]), args[4], 8)
     elif cmd == "summary":
         summary(args[0])
     elif cmd == "table":

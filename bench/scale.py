@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+import urllib.parse
 
 
 def listen(base, n):
@@ -31,27 +32,37 @@ def listen(base, n):
     asyncio.run(main())
 
 
-def drive(url, n, base, interval, out):
-    """Target i is probed at start + k × interval + i × interval / n. Requests go over a few
-    keep-alive connections; a request issued after its slot by more than 10 % of the interval
-    counts as late (the driver could not keep up)."""
+def drive(url, module, targets, interval, out, connections):
+    """Ask the exporter to probe target i of n (with `module`) at start + k × interval + i ×
+    interval / n, over `connections` keep-alive connections; a request issued after its slot by more
+    than 10 % of the interval counts as late (the driver could not keep up). OUT gets "ms ok
+    failed late", rewritten every 0.5 s."""
+    n = len(targets)
     host, port = url.split("//", 1)[1].split(":")
     counts = {"ok": 0, "failed": 0, "late": 0}
     queue = asyncio.Queue()
+    paths = [f"/probe?module={module}&target={urllib.parse.quote(t, safe='')}" for t in targets]
 
     async def worker():
         reader, writer = await asyncio.open_connection(host, int(port))
         while True:
             i = await queue.get()
-            req = (f"GET /probe?module=tcp&target=127.0.0.1:{base + i} HTTP/1.1\r\n"
-                   f"Host: {host}\r\n\r\n")
-            writer.write(req.encode())
+            writer.write(f"GET {paths[i]} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
             head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
+            length, chunked = 0, False
             for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            body = await reader.readexactly(length)
+                name, _, value = line.partition(b":")
+                if name.lower() == b"content-length":
+                    length = int(value)
+                elif name.lower() == b"transfer-encoding":
+                    chunked = b"chunked" in value.lower()
+            body = b""
+            if chunked:  # the exporter chunks an answer too large for its buffer (the http module's)
+                while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                    body += (await reader.readexactly(size + 2))[:-2]
+                await reader.readuntil(b"\r\n")
+            else:
+                body = await reader.readexactly(length)
             ok = head.startswith(b"HTTP/1.1 200") and b"\nprobe_success 1" in body
             counts["ok" if ok else "failed"] += 1
 
@@ -64,7 +75,7 @@ def drive(url, n, base, interval, out):
             await asyncio.sleep(0.5)
 
     async def main():
-        workers = [asyncio.create_task(worker()) for _ in range(min(32, max(2, n // 100)))]
+        workers = [asyncio.create_task(worker()) for _ in range(connections)]
         reporter = asyncio.create_task(report())
         start = time.monotonic() + 0.5
         step = interval / n
@@ -83,6 +94,7 @@ def drive(url, n, base, interval, out):
                     w.result()  # raises the worker's error
 
     asyncio.run(main())
+
 
 
 def sample(pid):
@@ -191,7 +203,9 @@ if __name__ == "__main__":
     if cmd == "listen":
         listen(int(args[0]), int(args[1]))
     elif cmd == "drive":
-        drive(args[0], int(args[1]), int(args[2]), float(args[3]), args[4])
+        n, base = int(args[1]), int(args[2])
+        targets = [f"127.0.0.1:{base + i}" for i in range(n)]
+        drive(args[0], "tcp", targets, float(args[3]), args[4], min(32, max(2, n // 100)))
     elif cmd == "sample":
         sample(args[0])
     elif cmd == "summary":
