@@ -573,7 +573,6 @@ fn change(
         .filter(|p| restart.contains(&p.branch.name))
         .collect();
     let (fresh, paces) = fleet.loops.spawn(id, svc, fresh);
-    shell.pace(id, &svc.probe, paces);
     loops.extend(fresh);
     if let Some(live) = fleet.live.get_mut(&id) {
         live.loops = loops;
@@ -584,6 +583,9 @@ fn change(
         policy: svc.policy.clone(),
         branches,
     })));
+    // Paced after the change, so a restarted branch starts at the pace of its new state (not
+    // logged suspect for the state it had before the reload reset it).
+    shell.pace(id, &svc.probe, paces);
 }
 
 /// Make running service `id`'s stable-name loop follow `cfg`'s `[stable_name_probe]`: stopped
