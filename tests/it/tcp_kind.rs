@@ -174,6 +174,43 @@ async fn tcp_kind_reports_a_rejected_client_certificate() {
     server.abort();
 }
 
+/// Runs one `tcp` branch whose port refuses connections (every attempt fails `tcp_refused` at
+/// `connect`) for `secs` seconds with `min_attempts` 2 and the timing `settings` add; returns the
+/// evidence records.
+async fn run_refused_branch(
+    secs: u64,
+    settings: impl FnOnce(ConfigBuilder) -> ConfigBuilder,
+) -> Vec<serde_json::Value> {
+    use crate::support::config::path;
+    use crate::support::fixture::read_evidence;
+    use readyprobe::runner::{RunOptions, run};
+    use readyprobe::sink::emf::EmfBuffer;
+    use std::time::Duration;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gateway", Ipv4Addr::LOCALHOST, 5).await;
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let dir = tempfile::tempdir().unwrap();
+    let evidence = dir.path().join("evidence.jsonl");
+    let builder = ConfigBuilder::new(dir.path(), "gateway", "gw.orders.internal.example")
+        .nameserver(dns.addr())
+        .kind("tcp")
+        .set("probe.tcp", "port", i64::from(port))
+        .tls("disabled", None)
+        .branch("primary", "PRIMARY", NAME, None)
+        .set("readiness", "min_attempts", 2)
+        .set("evidence", "path", path(&evidence));
+    let cfg = settings(builder).load(&dir.path().join("tcp.toml"));
+    let opts = RunOptions {
+        duration: Some(Duration::from_secs(secs)),
+        grace: Duration::from_secs(2),
+        emf_out: Some(EmfBuffer::new()),
+    };
+    run(cfg, opts, std::future::pending()).await.unwrap();
+    read_evidence(&evidence)
+}
+
 /// Adaptive probing end to end: a branch whose port refuses connections becomes suspect once
 /// its unready condition holds (the second failure, `min_attempts` 2), and from then on its
 /// attempts start every `suspect_interval` (250 ms) instead of every `interval` (1 s). Wide
@@ -181,41 +218,12 @@ async fn tcp_kind_reports_a_rejected_client_certificate() {
 /// probing every gap is about 1 s and none counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_branch_is_probed_at_its_suspect_interval() {
-    use crate::support::config::path;
-    use readyprobe::runner::{RunOptions, run};
-    use readyprobe::sink::emf::EmfBuffer;
-    use std::time::Duration;
-    let dns = DnsServer::start("orders.internal.example").await;
-    dns.set_a("gateway", Ipv4Addr::LOCALHOST, 5).await;
-    // A port nothing listens on: every attempt fails at connect (tcp_refused).
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
-    let dir = tempfile::tempdir().unwrap();
-    let evidence = dir.path().join("evidence.jsonl");
-    let cfg = ConfigBuilder::new(dir.path(), "gateway", "gw.orders.internal.example")
-        .nameserver(dns.addr())
-        .kind("tcp")
-        .set("probe.tcp", "port", i64::from(port))
-        .tls("disabled", None)
-        .branch("primary", "PRIMARY", NAME, None)
-        .set("probe", "interval", "1s")
-        .set("probe", "timeout", "800ms")
-        .set("probe", "suspect_interval", "250ms")
-        .set("readiness", "min_attempts", 2)
-        .set("evidence", "path", path(&evidence))
-        .load(&dir.path().join("tcp.toml"));
-    let opts = RunOptions {
-        duration: Some(Duration::from_secs(8)),
-        grace: Duration::from_secs(2),
-        emf_out: Some(EmfBuffer::new()),
-    };
-    run(cfg, opts, std::future::pending()).await.unwrap();
-    let text = std::fs::read_to_string(&evidence).unwrap();
-    let records: Vec<serde_json::Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let records = run_refused_branch(8, |b| {
+        b.set("probe", "interval", "1s")
+            .set("probe", "timeout", "800ms")
+            .set("probe", "suspect_interval", "250ms")
+    })
+    .await;
     let start = records.iter().find(|r| r["kind"] == "start").unwrap();
     assert_eq!(start["suspect_interval_ms"], 250, "{start}");
     let attempts: Vec<&serde_json::Value> = records
@@ -245,46 +253,18 @@ async fn a_failing_branch_is_probed_at_its_suspect_interval() {
 /// margin: less than 1 s late. The transition's `publish` record names its batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_fires_when_its_for_runs_out_between_attempts() {
-    use crate::support::config::path;
-    use readyprobe::runner::{RunOptions, run};
-    use readyprobe::sink::emf::EmfBuffer;
-    use std::time::Duration;
-    let dns = DnsServer::start("orders.internal.example").await;
-    dns.set_a("gateway", Ipv4Addr::LOCALHOST, 5).await;
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
-    let dir = tempfile::tempdir().unwrap();
-    let evidence = dir.path().join("evidence.jsonl");
-    let cfg = ConfigBuilder::new(dir.path(), "gateway", "gw.orders.internal.example")
-        .nameserver(dns.addr())
-        .kind("tcp")
-        .set("probe.tcp", "port", i64::from(port))
-        .tls("disabled", None)
-        .branch("primary", "PRIMARY", NAME, None)
-        .set("probe", "interval", "5s")
-        .set("probe", "timeout", "2s")
-        .set("readiness", "min_attempts", 2)
-        .set("readiness", "initial", "ready")
-        .set("readiness", "window", "60s")
-        .merge("[readiness]\ndeclare_unready = { success_rate_below = 95.0, for = \"7s\" }")
-        .set("evidence", "path", path(&evidence))
-        .load(&dir.path().join("tcp.toml"));
-    let opts = RunOptions {
-        duration: Some(Duration::from_secs(20)),
-        grace: Duration::from_secs(2),
-        emf_out: Some(EmfBuffer::new()),
-    };
-    run(cfg, opts, std::future::pending()).await.unwrap();
-    let text = std::fs::read_to_string(&evidence).unwrap();
-    let records: Vec<serde_json::Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let records = run_refused_branch(20, |b| {
+        b.set("probe", "interval", "5s")
+            .set("probe", "timeout", "2s")
+            .set("readiness", "initial", "ready")
+            .set("readiness", "window", "60s")
+            .merge("[readiness]\ndeclare_unready = { success_rate_below = 95.0, for = \"7s\" }")
+    })
+    .await;
     let tr = records
         .iter()
         .find(|r| r["kind"] == "transition")
-        .unwrap_or_else(|| panic!("no transition: {text}"));
+        .unwrap_or_else(|| panic!("no transition: {records:?}"));
     let t = &tr["transition"];
     assert_eq!(t["to"], "unready", "{tr}");
     let held = t["at"].as_i64().unwrap() - t["held_since"].as_i64().unwrap();
