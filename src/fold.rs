@@ -89,8 +89,8 @@ pub enum Input {
         /// True for the last tick of the run ([`PublishReason::Final`]).
         last: bool,
     },
-    /// A readiness deadline ([`Fold::next_wakeup`]) came: evaluate every branch. A transition
-    /// publishes and records as at an attempt; no tick batch.
+    /// A readiness deadline ([`Fold::next_wakeup`]) came: evaluate every branch whose deadline
+    /// has come. A transition publishes and records as at an attempt; no tick batch.
     Wake,
     /// A sync with the store finished: the document as written, and this prober's decisions on
     /// approvals it had not taken yet (from [`control::sync_prober`]).
@@ -1156,7 +1156,8 @@ impl Fold {
 
     /// The earliest readiness deadline of any branch ([`Readiness::next_deadline`]): when to
     /// feed [`Input::Wake`] if nothing else comes first. After a wake-up it is always later than
-    /// the wake-up's instant (every branch whose deadline had come was evaluated then), so one never repeats.
+    /// the wake-up's instant (every branch whose deadline had come was evaluated then), so one
+    /// never repeats.
     pub fn next_wakeup(&mut self) -> Option<Millis> {
         let branches = &self.branches;
         *self.wakeup.get_or_insert_with(|| {

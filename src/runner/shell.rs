@@ -221,7 +221,7 @@ impl Shell {
         });
     }
 
-    /// A readiness deadline came: evaluate every branch at it (or now, if later), so a rule
+    /// A readiness deadline came: evaluate the branches it is due for at it (or now, if later), so a rule
     /// fires when its time runs out rather than at the next attempt or tick.
     pub(super) fn wake(&mut self, deadline: Millis) {
         let now = self.clock.now_ms().max(deadline);
