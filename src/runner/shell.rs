@@ -221,8 +221,8 @@ impl Shell {
         });
     }
 
-    /// A readiness deadline came: evaluate the branches it is due for at it (or now, if later), so a rule
-    /// fires when its time runs out rather than at the next attempt or tick.
+    /// A readiness deadline came: evaluate the branches it is due for at it (or now, if later),
+    /// so a rule fires when its time runs out rather than at the next attempt or tick.
     pub(super) fn wake(&mut self, deadline: Millis) {
         let now = self.clock.now_ms().max(deadline);
         let effects = self.fold.handle(Input::Wake, now);
