@@ -2,6 +2,8 @@
 //! 0/1 readiness metric per branch with asymmetric hysteresis, and publishes it for the CloudWatch
 //! alarm that drives the failover health check. See ARCHITECTURE.md for the code map.
 
+pub mod aws;
+pub mod aws_check;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -585,27 +585,20 @@ impl S3Store {
     /// default AWS chain plus the given region / endpoint (path-style addressing when an endpoint
     /// is given, as emulators and VPC endpoints need).
     pub async fn new(cfg: &crate::config::S3State, service: &str) -> Self {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .timeout_config(
-                aws_config::timeout::TimeoutConfig::builder()
-                    .operation_timeout(S3_OPERATION_TIMEOUT)
-                    .operation_attempt_timeout(Duration::from_secs(4))
-                    .connect_timeout(Duration::from_secs(3))
-                    .build(),
-            );
-        if let Some(r) = &cfg.region {
-            loader = loader.region(aws_config::Region::new(r.clone()));
-        }
-        if let Some(e) = &cfg.endpoint_url {
-            loader = loader.endpoint_url(e);
-        }
-        let shared = loader.load().await;
-        let s3cfg = aws_sdk_s3::config::Builder::from(&shared)
-            .force_path_style(cfg.endpoint_url.is_some())
+        let target = crate::aws::AwsTarget {
+            region: cfg.region.clone(),
+            endpoint_url: cfg.endpoint_url.clone(),
+            timeouts: crate::aws::Timeouts {
+                operation: S3_OPERATION_TIMEOUT,
+                attempt: Duration::from_secs(4),
+                connect: crate::aws::client::CONNECT_TIMEOUT,
+            },
+            retries: crate::aws::Retries::SdkDefault,
             // A little over the document cap, so an oversized body is refused by `check_size`
             // with its own message; the limit stops an endless error body.
-            .interceptor(crate::sink::BodyLimit(MAX_DOC_BYTES as usize + 64 * 1024))
-            .build();
+            max_response_bytes: MAX_DOC_BYTES as usize + 64 * 1024,
+        };
+        let s3cfg = target.session().await.s3().build();
         S3Store {
             client: aws_sdk_s3::Client::from_conf(s3cfg),
             bucket: cfg.bucket.clone(),

@@ -1,6 +1,5 @@
 //! Command line: argument parsing (clap), logging set-up, the subcommands and their exit codes.
 
-mod aws_check;
 pub mod cost;
 mod drill_cmd;
 mod operator;
@@ -11,6 +10,7 @@ mod simulate_cmd;
 pub use operator::{MAX_APPROVAL, MAX_OVERRIDE};
 pub use plan::plan;
 
+use crate::aws_check;
 use crate::config::{self, Config};
 use crate::probe;
 use crate::runner::{self, RunOptions};
@@ -444,7 +444,7 @@ async fn async_main(cli: Cli) -> ExitCode {
             format,
             aws_timeout,
             ..
-        } => aws_check::check_aws(&cfg, format, aws_timeout).await,
+        } => ExitCode::from(aws_check::check_aws(&cfg, format, aws_timeout).await),
         Command::Check { strict, .. } => check(&cfg, strict),
         Command::Run {
             duration,
@@ -736,6 +736,13 @@ mod tests {
         tail.split(|c: char| !c.is_ascii_digit())
             .filter_map(|w| w.parse().ok())
             .collect()
+    }
+
+    #[test]
+    fn check_aws_exits_with_the_codes_the_cli_documents() {
+        assert_eq!(aws_check::EXIT_OK, EXIT_OK);
+        assert_eq!(aws_check::EXIT_VIOLATIONS, EXIT_ATTEMPT_FAILED);
+        assert_eq!(aws_check::EXIT_IO, EXIT_IO);
     }
 
     #[test]

@@ -100,26 +100,14 @@ pub async fn client_for(
     endpoint_url: Option<&str>,
     timeout: Duration,
 ) -> aws_sdk_cloudwatch::Client {
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .timeout_config(
-            aws_config::timeout::TimeoutConfig::builder()
-                .operation_timeout(timeout)
-                .operation_attempt_timeout(timeout)
-                .connect_timeout(Duration::from_secs(3).min(timeout))
-                .build(),
-        )
-        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(3));
-    if let Some(r) = region {
-        loader = loader.region(aws_config::Region::new(r.to_string()));
-    }
-    if let Some(e) = endpoint_url {
-        loader = loader.endpoint_url(e);
-    }
-    let shared = loader.load().await;
-    let conf = aws_sdk_cloudwatch::config::Builder::from(&shared)
-        .interceptor(crate::sink::BodyLimit(MAX_RESPONSE_BYTES))
-        .build();
-    aws_sdk_cloudwatch::Client::from_conf(conf)
+    let target = crate::aws::AwsTarget {
+        region: region.map(str::to_string),
+        endpoint_url: endpoint_url.map(str::to_string),
+        timeouts: crate::aws::Timeouts::per_call(timeout),
+        retries: crate::aws::Retries::Standard(3),
+        max_response_bytes: MAX_RESPONSE_BYTES,
+    };
+    aws_sdk_cloudwatch::Client::from_conf(target.session().await.cloudwatch().build())
 }
 
 /// The alarm lanes of `service`'s branches over `window`: the metric alarms on each branch's

@@ -6,6 +6,7 @@
 //! only kind a Route 53 health check's alarm may use).
 
 use super::{Datum, SendFuture, Sink, SinkError, Value};
+use crate::aws::{AwsTarget, CodeKind, Retries, Timeouts};
 use crate::config::CloudWatch as CwConfig;
 use crate::readiness::Millis;
 use crate::record::PublishFailureClass;
@@ -174,30 +175,24 @@ impl CloudWatchClient {
     /// Build the client from the default AWS chain plus the config's region, endpoint and
     /// per-call timeout (capped by `publish_interval`).
     pub async fn new(cfg: &CwConfig, publish_interval: Duration) -> Self {
-        let op_timeout = cfg.operation_timeout.min(publish_interval);
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .timeout_config(
-                aws_config::timeout::TimeoutConfig::builder()
-                    .operation_timeout(op_timeout)
-                    .operation_attempt_timeout(op_timeout)
-                    .connect_timeout(Duration::from_secs(3).min(op_timeout))
-                    .build(),
-            )
-            .retry_config(aws_config::retry::RetryConfig::disabled());
-        if let Some(r) = &cfg.region {
-            loader = loader.region(aws_config::Region::new(r.clone()));
-        }
-        if let Some(e) = &cfg.endpoint_url {
-            loader = loader.endpoint_url(e);
-        }
-        let shared = loader.load().await;
-        let conf = aws_sdk_cloudwatch::config::Builder::from(&shared)
-            .interceptor(super::BodyLimit(MAX_RESPONSE_BYTES))
-            .build();
+        let session = target(cfg, publish_interval).session().await;
         CloudWatchClient {
-            client: aws_sdk_cloudwatch::Client::from_conf(conf),
+            client: aws_sdk_cloudwatch::Client::from_conf(session.cloudwatch().build()),
             max_tries: cfg.max_attempts.max(1),
         }
+    }
+}
+
+/// Where the sink publishes: the config's region and endpoint, one try per call (the runner
+/// retries, see [`classify_error`]) cut at `operation_timeout` or `publish_interval` if
+/// shorter, bodies of at most [`MAX_RESPONSE_BYTES`].
+pub fn target(cfg: &CwConfig, publish_interval: Duration) -> AwsTarget {
+    AwsTarget {
+        region: cfg.region.clone(),
+        endpoint_url: cfg.endpoint_url.clone(),
+        timeouts: Timeouts::per_call(cfg.operation_timeout.min(publish_interval)),
+        retries: Retries::Off,
+        max_response_bytes: MAX_RESPONSE_BYTES,
     }
 }
 
@@ -222,21 +217,6 @@ impl CloudWatchSink {
 /// per failed batch, where the SDK's debug rendering (about 1 KB) would drown the rest.
 pub const MAX_CAUSE_CHARS: usize = 200;
 
-/// Service error codes that mean the credentials in use are expired, unknown, badly signed or
-/// not allowed to publish.
-const CREDENTIAL_CODES: &[&str] = &[
-    "ExpiredToken",
-    "ExpiredTokenException",
-    "InvalidClientTokenId",
-    "UnrecognizedClientException",
-    "SignatureDoesNotMatch",
-    "InvalidSignatureException",
-    "IncompleteSignature",
-    "MissingAuthenticationToken",
-    "AccessDenied",
-    "AccessDeniedException",
-];
-
 /// Class of an HTTP status that is a failure whatever the body says (a proxy's or load
 /// balancer's answer often has no body the SDK can parse, so no error code).
 fn class_of_status(status: u16) -> Option<PublishFailureClass> {
@@ -248,16 +228,13 @@ fn class_of_status(status: u16) -> Option<PublishFailureClass> {
     }
 }
 
-/// Class of a service error: by code where the service named one, else by HTTP status.
+/// Class of a service error: by code where the service named one the table of
+/// [`crate::aws::codes`] knows, else by HTTP status.
 fn class_of_service(code: Option<&str>, status: u16) -> PublishFailureClass {
-    match code {
-        Some("Throttling" | "ThrottlingException" | "RequestLimitExceeded") => {
-            PublishFailureClass::PublishThrottled
-        }
-        Some("InternalServiceError" | "InternalFailure" | "ServiceUnavailable") => {
-            PublishFailureClass::Publish5xx
-        }
-        Some(c) if CREDENTIAL_CODES.contains(&c) => PublishFailureClass::PublishCredentials,
+    match code.and_then(crate::aws::kind_of) {
+        Some(CodeKind::Throttled) => PublishFailureClass::PublishThrottled,
+        Some(CodeKind::ServerFault) => PublishFailureClass::Publish5xx,
+        Some(k) if k.is_credentials() => PublishFailureClass::PublishCredentials,
         _ => class_of_status(status).unwrap_or(PublishFailureClass::PublishRejected),
     }
 }

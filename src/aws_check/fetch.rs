@@ -16,6 +16,7 @@ use super::model::{
     Series, Unchecked,
 };
 use super::rules::{self, RECENT_SECS};
+use crate::aws::{AwsTarget, Retries, Timeouts};
 use crate::config::{Config, ServiceConfig};
 use aws_sdk_cloudwatch::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_cloudwatch::types::{Dimension, MetricAlarm, StandardUnit, Statistic};
@@ -155,54 +156,54 @@ impl Clients {
     /// The [`Failure`] when it has no region or no usable credentials, with the region the
     /// chain found (empty when none), for the report.
     pub async fn new(cfg: &Config, deadline: &Deadline) -> Result<Clients, (String, Failure)> {
-        let cw = &cfg.publish.cloudwatch;
-        let timeout = cw.operation_timeout;
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .timeout_config(
-                aws_config::timeout::TimeoutConfig::builder()
-                    .operation_timeout(timeout * 3)
-                    .operation_attempt_timeout(timeout)
-                    .connect_timeout(Duration::from_secs(3).min(timeout))
-                    .build(),
-            );
-        loader = loader
-            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(MAX_TRIES));
-        if let Some(r) = &cw.region {
-            loader = loader.region(aws_config::Region::new(r.clone()));
-        }
-        let shared = loader.load().await;
-        let region = shared.region().map(ToString::to_string).unwrap_or_default();
+        let session = target(cfg).session().await;
+        let region = session.region().unwrap_or_default().to_string();
         if region.is_empty() {
             return Err((
                 region,
                 Failure {
-                    exit: crate::cli::EXIT_IO,
+                    exit: super::EXIT_IO,
                     kind: "no_region",
                     message: "no AWS region".into(),
                     fix: "set publish.cloudwatch.region, AWS_REGION or a profile's region".into(),
                 },
             ));
         }
-        if let Err(f) = super::creds::usable(&shared, deadline).await {
+        if let Err(f) = super::creds::usable(session.sdk_config(), deadline).await {
             return Err((region, f));
         }
-        let mut c = aws_sdk_cloudwatch::config::Builder::from(&shared)
-            .interceptor(crate::sink::BodyLimit(MAX_RESPONSE_BYTES))
-            .interceptor(deadline.cloudwatch_answers());
-        if let Some(e) = &cw.endpoint_url {
-            c = c.endpoint_url(e);
-        }
-        let mut r = aws_sdk_route53::config::Builder::from(&shared)
-            .interceptor(crate::sink::BodyLimit(MAX_RESPONSE_BYTES))
-            .interceptor(deadline.route53_answers());
-        if let Some(e) = &cfg.route53.endpoint_url {
-            r = r.endpoint_url(e);
-        }
+        let cloudwatch = session
+            .cloudwatch()
+            .interceptor(deadline.cloudwatch_answers())
+            .build();
+        let route53 = session
+            .at(cfg.route53.endpoint_url.as_deref())
+            .route53()
+            .interceptor(deadline.route53_answers())
+            .build();
         Ok(Clients {
-            cloudwatch: aws_sdk_cloudwatch::Client::from_conf(c.build()),
-            route53: aws_sdk_route53::Client::from_conf(r.build()),
+            cloudwatch: aws_sdk_cloudwatch::Client::from_conf(cloudwatch),
+            route53: aws_sdk_route53::Client::from_conf(route53),
             region,
         })
+    }
+}
+
+/// Where the check reads: the config's CloudWatch region and endpoint (Route 53's endpoint is
+/// set per client), each try cut at `operation_timeout` and a call at three tries' worth,
+/// [`MAX_TRIES`] tries, bodies of at most [`MAX_RESPONSE_BYTES`].
+fn target(cfg: &Config) -> AwsTarget {
+    let cw = &cfg.publish.cloudwatch;
+    let timeout = cw.operation_timeout;
+    AwsTarget {
+        region: cw.region.clone(),
+        endpoint_url: cw.endpoint_url.clone(),
+        timeouts: Timeouts {
+            operation: timeout * 3,
+            ..Timeouts::per_call(timeout)
+        },
+        retries: Retries::Standard(MAX_TRIES),
+        max_response_bytes: MAX_RESPONSE_BYTES,
     }
 }
 

@@ -4,6 +4,7 @@
 //! endpoint or network to look at, what was wrong with the answer).
 
 use super::model::Unchecked;
+use crate::aws::CodeKind;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,58 +61,27 @@ pub const LIST_RESOURCE_RECORD_SETS: Call = Call {
     endpoint_key: R53_ENDPOINT,
 };
 
-/// Error codes AWS answers when the caller may not make the call.
-const DENIED: &[&str] = &[
-    "AccessDenied",
-    "AccessDeniedException",
-    "UnauthorizedOperation",
-    "NotAuthorized",
-];
-/// Error codes of expired credentials.
-const EXPIRED: &[&str] = &["ExpiredToken", "ExpiredTokenException", "RequestExpired"];
-/// Error codes of credentials AWS does not accept.
-const REJECTED: &[&str] = &[
-    "InvalidClientTokenId",
-    "UnrecognizedClientException",
-    "SignatureDoesNotMatch",
-    "InvalidSignatureException",
-    "IncompleteSignature",
-    "MissingAuthenticationToken",
-];
-/// Error codes of throttling (after the SDK's retries).
-const THROTTLED: &[&str] = &[
-    "Throttling",
-    "ThrottlingException",
-    "Throttled",
-    "RequestLimitExceeded",
-    "PriorRequestNotComplete",
-    "TooManyRequestsException",
-];
-
 /// The reason and fix of an error AWS answered with `code` and `message` (already escaped).
 pub fn answered(call: Call, code: &str, message: &str) -> Unchecked {
     let why = format!("{} failed: {code}: {message}", call.name);
-    let fix = if DENIED.contains(&code) {
-        format!(
+    let fix = match crate::aws::kind_of(code) {
+        Some(CodeKind::AccessDenied) => format!(
             "allow {} to the role that runs check --aws (docs/check-aws.md lists every action it needs)",
             call.action
-        )
-    } else if EXPIRED.contains(&code) {
-        "the credentials have expired: renew them (a new session or SSO login for AWS_PROFILE, or fresh AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN) and run again".to_string()
-    } else if REJECTED.contains(&code) {
-        "AWS does not accept the credentials: check the access key and secret, the profile (AWS_PROFILE) or the role the chain picked".to_string()
-    } else if THROTTLED.contains(&code) {
-        format!(
+        ),
+        Some(CodeKind::ExpiredCredentials) => "the credentials have expired: renew them (a new session or SSO login for AWS_PROFILE, or fresh AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN) and run again".to_string(),
+        Some(CodeKind::InvalidCredentials) => "AWS does not accept the credentials: check the access key and secret, the profile (AWS_PROFILE) or the role the chain picked".to_string(),
+        Some(CodeKind::Throttled) => format!(
             "AWS throttled {} after every retry: run again later, when fewer callers share the account's rate",
             call.name
-        )
-    } else if code == "NoSuchHostedZone" {
-        "set route53.hosted_zone_id to a hosted zone of this account".to_string()
-    } else {
-        format!(
+        ),
+        _ if code == "NoSuchHostedZone" => {
+            "set route53.hosted_zone_id to a hosted zone of this account".to_string()
+        }
+        Some(CodeKind::ServerFault) | None => format!(
             "AWS refused {} with {code}: see its message; check the config's values and {}",
             call.name, call.endpoint_key
-        )
+        ),
     };
     Unchecked { why, fix }
 }

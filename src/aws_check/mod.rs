@@ -10,14 +10,20 @@ mod model;
 mod render;
 mod rules;
 
-use super::{EXIT_ATTEMPT_FAILED, EXIT_IO, EXIT_OK};
 use crate::config::{Config, escape_controls};
 use clap::ValueEnum;
-use std::process::ExitCode;
 use std::time::Duration;
 
-/// Exit code of `check --aws` when it finds a violation (as `probe` when an attempt fails).
-pub const EXIT_VIOLATIONS: u8 = EXIT_ATTEMPT_FAILED;
+/// Exit code of `check --aws` when everything was read and nothing is violated.
+pub const EXIT_OK: u8 = 0;
+
+/// Exit code of `check --aws` when it finds a violation (as `probe` when an attempt fails,
+/// `cli::EXIT_ATTEMPT_FAILED`).
+pub const EXIT_VIOLATIONS: u8 = 1;
+
+/// Exit code when AWS cannot be reached or no region is set (sysexits' `EX_IOERR`, as
+/// `cli::EXIT_IO`).
+pub const EXIT_IO: u8 = 74;
 
 /// Exit code when nothing is violated but some reads gave nothing (refused, unusable, cut short
 /// by `--aws-timeout`), or when there are no usable credentials: not everything was checked
@@ -52,12 +58,12 @@ pub fn parse_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Run the check: exit 0 when everything was read and nothing is violated, 1 when something is,
+/// Run the check and return its exit code: 0 when everything was read and nothing is violated, 1 when something is,
 /// 77 when nothing is but something was not checked (a `not_checked` row), or nothing could be
 /// because there are no usable credentials, 74 when AWS cannot be reached or no region is set.
 /// Every read runs within `timeout`; what it cuts short is not checked, unless its endpoint
 /// answered no call (then AWS cannot be reached, as when the SDK's timeout ends the call).
-pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> ExitCode {
+pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> u8 {
     let deadline = limits::Deadline::after(timeout, cfg.publish.cloudwatch.operation_timeout);
     let clients = match fetch::Clients::new(cfg, &deadline).await {
         Ok(c) => c,
@@ -91,18 +97,18 @@ pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> ExitC
         Format::Json => render::json(&clients.region, &findings),
     };
     print!("{out}");
-    ExitCode::from(if findings.iter().any(model::Finding::is_violation) {
+    if findings.iter().any(model::Finding::is_violation) {
         EXIT_VIOLATIONS
     } else if findings.is_empty() {
         EXIT_OK
     } else {
         EXIT_NOT_CHECKED
-    })
+    }
 }
 
 /// End the check without findings: the message on stderr, and with `--format json` a JSON
 /// document with the error on stdout.
-fn fail(format: Format, region: &str, f: &model::Failure) -> ExitCode {
+fn fail(format: Format, region: &str, f: &model::Failure) -> u8 {
     eprintln!(
         "error: {}; {}",
         escape_controls(&f.message),
@@ -111,5 +117,5 @@ fn fail(format: Format, region: &str, f: &model::Failure) -> ExitCode {
     if let Format::Json = format {
         print!("{}", render::error_json(region, f));
     }
-    ExitCode::from(f.exit)
+    f.exit
 }

@@ -118,7 +118,7 @@ pub fn table(region: &str, findings: &[Finding]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::aws_check::model::Rule;
+    use crate::aws_check::model::Rule;
 
     fn finding(rule: Rule) -> Finding {
         Finding {

@@ -1,7 +1,7 @@
 //! One test per rule: a clean deployment has no finding, and each change breaks exactly its rule.
 
 use super::*;
-use crate::cli::aws_check::model::{AlarmRef, BranchExpect, Unchecked};
+use crate::aws_check::model::{AlarmRef, BranchExpect, Unchecked};
 use std::collections::BTreeMap;
 
 const REGION: &str = "eu-west-1";

@@ -1,0 +1,190 @@
+//! Builds every AWS SDK client (CloudWatch, Route 53, S3) from one [`AwsTarget`]: the default
+//! credentials chain, the region (the target's, else the chain's), the endpoint override, the
+//! timeouts, the tries, and the cap on response bodies.
+
+use std::time::Duration;
+
+/// Longest wait for a TCP/TLS connection to an AWS endpoint, unless the call's own timeout is
+/// shorter.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The SDK's timeouts of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// The whole call, every try included.
+    pub operation: Duration,
+    /// One try.
+    pub attempt: Duration,
+    /// Connecting.
+    pub connect: Duration,
+}
+
+impl Timeouts {
+    /// `operation` for the call and for each of its tries, and a connect timeout of
+    /// [`CONNECT_TIMEOUT`] or `operation` if shorter.
+    pub fn per_call(operation: Duration) -> Timeouts {
+        Timeouts {
+            operation,
+            attempt: operation,
+            connect: CONNECT_TIMEOUT.min(operation),
+        }
+    }
+}
+
+/// How the SDK retries a failed call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retries {
+    /// The SDK's default (standard mode, 3 tries).
+    SdkDefault,
+    /// One try: the caller retries itself (so that every try is seen).
+    Off,
+    /// Standard mode (backoff on throttling and transient errors), this many tries in all.
+    Standard(u32),
+}
+
+/// Where and how the clients of one purpose talk to AWS. Every client of the prober is built
+/// from one: the sink's, the S3 store's, `drill report`'s and `check --aws`'s.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AwsTarget {
+    /// The region; `None`: the default chain's (`AWS_REGION`, the profile's).
+    pub region: Option<String>,
+    /// The endpoint override (an emulator, a VPC endpoint); `None`: the default chain's
+    /// (`AWS_ENDPOINT_URL`), else AWS's.
+    pub endpoint_url: Option<String>,
+    /// The SDK's timeouts.
+    pub timeouts: Timeouts,
+    /// The SDK's tries.
+    pub retries: Retries,
+    /// Largest response body read, bytes: a hostile or broken endpoint cannot stream one for
+    /// ever ([`crate::sink::BodyLimit`]).
+    pub max_response_bytes: usize,
+}
+
+/// The loaded chain (region, credentials) of an [`AwsTarget`], from which its clients are built.
+#[derive(Debug, Clone)]
+pub struct Session {
+    shared: aws_config::SdkConfig,
+    target: AwsTarget,
+}
+
+impl AwsTarget {
+    /// Load the default chain with the target's region, timeouts and tries. Credentials are
+    /// resolved lazily, by the first call (or [`Session::sdk_config`]'s provider).
+    pub async fn session(&self) -> Session {
+        let t = self.timeouts;
+        let retry = match self.retries {
+            Retries::SdkDefault => None,
+            Retries::Off => Some(aws_config::retry::RetryConfig::disabled()),
+            Retries::Standard(n) => {
+                Some(aws_config::retry::RetryConfig::standard().with_max_attempts(n))
+            }
+        };
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .operation_timeout(t.operation)
+                    .operation_attempt_timeout(t.attempt)
+                    .connect_timeout(t.connect)
+                    .build(),
+            );
+        if let Some(r) = retry {
+            loader = loader.retry_config(r);
+        }
+        if let Some(r) = &self.region {
+            loader = loader.region(aws_config::Region::new(r.clone()));
+        }
+        Session {
+            shared: loader.load().await,
+            target: self.clone(),
+        }
+    }
+}
+
+impl Session {
+    /// The region the clients use; `None` when neither the target nor the chain has one.
+    pub fn region(&self) -> Option<&str> {
+        self.shared.region().map(aws_config::Region::as_ref)
+    }
+
+    /// The loaded chain (for asking its credentials provider up front).
+    pub fn sdk_config(&self) -> &aws_config::SdkConfig {
+        &self.shared
+    }
+
+    /// The same chain with another endpoint override (a second service of one check).
+    #[must_use]
+    pub fn at(&self, endpoint_url: Option<&str>) -> Session {
+        let mut s = self.clone();
+        s.target.endpoint_url = endpoint_url.map(str::to_string);
+        s
+    }
+
+    /// The one place the response body limit is set, for every client.
+    fn body_limit(&self) -> crate::sink::BodyLimit {
+        crate::sink::BodyLimit(self.target.max_response_bytes)
+    }
+
+    /// A CloudWatch client config: the caller may add interceptors before building it.
+    pub fn cloudwatch(&self) -> aws_sdk_cloudwatch::config::Builder {
+        let mut b =
+            aws_sdk_cloudwatch::config::Builder::from(&self.shared).interceptor(self.body_limit());
+        if let Some(e) = &self.target.endpoint_url {
+            b = b.endpoint_url(e);
+        }
+        b
+    }
+
+    /// A Route 53 client config: the caller may add interceptors before building it.
+    pub fn route53(&self) -> aws_sdk_route53::config::Builder {
+        let mut b =
+            aws_sdk_route53::config::Builder::from(&self.shared).interceptor(self.body_limit());
+        if let Some(e) = &self.target.endpoint_url {
+            b = b.endpoint_url(e);
+        }
+        b
+    }
+
+    /// An S3 client config, with path-style addressing when an endpoint is given (as
+    /// emulators and VPC endpoints need).
+    pub fn s3(&self) -> aws_sdk_s3::config::Builder {
+        let mut b = aws_sdk_s3::config::Builder::from(&self.shared)
+            .force_path_style(self.target.endpoint_url.is_some())
+            .interceptor(self.body_limit());
+        if let Some(e) = &self.target.endpoint_url {
+            b = b.endpoint_url(e);
+        }
+        b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_timeout_caps_the_connect_timeout() {
+        let short = Timeouts::per_call(Duration::from_secs(1));
+        assert_eq!(short.connect, Duration::from_secs(1));
+        assert_eq!(short.attempt, Duration::from_secs(1));
+        let long = Timeouts::per_call(Duration::from_secs(30));
+        assert_eq!(long.connect, CONNECT_TIMEOUT);
+        assert_eq!(long.operation, Duration::from_secs(30));
+    }
+
+    #[tokio::test]
+    async fn the_targets_region_wins_over_the_chains() {
+        let target = AwsTarget {
+            region: Some("eu-west-3".into()),
+            endpoint_url: Some("http://127.0.0.1:9".into()),
+            timeouts: Timeouts::per_call(Duration::from_secs(1)),
+            retries: Retries::Off,
+            max_response_bytes: 1024,
+        };
+        let s = target.session().await;
+        assert_eq!(s.region(), Some("eu-west-3"));
+        let cw = s.cloudwatch().build();
+        assert_eq!(cw.region().map(AsRef::as_ref), Some("eu-west-3"));
+        let r53 = s.at(None).route53().build();
+        assert_eq!(r53.region().map(AsRef::as_ref), Some("eu-west-3"));
+    }
+}

@@ -1,0 +1,12 @@
+//! The AWS edge: every SDK client is built here from one [`AwsTarget`] (region, endpoint,
+//! timeouts, tries, response body limit, the default credentials chain), and every AWS error
+//! code the prober reads is classified by one table ([`codes`]).
+//!
+//! Role-based publishing (STS AssumeRole) plugs in at [`AwsTarget::session`]: the one place
+//! that loads credentials for every client.
+
+pub mod client;
+pub mod codes;
+
+pub use client::{AwsTarget, Retries, Session, Timeouts};
+pub use codes::{CodeKind, kind_of};
