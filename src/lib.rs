@@ -4,6 +4,7 @@
 
 pub mod aws;
 pub mod aws_check;
+pub mod aws_vocab;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -17,6 +17,7 @@ use super::model::{
 };
 use super::rules::{self, RECENT_SECS};
 use crate::aws::{AwsTarget, Retries, Timeouts};
+use crate::aws_vocab::Spelled;
 use crate::config::{Config, ServiceConfig};
 use aws_sdk_cloudwatch::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_cloudwatch::types::{Dimension, MetricAlarm, StandardUnit, Statistic};
@@ -211,10 +212,7 @@ fn target(cfg: &Config) -> AwsTarget {
 pub fn expect(cfg: &Config, region: &str) -> Expect {
     Expect {
         region: region.to_string(),
-        insufficient_data: cfg
-            .route53
-            .insufficient_data_health_status
-            .map(|s| s.to_string()),
+        insufficient_data: cfg.route53.insufficient_data_health_status,
         services: cfg.services.iter().map(service_expect).collect(),
     }
 }
@@ -311,13 +309,13 @@ fn alarm(m: &MetricAlarm) -> Alarm {
         series,
         math,
         unit: m.unit().map(|u| u.as_str().to_string()),
-        statistic: m.statistic().map(|s| s.as_str().to_string()),
+        statistic: m.statistic().map(|s| Spelled::parse(s.as_str())),
         extended_statistic: m.extended_statistic().map(str::to_string),
         period: m.period(),
         evaluation_periods: m.evaluation_periods(),
         datapoints_to_alarm: m.datapoints_to_alarm(),
-        treat_missing_data: m.treat_missing_data().map(str::to_string),
-        comparison: m.comparison_operator().map(|c| c.as_str().to_string()),
+        treat_missing_data: m.treat_missing_data().map(Spelled::parse),
+        comparison: m.comparison_operator().map(|c| Spelled::parse(c.as_str())),
         threshold: m.threshold(),
     }
 }
@@ -431,14 +429,14 @@ fn health_check(h: &aws_sdk_route53::types::HealthCheck) -> Result<HealthCheck, 
     }
     Ok(HealthCheck {
         id: h.id().to_string(),
-        kind: kind.to_string(),
+        kind: Spelled::parse(kind),
         alarm: c.alarm_identifier().map(|a| AlarmRef {
             name: a.name().to_string(),
             region: a.region().as_str().to_string(),
         }),
         insufficient_data: c
             .insufficient_data_health_status()
-            .map(|s| s.as_str().to_string()),
+            .map(|s| Spelled::parse(s.as_str())),
         inverted: c.inverted().unwrap_or(false),
         disabled: c.disabled().unwrap_or(false),
     })

@@ -1,6 +1,9 @@
 //! What `check --aws` compares: the config's expectations and the deployed objects, as plain
 //! data (no SDK types), and what it reports.
 
+use crate::aws_vocab::{
+    Comparison, HealthCheckType, InsufficientDataHealthStatus, Spelled, Statistic, TreatMissing,
+};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -64,8 +67,8 @@ pub struct Failure {
 pub struct Expect {
     /// The region of the CloudWatch client: where the alarms were read.
     pub region: String,
-    /// `route53.insufficient_data_health_status`, as the API spells it.
-    pub insufficient_data: Option<String>,
+    /// `route53.insufficient_data_health_status`.
+    pub insufficient_data: Option<InsufficientDataHealthStatus>,
     /// The services of the config.
     pub services: Vec<ServiceExpect>,
 }
@@ -128,7 +131,7 @@ pub struct Alarm {
     /// `Unit`, if set.
     pub unit: Option<String>,
     /// `Statistic`, if set.
-    pub statistic: Option<String>,
+    pub statistic: Option<Spelled<Statistic>>,
     /// `ExtendedStatistic` (`p99`, ...), if set.
     pub extended_statistic: Option<String>,
     /// `Period`, seconds.
@@ -138,9 +141,9 @@ pub struct Alarm {
     /// `DatapointsToAlarm`; unset means `EvaluationPeriods`.
     pub datapoints_to_alarm: Option<i32>,
     /// `TreatMissingData`, if set.
-    pub treat_missing_data: Option<String>,
+    pub treat_missing_data: Option<Spelled<TreatMissing>>,
     /// `ComparisonOperator`, if set.
-    pub comparison: Option<String>,
+    pub comparison: Option<Spelled<Comparison>>,
     /// `Threshold`, if set.
     pub threshold: Option<f64>,
 }
@@ -167,11 +170,11 @@ pub struct HealthCheck {
     /// Health check id.
     pub id: String,
     /// `Type` (`CLOUDWATCH_METRIC`, `HTTPS`, ...).
-    pub kind: String,
+    pub kind: Spelled<HealthCheckType>,
     /// `AlarmIdentifier`, if any.
     pub alarm: Option<AlarmRef>,
     /// `InsufficientDataHealthStatus`, if set.
-    pub insufficient_data: Option<String>,
+    pub insufficient_data: Option<Spelled<InsufficientDataHealthStatus>>,
     /// `Inverted`: Route 53 reports healthy while the alarm is in ALARM.
     pub inverted: bool,
     /// `Disabled`: Route 53 considers the health check healthy whatever the alarm says.

@@ -5,6 +5,7 @@ use super::model::{
     Alarm, BranchExpect, Expect, Fetched, Finding, HealthCheck, Inventory, Record, Rule, Series,
     ServiceExpect, Unchecked,
 };
+use crate::aws_vocab::{Comparison, HealthCheckType, Spelled, Statistic};
 use crate::contract::{
     ALARM_PERIOD, BRANCH, MAX_RECORD_TTL, READINESS, ROUTE53_STATISTICS, SERVICE,
 };
@@ -17,12 +18,10 @@ pub const RECENT_SECS: i64 = 300;
 /// already decided; each further minute only delays the failover it decided.
 pub const MAX_DETECTION_SECS: i64 = 300;
 
-/// The Route 53 health-check type that follows an alarm.
-const CLOUDWATCH_METRIC: &str = "CLOUDWATCH_METRIC";
-
 /// Whether a health check follows an alarm of this name.
 fn follows(hc: &HealthCheck, alarm: &str) -> bool {
-    hc.kind == CLOUDWATCH_METRIC && hc.alarm.as_ref().is_some_and(|a| a.name == alarm)
+    hc.kind.is(HealthCheckType::CloudwatchMetric)
+        && hc.alarm.as_ref().is_some_and(|a| a.name == alarm)
 }
 
 /// Whether an alarm is one a health check may follow for the service: it watches a series of
@@ -253,11 +252,7 @@ fn alarm_rules(at: At<'_>, svc: &ServiceExpect, a: &Alarm) -> Vec<Finding> {
             format!("extended statistic {x}: Route 53 cannot follow an alarm on a percentile"),
             "use Statistic Minimum (any prober says unready), Maximum (all must) or Average with a threshold (majority)",
         );
-    } else if let Some(s) = a
-        .statistic
-        .as_deref()
-        .filter(|s| !ROUTE53_STATISTICS.contains(s))
-    {
+    } else if let Some(Spelled::Other(s)) = &a.statistic {
         add(
             Rule::Statistic,
             format!(
@@ -269,8 +264,8 @@ fn alarm_rules(at: At<'_>, svc: &ServiceExpect, a: &Alarm) -> Vec<Finding> {
     }
     if let Some(s) = a
         .statistic
-        .as_deref()
-        .filter(|s| ["Sum", "SampleCount"].contains(s))
+        .as_ref()
+        .filter(|s| s.is(Statistic::Sum) || s.is(Statistic::SampleCount))
     {
         add(
             Rule::Statistic,
@@ -280,12 +275,14 @@ fn alarm_rules(at: At<'_>, svc: &ServiceExpect, a: &Alarm) -> Vec<Finding> {
             "use Statistic Minimum (any prober says unready), Maximum (all must) or Average with a threshold (majority)",
         );
     }
-    if !means_unready(a.comparison.as_deref(), a.threshold) {
+    if !means_unready(a.comparison.as_ref(), a.threshold) {
         add(
             Rule::Direction,
             format!(
                 "{} {}: ALARM must mean the branch is unready, i.e. the statistic of Readiness (0 or 1) below 1 (Minimum, Maximum) or below 0.5 (Average)",
-                a.comparison.as_deref().unwrap_or("no ComparisonOperator"),
+                a.comparison
+                    .as_ref()
+                    .map_or("no ComparisonOperator".to_string(), ToString::to_string),
                 a.threshold
                     .map_or("no Threshold".to_string(), |t| format!("threshold {t}"))
             ),
@@ -344,10 +341,10 @@ fn alarm_rules(at: At<'_>, svc: &ServiceExpect, a: &Alarm) -> Vec<Finding> {
 /// publishes.
 /// True when ALARM fires for some statistic of a 0/1 series below 1 and never at 1: "less than"
 /// a threshold in (0, 1], or "less than or equal to" one in [0, 1).
-fn means_unready(comparison: Option<&str>, threshold: Option<f64>) -> bool {
-    match (comparison, threshold) {
-        (Some("LessThanThreshold"), Some(t)) => t > 0.0 && t <= 1.0,
-        (Some("LessThanOrEqualToThreshold"), Some(t)) => (0.0..1.0).contains(&t),
+fn means_unready(comparison: Option<&Spelled<Comparison>>, threshold: Option<f64>) -> bool {
+    match (comparison.and_then(Spelled::known), threshold) {
+        (Some(Comparison::LessThanThreshold), Some(t)) => t > 0.0 && t <= 1.0,
+        (Some(Comparison::LessThanOrEqualToThreshold), Some(t)) => (0.0..1.0).contains(&t),
         _ => false,
     }
 }
@@ -426,7 +423,7 @@ fn health_check_rules(at: At<'_>, expect: &Expect, h: &HealthCheck) -> Vec<Findi
             "InsufficientDataHealthStatus unset: what Route 53 does while the alarm has no data was not chosen".into(),
             "set it (LastKnownStatus keeps the last answer while the prober is silent), and name the choice in route53.insufficient_data_health_status",
         )),
-        (Some(got), Some(want)) if got != want => out.push(at.finding(
+        (Some(got), Some(want)) if !got.is(*want) => out.push(at.finding(
             &object,
             Rule::InsufficientDataHealthStatus,
             format!("InsufficientDataHealthStatus {got}; route53.insufficient_data_health_status says {want}"),

@@ -187,28 +187,8 @@ pub enum SinkKind {
     Emf,
 }
 
-/// A Route 53 health check's `InsufficientDataHealthStatus`, spelled as the API does
-/// (`route53.insufficient_data_health_status`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Deserialize,
-    strum::Display,
-    strum::IntoStaticStr,
-    strum::EnumIter,
-    strum::EnumString,
-)]
-pub enum HealthStatus {
-    /// The health check is healthy while its alarm has insufficient data.
-    Healthy,
-    /// Unhealthy while the alarm has insufficient data.
-    Unhealthy,
-    /// The status it had before the alarm ran out of data.
-    LastKnownStatus,
-}
+/// `route53.insufficient_data_health_status`: the vocabulary's, spelled as the API does.
+pub use crate::aws_vocab::InsufficientDataHealthStatus as HealthStatus;
 
 /// A store's config name (`state.store`).
 #[derive(

@@ -9,6 +9,7 @@
 //! stamps an item with the time the *previous* state began.
 
 use super::model::{AlarmLane, Band, Span};
+use crate::aws_vocab::{AlarmState, Spelled};
 use crate::readiness::Millis;
 use aws_sdk_cloudwatch::config::http::HttpResponse;
 use aws_sdk_cloudwatch::error::{ProvideErrorMetadata, SdkError};
@@ -38,9 +39,6 @@ const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Longest cause kept from a failed call, characters.
 const MAX_CAUSE_CHARS: usize = 300;
-
-/// The alarm states CloudWatch knows.
-pub const STATES: &[&str] = &["OK", "ALARM", "INSUFFICIENT_DATA"];
 
 const DESCRIBE_ALARMS_FOR_METRIC: &str = "DescribeAlarmsForMetric";
 const DESCRIBE_ALARM_HISTORY: &str = "DescribeAlarmHistory";
@@ -74,7 +72,7 @@ pub struct AlarmFacts {
     /// The branch it watches (its `Branch` dimension).
     pub branch: String,
     /// Its state now (`StateValue`), for an alarm without history.
-    pub current: Option<String>,
+    pub current: Option<Spelled<AlarmState>>,
     /// Since when it is in that state (`StateUpdatedTimestamp`), ms.
     pub current_since: Option<Millis>,
     /// Its `StateUpdate` history items around the window, in any order, duplicates allowed.
@@ -172,10 +170,7 @@ pub async fn fetch(
             facts.push(AlarmFacts {
                 name: name.to_string(),
                 branch: branch.clone(),
-                current: a
-                    .state_value()
-                    .map(|s| s.as_str().to_string())
-                    .filter(|s| STATES.contains(&s.as_str())),
+                current: a.state_value().map(|s| Spelled::parse(s.as_str())),
                 current_since: a.state_updated_timestamp().and_then(millis),
                 items: history(client, name, window, &budget).await?,
             });
@@ -369,8 +364,8 @@ struct ReasonData {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Change {
     at: Millis,
-    old: Option<String>,
-    new: String,
+    old: Option<AlarmState>,
+    new: AlarmState,
 }
 
 /// The lanes of `alarms` over `window` (pure): each lane's bands cover the window without gaps
@@ -406,9 +401,9 @@ fn lane(a: &AlarmFacts, window: Span, problems: &mut Vec<String>) -> AlarmLane {
     let split = changes.partition_point(|c| c.at <= window.from);
     let (before, after) = changes.split_at(split);
     let start = match (before.last(), after.first()) {
-        (Some(c), _) => Some((window.from, c.new.clone())),
-        (None, Some(c)) => match &c.old {
-            Some(old) => Some((window.from, old.clone())),
+        (Some(c), _) => Some((window.from, c.new)),
+        (None, Some(c)) => match c.old {
+            Some(old) => Some((window.from, old)),
             None => {
                 problems.push(format!(
                     "alarm {name}: its state before {} is unknown (no history before it)",
@@ -421,24 +416,22 @@ fn lane(a: &AlarmFacts, window: Span, problems: &mut Vec<String>) -> AlarmLane {
     };
     let mut cur = start;
     for c in after.iter().take_while(|c| c.at < window.until) {
-        if let (Some((_, state)), Some(old)) = (&cur, &c.old)
+        if let (Some((_, state)), Some(old)) = (cur, c.old)
             && old != state
         {
             problems.push(format!(
-                "alarm {name}: at {} the history has it go from {} to {}, but it was {}: a change is missing from the history",
+                "alarm {name}: at {} the history has it go from {old} to {}, but it was {state}: a change is missing from the history",
                 time(c.at),
-                esc(old),
-                esc(&c.new),
-                esc(state)
+                c.new,
             ));
         }
         cur = match cur.take() {
             Some((since, state)) if state == c.new => Some((since, state)),
             Some((since, state)) => {
                 push(&mut states, since, c.at, state);
-                Some((c.at, c.new.clone()))
+                Some((c.at, c.new))
             }
-            None => Some((c.at, c.new.clone())),
+            None => Some((c.at, c.new)),
         };
     }
     if let Some((since, state)) = cur {
@@ -460,15 +453,29 @@ fn no_history(
     problems: &mut Vec<String>,
 ) -> AlarmLane {
     let name = esc(&a.name);
-    match (&a.current, a.current_since.filter(|s| *s > window.from)) {
-        (Some(state), None) => push(&mut states, window.from, window.until, state.clone()),
+    let current = match &a.current {
+        Some(Spelled::Known(state)) => Some(*state),
+        Some(Spelled::Other(other)) => {
+            problems.push(format!(
+                "alarm {name}: no state history, and its current state {:?} is none CloudWatch documents: its state in the window is unknown",
+                esc(other)
+            ));
+            return AlarmLane {
+                name: a.name.clone(),
+                branch: a.branch.clone(),
+                states,
+            };
+        }
+        None => None,
+    };
+    match (current, a.current_since.filter(|s| *s > window.from)) {
+        (Some(state), None) => push(&mut states, window.from, window.until, state),
         (Some(state), Some(since)) if since < window.until => {
             problems.push(format!(
-                "alarm {name}: no state history; it has been {} since {}, its state before is unknown",
-                esc(state),
+                "alarm {name}: no state history; it has been {state} since {}, its state before is unknown",
                 time(since)
             ));
-            push(&mut states, since, window.until, state.clone());
+            push(&mut states, since, window.until, state);
         }
         (Some(_), Some(since)) => problems.push(format!(
             "alarm {name}: no state history, and its state changed after the window (at {}): its state in the window is unknown",
@@ -485,9 +492,10 @@ fn no_history(
     }
 }
 
-/// Add a band `[from, until)` of `state`, extending the last band when it has the same state
-/// and ends where this one starts; an empty band is left out.
-fn push(states: &mut Vec<Band<String>>, from: Millis, until: Millis, state: String) {
+/// Add a band `[from, until)` of `state` (as the lanes spell it), extending the last band when
+/// it has the same state and ends where this one starts; an empty band is left out.
+fn push(states: &mut Vec<Band<String>>, from: Millis, until: Millis, state: AlarmState) {
+    let state = state.to_string();
     if until <= from {
         return;
     }
@@ -520,18 +528,21 @@ fn change(i: &HistoryItem) -> Result<Change, String> {
             one_line(&e.to_string())
         )
     })?;
-    let known = |s: &str| STATES.contains(&s);
-    if !known(&d.new_state.state_value)
-        || d.old_state.as_ref().is_some_and(|o| !known(&o.state_value))
-    {
-        return Err(format!(
-            "{at}: unknown state in HistoryData (oldState {}, newState {})",
-            d.old_state
-                .as_ref()
-                .map_or_else(|| "none".to_string(), |o| one_line(&o.state_value)),
-            one_line(&d.new_state.state_value)
-        ));
-    }
+    let old = d
+        .old_state
+        .as_ref()
+        .map(|o| Spelled::<AlarmState>::parse(&o.state_value));
+    let (old, new) = match (old, Spelled::parse(&d.new_state.state_value)) {
+        (None, Spelled::Known(new)) => (None, new),
+        (Some(Spelled::Known(old)), Spelled::Known(new)) => (Some(old), new),
+        (old, new) => {
+            return Err(format!(
+                "{at}: unknown state in HistoryData (oldState {}, newState {})",
+                old.map_or_else(|| "none".to_string(), |o| one_line(&o.to_string())),
+                one_line(&new.to_string())
+            ));
+        }
+    };
     let query_date = d
         .new_state
         .state_reason_data
@@ -540,11 +551,7 @@ fn change(i: &HistoryItem) -> Result<Change, String> {
     let when = query_date
         .or(i.at)
         .ok_or_else(|| format!("{at}: no time (no Timestamp, no queryDate)"))?;
-    Ok(Change {
-        at: when,
-        old: d.old_state.map(|o| o.state_value),
-        new: d.new_state.state_value,
-    })
+    Ok(Change { at: when, old, new })
 }
 
 /// An RFC 3339 time, also with an offset without colon as `HistoryData` writes it
@@ -605,7 +612,7 @@ mod tests {
         AlarmFacts {
             name: "primary-readiness".into(),
             branch: "primary".into(),
-            current: Some("ALARM".into()),
+            current: Some(Spelled::Known(AlarmState::Alarm)),
             current_since: Some(FROM - 86_400_000),
             items,
         }
@@ -777,6 +784,19 @@ mod tests {
         let (bands, problems) = one(f);
         assert!(bands.is_empty());
         assert!(problems[0].contains("unknown"), "{problems:?}");
+    }
+
+    #[test]
+    fn an_unknown_current_state_is_named_not_taken_for_none() {
+        let mut f = facts(Vec::new());
+        f.current = Some(Spelled::Other("PENDING".into()));
+        let (bands, problems) = one(f);
+        assert!(bands.is_empty());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("\"PENDING\" is none CloudWatch documents"),
+            "{problems:?}"
+        );
     }
 
     #[test]

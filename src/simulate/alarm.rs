@@ -14,15 +14,7 @@ use super::scenario::{AlarmModel, Statistic, TreatMissing};
 use crate::readiness::Millis;
 use serde::Serialize;
 
-/// An alarm state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::Display)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
-pub enum AlarmState {
-    Ok,
-    Alarm,
-    InsufficientData,
-}
+pub use crate::aws_vocab::AlarmState;
 
 /// A change of a hop's state at an instant (ms from the scenario's start).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -10,7 +10,7 @@
 //! answer hands it out for at most the record's TTL more.
 
 use super::alarm::{AlarmState, Change};
-use super::scenario::HealthModel;
+use super::scenario::{HealthModel, InsufficientDataHealthStatus};
 use crate::readiness::Millis;
 use serde::Serialize;
 
@@ -43,10 +43,10 @@ fn follow(model: &HealthModel, alarm: AlarmState, last: Health) -> Health {
     match alarm {
         AlarmState::Ok => Health::Healthy,
         AlarmState::Alarm => Health::Unhealthy,
-        AlarmState::InsufficientData => match model.insufficient_data_health_status.as_str() {
-            "Healthy" => Health::Healthy,
-            "Unhealthy" => Health::Unhealthy,
-            _ => last,
+        AlarmState::InsufficientData => match model.insufficient_data_health_status {
+            InsufficientDataHealthStatus::Healthy => Health::Healthy,
+            InsufficientDataHealthStatus::Unhealthy => Health::Unhealthy,
+            InsufficientDataHealthStatus::LastKnownStatus => last,
         },
     }
 }
@@ -138,7 +138,7 @@ mod tests {
 
     fn model(status: &str) -> HealthModel {
         HealthModel {
-            insufficient_data_health_status: status.into(),
+            insufficient_data_health_status: status.parse().expect("a status"),
             delay_ms: 30_000,
         }
     }

@@ -6,7 +6,7 @@
 //! [`Issue`] with the dotted key and its line, collected into one [`ConfigError`]. Pure: the
 //! caller reads the file.
 
-use crate::config::{ConfigError, HealthStatus, Issue};
+use crate::config::{ConfigError, Issue};
 use crate::failure::FailureClass;
 use crate::readiness::{Millis, ReadinessState};
 use serde::{Deserialize, Serialize};
@@ -22,47 +22,7 @@ pub const MAX_ATTEMPTS: u64 = 1_000_000;
 /// How long a scripted approval stays valid (the default of `approve --expires`), ms.
 pub const APPROVAL_VALID_MS: Millis = 30 * 60 * 1000;
 
-/// The statistic of the alarm (those a Route 53 health check can follow).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, strum::Display)]
-pub enum Statistic {
-    Average,
-    Minimum,
-    Maximum,
-    Sum,
-    SampleCount,
-}
-
-/// The alarm's `ComparisonOperator`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, strum::Display)]
-pub enum Comparison {
-    GreaterThanOrEqualToThreshold,
-    GreaterThanThreshold,
-    LessThanThreshold,
-    LessThanOrEqualToThreshold,
-}
-
-impl Comparison {
-    /// Whether `value` breaches `threshold`.
-    pub fn breaches(self, value: f64, threshold: f64) -> bool {
-        match self {
-            Comparison::GreaterThanOrEqualToThreshold => value >= threshold,
-            Comparison::GreaterThanThreshold => value > threshold,
-            Comparison::LessThanThreshold => value < threshold,
-            Comparison::LessThanOrEqualToThreshold => value <= threshold,
-        }
-    }
-}
-
-/// The alarm's `TreatMissingData`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, strum::Display)]
-#[serde(rename_all = "camelCase")]
-#[strum(serialize_all = "camelCase")]
-pub enum TreatMissing {
-    Missing,
-    Breaching,
-    NotBreaching,
-    Ignore,
-}
+pub use crate::aws_vocab::{Comparison, InsufficientDataHealthStatus, Statistic, TreatMissing};
 
 /// The state a branch starts in (`initial`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -147,7 +107,7 @@ struct RawAlarm {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawHealthCheck {
-    insufficient_data_health_status: Option<HealthStatus>,
+    insufficient_data_health_status: Option<InsufficientDataHealthStatus>,
     #[serde(default, deserialize_with = "duration")]
     delay: Option<Duration>,
 }
@@ -221,8 +181,8 @@ pub struct AlarmModel {
 /// The Route 53 `CLOUDWATCH_METRIC` health check behind each branch's failover record.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HealthModel {
-    /// `InsufficientDataHealthStatus`, as the API spells it.
-    pub insufficient_data_health_status: String,
+    /// `InsufficientDataHealthStatus`.
+    pub insufficient_data_health_status: InsufficientDataHealthStatus,
     /// How long after an alarm state change the health check follows it, ms.
     pub delay_ms: Millis,
 }
@@ -262,7 +222,7 @@ pub struct Limits<'a> {
     /// The probe interval.
     pub interval: Duration,
     /// The config's `route53.insufficient_data_health_status`, if set.
-    pub insufficient_data: Option<HealthStatus>,
+    pub insufficient_data: Option<InsufficientDataHealthStatus>,
 }
 
 fn ms(d: Duration) -> Millis {
@@ -400,8 +360,7 @@ impl Validation<'_, '_> {
                     .health_check
                     .insufficient_data_health_status
                     .or(limits.insufficient_data)
-                    .unwrap_or(HealthStatus::LastKnownStatus)
-                    .to_string(),
+                    .unwrap_or(InsufficientDataHealthStatus::LastKnownStatus),
                 delay_ms,
             },
             dns: self.dns(raw.dns),
@@ -695,7 +654,7 @@ mod tests {
         assert_eq!(s.alarm.treat_missing_data, TreatMissing::Missing);
         assert_eq!(
             s.health_check.insufficient_data_health_status,
-            "LastKnownStatus"
+            InsufficientDataHealthStatus::LastKnownStatus
         );
         assert_eq!((s.dns.ttl_ms, s.dns.answer_delay_ms), (60_000, 0));
         let avg =

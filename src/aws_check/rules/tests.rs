@@ -316,7 +316,7 @@ fn insufficient_data_status_must_be_set_and_as_configured() {
         vec![],
         "any explicit value when none is configured"
     );
-    e.insufficient_data = Some("LastKnownStatus".into());
+    e.insufficient_data = Some(crate::aws_vocab::InsufficientDataHealthStatus::LastKnownStatus);
     assert_eq!(
         rules_of(&e, &inv),
         primary(Rule::InsufficientDataHealthStatus)
