@@ -652,6 +652,18 @@ mod tests {
                 "PutMetricData failed: HTTP 503 Service Unavailable (no error code in the response)",
             ),
             (
+                "throttled by API Gateway's code",
+                service("TooManyRequestsException", Some("Too Many Requests"), 400),
+                C::PublishThrottled,
+                "PutMetricData failed: TooManyRequestsException: Too Many Requests",
+            ),
+            (
+                "an expired request",
+                service("RequestExpired", Some("Request has expired"), 400),
+                C::PublishCredentials,
+                "PutMetricData failed: RequestExpired: Request has expired",
+            ),
+            (
                 "long message",
                 service("InvalidParameterValue", Some(&long), 400),
                 C::PublishRejected,
