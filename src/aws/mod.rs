@@ -3,7 +3,8 @@
 //! code the prober reads is classified by one table ([`codes`]).
 //!
 //! Role-based publishing (STS AssumeRole) plugs in at [`AwsTarget::session`]: the one place
-//! that loads credentials for every client.
+//! that loads credentials for every client. The alarm and health-check vocabulary is a pure
+//! leaf beside it ([`crate::aws_vocab`]), so `simulate` and `config` use it without the SDK.
 
 pub mod client;
 pub mod codes;

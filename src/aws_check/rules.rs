@@ -246,6 +246,35 @@ fn alarm_rules(at: At<'_>, svc: &ServiceExpect, a: &Alarm) -> Vec<Finding> {
             "remove Unit from the alarm, or set it to None",
         );
     }
+    statistic_rules(a, &mut add);
+    if !means_unready(a.comparison.as_ref(), a.threshold) {
+        add(
+            Rule::Direction,
+            format!(
+                "{} {}: ALARM must mean the branch is unready, i.e. the statistic of Readiness (0 or 1) below 1 (Minimum, Maximum) or below 0.5 (Average)",
+                a.comparison
+                    .as_ref()
+                    .map_or("no ComparisonOperator".to_string(), ToString::to_string),
+                a.threshold
+                    .map_or("no Threshold".to_string(), |t| format!("threshold {t}"))
+            ),
+            "set ComparisonOperator LessThanThreshold with Threshold 1 (Minimum, Maximum) or 0.5 (Average)",
+        );
+    }
+    timing_rules(a, &mut add);
+    if a.treat_missing_data.is_none() {
+        add(
+            Rule::TreatMissingData,
+            "TreatMissingData unset: a silent prober leaves the alarm as CloudWatch's default decides".into(),
+            "set TreatMissingData explicitly (breaching fails over when the prober stops publishing; docs/check-aws.md)",
+        );
+    }
+    out
+}
+
+/// The rules of an alarm's statistic: one Route 53 can follow, and one with a meaning on a
+/// 0/1 metric published by several probers.
+fn statistic_rules(a: &Alarm, add: &mut impl FnMut(Rule, String, &str)) {
     if let Some(x) = &a.extended_statistic {
         add(
             Rule::Statistic,
@@ -275,20 +304,10 @@ fn alarm_rules(at: At<'_>, svc: &ServiceExpect, a: &Alarm) -> Vec<Finding> {
             "use Statistic Minimum (any prober says unready), Maximum (all must) or Average with a threshold (majority)",
         );
     }
-    if !means_unready(a.comparison.as_ref(), a.threshold) {
-        add(
-            Rule::Direction,
-            format!(
-                "{} {}: ALARM must mean the branch is unready, i.e. the statistic of Readiness (0 or 1) below 1 (Minimum, Maximum) or below 0.5 (Average)",
-                a.comparison
-                    .as_ref()
-                    .map_or("no ComparisonOperator".to_string(), ToString::to_string),
-                a.threshold
-                    .map_or("no Threshold".to_string(), |t| format!("threshold {t}"))
-            ),
-            "set ComparisonOperator LessThanThreshold with Threshold 1 (Minimum, Maximum) or 0.5 (Average)",
-        );
-    }
+}
+
+/// The rules of an alarm's timing: standard-resolution period, detection time, no M-out-of-N.
+fn timing_rules(a: &Alarm, add: &mut impl FnMut(Rule, String, &str)) {
     match a.period {
         Some(p) if p < ALARM_PERIOD => add(
             Rule::Period,
@@ -327,14 +346,6 @@ fn alarm_rules(at: At<'_>, svc: &ServiceExpect, a: &Alarm) -> Vec<Finding> {
             "set DatapointsToAlarm = EvaluationPeriods (or leave it unset)",
         );
     }
-    if a.treat_missing_data.is_none() {
-        add(
-            Rule::TreatMissingData,
-            "TreatMissingData unset: a silent prober leaves the alarm as CloudWatch's default decides".into(),
-            "set TreatMissingData explicitly (breaching fails over when the prober stops publishing; docs/check-aws.md)",
-        );
-    }
-    out
 }
 
 /// The rules of a single-metric alarm's series: the namespace, metric and dimensions the prober
