@@ -791,35 +791,42 @@ pub fn render_status(
                 );
             }
         }
-        for a in doc.approvals.iter().filter(|a| &a.branch == b) {
-            let decided: Vec<String> = a
-                .decisions
-                .iter()
-                .map(|(p, d)| {
-                    let what = if d.applied { "applied" } else { "rejected" };
-                    format!("{p}: {what} at {}", t(d.at))
-                })
-                .collect();
-            if a.expires_at > now || !decided.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "  approval {} by {} given at {} (expires {}): {}{}",
-                    a.id,
-                    a.by,
-                    t(a.at),
-                    t(a.expires_at),
-                    a.reason,
-                    if decided.is_empty() {
-                        " — pending, not yet read by a prober".to_string()
-                    } else {
-                        format!(" — {}", decided.join(", "))
-                    }
-                );
-            }
-        }
+        render_approvals(&mut s, &doc.approvals, b, now);
     }
     render_markers(&mut s, &doc.markers);
     s
+}
+
+/// The approvals of branch `b` still valid or decided: when each was given, and each prober's
+/// decision with when it made it (an applied one: when that prober applied it).
+fn render_approvals(s: &mut String, approvals: &[Approval], b: &str, now: Millis) {
+    let t = crate::clock::rfc3339;
+    for a in approvals.iter().filter(|a| a.branch == b) {
+        let decided: Vec<String> = a
+            .decisions
+            .iter()
+            .map(|(p, d)| {
+                let what = if d.applied { "applied" } else { "rejected" };
+                format!("{p}: {what} at {}", t(d.at))
+            })
+            .collect();
+        if a.expires_at > now || !decided.is_empty() {
+            let _ = writeln!(
+                s,
+                "  approval {} by {} given at {} (expires {}): {}{}",
+                a.id,
+                a.by,
+                t(a.at),
+                t(a.expires_at),
+                a.reason,
+                if decided.is_empty() {
+                    " — pending, not yet read by a prober".to_string()
+                } else {
+                    format!(" — {}", decided.join(", "))
+                }
+            );
+        }
+    }
 }
 
 /// How long before `now` the entry was saved, whole seconds (`"3m 20s ago"`).
