@@ -38,6 +38,15 @@ pub const MARKER_RETENTION_MS: Millis = 7 * 86_400_000;
 /// prober that has not recorded it (e.g. a new prober id): it is not recorded. 1 hour.
 pub const MARKER_NEWS_MS: Millis = 3_600_000;
 
+/// Longest override (ms): 30 days, long enough for a planned maintenance, short enough not to
+/// be forgotten. `override --expires` refuses more; a prober applies a longer one written in the
+/// document only up to this long after it was set ([`Override::ends_at`]).
+pub const MAX_OVERRIDE_MS: Millis = 30 * 86_400_000;
+/// Longest `by` of an approval, override or drill marker, characters: a name.
+pub const MAX_BY_CHARS: usize = 100;
+/// Longest `reason` of an approval or override, characters: a sentence or two, not a document.
+pub const MAX_REASON_CHARS: usize = 1000;
+
 /// Clock skew tolerated between hosts sharing a document (ms): a prober entry saved further
 /// ahead of the reader's clock counts as neither fresh nor worth keeping. 5 minutes.
 pub const MAX_CLOCK_SKEW_MS: Millis = 5 * 60_000;
@@ -125,7 +134,7 @@ impl ControlDoc {
     }
 
     /// Drop approvals beyond [`MAX_APPROVALS`] (oldest first), overrides that expired more than
-    /// a day before `now`, probers not saved for [`PROBER_RETENTION_MS`], and markers given
+    /// a day before `now` or were set in the future ([`Override::ahead`]), probers not saved for [`PROBER_RETENTION_MS`], and markers given
     /// more than [`MARKER_RETENTION_MS`] before `now` or beyond [`MAX_MARKERS`] (oldest first).
     pub fn prune(&mut self, now: Millis) {
         self.probers
@@ -134,8 +143,9 @@ impl ControlDoc {
             let extra = self.approvals.len() - MAX_APPROVALS;
             self.approvals.drain(..extra);
         }
-        self.overrides
-            .retain(|_, o| o.expires_at.saturating_add(OVERRIDE_RETENTION_MS) > now);
+        self.overrides.retain(|_, o| {
+            o.ends_at(now).saturating_add(OVERRIDE_RETENTION_MS) > now && !o.ahead(now)
+        });
         let probers = &self.probers;
         self.instances.retain(|id, _| probers.contains_key(id));
         self.markers
@@ -145,6 +155,107 @@ impl ControlDoc {
             self.markers.drain(..extra);
         }
     }
+}
+
+impl ControlDoc {
+    /// Bring the document's compact JSON down to about `budget` bytes when it is larger (pure):
+    /// first drop decided approvals, oldest first (each prober that decided one recorded it in
+    /// its evidence), then drill markers a prober took, oldest first, then keep in every branch
+    /// snapshot only the same number of newest attempts, the most that fit. Undecided approvals,
+    /// markers no prober took yet, overrides and the probers' states are kept. A prober's
+    /// snapshot then restores fewer attempts after a restart (its windows fill again as it
+    /// probes); its live state is not touched. Returns the compact size after, bytes.
+    pub fn fit(&mut self, budget: usize) -> usize {
+        let mut size = json_len(&*self);
+        size = drop_oldest(&mut self.approvals, size, budget, |a| {
+            !a.decisions.is_empty()
+        });
+        size = drop_oldest(&mut self.markers, size, budget, |m| !m.taken.is_empty());
+        if size > budget {
+            self.cap_attempts(size - budget);
+        }
+        json_len(&*self)
+    }
+
+    /// Keep in every branch snapshot only its newest attempts, as many in each as leaves out at
+    /// least `excess` bytes (or none at all).
+    fn cap_attempts(&mut self, excess: usize) {
+        // Per snapshot, the bytes of its oldest `j` attempts (each with its comma), j = 0..=len.
+        let costs: Vec<Vec<usize>> = self
+            .probers
+            .values()
+            .flat_map(|p| p.branches.values())
+            .map(|b| {
+                std::iter::once(0)
+                    .chain(b.attempts.iter().scan(0, |sum, a| {
+                        *sum += json_len(a) + 1;
+                        Some(*sum)
+                    }))
+                    .collect()
+            })
+            .collect();
+        let saved = |keep: usize| -> usize {
+            costs
+                .iter()
+                .map(|c| c[(c.len() - 1).saturating_sub(keep)])
+                .sum()
+        };
+        let longest = costs.iter().map(|c| c.len() - 1).max().unwrap_or(0);
+        // The largest `keep` that saves enough: saving shrinks as `keep` grows.
+        let (mut lo, mut hi) = (0, longest);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if saved(mid) >= excess {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        for p in self.probers.values_mut() {
+            for b in p.branches.values_mut() {
+                let extra = b.attempts.len().saturating_sub(lo);
+                b.attempts.drain(..extra);
+            }
+        }
+    }
+}
+
+/// Remove the oldest items of `items` that `droppable` allows until `size` (bytes, less each
+/// item and its comma) is at most `budget`; returns the size left.
+fn drop_oldest<T: Serialize>(
+    items: &mut Vec<T>,
+    mut size: usize,
+    budget: usize,
+    droppable: impl Fn(&T) -> bool,
+) -> usize {
+    let mut i = 0;
+    while size > budget && i < items.len() {
+        if droppable(&items[i]) {
+            size = size.saturating_sub(json_len(&items[i]) + 1);
+            items.remove(i);
+        } else {
+            i += 1;
+        }
+    }
+    size
+}
+
+/// Length of `v` as compact JSON, bytes, counted without building it.
+fn json_len<T: Serialize + ?Sized>(v: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    // Serialising these types cannot fail (string keys, no custom serialisers).
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 /// Another `run` process that saved under this process's prober id.
@@ -349,9 +460,46 @@ pub struct Override {
 }
 
 impl Override {
-    /// Whether it is in force at `now`.
+    /// Whether it is in force at `now`: not set in the future ([`ahead`](Self::ahead)) and
+    /// before its end ([`ends_at`](Self::ends_at)).
     pub fn active(&self, now: Millis) -> bool {
-        now < self.expires_at
+        !self.ahead(now) && now < self.ends_at(now)
+    }
+
+    /// When it ends for a reader whose clock says `now`: its `expires_at`, but at most
+    /// [`MAX_OVERRIDE_MS`] after it was set, or after `now` when it was set later (within the
+    /// tolerated skew). The CLI refuses a longer `--expires`; a document with a longer one (a
+    /// hand edit, a host whose clock was wrong) is applied only up to that bound.
+    pub fn ends_at(&self, now: Millis) -> Millis {
+        self.expires_at
+            .min(self.at.min(now).saturating_add(MAX_OVERRIDE_MS))
+    }
+
+    /// Whether it was set more than [`MAX_CLOCK_SKEW_MS`] after `now`: written by a host whose
+    /// clock runs ahead, so, as a prober entry saved in the future, it is not trusted (never in
+    /// force, dropped at a prober's sync).
+    pub fn ahead(&self, now: Millis) -> bool {
+        self.at > now.saturating_add(MAX_CLOCK_SKEW_MS)
+    }
+}
+
+/// Write into the document each override's bound ([`Override::ends_at`] on the prober's clock
+/// `now`), with a note in its reason, so that `status`, the prober's log and its evidence all
+/// show the end the prober applies instead of the one written.
+fn bound_overrides(doc: &mut ControlDoc, now: Millis) {
+    for o in doc.overrides.values_mut() {
+        let end = o.ends_at(now);
+        if o.ahead(now) || end == o.expires_at {
+            continue;
+        }
+        let _ = write!(
+            o.reason,
+            " [expiry {} bounded to {} by a prober: at most {} after it was set]",
+            crate::clock::rfc3339(o.expires_at),
+            crate::clock::rfc3339(end),
+            crate::clock::fmt_duration_ms(MAX_OVERRIDE_MS)
+        );
+        o.expires_at = end;
     }
 }
 
@@ -459,6 +607,7 @@ pub fn sync_prober(
                 .collect(),
         },
     );
+    bound_overrides(doc, now);
     doc.prune(now);
     decided
 }
@@ -605,57 +754,111 @@ pub fn render_status(
             };
             let _ = writeln!(
                 s,
-                "  prober {id}: {} since {} (saved {}), {rate}",
+                "  prober {id}: {} since {} (saved {}, {}), {rate}",
                 r.state().as_str(),
                 r.since().map(t).unwrap_or_else(|| "start".into()),
                 t(ps.saved_at),
+                saved_ago(ps, now),
             );
+            if let Some(why) = staleness(ps, now) {
+                let _ = writeln!(s, "    STALE: {why}");
+            }
             let _ = writeln!(
                 s,
                 "    waiting for: {}",
                 waiting_for(&r, now).replace("<branch>", b)
             );
         }
-        if let Some(o) = doc.overrides.get(b)
-            && o.active(now)
-        {
-            {
+        if let Some(o) = doc.overrides.get(b) {
+            if o.active(now) {
                 let _ = writeln!(
                     s,
                     "  OVERRIDE: forced {} until {} by {} ({})",
                     o.force.as_str(),
-                    t(o.expires_at),
+                    t(o.ends_at(now)),
                     o.by,
                     o.reason
                 );
-            }
-        }
-        for a in doc.approvals.iter().filter(|a| &a.branch == b) {
-            let decided: Vec<String> = a
-                .decisions
-                .iter()
-                .map(|(p, d)| format!("{p}: {}", if d.applied { "applied" } else { "rejected" }))
-                .collect();
-            if a.expires_at > now || !decided.is_empty() {
+            } else if o.ahead(now) {
                 let _ = writeln!(
                     s,
-                    "  approval {} by {} at {} (expires {}): {}{}",
-                    a.id,
-                    a.by,
-                    t(a.at),
-                    t(a.expires_at),
-                    a.reason,
-                    if decided.is_empty() {
-                        " — pending, not yet read by a prober".to_string()
-                    } else {
-                        format!(" — {}", decided.join(", "))
-                    }
+                    "  override IGNORED: forced {} by {} ({}) set at {}, more than {} ahead of this clock; probers drop it",
+                    o.force.as_str(),
+                    o.by,
+                    o.reason,
+                    t(o.at),
+                    crate::clock::fmt_duration_ms(MAX_CLOCK_SKEW_MS)
                 );
             }
         }
+        render_approvals(&mut s, &doc.approvals, b, now);
     }
     render_markers(&mut s, &doc.markers);
     s
+}
+
+/// The approvals of branch `b` still valid or decided: when each was given, and each prober's
+/// decision with when it made it (an applied one: when that prober applied it).
+fn render_approvals(s: &mut String, approvals: &[Approval], b: &str, now: Millis) {
+    let t = crate::clock::rfc3339;
+    for a in approvals.iter().filter(|a| a.branch == b) {
+        let decided: Vec<String> = a
+            .decisions
+            .iter()
+            .map(|(p, d)| {
+                let what = if d.applied { "applied" } else { "rejected" };
+                format!("{p}: {what} at {}", t(d.at))
+            })
+            .collect();
+        if a.expires_at > now || !decided.is_empty() {
+            let _ = writeln!(
+                s,
+                "  approval {} by {} given at {} (expires {}): {}{}",
+                a.id,
+                a.by,
+                t(a.at),
+                t(a.expires_at),
+                a.reason,
+                if decided.is_empty() {
+                    " — pending, not yet read by a prober".to_string()
+                } else {
+                    format!(" — {}", decided.join(", "))
+                }
+            );
+        }
+    }
+}
+
+/// How long before `now` the entry was saved, whole seconds (`"3m 20s ago"`).
+fn saved_ago(ps: &ProberState, now: Millis) -> String {
+    if ps.saved_at > now {
+        return format!(
+            "{} ahead of this clock",
+            crate::clock::fmt_duration_ms((ps.saved_at - now) / 1000 * 1000)
+        );
+    }
+    format!(
+        "{} ago",
+        crate::clock::fmt_duration_ms(now.saturating_sub(ps.saved_at) / 1000 * 1000)
+    )
+}
+
+/// Why a prober entry is not that of a running prober ([`ProberState::is_fresh`]), if so.
+fn staleness(ps: &ProberState, now: Millis) -> Option<String> {
+    if ps.is_fresh(now) {
+        None
+    } else if ps.ahead(now) {
+        Some(format!(
+            "saved more than {} ahead of this clock; its time is not trusted",
+            crate::clock::fmt_duration_ms(MAX_CLOCK_SKEW_MS)
+        ))
+    } else {
+        Some(format!(
+            "not saved for {} (more than {}); it may not be running",
+            crate::clock::fmt_duration_ms(now.saturating_sub(ps.saved_at) / 1000 * 1000),
+            crate::clock::fmt_duration_ms(PROBER_FRESH_MS)
+        ))
+    }
 }
 
 /// Markers `status` lists: the newest, which a drill is about.
@@ -736,8 +939,12 @@ mod tests {
         assert!(!doc.probers["far"].is_fresh(now));
         assert!(!doc.probers["ahead"].is_fresh(now));
         assert!(doc.probers["skewed"].is_fresh(now));
+        let ov = doc.overrides["primary"].clone();
+        assert!(!ov.active(now) && !ov.ahead(now));
+        // Set at the start of time: it ended MAX_OVERRIDE_MS after, whatever its expiry says.
         doc.prune(now);
-        assert!(doc.overrides.contains_key("primary"));
+        assert!(!doc.overrides.contains_key("primary"));
+        doc.overrides.insert("primary".into(), ov);
         assert_eq!(doc.probers.keys().collect::<Vec<_>>(), ["skewed"]);
         assert_eq!(
             time_out_of_range(&doc),
@@ -1106,6 +1313,104 @@ mod tests {
         );
         let none = render_status(&doc_with(pending_at(100_000)), &policy(), &[], 100_500);
         assert!(!none.contains("drill markers"), "{none}");
+    }
+
+    fn forced(at: Millis, expires_at: Millis) -> Override {
+        Override {
+            force: Forced::Ready,
+            by: "op".into(),
+            reason: "maintenance".into(),
+            at,
+            expires_at,
+        }
+    }
+
+    /// An override set a year ahead of this prober's clock, for ten years (a host whose clock
+    /// ran ahead): not trusted, as a prober entry saved in the future is not, and dropped at the
+    /// prober's sync. One set now for ten years is in force for the CLI's maximum only, and the
+    /// sync writes that bound into the document and its reason.
+    #[test]
+    fn an_override_from_the_future_or_beyond_the_maximum_is_not_taken_as_written() {
+        let now = 1_700_000_000_000;
+        let year = 365 * 86_400_000;
+        let future = forced(now + year, now + 10 * year);
+        assert!(!future.active(now));
+        assert_eq!(effective_value(Some(0.0), Some(&future), now), Some(0.0));
+        assert!(forced(now + MAX_CLOCK_SKEW_MS, now + 3_600_000).active(now));
+        assert!(!forced(now + MAX_CLOCK_SKEW_MS + 1, now + 3_600_000).active(now));
+        let long = forced(now, now + 10 * year);
+        assert!(long.active(now + MAX_OVERRIDE_MS - 1));
+        assert!(!long.active(now + MAX_OVERRIDE_MS));
+        assert_eq!(
+            effective_value(Some(0.0), Some(&long), now + MAX_OVERRIDE_MS),
+            Some(0.0)
+        );
+        let mut doc = ControlDoc::new("s");
+        doc.overrides.insert("primary".into(), long);
+        doc.overrides.insert("secondary".into(), future);
+        doc.overrides
+            .insert("tertiary".into(), forced(now - 1000, now + 3_600_000));
+        sync_prober(&mut doc, "p1", &mut BTreeMap::new(), &BTreeSet::new(), now);
+        let bounded = &doc.overrides["primary"];
+        assert_eq!(bounded.expires_at, now + MAX_OVERRIDE_MS);
+        assert!(
+            bounded.reason.starts_with("maintenance [expiry ")
+                && bounded.reason.contains("bounded"),
+            "{}",
+            bounded.reason
+        );
+        assert!(!doc.overrides.contains_key("secondary"));
+        assert_eq!(
+            doc.overrides["tertiary"],
+            forced(now - 1000, now + 3_600_000)
+        );
+        // A second sync changes nothing more.
+        let before = doc.overrides.clone();
+        sync_prober(
+            &mut doc,
+            "p1",
+            &mut BTreeMap::new(),
+            &BTreeSet::new(),
+            now + 1,
+        );
+        assert_eq!(doc.overrides, before);
+    }
+
+    /// A prober last saved minutes ago is shown with its age and marked stale, not as if it
+    /// were running; an applied approval shows when it was given and when each prober applied it.
+    #[test]
+    fn status_marks_a_stale_prober_and_says_when_an_approval_was_applied() {
+        let r = pending_at(100_000);
+        let since = r.since().unwrap();
+        let mut doc = doc_with(r);
+        let mut a = approval(since + 10, since + 600_000);
+        a.decisions.insert(
+            "az-a".into(),
+            Decision {
+                at: since + 2_000,
+                applied: true,
+                detail: "applied".into(),
+            },
+        );
+        doc.approvals.push(a);
+        let t = crate::clock::rfc3339;
+        let fresh = render_status(&doc, &policy(), &["primary".into()], 100_500);
+        assert!(!fresh.contains("STALE"), "{fresh}");
+        assert!(
+            fresh.contains(&format!("(saved {}, 0s ago)", t(100_000))),
+            "{fresh}"
+        );
+        assert!(
+            fresh.contains(&format!("given at {}", t(since + 10)))
+                && fresh.contains(&format!("az-a: applied at {}", t(since + 2_000))),
+            "{fresh}"
+        );
+        let later = 100_000 + 20 * 60_000;
+        let stale = render_status(&doc, &policy(), &["primary".into()], later);
+        assert!(
+            stale.contains("STALE: not saved for 20m (more than 15m); it may not be running"),
+            "{stale}"
+        );
     }
 
     #[test]

@@ -25,6 +25,11 @@ use std::time::Duration;
 /// control document, and reading it whole (e.g. `/dev/zero` behind the path) would exhaust memory.
 pub const MAX_DOC_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Largest control document written, in bytes of compact JSON (8 MiB, half the read cap
+/// [`MAX_DOC_BYTES`]): a write over it first drops what is history, then caps the attempts each
+/// prober's snapshots keep ([`ControlDoc::fit`]).
+pub const DOC_BUDGET_BYTES: usize = 8 * 1024 * 1024;
+
 /// A state store problem.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -45,6 +50,17 @@ pub enum StateError {
         location: String,
         /// Why.
         reason: String,
+    },
+    /// A write that even pruned would be larger than readers accept: refused, nothing written.
+    #[error(
+        "state store {location}: refusing to write a control document of {bytes} bytes, over the {} MiB readers accept, even after dropping decided approvals, recorded drill markers and old attempts; nothing was written (too many undecided approvals or markers?)",
+        MAX_DOC_BYTES / (1024 * 1024)
+    )]
+    TooLarge {
+        /// File path or `s3://bucket/key`.
+        location: String,
+        /// Size of the document that was refused (compact JSON).
+        bytes: usize,
     },
     /// Too many lost races in a row.
     #[error("state store {location}: gave up after {tries} conflicting writes")]
@@ -97,6 +113,33 @@ fn check_size(location: &str, len: u64) -> Result<(), StateError> {
         });
     }
     Ok(())
+}
+
+/// Encode `doc` as written: compact JSON, brought down to [`DOC_BUDGET_BYTES`] when larger
+/// ([`ControlDoc::fit`], which changes `doc` to what is written).
+///
+/// # Errors
+/// [`StateError::TooLarge`] when it would still be over [`MAX_DOC_BYTES`], which readers
+/// refuse: nothing may write what no reader can read.
+fn encode(location: &str, doc: &mut ControlDoc) -> Result<Vec<u8>, StateError> {
+    let to_vec = |d: &ControlDoc| {
+        serde_json::to_vec(d).map_err(|e| StateError::Io {
+            location: location.to_string(),
+            reason: format!("encode: {e}"),
+        })
+    };
+    let mut body = to_vec(doc)?;
+    if body.len() > DOC_BUDGET_BYTES {
+        doc.fit(DOC_BUDGET_BYTES);
+        body = to_vec(doc)?;
+    }
+    if body.len() as u64 > MAX_DOC_BYTES {
+        return Err(StateError::TooLarge {
+            location: location.to_string(),
+            bytes: body.len(),
+        });
+    }
+    Ok(body)
 }
 
 /// A service name made safe for a file or object name (other characters become `_`).
@@ -335,10 +378,30 @@ impl FileStore {
         &self.path
     }
 
-    /// The temporary file a write goes through before its rename onto the document.
-    fn tmp_path(&self) -> PathBuf {
-        self.path
-            .with_extension(format!("json.tmp.{}", std::process::id()))
+    /// Create the temporary file a write goes through before its rename onto the document:
+    /// a new file (`O_CREAT | O_EXCL`, which also refuses a symbolic link) under a random name,
+    /// so nothing planted beside the document (a hard or symbolic link to a file elsewhere) is
+    /// ever written through.
+    fn create_tmp(&self) -> std::io::Result<(PathBuf, File)> {
+        let mut tries = 0;
+        loop {
+            let tmp = self.path.with_extension(format!(
+                "json.tmp.{}.{:016x}",
+                std::process::id(),
+                rand::random::<u64>()
+            ));
+            let opened = OpenOptions::new()
+                .create_new(true)
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+                .open(&tmp);
+            match opened {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => {
+                    tries += 1;
+                }
+                r => return r.map(|f| (tmp, f)),
+            }
+        }
     }
 
     fn io(&self, what: &str, e: std::io::Error) -> StateError {
@@ -445,6 +508,12 @@ impl FileStore {
     /// # Errors
     /// As [`Store::load`].
     pub fn load(&self) -> Result<ControlDoc, StateError> {
+        // The lock file is opened only by a write, much later than `run`'s start, which reads
+        // through here: a link at its place is refused now, so `run` does not start only to
+        // fail every sync.
+        if std::fs::symlink_metadata(&self.lock).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(self.io("lock file", symlink_refused(&self.lock)));
+        }
         self.read().map(|(doc, _)| doc)
     }
 
@@ -506,13 +575,11 @@ impl FileStore {
         if self.last().is_some() && self.may_skip(&before, &doc) {
             return Ok(doc);
         }
-        let body = serde_json::to_vec_pretty(&doc).map_err(|e| self.io("encode", e.into()))?;
-        let tmp = self.tmp_path();
+        let body = encode(&self.path.display().to_string(), &mut doc)?;
+        let (tmp, mut f) = self
+            .create_tmp()
+            .map_err(|e| self.io("create a temporary file", e))?;
         let write = || -> std::io::Result<Option<FileId>> {
-            let mut f = open_regular(
-                &tmp,
-                OpenOptions::new().create(true).truncate(true).write(true),
-            )?;
             f.write_all(&body)?;
             f.sync_all()?;
             std::fs::rename(&tmp, &self.path)?;
@@ -688,7 +755,7 @@ impl S3Store {
             }
             let (mut doc, etag) = self.load().await?;
             change(&mut doc)?;
-            let body = serde_json::to_vec_pretty(&doc).map_err(|e| self.io("encode", e))?;
+            let body = encode(&self.location(), &mut doc)?;
             let mut put = self
                 .client
                 .put_object()
@@ -958,16 +1025,17 @@ mod tests {
         }
     }
 
-    /// A link planted at each name the store opens (document, lock, temporary file) pointing
-    /// outside the directory: every operation that would open it fails naming the link, and
-    /// the file it points to is neither read, created nor written.
+    /// A link planted at each name the store opens (document, lock) pointing outside the
+    /// directory: every operation that would open it fails naming the link, and the file it
+    /// points to is neither read, created nor written. (The temporary file has a random name
+    /// and is created new: `a_hard_link_at_the_temporary_name_is_not_written_through`.)
     #[test]
     fn a_symlink_at_any_store_file_is_refused_and_its_target_untouched() {
         let dir = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         let store = FileStore::new(dir.path(), "s");
         let valid = serde_json::to_vec(&ControlDoc::new("s")).unwrap();
-        let names = [store.path.clone(), store.lock.clone(), store.tmp_path()];
+        let names = [store.path.clone(), store.lock.clone()];
         for (i, link) in names.iter().enumerate() {
             let target = outside.path().join(format!("target-{i}"));
             std::fs::write(&target, &valid).unwrap();
@@ -976,16 +1044,12 @@ mod tests {
                 // (The lock file an earlier round created is replaced by the link.)
                 let _ = std::fs::remove_file(link);
                 std::os::unix::fs::symlink(to, link).unwrap();
-                let mut results = vec![store.update(|_| Ok(()))];
-                if i == 0 {
-                    results.push(store.load());
-                }
+                let results = vec![store.update(|_| Ok(())), store.load()];
                 for r in results {
                     let reason = io_reason(r);
                     let named = format!("{} is a symbolic link", link.display());
                     assert!(reason.contains(&named), "{reason}");
                 }
-                // (A failed write removes its temporary file, the link in its place included.)
                 let _ = std::fs::remove_file(link);
             }
             assert_eq!(std::fs::read(&target).unwrap(), valid, "{}", link.display());
@@ -995,6 +1059,152 @@ mod tests {
                 missing.display()
             );
         }
+    }
+
+    /// A hard link planted at the name the temporary file used to have (predictable: the
+    /// process id) to a file outside the directory: a write never writes through it.
+    #[test]
+    fn a_hard_link_at_the_temporary_name_is_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path(), "s");
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, "root:*:0:0\n").unwrap();
+        let old_name = dir
+            .path()
+            .join(format!("control-s.json.tmp.{}", std::process::id()));
+        std::fs::hard_link(&outside, &old_name).unwrap();
+        store
+            .update(|d| {
+                d.approvals.push(approval_of("a", "r"));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "root:*:0:0\n");
+        assert_eq!(store.load().unwrap().approvals.len(), 1);
+        // Nothing of the write is left beside the document but the planted link.
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        let planted = old_name.file_name().unwrap().to_string_lossy().into_owned();
+        let mut expected = [
+            "control-s.json",
+            "control-s.lock",
+            planted.as_str(),
+            "outside",
+        ];
+        expected.sort_unstable();
+        assert_eq!(names, expected);
+    }
+
+    fn approval_of(id: &str, reason: &str) -> crate::control::Approval {
+        crate::control::Approval {
+            id: id.into(),
+            branch: "primary".into(),
+            by: "op".into(),
+            reason: reason.into(),
+            at: 0,
+            expires_at: 1,
+            decisions: Default::default(),
+        }
+    }
+
+    /// Probers at the largest window (20,000 attempts per branch, two branches each), as many as
+    /// would write a document far over the read cap: every write succeeds, is compact JSON, and
+    /// stays readable; each prober keeps the same number of its newest attempts.
+    #[test]
+    fn many_probers_at_the_largest_window_still_fit_the_read_cap() {
+        use crate::readiness::AttemptRecord;
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path(), "s");
+        let n = crate::config::MAX_WINDOW_ATTEMPTS as i64;
+        let t0: i64 = 1_764_900_000_000;
+        for p in 0..8 {
+            store
+                .update(move |d| {
+                    let snap = Snapshot {
+                        attempts: (0..n)
+                            .map(|i| AttemptRecord {
+                                finished_at: t0 + i * 1000,
+                                success: i % 7 != 0,
+                                class: None,
+                            })
+                            .collect(),
+                        ..snap()
+                    };
+                    d.probers.insert(
+                        format!("prober-{p}"),
+                        crate::control::ProberState {
+                            saved_at: t0 + n * 1000,
+                            branches: [
+                                ("primary".to_string(), snap.clone()),
+                                ("secondary".to_string(), snap),
+                            ]
+                            .into(),
+                        },
+                    );
+                    Ok(())
+                })
+                .unwrap();
+            let len = std::fs::metadata(store.path()).unwrap().len();
+            assert!(len <= DOC_BUDGET_BYTES as u64, "write {p}: {len} bytes");
+        }
+        let text = std::fs::read(store.path()).unwrap();
+        assert!(!text.starts_with(b"{\n"), "not compact");
+        let doc = FileStore::new(dir.path(), "s").load().unwrap();
+        assert_eq!(doc.probers.len(), 8);
+        let kept: Vec<usize> = doc
+            .probers
+            .values()
+            .flat_map(|p| p.branches.values().map(|b| b.attempts.len()))
+            .collect();
+        assert!(kept.iter().all(|k| *k == kept[0] && *k > 1000), "{kept:?}");
+        let newest = &doc.probers["prober-0"].branches["primary"].attempts;
+        assert_eq!(newest.last().unwrap().finished_at, t0 + (n - 1) * 1000);
+    }
+
+    /// What pruning cannot bring under the cap (here undecided approvals with huge reasons, which
+    /// the CLI refuses but an old binary or a hand edit could write) is refused with a clear
+    /// error, and the document before it stays as it was, readable.
+    #[test]
+    fn a_write_still_over_the_cap_is_refused_and_the_document_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path(), "s");
+        store
+            .update(|d| {
+                d.approvals.push(approval_of("first", "r"));
+                Ok(())
+            })
+            .unwrap();
+        let big = "x".repeat(256 * 1024);
+        let r = store.update(move |d| {
+            for i in 0..70 {
+                let mut a = approval_of(&format!("a{i}"), &big);
+                a.expires_at = i64::MAX / 2;
+                d.approvals.push(a);
+            }
+            Ok(())
+        });
+        match r {
+            Err(StateError::TooLarge { bytes, .. }) => {
+                assert!(bytes > MAX_DOC_BYTES as usize, "{bytes}");
+            }
+            other => panic!(
+                "expected too large, got {:?}",
+                other.map(|d| d.approvals.len())
+            ),
+        }
+        let e = store.update(|_| Ok(())).map(|d| d.approvals.len());
+        assert_eq!(e.unwrap(), 1);
+        assert_eq!(
+            FileStore::new(dir.path(), "s")
+                .load()
+                .unwrap()
+                .approvals
+                .len(),
+            1
+        );
     }
 
     #[tokio::test]

@@ -113,6 +113,7 @@ pub fn check_mark(label: &str, by: &str) -> Result<(), String> {
             "--label has {n} characters; at most {MAX_LABEL_CHARS} (one line of a timeline)"
         ));
     }
+    super::operator::check_length("--by", by, crate::control::MAX_BY_CHARS)?;
     if label.chars().chain(by.chars()).any(char::is_control) {
         return Err(
             "--label and --by must not contain control characters (newlines, escapes)".into(),
@@ -456,6 +457,13 @@ mod tests {
         assert!(long.contains("201 characters"), "{long}");
         assert!(check_mark("  ", "alice").unwrap_err().contains("empty"));
         assert!(check_mark("x", "").unwrap_err().contains("empty"));
+        let by = "b".repeat(crate::control::MAX_BY_CHARS);
+        assert!(check_mark("x", &by).is_ok());
+        let long = check_mark("x", &(by + "b")).unwrap_err();
+        assert!(
+            long.contains("--by has 101 characters; at most 100"),
+            "{long}"
+        );
         for bad in ["a\nb", "a\u{1b}[2Jb", "a\tb"] {
             assert!(check_mark(bad, "alice").unwrap_err().contains("control"));
             assert!(check_mark("ok", bad).unwrap_err().contains("control"));

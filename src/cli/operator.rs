@@ -10,8 +10,10 @@ use std::time::Duration;
 
 /// Longest approval validity: an approval is a decision about the evidence of now.
 pub const MAX_APPROVAL: Duration = Duration::from_secs(24 * 3600);
-/// Longest override: long enough for a planned maintenance, short enough not to be forgotten.
-pub const MAX_OVERRIDE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Longest override ([`crate::control::MAX_OVERRIDE_MS`], which also bounds what a prober
+/// applies).
+pub const MAX_OVERRIDE: Duration =
+    Duration::from_millis(crate::control::MAX_OVERRIDE_MS.unsigned_abs());
 
 /// An expiry must outlast two state-store syncs (or no prober may ever read it) and stay within
 /// `max`.
@@ -67,9 +69,28 @@ pub(super) fn check_branch(
     Err(ExitCode::from(EXIT_INVALID_CONFIG))
 }
 
-/// `--by` and `--reason` are one line of text: a control character would reach every later
-/// `status` reader's terminal (escaped there) and the evidence.
+/// Refuse `value` of option `flag` (e.g. `--by`) over `max` characters: every record is kept in
+/// the control document, which every prober and operator reads whole (at most 16 MiB).
+pub(super) fn check_length(flag: &str, value: &str, max: usize) -> Result<(), String> {
+    let n = value.chars().count();
+    if n > max {
+        return Err(format!(
+            "{flag} has {n} characters; at most {max} (it is kept in the shared control document)"
+        ));
+    }
+    Ok(())
+}
+
+/// `--by` and `--reason` are one line of text of bounded length ([`check_length`]): a control
+/// character would reach every later `status` reader's terminal (escaped there) and the
+/// evidence.
 fn printable_record(by: &str, reason: &str) -> Result<(), ExitCode> {
+    let bounded = check_length("--by", by, crate::control::MAX_BY_CHARS)
+        .and_then(|()| check_length("--reason", reason, crate::control::MAX_REASON_CHARS));
+    if let Err(e) = bounded {
+        eprintln!("error: {e}");
+        return Err(ExitCode::from(EXIT_INVALID_CONFIG));
+    }
     if (by.chars().chain(reason.chars())).any(char::is_control) {
         eprintln!(
             "error: --by and --reason must not contain control characters (newlines, escapes)"
@@ -273,7 +294,7 @@ pub(super) async fn status(cfg: &Config, svc: &ServiceConfig, json: bool) -> Exi
         Err(e) => return store_error(e),
     };
     if json {
-        match serde_json::to_string_pretty(&doc) {
+        match serde_json::to_string_pretty(&with_freshness(&doc, now_ms())) {
             Ok(text) => println!("{text}"),
             Err(e) => {
                 eprintln!("error: cannot encode the control document: {e}");
@@ -298,6 +319,31 @@ pub(super) async fn status(cfg: &Config, svc: &ServiceConfig, json: bool) -> Exi
         print!("{}", crate::config::escape_controls_by_line(&text));
     }
     ExitCode::from(EXIT_OK)
+}
+
+/// `status --json`: the document, plus `freshness`: when it was read (`read_at`, ms since the
+/// epoch) and per prober id its `age_ms` (since its last save, negative when saved ahead of this
+/// clock) and whether it is `stale` ([`crate::control::ProberState::is_fresh`]).
+fn with_freshness(doc: &crate::control::ControlDoc, now: i64) -> serde_json::Value {
+    let probers: serde_json::Map<String, serde_json::Value> = doc
+        .probers
+        .iter()
+        .map(|(id, p)| {
+            let v = serde_json::json!({
+                "age_ms": now.saturating_sub(p.saved_at),
+                "stale": !p.is_fresh(now),
+            });
+            (id.clone(), v)
+        })
+        .collect();
+    let mut v = serde_json::to_value(doc).unwrap_or_default();
+    if let Some(top) = v.as_object_mut() {
+        top.insert(
+            "freshness".into(),
+            serde_json::json!({"read_at": now, "probers": probers}),
+        );
+    }
+    v
 }
 
 /// `doc` with every free-text field escaped for a terminal ([`crate::config::escape_controls`]).

@@ -599,6 +599,104 @@ fn operator_commands_need_neither_secrets_nor_ca_files() {
     assert_eq!(code, Some(0), "{text}");
 }
 
+/// `--by` and `--reason` (and a drill marker's `--by`) are bounded: 64 approvals with 128 KiB
+/// of each once wrote a control document over the 16 MiB every reader refuses. An overlong one
+/// is a usage error (exit 64) naming the bound, and nothing is written.
+#[test]
+fn overlong_by_or_reason_is_a_usage_error_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config_with_missing_secrets(
+        dir.path(),
+        "ssl_mode = \"verify_identity\"\nssl_ca = \"/nonexistent/readyprobe/ca.pem\"",
+    );
+    let run = |args: &[&str]| {
+        let out = bin()
+            .args(args)
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), err)
+    };
+    let huge = "x".repeat(100 * 1024);
+    let by_101 = "b".repeat(101);
+    let reason_1001 = "r".repeat(1001);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "approve", "--branch", "primary", "--by", &huge, "--reason", "ok",
+            ],
+            "--by has 102400 characters; at most 100",
+        ),
+        (
+            vec![
+                "approve",
+                "--branch",
+                "primary",
+                "--by",
+                "al",
+                "--reason",
+                &reason_1001,
+            ],
+            "--reason has 1001 characters; at most 1000",
+        ),
+        (
+            vec![
+                "override",
+                "--branch",
+                "primary",
+                "--force",
+                "unready",
+                "--expires",
+                "1h",
+                "--reason",
+                "ok",
+                "--by",
+                &by_101,
+            ],
+            "--by has 101 characters; at most 100",
+        ),
+        (
+            vec![
+                "override",
+                "--branch",
+                "primary",
+                "--force",
+                "unready",
+                "--expires",
+                "1h",
+                "--reason",
+                &huge,
+                "--by",
+                "al",
+            ],
+            "--reason has 102400 characters; at most 1000",
+        ),
+        (
+            vec!["drill", "mark", "--label", "fault", "--by", &huge],
+            "--by has 102400 characters; at most 100",
+        ),
+    ];
+    for (args, says) in cases {
+        let (code, err) = run(&args);
+        assert_eq!(code, Some(64), "{}: {err}", args[0]);
+        assert!(err.contains(says), "{}: {err}", args[0]);
+    }
+    assert!(!dir.path().join("control-orders-api.json").exists());
+    // At the bounds: accepted (approve exits 1: no prober waits for it).
+    let (code, err) = run(&[
+        "approve",
+        "--branch",
+        "primary",
+        "--by",
+        &"b".repeat(100),
+        "--reason",
+        &"r".repeat(1000),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+}
+
 /// With several services, the operator commands act on the one `--service` names, in its own
 /// control document; without it they name the services and change nothing.
 #[test]

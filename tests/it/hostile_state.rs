@@ -335,3 +335,145 @@ async fn an_endless_s3_error_body_is_cut_off() {
         "peak resident memory {peak} kB"
     );
 }
+
+/// `[state]` syncing every 300 ms, so a 3 s run syncs several times.
+const FAST_SYNC: &str = "[state]\npoll_interval = \"300ms\"\n";
+
+fn read_doc(dir: &Path) -> serde_json::Value {
+    let path = dir.join(format!("state/control-{SERVICE}.json"));
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn override_records(dir: &Path) -> Vec<serde_json::Value> {
+    crate::support::fixture::read_evidence(&dir.join("state/evidence.jsonl"))
+        .into_iter()
+        .filter(|v| v["kind"] == "override")
+        .collect()
+}
+
+/// An override set a year ahead of this clock for ten years (a host whose clock ran ahead)
+/// forced the branch "until 2036": `status` now shows it ignored, `run` never applies it and its
+/// sync drops it. One set now for ten years is applied until 30 days after it was set, the bound
+/// a sync writes back into the document, its reason saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_from_the_future_is_ignored_and_a_long_one_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _dns) = config(dir.path(), FAST_SYNC).await;
+    let (now, year, month) = (now_ms(), 365 * 86_400_000i64, 30 * 86_400_000i64);
+    let doc = |at: i64| {
+        json!({"version": 2, "service": SERVICE,
+               "overrides": {"primary": {"force": "unready", "by": "ops", "reason": "maintenance",
+                             "at": at, "expires_at": now + 10 * year}}})
+    };
+    let bound = Duration::from_secs(30);
+    write_doc(dir.path(), &doc(now + year));
+    let status = readyprobe(&["status"], &cfg, bound).await;
+    let o = text(&status.stdout);
+    assert!(o.contains("override IGNORED: forced unready by ops"), "{o}");
+    assert!(!o.contains("OVERRIDE: forced"), "{o}");
+    let run = readyprobe(&["run", "--duration", "3s"], &cfg, bound).await;
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    assert!(override_records(dir.path()).is_empty());
+    assert!(read_doc(dir.path())["overrides"].get("primary").is_none());
+
+    std::fs::remove_file(dir.path().join("state/evidence.jsonl")).unwrap();
+    write_doc(dir.path(), &doc(now));
+    let run = readyprobe(&["run", "--duration", "3s"], &cfg, bound).await;
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let saved = &read_doc(dir.path())["overrides"]["primary"];
+    assert_eq!(saved["expires_at"], now + month, "{saved}");
+    let reason = saved["reason"].as_str().unwrap();
+    assert!(reason.starts_with("maintenance [expiry ") && reason.contains("bounded"));
+    let records = override_records(dir.path());
+    let last = &records.last().expect("an override record")["override"];
+    assert_eq!(last["expires_at"], now + month, "{records:?}");
+}
+
+/// An entry of prober `id` saved at `saved_at` whose `primary` keeps `n` attempts, one a
+/// second up to `saved_at`.
+fn prober_with_attempts(saved_at: i64, n: i64) -> serde_json::Value {
+    let attempts: Vec<serde_json::Value> = (0..n)
+        .map(|i| json!({"finished_at": saved_at - (n - i) * 1000, "success": true, "class": null}))
+        .collect();
+    json!({
+        "saved_at": saved_at,
+        "branches": {"primary": {
+            "state": "ready", "since": null, "unready_holding_since": null,
+            "ready_holding_since": null, "attempts": attempts,
+        }},
+    })
+}
+
+/// A document just under the 16 MiB read cap, of twelve probers at the largest window: a `run`
+/// wrote it back pretty-printed, over the cap, after which `run`, `status`, `approve` and
+/// `drill mark` all exited 74. Now every write is compact and fitted to a budget: the operator
+/// commands still work after the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probers_at_the_largest_window_never_make_the_document_unreadable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _dns) = config(dir.path(), FAST_SYNC).await;
+    let now = now_ms();
+    let probers: serde_json::Map<String, serde_json::Value> = (0..12)
+        .map(|p| (format!("az-{p}"), prober_with_attempts(now, 20_000)))
+        .collect();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let path = state.join(format!("control-{SERVICE}.json"));
+    let body =
+        serde_json::to_vec(&json!({"version": 2, "service": SERVICE, "probers": probers})).unwrap();
+    assert!(
+        body.len() > 12 << 20 && body.len() < 16 << 20,
+        "{}",
+        body.len()
+    );
+    std::fs::write(&path, body).unwrap();
+    let bound = Duration::from_secs(60);
+    let run = readyprobe(&["run", "--duration", "3s"], &cfg, bound).await;
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!(len < 9 << 20, "{len} bytes");
+    assert_eq!(
+        read_doc(dir.path())["probers"].as_object().unwrap().len(),
+        13
+    );
+    let status = readyprobe(&["status"], &cfg, bound).await;
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status.stderr));
+    let approve = [
+        "approve", "--branch", "primary", "--by", "ops", "--reason", "x",
+    ];
+    let out = readyprobe(&approve, &cfg, bound).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let mark = ["drill", "mark", "--label", "fault", "--by", "ops"];
+    let out = readyprobe(&mark, &cfg, bound).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// A prober last saved 20 minutes ago was shown as if it were running: `status` now gives each
+/// prober's age and marks the old one stale, and `--json` says so per prober.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_marks_a_prober_not_saved_for_minutes_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _dns) = config(dir.path(), "").await;
+    let now = now_ms();
+    write_doc(
+        dir.path(),
+        &json!({"version": 2, "service": SERVICE,
+                "probers": {"old": pending_prober(now - 20 * 60_000),
+                            "new": pending_prober(now)}}),
+    );
+    let bound = Duration::from_secs(30);
+    let out = readyprobe(&["status"], &cfg, bound).await;
+    let o = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{o}");
+    assert_eq!(o.matches("STALE: not saved for 20m").count(), 1, "{o}");
+    assert!(o.contains("it may not be running"), "{o}");
+    let out = readyprobe(&["status", "--json"], &cfg, bound).await;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = &v["freshness"]["probers"];
+    assert_eq!(
+        (f["old"]["stale"].clone(), f["new"]["stale"].clone()),
+        (json!(true), json!(false))
+    );
+    assert!(f["old"]["age_ms"].as_i64().unwrap() >= 20 * 60_000, "{f}");
+    assert!(v["freshness"]["read_at"].as_i64().unwrap() >= now);
+}

@@ -163,8 +163,8 @@ async fn two_processes_with_one_prober_id_each_report_the_other() {
     }
 }
 
-/// A link planted in place of the evidence file or the control document: `run` exits 74 at start
-/// with a message naming the link, and the file it points to is not touched.
+/// A link planted in place of the evidence file, the control document or its lock file: `run`
+/// exits 74 at start with a message naming the link, and the file it points to is not touched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_refuses_a_symlink_in_the_state_dir_naming_it() {
     let dns = DnsServer::start("orders.internal.example").await;
@@ -176,7 +176,8 @@ async fn run_refuses_a_symlink_in_the_state_dir_naming_it() {
     std::fs::create_dir(&state).unwrap();
     let evidence = state.join("evidence.jsonl");
     let doc = state.join("control-orders-queue.json");
-    for link in [&evidence, &doc] {
+    let lock = state.join("control-orders-queue.lock");
+    for link in [&evidence, &doc, &lock] {
         std::os::unix::fs::symlink(&target, link).unwrap();
         let cfg = config(dir.path(), "links", &dns, 9, &evidence);
         let out = tokio::time::timeout(
