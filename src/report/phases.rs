@@ -6,8 +6,9 @@
 //! marker → first failed attempt → readiness 0 published → alarm in ALARM → stable name
 //! answers with the other branch → cache expiry → reconnect → steady state. Failback, per
 //! `restore` marker (or per transition out of unready): restore → first successful attempt →
-//! pending_approval → approved → readiness 1 published → alarm OK → stable name selects the
-//! branch again → cache expiry → reconnect → steady state.
+//! pending_approval → approval given (by the operator) → approved (applied by a prober) →
+//! readiness 1 published → alarm OK → stable name selects the branch again → cache expiry →
+//! reconnect → steady state. Episodes start from every prober's transitions.
 
 use super::model::{
     AttemptMark, BranchLane, Episode, EpisodeKind, Marker, Phase, Round, ServiceDrill,
@@ -61,6 +62,8 @@ pub struct ApprovalFact {
     pub by: String,
     /// The operator's reason.
     pub reason: String,
+    /// When the operator gave it (the `approval` record's `given_at`), ms.
+    pub given_at: Millis,
     /// Applied (true) or rejected.
     pub applied: bool,
 }
@@ -76,8 +79,6 @@ pub struct Facts {
     pub approvals: Vec<ApprovalFact>,
     /// Whether the policy needs an operator's approval to fail back (`None`: not recorded).
     pub approval_required: Option<bool>,
-    /// The prober whose readiness the lanes show.
-    pub lane_prober: Option<String>,
 }
 
 /// The note of a stable-name phase when the evidence has no stable-name round at all.
@@ -131,8 +132,9 @@ pub fn episodes(s: &ServiceDrill, f: &Facts) -> Vec<Episode> {
     out
 }
 
-/// Fault and restore markers, and the lane prober's transitions out of and into ready that no
-/// marker explains.
+/// Fault and restore markers, and every prober's transitions out of and into ready that no
+/// marker explains. The same change of one branch seen by several probers is one episode: a
+/// transition of the kind the branch's last episode already has (from another prober) joins it.
 fn triggers(s: &ServiceDrill, f: &Facts) -> Vec<Trigger> {
     let marked: Vec<Trigger> = s
         .markers
@@ -152,49 +154,57 @@ fn triggers(s: &ServiceDrill, f: &Facts) -> Vec<Trigger> {
             })
         })
         .collect();
-    use ReadinessState::{PendingApproval, Ready, Unready};
     // A transition is explained by the newest fault or restore marker at or before it when that
     // marker is of its kind; the others start episodes of their own, so none goes unreported.
+    // Markers are in time order: found by bisection.
     let explained = |kind: EpisodeKind, at: Millis| {
-        marked
-            .iter()
-            .rev()
-            .find(|m| m.at <= at)
+        let n = marked.partition_point(|m| m.at <= at);
+        n.checked_sub(1)
+            .and_then(|i| marked.get(i))
             .is_some_and(|m| m.kind == kind)
     };
-    let mut all: Vec<Trigger> = f
-        .transitions
-        .iter()
-        .filter(|t| f.lane_prober.as_deref().is_none_or(|p| p == t.prober))
-        .filter_map(|t| {
-            let kind = match (t.from, t.to) {
-                (Ready, Unready) => EpisodeKind::Failover,
-                (Unready, Ready | PendingApproval) => EpisodeKind::Failback,
-                _ => return None,
-            };
-            if explained(kind, t.at) {
-                return None;
-            }
-            let at = streak_start(s, &t.branch, t.at, kind == EpisodeKind::Failover);
-            Some(Trigger {
-                kind,
-                at,
-                marker: None,
-                branch: Some(t.branch.clone()),
-                label: format!(
-                    "no marker: {} {} → {} at {} (prober {})",
-                    t.branch,
-                    t.from.as_str(),
-                    t.to.as_str(),
-                    rfc3339(t.at),
-                    t.prober
-                ),
-            })
-        })
-        .collect();
+    // Per branch: the kind of its last transition, and the prober that made it.
+    let mut last: std::collections::HashMap<&str, (EpisodeKind, &str)> =
+        std::collections::HashMap::new();
+    let mut all: Vec<Trigger> = Vec::new();
+    for t in &f.transitions {
+        let Some(kind) = episode_kind(t) else {
+            continue;
+        };
+        let before = last.insert(&t.branch, (kind, &t.prober));
+        let joins = before.is_some_and(|(k, p)| k == kind && p != t.prober);
+        if joins || explained(kind, t.at) {
+            continue;
+        }
+        let at = streak_start(s, &t.branch, t.at, kind == EpisodeKind::Failover);
+        all.push(Trigger {
+            kind,
+            at,
+            marker: None,
+            branch: Some(t.branch.clone()),
+            label: format!(
+                "no marker: {} {} → {} at {} (prober {})",
+                t.branch,
+                t.from.as_str(),
+                t.to.as_str(),
+                rfc3339(t.at),
+                t.prober
+            ),
+        });
+    }
     all.extend(marked);
     all.sort_by_key(|t| t.at);
     all
+}
+
+/// The kind of episode a transition starts: out of ready a failover, out of unready a failback.
+fn episode_kind(t: &TransitionFact) -> Option<EpisodeKind> {
+    use ReadinessState::{PendingApproval, Ready, Unready};
+    match (t.from, t.to) {
+        (Ready, Unready) => Some(EpisodeKind::Failover),
+        (Unready, Ready | PendingApproval) => Some(EpisodeKind::Failback),
+        _ => None,
+    }
 }
 
 /// The first attempt of the streak that ends in a transition at `at`: the first failure after
@@ -657,12 +667,24 @@ fn approval_phases(c: &Ctx<'_>, tab: &mut Table, b: &str) -> (Option<Millis>, Op
         c.f.approvals
             .iter()
             .find(|a| a.branch == b && a.applied && a.prober == p.prober && a.at >= p.at);
-    let found = match approval {
-        Some(a) => Ok((a.at, Some(format!("by {}: {}", a.by, a.reason)))),
-        None => Err(format!(
-            "missing: no applied approval record of {b} after pending_approval"
-        )),
+    // Both instants: the operator's (`approve`) and the prober's (its next sync applied it).
+    let (given, found) = match approval {
+        Some(a) => (
+            Ok((a.given_at, Some(format!("by {}: {}", a.by, a.reason)))),
+            Ok((
+                a.at,
+                Some(format!(
+                    "by {}: {}; applied by prober {}",
+                    a.by, a.reason, a.prober
+                )),
+            )),
+        ),
+        None => {
+            let why = format!("missing: no applied approval record of {b} after pending_approval");
+            (Err(why.clone()), Err(why))
+        }
     };
+    tab.add("approval given", given);
     tab.add("approved", found);
     let pending = left.map(|l| l.at - p.at);
     (pending, approval.map(|a| a.by.clone()))
