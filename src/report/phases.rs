@@ -100,13 +100,24 @@ struct Trigger {
 pub fn episodes(s: &ServiceDrill, f: &Facts) -> Vec<Episode> {
     let triggers = triggers(s, f);
     let mut out: Vec<Episode> = Vec::new();
+    let e2e = s
+        .stable_name
+        .as_ref()
+        .is_some_and(|l| l.rounds.iter().any(|r| r.end_to_end.is_some()));
+    // The branch of the last failover with one, for a restore that names none.
+    let mut last: Option<String> = None;
     for (k, t) in triggers.iter().enumerate() {
         let end = triggers.get(k + 1).map_or(Millis::MAX, |n| n.at);
         let ctx = Ctx {
             s,
             f,
+            before: k
+                .checked_sub(1)
+                .and_then(|i| triggers.get(i))
+                .map_or(Millis::MIN, |p| p.at),
             from: t.at,
             end,
+            e2e,
         };
         let ep = match t.kind {
             EpisodeKind::Failover => {
@@ -114,19 +125,17 @@ pub fn episodes(s: &ServiceDrill, f: &Facts) -> Vec<Episode> {
                 failover(&ctx, t, branch)
             }
             EpisodeKind::Failback => {
-                let last = out
-                    .iter()
-                    .rev()
-                    .find(|e| e.kind == EpisodeKind::Failover && !e.branch.is_empty())
-                    .map(|e| e.branch.clone());
                 let branch = t
                     .branch
                     .clone()
-                    .or(last)
+                    .or_else(|| last.clone())
                     .or_else(|| unready_branch(s, t.at));
                 failback(&ctx, t, branch)
             }
         };
+        if ep.kind == EpisodeKind::Failover && !ep.branch.is_empty() {
+            last = Some(ep.branch.clone());
+        }
         out.push(ep);
     }
     out
@@ -233,11 +242,8 @@ fn attempts_in(lane: &BranchLane, from: Millis, end: Millis) -> &[AttemptMark] {
 /// The state of `branch` at `at` in its lane.
 fn state_at(s: &ServiceDrill, branch: &str, at: Millis) -> Option<ReadinessState> {
     let lane = s.branches.iter().find(|b| b.name == branch)?;
-    lane.states
-        .iter()
-        .rev()
-        .find(|b| b.span.from <= at)
-        .map(|b| b.state)
+    let n = lane.states.partition_point(|b| b.span.from <= at);
+    lane.states.get(n.checked_sub(1)?).map(|b| b.state)
 }
 
 /// The first failure after `from` (before `end`) of a branch for which `keep` holds.
@@ -283,12 +289,23 @@ fn unready_branch(s: &ServiceDrill, at: Millis) -> Option<String> {
         .map(|b| b.name.clone())
 }
 
-/// One episode's inputs: the service, the records, and its time range `[from, end)`.
+/// One episode's inputs: the service, the records, and its time range `[from, end)`; `before`
+/// is the previous episode's start, which looking back for a record stops at.
 struct Ctx<'a> {
     s: &'a ServiceDrill,
     f: &'a Facts,
+    before: Millis,
     from: Millis,
     end: Millis,
+    /// Whether any stable-name round made the end-to-end attempt.
+    e2e: bool,
+}
+
+/// The part of `items` (in time order by `at`) from the first at or after `from`: found by
+/// bisection, so each episode looks only at its own records and the report stays n log n.
+fn since<T>(items: &[T], from: Millis, at: impl Fn(&T) -> Millis) -> &[T] {
+    let lo = items.partition_point(|x| at(x) < from);
+    items.get(lo..).unwrap_or(&[])
 }
 
 /// What a phase finds: its time and a note, or the note saying what is missing.
@@ -338,12 +355,14 @@ impl Table {
 }
 
 impl Ctx<'_> {
-    fn in_range(&self, at: Millis) -> bool {
-        at >= self.from && at < self.end
-    }
-
     fn rounds(&self) -> &[Round] {
         self.s.stable_name.as_ref().map_or(&[], |l| &l.rounds)
+    }
+
+    /// The rounds in range.
+    fn rounds_in(&self) -> &[Round] {
+        let r = since(self.rounds(), self.from, |r| r.at);
+        &r[..r.partition_point(|r| r.at < self.end)]
     }
 
     /// The first attempt of `branch` in range that failed (`failed`) or succeeded.
@@ -365,10 +384,10 @@ impl Ctx<'_> {
 
     /// The first transition of `branch` to `to` in range (any prober).
     fn transition(&self, branch: &str, to: ReadinessState) -> Option<&TransitionFact> {
-        self.f
-            .transitions
+        since(&self.f.transitions, self.from, |t| t.at)
             .iter()
-            .find(|t| t.branch == branch && t.to == to && self.in_range(t.at))
+            .take_while(|t| t.at < self.end)
+            .find(|t| t.branch == branch && t.to == to)
     }
 
     /// When the value of `to` was published: the first `publish` record with reason
@@ -381,7 +400,7 @@ impl Ctx<'_> {
                 to.as_str()
             ));
         };
-        let sent = self.f.publishes.iter().find(|p| {
+        let sent = since(&self.f.publishes, t.at, |p| p.at).iter().find(|p| {
             let same = match (t.batch, p.batch) {
                 (Some(a), Some(b)) => a == b,
                 _ => true,
@@ -419,9 +438,10 @@ impl Ctx<'_> {
         let Some(lane) = self.s.alarms.iter().find(|a| a.branch == branch) else {
             return Err(format!("missing: no alarm lane for {branch}"));
         };
-        lane.states
+        since(&lane.states, self.from, |b| b.span.from)
             .iter()
-            .find(|b| b.state == state && self.in_range(b.span.from))
+            .take_while(|b| b.span.from < self.end)
+            .find(|b| b.state == state)
             .map(|b| (b.span.from, Some(lane.name.clone())))
             .ok_or_else(|| {
                 format!(
@@ -436,9 +456,9 @@ impl Ctx<'_> {
         if self.s.stable_name.is_none() {
             return Err(NO_STABLE.into());
         }
-        self.rounds()
+        self.rounds_in()
             .iter()
-            .find(|r| self.in_range(r.at) && r.selected.as_deref().is_some_and(&want))
+            .find(|r| r.selected.as_deref().is_some_and(&want))
             .ok_or_else(|| {
                 format!("missing: no stable_name round selecting {what} in this episode")
             })
@@ -455,12 +475,11 @@ impl Ctx<'_> {
         let Some(switch) = switch else {
             return Err("missing: needs the DNS selection above".into());
         };
-        let last = self
-            .rounds()
+        let back = since(self.rounds(), self.before, |r| r.at);
+        let back = &back[..back.partition_point(|r| r.at < switch.at)];
+        let last = back
             .iter()
-            .take_while(|r| r.at < switch.at)
-            .filter(|r| r.selected.as_deref().is_some_and(&old))
-            .last();
+            .rfind(|r| r.selected.as_deref().is_some_and(&old));
         let Some(r) = last else {
             return Err(format!(
                 "missing: no stable_name round naming {name} before the switch"
@@ -484,20 +503,15 @@ impl Ctx<'_> {
         if self.s.stable_name.is_none() {
             return Err(NO_STABLE.into());
         }
-        if !self.rounds().iter().any(|r| r.end_to_end.is_some()) {
+        if !self.e2e {
             return Err("missing: no end_to_end in the stable_name records".into());
         }
         let Some(switch) = switch else {
             return Err("missing: needs the DNS selection above".into());
         };
-        self.rounds()
+        since(self.rounds_in(), switch.at, |r| r.at)
             .iter()
-            .find(|r| {
-                r.at >= switch.at
-                    && self.in_range(r.at)
-                    && r.end_to_end == Some(None)
-                    && r.selected.as_deref().is_some_and(&new)
-            })
+            .find(|r| r.end_to_end == Some(None) && r.selected.as_deref().is_some_and(&new))
             .map(|r| (r.at, None))
             .ok_or_else(|| {
                 "missing: no successful end_to_end attempt after the switch in this episode".into()
@@ -510,11 +524,7 @@ impl Ctx<'_> {
         if self.s.stable_name.is_none() {
             return Err(NO_STABLE.into());
         }
-        let rounds: Vec<&Round> = self
-            .rounds()
-            .iter()
-            .filter(|r| self.in_range(r.at))
-            .collect();
+        let rounds: Vec<&Round> = self.rounds_in().iter().collect();
         let Some(last) = rounds.last() else {
             return Err("missing: no stable_name rounds in this episode".into());
         };
@@ -657,16 +667,12 @@ fn approval_phases(c: &Ctx<'_>, tab: &mut Table, b: &str) -> (Option<Millis>, Op
         "pending_approval entered",
         Ok((p.at, Some(format!("prober {}", p.prober)))),
     );
-    let left = c.f.transitions.iter().find(|t| {
-        t.branch == b
-            && t.prober == p.prober
-            && t.from == ReadinessState::PendingApproval
-            && t.at >= p.at
+    let left = since(&c.f.transitions, p.at, |t| t.at).iter().find(|t| {
+        t.branch == b && t.prober == p.prober && t.from == ReadinessState::PendingApproval
     });
-    let approval =
-        c.f.approvals
-            .iter()
-            .find(|a| a.branch == b && a.applied && a.prober == p.prober && a.at >= p.at);
+    let approval = since(&c.f.approvals, p.at, |a| a.at)
+        .iter()
+        .find(|a| a.branch == b && a.applied && a.prober == p.prober);
     // Both instants: the operator's (`approve`) and the prober's (its next sync applied it).
     let (given, found) = match approval {
         Some(a) => (

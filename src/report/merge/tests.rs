@@ -671,3 +671,35 @@ fn the_approval_phase_shows_when_it_was_given_and_when_applied() {
     assert_eq!(at("approval given"), Some(T0 + 6_000), "{:#?}", e.phases);
     assert_eq!(at("approved"), Some(T0 + 9_000), "{:#?}", e.phases);
 }
+
+/// Twenty thousand markers with long labels: labels are cut to 200 characters, and the pages
+/// draw a bounded number of markers and episodes (the rest summarised), so their size does not
+/// grow with the markers.
+#[test]
+fn many_long_markers_are_cut_and_bounded_in_the_pages() {
+    let long = "x".repeat(1_000);
+    let mut lines = vec![env(0, "az-a", 1, restored_ready())];
+    for k in 0..20_000u64 {
+        let mut m = marker(&format!("m{k}"), 1_000 + k as Millis);
+        if let Record::Marker(r) = &mut m {
+            r.label.clone_from(&long);
+            if k % 2 == 1 {
+                r.marker_kind = MarkerKind::Restore;
+            }
+        }
+        lines.push(env(1_000 + k as Millis, "az-a", k + 2, m));
+    }
+    let d = merge(vec![("a".into(), lines)], None);
+    let s = &d.services[0];
+    assert_eq!(s.markers.len(), 20_000);
+    assert!(
+        s.markers
+            .iter()
+            .all(|m| m.label.chars().count() == 200 && m.label.ends_with('…'))
+    );
+    let html = crate::report::html::render(&d);
+    let md = crate::report::markdown::render(&d);
+    assert!(html.len() < 2_000_000, "{} bytes of HTML", html.len());
+    assert!(md.len() < 2_000_000, "{} bytes of Markdown", md.len());
+    assert!(html.contains("more markers"), "the rest is summarised");
+}
