@@ -315,9 +315,12 @@ impl Merger {
         };
         e.markers += 1;
         let off = at.saturating_sub(given);
-        if off < -SKEW_BEHIND_MS || off > SKEW_AHEAD_MS {
+        if !(-SKEW_BEHIND_MS..=SKEW_AHEAD_MS).contains(&off) {
             e.skewed += 1;
-            if e.worst.as_ref().is_none_or(|(w, _)| off.abs() > w.abs()) {
+            if e.worst
+                .as_ref()
+                .is_none_or(|(w, _)| off.unsigned_abs() > w.unsigned_abs())
+            {
                 e.worst = Some((off, id.to_string()));
             }
         }
@@ -334,7 +337,7 @@ impl Merger {
             .filter_map(|(prober, s)| {
                 let (off, id) = s.worst.as_ref()?;
                 let how = if *off < 0 {
-                    format!("{} before it was given: its clock (or the marker giver's) is behind", d(-off))
+                    format!("{} before it was given: its clock (or the marker giver's) is behind", d(off.saturating_neg()))
                 } else {
                     format!("{} after it was given: its clock (or the marker giver's) is ahead, or it did not sync for that long", d(*off))
                 };
