@@ -365,6 +365,9 @@ pub struct Readiness {
     ready_holding_since: Option<Millis>,
     /// Sorted by `finished_at` (stable for equal instants).
     attempts: VecDeque<AttemptRecord>,
+    /// The `finished_at` of the failed ones, sorted: windows are counted by bisection, so an
+    /// evaluation's cost does not grow with the window (thousands of attempts in 3 hours).
+    failures: VecDeque<Millis>,
     /// Flap instants damping still counts, sorted (see [`Snapshot::flaps`]).
     flaps: VecDeque<Millis>,
     /// Latest instant evaluated or approved at; not persisted (rebuilt on restore).
@@ -426,6 +429,7 @@ impl Readiness {
             unready_holding_since: None,
             ready_holding_since: None,
             attempts: VecDeque::new(),
+            failures: VecDeque::new(),
             flaps: VecDeque::new(),
             clock: None,
         }
@@ -465,6 +469,11 @@ impl Readiness {
             since: snapshot.since,
             unready_holding_since: snapshot.unready_holding_since,
             ready_holding_since,
+            failures: attempts
+                .iter()
+                .filter(|a| !a.success)
+                .map(|a| a.finished_at)
+                .collect(),
             attempts: attempts.into(),
             flaps: {
                 let mut f = snapshot.flaps;
@@ -494,6 +503,11 @@ impl Readiness {
             .attempts
             .partition_point(|a| a.finished_at <= attempt.finished_at);
         self.attempts.insert(idx, attempt);
+        if !attempt.success {
+            let at = attempt.finished_at;
+            let idx = self.failures.partition_point(|f| *f <= at);
+            self.failures.insert(idx, at);
+        }
         self.evaluate(attempt.finished_at)
     }
 
@@ -504,8 +518,8 @@ impl Readiness {
         let now = self.advance_clock(now);
         self.prune(now);
         self.prune_flaps(now);
-        let uw = self.window_stats(now, self.policy.declare_unready.window);
-        let rw = self.window_stats(now, self.policy.declare_ready.window);
+        let uw = self.window(now, self.policy.declare_unready.window, false);
+        let rw = self.window(now, self.policy.declare_ready.window, false);
         let min = self.policy.min_attempts;
         let u_holds = uw.finished >= min
             && uw
@@ -550,6 +564,9 @@ impl Readiness {
                 }
             }
         }?;
+        // A transition records both windows whole, classes included.
+        let uw = self.window_stats(now, self.policy.declare_unready.window);
+        let rw = self.window_stats(now, self.policy.declare_ready.window);
         let (held_since, mut reason) = if to == ReadinessState::Unready {
             self.unready_reason(now, &uw, definitive.as_ref())
         } else {
@@ -601,28 +618,33 @@ impl Readiness {
     /// epoch). Only attempts within [`Policy::retention`] of the latest evaluation are retained, so
     /// a longer `window` sees no more than that.
     pub fn window_stats(&self, now: Millis, window: Duration) -> WindowStats {
+        self.window(now, window, true)
+    }
+
+    /// [`window_stats`](Self::window_stats), counted by bisection; the failure classes (left
+    /// empty without `classes`) by a pass over the window, which only a transition needs.
+    fn window(&self, now: Millis, window: Duration, classes: bool) -> WindowStats {
         let window_ms = duration_ms(window);
         let lo = now.saturating_sub(window_ms);
         let start = self.attempts.partition_point(|a| a.finished_at <= lo);
-        let end = self
+        let end = self.attempts.partition_point(|a| a.finished_at <= now);
+        let failed_from = self.failures.partition_point(|f| *f <= lo);
+        let n = |a: usize, b: usize| u32::try_from(b.saturating_sub(a)).unwrap_or(u32::MAX);
+        let finished = n(start, end);
+        let failed = n(failed_from, self.failures.partition_point(|f| *f <= now));
+        let mut counts: BTreeMap<FailureClass, u32> = BTreeMap::new();
+        for a in self
             .attempts
-            .partition_point(|a| a.finished_at <= now)
-            .max(start);
-        let mut finished: u32 = 0;
-        let mut failed: u32 = 0;
-        let mut classes: BTreeMap<FailureClass, u32> = BTreeMap::new();
-        for a in self.attempts.range(start..end) {
-            finished = finished.saturating_add(1);
-            if !a.success {
-                failed = failed.saturating_add(1);
-                if let Some(c) = a.class {
-                    *classes.entry(c).or_insert(0) += 1;
-                }
+            .range(start..end.max(start))
+            .filter(|_| classes)
+        {
+            if let (false, Some(c)) = (a.success, a.class) {
+                *counts.entry(c).or_insert(0) += 1;
             }
         }
         let success_rate_percent =
             (finished > 0).then(|| f64::from(finished - failed) * 100.0 / f64::from(finished));
-        let mut failure_classes: Vec<(FailureClass, u32)> = classes.into_iter().collect();
+        let mut failure_classes: Vec<(FailureClass, u32)> = counts.into_iter().collect();
         failure_classes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         WindowStats {
             window_ms: u64::try_from(window_ms).unwrap_or(0),
@@ -931,6 +953,9 @@ impl Readiness {
             .is_some_and(|a| a.finished_at <= horizon)
         {
             self.attempts.pop_front();
+        }
+        while self.failures.front().is_some_and(|f| *f <= horizon) {
+            self.failures.pop_front();
         }
     }
 
@@ -2816,6 +2841,26 @@ mod tests {
 
         /// (d) Snapshot → JSON → restore, then the same events: identical results and snapshots.
         #[test]
+        /// The windows an evaluation counts by bisection hold what a pass over the attempts
+        /// counts, after any events (attempts out of order, prunes, restores).
+        fn bisected_counts_equal_a_pass_over_the_window(
+            policy in arb_policy(),
+            phases in prop::collection::vec(arb_phase(), 1..8),
+        ) {
+            let mut r = Readiness::new(policy.clone());
+            for ev in expand(&phases, BASE) {
+                let _ = apply(&mut r, ev);
+                let now = r.clock.unwrap_or(BASE);
+                for w in [policy.declare_unready.window, policy.declare_ready.window] {
+                    let full = r.window_stats(now, w);
+                    let quick = r.window(now, w, false);
+                    prop_assert_eq!((quick.finished, quick.failed), (full.finished, full.failed));
+                    prop_assert_eq!(quick.success_rate_percent, full.success_rate_percent);
+                }
+                r = Readiness::restore(policy.clone(), r.snapshot());
+            }
+        }
+
         fn snapshot_restore_behaves_like_the_original(
             policy in arb_policy(),
             before in prop::collection::vec(arb_phase(), 0..6),

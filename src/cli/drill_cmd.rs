@@ -312,6 +312,10 @@ pub(super) async fn report(a: ReportArgs) -> ExitCode {
     } else {
         false
     };
+    // Also under Problems in the report; said here as the tables printed below are off by it.
+    for w in m.clock_skew() {
+        eprintln!("warning: {}", crate::config::escape_controls(&w));
+    }
     let drill = m.finish();
     if let Err(e) = write_report(&a.out, &drill) {
         eprintln!("error: cannot write the report into {}: {e}", esc(&a.out));

@@ -5,7 +5,10 @@
 //!
 //! Pure: no I/O, no clock.
 
-use super::model::{Drill, Episode, EpisodeKind, Phase, ServiceDrill, Source};
+use super::model::{
+    Drill, Episode, EpisodeKind, MAX_LISTED_MARKERS, MAX_TABLED_EPISODES, Phase, ServiceDrill,
+    Source,
+};
 use super::svg::{escape, timeline};
 use crate::clock::{fmt_duration_ms, rfc3339};
 use crate::readiness::Millis;
@@ -91,15 +94,23 @@ fn service(s: &mut String, d: &Drill, svc: &ServiceDrill, fmt_at: &dyn Fn(Millis
     if svc.episodes.is_empty() {
         s.push_str("<p class=\"meta\">No failover or failback in this window.</p>");
     }
-    for e in &svc.episodes {
+    for e in svc.episodes.iter().take(MAX_TABLED_EPISODES) {
         episode(s, e, fmt_at);
+    }
+    if let Some(more) = svc.episodes.len().checked_sub(MAX_TABLED_EPISODES)
+        && more > 0
+    {
+        let _ = write!(
+            s,
+            "<p class=\"meta warn\">… and {more} more failovers and failbacks, not tabled here: report.json has them all.</p>"
+        );
     }
     if !svc.markers.is_empty() {
         // The timeline's marker labels are cut to fit; here they are whole.
         s.push_str(
             "<h3>Markers</h3><table><tr><th>#</th><th>at</th><th>kind</th><th>label</th><th>by</th></tr>",
         );
-        for (k, m) in svc.markers.iter().enumerate() {
+        for (k, m) in svc.markers.iter().enumerate().take(MAX_LISTED_MARKERS) {
             let _ = write!(
                 s,
                 "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -111,6 +122,14 @@ fn service(s: &mut String, d: &Drill, svc: &ServiceDrill, fmt_at: &dyn Fn(Millis
             );
         }
         s.push_str("</table>");
+        if let Some(more) = svc.markers.len().checked_sub(MAX_LISTED_MARKERS)
+            && more > 0
+        {
+            let _ = write!(
+                s,
+                "<p class=\"meta warn\">… and {more} more markers, not listed here: report.json has them all.</p>"
+            );
+        }
     }
     s.push_str("<h3>Configuration in force</h3><table>");
     for (k, v) in &svc.config {

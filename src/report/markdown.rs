@@ -4,7 +4,9 @@
 //! Every label from the evidence (marker labels, names, notes) is escaped: `|` cannot break a
 //! table and a control character cannot reach a terminal or a renderer raw.
 
-use super::model::{Drill, Episode, EpisodeKind, ServiceDrill, Source};
+use super::model::{
+    Drill, Episode, EpisodeKind, MAX_LISTED_MARKERS, MAX_TABLED_EPISODES, ServiceDrill, Source,
+};
 use crate::clock::{fmt_duration_ms, rfc3339};
 use crate::readiness::Millis;
 use std::fmt::Write;
@@ -111,6 +113,7 @@ fn service(out: &mut String, d: &Drill, s: &ServiceDrill) {
         let rows: Vec<Vec<String>> = s
             .markers
             .iter()
+            .take(MAX_LISTED_MARKERS)
             .map(|m| {
                 vec![
                     when(d, m.at),
@@ -126,6 +129,14 @@ fn service(out: &mut String, d: &Drill, s: &ServiceDrill) {
             &["at", "since window start", "kind", "label", "by"],
             &rows,
         );
+        if let Some(more) = s.markers.len().checked_sub(MAX_LISTED_MARKERS)
+            && more > 0
+        {
+            let _ = writeln!(
+                out,
+                "… and {more} more markers, not listed here: report.json has them all.\n"
+            );
+        }
     }
     out.push_str(&episodes(d, s));
 }
@@ -138,8 +149,16 @@ pub fn episodes(d: &Drill, s: &ServiceDrill) -> String {
             "No failover or failback: no fault or restore marker, and no readiness transition out of or into ready.\n\n",
         );
     }
-    for e in &s.episodes {
+    for e in s.episodes.iter().take(MAX_TABLED_EPISODES) {
         episode(&mut out, d, e);
+    }
+    if let Some(more) = s.episodes.len().checked_sub(MAX_TABLED_EPISODES)
+        && more > 0
+    {
+        let _ = writeln!(
+            out,
+            "… and {more} more failovers and failbacks, not tabled here: report.json has them all.\n"
+        );
     }
     out
 }

@@ -21,6 +21,41 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 /// Most problems listed by name; the rest are counted in one last line.
 pub const MAX_PROBLEMS: usize = 50;
 
+/// A prober records a marker at its next sync after it was given: a record time more than this
+/// before the marker's `given_at` means a clock behind (the prober's, or the marker giver's), ms.
+pub const SKEW_BEHIND_MS: Millis = 60_000;
+
+/// A record time more than this after `given_at` means a clock ahead, or a prober that did not
+/// sync for that long (syncs are at most `publish.interval` apart), ms.
+pub const SKEW_AHEAD_MS: Millis = 10 * 60_000;
+
+/// Most characters kept of a label from the evidence (a marker's label, its author); a longer one
+/// is cut, ending in `…`.
+pub const MAX_LABEL_CHARS: usize = 200;
+
+/// `s` cut to [`MAX_LABEL_CHARS`] characters, its last one `…` when cut.
+pub fn cut_label(mut s: String) -> String {
+    if let Some((i, _)) = s.char_indices().nth(MAX_LABEL_CHARS) {
+        let keep = s
+            .char_indices()
+            .nth(MAX_LABEL_CHARS - 1)
+            .map_or(i, |(j, _)| j);
+        s.truncate(keep);
+        s.push('…');
+    }
+    s
+}
+
+/// The markers one prober recorded whose record time is skewed against their `given_at`.
+#[derive(Debug, Default, Clone)]
+struct Skew {
+    /// Markers recorded, and how many of them skewed.
+    markers: u64,
+    skewed: u64,
+    /// The largest skew (record time − given_at, ms, signed), with the marker's id.
+    worst: Option<(Millis, String)>,
+}
+
 /// What one evidence line leaves behind: its origin, its time and the part of its record a
 /// lane or a phase uses.
 #[derive(Debug)]
@@ -114,6 +149,10 @@ pub struct Merger {
     prober_ids: BTreeSet<usize>,
     /// Per service: its CloudWatch namespace (from `start`) and the branches seen.
     metric_series: HashMap<String, (Option<String>, BTreeSet<String>)>,
+    /// Per prober: its markers' record times against their `given_at`.
+    skew: BTreeMap<String, Skew>,
+    /// Per file, per prober: the last `record_seq` seen, which must rise line by line.
+    last_seq: HashMap<usize, HashMap<String, u64>>,
 }
 
 /// A short one-line label for an override: its value, who set it and why.
@@ -162,6 +201,7 @@ impl Merger {
             Err(e) => return self.problem(file, &format!("{e} (line left out)")),
         };
         if let Some(seq) = env.record_seq {
+            self.seq_order(file, &env.prober, seq, env.at_ms);
             match self.seqs.get_mut(&env.prober) {
                 Some(v) => v.push(seq),
                 None => {
@@ -177,7 +217,10 @@ impl Merger {
         let prober = self.names.id(&env.prober);
         let ev = self.compact(env.record, env.at_ms);
         let given = match &ev {
-            Ev::Marker(m) => m.0.at,
+            Ev::Marker(m) => {
+                self.skew_of(&env.prober, env.at_ms, m.0.at, &m.1);
+                m.0.at
+            }
             _ => env.at_ms,
         };
         for t in [env.at_ms, given] {
@@ -236,6 +279,76 @@ impl Merger {
             .unwrap_or_default()
     }
 
+    /// Check that `prober`'s `record_seq` rises line by line in file `file`: a writer numbers
+    /// its lines in file order, across restarts, so a number that goes back means lines were
+    /// edited, or files of two runs joined into one.
+    fn seq_order(&mut self, file: usize, prober: &str, seq: u64, at: Millis) {
+        let per = self.last_seq.entry(file).or_default();
+        let last = match per.get_mut(prober) {
+            Some(last) => std::mem::replace(last, seq),
+            None => {
+                per.insert(prober.to_string(), seq);
+                return;
+            }
+        };
+        if seq <= last {
+            let what = if seq == last {
+                format!("record_seq repeats {seq}")
+            } else {
+                format!("record_seq goes back from {last} to {seq}")
+            };
+            self.problem(
+                file,
+                &format!(
+                    "prober {prober}: {what} at {}: the file was edited, or holds the records of two runs",
+                    rfc3339(at)
+                ),
+            );
+        }
+    }
+
+    /// Note the marker `id` given at `given` that `prober` recorded at `at`.
+    fn skew_of(&mut self, prober: &str, at: Millis, given: Millis, id: &str) {
+        let e = match self.skew.get_mut(prober) {
+            Some(e) => e,
+            None => self.skew.entry(prober.to_string()).or_default(),
+        };
+        e.markers += 1;
+        let off = at.saturating_sub(given);
+        if !(-SKEW_BEHIND_MS..=SKEW_AHEAD_MS).contains(&off) {
+            e.skewed += 1;
+            if e.worst
+                .as_ref()
+                .is_none_or(|(w, _)| off.unsigned_abs() > w.unsigned_abs())
+            {
+                e.worst = Some((off, id.to_string()));
+            }
+        }
+    }
+
+    /// One sentence per prober whose clock looks skewed against the markers it recorded (a
+    /// record time more than [`SKEW_BEHIND_MS`] before a marker's `given_at`, or more than
+    /// [`SKEW_AHEAD_MS`] after it), in prober order: its times in the report are off by about
+    /// that much against the other probers' and the markers'.
+    pub fn clock_skew(&self) -> Vec<String> {
+        let d = crate::clock::fmt_duration_ms;
+        self.skew
+            .iter()
+            .filter_map(|(prober, s)| {
+                let (off, id) = s.worst.as_ref()?;
+                let how = if *off < 0 {
+                    format!("{} before it was given: its clock (or the marker giver's) is behind", d(off.saturating_neg()))
+                } else {
+                    format!("{} after it was given: its clock (or the marker giver's) is ahead, or it did not sync for that long", d(*off))
+                };
+                Some(format!(
+                    "prober {prober}: clock skew: it recorded marker {id} {how}; {} of its {} marker records are skewed, and its record times may be off by as much against the markers and the other probers",
+                    s.skewed, s.markers
+                ))
+            })
+            .collect()
+    }
+
     /// A problem found outside the evidence (e.g. reading the alarm history), one sentence.
     pub fn note_problem(&mut self, what: String) {
         self.note(what);
@@ -280,10 +393,10 @@ impl Merger {
                 Marker {
                     at: m.given_at,
                     kind: m.marker_kind.as_str().to_string(),
-                    label: m.label,
-                    by: m.by,
+                    label: cut_label(m.label),
+                    by: cut_label(m.by),
                 },
-                m.marker_id,
+                cut_label(m.marker_id),
             ))),
             Record::StableName(s) => {
                 let round = Round {
@@ -337,6 +450,9 @@ impl Merger {
         self.items
             .retain(|i| i.seq.is_none_or(|s| seen.insert((i.prober, s))));
         for p in seq_gaps(std::mem::take(&mut self.seqs)) {
+            self.note(p);
+        }
+        for p in self.clock_skew() {
             self.note(p);
         }
         let mut found = Vec::new();
@@ -526,6 +642,7 @@ impl Gather {
                     branch: names.get(*branch).to_string(),
                     by: by.clone(),
                     reason: reason.clone(),
+                    given_at: a.given_at,
                     applied: *applied,
                 });
             }
@@ -676,7 +793,6 @@ fn build_service(
         .map(|(_, p)| *p)
         .min_by_key(|p| names.get(*p))
         .or_else(|| g.starts.first().map(|s| s.1));
-    g.facts.lane_prober = lane_prober.map(|p| names.get(p).to_string());
     let mut branches: Vec<BranchLane> = g
         .branches
         .iter()

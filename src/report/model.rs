@@ -9,6 +9,18 @@
 use crate::readiness::{Millis, ReadinessState};
 use serde::Serialize;
 
+/// Most markers the timeline draws; the rest are counted in one caption. A rule and a label each
+/// take room, and thousands of them are a grey wall, not a picture.
+pub const MAX_DRAWN_MARKERS: usize = 200;
+
+/// Most markers the pages list in their marker table; the rest are counted in one line
+/// (`report.json` has them all).
+pub const MAX_LISTED_MARKERS: usize = 500;
+
+/// Most failovers and failbacks the pages table; the rest are counted in one line
+/// (`report.json` has them all).
+pub const MAX_TABLED_EPISODES: usize = 100;
+
 /// A half-open stretch of time `[from, until)`, ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Span {

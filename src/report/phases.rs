@@ -6,8 +6,9 @@
 //! marker → first failed attempt → readiness 0 published → alarm in ALARM → stable name
 //! answers with the other branch → cache expiry → reconnect → steady state. Failback, per
 //! `restore` marker (or per transition out of unready): restore → first successful attempt →
-//! pending_approval → approved → readiness 1 published → alarm OK → stable name selects the
-//! branch again → cache expiry → reconnect → steady state.
+//! pending_approval → approval given (by the operator) → approved (applied by a prober) →
+//! readiness 1 published → alarm OK → stable name selects the branch again → cache expiry →
+//! reconnect → steady state. Episodes start from every prober's transitions.
 
 use super::model::{
     AttemptMark, BranchLane, Episode, EpisodeKind, Marker, Phase, Round, ServiceDrill,
@@ -61,6 +62,8 @@ pub struct ApprovalFact {
     pub by: String,
     /// The operator's reason.
     pub reason: String,
+    /// When the operator gave it (the `approval` record's `given_at`), ms.
+    pub given_at: Millis,
     /// Applied (true) or rejected.
     pub applied: bool,
 }
@@ -76,8 +79,6 @@ pub struct Facts {
     pub approvals: Vec<ApprovalFact>,
     /// Whether the policy needs an operator's approval to fail back (`None`: not recorded).
     pub approval_required: Option<bool>,
-    /// The prober whose readiness the lanes show.
-    pub lane_prober: Option<String>,
 }
 
 /// The note of a stable-name phase when the evidence has no stable-name round at all.
@@ -99,13 +100,24 @@ struct Trigger {
 pub fn episodes(s: &ServiceDrill, f: &Facts) -> Vec<Episode> {
     let triggers = triggers(s, f);
     let mut out: Vec<Episode> = Vec::new();
+    let e2e = s
+        .stable_name
+        .as_ref()
+        .is_some_and(|l| l.rounds.iter().any(|r| r.end_to_end.is_some()));
+    // The branch of the last failover with one, for a restore that names none.
+    let mut last: Option<String> = None;
     for (k, t) in triggers.iter().enumerate() {
         let end = triggers.get(k + 1).map_or(Millis::MAX, |n| n.at);
         let ctx = Ctx {
             s,
             f,
+            before: k
+                .checked_sub(1)
+                .and_then(|i| triggers.get(i))
+                .map_or(Millis::MIN, |p| p.at),
             from: t.at,
             end,
+            e2e,
         };
         let ep = match t.kind {
             EpisodeKind::Failover => {
@@ -113,26 +125,25 @@ pub fn episodes(s: &ServiceDrill, f: &Facts) -> Vec<Episode> {
                 failover(&ctx, t, branch)
             }
             EpisodeKind::Failback => {
-                let last = out
-                    .iter()
-                    .rev()
-                    .find(|e| e.kind == EpisodeKind::Failover && !e.branch.is_empty())
-                    .map(|e| e.branch.clone());
                 let branch = t
                     .branch
                     .clone()
-                    .or(last)
+                    .or_else(|| last.clone())
                     .or_else(|| unready_branch(s, t.at));
                 failback(&ctx, t, branch)
             }
         };
+        if ep.kind == EpisodeKind::Failover && !ep.branch.is_empty() {
+            last = Some(ep.branch.clone());
+        }
         out.push(ep);
     }
     out
 }
 
-/// Fault and restore markers, and the lane prober's transitions out of and into ready that no
-/// marker explains.
+/// Fault and restore markers, and every prober's transitions out of and into ready that no
+/// marker explains. The same change of one branch seen by several probers is one episode: a
+/// transition of the kind the branch's last episode already has (from another prober) joins it.
 fn triggers(s: &ServiceDrill, f: &Facts) -> Vec<Trigger> {
     let marked: Vec<Trigger> = s
         .markers
@@ -152,49 +163,57 @@ fn triggers(s: &ServiceDrill, f: &Facts) -> Vec<Trigger> {
             })
         })
         .collect();
-    use ReadinessState::{PendingApproval, Ready, Unready};
     // A transition is explained by the newest fault or restore marker at or before it when that
     // marker is of its kind; the others start episodes of their own, so none goes unreported.
+    // Markers are in time order: found by bisection.
     let explained = |kind: EpisodeKind, at: Millis| {
-        marked
-            .iter()
-            .rev()
-            .find(|m| m.at <= at)
+        let n = marked.partition_point(|m| m.at <= at);
+        n.checked_sub(1)
+            .and_then(|i| marked.get(i))
             .is_some_and(|m| m.kind == kind)
     };
-    let mut all: Vec<Trigger> = f
-        .transitions
-        .iter()
-        .filter(|t| f.lane_prober.as_deref().is_none_or(|p| p == t.prober))
-        .filter_map(|t| {
-            let kind = match (t.from, t.to) {
-                (Ready, Unready) => EpisodeKind::Failover,
-                (Unready, Ready | PendingApproval) => EpisodeKind::Failback,
-                _ => return None,
-            };
-            if explained(kind, t.at) {
-                return None;
-            }
-            let at = streak_start(s, &t.branch, t.at, kind == EpisodeKind::Failover);
-            Some(Trigger {
-                kind,
-                at,
-                marker: None,
-                branch: Some(t.branch.clone()),
-                label: format!(
-                    "no marker: {} {} → {} at {} (prober {})",
-                    t.branch,
-                    t.from.as_str(),
-                    t.to.as_str(),
-                    rfc3339(t.at),
-                    t.prober
-                ),
-            })
-        })
-        .collect();
+    // Per branch: the kind of its last transition, and the prober that made it.
+    let mut last: std::collections::HashMap<&str, (EpisodeKind, &str)> =
+        std::collections::HashMap::new();
+    let mut all: Vec<Trigger> = Vec::new();
+    for t in &f.transitions {
+        let Some(kind) = episode_kind(t) else {
+            continue;
+        };
+        let before = last.insert(&t.branch, (kind, &t.prober));
+        let joins = before.is_some_and(|(k, p)| k == kind && p != t.prober);
+        if joins || explained(kind, t.at) {
+            continue;
+        }
+        let at = streak_start(s, &t.branch, t.at, kind == EpisodeKind::Failover);
+        all.push(Trigger {
+            kind,
+            at,
+            marker: None,
+            branch: Some(t.branch.clone()),
+            label: format!(
+                "no marker: {} {} → {} at {} (prober {})",
+                t.branch,
+                t.from.as_str(),
+                t.to.as_str(),
+                rfc3339(t.at),
+                t.prober
+            ),
+        });
+    }
     all.extend(marked);
     all.sort_by_key(|t| t.at);
     all
+}
+
+/// The kind of episode a transition starts: out of ready a failover, out of unready a failback.
+fn episode_kind(t: &TransitionFact) -> Option<EpisodeKind> {
+    use ReadinessState::{PendingApproval, Ready, Unready};
+    match (t.from, t.to) {
+        (Ready, Unready) => Some(EpisodeKind::Failover),
+        (Unready, Ready | PendingApproval) => Some(EpisodeKind::Failback),
+        _ => None,
+    }
 }
 
 /// The first attempt of the streak that ends in a transition at `at`: the first failure after
@@ -223,11 +242,8 @@ fn attempts_in(lane: &BranchLane, from: Millis, end: Millis) -> &[AttemptMark] {
 /// The state of `branch` at `at` in its lane.
 fn state_at(s: &ServiceDrill, branch: &str, at: Millis) -> Option<ReadinessState> {
     let lane = s.branches.iter().find(|b| b.name == branch)?;
-    lane.states
-        .iter()
-        .rev()
-        .find(|b| b.span.from <= at)
-        .map(|b| b.state)
+    let n = lane.states.partition_point(|b| b.span.from <= at);
+    lane.states.get(n.checked_sub(1)?).map(|b| b.state)
 }
 
 /// The first failure after `from` (before `end`) of a branch for which `keep` holds.
@@ -273,12 +289,23 @@ fn unready_branch(s: &ServiceDrill, at: Millis) -> Option<String> {
         .map(|b| b.name.clone())
 }
 
-/// One episode's inputs: the service, the records, and its time range `[from, end)`.
+/// One episode's inputs: the service, the records, and its time range `[from, end)`; `before`
+/// is the previous episode's start, which looking back for a record stops at.
 struct Ctx<'a> {
     s: &'a ServiceDrill,
     f: &'a Facts,
+    before: Millis,
     from: Millis,
     end: Millis,
+    /// Whether any stable-name round made the end-to-end attempt.
+    e2e: bool,
+}
+
+/// The part of `items` (in time order by `at`) from the first at or after `from`: found by
+/// bisection, so each episode looks only at its own records and the report stays n log n.
+fn since<T>(items: &[T], from: Millis, at: impl Fn(&T) -> Millis) -> &[T] {
+    let lo = items.partition_point(|x| at(x) < from);
+    items.get(lo..).unwrap_or(&[])
 }
 
 /// What a phase finds: its time and a note, or the note saying what is missing.
@@ -328,12 +355,14 @@ impl Table {
 }
 
 impl Ctx<'_> {
-    fn in_range(&self, at: Millis) -> bool {
-        at >= self.from && at < self.end
-    }
-
     fn rounds(&self) -> &[Round] {
         self.s.stable_name.as_ref().map_or(&[], |l| &l.rounds)
+    }
+
+    /// The rounds in range.
+    fn rounds_in(&self) -> &[Round] {
+        let r = since(self.rounds(), self.from, |r| r.at);
+        &r[..r.partition_point(|r| r.at < self.end)]
     }
 
     /// The first attempt of `branch` in range that failed (`failed`) or succeeded.
@@ -355,10 +384,10 @@ impl Ctx<'_> {
 
     /// The first transition of `branch` to `to` in range (any prober).
     fn transition(&self, branch: &str, to: ReadinessState) -> Option<&TransitionFact> {
-        self.f
-            .transitions
+        since(&self.f.transitions, self.from, |t| t.at)
             .iter()
-            .find(|t| t.branch == branch && t.to == to && self.in_range(t.at))
+            .take_while(|t| t.at < self.end)
+            .find(|t| t.branch == branch && t.to == to)
     }
 
     /// When the value of `to` was published: the first `publish` record with reason
@@ -371,7 +400,7 @@ impl Ctx<'_> {
                 to.as_str()
             ));
         };
-        let sent = self.f.publishes.iter().find(|p| {
+        let sent = since(&self.f.publishes, t.at, |p| p.at).iter().find(|p| {
             let same = match (t.batch, p.batch) {
                 (Some(a), Some(b)) => a == b,
                 _ => true,
@@ -409,9 +438,10 @@ impl Ctx<'_> {
         let Some(lane) = self.s.alarms.iter().find(|a| a.branch == branch) else {
             return Err(format!("missing: no alarm lane for {branch}"));
         };
-        lane.states
+        since(&lane.states, self.from, |b| b.span.from)
             .iter()
-            .find(|b| b.state == state && self.in_range(b.span.from))
+            .take_while(|b| b.span.from < self.end)
+            .find(|b| b.state == state)
             .map(|b| (b.span.from, Some(lane.name.clone())))
             .ok_or_else(|| {
                 format!(
@@ -426,9 +456,9 @@ impl Ctx<'_> {
         if self.s.stable_name.is_none() {
             return Err(NO_STABLE.into());
         }
-        self.rounds()
+        self.rounds_in()
             .iter()
-            .find(|r| self.in_range(r.at) && r.selected.as_deref().is_some_and(&want))
+            .find(|r| r.selected.as_deref().is_some_and(&want))
             .ok_or_else(|| {
                 format!("missing: no stable_name round selecting {what} in this episode")
             })
@@ -445,12 +475,11 @@ impl Ctx<'_> {
         let Some(switch) = switch else {
             return Err("missing: needs the DNS selection above".into());
         };
-        let last = self
-            .rounds()
+        let back = since(self.rounds(), self.before, |r| r.at);
+        let back = &back[..back.partition_point(|r| r.at < switch.at)];
+        let last = back
             .iter()
-            .take_while(|r| r.at < switch.at)
-            .filter(|r| r.selected.as_deref().is_some_and(&old))
-            .last();
+            .rfind(|r| r.selected.as_deref().is_some_and(&old));
         let Some(r) = last else {
             return Err(format!(
                 "missing: no stable_name round naming {name} before the switch"
@@ -474,20 +503,15 @@ impl Ctx<'_> {
         if self.s.stable_name.is_none() {
             return Err(NO_STABLE.into());
         }
-        if !self.rounds().iter().any(|r| r.end_to_end.is_some()) {
+        if !self.e2e {
             return Err("missing: no end_to_end in the stable_name records".into());
         }
         let Some(switch) = switch else {
             return Err("missing: needs the DNS selection above".into());
         };
-        self.rounds()
+        since(self.rounds_in(), switch.at, |r| r.at)
             .iter()
-            .find(|r| {
-                r.at >= switch.at
-                    && self.in_range(r.at)
-                    && r.end_to_end == Some(None)
-                    && r.selected.as_deref().is_some_and(&new)
-            })
+            .find(|r| r.end_to_end == Some(None) && r.selected.as_deref().is_some_and(&new))
             .map(|r| (r.at, None))
             .ok_or_else(|| {
                 "missing: no successful end_to_end attempt after the switch in this episode".into()
@@ -500,11 +524,7 @@ impl Ctx<'_> {
         if self.s.stable_name.is_none() {
             return Err(NO_STABLE.into());
         }
-        let rounds: Vec<&Round> = self
-            .rounds()
-            .iter()
-            .filter(|r| self.in_range(r.at))
-            .collect();
+        let rounds: Vec<&Round> = self.rounds_in().iter().collect();
         let Some(last) = rounds.last() else {
             return Err("missing: no stable_name rounds in this episode".into());
         };
@@ -647,22 +667,30 @@ fn approval_phases(c: &Ctx<'_>, tab: &mut Table, b: &str) -> (Option<Millis>, Op
         "pending_approval entered",
         Ok((p.at, Some(format!("prober {}", p.prober)))),
     );
-    let left = c.f.transitions.iter().find(|t| {
-        t.branch == b
-            && t.prober == p.prober
-            && t.from == ReadinessState::PendingApproval
-            && t.at >= p.at
+    let left = since(&c.f.transitions, p.at, |t| t.at).iter().find(|t| {
+        t.branch == b && t.prober == p.prober && t.from == ReadinessState::PendingApproval
     });
-    let approval =
-        c.f.approvals
-            .iter()
-            .find(|a| a.branch == b && a.applied && a.prober == p.prober && a.at >= p.at);
-    let found = match approval {
-        Some(a) => Ok((a.at, Some(format!("by {}: {}", a.by, a.reason)))),
-        None => Err(format!(
-            "missing: no applied approval record of {b} after pending_approval"
-        )),
+    let approval = since(&c.f.approvals, p.at, |a| a.at)
+        .iter()
+        .find(|a| a.branch == b && a.applied && a.prober == p.prober);
+    // Both instants: the operator's (`approve`) and the prober's (its next sync applied it).
+    let (given, found) = match approval {
+        Some(a) => (
+            Ok((a.given_at, Some(format!("by {}: {}", a.by, a.reason)))),
+            Ok((
+                a.at,
+                Some(format!(
+                    "by {}: {}; applied by prober {}",
+                    a.by, a.reason, a.prober
+                )),
+            )),
+        ),
+        None => {
+            let why = format!("missing: no applied approval record of {b} after pending_approval");
+            (Err(why.clone()), Err(why))
+        }
     };
+    tab.add("approval given", given);
     tab.add("approved", found);
     let pending = left.map(|l| l.at - p.at);
     (pending, approval.map(|a| a.by.clone()))

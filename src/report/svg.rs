@@ -10,7 +10,7 @@
 //! The layout constants and [`lanes`] are public so a test can find each lane's pixels in a
 //! screenshot.
 
-use super::model::{AttemptMark, Band, ServiceDrill, Source, Span};
+use super::model::{AttemptMark, Band, MAX_DRAWN_MARKERS, ServiceDrill, Source, Span};
 use crate::clock::{fmt_duration_ms, rfc3339};
 use crate::readiness::{Millis, ReadinessState};
 use std::collections::BTreeMap;
@@ -804,10 +804,24 @@ fn step_path(axis: &Axis, items: &[Band<Option<f64>>], level: impl Fn(f64) -> f6
 
 /// Operator markers: a dashed vertical rule through every lane, its label above the axis
 /// (alternating rows when two labels would overlap). Labels are numbered as in the page's marker
-/// table; where neither row has room, the number alone stands for the label.
+/// table; where neither row has room, the number alone stands for the label. The first
+/// [`MAX_DRAWN_MARKERS`] are drawn; a caption counts the rest.
 fn markers(s: &mut String, d: &ServiceDrill, axis: &Axis, bottom: u32) {
     let mut row_end = [f64::MIN; MARKER_ROWS.len()];
-    for (k, m) in d.markers.iter().enumerate() {
+    if let Some(more) = d.markers.len().checked_sub(MAX_DRAWN_MARKERS)
+        && more > 0
+    {
+        let _ = write!(
+            s,
+            r##"<text x="{}" y="{:.1}" text-anchor="end" fill="#555555">{}</text>"##,
+            WIDTH - 4,
+            MARKER_ROWS[0],
+            escape(&format!(
+                "+{more} more markers not drawn (see the marker table)"
+            ))
+        );
+    }
+    for (k, m) in d.markers.iter().enumerate().take(MAX_DRAWN_MARKERS) {
         let x = axis.x(m.at);
         let colour = marker_colour(&m.kind);
         let free = MARKER_ROWS

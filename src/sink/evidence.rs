@@ -5,7 +5,9 @@
 //!
 //! The file is bounded: when the next record would take it past `max_bytes`, it is renamed to
 //! `<path>.1` (replacing the previous generation) and a fresh file is started, so a long-running
-//! service keeps between one and two generations on disk.
+//! service keeps between one and two generations on disk. A rotation that fails (`<path>.1` a
+//! directory) is logged and counted once, retried at each write, and the file meanwhile stays
+//! within [`HARD_BOUND`] times the bound, giving up `attempt` records first.
 //!
 //! The file I/O runs on a dedicated thread fed by a bounded queue: a slow, full or hung disk
 //! never blocks the runtime that probes and publishes. The async side only encodes a line and
@@ -63,6 +65,20 @@ const LOG_EVERY: u64 = 100;
 /// attempt record is about 1 KB), so a torn or unreadable last line still leaves whole ones.
 const TAIL_BYTES: u64 = 64 * 1024;
 
+/// The highest `record_seq` a writer goes on from: 2^53, the largest integer every JSON reader
+/// keeps exact, and more records than a prober writes in centuries. A previous file whose tail
+/// holds a higher number (edited, or hostile) is not followed past it, so numbers never wrap.
+pub(crate) const SEQ_LIMIT: u64 = 1 << 53;
+
+/// While the rotation fails, the file grows to at most this many times `max_bytes` with every
+/// record, then to [`HARD_BOUND`] times with every record but `attempt`s (transitions, publishes,
+/// markers: what a drill report needs most), then takes nothing: the two generations' disk
+/// budget, and half as much again for the rare records.
+const SOFT_BOUND: u64 = 2;
+
+/// See [`SOFT_BOUND`].
+const HARD_BOUND: u64 = 3;
+
 /// Most bytes `"record_seq":N,` adds to a line (N up to 20 digits).
 const SEQ_FIELD_MAX: usize = r#""record_seq":,"#.len() + 20;
 
@@ -87,14 +103,19 @@ struct Counters {
     failed: AtomicU64,
     /// The last `record_seq` given, to a record written or lost.
     last_seq: AtomicU64,
+    /// Rotations that failed, once per failure (a new error, or the first after a success).
+    rotation_failures: AtomicU64,
 }
 
 impl Counters {
     /// The next `record_seq`.
     fn next_seq(&self) -> u64 {
-        self.last_seq
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_add(1)
+        // Saturates rather than wraps: a number that went back to 0 would read as another run.
+        let add = |s: u64| Some(s.saturating_add(1));
+        let prev = self
+            .last_seq
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, add);
+        prev.unwrap_or_else(|s| s).saturating_add(1)
     }
 
     /// A record that will never reach the writer thread: counted as failed, and its number
@@ -107,8 +128,9 @@ impl Counters {
 
 #[derive(Debug)]
 enum Msg {
-    /// One whole line, newline included.
-    Line(String),
+    /// One whole line, newline included, and whether it is an `attempt` (the first records
+    /// refused while the file cannot rotate).
+    Line(String, bool),
     /// Reopen the file if it was removed or replaced; record `evidence_reopened` at this time
     /// (ms since the epoch) if so.
     CheckReplaced(Millis),
@@ -148,6 +170,8 @@ impl EvidenceWriter {
             file,
             size,
             max_bytes: max_bytes.max(4096),
+            rotate_error: None,
+            refusing: Refusing::Nothing,
             service: service.into(),
             prober: prober.into(),
             counters: counters.clone(),
@@ -178,6 +202,12 @@ impl EvidenceWriter {
         self.counters.written.load(Ordering::Relaxed)
     }
 
+    /// Rotations that failed, once per failure: the first, and each with another error or after
+    /// a rotation that worked (the writer retries at every write that would pass `max_bytes`).
+    pub fn rotation_failures(&self) -> u64 {
+        self.counters.rotation_failures.load(Ordering::Relaxed)
+    }
+
     /// Records that could not be written (queue full, disk full, I/O error, writer closed).
     /// Probing and publishing go on: a full disk must not silence the readiness metric.
     pub fn failed(&self) -> u64 {
@@ -196,7 +226,7 @@ impl EvidenceWriter {
     /// [`record`](Self::record) for the named service (a run with several services).
     pub fn record_for(&mut self, at: Millis, service: &str, record: &Record) {
         match Envelope::new(at, service, &self.prober, record).to_line() {
-            Ok(line) => self.send(Msg::Line(line)),
+            Ok(line) => self.send(Msg::Line(line, matches!(record, Record::Attempt(_)))),
             Err(e) => {
                 self.counters.lose();
                 tracing::error!(kind = record.kind(), error = %e, "cannot encode an evidence record");
@@ -213,7 +243,7 @@ impl EvidenceWriter {
     }
 
     fn send(&mut self, msg: Msg) {
-        let counts = matches!(msg, Msg::Line(_));
+        let counts = matches!(msg, Msg::Line(..));
         let Some(tx) = &self.tx else {
             if counts {
                 self.counters.lose();
@@ -290,12 +320,27 @@ pub(crate) fn ends_torn(file: &File, size: u64) -> io::Result<bool> {
 
 /// The last `record_seq` of the evidence at `path`, open as `file` (`size` bytes): the highest in
 /// the file's tail, else (a new file, or one with no numbered record) the highest in its rotated
-/// generation's tail, else 0. `drill mark --evidence` numbers its line from this too.
+/// generation's tail, else 0; at most [`SEQ_LIMIT`]. `drill mark --evidence` numbers its line from
+/// this too.
 ///
 /// # Errors
 /// Reading either file fails (a missing rotated generation is no error); the error names the
 /// rotated file when it is the one.
 pub(crate) fn last_record_seq(path: &Path, file: &File, size: u64) -> io::Result<u64> {
+    let last = newest_record_seq(path, file, size)?;
+    if last > SEQ_LIMIT {
+        tracing::warn!(
+            path = %path.display(),
+            record_seq = last,
+            limit = SEQ_LIMIT,
+            "the evidence ends in an implausible record_seq (edited?); numbering goes on from the limit"
+        );
+    }
+    Ok(last.min(SEQ_LIMIT))
+}
+
+/// [`last_record_seq`] as found, unbounded.
+fn newest_record_seq(path: &Path, file: &File, size: u64) -> io::Result<u64> {
     if let Some(seq) = tail_seq(file, size)? {
         return Ok(seq);
     }
@@ -374,6 +419,14 @@ fn open_append(path: &Path) -> io::Result<File> {
     )
 }
 
+/// What the file's bounds refuse while it cannot rotate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusing {
+    Nothing,
+    Attempts,
+    Everything,
+}
+
 /// Whole lines the writer thread joins into one write, and where each ends.
 #[derive(Debug, Default)]
 struct Batch {
@@ -404,6 +457,10 @@ struct FileState {
     size: u64,
     /// Rotation threshold, bytes.
     max_bytes: u64,
+    /// The error of the last rotation, while it keeps failing.
+    rotate_error: Option<String>,
+    /// What the bounds refuse now (logged when it changes).
+    refusing: Refusing,
     service: String,
     prober: String,
     counters: Arc<Counters>,
@@ -415,18 +472,20 @@ impl FileState {
         let mut next = rx.recv().ok();
         while let Some(msg) = next.take() {
             match msg {
-                Msg::Line(line) => {
-                    batch.push(self.counters.next_seq(), &line);
+                Msg::Line(line, attempt) => {
+                    self.take(&mut batch, &line, attempt);
                     // Join what is queued already, up to a rotation or BATCH_BYTES; anything
-                    // else that comes waits until the batch is written.
+                    // else that comes waits until the batch is written. While the rotation
+                    // fails, the bounds of `take` cut instead.
                     while batch.bytes.len() < BATCH_BYTES
                         && let Ok(m) = rx.try_recv()
                     {
                         match m {
-                            Msg::Line(l)
-                                if self.fits(batch.bytes.len() + l.len() + SEQ_FIELD_MAX) =>
+                            Msg::Line(l, a)
+                                if self.rotate_error.is_some()
+                                    || self.fits(batch.bytes.len() + l.len() + SEQ_FIELD_MAX) =>
                             {
-                                batch.push(self.counters.next_seq(), &l);
+                                self.take(&mut batch, &l, a);
                             }
                             other => {
                                 next = Some(other);
@@ -434,8 +493,10 @@ impl FileState {
                             }
                         }
                     }
-                    self.append(&mut batch);
-                    std::thread::sleep(GATHER);
+                    if !batch.ends.is_empty() {
+                        self.append(&mut batch);
+                        std::thread::sleep(GATHER);
+                    }
                 }
                 #[cfg(test)]
                 Msg::Stall(release) => {
@@ -467,6 +528,50 @@ impl FileState {
             tracing::error!(path = %self.path.display(), error = %e, "cannot sync evidence");
         }
         let _ = done.send(());
+    }
+
+    /// Number `line` and add it to `batch`, unless the file cannot rotate and has reached its
+    /// bound for such a record ([`SOFT_BOUND`], [`HARD_BOUND`]): then it is counted as failed,
+    /// and its number left out shows the gap.
+    fn take(&mut self, batch: &mut Batch, line: &str, attempt: bool) {
+        if self.rotate_error.is_some() && batch.ends.is_empty() && !self.fits(line.len()) {
+            // Retried here too: a file at its bound takes no write that would retry it.
+            self.rotate();
+        }
+        let seq = self.counters.next_seq();
+        let after = self.size + (batch.bytes.len() + line.len() + SEQ_FIELD_MAX) as u64;
+        let refuse = match &self.rotate_error {
+            None => Refusing::Nothing,
+            Some(_) if after > self.max_bytes.saturating_mul(HARD_BOUND) => Refusing::Everything,
+            Some(_) if after > self.max_bytes.saturating_mul(SOFT_BOUND) => Refusing::Attempts,
+            Some(_) => Refusing::Nothing,
+        };
+        if refuse != self.refusing {
+            self.refusing = refuse;
+            match refuse {
+                Refusing::Nothing => {}
+                Refusing::Attempts => tracing::error!(
+                    path = %self.path.display(),
+                    bytes = self.size,
+                    "the evidence file cannot rotate and has reached twice its max_size_mb: attempt records are dropped (counted), the others kept"
+                ),
+                Refusing::Everything => tracing::error!(
+                    path = %self.path.display(),
+                    bytes = self.size,
+                    "the evidence file cannot rotate and has reached three times its max_size_mb: every record is dropped (counted) until it rotates"
+                ),
+            }
+        }
+        let refused = match refuse {
+            Refusing::Nothing => false,
+            Refusing::Attempts => attempt,
+            Refusing::Everything => true,
+        };
+        if refused {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            batch.push(seq, line);
+        }
     }
 
     /// Whether `len` more bytes go into the current file without rotating it first.
@@ -572,6 +677,9 @@ impl FileState {
         }
     }
 
+    /// Rename the file to `<path>.1` and start a fresh one. A failure is logged and counted once
+    /// (again when its error changes), and the file goes on growing within the bounds of
+    /// [`take`](Self::take); the next write that would pass `max_bytes` tries again.
     fn rotate(&mut self) {
         let old = rotated(&self.path);
         let reopened = std::fs::rename(&self.path, &old).and_then(|_| open_append(&self.path));
@@ -579,12 +687,27 @@ impl FileState {
             Ok(f) => {
                 self.file = f;
                 self.size = 0;
-                tracing::info!(path = %self.path.display(), previous = %old.display(), "evidence file rotated");
+                self.refusing = Refusing::Nothing;
+                if self.rotate_error.take().is_some() {
+                    tracing::warn!(path = %self.path.display(), previous = %old.display(), "evidence file rotated again after failed rotations");
+                } else {
+                    tracing::info!(path = %self.path.display(), previous = %old.display(), "evidence file rotated");
+                }
             }
             Err(e) => {
-                // Keep appending to the old handle; better a large file than lost records.
-                tracing::error!(path = %self.path.display(), error = %e, "cannot rotate evidence");
-                self.size = 0;
+                let error = e.to_string();
+                if self.rotate_error.as_ref() != Some(&error) {
+                    self.counters
+                        .rotation_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(
+                        path = %self.path.display(),
+                        previous = %old.display(),
+                        error = %error,
+                        "cannot rotate evidence; the file grows to twice max_size_mb with every record, to three times without attempt records, and retries at each write"
+                    );
+                    self.rotate_error = Some(error);
+                }
             }
         }
     }

@@ -486,3 +486,220 @@ fn between_a_stop_and_the_next_start_nothing_is_published() {
             .any(|e| e.label.contains("stopped (SIGTERM)"))
     );
 }
+
+fn restored_ready() -> Record {
+    start(vec![Restored {
+        branch: "primary".into(),
+        state: Ready,
+        since: None,
+    }])
+}
+
+fn failovers(s: &ServiceDrill) -> Vec<&crate::report::model::Episode> {
+    s.episodes
+        .iter()
+        .filter(|e| e.kind == crate::report::model::EpisodeKind::Failover)
+        .collect()
+}
+
+/// A failover only the second prober by id saw is tabled: the phase table reads every
+/// prober's transitions, not only the lane prober's.
+#[test]
+fn a_failover_only_a_later_prober_saw_is_tabled() {
+    let a = vec![
+        env(0, "az-a", 1, restored_ready()),
+        env(1_000, "az-a", 2, attempt("primary", true)),
+    ];
+    let b = vec![
+        env(0, "az-b", 1, restored_ready()),
+        env(1_400, "az-b", 2, attempt("primary", false)),
+        env(3_000, "az-b", 3, transition("primary", Ready, Unready)),
+    ];
+    let d = merge(vec![("a".into(), a), ("b".into(), b)], None);
+    let s = &d.services[0];
+    let f = failovers(s);
+    assert_eq!(f.len(), 1, "{:#?}", s.episodes);
+    assert_eq!(f[0].branch, "primary");
+    assert!(f[0].trigger.contains("prober az-b"), "{}", f[0].trigger);
+}
+
+/// The same failover seen by two probers is one episode, not one per prober.
+#[test]
+fn a_failover_two_probers_saw_is_one_episode() {
+    let p = |id: &'static str, at: Millis| {
+        vec![
+            env(0, id, 1, restored_ready()),
+            env(at - 2_000, id, 2, attempt("primary", false)),
+            env(at, id, 3, transition("primary", Ready, Unready)),
+        ]
+    };
+    let d = merge(
+        vec![
+            ("a".into(), p("az-a", 5_000)),
+            ("b".into(), p("az-b", 4_000)),
+        ],
+        None,
+    );
+    assert_eq!(
+        failovers(&d.services[0]).len(),
+        1,
+        "{:#?}",
+        d.services[0].episodes
+    );
+}
+
+/// A prober whose clock is an hour behind records the marker an hour before it was given: its
+/// failover is still tabled, and the skew is a problem naming the prober.
+#[test]
+fn a_prober_an_hour_behind_is_tabled_and_its_skew_flagged() {
+    const HOUR: Millis = 3_600_000;
+    let at = |t: Millis| t + 2 * HOUR;
+    let a = vec![
+        env(at(0), "az-a", 1, restored_ready()),
+        env(at(1_000), "az-a", 2, marker("m1", at(900))),
+        env(at(1_300), "az-a", 3, attempt("primary", true)),
+    ];
+    let b = vec![
+        env(at(0), "az-b", 1, restored_ready()),
+        env(at(1_100), "az-b", 2, marker("m1", at(900))),
+    ];
+    let c = vec![
+        env(at(0) - HOUR, "az-c", 1, restored_ready()),
+        env(at(1_200) - HOUR, "az-c", 2, marker("m1", at(900))),
+        env(at(1_500) - HOUR, "az-c", 3, attempt("primary", false)),
+        env(
+            at(4_000) - HOUR,
+            "az-c",
+            4,
+            transition("primary", Ready, Unready),
+        ),
+    ];
+    let mut m = Merger::new(None);
+    for (name, lines) in [("a", a), ("b", b), ("c", c)] {
+        let f = m.file(name);
+        for l in lines {
+            m.push(f, l);
+        }
+    }
+    let skew = m.clock_skew();
+    assert_eq!(skew.len(), 1, "{skew:?}");
+    assert!(skew[0].contains("prober az-c"), "{skew:?}");
+    let d = m.finish();
+    let problems = d.problems.join("\n");
+    assert!(
+        problems.contains("prober az-c") && problems.contains("clock"),
+        "{problems}"
+    );
+    assert!(
+        !problems.contains("az-a") && !problems.contains("az-b"),
+        "{problems}"
+    );
+    let s = &d.services[0];
+    let f = failovers(s);
+    assert!(
+        f.iter().any(|e| e.trigger.contains("prober az-c")),
+        "{:#?}",
+        s.episodes
+    );
+}
+
+/// `record_seq` going back within one prober's file is flagged: the file was edited or two
+/// runs' files were joined.
+#[test]
+fn record_seq_going_back_in_a_file_is_a_problem() {
+    let lines = vec![
+        env(0, "az-a", 5, restored_ready()),
+        env(1_000, "az-a", 6, attempt("primary", true)),
+        env(2_000, "az-a", 2, attempt("primary", true)),
+        env(3_000, "az-a", 3, attempt("primary", true)),
+    ];
+    let d = merge(vec![("ev.jsonl".into(), lines)], None);
+    let problems = d.problems.join("\n");
+    assert!(
+        problems.contains("ev.jsonl: prober az-a: record_seq goes back from 6 to 2"),
+        "{problems}"
+    );
+    // Two files of the same prober, each in order, are no such problem.
+    let one = vec![env(0, "az-a", 1, restored_ready())];
+    let two = vec![env(1_000, "az-a", 2, attempt("primary", true))];
+    let d = merge(vec![("b".into(), two), ("a".into(), one)], None);
+    assert!(d.problems.is_empty(), "{:?}", d.problems);
+}
+
+/// The `approved` phase shows when the operator gave the approval and when the prober applied
+/// it.
+#[test]
+fn the_approval_phase_shows_when_it_was_given_and_when_applied() {
+    let approval = Record::Approval(crate::record::ApprovalRecord {
+        branch: "primary".into(),
+        approval_id: "a1".into(),
+        by: "bob".into(),
+        reason: "writer verified".into(),
+        given_at: T0 + 6_000,
+        expires_at: T0 + 1_806_000,
+        applied: true,
+        detail: "applied".into(),
+    });
+    let mut first = start(vec![Restored {
+        branch: "primary".into(),
+        state: Unready,
+        since: None,
+    }]);
+    if let Record::Start(s) = &mut first {
+        s.approval_required = Some(true);
+    }
+    let lines = vec![
+        env(0, "az-a", 1, first),
+        env(1_000, "az-a", 2, attempt("primary", true)),
+        env(
+            4_000,
+            "az-a",
+            3,
+            transition("primary", Unready, ReadinessState::PendingApproval),
+        ),
+        env(9_000, "az-a", 4, approval),
+        env(
+            9_000,
+            "az-a",
+            5,
+            transition("primary", ReadinessState::PendingApproval, Ready),
+        ),
+    ];
+    let d = merge(vec![("a".into(), lines)], None);
+    let e = &d.services[0].episodes[0];
+    let at = |name: &str| e.phases.iter().find(|p| p.name == name).and_then(|p| p.at);
+    assert_eq!(at("approval given"), Some(T0 + 6_000), "{:#?}", e.phases);
+    assert_eq!(at("approved"), Some(T0 + 9_000), "{:#?}", e.phases);
+}
+
+/// Twenty thousand markers with long labels: labels are cut to 200 characters, and the pages
+/// draw a bounded number of markers and episodes (the rest summarised), so their size does not
+/// grow with the markers.
+#[test]
+fn many_long_markers_are_cut_and_bounded_in_the_pages() {
+    let long = "x".repeat(1_000);
+    let mut lines = vec![env(0, "az-a", 1, restored_ready())];
+    for k in 0..20_000u64 {
+        let mut m = marker(&format!("m{k}"), 1_000 + k as Millis);
+        if let Record::Marker(r) = &mut m {
+            r.label.clone_from(&long);
+            if k % 2 == 1 {
+                r.marker_kind = MarkerKind::Restore;
+            }
+        }
+        lines.push(env(1_000 + k as Millis, "az-a", k + 2, m));
+    }
+    let d = merge(vec![("a".into(), lines)], None);
+    let s = &d.services[0];
+    assert_eq!(s.markers.len(), 20_000);
+    assert!(
+        s.markers
+            .iter()
+            .all(|m| m.label.chars().count() == 200 && m.label.ends_with('…'))
+    );
+    let html = crate::report::html::render(&d);
+    let md = crate::report::markdown::render(&d);
+    assert!(html.len() < 2_000_000, "{} bytes of HTML", html.len());
+    assert!(md.len() < 2_000_000, "{} bytes of Markdown", md.len());
+    assert!(html.contains("more markers"), "the rest is summarised");
+}

@@ -185,10 +185,10 @@ fn full() -> (ServiceDrill, Facts) {
             branch: "primary".into(),
             by: "bob".into(),
             reason: "writer back".into(),
+            given_at: 165_000,
             applied: true,
         }],
         approval_required: Some(true),
-        lane_prober: Some("az-a".into()),
     };
     (s, f)
 }
@@ -248,6 +248,7 @@ fn a_recorded_failback_measures_pending_approval_and_names_the_approver() {
             ("restore marker", Some(150_000)),
             ("first successful attempt", Some(150_300)),
             ("pending_approval entered", Some(160_000)),
+            ("approval given", Some(165_000)),
             ("approved", Some(170_000)),
             ("readiness 1 published", Some(170_010)),
             ("alarm OK", Some(200_000)),

@@ -453,3 +453,73 @@ async fn a_refused_record_leaves_a_gap_in_record_seq() {
     assert!(seqs.windows(2).all(|s| s[0] < s[1]), "{seqs:?}");
     assert_eq!(*seqs.last().unwrap(), 10);
 }
+
+fn attempt(seq: u64) -> Record {
+    Record::Attempt(crate::probe::Attempt::bare(
+        "primary",
+        seq,
+        0,
+        0,
+        crate::probe::Outcome::Success,
+    ))
+}
+
+/// A rotation that keeps failing (`<path>.1` is a directory) keeps the file within its hard
+/// bound: attempts beyond it are refused and counted, the rarer records still go in; once the
+/// rotation works again, the file rotates back under `max_bytes`.
+#[tokio::test]
+async fn a_failing_rotation_keeps_the_file_bounded_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("evidence.jsonl");
+    let old = dir.path().join("evidence.jsonl.1");
+    // A first record, so the next run's number is read from this file, not the generation in
+    // the way.
+    let mut w = EvidenceWriter::open(&p, "s", "p", 4096, QUEUE_LINES).unwrap();
+    w.record(0, &abandoned(0));
+    assert!(w.close(soon()).await);
+    std::fs::create_dir(&old).unwrap();
+    std::fs::write(old.join("keep"), "x").unwrap();
+    let mut w = EvidenceWriter::open(&p, "s", "p", 4096, QUEUE_LINES).unwrap();
+    for i in 0..600 {
+        w.record(i, &attempt(i as u64));
+        if i % 100 == 99 {
+            w.record(i, &abandoned(i as u64));
+        }
+    }
+    settle(&w, 606).await;
+    let size = std::fs::metadata(&p).unwrap().len();
+    assert!(size <= 3 * 4096, "{size} bytes");
+    assert!(w.failed() > 0);
+    assert_eq!(w.rotation_failures(), 1, "one failure, counted once");
+    // The last abandoned record, written after attempts were refused, is in the file.
+    assert!(kinds(&p).last().is_some_and(|k| k == "attempt_abandoned"));
+    std::fs::remove_dir_all(&old).unwrap();
+    for i in 600..700 {
+        w.record(i, &attempt(i as u64));
+    }
+    assert!(w.close(soon()).await);
+    assert!(std::fs::metadata(&p).unwrap().len() <= 4096);
+    assert!(old.is_file());
+}
+
+/// A previous file ending in `record_seq` u64::MAX (hostile, or edited) does not make the
+/// numbers wrap to 0: the writer goes on from a bound no real run reaches.
+#[tokio::test]
+async fn record_seq_never_wraps_after_a_hostile_last_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("e.jsonl");
+    std::fs::write(
+        &p,
+        format!(
+            "{{\"record_seq\":{},\"at\":\"x\",\"at_ms\":0,\"service\":\"s\",\"prober\":\"p\",\"kind\":\"stop\"}}\n",
+            u64::MAX
+        ),
+    )
+    .unwrap();
+    let mut w = EvidenceWriter::open(&p, "s", "p", 1 << 20, QUEUE_LINES).unwrap();
+    w.record(0, &abandoned(1));
+    w.record(1, &abandoned(2));
+    assert!(w.close(soon()).await);
+    let seqs = record_seqs(&p);
+    assert_eq!(seqs[1..], [(1 << 53) + 1, (1 << 53) + 2], "{seqs:?}");
+}
