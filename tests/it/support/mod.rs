@@ -23,18 +23,38 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 
+/// The variable naming the file where every skip appends one line, `<test>\t<reason>`, so
+/// `infra/local/test.sh` can count the tests that asserted nothing.
+pub const SKIP_LOG_ENV: &str = "READYPROBE_SKIP_LOG";
+
 /// Reports a missing external component: panics under CI, otherwise prints a loud `SKIPPED:` line
 /// straight to the process's stderr (not captured by the test harness, so it shows in a plain
-/// `cargo test` run) and returns, so the caller can return early.
+/// `cargo test` run), appends it to the file [`SKIP_LOG_ENV`] names, and returns, so the caller
+/// can return early.
 pub fn skip_or_panic(what: &str) {
     if in_ci() {
         panic!("CI=true and a required test component is unavailable: {what}");
     }
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("<test>")
+        .to_string();
     let _ = writeln!(
         std::io::stderr(),
-        "\n*** SKIPPED: {} — {what} (set CI=true to make this a failure) ***",
-        std::thread::current().name().unwrap_or("<test>")
+        "\n*** SKIPPED: {test} — {what} (set CI=true to make this a failure) ***"
     );
+    if let Some(path) = std::env::var_os(SKIP_LOG_ENV) {
+        let line = format!("{test}\t{}\n", what.replace(['\n', '\r', '\t'], " "));
+        // One write of one line on an O_APPEND file: lines of parallel tests never interleave.
+        let logged = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = logged {
+            panic!("cannot record the skip in {SKIP_LOG_ENV}={path:?}: {e}");
+        }
+    }
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read, released).
