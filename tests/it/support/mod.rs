@@ -15,7 +15,7 @@ pub mod proxy;
 pub mod rcode_dns;
 pub mod tls;
 
-use std::{io::Write, net::TcpListener};
+use std::{io::Write, net::TcpListener, time::Duration};
 
 /// True when running under CI (`CI=true`, as `.ci/run` is invoked), where a missing external
 /// component is a failure rather than a skip.
@@ -54,6 +54,25 @@ pub fn skip_or_panic(what: &str) {
         if let Err(e) = logged {
             panic!("cannot record the skip in {SKIP_LOG_ENV}={path:?}: {e}");
         }
+    }
+}
+
+/// Polls `cond` every 50 ms until it holds; panics naming `what` after `timeout`. For a test
+/// that awaits a record, datum or file state before asserting on it: it goes on as soon as the
+/// state is there, and a loaded machine only makes it wait longer, up to `timeout`.
+/// (Evidence has its own [`fixture::wait_evidence`], which prints the records on failure.)
+pub async fn wait_for<F, Fut>(timeout: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {timeout:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
