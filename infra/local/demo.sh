@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job on its embedded default, on a fresh machine, in one command:
 # installs MariaDB if absent, starts two local instances (PRIMARY, SECONDARY) with TLS from a
-# throwaway CA, loads the canary schema, and runs `readyprobe run` against them with EMF on
-# stdout for a bounded time. Midway it makes the primary read-only and then writable again, so
+# throwaway CA, loads the canary schema, and runs `readyprobe run` against them for a bounded
+# time. Midway it makes the primary read-only and then writable again, so
 # the run shows a failover (primary unready) and a slow failback (primary ready again), marking
 # both as drill `fault` and `restore` in the evidence so `drill report` can derive their phases.
 # The metrics (EMF, one JSON line per datum) go to a file; the terminal keeps the logs and the
