@@ -31,12 +31,36 @@ say "2/4 the CloudWatch and S3 emulator on 127.0.0.1:${LOCALSTACK_PORT:-4566} (t
 export AWS_EC2_METADATA_DISABLED=true
 export READYPROBE_TEST_CLOUDWATCH_ENDPOINT="${READYPROBE_TEST_CLOUDWATCH_ENDPOINT:-http://127.0.0.1:${LOCALSTACK_PORT:-4566}}"
 
-if [ -d target/debug/deps ]; then
+TARGET=${CARGO_TARGET_DIR:-target}
+# Every test that skips for a missing component appends `<test>\t<reason>` here
+# (tests/it/support/mod.rs); counted at the end, so a green run says how much it did not test.
+export READYPROBE_SKIP_LOG="$PWD/$TARGET/test-skips.log"
+case $TARGET in /*) READYPROBE_SKIP_LOG="$TARGET/test-skips.log" ;; esac
+mkdir -p "$TARGET"
+: > "$READYPROBE_SKIP_LOG"
+report_skips() {
+  local n
+  n=$(cut -f1 "$READYPROBE_SKIP_LOG" | sort -u | wc -l)
+  if [ "$n" = 0 ]; then
+    say "0 tests skipped"
+  else
+    say "$n tests skipped ($(cut -f2- "$READYPROBE_SKIP_LOG" | sort | uniq -c | sort -rn \
+      | awk '{c=$1; $1=""; sub(/^ /, ""); printf "%s%d: %s", sep, c, $0; sep="; "}')); list: $READYPROBE_SKIP_LOG"
+  fi
+}
+
+if [ -d "$TARGET/debug/deps" ]; then
   say "3/4 cargo test (unit, property and integration tests; a few minutes)"
 else
   say "3/4 cargo test; the first build compiles every dependency and takes several minutes (about 3 min on 2 cores), then the tests run for a few minutes"
 fi
-cargo test --locked --all-targets "$@"
+status=0
+cargo test --locked --all-targets "$@" || status=$?
+if [ "$status" != 0 ]; then
+  report_skips
+  exit "$status"
+fi
 
 say "4/4 the image's final stage as a plain root file system (infra/image/rootfs-test.sh, with the debug binary the tests built)"
-BIN=target/debug/readyprobe infra/image/rootfs-test.sh
+BIN="$TARGET/debug/readyprobe" infra/image/rootfs-test.sh
+report_skips

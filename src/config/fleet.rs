@@ -10,7 +10,7 @@ use super::{
     Config, RawShared, ServiceConfig, probe, publish, readiness, service, shared_sections,
 };
 use serde::Deserialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use toml::{Table, Value};
 
@@ -122,26 +122,43 @@ pub(super) fn validate(
     }
     let mut config = config?;
     config.services = services.into_iter().collect::<Option<_>>()?;
-    warn_shared_canary_rows(&config.services, issues);
+    check_shared_canary_rows(&config.services, issues);
     Some(config)
 }
 
 /// The mysql canary row is keyed by (prober_id, branch): two services with a branch of the same
-/// name and the same canary table overwrite each other's row when their endpoints reach one
-/// server, and each then reads the other's marker (`verify_mismatch`). One warning for all.
-fn warn_shared_canary_rows(services: &[ServiceConfig], issues: &mut Issues<'_>) {
-    let mut seen: std::collections::BTreeMap<(&str, &str, &str), &str> = Default::default();
+/// name and the same canary table overwrite each other's row on a server both reach, and each
+/// then reads the other's marker (`verify_mismatch`). On one endpoint and port that is certain:
+/// an error naming both services. On different endpoints it happens only where they lead to one
+/// server: one warning for all.
+fn check_shared_canary_rows(services: &[ServiceConfig], issues: &mut Issues<'_>) {
+    type Row<'a> = (&'a str, &'a str, &'a str);
+    let mut rows: BTreeMap<Row<'_>, &str> = BTreeMap::new();
+    let mut servers: BTreeMap<(Row<'_>, String, u16), (usize, &str)> = BTreeMap::new();
     let mut shared = Vec::new();
-    for s in services {
+    for (i, s) in services.iter().enumerate() {
         let probe::ProbeKind::Mysql(m) = &s.probe.kind else {
             continue;
         };
-        for b in &s.branches {
-            let key = (m.database.as_str(), m.table.as_str(), b.name.as_str());
-            match seen.get(&key) {
-                Some(first) => shared.push((*first, s.service.name.as_str(), key)),
+        let name = s.service.name.as_str();
+        for (k, b) in s.branches.iter().enumerate() {
+            let row = (m.database.as_str(), m.table.as_str(), b.name.as_str());
+            let server = (row, service::normalise_name(&b.endpoint), b.port);
+            if let Some((first, first_name)) = servers.get(&server) {
+                issues.error(
+                    format!("service[{i}].branch[{k}].name"),
+                    format!(
+                        "service[{i}] {name:?} and service[{first}] {first_name:?} both probe branch {:?} on {}:{} with the canary table `{}`.`{}`: they would write each other's canary row (verify_mismatch); give one of them its own probe.mysql.table",
+                        row.2, server.1, server.2, row.0, row.1
+                    ),
+                );
+                continue;
+            }
+            servers.insert(server, (i, name));
+            match rows.get(&row) {
+                Some(first) => shared.push((*first, name, row)),
                 None => {
-                    seen.insert(key, &s.service.name);
+                    rows.insert(row, name);
                 }
             }
         }
@@ -313,6 +330,36 @@ endpoint = "api-primary.orders.internal.example"
         );
         let c = parse(Path::new("fleet.toml"), FLEET).unwrap_or_else(|e| panic!("{e}"));
         assert!(!c.warnings.iter().any(|w| w.contains("canary row")));
+    }
+
+    /// Two mysql services whose branch of one name reaches the same server (endpoint and port)
+    /// with the same canary table would write each other's canary row: an error on the later
+    /// branch's name naming both services. A table of its own clears it.
+    #[test]
+    fn a_canary_row_shared_on_one_server_is_an_error_naming_both_services() {
+        let one_server = FLEET
+            .replace(r#"mysql = { database = "canary" }"#, "")
+            .replace(
+                "mysql-primary.payments.internal.example",
+                "MySQL-Primary.orders.internal.example.",
+            );
+        let got = issues(&one_server);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].key, "service[1].branch[0].name");
+        // The branch's name, two lines above its endpoint.
+        let endpoint = line_of(&one_server, "MySQL-Primary").unwrap();
+        assert_eq!(got[0].line, Some(endpoint - 2));
+        assert!(
+            got[0].message.contains(r#"service[0] "orders-db""#)
+                && got[0].message.contains(r#"service[1] "payments-db""#)
+                && got[0].message.contains("`readyprobe`.`canary`"),
+            "{got:?}"
+        );
+        let own_table = one_server.replace(
+            r#"probe = { interval = "5s", "#,
+            r#"probe = { interval = "5s", mysql = { table = "canary_payments" }, "#,
+        );
+        assert!(issues(&own_table).is_empty(), "{:?}", issues(&own_table));
     }
 
     /// One finding shared by many services is one warning naming the first three and counting

@@ -30,6 +30,9 @@ pub struct MysqlProbe {
     pub tls_min_version: MinVersion,
 }
 
+/// The longest user name MariaDB accepts (`mysql.user.User` is `char(80)`; MySQL's is 32).
+const MAX_USER_CHARS: usize = 80;
+
 /// A MySQL identifier readyprobe writes unquoted into its statements: 1–64 characters of
 /// `[A-Za-z0-9_]`.
 fn identifier_ok(s: &str) -> bool {
@@ -59,6 +62,19 @@ pub(super) fn section(
     }
     if m.user.is_empty() {
         issues.error("probe.mysql.user", "must not be empty");
+    } else if m.user.chars().any(char::is_control) {
+        issues.error(
+            "probe.mysql.user",
+            "must not hold a control character: no MariaDB or MySQL identity has one",
+        );
+    } else if m.user.chars().count() > MAX_USER_CHARS {
+        issues.error(
+            "probe.mysql.user",
+            format!(
+                "must be at most {MAX_USER_CHARS} characters (MariaDB's limit for a user name), it has {}",
+                m.user.chars().count()
+            ),
+        );
     }
     guard_secrets(&tls, &["probe.mysql.password".to_string()], issues);
     Some(MysqlProbe {
@@ -72,4 +88,45 @@ pub(super) fn section(
         client_identity: tls.client_identity,
         tls_min_version: tls.tls_min_version,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Issue, parse};
+    use std::path::Path;
+
+    const BASE: &str = "[service]\nname = \"orders-db\"\nstable_name = \"mysql.orders.internal.example\"\n\n[probe]\nkind = \"mysql\"\n[probe.tls]\nssl_mode = \"required\"\ndanger_send_secrets_unverified = true\n[probe.mysql]\npassword = { env = \"PW\" }\nuser = USER\n\n[[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"mysql-primary.orders.internal.example\"\n";
+
+    fn user_issues(user_toml: &str) -> Vec<Issue> {
+        match parse(Path::new("t.toml"), &BASE.replace("USER", user_toml)) {
+            Ok(_) => vec![],
+            Err(e) => e.issues,
+        }
+    }
+
+    /// MariaDB user names are at most 80 characters (`mysql.user.User` is `char(80)`); a control
+    /// character is no identity anyone created. Both are refused by file, line and key.
+    #[test]
+    fn a_user_with_a_control_character_or_over_80_characters_is_refused() {
+        for (user, why) in [
+            (r#""ready\u0000probe""#, "control character"),
+            (r#""ready\nprobe""#, "control character"),
+            (r#""ready\u007fprobe""#, "control character"),
+            (&format!("\"{}\"", "u".repeat(81)), "80 characters"),
+            (&format!("\"{}\"", "u".repeat(5000)), "80 characters"),
+        ] {
+            let got = user_issues(user);
+            assert_eq!(got.len(), 1, "{user}: {got:?}");
+            assert_eq!(got[0].key, "probe.mysql.user", "{got:?}");
+            assert_eq!(got[0].line, Some(12), "{got:?}");
+            assert!(got[0].message.contains(why), "{user}: {got:?}");
+        }
+        for user in [
+            r#""readyprobe""#,
+            &format!("\"{}\"", "ü".repeat(80)),
+            r#""probe@eu-west-1""#,
+        ] {
+            assert!(user_issues(user).is_empty(), "{user}");
+        }
+    }
 }

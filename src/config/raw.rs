@@ -22,14 +22,26 @@ use std::time::Duration;
 pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// A humantime duration (`"500ms"`, `"5s"`, `"3m"`) of at most [`MAX_DURATION`].
+/// One beyond it is quoted as written: formatting the parsed value would saturate.
 fn bounded_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    let v: Option<Duration> = humantime_serde::deserialize(d)?;
-    match v {
-        Some(x) if x > MAX_DURATION => Err(serde::de::Error::custom(format!(
-            "{} is longer than the longest accepted duration, 366 days",
-            crate::clock::fmt_duration(x)
-        ))),
-        _ => Ok(v),
+    use serde::de::{Error, Unexpected};
+    let Some(written) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let too_long = || {
+        D::Error::custom(format!(
+            "{written:?} is longer than the longest accepted duration, 366 days"
+        ))
+    };
+    match humantime::parse_duration(&written) {
+        Ok(v) if v > MAX_DURATION => Err(too_long()),
+        Ok(v) => Ok(Some(v)),
+        Err(humantime::DurationError::NumberOverflow) => Err(too_long()),
+        // humantime_serde's own message for a string that is no duration.
+        Err(_) => Err(D::Error::invalid_value(
+            Unexpected::Str(&written),
+            &"a duration",
+        )),
     }
 }
 
@@ -383,4 +395,47 @@ pub(super) struct RawBranch {
     pub role: Role,
     pub endpoint: String,
     pub port: Option<NonZeroU16>,
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+    use std::path::Path;
+
+    /// A duration beyond the bound is quoted as written, not as the saturated number of
+    /// milliseconds it would have been; a malformed one keeps serde's message.
+    #[test]
+    fn an_out_of_range_duration_is_quoted_as_written() {
+        let text = |interval: &str| {
+            format!(
+                "[service]\nname = \"s\"\nstable_name = \"s.internal.example\"\n[probe]\nkind = \"tcp\"\ninterval = \"{interval}\"\n[probe.tcp]\nport = 5432\n[[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"p.internal.example\"\n"
+            )
+        };
+        for written in [
+            "999999999999d",
+            "367d",
+            "18446744073709551615s",
+            "99999999999999999999999d",
+        ] {
+            let e = parse(Path::new("t.toml"), &text(written)).unwrap_err();
+            assert_eq!(e.issues.len(), 1, "{written}: {:?}", e.issues);
+            let i = &e.issues[0];
+            assert_eq!(
+                (i.key.as_str(), i.line),
+                ("probe.interval", Some(6)),
+                "{i:?}"
+            );
+            assert!(
+                i.message
+                    .starts_with(&format!("\"{written}\" is longer than")),
+                "{written}: {i:?}"
+            );
+        }
+        let e = parse(Path::new("t.toml"), &text("5 parsecs")).unwrap_err();
+        assert!(
+            e.issues[0].message.contains("expected a duration"),
+            "{:?}",
+            e.issues
+        );
+    }
 }

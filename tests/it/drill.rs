@@ -519,6 +519,22 @@ fn selects(branch: &'static str) -> impl Fn(&[Value]) -> bool {
     }
 }
 
+/// True once three stable-name rounds after evidence record `from` selected `branch` and their
+/// end-to-end attempts succeeded: the report's steady state has rounds to start from.
+fn steady(from: usize, branch: &'static str) -> impl Fn(&[Value]) -> bool {
+    move |ev| {
+        ev.iter()
+            .skip(from)
+            .filter(|v| {
+                v["kind"] == "stable_name"
+                    && v["selected"] == branch
+                    && v["end_to_end"]["result"] == "success"
+            })
+            .count()
+            >= 3
+    }
+}
+
 /// With the stable-name probe on (end-to-end attempt included), the DNS and client phases are
 /// measured: the test flips the stable name's answer (TTL 2 s) once the primary is unready and
 /// again once it is ready; the report's DNS selection follows each flip within a few rounds
@@ -563,9 +579,9 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     wait_evidence(&ev, wait, |ev| has_transition(ev, "primary", "unready")).await;
     let flip_over = crate_now();
     dns.set_a("mq", B, 2).await;
-    wait_evidence(&ev, wait, selects("secondary")).await;
+    let from = wait_evidence(&ev, wait, selects("secondary")).await.len();
     // Rounds go on naming the secondary for a while: the steady state.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    wait_evidence(&ev, wait, steady(from, "secondary")).await;
 
     let back = listener_on(A, port_a).await;
     mark(&cfg, "restore", "started the primary listener");
@@ -579,8 +595,8 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     .await;
     let flip_back = crate_now();
     dns.set_a("mq", A, 2).await;
-    wait_evidence(&ev, wait, selects("primary")).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let from = wait_evidence(&ev, wait, selects("primary")).await.len();
+    wait_evidence(&ev, wait, steady(from, "primary")).await;
     run.stop().await;
     drop(back);
 

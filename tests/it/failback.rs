@@ -137,7 +137,7 @@ async fn failback_waits_for_a_valid_operator_approval() {
         format!("replica promoted back, checked ({not_current})")
     );
     assert!(ok["given_at"].as_i64().is_some());
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    wait_ticks(&ev_path, ev.len(), 1).await;
     let s = run.stop().await;
     assert_eq!(s.final_states["primary"].as_str(), "ready");
     assert_eq!(
@@ -258,7 +258,13 @@ async fn override_forces_the_metric_until_it_expires() {
     let cfg = readyprobe::config::load(&path).unwrap();
     let ev_path = p.evidence();
     let run = Running::start(cfg, None);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The healthy branch is probed before the override forces it.
+    wait_evidence(&ev_path, Duration::from_secs(10), |ev| {
+        attempts(ev, "primary")
+            .iter()
+            .any(|a| a["result"] == "success")
+    })
+    .await;
     let (code, out, err) = cli(
         &[
             "override",
@@ -284,12 +290,12 @@ async fn override_forces_the_metric_until_it_expires() {
     assert!(ev.iter().any(|v| v["kind"] == "override"));
     let (_, status, _) = cli(&["status"], &path);
     assert!(status.contains("OVERRIDE: forced unready"), "{status}");
-    wait_evidence(&ev_path, Duration::from_secs(8), |ev| {
+    let ev = wait_evidence(&ev_path, Duration::from_secs(8), |ev| {
         ev.iter()
             .any(|v| v["kind"] == "override" && v["action"] == "expired")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    wait_ticks(&ev_path, ev.len(), 1).await;
     let s = run.stop().await;
     let ev = read_evidence(&ev_path);
     // The branch itself never stopped being ready.
@@ -523,11 +529,11 @@ async fn both_unready_is_flagged_and_heartbeat_stops_with_the_prober() {
     p.secondary.set_read_only(true).await;
     let started = std::time::SystemTime::now();
     let run = Running::start(cfg, None);
-    wait_evidence(&p.evidence(), Duration::from_secs(20), |ev| {
+    let ev = wait_evidence(&p.evidence(), Duration::from_secs(20), |ev| {
         ev.iter().any(|v| v["kind"] == "both_branches_unready")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_ticks(&p.evidence(), ev.len(), 1).await;
     run.stop().await;
     // Every datum the run publishes carries a time no later than this.
     let stopped = std::time::SystemTime::now();
@@ -602,12 +608,19 @@ async fn two_probers_one_series_quorum_by_statistic() {
     b.prober_id = "az-b".into();
     let ra = Running::start(a, None);
     let rb = Running::start(b, None);
-    wait_evidence(&p.evidence(), Duration::from_secs(20), |ev| {
+    let ev = wait_evidence(&p.evidence(), Duration::from_secs(20), |ev| {
         ev.iter()
             .any(|v| v["kind"] == "transition" && v["prober"] == "az-b" && v["branch"] == "primary")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Two ticks of each prober after az-b's 0: the 1 s periods hold both values.
+    let from = ev.len();
+    wait_evidence(&p.evidence(), Duration::from_secs(30), |ev| {
+        ["az-a", "az-b"]
+            .iter()
+            .all(|p| ticks_since(ev, from, Some(p)) >= 2)
+    })
+    .await;
     let sa = ra.stop().await;
     let sb = rb.stop().await;
     assert_eq!(sa.final_states["primary"].as_str(), "ready");

@@ -198,12 +198,12 @@ async fn three_services_in_one_process_and_a_broken_one_reported() {
     // One service's primary turns read-only: that branch, and only it, becomes unready.
     let before = read_evidence(&ev_path).len();
     p.primary.set_read_only(true).await;
-    wait_evidence(&ev_path, Duration::from_secs(20), |ev| {
+    let ev = wait_evidence(&ev_path, Duration::from_secs(20), |ev| {
         reached(&ev[before..], "orders-db", "primary", "unready")
     })
     .await;
-    // Wide margin: more than the 1 s unready `for` and three publish ticks.
-    tokio::time::sleep(Duration::from_millis(3000)).await;
+    // Wide margin: three publish ticks, more than the 1 s unready `for`.
+    wait_ticks(&ev_path, ev.len(), 3).await;
     let s = run.stop().await;
     p.primary.set_read_only(false).await;
     let ev = read_evidence(&ev_path);

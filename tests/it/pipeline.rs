@@ -57,11 +57,11 @@ async fn failover_and_failback_reach_cloudwatch() {
 
     // Phase A: both healthy until both are declared ready.
     let run = Running::start(p.config("a.toml", &opts(leak(ns_a.clone()))), None);
-    wait_evidence(&ev_path, Duration::from_secs(30), |ev| {
+    let ev = wait_evidence(&ev_path, Duration::from_secs(30), |ev| {
         has_transition(ev, "primary", "ready") && has_transition(ev, "secondary", "ready")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1200)).await; // one more publish tick
+    wait_ticks(&ev_path, ev.len(), 1).await; // one more publish tick
     let s = run.stop().await;
     assert!(
         s.dropped_batches.is_empty(),
@@ -85,7 +85,7 @@ async fn failover_and_failback_reach_cloudwatch() {
         has_transition(&ev[b_start..], "primary", "unready")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_ticks(&ev_path, ev.len(), 1).await;
     let s = run.stop().await;
     let ev_b = &ev[b_start..];
     let restored = ev_b.iter().find(|v| v["kind"] == "start").unwrap();
@@ -124,7 +124,7 @@ async fn failover_and_failback_reach_cloudwatch() {
         has_transition(&ev[c_start..], "primary", "ready")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    wait_ticks(&ev_path, ev.len(), 1).await;
     run.stop().await;
     let ev_c = &ev[c_start..];
     let first_ok = attempts(ev_c, "primary")

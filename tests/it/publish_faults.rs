@@ -510,13 +510,14 @@ impl Run {
     }
 }
 
-/// Run the binary for `secs` with `env`, calling `during(elapsed)` every 100 ms.
+/// Run the binary for `secs` at most with `env`, calling `during(elapsed)` every 100 ms; once it
+/// returns true (the run has shown what the test needs), the run is stopped with SIGTERM.
 async fn run_binary(
     cfg: &std::path::Path,
     secs: u64,
     env: &[(&str, &str)],
     remove: &[&str],
-    mut during: impl FnMut(Duration),
+    mut during: impl FnMut(Duration) -> bool,
 ) -> Run {
     let started = now_ms();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_readyprobe"));
@@ -534,10 +535,16 @@ async fn run_binary(
         cmd.env_remove(k);
     }
     let child = cmd.spawn().unwrap();
+    let pid = libc::pid_t::try_from(child.id().unwrap()).unwrap();
     let t0 = tokio::time::Instant::now();
     let out = tokio::spawn(child.wait_with_output());
+    let mut stopping = false;
     while !out.is_finished() {
-        during(t0.elapsed());
+        if !stopping && during(t0.elapsed()) {
+            // SAFETY: kill(2) on our own child, which has not been reaped (`out` is not finished).
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            stopping = true;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(
             t0.elapsed() < Duration::from_secs(secs + 30),
@@ -632,7 +639,9 @@ fn check_run(run: &Run, fake: &FakeCloudWatch, outage: (i64, i64), class: C) {
     assert!(run.started < outage.0);
 }
 
-/// One outage shape end to end: healthy 0–3 s, `fault` 3–7 s, healthy until the 11 s run ends.
+/// One outage shape end to end: healthy until a batch was accepted, then `fault` for 4 s, then
+/// healthy until a batch was accepted again and 1.5 s more (the `PublishFailures` tick after the
+/// last failure); 11 s at most.
 async fn outage(fault: Fault, class: C) {
     let fake = FakeCloudWatch::start().await;
     let (port, _t) = target().await;
@@ -641,15 +650,18 @@ async fn outage(fault: Fault, class: C) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &dns, port, &fake.url);
     let mut window = (0, 0);
-    let run = run_binary(&cfg, 11, &[], &[], |t| {
-        if t >= Duration::from_secs(3) && window.0 == 0 {
+    let run = run_binary(&cfg, 11, &[], &[], |_| {
+        let now = now_ms();
+        let accepted_since = |t: i64| fake.seen().iter().any(|s| s.accepted() && s.at > t);
+        if window.0 == 0 && accepted_since(0) {
             fake.set_fault(Some(fault));
-            window.0 = now_ms();
+            window.0 = now;
         }
-        if t >= Duration::from_secs(7) && window.1 == 0 {
+        if window.0 != 0 && window.1 == 0 && now >= window.0 + 4_000 {
             fake.set_fault(None);
-            window.1 = now_ms();
+            window.1 = now;
         }
+        window.1 != 0 && now >= window.1 + 1_500 && accepted_since(window.1)
     })
     .await;
     check_run(&run, &fake, window, class);
@@ -708,7 +720,7 @@ async fn outage_credentials_expiry() {
         "AWS_PROFILE",
     ];
     // The endpoint fails from the first issue on, past the latest renewal (7 s after issue),
-    // then rotates.
+    // then rotates; the run stops 1.5 s after a publish got through again, 16 s at most.
     let run = run_binary(&cfg, 16, &env, &remove, |_| {
         if window.0 == 0 && creds.requests().iter().any(|r| r.1 == 200) {
             creds.set_mode(CredsMode::Fail);
@@ -718,6 +730,7 @@ async fn outage_credentials_expiry() {
             creds.set_mode(CredsMode::Rotate);
             window.1 = now_ms();
         }
+        window.1 != 0 && now_ms() >= window.1 + 1_500 && fake.seen().iter().any(|s| s.at > window.1)
     })
     .await;
     assert!(

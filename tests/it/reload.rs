@@ -631,7 +631,18 @@ async fn a_reload_waiting_on_a_dead_store_stalls_nothing_else() {
         of(ev, "attempt", "alpha", None).len() >= n0 + 12
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    crate::support::wait_for(
+        Duration::from_secs(10),
+        "two alpha heartbeats after the HUP",
+        || async {
+            heartbeats_after(&stdout, hup_ms)
+                .iter()
+                .filter(|s| *s == "alpha")
+                .count()
+                >= 2
+        },
+    )
+    .await;
     signal(&child, libc::SIGHUP);
     let beats = heartbeats_after(&stdout, hup_ms);
     assert!(

@@ -593,8 +593,17 @@ async fn reloads_start_restart_and_stop_stable_name_loops() {
         .await
         .unwrap();
     applied(&evidence, 0).await;
-    tokio::time::sleep(TEN_ROUNDS).await;
-    let ev = read_evidence(&evidence);
+    let ev = wait_evidence(&evidence, TEN_ROUNDS * 10, |ev| {
+        let after = &ev[reload_at(ev, 0).unwrap()..];
+        let e2e = |branch| {
+            records(after, "stable_name", branch)
+                .iter()
+                .filter(|r| r["end_to_end"]["result"] == "success")
+                .count()
+        };
+        e2e("alpha") >= 3 && e2e("beta") >= 3 && la.accepted() >= 3 && lb.accepted() >= 3
+    })
+    .await;
     let after = &ev[reload_at(&ev, 0).unwrap()..];
     let beta_rounds = records(after, "stable_name", "beta");
     assert!(

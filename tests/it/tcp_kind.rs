@@ -177,9 +177,11 @@ async fn tcp_kind_reports_a_rejected_client_certificate() {
 /// Runs one `tcp` branch whose port refuses connections (every attempt fails `tcp_refused` at
 /// `connect`) for `secs` seconds with `min_attempts` 2 and the timing `settings` add; returns the
 /// evidence records.
+/// Runs until `done(evidence)` holds, or `secs` at most (the assertions then say what is missing).
 async fn run_refused_branch(
     secs: u64,
     settings: impl FnOnce(ConfigBuilder) -> ConfigBuilder,
+    done: impl Fn(&[serde_json::Value]) -> bool,
 ) -> Vec<serde_json::Value> {
     use crate::support::config::path;
     use crate::support::fixture::read_evidence;
@@ -207,7 +209,14 @@ async fn run_refused_branch(
         grace: Duration::from_secs(2),
         emf_out: Some(EmfBuffer::new()),
     };
-    run(cfg, opts, std::future::pending()).await.unwrap();
+    let ev = evidence.clone();
+    let stop = async move {
+        while !done(&read_evidence(&ev)) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        "done"
+    };
+    run(cfg, opts, stop).await.unwrap();
     read_evidence(&evidence)
 }
 
@@ -218,11 +227,16 @@ async fn run_refused_branch(
 /// probing every gap is about 1 s and none counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_branch_is_probed_at_its_suspect_interval() {
-    let records = run_refused_branch(8, |b| {
-        b.set("probe", "interval", "1s")
-            .set("probe", "timeout", "800ms")
-            .set("probe", "suspect_interval", "250ms")
-    })
+    let records = run_refused_branch(
+        8,
+        |b| {
+            b.set("probe", "interval", "1s")
+                .set("probe", "timeout", "800ms")
+                .set("probe", "suspect_interval", "250ms")
+        },
+        // Ten suspect gaps: enough to tell 250 ms from 1 s.
+        |ev| ev.iter().filter(|r| r["kind"] == "attempt").count() >= 12,
+    )
     .await;
     let start = records.iter().find(|r| r["kind"] == "start").unwrap();
     assert_eq!(start["suspect_interval_ms"], 250, "{start}");
@@ -253,13 +267,21 @@ async fn a_failing_branch_is_probed_at_its_suspect_interval() {
 /// margin: less than 1 s late. The transition's `publish` record names its batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_fires_when_its_for_runs_out_between_attempts() {
-    let records = run_refused_branch(20, |b| {
-        b.set("probe", "interval", "5s")
-            .set("probe", "timeout", "2s")
-            .set("readiness", "initial", "ready")
-            .set("readiness", "window", "60s")
-            .merge("[readiness]\ndeclare_unready = { success_rate_below = 95.0, for = \"7s\" }")
-    })
+    let records = run_refused_branch(
+        20,
+        |b| {
+            b.set("probe", "interval", "5s")
+                .set("probe", "timeout", "2s")
+                .set("readiness", "initial", "ready")
+                .set("readiness", "window", "60s")
+                .merge("[readiness]\ndeclare_unready = { success_rate_below = 95.0, for = \"7s\" }")
+        },
+        // The transition's publish is recorded after the transition.
+        |ev| {
+            ev.iter()
+                .any(|r| r["kind"] == "publish" && r["reason"] == "transition")
+        },
+    )
     .await;
     let tr = records
         .iter()

@@ -323,6 +323,33 @@ pub async fn wait_evidence(
     }
 }
 
+/// Publish ticks recorded after evidence record `from` (by `prober` when given): one per batch,
+/// however many sinks it went to. A test that needs the prober to publish again after an event
+/// waits for these rather than sleeping a tick's worth.
+pub fn ticks_since(ev: &[Value], from: usize, prober: Option<&str>) -> usize {
+    let mut batches = std::collections::BTreeSet::new();
+    ev.iter()
+        .skip(from)
+        .filter(|v| v["kind"] == "publish" && v["reason"] == "tick")
+        .filter(|v| prober.is_none_or(|p| v["prober"] == p))
+        .filter(|v| {
+            // Records written before batch ids count one each.
+            v["batch"]
+                .as_u64()
+                .is_none_or(|b| batches.insert((v["prober"].to_string(), b)))
+        })
+        .count()
+}
+
+/// Waits until `n` publish ticks follow evidence record `from` ([`ticks_since`]); returns the
+/// evidence then.
+pub async fn wait_ticks(path: &Path, from: usize, n: usize) -> Vec<Value> {
+    wait_evidence(path, Duration::from_secs(30), |ev| {
+        ticks_since(ev, from, None) >= n
+    })
+    .await
+}
+
 /// Transitions recorded for `branch`, as (from, to, at_ms, held_since).
 pub fn transitions(ev: &[Value], branch: &str) -> Vec<(String, String, i64, Option<i64>)> {
     ev.iter()
