@@ -12,9 +12,13 @@ pub mod fold;
 pub mod probe;
 pub mod readiness;
 pub mod record;
+pub mod regular_file;
 pub mod report;
 pub mod runner;
 pub mod scheduler;
 pub mod simulate;
 pub mod sink;
 pub mod state;
+
+#[cfg(test)]
+mod module_graph;

@@ -1,5 +1,6 @@
 //! The text `check` prints: branches, steps, metrics and dimensions, the policy arithmetic. Pure.
 
+use super::cost::probe_steps;
 use crate::config::{self, Config, ProbeKind, ServiceConfig, SinkKind};
 use crate::contract;
 use std::path::PathBuf;
@@ -68,25 +69,6 @@ fn summary(cfg: &Config) -> String {
         if branches == 1 { "" } else { "es" },
         per_tick as f64 * ticks_per_min
     )
-}
-
-/// The steps one attempt of `kind` runs, in order.
-pub(super) fn probe_steps(kind: &ProbeKind) -> &'static str {
-    let tls = |mode: config::SslMode| mode != config::SslMode::Disabled;
-    match kind {
-        ProbeKind::Mysql(m) if tls(m.ssl_mode) => "resolve → connect → tls → auth → write → verify",
-        ProbeKind::Mysql(_) => "resolve → connect → auth → write → verify",
-        ProbeKind::Tcp(t) if tls(t.tls.ssl_mode) => "resolve → connect → tls",
-        ProbeKind::Tcp(_) => "resolve → connect",
-        ProbeKind::Http(h) => match (tls(h.tls.ssl_mode), h.verify.is_some()) {
-            (false, false) => "resolve → connect → write",
-            (false, true) => "resolve → connect → write → verify",
-            (true, false) => "resolve → connect → tls → write",
-            (true, true) => "resolve → connect → tls → write → verify",
-        },
-        ProbeKind::Otlp(o) if tls(o.tls.ssl_mode) => "resolve → connect → tls → write",
-        ProbeKind::Otlp(_) => "resolve → connect → write",
-    }
 }
 
 /// The probe section: schedule and steps, the kind's own settings, where DNS answers come from.
@@ -381,7 +363,7 @@ fn plan_evidence_and_state(s: &mut String, cfg: &Config) -> std::fmt::Result {
         .services
         .iter()
         .map(|svc| {
-            let document = format!("control-{}.json", crate::state::safe(&svc.service.name));
+            let document = format!("control-{}.json", crate::config::safe(&svc.service.name));
             match &cfg.state.store {
                 config::StoreKind::File => cfg.state_dir.join(document).display().to_string(),
                 config::StoreKind::S3(s3) => {
