@@ -7,6 +7,7 @@ pub mod clock;
 pub mod config;
 pub mod contract;
 pub mod control;
+pub mod datum;
 pub mod failure;
 pub mod fold;
 pub mod probe;
