@@ -3,7 +3,7 @@
 //! builds and accounts batches without knowing how sinks send them.
 
 use crate::contract::{self, Metric};
-use crate::readiness::Millis;
+use crate::readiness::{Millis, fails_open};
 use crate::record::{PublishFailureClass, PublishOutcome};
 use serde::Serialize;
 
@@ -69,6 +69,13 @@ pub struct BranchTick {
     pub cert_not_after: Option<Millis>,
 }
 
+impl BranchTick {
+    /// Its published readiness for [`fails_open`]: ready or not, `None` when unknown.
+    pub fn published(&self) -> Option<bool> {
+        self.is_known.then_some(self.is_ready)
+    }
+}
+
 /// A datum of contract metric `m`; `values` are its dimensions' values, in the contract's order.
 fn datum(m: &Metric, values: &[&str], value: Value, timestamp: Millis) -> Datum {
     debug_assert_eq!(m.dimensions.len(), values.len(), "{}", m.name);
@@ -121,12 +128,9 @@ pub fn tick_datums(service: &str, branches: &[BranchTick], now: Millis) -> Vec<D
         Value::Single(1.0),
         now,
     ));
-    // Fail-open signal: 1 when every branch is known and none is ready; 0 when one is ready;
-    // no datum while a branch is still unknown and none is ready.
-    let any_ready = branches.iter().any(|b| b.is_ready);
-    let all_known = branches.iter().all(|b| b.is_known);
-    if any_ready || all_known {
-        let v = Value::Single(if any_ready { 0.0 } else { 1.0 });
+    // Fail-open signal: no datum while it cannot be told.
+    if let Some(open) = fails_open(branches.iter().map(BranchTick::published)) {
+        let v = Value::Single(if open { 1.0 } else { 0.0 });
         out.push(datum(&contract::BOTH_BRANCHES_UNREADY, &[service], v, now));
     }
     out

@@ -961,6 +961,24 @@ impl Readiness {
     }
 }
 
+/// Whether Route 53 failover fails open (answers with the PRIMARY whatever its health): every
+/// branch publishes and none publishes 1 (README.md, `BothBranchesUnready`). `branches`: each
+/// branch's published readiness, `Some(true)` ready, `Some(false)` unready, `None` unknown (no
+/// datum). `Some(true)`: fails open; `Some(false)`: a branch is ready; `None`: none is ready
+/// and one is still unknown, so it cannot be told yet. The fold's tick and `simulate` both ask
+/// here.
+pub fn fails_open(branches: impl IntoIterator<Item = Option<bool>>) -> Option<bool> {
+    let mut all_known = true;
+    for b in branches {
+        match b {
+            Some(true) => return Some(false),
+            Some(false) => {}
+            None => all_known = false,
+        }
+    }
+    all_known.then_some(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2844,5 +2862,14 @@ mod tests {
             Ev::Tick(t) => Ok(r.evaluate(t)),
             Ev::Approve(t) => r.approve(t).map(Some),
         }
+    }
+
+    #[test]
+    fn fails_open_when_every_branch_publishes_and_none_publishes_one() {
+        assert_eq!(fails_open([Some(false), Some(false)]), Some(true));
+        assert_eq!(fails_open([Some(false)]), Some(true));
+        assert_eq!(fails_open([Some(false), Some(true)]), Some(false));
+        assert_eq!(fails_open([None, Some(true)]), Some(false));
+        assert_eq!(fails_open([None, Some(false)]), None);
     }
 }

@@ -6,7 +6,7 @@ use crate::datum::{
     BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, selected_branch_datum,
     service_unavailable_datum, stable_name_success_datum, tick_datums,
 };
-use crate::readiness::Millis;
+use crate::readiness::{Millis, fails_open};
 use crate::record::{BothBranchesUnready, Publish, PublishOutcome, PublishReason, Record};
 use std::collections::BTreeMap;
 
@@ -92,7 +92,7 @@ impl Fold {
                 cert_not_after: acc.cert_not_after,
             });
         }
-        let all_unready = ticks.iter().all(|t| t.is_known && !t.is_ready);
+        let all_unready = fails_open(ticks.iter().map(BranchTick::published)) == Some(true);
         let name = self.svc_name(svc).to_string();
         let logged = self
             .services
