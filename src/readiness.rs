@@ -48,7 +48,10 @@
 //!   branch may be probed faster: more samples shorten the lag to notice that a condition
 //!   started or stopped holding, never a `for` (a clock of time, not of attempts).
 
+mod prose;
+
 use crate::failure::FailureClass;
+pub use prose::policy_lines;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
