@@ -10,14 +10,19 @@ pub mod clock;
 pub mod config;
 pub mod contract;
 pub mod control;
+pub mod datum;
 pub mod failure;
 pub mod fold;
 pub mod probe;
 pub mod readiness;
 pub mod record;
+pub mod regular_file;
 pub mod report;
 pub mod runner;
 pub mod scheduler;
 pub mod simulate;
 pub mod sink;
 pub mod state;
+
+#[cfg(test)]
+mod module_graph;

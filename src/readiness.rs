@@ -48,7 +48,10 @@
 //!   branch may be probed faster: more samples shorten the lag to notice that a condition
 //!   started or stopped holding, never a `for` (a clock of time, not of attempts).
 
+mod prose;
+
 use crate::failure::FailureClass;
+pub use prose::policy_lines;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -984,6 +987,24 @@ impl Readiness {
             damping: None,
         }
     }
+}
+
+/// Whether Route 53 failover fails open (answers with the PRIMARY whatever its health): every
+/// branch publishes and none publishes 1 (README.md, `BothBranchesUnready`). `branches`: each
+/// branch's published readiness, `Some(true)` ready, `Some(false)` unready, `None` unknown (no
+/// datum). `Some(true)`: fails open; `Some(false)`: a branch is ready; `None`: none is ready
+/// and one is still unknown, so it cannot be told yet. The fold's tick and `simulate` both ask
+/// here.
+pub fn fails_open(branches: impl IntoIterator<Item = Option<bool>>) -> Option<bool> {
+    let mut all_known = true;
+    for b in branches {
+        match b {
+            Some(true) => return Some(false),
+            Some(false) => {}
+            None => all_known = false,
+        }
+    }
+    all_known.then_some(true)
 }
 
 #[cfg(test)]
@@ -2889,5 +2910,14 @@ mod tests {
             Ev::Tick(t) => Ok(r.evaluate(t)),
             Ev::Approve(t) => r.approve(t).map(Some),
         }
+    }
+
+    #[test]
+    fn fails_open_when_every_branch_publishes_and_none_publishes_one() {
+        assert_eq!(fails_open([Some(false), Some(false)]), Some(true));
+        assert_eq!(fails_open([Some(false)]), Some(true));
+        assert_eq!(fails_open([Some(false), Some(true)]), Some(false));
+        assert_eq!(fails_open([None, Some(true)]), Some(false));
+        assert_eq!(fails_open([None, Some(false)]), None);
     }
 }

@@ -9,6 +9,7 @@
 use crate::clock::rfc3339;
 use crate::control::{MarkerKind, Override};
 use crate::probe::Attempt;
+pub use crate::probe::stable_name::{EndToEnd, StableNameRecord};
 use crate::readiness::{Millis, ReadinessState, Transition};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -546,52 +547,6 @@ pub fn plausible_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Millis, D:
             "time {ms} ms is outside 1970-01-01 to 9999-12-31"
         )))
     }
-}
-
-/// `stable_name`: one round of the stable-name probe (evidence only: never feeds a branch's
-/// readiness). `selected` is the branch whose own answer the stable name's matches (`None` when
-/// none or several do, or the stable name did not resolve); `unknown_target` when the answer
-/// matches no branch: the failover records point somewhere this config does not know.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StableNameRecord {
-    /// The stable name asked.
-    pub stable_name: String,
-    /// Its answer chain, CNAMEs included, with TTLs as served (empty on failure).
-    pub answers: Vec<crate::probe::resolve::Answer>,
-    /// The branch selected, by name.
-    pub selected: Option<String>,
-    /// The answer matches no branch.
-    pub unknown_target: bool,
-    /// Branches whose answers all match (their endpoints share an address); empty otherwise.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ambiguous: Vec<String>,
-    /// Why the stable name did not resolve (its DNS failure class), or
-    /// `stable_name_unknown_target` when its answer matches no branch.
-    pub class: Option<crate::failure::FailureClass>,
-    /// The resolver's message on failure, or the answer chain no branch matches.
-    pub error: Option<String>,
-    /// Branch endpoints that did not resolve this round, with their class.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub branch_failures: BTreeMap<String, crate::failure::FailureClass>,
-    /// The service's probe run through the stable name this round (`[stable_name_probe]
-    /// end_to_end`); absent when not made.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_to_end: Option<EndToEnd>,
-}
-
-/// An end-to-end attempt through the stable name: can a client use what DNS hands out?
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EndToEnd {
-    /// Start, ms since the epoch.
-    pub started_at: Millis,
-    /// End, ms since the epoch.
-    pub finished_at: Millis,
-    /// The address connected to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address: Option<String>,
-    /// Success, or the failing step and class.
-    #[serde(flatten)]
-    pub outcome: crate::probe::Outcome,
 }
 
 /// `both_branches_unready`: no branch is ready, so Route 53 fails open.

@@ -698,7 +698,7 @@ fn start_record(
         suspect_interval_ms: (svc.probe.suspect_interval < svc.probe.interval)
             .then(|| ms(svc.probe.suspect_interval)),
         publish_interval_ms: Some(ms(cfg.publish.interval)),
-        policy: policy_lines(&svc.policy),
+        policy: crate::readiness::policy_lines(&svc.policy, None),
         approval_required: Some(svc.policy.approval_required),
         stable_name_interval_ms: cfg
             .stable_name_probe
@@ -716,56 +716,6 @@ fn start_record(
 /// A duration in whole ms (saturating).
 fn ms(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The readiness policy in readable lines, as `check` words it: what a drill report shows as
-/// the configuration in force.
-fn policy_lines(p: &crate::readiness::Policy) -> Vec<String> {
-    let d = crate::clock::fmt_duration;
-    let (u, r) = (&p.declare_unready, &p.declare_ready);
-    let definitive = match &p.definitive {
-        Some(x) if !x.classes.is_empty() => format!(
-            "definitive rule: unready after {} of definitive failures ({} classes)",
-            d(x.for_),
-            x.classes.len()
-        ),
-        _ => "definitive rule: off".into(),
-    };
-    let damping = match &p.damping {
-        Some(x) => format!(
-            "flap damping: after more than {} flaps in {}, the ready for doubles per flap up to {}",
-            x.flaps,
-            d(x.period),
-            d(x.max_for)
-        ),
-        None => "flap damping: off".into(),
-    };
-    vec![
-        format!(
-            "initial {}, min_attempts {}",
-            p.initial.as_str(),
-            p.min_attempts
-        ),
-        format!(
-            "declare unready: success rate < {}% over {} held for {}",
-            u.threshold_percent,
-            d(u.window),
-            d(u.for_)
-        ),
-        format!(
-            "declare ready: success rate ≥ {}% over {} held for {}{}",
-            r.threshold_percent,
-            d(r.window),
-            d(r.for_),
-            if p.approval_required {
-                ", then operator approval"
-            } else {
-                ""
-            }
-        ),
-        definitive,
-        damping,
-    ]
 }
 
 /// Say at ERROR and in the evidence that a service is not probed.

@@ -12,7 +12,9 @@
 //! answer within [`FILE_OP_BOUND`], open nothing that could block (`O_NONBLOCK`, regular files
 //! only) and read at most [`MAX_DOC_BYTES`].
 
+use crate::config::safe;
 use crate::control::{CONTROL_VERSION, ControlDoc};
+use crate::regular_file::{open_regular, symlink_refused};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -142,19 +144,6 @@ fn encode(location: &str, doc: &mut ControlDoc) -> Result<Vec<u8>, StateError> {
     Ok(body)
 }
 
-/// A service name made safe for a file or object name (other characters become `_`).
-pub fn safe(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 /// A store of one service's control document.
 #[derive(Debug, Clone)]
 pub enum Store {
@@ -230,49 +219,6 @@ pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// the caller gets an error and the thread is left to finish (or hang) on its own, so a hung
 /// file system never holds a runtime worker, and at exit the runtime does not wait for it.
 pub const FILE_OP_BOUND: Duration = Duration::from_secs(10);
-
-/// Open `path` without waiting, without following a symbolic link, and insist on a regular
-/// file. A FIFO at the path would block `open` until a writer (or reader) appears, and a device
-/// (`/dev/zero`) would feed an endless read: `O_NONBLOCK` makes `open` return at once (on a
-/// regular file it changes nothing). A link planted at the path would make a process that runs
-/// as root read or write wherever it points: `O_NOFOLLOW` refuses it, also when it appears
-/// between the check and the open. The evidence writer opens its file through here too.
-pub(crate) fn open_regular(path: &Path, opts: &mut OpenOptions) -> std::io::Result<File> {
-    let not_regular = || {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file (a FIFO, device or directory is in its place)",
-        )
-    };
-    // Checked first for clear messages: a FIFO without a reader fails the open with ENXIO, a
-    // link with ELOOP ("too many levels of symbolic links").
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => return Err(symlink_refused(path)),
-        Ok(m) if !m.is_file() => return Err(not_regular()),
-        _ => {}
-    }
-    let file = opts
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => symlink_refused(path),
-            _ => e,
-        })?;
-    if !file.metadata()?.is_file() {
-        return Err(not_regular());
-    }
-    Ok(file)
-}
-
-fn symlink_refused(path: &Path) -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::InvalidInput,
-        format!(
-            "{} is a symbolic link; refusing to follow it (remove it: readyprobe opens only regular files there)",
-            path.display()
-        ),
-    )
-}
 
 /// How many file-store operations may run at once in the process ([`FileStore`]).
 pub const FILE_OPS: usize = 8;
@@ -1015,7 +961,7 @@ mod tests {
         assert!(reason.contains("not a regular file"), "{reason}");
         std::fs::remove_dir(store.path()).unwrap();
         // A sparse file one byte over the cap: refused as corrupt, not parsed.
-        let f = File::create(store.path()).unwrap();
+        let f = std::fs::File::create(store.path()).unwrap();
         f.set_len(MAX_DOC_BYTES + 1).unwrap();
         match store.load() {
             Err(StateError::Corrupt { reason, .. }) => {

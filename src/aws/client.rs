@@ -56,7 +56,7 @@ pub struct AwsTarget {
     /// The SDK's tries.
     pub retries: Retries,
     /// Largest response body read, bytes: a hostile or broken endpoint cannot stream one for
-    /// ever ([`crate::sink::BodyLimit`]).
+    /// ever ([`super::BodyLimit`]).
     pub max_response_bytes: usize,
 }
 
@@ -120,8 +120,8 @@ impl Session {
     }
 
     /// The one place the response body limit is set, for every client.
-    fn body_limit(&self) -> crate::sink::BodyLimit {
-        crate::sink::BodyLimit(self.target.max_response_bytes)
+    fn body_limit(&self) -> super::BodyLimit {
+        super::BodyLimit(self.target.max_response_bytes)
     }
 
     /// A CloudWatch client config: the caller may add interceptors before building it.

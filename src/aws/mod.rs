@@ -6,8 +6,10 @@
 //! that loads credentials for every client. The alarm and health-check vocabulary is a pure
 //! leaf beside it ([`crate::aws_vocab`]), so `simulate` and `config` use it without the SDK.
 
+pub mod body_limit;
 pub mod client;
 pub mod codes;
 
+pub use body_limit::BodyLimit;
 pub use client::{AwsTarget, Retries, Session, Timeouts};
 pub use codes::{CodeKind, kind_of};

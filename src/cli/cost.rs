@@ -9,7 +9,7 @@
 //! code that publishes.
 
 use crate::clock::Millis;
-use crate::config::{Config, ServiceConfig, SinkKind};
+use crate::config::{self, Config, ProbeKind, ServiceConfig, SinkKind};
 use crate::sink::{self, BranchTick, Datum, cloudwatch, emf};
 use std::collections::BTreeSet;
 
@@ -185,12 +185,29 @@ pub fn estimate(cfg: &Config) -> Estimate {
     }
 }
 
+/// The steps one attempt of `kind` runs, in order.
+pub(super) fn probe_steps(kind: &ProbeKind) -> &'static str {
+    let tls = |mode: config::SslMode| mode != config::SslMode::Disabled;
+    match kind {
+        ProbeKind::Mysql(m) if tls(m.ssl_mode) => "resolve → connect → tls → auth → write → verify",
+        ProbeKind::Mysql(_) => "resolve → connect → auth → write → verify",
+        ProbeKind::Tcp(t) if tls(t.tls.ssl_mode) => "resolve → connect → tls",
+        ProbeKind::Tcp(_) => "resolve → connect",
+        ProbeKind::Http(h) => match (tls(h.tls.ssl_mode), h.verify.is_some()) {
+            (false, false) => "resolve → connect → write",
+            (false, true) => "resolve → connect → write → verify",
+            (true, false) => "resolve → connect → tls → write",
+            (true, true) => "resolve → connect → tls → write → verify",
+        },
+        ProbeKind::Otlp(o) if tls(o.tls.ssl_mode) => "resolve → connect → tls → write",
+        ProbeKind::Otlp(_) => "resolve → connect → write",
+    }
+}
+
 /// The datums of one service's tick at steady state: every branch known and ready, every step
 /// of every attempt since the previous tick succeeded, a stable-name round made.
 fn service_tick(cfg: &Config, svc: &ServiceConfig) -> Vec<Datum> {
-    let steps: Vec<&'static str> = super::plan::probe_steps(&svc.probe.kind)
-        .split(" → ")
-        .collect();
+    let steps: Vec<&'static str> = probe_steps(&svc.probe.kind).split(" → ").collect();
     let tls = steps.contains(&"tls");
     let tick_ms = cfg.publish.interval.as_millis();
     let probe_ms = svc.probe.interval.as_millis().max(1);

@@ -229,7 +229,7 @@ fn to_evidence(cfg: &Config, svc: &ServiceConfig, path: &Path, m: Marker) -> Exi
 fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
     use crate::sink::evidence::{ends_torn, last_record_seq, put_numbered};
     let mut opts = std::fs::OpenOptions::new();
-    let mut file = crate::state::open_regular(path, opts.read(true).append(true))?;
+    let mut file = crate::regular_file::open_regular(path, opts.read(true).append(true))?;
     let size = file.metadata()?.len();
     let seq = last_record_seq(path, &file, size)?.saturating_add(1);
     let mut bytes = Vec::with_capacity(line.len() + 40);

@@ -1,5 +1,6 @@
 //! The text `check` prints: branches, steps, metrics and dimensions, the policy arithmetic. Pure.
 
+use super::cost::probe_steps;
 use crate::config::{self, Config, ProbeKind, ServiceConfig, SinkKind};
 use crate::contract;
 use std::path::PathBuf;
@@ -68,25 +69,6 @@ fn summary(cfg: &Config) -> String {
         if branches == 1 { "" } else { "es" },
         per_tick as f64 * ticks_per_min
     )
-}
-
-/// The steps one attempt of `kind` runs, in order.
-pub(super) fn probe_steps(kind: &ProbeKind) -> &'static str {
-    let tls = |mode: config::SslMode| mode != config::SslMode::Disabled;
-    match kind {
-        ProbeKind::Mysql(m) if tls(m.ssl_mode) => "resolve → connect → tls → auth → write → verify",
-        ProbeKind::Mysql(_) => "resolve → connect → auth → write → verify",
-        ProbeKind::Tcp(t) if tls(t.tls.ssl_mode) => "resolve → connect → tls",
-        ProbeKind::Tcp(_) => "resolve → connect",
-        ProbeKind::Http(h) => match (tls(h.tls.ssl_mode), h.verify.is_some()) {
-            (false, false) => "resolve → connect → write",
-            (false, true) => "resolve → connect → write → verify",
-            (true, false) => "resolve → connect → tls → write",
-            (true, true) => "resolve → connect → tls → write → verify",
-        },
-        ProbeKind::Otlp(o) if tls(o.tls.ssl_mode) => "resolve → connect → tls → write",
-        ProbeKind::Otlp(_) => "resolve → connect → write",
-    }
 }
 
 /// The probe section: schedule and steps, the kind's own settings, where DNS answers come from.
@@ -220,97 +202,19 @@ fn plan_branches(s: &mut String, svc: &ServiceConfig) -> std::fmt::Result {
 /// The readiness policy, with what one failed attempt does to each condition.
 fn plan_readiness(s: &mut String, svc: &ServiceConfig) -> std::fmt::Result {
     use std::fmt::Write;
-    let d = crate::clock::fmt_duration;
     let p = &svc.policy;
-    writeln!(
-        s,
-        "readiness (initial {}, min_attempts {}):",
-        p.initial.as_str(),
-        p.min_attempts
-    )?;
-    writeln!(
-        s,
-        "  declare unready: success rate < {}% over {} held for {}; {}",
-        p.declare_unready.threshold_percent,
-        d(p.declare_unready.window),
-        d(p.declare_unready.for_),
-        config::one_failure_effect(&p.declare_unready, svc.probe.interval, true)
-    )?;
-    plan_definitive(s, p)?;
-    writeln!(
-        s,
-        "  declare ready:   success rate ≥ {}% over {} held for {}{}; {}",
-        p.declare_ready.threshold_percent,
-        d(p.declare_ready.window),
-        d(p.declare_ready.for_),
-        if p.approval_required {
-            ", then operator approval"
-        } else {
-            ""
-        },
-        config::one_failure_effect(&p.declare_ready, svc.probe.interval, false)
-    )?;
-    plan_damping(s, p)
-}
-
-/// Flap damping: when it lengthens the ready `for`, the first lengths and the cap.
-fn plan_damping(s: &mut String, p: &crate::readiness::Policy) -> std::fmt::Result {
-    use std::fmt::Write;
-    let d = crate::clock::fmt_duration;
-    let Some(damp) = p.damping.as_ref() else {
-        return writeln!(s, "  flap damping: off");
-    };
-    let base = p.declare_ready.for_;
-    let counts: Vec<u32> = (1..=3).map(|e| damp.flaps.saturating_add(e)).collect();
-    let steps: Vec<String> = counts.iter().map(|n| d(damp.ready_for(base, *n))).collect();
-    let counts: Vec<String> = counts.iter().map(u32::to_string).collect();
-    writeln!(
-        s,
-        "  flap damping: after more than {} ready → unready flaps within {}, declare ready holds for {} at {} flaps (not {}), doubling per flap up to {}; flaps are forgotten after {} without one",
-        damp.flaps,
-        d(damp.period),
-        steps.join(", "),
-        counts.join(", "),
-        d(base),
-        d(damp.max_for),
-        d(damp.quiet)
-    )
-}
-
-/// The definitive rule and the two class lists.
-fn plan_definitive(s: &mut String, p: &crate::readiness::Policy) -> std::fmt::Result {
-    use std::fmt::Write;
-    use strum::IntoEnumIterator;
-    let Some(def) = p.definitive.as_ref() else {
-        return writeln!(s, "  definitive rule: off");
-    };
-    let names = |definitive: bool| {
-        let v: Vec<&str> = crate::failure::FailureClass::iter()
-            // A stable-name round's class is never a branch attempt's.
-            .filter(|c| *c != crate::failure::FailureClass::StableNameUnknownTarget)
-            .filter(|c| def.classes.contains(c) == definitive)
-            .map(|c| c.as_str())
-            .collect();
-        if v.is_empty() {
-            "(none)".to_string()
-        } else {
-            v.join(", ")
-        }
-    };
-    if def.classes.is_empty() {
-        writeln!(
-            s,
-            "  definitive rule: off (readiness.definitive_classes is empty)"
-        )?;
-    } else {
-        writeln!(
-            s,
-            "  definitive rule: the unready condition also fires once the latest attempts (two or more) failed with a definitive class, without a break, for {} since the first",
-            crate::clock::fmt_duration(def.for_)
-        )?;
+    let effect = |c, unready| config::one_failure_effect(c, svc.probe.interval, unready);
+    let effects = [
+        effect(&p.declare_unready, true),
+        effect(&p.declare_ready, false),
+    ];
+    let lines = crate::readiness::policy_lines(p, Some(effects));
+    let (head, rules) = lines.split_first().expect("a policy has lines");
+    writeln!(s, "readiness ({head}):")?;
+    for line in rules {
+        writeln!(s, "  {line}")?;
     }
-    writeln!(s, "    definitive classes: {}", names(true))?;
-    writeln!(s, "    ambiguous classes:  {}", names(false))
+    Ok(())
 }
 
 /// Where and how often metrics go, and the metric contract (names, units, dimensions).
@@ -381,7 +285,7 @@ fn plan_evidence_and_state(s: &mut String, cfg: &Config) -> std::fmt::Result {
         .services
         .iter()
         .map(|svc| {
-            let document = format!("control-{}.json", crate::state::safe(&svc.service.name));
+            let document = format!("control-{}.json", crate::config::safe(&svc.service.name));
             match &cfg.state.store {
                 config::StoreKind::File => cfg.state_dir.join(document).display().to_string(),
                 config::StoreKind::S3(s3) => {

@@ -105,7 +105,7 @@ pub(super) fn validate(
     for (i, s) in raw.service.into_iter().enumerate() {
         let key = format!("service[{i}]");
         let name = s.name.trim();
-        let document = format!("control-{}.json", crate::state::safe(name));
+        let document = format!("control-{}.json", crate::config::safe(name));
         if !names.insert(name.to_string()) {
             issues.error(
                 format!("{key}.name"),

@@ -41,7 +41,7 @@ pub use route53::Route53;
 pub use secret::{HeaderValueSource, SecretError, SecretRef};
 pub use service::{Branch, Service, check_hostname};
 pub use stable_name::{END_TO_END_KEY, StableNameProbe};
-pub use state::{S3State, StateConfig, StoreKind};
+pub use state::{S3State, StateConfig, StoreKind, safe};
 pub use tcp::TcpProbe;
 pub use tls::{ClientIdentityFiles, TlsSettings};
 pub use values::{

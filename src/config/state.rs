@@ -89,3 +89,16 @@ pub(super) fn section(
         poll_interval,
     })
 }
+
+/// A service name made safe for a file or object name (other characters become `_`).
+pub fn safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

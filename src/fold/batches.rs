@@ -2,12 +2,12 @@
 //! sink (refusals, reports, batches never sent).
 
 use super::*;
-use crate::readiness::Millis;
-use crate::record::{BothBranchesUnready, Publish, PublishOutcome, PublishReason, Record};
-use crate::sink::{
+use crate::datum::{
     BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, selected_branch_datum,
     service_unavailable_datum, stable_name_success_datum, tick_datums,
 };
+use crate::readiness::{Millis, fails_open};
+use crate::record::{BothBranchesUnready, Publish, PublishOutcome, PublishReason, Record};
 use std::collections::BTreeMap;
 
 /// The sink that publishes the fold's own accounting (`PublishFailures`).
@@ -92,7 +92,7 @@ impl Fold {
                 cert_not_after: acc.cert_not_after,
             });
         }
-        let all_unready = ticks.iter().all(|t| t.is_known && !t.is_ready);
+        let all_unready = fails_open(ticks.iter().map(BranchTick::published)) == Some(true);
         let name = self.svc_name(svc).to_string();
         let logged = self
             .services

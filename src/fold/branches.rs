@@ -3,10 +3,10 @@
 
 use super::*;
 use crate::control;
+use crate::datum::transition_datum;
 use crate::probe::{Attempt, Outcome};
 use crate::readiness::{Millis, ReadinessState, Transition};
 use crate::record::{PublishReason, Record, TransitionRecord};
-use crate::sink::transition_datum;
 
 impl Fold {
     /// After a change of branch `ix` of `svc`'s readiness: a [`Effect::Pace`] when it became or

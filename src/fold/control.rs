@@ -3,12 +3,12 @@
 
 use super::*;
 use crate::control::{Approval, ControlDoc, Decision, Marker, Override};
+use crate::datum::transition_datum;
 use crate::readiness::Millis;
 use crate::record::{
     ApprovalNotApplied, ApprovalRecord, MarkerRecord, OverrideAction, OverrideRecord,
     PublishReason, Record, StateSyncFailed,
 };
-use crate::sink::transition_datum;
 
 impl Fold {
     /// Take a finished sync: record its decisions, apply approved failbacks, take overrides.

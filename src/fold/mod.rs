@@ -8,13 +8,13 @@
 //! tasks, no logging: the runner executes the effects, in order.
 
 use crate::control::{Approval, ControlDoc, Decision, Marker, Override};
+use crate::datum::{Datum, Refusal, SinkReport};
 use crate::probe::{Attempt, Outcome};
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Suspect};
 use crate::record::{
     AbandonCause, AttemptAbandoned, PublishFailureClass, PublishReason, Record, Restored,
     StableNameRecord,
 };
-use crate::sink::{Datum, Refusal, SinkReport};
 use std::collections::{BTreeMap, BTreeSet};
 
 mod batches;

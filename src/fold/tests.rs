@@ -2,9 +2,9 @@
 
 use super::*;
 use crate::control::{self, Forced, ProberState};
+use crate::datum::Value;
 use crate::readiness::{Condition, Snapshot};
 use crate::record::PublishOutcome;
-use crate::sink::Value;
 use serde_json::Value as Json;
 use std::time::Duration;
 

@@ -11,9 +11,56 @@ use super::resolve::{Answer, Resolution, resolve_with};
 use super::{Attempt, BranchProbe};
 use crate::config::{AddressFamily, Role};
 use crate::failure::FailureClass;
-use crate::record::{EndToEnd, StableNameRecord};
+use crate::readiness::Millis;
 use hickory_resolver::TokioResolver;
-use std::collections::BTreeSet;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// `stable_name`: one round of the stable-name probe (evidence only: never feeds a branch's
+/// readiness). `selected` is the branch whose own answer the stable name's matches (`None` when
+/// none or several do, or the stable name did not resolve); `unknown_target` when the answer
+/// matches no branch: the failover records point somewhere this config does not know.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StableNameRecord {
+    /// The stable name asked.
+    pub stable_name: String,
+    /// Its answer chain, CNAMEs included, with TTLs as served (empty on failure).
+    pub answers: Vec<Answer>,
+    /// The branch selected, by name.
+    pub selected: Option<String>,
+    /// The answer matches no branch.
+    pub unknown_target: bool,
+    /// Branches whose answers all match (their endpoints share an address); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ambiguous: Vec<String>,
+    /// Why the stable name did not resolve (its DNS failure class), or
+    /// `stable_name_unknown_target` when its answer matches no branch.
+    pub class: Option<FailureClass>,
+    /// The resolver's message on failure, or the answer chain no branch matches.
+    pub error: Option<String>,
+    /// Branch endpoints that did not resolve this round, with their class.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub branch_failures: BTreeMap<String, FailureClass>,
+    /// The service's probe run through the stable name this round (`[stable_name_probe]
+    /// end_to_end`); absent when not made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_to_end: Option<EndToEnd>,
+}
+
+/// An end-to-end attempt through the stable name: can a client use what DNS hands out?
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndToEnd {
+    /// Start, ms since the epoch.
+    pub started_at: Millis,
+    /// End, ms since the epoch.
+    pub finished_at: Millis,
+    /// The address connected to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Success, or the failing step and class.
+    #[serde(flatten)]
+    pub outcome: super::Outcome,
+}
 
 /// A branch as the matcher sees it: its name, role and its endpoint's answer (if it resolved).
 #[derive(Debug, Clone)]

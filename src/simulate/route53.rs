@@ -11,7 +11,7 @@
 
 use super::alarm::{AlarmState, Change};
 use super::scenario::{HealthModel, InsufficientDataHealthStatus};
-use crate::readiness::Millis;
+use crate::readiness::{Millis, fails_open};
 use serde::Serialize;
 
 /// A health check's status.
@@ -74,20 +74,14 @@ pub fn health_states(
 }
 
 fn answer(primary: Health, secondary: Option<Health>) -> Answer {
-    match (primary, secondary) {
-        (Health::Healthy, _) => Answer {
-            record: Record::Primary,
-            fail_open: false,
-        },
-        (Health::Unhealthy, Some(Health::Healthy)) => Answer {
-            record: Record::Secondary,
-            fail_open: false,
-        },
-        _ => Answer {
-            record: Record::Primary,
-            fail_open: true,
-        },
-    }
+    let healthy = |h: Health| Some(h == Health::Healthy);
+    let branches = std::iter::once(primary).chain(secondary).map(healthy);
+    let fail_open = fails_open(branches) == Some(true);
+    let record = match (primary, secondary) {
+        (Health::Unhealthy, Some(Health::Healthy)) => Record::Secondary,
+        _ => Record::Primary,
+    };
+    Answer { record, fail_open }
 }
 
 /// A health timeline: its start and changes.

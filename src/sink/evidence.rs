@@ -346,7 +346,7 @@ fn newest_record_seq(path: &Path, file: &File, size: u64) -> io::Result<u64> {
     }
     let old = rotated(path);
     let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", old.display()));
-    let file = match crate::state::open_regular(&old, OpenOptions::new().read(true)) {
+    let file = match crate::regular_file::open_regular(&old, OpenOptions::new().read(true)) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(named(e)),
@@ -412,8 +412,8 @@ fn open_append(path: &Path) -> io::Result<File> {
         std::fs::create_dir_all(dir)?;
     }
     // Anything but a regular file is refused, a symbolic link included, with a message that
-    // names it; nothing blocks on a FIFO (see `state::open_regular`).
-    crate::state::open_regular(
+    // names it; nothing blocks on a FIFO (see `regular_file::open_regular`).
+    crate::regular_file::open_regular(
         path,
         OpenOptions::new().read(true).create(true).append(true),
     )

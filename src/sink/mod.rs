@@ -1,5 +1,5 @@
-//! Metric sinks: the metric contract as data ([`Datum`]), the pure builder of one publish tick,
-//! and the one interface every sink implements ([`Sink`]).
+//! Metric sinks: the one interface every sink implements ([`Sink`]) and the bounded queue and
+//! task each sink sends from ([`SinkQueue`]); the datums they send are built in [`crate::datum`].
 //!
 //! Sinks never decide readiness; they encode and send what the runner hands them. Encoders are
 //! pure and tested against exact expected output; sending is separate: each sink runs in a task
@@ -9,10 +9,13 @@ pub mod cloudwatch;
 pub mod emf;
 pub mod evidence;
 
-use crate::contract::{self, Metric};
-use crate::readiness::Millis;
+pub use crate::datum::{
+    BranchTick, Datum, Refusal, SinkReport, Unit, Value, publish_failure_datums,
+    selected_branch_datum, service_unavailable_datum, stable_name_success_datum, tick_datums,
+    transition_datum,
+};
+
 use crate::record::{PublishFailureClass, PublishOutcome};
-use serde::Serialize;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -22,220 +25,6 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-
-/// An AWS SDK interceptor that caps every response body the client reads at `limit` bytes.
-///
-/// The SDK reads an error response's body whole before it parses it, and a hostile or broken
-/// endpoint can stream one for ever: without this cap memory grows at link speed until the
-/// operation timeout. A longer body fails the read ("length limit exceeded"), which the SDK
-/// reports as a response error: the call fails like any unreadable answer.
-#[derive(Debug, Clone, Copy)]
-pub struct BodyLimit(pub usize);
-
-impl aws_sdk_cloudwatch::config::Intercept for BodyLimit {
-    fn name(&self) -> &'static str {
-        "readyprobe-body-limit"
-    }
-
-    fn modify_before_deserialization(
-        &self,
-        context: &mut aws_sdk_cloudwatch::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
-        _runtime_components: &aws_sdk_cloudwatch::config::RuntimeComponents,
-        _cfg: &mut aws_sdk_cloudwatch::config::ConfigBag,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        use aws_smithy_types::body::SdkBody;
-        let body = context.response_mut().body_mut();
-        let whole = std::mem::replace(body, SdkBody::taken());
-        *body = SdkBody::from_body_1_x(http_body_util::Limited::new(whole, self.0));
-        Ok(())
-    }
-}
-
-pub use crate::contract::Unit;
-
-/// A datum's value.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub enum Value {
-    /// One value.
-    Single(f64),
-    /// Raw samples, sent to CloudWatch as a statistic set (count, sum, min, max) and to EMF as
-    /// an array.
-    Samples(Vec<f64>),
-}
-
-/// One metric datum of the contract (README.md, "Metric contract").
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Datum {
-    /// Metric name, e.g. `Readiness`.
-    pub metric: &'static str,
-    /// Dimensions in contract order, e.g. `[("Service", "orders-db"), ("Branch", "primary")]`.
-    pub dimensions: Vec<(&'static str, String)>,
-    /// The value.
-    pub value: Value,
-    /// Unit.
-    pub unit: Unit,
-    /// Observation time, ms since the epoch.
-    pub timestamp: Millis,
-}
-
-impl Datum {
-    /// True when every number in it is finite (CloudWatch rejects NaN and ±Inf; emulators accept
-    /// them, so we check on our side).
-    pub fn is_finite(&self) -> bool {
-        match &self.value {
-            Value::Single(v) => v.is_finite(),
-            Value::Samples(s) => !s.is_empty() && s.iter().all(|v| v.is_finite()),
-        }
-    }
-}
-
-/// Per-branch input of one publish tick.
-#[derive(Debug, Clone, Default)]
-pub struct BranchTick {
-    /// Branch name.
-    pub branch: String,
-    /// Published readiness value: `Some(1.0)`, `Some(0.0)`, or `None` (unknown: no datum).
-    pub readiness: Option<f64>,
-    /// True when the state is `ready` (computed or forced).
-    pub is_ready: bool,
-    /// True when the state is known (not `unknown`).
-    pub is_known: bool,
-    /// Success rate of the unready window, percent; `None` when no attempt finished in it.
-    pub success_rate: Option<f64>,
-    /// Attempts finished since the previous tick.
-    pub attempts: u64,
-    /// Of which failed.
-    pub failed: u64,
-    /// Step durations since the previous tick, ms, per step name.
-    pub step_durations: Vec<(&'static str, Vec<f64>)>,
-    /// `notAfter` of the server's leaf certificate as last seen by the `tls` step, ms since the
-    /// epoch; `None` where TLS is not used (no `CertificateExpiryDays` datum then).
-    pub cert_not_after: Option<Millis>,
-}
-
-/// A datum of contract metric `m`; `values` are its dimensions' values, in the contract's order.
-fn datum(m: &Metric, values: &[&str], value: Value, timestamp: Millis) -> Datum {
-    debug_assert_eq!(m.dimensions.len(), values.len(), "{}", m.name);
-    Datum {
-        metric: m.name,
-        dimensions: m
-            .dimensions
-            .iter()
-            .zip(values)
-            .map(|(d, v)| (*d, (*v).to_string()))
-            .collect(),
-        value,
-        unit: m.unit,
-        timestamp,
-    }
-}
-
-/// Build the datums of one publish tick (pure).
-pub fn tick_datums(service: &str, branches: &[BranchTick], now: Millis) -> Vec<Datum> {
-    let mut out = Vec::new();
-    for b in branches {
-        let sb = [service, b.branch.as_str()];
-        if let Some(v) = b.readiness {
-            out.push(datum(&contract::READINESS, &sb, Value::Single(v), now));
-        }
-        if let Some(r) = b.success_rate {
-            out.push(datum(&contract::SUCCESS_RATE, &sb, Value::Single(r), now));
-        }
-        let attempts = Value::Single(b.attempts as f64);
-        out.push(datum(&contract::ATTEMPTS, &sb, attempts, now));
-        let failed = Value::Single(b.failed as f64);
-        out.push(datum(&contract::FAILED_ATTEMPTS, &sb, failed, now));
-        if let Some(na) = b.cert_not_after {
-            // Fractional days; negative once expired.
-            let days = Value::Single((na - now) as f64 / 86_400_000.0);
-            out.push(datum(&contract::CERTIFICATE_EXPIRY_DAYS, &sb, days, now));
-        }
-        for (step, samples) in &b.step_durations {
-            if samples.is_empty() {
-                continue;
-            }
-            let dims = [service, b.branch.as_str(), step];
-            let v = Value::Samples(samples.clone());
-            out.push(datum(&contract::STEP_DURATION, &dims, v, now));
-        }
-    }
-    out.push(datum(
-        &contract::HEARTBEAT,
-        &[service],
-        Value::Single(1.0),
-        now,
-    ));
-    // Fail-open signal: 1 when every branch is known and none is ready; 0 when one is ready;
-    // no datum while a branch is still unknown and none is ready.
-    let any_ready = branches.iter().any(|b| b.is_ready);
-    let all_known = branches.iter().all(|b| b.is_known);
-    if any_ready || all_known {
-        let v = Value::Single(if any_ready { 0.0 } else { 1.0 });
-        out.push(datum(&contract::BOTH_BRANCHES_UNREADY, &[service], v, now));
-    }
-    out
-}
-
-/// The `ServiceUnavailable` datum of a service `run` could not prepare: 1, every tick (pure).
-pub fn service_unavailable_datum(service: &str, now: Millis) -> Datum {
-    datum(
-        &contract::SERVICE_UNAVAILABLE,
-        &[service],
-        Value::Single(1.0),
-        now,
-    )
-}
-
-/// The `SelectedBranch` datum of a service's latest stable-name round (pure).
-pub fn selected_branch_datum(service: &str, value: f64, now: Millis) -> Datum {
-    datum(
-        &contract::SELECTED_BRANCH,
-        &[service],
-        Value::Single(value),
-        now,
-    )
-}
-
-/// The `StableNameSuccess` datum of a service's latest end-to-end attempt through its stable
-/// name: 1 succeeded, 0 failed (pure).
-pub fn stable_name_success_datum(service: &str, value: f64, now: Millis) -> Datum {
-    datum(
-        &contract::STABLE_NAME_SUCCESS,
-        &[service],
-        Value::Single(value),
-        now,
-    )
-}
-
-/// The `PublishFailures` datums: failed batches per class since the previous tick (pure).
-pub fn publish_failure_datums(
-    service: &str,
-    counts: &[(PublishFailureClass, u64)],
-    now: Millis,
-) -> Vec<Datum> {
-    counts
-        .iter()
-        .map(|(class, n)| {
-            let v = Value::Single(*n as f64);
-            datum(
-                &contract::PUBLISH_FAILURES,
-                &[service, class.as_str()],
-                v,
-                now,
-            )
-        })
-        .collect()
-}
-
-/// The `Readiness` datum sent at once on a transition.
-pub fn transition_datum(service: &str, branch: &str, value: f64, now: Millis) -> Datum {
-    datum(
-        &contract::READINESS,
-        &[service, branch],
-        Value::Single(value),
-        now,
-    )
-}
 
 /// A send failed.
 #[derive(Debug, thiserror::Error)]
@@ -297,57 +86,17 @@ pub struct Queued {
     pub deadline: Instant,
 }
 
-/// A sink's account of one batch it took, or dropped from, its queue.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SinkReport {
-    /// [`Queued::id`].
-    pub batch: u64,
-    /// Sink name.
-    pub sink: &'static str,
-    /// Datums in the batch.
-    pub datums: usize,
-    /// Datums sent (non-finite ones are skipped).
-    pub sent: usize,
-    /// Tries made, the first included (0: never tried).
-    pub tries: u32,
-    /// What became of it: `sent`, `failed`, `expired` or `dropped_queue_full`.
-    pub outcome: PublishOutcome,
-    /// Why the last try failed (`outcome` = `failed`).
-    pub class: Option<PublishFailureClass>,
-    /// Why the batch was dropped; `None` when it was sent.
-    pub error: Option<String>,
-}
-
-impl SinkReport {
-    /// A batch dropped without a try.
-    fn untried(sink: &'static str, b: &Queued, outcome: PublishOutcome, why: &str) -> Self {
-        SinkReport {
-            batch: b.id,
-            sink,
-            datums: b.datums.len(),
-            sent: 0,
-            tries: 0,
-            outcome,
-            class: None,
-            error: Some(why.into()),
-        }
-    }
-}
-
-/// Why a sink's queue refused a batch (a full queue never refuses: it drops its oldest batch
-/// and reports it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// The sink's task has ended.
-    Closed,
-}
-
-impl Refusal {
-    /// The cause, in a phrase.
-    pub fn why(self) -> &'static str {
-        match self {
-            Refusal::Closed => "sink stopped",
-        }
+/// A batch dropped without a try.
+fn untried(sink: &'static str, b: &Queued, outcome: PublishOutcome, why: &str) -> SinkReport {
+    SinkReport {
+        batch: b.id,
+        sink,
+        datums: b.datums.len(),
+        sent: 0,
+        tries: 0,
+        outcome,
+        class: None,
+        error: Some(why.into()),
     }
 }
 
@@ -456,7 +205,7 @@ impl SinkQueue {
         };
         self.shared.wake.notify_one();
         for old in evicted {
-            let report = SinkReport::untried(
+            let report = untried(
                 self.name,
                 &old,
                 PublishOutcome::DroppedQueueFull,
@@ -581,7 +330,7 @@ async fn sink_task(
 ) {
     while let Some(Some(batch)) = cancel.run_until_cancelled(next_batch(&shared)).await {
         let report = if Instant::now() >= batch.deadline {
-            SinkReport::untried(sink.name(), &batch, PublishOutcome::Expired, EXPIRED)
+            untried(sink.name(), &batch, PublishOutcome::Expired, EXPIRED)
         } else {
             match cancel
                 .run_until_cancelled(send_batch(sink.as_mut(), &batch))
@@ -612,76 +361,12 @@ fn release_freed_memory() {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tick_contract() {
-        let b = BranchTick {
-            branch: "primary".into(),
-            readiness: Some(1.0),
-            is_ready: true,
-            is_known: true,
-            success_rate: Some(100.0),
-            attempts: 30,
-            failed: 0,
-            step_durations: vec![("resolve", vec![1.0, 2.0]), ("write", vec![])],
-            cert_not_after: Some(1000 + 86_400_000 * 3 / 2),
-        };
-        let d = tick_datums("orders-db", &[b], 1000);
-        let names: Vec<_> = d.iter().map(|d| d.metric).collect();
-        assert_eq!(
-            names,
-            [
-                "Readiness",
-                "SuccessRate",
-                "Attempts",
-                "FailedAttempts",
-                "CertificateExpiryDays",
-                "StepDuration",
-                "Heartbeat",
-                "BothBranchesUnready"
-            ]
-        );
-        assert_eq!(d[4].value, Value::Single(1.5));
-        assert_eq!(d[5].dimensions[2], ("Step", "resolve".to_string()));
-        assert_eq!(d[7].value, Value::Single(0.0));
-    }
-
-    #[test]
-    fn unknown_publishes_no_readiness_and_no_fail_open() {
-        let b = BranchTick {
-            branch: "primary".into(),
-            ..Default::default()
-        };
-        let d = tick_datums("s", &[b], 0);
-        assert!(!d.iter().any(|d| d.metric == "Readiness"));
-        assert!(!d.iter().any(|d| d.metric == "BothBranchesUnready"));
-    }
-
-    #[test]
-    fn all_unready_is_fail_open() {
-        let mk = |n: &str| BranchTick {
-            branch: n.into(),
-            readiness: Some(0.0),
-            is_known: true,
-            ..Default::default()
-        };
-        let d = tick_datums("s", &[mk("a"), mk("b")], 0);
-        let f = d
-            .iter()
-            .find(|d| d.metric == "BothBranchesUnready")
-            .unwrap();
-        assert_eq!(f.value, Value::Single(1.0));
-    }
-}
-
-#[cfg(test)]
 mod queue_tests {
     //! The queue and its task under tokio's paused clock: exact call counts, call times and
     //! delivery order, whatever the machine's load.
 
     use super::*;
+    use crate::readiness::Millis;
     use std::sync::Mutex as StdMutex;
 
     /// Each call: when (ms since the test's start) and its datums' timestamps.
