@@ -1413,6 +1413,56 @@ mod tests {
         );
     }
 
+    /// Over budget, decided approvals go first (oldest first), then the attempts of every
+    /// snapshot down to the same newest few; an undecided approval stays.
+    #[test]
+    fn fit_drops_history_before_attempts() {
+        let mut doc = doc_with(pending_at(100_000));
+        for i in 0..3 {
+            let mut a = approval(i, i + 1);
+            a.id = format!("decided-{i}");
+            a.reason = "x".repeat(10_000);
+            a.decisions.insert(
+                "az-a".into(),
+                Decision {
+                    at: i,
+                    applied: false,
+                    detail: "expired".into(),
+                },
+            );
+            doc.approvals.push(a);
+        }
+        let mut open = approval(5, 6);
+        open.id = "open".into();
+        open.reason = "y".repeat(10_000);
+        doc.approvals.push(open);
+        let attempts = doc.probers["az-a"].branches["primary"].attempts.clone();
+        let full = json_len(&doc);
+        let after = doc.clone().fit(full - 15_000);
+        assert!(after <= full - 15_000, "{after}");
+        let mut fitted = doc.clone();
+        fitted.fit(full - 15_000);
+        let ids: Vec<&str> = fitted.approvals.iter().map(|a| a.id.as_str()).collect();
+        assert_eq!(ids, ["decided-2", "open"]);
+        assert_eq!(
+            fitted.probers["az-a"].branches["primary"].attempts,
+            attempts
+        );
+        // Tighter: every decided approval goes, then attempts, the newest kept.
+        let decided: usize = doc.approvals[..3].iter().map(|a| json_len(a) + 1).sum();
+        let budget = full - decided - 60;
+        let size = doc.fit(budget);
+        assert!(size <= budget, "{size} > {budget}");
+        assert_eq!(doc.approvals.len(), 1);
+        let kept = &doc.probers["az-a"].branches["primary"].attempts;
+        assert!(
+            !kept.is_empty() && kept.len() < attempts.len(),
+            "{}",
+            kept.len()
+        );
+        assert_eq!(kept.last(), attempts.last());
+    }
+
     #[test]
     fn overrides_win_until_they_expire() {
         let o = Override {
