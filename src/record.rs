@@ -163,6 +163,15 @@ pub struct Start {
     pub initial: Option<ReadinessState>,
 }
 
+impl Start {
+    /// The suspect interval, ms, when adaptive probing was on: `suspect_interval_ms` below
+    /// `probe_interval_ms`. Older runs wrote the interval itself when it was off.
+    pub fn suspect_interval(&self) -> Option<u64> {
+        let on = |s: &u64| self.probe_interval_ms.is_none_or(|i| *s < i);
+        self.suspect_interval_ms.filter(on)
+    }
+}
+
 /// One branch in a `start` record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StartBranch {

@@ -221,7 +221,7 @@ impl Loops {
         };
         let schedule = Schedule {
             interval: settings.interval,
-            suspect_interval: settings.interval,
+            suspect_interval: None,
             jitter: settings.interval / 10,
             grace: self.grace,
         };
@@ -695,8 +695,7 @@ fn start_record(
         restored,
         probe_interval_ms: Some(ms(svc.probe.interval)),
         probe_timeout_ms: Some(ms(svc.probe.timeout)),
-        suspect_interval_ms: (svc.probe.suspect_interval < svc.probe.interval)
-            .then(|| ms(svc.probe.suspect_interval)),
+        suspect_interval_ms: svc.probe.suspect_interval.map(ms),
         publish_interval_ms: Some(ms(cfg.publish.interval)),
         policy: crate::readiness::policy_lines(&svc.policy, None),
         approval_required: Some(svc.policy.approval_required),

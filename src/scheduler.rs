@@ -41,8 +41,8 @@ pub enum BranchEvent {
 pub struct Schedule {
     /// Between attempt starts.
     pub interval: Duration,
-    /// Between attempt starts while the branch is suspect (`interval`: adaptive probing off).
-    pub suspect_interval: Duration,
+    /// Between attempt starts while the branch is suspect (`None`: adaptive probing off).
+    pub suspect_interval: Option<Duration>,
     /// Upper bound of the random delay before the first attempt.
     pub jitter: Duration,
     /// How long an in-flight attempt may still run after shutdown is requested.
@@ -211,12 +211,9 @@ where
     Fut: Future<Output = Attempt> + Send + 'static,
 {
     // The period in force and what a missed tick does (module docs).
-    let period = |suspect: bool| {
-        if suspect && schedule.suspect_interval < schedule.interval {
-            (schedule.suspect_interval, MissedTickBehavior::Delay)
-        } else {
-            (schedule.interval, MissedTickBehavior::Skip)
-        }
+    let period = |suspect: bool| match schedule.suspect_interval {
+        Some(fast) if suspect => (fast, MissedTickBehavior::Delay),
+        _ => (schedule.interval, MissedTickBehavior::Skip),
     };
     let mut suspect = *pace.borrow_and_update();
     // Before the first attempt, the jittered first tick; after, the latest start.
@@ -334,7 +331,7 @@ mod tests {
     fn schedule(interval: Duration, jitter: Duration, grace: Duration) -> Schedule {
         Schedule {
             interval,
-            suspect_interval: interval,
+            suspect_interval: None,
             jitter,
             grace,
         }
@@ -492,7 +489,7 @@ mod tests {
         let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
         let (pace, paced) = watch::channel(false);
         let sched = Schedule {
-            suspect_interval: secs(2),
+            suspect_interval: Some(secs(2)),
             ..schedule(secs(10), Duration::ZERO, secs(5))
         };
         let takes = |_| Duration::from_millis(100);
@@ -530,7 +527,7 @@ mod tests {
         let (stop, log) = (CancellationToken::new(), Arc::new(Log::default()));
         let (pace, paced) = watch::channel(true);
         let sched = Schedule {
-            suspect_interval: secs(2),
+            suspect_interval: Some(secs(2)),
             ..schedule(secs(10), Duration::ZERO, secs(5))
         };
         let takes = |seq| {

@@ -106,12 +106,12 @@ fn pacing(p: &config::ProbeConfig) -> String {
         super::cost::grouped((86_400_000 / every.as_millis().max(1)) as u64)
     };
     let steady = per_day(p.interval);
-    if p.suspect_interval >= p.interval {
+    let Some(fast) = p.suspect_interval else {
         return format!(
             "adaptive probing off (no probe.suspect_interval): {steady} attempts/day per branch"
         );
-    }
-    let hung = if p.timeout > p.suspect_interval {
+    };
+    let hung = if p.timeout > fast {
         format!(
             ", {} when every attempt takes its whole timeout",
             per_day(p.timeout)
@@ -121,8 +121,8 @@ fn pacing(p: &config::ProbeConfig) -> String {
     };
     format!(
         "while suspect (a condition holding, not yet fired, or unready) every {}: per branch {steady} attempts/day at steady state, up to {} while suspect{hung}",
-        d(p.suspect_interval),
-        per_day(p.suspect_interval)
+        d(fast),
+        per_day(fast)
     )
 }
 

@@ -954,22 +954,26 @@ endpoint = "mysql-secondary.orders.internal.example"
         );
     }
 
-    /// `probe.suspect_interval`: off (the interval) by default; from 100 ms to the interval,
-    /// shorter than the attempt timeout allowed; anything else an error naming key and line.
+    /// `probe.suspect_interval`: off by default and at the interval itself; from 100 ms to the
+    /// interval, shorter than the attempt timeout allowed; anything else an error naming key and
+    /// line.
     #[test]
     fn suspect_interval_defaults_off_and_is_bounded() {
-        let c = parse(Path::new("t.toml"), BASE).unwrap();
-        assert_eq!(c.services[0].probe.suspect_interval, Duration::from_secs(2));
         let set = |v: &str| {
             with(
                 "[probe]\nkind = \"mysql\"",
                 &format!("[probe]\nkind = \"mysql\"\nsuspect_interval = \"{v}\""),
             )
         };
+        let c = parse(Path::new("t.toml"), BASE).unwrap();
+        assert_eq!(c.services[0].probe.suspect_interval, None);
+        // The interval itself keeps it off.
+        let c = parse(Path::new("t.toml"), &set("2s")).unwrap();
+        assert_eq!(c.services[0].probe.suspect_interval, None);
         let c = parse(Path::new("t.toml"), &set("500ms")).unwrap();
         assert_eq!(
             c.services[0].probe.suspect_interval,
-            Duration::from_millis(500)
+            Some(Duration::from_millis(500))
         );
         // A 1 h window fits at 2 s (1,800 attempts) but not at 100 ms (36,000).
         let long = format!("{}\n[readiness]\nwindow = \"1h\"\n", set("100ms"));

@@ -19,8 +19,9 @@ pub struct ProbeConfig {
     /// Time between attempt starts of one branch. Default 2 s.
     pub interval: Duration,
     /// Time between attempt starts while the branch is suspect (`readiness::Suspect`), from
-    /// 100 ms to `interval`; equal to `interval` (the default): adaptive probing is off.
-    pub suspect_interval: Duration,
+    /// 100 ms to below `interval`; `None` (the default, or `interval` itself): adaptive probing
+    /// is off.
+    pub suspect_interval: Option<Duration>,
     /// Deadline of one whole attempt; must be shorter than `interval`. Default 80 % of the interval.
     pub timeout: Duration,
     /// Random delay added to each branch's first attempt, spreading branches apart. Default 10 %
@@ -134,13 +135,16 @@ fn timing(raw: &RawProbe, issues: &mut Issues<'_>) -> (Duration, Duration, Durat
     (interval, timeout, jitter)
 }
 
-/// `probe.suspect_interval`: at least [`MIN_INTERVAL`], at most `interval` (its default: off).
+/// `probe.suspect_interval`: at least [`MIN_INTERVAL`], at most `interval`; `None` when unset or
+/// `interval` itself (adaptive probing off).
 /// It may be shorter than the attempt timeout: one attempt is in flight at a time and a missed
 /// tick is skipped, so a branch whose attempts hang is probed once per timeout.
-fn suspect_interval(raw: &RawProbe, interval: Duration, issues: &mut Issues<'_>) -> Duration {
-    let Some(fast) = raw.suspect_interval else {
-        return interval;
-    };
+fn suspect_interval(
+    raw: &RawProbe,
+    interval: Duration,
+    issues: &mut Issues<'_>,
+) -> Option<Duration> {
+    let fast = raw.suspect_interval?;
     if fast < MIN_INTERVAL {
         issues.error(
             "probe.suspect_interval",
@@ -149,7 +153,7 @@ fn suspect_interval(raw: &RawProbe, interval: Duration, issues: &mut Issues<'_>)
                 fmt_duration(MIN_INTERVAL)
             ),
         );
-        return interval;
+        return None;
     }
     if fast > interval {
         issues.error(
@@ -160,9 +164,9 @@ fn suspect_interval(raw: &RawProbe, interval: Duration, issues: &mut Issues<'_>)
                 fmt_duration(interval)
             ),
         );
-        return interval;
+        return None;
     }
-    fast
+    (fast < interval).then_some(fast)
 }
 
 /// The message for a duration below its key's minimum.

@@ -264,18 +264,18 @@ fn thresholds(unready: &Condition, ready: &Condition, issues: &mut Issues<'_>) {
 /// unless the policy is already refused at `interval` (one error per cause).
 pub(super) fn suspect_fits(
     policy: &Policy,
-    (interval, suspect_interval): (Duration, Duration),
+    (interval, suspect_interval): (Duration, Option<Duration>),
     issues: &mut Issues<'_>,
 ) {
+    let Some(suspect_interval) = suspect_interval else {
+        return;
+    };
     let kept = policy.retention();
     let longest = policy
         .declare_unready
         .window
         .max(policy.declare_ready.window);
-    if suspect_interval >= interval
-        || longest > MAX_WINDOW
-        || attempts_in(kept, interval) > MAX_WINDOW_ATTEMPTS
-    {
+    if longest > MAX_WINDOW || attempts_in(kept, interval) > MAX_WINDOW_ATTEMPTS {
         return;
     }
     let n = attempts_in(kept, suspect_interval);

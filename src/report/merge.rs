@@ -867,7 +867,7 @@ fn config_lines(
     out.push(kv("branches", branches.join(", ")));
     if let (Some(i), Some(t)) = (s.probe_interval_ms, s.probe_timeout_ms) {
         let fast = s
-            .suspect_interval_ms
+            .suspect_interval()
             .map(|f| format!(", every {} while suspect", d(f)))
             .unwrap_or_default();
         out.push(kv(
@@ -914,7 +914,7 @@ fn config_lines(
     for (at, prober, later) in &starts[1..] {
         if later.policy != s.policy
             || later.probe_interval_ms != s.probe_interval_ms
-            || later.suspect_interval_ms != s.suspect_interval_ms
+            || later.suspect_interval() != s.suspect_interval()
             || later.branches != s.branches
         {
             out.push(kv(

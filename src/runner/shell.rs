@@ -111,14 +111,14 @@ impl Shell {
         for (branch, _) in &loops {
             self.paces.remove(&(id, branch.clone()));
         }
-        if probe.suspect_interval >= probe.interval {
+        let Some(suspect_interval) = probe.suspect_interval else {
             return;
-        }
+        };
         for (branch, tx) in loops {
             let pace = Pace {
                 tx,
                 interval: probe.interval,
-                suspect_interval: probe.suspect_interval,
+                suspect_interval,
             };
             if let Some(why) = self.fold.suspect(id, &branch) {
                 let service = self.fold.service_name(id).to_string();

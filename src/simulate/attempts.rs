@@ -24,7 +24,7 @@ pub struct Timing {
     pub interval: Duration,
     /// `probe.suspect_interval`: not modelled (attempts stay at `interval`), only named in
     /// the report's assumptions.
-    pub suspect_interval: Duration,
+    pub suspect_interval: Option<Duration>,
     /// `probe.timeout`.
     pub timeout: Duration,
     /// `probe.step_timeout`.
@@ -112,7 +112,7 @@ mod tests {
         let s = Duration::from_secs(1);
         Timing {
             interval: Duration::from_secs(2),
-            suspect_interval: Duration::from_secs(2),
+            suspect_interval: None,
             timeout: Duration::from_millis(1500),
             steps: StepTimeouts {
                 resolve: s,

@@ -703,3 +703,26 @@ fn many_long_markers_are_cut_and_bounded_in_the_pages() {
     assert!(md.len() < 2_000_000, "{} bytes of Markdown", md.len());
     assert!(html.contains("more markers"), "the rest is summarised");
 }
+
+/// Older runs wrote `suspect_interval_ms` equal to the interval when adaptive probing was off:
+/// it still reads as off, and a run at 100 ms below it reads as on.
+#[test]
+fn a_suspect_interval_equal_to_the_interval_reads_as_off() {
+    let probe_line = |suspect: Option<u64>| {
+        let mut r = start(vec![]);
+        if let Record::Start(s) = &mut r {
+            s.suspect_interval_ms = suspect;
+        }
+        let d = merge(vec![("a.jsonl".into(), vec![env(0, "az-a", 1, r)])], None);
+        let cfg = &d.services[0].config;
+        cfg.iter()
+            .find(|(k, _)| k == "probe")
+            .map(|(_, v)| v.clone())
+            .expect("a probe line")
+    };
+    assert_eq!(probe_line(Some(300)), "every 300ms, attempt timeout 250ms");
+    assert_eq!(
+        probe_line(Some(100)),
+        "every 300ms, attempt timeout 250ms, every 100ms while suspect"
+    );
+}
