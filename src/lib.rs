@@ -12,6 +12,7 @@ pub mod fold;
 pub mod probe;
 pub mod readiness;
 pub mod record;
+pub mod reload_plan;
 pub mod report;
 pub mod runner;
 pub mod scheduler;

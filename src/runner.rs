@@ -636,23 +636,14 @@ fn start(
         },
     };
     let duration_ms = opts.duration.map(|d| d.as_millis() as u64);
-    for (id, (svc, (probes, inputs), store, _)) in loaded.running.into_iter().enumerate() {
-        let restored = shell.fold.restored(id).to_vec();
-        let record = start_record(cfg, svc, store.location(), restored, duration_ms);
-        shell.evidence.record_for(now, &svc.service.name, &record);
-        shell.add_store(id, store);
-        let stable = fleet.loops.spawn_stable_name(id, svc, cfg, &probes);
-        let (loops, paces) = fleet.loops.spawn(id, svc, probes);
-        shell.pace(id, &svc.probe, paces);
-        let loops = loops.into_iter().collect();
-        fleet.live.insert(
+    for (id, (svc, probes, store, _)) in loaded.running.into_iter().enumerate() {
+        launch(
+            &mut shell,
+            &mut fleet,
+            cfg,
             id,
-            Live {
-                cfg: svc.clone(),
-                inputs,
-                loops,
-                stable,
-            },
+            (svc, probes, store),
+            duration_ms,
         );
     }
     for (svc, problems) in loaded.unavailable {
@@ -668,6 +659,34 @@ fn start(
         }
     }
     (shell, fleet, events)
+}
+
+/// Launch service `id`, which the fold holds already (from its control document): write its
+/// `start` record, keep its store, start its branch loops (paced from the fold) and its
+/// stable-name loop. The one way a service starts, at start-up and at a reload.
+fn launch(
+    shell: &mut Shell,
+    fleet: &mut Fleet,
+    cfg: &Config,
+    id: ServiceId,
+    (svc, (probes, inputs), store): (&ServiceConfig, Probes, Store),
+    duration_ms: Option<u64>,
+) {
+    let now = shell.clock.now_ms();
+    let restored = shell.fold.restored(id).to_vec();
+    let record = start_record(cfg, svc, store.location(), restored, duration_ms);
+    shell.evidence.record_for(now, &svc.service.name, &record);
+    shell.add_store(id, store);
+    let stable = fleet.loops.spawn_stable_name(id, svc, cfg, &probes);
+    let (loops, paces) = fleet.loops.spawn(id, svc, probes);
+    shell.pace(id, &svc.probe, paces);
+    let live = Live {
+        cfg: svc.clone(),
+        inputs,
+        loops: loops.into_iter().collect(),
+        stable,
+    };
+    fleet.live.insert(id, live);
 }
 
 /// The `start` record of a service.
@@ -1052,49 +1071,9 @@ async fn shutdown(
     // The final save and sends get what is left of the grace period, at least 1 s, and finish
     // 300 ms before `hard_end` so the evidence can still be closed.
     let final_deadline = grace_end
-        .max(Instant::now() + Duration::from_secs(1))
+        .max(Instant::now() + Duration::from_millis(1_000))
         .min(hard_end - Duration::from_millis(300));
-    let mut unsaved: BTreeSet<ServiceId> = shell.stores.keys().copied().collect();
-    // At most SYNCS_IN_FLIGHT at once, as while running; each after its service's sync in
-    // flight. Those of services a reload removed that still wait run too.
-    let final_sync = async {
-        syncing.queue_shutdown(&shell);
-        syncing.fill(&shell);
-        while let Some((service, last, j)) = syncing.next().await {
-            shell.finish_sync(service, j);
-            if last {
-                unsaved.remove(&service);
-            }
-            syncing.fill(&shell);
-        }
-    };
-    if tokio::time::timeout_at(final_deadline, final_sync)
-        .await
-        .is_err()
-    {
-        for service in unsaved {
-            shell.feed(Input::SyncFailed {
-                service,
-                error: "the final sync did not finish within the grace period".into(),
-                started: None,
-            });
-        }
-    }
-    shell.sinks.clear();
-    let sinks_done = w.sinks.tasks.wait();
-    tokio::pin!(sinks_done);
-    loop {
-        tokio::select! {
-            // Finished sinks win over a deadline that has passed meanwhile.
-            biased;
-            _ = &mut sinks_done => break,
-            Some(rep) = w.reports.recv() => shell.feed(Input::SinkReport(rep)),
-            _ = tokio::time::sleep_until(final_deadline) => {
-                tracing::warn!("sinks did not finish within the grace period");
-                break;
-            }
-        }
-    }
+    final_round(&mut shell, &mut w, &mut syncing, final_deadline).await;
     w.sinks.stop.cancel();
     while let Ok(rep) = w.reports.try_recv() {
         shell.feed(Input::SinkReport(rep));
@@ -1111,6 +1090,54 @@ async fn shutdown(
         .close(hard_end.max(Instant::now() + Duration::from_millis(100)))
         .await;
     summary
+}
+
+/// The final saves and the final publish, side by side until both are done or `deadline`:
+/// the sink queues close at once (each sink sends what it holds, the last tick's datums
+/// included, reports it and ends), so a hung store never holds the final publish nor its
+/// record. Each final save runs after its service's sync in flight, at most
+/// [`SYNCS_IN_FLIGHT`] at once, those of services a reload removed that still wait included;
+/// a save not done by `deadline` is recorded as failed, and so is what a sink did not report.
+async fn final_round(shell: &mut Shell, w: &mut Wiring, syncs: &mut Syncs, deadline: Instant) {
+    let mut unsaved: BTreeSet<ServiceId> = shell.stores.keys().copied().collect();
+    syncs.queue_shutdown(shell);
+    syncs.fill(shell);
+    shell.sinks.clear();
+    let sinks_done = w.sinks.tasks.wait();
+    tokio::pin!(sinks_done);
+    let mut sent = false;
+    let timed_out = loop {
+        if sent && syncs.set.is_empty() {
+            break false;
+        }
+        tokio::select! {
+            // Finished work wins over a deadline that has passed meanwhile.
+            biased;
+            () = &mut sinks_done, if !sent => sent = true,
+            Some(rep) = w.reports.recv() => shell.feed(Input::SinkReport(rep)),
+            Some((service, last, j)) = syncs.next(), if !syncs.set.is_empty() => {
+                shell.finish_sync(service, j);
+                if last {
+                    unsaved.remove(&service);
+                }
+                syncs.fill(shell);
+            }
+            () = tokio::time::sleep_until(deadline) => break true,
+        }
+    };
+    if !timed_out {
+        return;
+    }
+    if !sent {
+        tracing::warn!("sinks did not finish within the grace period");
+    }
+    for service in unsaved {
+        shell.feed(Input::SyncFailed {
+            service,
+            error: "the final sync did not finish within the grace period".into(),
+            started: None,
+        });
+    }
 }
 
 #[cfg(test)]
