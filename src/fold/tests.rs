@@ -1,8 +1,9 @@
 //! Unit tests of the fold with plain data: no tokio, no files.
 
 use super::*;
-use crate::control::{Forced, ProberState};
-use crate::readiness::Condition;
+use crate::control::{self, Forced, ProberState};
+use crate::readiness::{Condition, Snapshot};
+use crate::record::PublishOutcome;
 use crate::sink::Value;
 use serde_json::Value as Json;
 use std::time::Duration;

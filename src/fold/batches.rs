@@ -1,0 +1,274 @@
+//! The fold's batches: publish ticks and their datums, and the account of every batch handed to a
+//! sink (refusals, reports, batches never sent).
+
+use super::*;
+use crate::readiness::Millis;
+use crate::record::{BothBranchesUnready, Publish, PublishOutcome, PublishReason, Record};
+use crate::sink::{
+    BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, selected_branch_datum,
+    service_unavailable_datum, stable_name_success_datum, tick_datums,
+};
+use std::collections::BTreeMap;
+
+/// The sink that publishes the fold's own accounting (`PublishFailures`).
+const EMF: &str = "emf";
+
+/// What a batch that a sink's queue refused became.
+fn refusal_outcome(why: Refusal) -> PublishOutcome {
+    match why {
+        Refusal::Closed => PublishOutcome::SinkStopped,
+    }
+}
+
+impl Fold {
+    /// Every batch handed to a sink and never reported (the grace period ended first) is
+    /// dropped: count, log and record each.
+    pub fn abandon_unsent(&mut self, now: Millis) -> Vec<Effect> {
+        for ((sink, _), o) in std::mem::take(&mut self.outstanding) {
+            let why = "abandoned at shutdown: the grace period ended before it was sent";
+            let reason = <&str>::from(o.reason);
+            self.unsent(
+                sink,
+                &o,
+                reason,
+                why,
+                PublishOutcome::AbandonedAtShutdown,
+                now,
+            );
+        }
+        std::mem::take(&mut self.effects)
+    }
+
+    /// Evaluate every branch at `now`, then publish the tick's datums (each service's heartbeat
+    /// included), one batch per namespace.
+    pub(super) fn tick(&mut self, reason: PublishReason, now: Millis) {
+        self.expire_overrides(now);
+        let mut by_ns: BTreeMap<String, Vec<Datum>> = BTreeMap::new();
+        let ids: Vec<ServiceId> = self.services.keys().copied().collect();
+        for svc in ids {
+            let datums = self.tick_service(svc, now);
+            let ns = self.namespace(svc);
+            by_ns.entry(ns).or_default().extend(datums);
+        }
+        for (name, ns) in &self.unavailable {
+            let d = service_unavailable_datum(name, now);
+            by_ns.entry(ns.clone()).or_default().push(d);
+        }
+        for (ns, datums) in by_ns {
+            self.publish(datums, reason, ns);
+        }
+        self.publish_failures(now);
+    }
+
+    /// Evaluate service `svc`'s branches at `now`; its tick datums.
+    fn tick_service(&mut self, svc: usize, now: Millis) -> Vec<Datum> {
+        let mut ticks = Vec::new();
+        for i in 0..self.branch_count(svc) {
+            let Some(b) = self.branch_mut(svc, i) else {
+                continue;
+            };
+            if let Some(t) = b.readiness.evaluate(now) {
+                self.on_transition(svc, i, &t);
+            }
+            self.repace(svc, i);
+            let Some(b) = self.branch_mut(svc, i) else {
+                continue;
+            };
+            let stats = b
+                .readiness
+                .window_stats(now, b.readiness.policy().declare_unready.window);
+            let acc = std::mem::take(&mut b.acc);
+            let effective = b.effective(now);
+            ticks.push(BranchTick {
+                branch: b.name.clone(),
+                readiness: effective,
+                is_ready: effective == Some(1.0),
+                is_known: effective.is_some(),
+                success_rate: stats.success_rate_percent,
+                attempts: acc.attempts,
+                failed: acc.failed,
+                step_durations: acc.steps.into_iter().collect(),
+                // Only what a handshake showed since the last tick: no handshake, no datum.
+                cert_not_after: acc.cert_not_after,
+            });
+        }
+        let all_unready = ticks.iter().all(|t| t.is_known && !t.is_ready);
+        let name = self.svc_name(svc).to_string();
+        let logged = self
+            .services
+            .get(&svc)
+            .is_some_and(|s| s.both_unready_logged);
+        if all_unready && !logged {
+            self.effects.push(log(
+                Level::Error,
+                "NO BRANCH IS READY: Route 53 failover fails open and answers with the PRIMARY regardless; BothBranchesUnready = 1",
+                service_fields(&name),
+            ));
+            self.record_for(
+                svc,
+                now,
+                Record::BothBranchesUnready(BothBranchesUnready::new()),
+            );
+            self.set_unready_logged(svc, true);
+        } else if !all_unready {
+            self.set_unready_logged(svc, false);
+        }
+        let mut datums = tick_datums(&name, &ticks, now);
+        if let Some(s) = self.services.get(&svc) {
+            if let Some(v) = s.selected_branch {
+                datums.push(selected_branch_datum(&name, v, now));
+            }
+            if let Some(v) = s.stable_name_success {
+                datums.push(stable_name_success_datum(&name, v, now));
+            }
+        }
+        datums
+    }
+
+    /// The failed batches counted since the last tick, as `PublishFailures` datums for the
+    /// `emf` sink only: the count must not depend on the sink that is failing. With several
+    /// services each one's datum carries the run's count (their batches are shared).
+    fn publish_failures(&mut self, now: Millis) {
+        let counts: Vec<_> = std::mem::take(&mut self.failures).into_iter().collect();
+        if counts.is_empty() || !self.sinks.contains(&EMF) {
+            return;
+        }
+        let mut by_ns: BTreeMap<String, Vec<Datum>> = BTreeMap::new();
+        for s in self.services.values() {
+            let datums = publish_failure_datums(&s.name, &counts, now);
+            by_ns.entry(s.namespace.clone()).or_default().extend(datums);
+        }
+        for (ns, datums) in by_ns {
+            self.publish_to(datums, PublishReason::PublishFailures, vec![EMF], ns);
+        }
+    }
+
+    /// Hand a batch to every sink; each stays outstanding until the sink reports it or its
+    /// queue refuses it.
+    pub(super) fn publish(&mut self, datums: Vec<Datum>, reason: PublishReason, namespace: String) {
+        let sinks = self.sinks.clone();
+        self.publish_to(datums, reason, sinks, namespace);
+    }
+
+    /// Hand a batch for `namespace` to `sinks`.
+    fn publish_to(
+        &mut self,
+        datums: Vec<Datum>,
+        reason: PublishReason,
+        sinks: Vec<&'static str>,
+        namespace: String,
+    ) {
+        self.next_batch += 1;
+        let id = self.next_batch;
+        for &sink in &sinks {
+            *self.handed.entry(sink).or_default() += 1;
+            self.outstanding.insert(
+                (sink, id),
+                Outstanding {
+                    reason,
+                    datums: datums.len(),
+                    batch: id,
+                },
+            );
+        }
+        self.effects.push(Effect::Publish(Batch {
+            id,
+            datums,
+            reason,
+            sinks,
+            namespace,
+        }));
+    }
+
+    pub(super) fn refused(&mut self, sink: &'static str, batch: u64, why: Refusal, now: Millis) {
+        let Some(o) = self.outstanding.remove(&(sink, batch)) else {
+            return;
+        };
+        self.unsent(sink, &o, why.why(), why.why(), refusal_outcome(why), now);
+    }
+
+    /// A batch that never reached its sink: counted as dropped, logged (with `log_reason`) and
+    /// recorded (with `why` as its error).
+    fn unsent(
+        &mut self,
+        sink: &'static str,
+        o: &Outstanding,
+        log_reason: &str,
+        why: &str,
+        outcome: PublishOutcome,
+        now: Millis,
+    ) {
+        let message = match outcome {
+            PublishOutcome::AbandonedAtShutdown => "publish abandoned at shutdown",
+            _ => "publish dropped",
+        };
+        *self
+            .summary
+            .dropped_batches
+            .entry(sink.to_string())
+            .or_default() += 1;
+        self.effects.push(log(
+            Level::Warn,
+            message,
+            Fields {
+                sink: Some(sink.into()),
+                datums: Some(o.datums as u64),
+                reason: Some(log_reason.into()),
+                ..Fields::default()
+            },
+        ));
+        let publish = Publish::new(sink, o.reason, o.datums, 0, 0, outcome, Some(why.into()));
+        self.record(now, Record::Publish(publish.with_batch(o.batch)));
+    }
+
+    pub(super) fn on_report(&mut self, r: SinkReport, now: Millis) {
+        let Some(o) = self.outstanding.remove(&(r.sink, r.batch)) else {
+            return;
+        };
+        let fields = Fields {
+            sink: Some(r.sink.into()),
+            datums: Some(r.datums as u64),
+            ..Fields::default()
+        };
+        if r.outcome.is_dropped() {
+            *self
+                .summary
+                .dropped_batches
+                .entry(r.sink.to_string())
+                .or_default() += 1;
+            if let Some(c) = r.class {
+                *self.failures.entry(c).or_default() += 1;
+            }
+            let message = match r.outcome {
+                PublishOutcome::Failed => "publish failed; batch dropped",
+                PublishOutcome::Expired => "publish expired in the queue; batch dropped",
+                _ => "publish dropped",
+            };
+            self.effects.push(log(
+                Level::Warn,
+                message,
+                Fields {
+                    tries: Some(u64::from(r.tries)),
+                    class: r.class.map(|c| c.as_str().into()),
+                    error: r.error.clone(),
+                    reason: Some(<&str>::from(o.reason).into()),
+                    ..fields
+                },
+            ));
+        } else {
+            self.effects.push(log(
+                Level::Debug,
+                "published",
+                Fields {
+                    datums: Some(r.sent as u64),
+                    ..fields
+                },
+            ));
+        }
+        let publish = Publish::new(
+            r.sink, o.reason, r.datums, r.sent, r.tries, r.outcome, r.error,
+        );
+        let publish = publish.with_class(r.class).with_batch(o.batch);
+        self.record(now, Record::Publish(publish));
+    }
+}

@@ -1,0 +1,223 @@
+//! The fold's services: its start, and a reload's adding, removing and changing a service.
+
+use super::*;
+use crate::readiness::{Millis, Readiness, Snapshot};
+use crate::record::Restored;
+use std::collections::BTreeMap;
+
+impl Fold {
+    /// Start the fold: each branch's readiness restored from this prober's saved state in its
+    /// service's document when there is one, and the stores' overrides taken. Returns the fold
+    /// and what to log, record and publish at start.
+    pub fn start(setup: Setup<'_>, now: Millis) -> (Fold, Vec<Effect>) {
+        let mut fold = Fold {
+            services: BTreeMap::new(),
+            unavailable: setup.unavailable.to_vec(),
+            branches: BTreeMap::new(),
+            sinks: setup.sinks.to_vec(),
+            outstanding: BTreeMap::new(),
+            handed: BTreeMap::new(),
+            failures: BTreeMap::new(),
+            next_batch: 0,
+            summary: RunSummary::default(),
+            effects: Vec::new(),
+            prober: String::new(),
+            wakeup: None,
+        };
+        fold.prober = setup.prober.to_string();
+        for (i, s) in setup.services.iter().enumerate() {
+            fold.start_service(i, s, now);
+        }
+        let effects = std::mem::take(&mut fold.effects);
+        (fold, effects)
+    }
+
+    fn start_service(&mut self, svc: ServiceId, setup: &ServiceSetup<'_>, now: Millis) {
+        let prober = self.prober.clone();
+        let prober = prober.as_str();
+        let mine = setup.doc.probers.get(prober);
+        let mut restored = Vec::new();
+        let mut branches = Vec::with_capacity(setup.branches.len());
+        for name in setup.branches {
+            let readiness = match mine.and_then(|s| s.branches.get(name)) {
+                Some(snap) => {
+                    restored.push(Restored {
+                        branch: name.clone(),
+                        state: snap.state,
+                        since: snap.since,
+                    });
+                    Readiness::restore(setup.policy.clone(), snap.clone().clamped(now))
+                }
+                None => Readiness::new(setup.policy.clone()),
+            };
+            branches.push(Branch {
+                svc,
+                name: name.clone(),
+                suspect: readiness.suspect().is_some(),
+                readiness,
+                acc: TickAcc::default(),
+                ov: None,
+            });
+        }
+        self.branches.insert(svc, branches);
+        let service = setup.service;
+        for r in &restored {
+            self.effects.push(log(
+                Level::Info,
+                format!("restored readiness state from {}", setup.store_location),
+                Fields {
+                    state: Some(r.state.as_str().into()),
+                    ..branch_fields(service, &r.branch)
+                },
+            ));
+        }
+        self.services.insert(
+            svc,
+            Svc {
+                name: service.to_string(),
+                namespace: setup.namespace.to_string(),
+                restored,
+                // Decisions this prober id already has in the document were taken (and recorded)
+                // by an earlier run: a restart must not record them again as news.
+                recorded: setup
+                    .doc
+                    .approvals
+                    .iter()
+                    .filter(|a| a.decisions.contains_key(prober))
+                    .map(|a| a.id.clone())
+                    .collect(),
+                // Likewise markers this prober id took before: an earlier run recorded them.
+                markers: setup
+                    .doc
+                    .markers
+                    .iter()
+                    .filter(|m| m.taken.contains_key(prober))
+                    .map(|m| m.id.clone())
+                    .collect(),
+                both_unready_logged: false,
+                selected_branch: None,
+                stable_name_success: None,
+            },
+        );
+        for (b, snap) in mine.map(|p| &p.branches).into_iter().flatten() {
+            if setup.branches.contains(b) && snap.clone().clamped(now) != *snap {
+                self.effects.push(log(
+                    Level::Warn,
+                    "saved state is dated after this host's clock (clock skew between probers, or a clock stepped back): its future instants are ignored",
+                    branch_fields(service, b),
+                ));
+            }
+        }
+        self.apply_overrides(svc, setup.doc, now);
+        for b in mine.map(|p| p.branches.keys()).into_iter().flatten() {
+            if !setup.branches.contains(b) {
+                self.effects.push(log(
+                    Level::Warn,
+                    "saved state has a branch that is not in the config; it is dropped at the next save",
+                    branch_fields(service, b),
+                ));
+            }
+        }
+    }
+
+    /// Add a service a reload brought, as [`start`](Self::start) adds each (its start record is
+    /// the shell's, with [`restored`](Self::restored)).
+    pub(super) fn add_service(&mut self, n: &NewService, now: Millis) {
+        if self.services.contains_key(&n.id) {
+            return;
+        }
+        let setup = ServiceSetup {
+            service: &n.service,
+            namespace: &n.namespace,
+            policy: &n.policy,
+            branches: &n.branches,
+            store_location: &n.store_location,
+            doc: &n.doc,
+        };
+        self.start_service(n.id, &setup, now);
+        self.effects.push(log(
+            Level::Info,
+            "service added by a reload",
+            service_fields(&n.service),
+        ));
+    }
+
+    /// Drop a service a reload removed: its branches, overrides and datums.
+    pub(super) fn remove_service(&mut self, svc: ServiceId) {
+        let Some(s) = self.services.remove(&svc) else {
+            return;
+        };
+        self.branches.remove(&svc);
+        self.effects.push(log(
+            Level::Info,
+            "service removed by a reload: its datums stop",
+            service_fields(&s.name),
+        ));
+    }
+
+    /// Take a running service's new settings. An untouched branch keeps everything; a reset
+    /// one keeps its state (so a reload never makes an unready branch look ready, nor a ready
+    /// one unknown) and gathers its window afresh under the new settings; a new one starts in
+    /// the policy's initial state; one no longer named is dropped.
+    pub(super) fn change_service(&mut self, c: ServiceChange) {
+        let Some(s) = self.services.get_mut(&c.id) else {
+            return;
+        };
+        s.namespace = c.namespace;
+        let name = s.name.clone();
+        let mut old: BTreeMap<String, Branch> = self
+            .branches
+            .remove(&c.id)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|b| (b.name.clone(), b))
+            .collect();
+        let mut branches = Vec::with_capacity(c.branches.len());
+        for bc in c.branches {
+            let branch = match old.remove(&bc.name) {
+                Some(b) if !bc.reset => b,
+                Some(mut b) => {
+                    let snap = b.readiness.snapshot();
+                    let fresh = Snapshot {
+                        state: snap.state,
+                        since: snap.since,
+                        unready_holding_since: None,
+                        ready_holding_since: None,
+                        attempts: Vec::new(),
+                        flaps: Vec::new(),
+                    };
+                    b.readiness = Readiness::restore(c.policy.clone(), fresh);
+                    self.effects.push(log(
+                        Level::Info,
+                        "probe or readiness settings changed by a reload: the state is kept, its window and clocks start afresh",
+                        Fields {
+                            state: Some(b.readiness.state().as_str().into()),
+                            ..branch_fields(&name, &bc.name)
+                        },
+                    ));
+                    b
+                }
+                None => Branch {
+                    svc: c.id,
+                    name: bc.name,
+                    readiness: Readiness::new(c.policy.clone()),
+                    acc: TickAcc::default(),
+                    ov: None,
+                    suspect: false,
+                },
+            };
+            branches.push(branch);
+        }
+        self.branches.insert(c.id, branches);
+        for ix in 0..self.branch_count(c.id) {
+            self.repace(c.id, ix);
+        }
+        for b in old.keys() {
+            self.effects.push(log(
+                Level::Info,
+                "branch removed by a reload: its datums stop",
+                branch_fields(&name, b),
+            ));
+        }
+    }
+}
