@@ -205,10 +205,11 @@ pub struct ServiceChange {
 pub struct BranchChange {
     /// Branch name.
     pub name: String,
-    /// True when what it is probed with or decided by changed (endpoint, port, role, the
-    /// service's probe or readiness settings): it keeps its readiness state, but its window and
-    /// holding clocks start afresh under the new settings. False: untouched. A branch that is
-    /// new to the service starts in the policy's initial state either way.
+    /// True when its target changed (endpoint, port or probe kind): it keeps its readiness
+    /// state, but its window and holding clocks start afresh. False: its readiness is carried
+    /// whole (state, window, holding clocks), judged by the new policy from now on
+    /// ([`crate::reload_plan::BranchPlan::retarget`]). A branch that is new to the service
+    /// starts in the policy's initial state either way.
     pub reset: bool,
 }
 

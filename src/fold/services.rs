@@ -175,7 +175,16 @@ impl Fold {
         let mut branches = Vec::with_capacity(c.branches.len());
         for bc in c.branches {
             let branch = match old.remove(&bc.name) {
-                Some(b) if !bc.reset => b,
+                Some(mut b) if !bc.reset => {
+                    // Carried whole (state, window, holding clocks): a reload never makes a
+                    // failing branch look better than its evidence. A new policy judges the
+                    // carried window from now on.
+                    if *b.readiness.policy() != c.policy {
+                        let snap = b.readiness.snapshot();
+                        b.readiness = Readiness::restore(c.policy.clone(), snap);
+                    }
+                    b
+                }
                 Some(mut b) => {
                     let snap = b.readiness.snapshot();
                     let fresh = Snapshot {
@@ -189,7 +198,7 @@ impl Fold {
                     b.readiness = Readiness::restore(c.policy.clone(), fresh);
                     self.effects.push(log(
                         Level::Info,
-                        "probe or readiness settings changed by a reload: the state is kept, its window and clocks start afresh",
+                        "a reload changed the branch's target (endpoint, port or probe kind): the state is kept, its window and clocks start afresh",
                         Fields {
                             state: Some(b.readiness.state().as_str().into()),
                             ..branch_fields(&name, &bc.name)

@@ -1038,6 +1038,32 @@ fn an_untouched_branch_of_a_changed_service_keeps_its_window_and_clocks() {
     assert_eq!(t[0]["transition"]["to"], "pending_approval");
 }
 
+/// A reload that changes the policy but not the branch's target carries its readiness whole
+/// (state, window, holding clocks), now judged by the new policy.
+#[test]
+fn a_carried_branch_keeps_its_window_under_the_new_policy() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    drive(&mut f, "primary", 500, 2000, true);
+    let before = f.sync_request(0).readiness["primary"].snapshot();
+    let mut stricter = policy();
+    stricter.min_attempts += 1;
+    let change = ServiceChange {
+        id: 0,
+        namespace: "Readyprobe".into(),
+        policy: stricter.clone(),
+        branches: ["primary", "secondary"]
+            .map(|n| BranchChange {
+                name: n.into(),
+                reset: false,
+            })
+            .into(),
+    };
+    f.handle(Input::ChangeService(Box::new(change)), 2000);
+    let after = &f.sync_request(0).readiness["primary"];
+    assert_eq!(after.policy(), &stricter);
+    assert_eq!(after.snapshot(), before);
+}
+
 #[test]
 fn a_fleet_stopped_line_gives_totals_not_every_branch() {
     let (mut f, _) = start(&ControlDoc::new("orders-db"));
