@@ -7,7 +7,9 @@
 //! inputs and the `reload` record. What to do is the plan's; this module only does it.
 
 use super::shell::Shell;
-use super::{Fleet, Probes, Syncs, Wiring, open_store, problems_of, report_unavailable};
+use super::start::{launch, open_store, problems_of, report_unavailable};
+use super::syncs::Syncs;
+use super::wiring::{Fleet, Probes, Wiring};
 use crate::config::{Config, ConfigError, ServiceConfig, escape_controls};
 use crate::control::ControlDoc;
 use crate::fold::{BranchChange, Input, NewService, ServiceChange, ServiceId};
@@ -307,7 +309,7 @@ pub(super) fn finish(
             store_location: store.location(),
             doc,
         })));
-        super::launch(shell, &mut w.fleet, &new, id, (s, p, store), None);
+        launch(shell, &mut w.fleet, &new, id, (s, p, store), None);
         added.push(name.clone());
     }
     let now = shell.clock.now_ms();
