@@ -12,7 +12,7 @@ use crate::probe::{Attempt, Outcome};
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Suspect};
 use crate::record::{
     AbandonCause, AttemptAbandoned, PublishFailureClass, PublishReason, Record, Restored,
-    StableNameRecord,
+    StableNameRecord, Start,
 };
 use crate::sink::{Datum, Refusal, SinkReport};
 use std::collections::{BTreeMap, BTreeSet};
@@ -185,6 +185,11 @@ pub struct NewService {
     pub store_location: String,
     /// Its control document as loaded.
     pub doc: ControlDoc,
+    /// Its `start` record as the shell knows it (settings, store); the fold fills in
+    /// `restored` and records it before anything else of the service.
+    pub start: Box<Start>,
+    /// Whether a reload brought it (logged as added) rather than the start of the run.
+    pub by_reload: bool,
 }
 
 /// New settings of a running service.

@@ -120,8 +120,8 @@ impl Fold {
         }
     }
 
-    /// Add a service a reload brought, as [`start`](Self::start) adds each (its start record is
-    /// the shell's, with [`restored`](Self::restored)).
+    /// Add a service, at the start of the run or brought by a reload: its branches restored
+    /// from its control document, its `start` record (with what was restored) first.
     pub(super) fn add_service(&mut self, n: &NewService, now: Millis) {
         if self.services.contains_key(&n.id) {
             return;
@@ -134,12 +134,19 @@ impl Fold {
             store_location: &n.store_location,
             doc: &n.doc,
         };
+        let at = self.effects.len();
         self.start_service(n.id, &setup, now);
-        self.effects.push(log(
-            Level::Info,
-            "service added by a reload",
-            service_fields(&n.service),
-        ));
+        let mut start = (*n.start).clone();
+        start.restored = self.restored(n.id).to_vec();
+        let record = Effect::Record(now, n.service.clone(), Record::Start(start));
+        self.effects.insert(at, record);
+        if n.by_reload {
+            self.effects.push(log(
+                Level::Info,
+                "service added by a reload",
+                service_fields(&n.service),
+            ));
+        }
     }
 
     /// Drop a service a reload removed: its branches, overrides and datums.

@@ -883,6 +883,8 @@ fn new_service(id: ServiceId, name: &str, doc: ControlDoc) -> Input {
         branches: vec!["primary".into(), "secondary".into()],
         store_location: "memory".into(),
         doc,
+        start: Box::default(),
+        by_reload: true,
     }))
 }
 
@@ -1062,6 +1064,28 @@ fn a_carried_branch_keeps_its_window_under_the_new_policy() {
     let after = &f.sync_request(0).readiness["primary"];
     assert_eq!(after.policy(), &stricter);
     assert_eq!(after.snapshot(), before);
+}
+
+/// A service enters the fold with its `start` record first, before the lines of its restore;
+/// only one a reload brought is logged as added.
+#[test]
+fn a_service_enters_with_its_start_record_first() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let e = f.handle(new_service(3, "svc-3", ControlDoc::new("x")), 10);
+    assert!(
+        matches!(&e[0], Effect::Record(10, s, Record::Start(_)) if s == "svc-3"),
+        "{e:?}"
+    );
+    let added = |e: &[Effect]| {
+        e.iter()
+            .any(|e| matches!(e, Effect::Log(l) if l.message == "service added by a reload"))
+    };
+    assert!(added(&e));
+    let Input::AddService(mut n) = new_service(4, "svc-4", ControlDoc::new("x")) else {
+        unreachable!()
+    };
+    n.by_reload = false;
+    assert!(!added(&f.handle(Input::AddService(n), 20)));
 }
 
 #[test]

@@ -12,7 +12,7 @@ use super::syncs::Syncs;
 use super::wiring::{Fleet, Probes, Wiring};
 use crate::config::{Config, ConfigError, ServiceConfig, escape_controls};
 use crate::control::ControlDoc;
-use crate::fold::{BranchChange, Input, NewService, ServiceChange, ServiceId};
+use crate::fold::{BranchChange, Input, ServiceChange, ServiceId};
 use crate::probe::{self, BranchProbe, InputsDigest};
 use crate::record::{Record, Reload};
 use crate::reload_plan::{self, Change, Running};
@@ -300,16 +300,13 @@ pub(super) fn finish(
         };
         let id = w.fleet.next_id;
         w.fleet.next_id += 1;
-        shell.feed(Input::AddService(Box::new(NewService {
-            id,
-            service: name.clone(),
-            namespace: s.namespace.clone(),
-            policy: s.policy.clone(),
-            branches: s.branches.iter().map(|b| b.name.clone()).collect(),
-            store_location: store.location(),
-            doc,
-        })));
-        launch(shell, &mut w.fleet, &new, id, (s, p, store), None);
+        launch(
+            shell,
+            &mut w.fleet,
+            &new,
+            (id, (s, p, store, doc)),
+            (None, true),
+        );
         added.push(name.clone());
     }
     let now = shell.clock.now_ms();

@@ -7,9 +7,9 @@ use super::wiring::{Fleet, Live, Loops, Probes, RunOptions, Tag};
 use crate::clock::{Clock, Millis};
 use crate::config::{Config, ServiceConfig, StoreKind, escape_controls};
 use crate::control::ControlDoc;
-use crate::fold::{Fold, ServiceId, ServiceSetup, Setup};
+use crate::fold::{Fold, Input, NewService, ServiceId, Setup};
 use crate::probe::{self, PrepareError};
-use crate::record::{Record, Restored, ServiceUnavailable, Start, StartBranch};
+use crate::record::{Record, ServiceUnavailable, Start, StartBranch};
 use crate::scheduler::BranchEvent;
 use crate::sink::SinkQueue;
 use crate::sink::evidence::EvidenceWriter;
@@ -111,25 +111,6 @@ pub(super) fn start(
     resolver: hickory_resolver::TokioResolver,
 ) -> (Shell, Fleet, mpsc::Receiver<(Tag, BranchEvent)>) {
     let now = clock.now_ms();
-    let names: Vec<Vec<String>> = loaded
-        .running
-        .iter()
-        .map(|(svc, ..)| svc.branches.iter().map(|b| b.name.clone()).collect())
-        .collect();
-    let locations: Vec<String> = loaded.running.iter().map(|r| r.2.location()).collect();
-    let setups: Vec<ServiceSetup<'_>> = loaded
-        .running
-        .iter()
-        .enumerate()
-        .map(|(i, (svc, _, _, doc))| ServiceSetup {
-            service: &svc.service.name,
-            namespace: &svc.namespace,
-            policy: &svc.policy,
-            branches: &names[i],
-            store_location: &locations[i],
-            doc,
-        })
-        .collect();
     let unavailable: Vec<(String, String)> = loaded
         .unavailable
         .iter()
@@ -143,7 +124,7 @@ pub(super) fn start(
     }
     let setup = Setup {
         prober: &cfg.prober_id,
-        services: &setups,
+        services: &[],
         unavailable: &unavailable,
         sinks: &sink_names,
     };
@@ -165,7 +146,7 @@ pub(super) fn start(
     let mut fleet = Fleet {
         cfg: cfg.clone(),
         live: BTreeMap::new(),
-        next_id: loaded.running.len(),
+        next_id: 0,
         loops: Loops {
             tx: Some(tx),
             resolver,
@@ -175,21 +156,24 @@ pub(super) fn start(
             next_feed: 0,
         },
     };
+    shell.execute(effects);
+    // Every service enters the fold as a reload's does ([`launch`]); ids from 0.
     let duration_ms = opts.duration.map(|d| d.as_millis() as u64);
-    for (id, (svc, probes, store, _)) in loaded.running.into_iter().enumerate() {
+    for (svc, probes, store, doc) in loaded.running {
+        let id = fleet.next_id;
+        fleet.next_id += 1;
+        let service = (svc, probes, store, doc);
         launch(
             &mut shell,
             &mut fleet,
             cfg,
-            id,
-            (svc, probes, store),
-            duration_ms,
+            (id, service),
+            (duration_ms, false),
         );
     }
     for (svc, problems) in loaded.unavailable {
         report_unavailable(&mut shell, now, &svc.service.name, problems);
     }
-    shell.execute(effects);
     if let Ok(entries) = std::fs::read_dir(&cfg.state_dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -201,21 +185,33 @@ pub(super) fn start(
     (shell, fleet, events)
 }
 
-/// Launch service `id`, which the fold holds already (from its control document): write its
-/// `start` record, keep its store, start its branch loops (paced from the fold) and its
-/// stable-name loop. The one way a service starts, at start-up and at a reload.
+/// Launch service `id`: it enters the fold ([`Input::AddService`], which records its `start`
+/// and restores its branches from its control document `doc`), its store is kept, its branch
+/// loops (paced from the fold) and its stable-name loop start. The one way a service starts,
+/// at start-up and at a reload (`by_reload`).
 pub(super) fn launch(
     shell: &mut Shell,
     fleet: &mut Fleet,
     cfg: &Config,
-    id: ServiceId,
-    (svc, (probes, inputs), store): (&ServiceConfig, Probes, Store),
-    duration_ms: Option<u64>,
+    (id, (svc, (probes, inputs), store, doc)): (
+        ServiceId,
+        (&ServiceConfig, Probes, Store, ControlDoc),
+    ),
+    (duration_ms, by_reload): (Option<u64>, bool),
 ) {
-    let now = shell.clock.now_ms();
-    let restored = shell.fold.restored(id).to_vec();
-    let record = start_record(cfg, svc, store.location(), restored, duration_ms);
-    shell.evidence.record_for(now, &svc.service.name, &record);
+    let store_location = store.location();
+    let start = start_record(cfg, svc, store_location.clone(), duration_ms);
+    shell.feed(Input::AddService(Box::new(NewService {
+        id,
+        service: svc.service.name.clone(),
+        namespace: svc.namespace.clone(),
+        policy: svc.policy.clone(),
+        branches: svc.branches.iter().map(|b| b.name.clone()).collect(),
+        store_location,
+        doc,
+        start: Box::new(start),
+        by_reload,
+    })));
     shell.add_store(id, store);
     let stable = fleet.loops.spawn_stable_name(id, svc, cfg, &probes);
     let (loops, paces) = fleet.loops.spawn(id, svc, probes);
@@ -229,15 +225,14 @@ pub(super) fn launch(
     fleet.live.insert(id, live);
 }
 
-/// The `start` record of a service.
-pub(super) fn start_record(
+/// The `start` record of a service (`restored` is the fold's to fill in).
+fn start_record(
     cfg: &Config,
     svc: &ServiceConfig,
     state_store: String,
-    restored: Vec<Restored>,
     duration_ms: Option<u64>,
-) -> Record {
-    Record::Start(Start {
+) -> Start {
+    Start {
         config: cfg.source.display().to_string(),
         branches: svc
             .branches
@@ -251,7 +246,7 @@ pub(super) fn start_record(
             .collect(),
         duration_ms,
         state_store,
-        restored,
+        restored: Vec::new(),
         probe_interval_ms: Some(ms(svc.probe.interval)),
         probe_timeout_ms: Some(ms(svc.probe.timeout)),
         suspect_interval_ms: (svc.probe.suspect_interval < svc.probe.interval)
@@ -269,7 +264,7 @@ pub(super) fn start_record(
             .then_some(cfg.stable_name_probe.end_to_end),
         namespace: Some(svc.namespace.clone()),
         initial: Some(svc.policy.initial),
-    })
+    }
 }
 
 /// A duration in whole ms (saturating).
