@@ -11,8 +11,8 @@ use crate::control::{Approval, ControlDoc, Decision, Marker, Override};
 use crate::probe::{Attempt, Outcome};
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Suspect};
 use crate::record::{
-    AbandonCause, AttemptAbandoned, PublishFailureClass, PublishReason, Record, Restored,
-    StableNameRecord, Start,
+    AbandonCause, AttemptAbandoned, PublishFailureClass, PublishReason, Record, Reload, Restored,
+    ServiceUnavailable, StableNameRecord, Start,
 };
 use crate::sink::{Datum, Refusal, SinkReport};
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,6 +21,8 @@ mod batches;
 mod branches;
 mod control;
 mod services;
+
+pub(crate) use services::few;
 mod summary;
 
 /// What a run did, for the caller's summary line and tests.
@@ -151,6 +153,21 @@ pub enum Input {
         /// Index of the service.
         service: ServiceId,
     },
+    /// A service of the config cannot start (its inputs or control document unavailable): it
+    /// is not probed. Recorded (`service_unavailable`) and said at ERROR.
+    ServiceUnavailable {
+        /// Service name.
+        service: String,
+        /// Why, one sentence each.
+        problems: Vec<String>,
+    },
+    /// A reload was applied or refused: recorded (`reload`) and said at INFO or ERROR.
+    Reloaded {
+        /// What it did, or why not.
+        record: Box<Reload>,
+        /// The services running after it.
+        services: usize,
+    },
     /// An attempt cut off because a reload stopped its loop: recorded as abandoned with cause
     /// `reload`; it counts in no window.
     CancelledByReload {
@@ -257,6 +274,12 @@ pub struct Fields {
     pub transitions: Option<u64>,
     pub states: Option<String>,
     pub dropped_batches: Option<String>,
+    pub problems: Option<String>,
+    pub added: Option<String>,
+    pub removed: Option<String>,
+    pub changed: Option<String>,
+    pub unavailable: Option<String>,
+    pub services: Option<u64>,
 }
 
 /// A log event for the runner to emit.
@@ -518,6 +541,8 @@ impl Fold {
                 | Input::StableName { .. }
                 | Input::StableNameStopped { .. }
                 | Input::CancelledByReload { .. }
+                | Input::ServiceUnavailable { .. }
+                | Input::Reloaded { .. }
         );
         match input {
             Input::Attempt(svc, a) => {
@@ -570,6 +595,10 @@ impl Fold {
             Input::RemoveService(svc) => self.remove_service(svc),
             Input::ChangeService(c) => self.change_service(*c),
             Input::SetUnavailable(list) => self.unavailable = list,
+            Input::ServiceUnavailable { service, problems } => {
+                self.service_unavailable(service, problems, now);
+            }
+            Input::Reloaded { record, services } => self.reloaded(*record, services, now),
             Input::StoppedAttempt { service, attempt } => self.stopped_attempt(service, attempt),
             Input::StableName {
                 service,

@@ -1,6 +1,7 @@
 //! The fold's services: its start, and a reload's adding, removing and changing a service.
 
 use super::*;
+use crate::config::escape_controls;
 use crate::readiness::{Millis, Readiness, Snapshot};
 use crate::record::Restored;
 use std::collections::BTreeMap;
@@ -235,5 +236,89 @@ impl Fold {
                 branch_fields(&name, b),
             ));
         }
+    }
+}
+
+impl Fold {
+    /// A service that cannot start: said at ERROR and recorded. A problem names config paths:
+    /// control characters in it never reach the terminal raw.
+    pub(super) fn service_unavailable(
+        &mut self,
+        service: String,
+        problems: Vec<String>,
+        now: Millis,
+    ) {
+        self.effects.push(log(
+            Level::Error,
+            "this service cannot start: it is not probed (ServiceUnavailable = 1); the other services run",
+            Fields {
+                problems: Some(escape_controls(&problems.join("; ")).into_owned()),
+                ..service_fields(&escape_controls(&service))
+            },
+        ));
+        let record = Record::ServiceUnavailable(ServiceUnavailable { problems });
+        self.effects.push(Effect::Record(now, service, record));
+    }
+
+    /// A reload applied (INFO, a few names per list: the record keeps every name) or refused
+    /// (ERROR, every problem), then its `reload` record.
+    pub(super) fn reloaded(&mut self, r: Reload, services: usize, now: Millis) {
+        let line = if r.applied {
+            log(
+                Level::Info,
+                "reload applied",
+                Fields {
+                    added: Some(few(&r.added)),
+                    removed: Some(few(&r.removed)),
+                    changed: Some(few(&r.changed)),
+                    unavailable: Some(few(&r.unavailable)),
+                    services: Some(services as u64),
+                    ..Fields::default()
+                },
+            )
+        } else {
+            log(
+                Level::Error,
+                "reload refused: the running config is kept unchanged",
+                Fields {
+                    problems: Some(r.problems.join("; ")),
+                    ..Fields::default()
+                },
+            )
+        };
+        self.effects.push(line);
+        self.record(now, Record::Reload(r));
+    }
+}
+
+/// Up to a few names, then how many more: a log line stays short with a thousand services (the
+/// `reload` record keeps every name).
+pub(crate) fn few(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    if names.is_empty() {
+        return "none".to_string();
+    }
+    let shown: Vec<_> = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| escape_controls(n))
+        .collect();
+    match names.len().checked_sub(SHOWN) {
+        Some(more) if more > 0 => format!("{} and {more} more", shown.join(", ")),
+        _ => shown.join(", "),
+    }
+}
+
+#[cfg(test)]
+mod few_tests {
+    use super::few;
+
+    /// A log line names at most five services and counts the rest.
+    #[test]
+    fn a_log_line_names_a_few_services() {
+        let names = |n: usize| (0..n).map(|i| format!("s{i}")).collect::<Vec<_>>();
+        assert_eq!(few(&names(0)), "none");
+        assert_eq!(few(&names(5)), "s0, s1, s2, s3, s4");
+        assert_eq!(few(&names(1000)), "s0, s1, s2, s3, s4 and 995 more");
     }
 }

@@ -1088,6 +1088,68 @@ fn a_service_enters_with_its_start_record_first() {
     assert!(!added(&f.handle(Input::AddService(n), 20)));
 }
 
+/// A service that cannot start and a reload, applied or refused: the fold decides the record
+/// and the log line; what a line shows of a service name or a problem is escaped.
+#[test]
+fn unavailable_services_and_reloads_are_recorded_and_logged() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let problems = vec!["/etc/\u{1b}[31mca.pem: not found".to_string()];
+    let e = f.handle(
+        Input::ServiceUnavailable {
+            service: "billing".into(),
+            problems: problems.clone(),
+        },
+        10,
+    );
+    assert_eq!(of_kind(&e, "service_unavailable").len(), 1, "{e:?}");
+    let line = logs(&e)[0];
+    assert_eq!(line.level, Level::Error);
+    assert!(!line.fields.problems.as_deref().unwrap().contains('\u{1b}'));
+    let applied = Reload {
+        applied: true,
+        added: (0..7).map(|i| format!("s{i}")).collect(),
+        removed: Vec::new(),
+        changed: Vec::new(),
+        unavailable: Vec::new(),
+        problems: Vec::new(),
+    };
+    let record = Box::new(applied);
+    let e = f.handle(
+        Input::Reloaded {
+            record,
+            services: 8,
+        },
+        20,
+    );
+    assert_eq!(of_kind(&e, "reload").len(), 1, "{e:?}");
+    let line = logs(&e)[0];
+    assert_eq!(line.message, "reload applied");
+    assert_eq!(
+        line.fields.added.as_deref(),
+        Some("s0, s1, s2, s3, s4 and 2 more")
+    );
+    assert_eq!(line.fields.services, Some(8));
+    let refused = Reload {
+        applied: false,
+        added: Vec::new(),
+        removed: Vec::new(),
+        changed: Vec::new(),
+        unavailable: Vec::new(),
+        problems: vec!["dns.timeout changed".into()],
+    };
+    let record = Box::new(refused);
+    let e = f.handle(
+        Input::Reloaded {
+            record,
+            services: 8,
+        },
+        30,
+    );
+    let line = logs(&e)[0];
+    assert_eq!(line.level, Level::Error);
+    assert_eq!(line.fields.problems.as_deref(), Some("dns.timeout changed"));
+}
+
 #[test]
 fn a_fleet_stopped_line_gives_totals_not_every_branch() {
     let (mut f, _) = start(&ControlDoc::new("orders-db"));

@@ -12,9 +12,9 @@ use super::syncs::Syncs;
 use super::wiring::{Fleet, Probes, Wiring};
 use crate::config::{Config, ConfigError, ServiceConfig, escape_controls};
 use crate::control::ControlDoc;
-use crate::fold::{BranchChange, Input, ServiceChange, ServiceId};
+use crate::fold::{BranchChange, Input, ServiceChange, ServiceId, few};
 use crate::probe::{self, BranchProbe, InputsDigest};
-use crate::record::{Record, Reload};
+use crate::record::Reload;
 use crate::reload_plan::{self, Change, Running};
 use crate::state::Store;
 use std::collections::{BTreeSet, HashMap};
@@ -148,24 +148,6 @@ fn running(fleet: &Fleet) -> Vec<Running<'_, InputsDigest>> {
             inputs: l.inputs,
         })
         .collect()
-}
-
-/// Up to a few names, then how many more: a log line stays short with a thousand services (the
-/// `reload` record keeps every name).
-fn few(names: &[String]) -> String {
-    const SHOWN: usize = 5;
-    if names.is_empty() {
-        return "none".to_string();
-    }
-    let shown: Vec<_> = names
-        .iter()
-        .take(SHOWN)
-        .map(|n| escape_controls(n))
-        .collect();
-    match names.len().checked_sub(SHOWN) {
-        Some(more) if more > 0 => format!("{} and {more} more", shown.join(", ")),
-        _ => shown.join(", "),
-    }
 }
 
 /// How long a reload may spend loading the control documents of the services it adds, in
@@ -309,9 +291,8 @@ pub(super) fn finish(
         );
         added.push(name.clone());
     }
-    let now = shell.clock.now_ms();
     for (name, problems) in &unavailable {
-        report_unavailable(shell, now, name, problems.clone());
+        report_unavailable(shell, name, problems.clone());
     }
     applied(shell, w, new, plan, added, unavailable);
 }
@@ -345,17 +326,12 @@ fn applied(
         unavailable: unavailable.into_iter().map(|(n, _)| n).collect(),
         problems: Vec::new(),
     };
-    tracing::info!(
-        added = %few(&record.added),
-        removed = %few(&record.removed),
-        changed = %few(&record.changed),
-        unavailable = %few(&record.unavailable),
-        services = w.fleet.live.len(),
-        "reload applied"
-    );
+    let services = w.fleet.live.len();
     w.fleet.cfg = new;
-    let now = shell.clock.now_ms();
-    shell.write(now, &Record::Reload(record));
+    shell.feed(Input::Reloaded {
+        record: Box::new(record),
+        services,
+    });
 }
 
 /// The config that waited for the reload just done, if any.
@@ -380,10 +356,6 @@ fn config_problems(e: &ConfigError) -> Vec<String> {
 }
 
 fn refuse(shell: &mut Shell, problems: Vec<String>) {
-    tracing::error!(
-        problems = %problems.join("; "),
-        "reload refused: the running config is kept unchanged"
-    );
     let record = Reload {
         applied: false,
         added: Vec::new(),
@@ -392,8 +364,11 @@ fn refuse(shell: &mut Shell, problems: Vec<String>) {
         unavailable: Vec::new(),
         problems,
     };
-    let now = shell.clock.now_ms();
-    shell.write(now, &Record::Reload(record));
+    let services = shell.stores.len();
+    shell.feed(Input::Reloaded {
+        record: Box::new(record),
+        services,
+    });
 }
 
 /// Stop a running service: abort its loops, queue the final save of its state (it runs after
@@ -487,19 +462,5 @@ fn follow_stable_name_probe(
     }
     if enabled && live.stable.is_none() {
         live.stable = fleet.loops.spawn_stable_name(id, &live.cfg, cfg, probes);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A log line names at most five services and counts the rest.
-    #[test]
-    fn a_log_line_names_a_few_services() {
-        let names = |n: usize| (0..n).map(|i| format!("s{i}")).collect::<Vec<_>>();
-        assert_eq!(few(&names(0)), "none");
-        assert_eq!(few(&names(5)), "s0, s1, s2, s3, s4");
-        assert_eq!(few(&names(1000)), "s0, s1, s2, s3, s4 and 995 more");
     }
 }

@@ -409,6 +409,12 @@ fn emit(log: &Log) {
                 transitions = f.transitions,
                 states = shown(&f.states),
                 dropped_batches = shown(&f.dropped_batches),
+                problems = shown(&f.problems),
+                added = shown(&f.added),
+                removed = shown(&f.removed),
+                changed = shown(&f.changed),
+                unavailable = shown(&f.unavailable),
+                services = f.services,
                 "{}",
                 log.message
             )

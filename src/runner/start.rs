@@ -4,12 +4,12 @@
 
 use super::shell::Shell;
 use super::wiring::{Fleet, Live, Loops, Probes, RunOptions, Tag};
-use crate::clock::{Clock, Millis};
-use crate::config::{Config, ServiceConfig, StoreKind, escape_controls};
+use crate::clock::Clock;
+use crate::config::{Config, ServiceConfig, StoreKind};
 use crate::control::ControlDoc;
 use crate::fold::{Fold, Input, NewService, ServiceId, Setup};
 use crate::probe::{self, PrepareError};
-use crate::record::{Record, ServiceUnavailable, Start, StartBranch};
+use crate::record::{Start, StartBranch};
 use crate::scheduler::BranchEvent;
 use crate::sink::SinkQueue;
 use crate::sink::evidence::EvidenceWriter;
@@ -172,7 +172,7 @@ pub(super) fn start(
         );
     }
     for (svc, problems) in loaded.unavailable {
-        report_unavailable(&mut shell, now, &svc.service.name, problems);
+        report_unavailable(&mut shell, &svc.service.name, problems);
     }
     if let Ok(entries) = std::fs::read_dir(&cfg.state_dir) {
         for e in entries.flatten() {
@@ -322,19 +322,8 @@ pub(super) fn policy_lines(p: &crate::readiness::Policy) -> Vec<String> {
     ]
 }
 
-/// Say at ERROR and in the evidence that a service is not probed.
-pub(super) fn report_unavailable(
-    shell: &mut Shell,
-    now: Millis,
-    service: &str,
-    problems: Vec<String>,
-) {
-    // A problem names config paths: control characters in them never reach the terminal raw.
-    tracing::error!(
-        service = %escape_controls(service),
-        problems = %escape_controls(&problems.join("; ")),
-        "this service cannot start: it is not probed (ServiceUnavailable = 1); the other services run"
-    );
-    let r = Record::ServiceUnavailable(ServiceUnavailable { problems });
-    shell.evidence.record_for(now, service, &r);
+/// Say at ERROR and in the evidence (the fold's effects) that a service is not probed.
+pub(super) fn report_unavailable(shell: &mut Shell, service: &str, problems: Vec<String>) {
+    let service = service.to_string();
+    shell.feed(Input::ServiceUnavailable { service, problems });
 }
