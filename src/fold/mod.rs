@@ -11,8 +11,8 @@ use crate::control::{Approval, ControlDoc, Decision, Marker, Override};
 use crate::probe::{Attempt, Outcome};
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Suspect};
 use crate::record::{
-    AbandonCause, AttemptAbandoned, PublishFailureClass, PublishReason, Record, Reload, Restored,
-    ServiceUnavailable, StableNameRecord, Start,
+    AbandonCause, AttemptAbandoned, DuplicateProber, PublishFailureClass, PublishReason, Record,
+    Reload, Restored, ServiceUnavailable, StableNameRecord, Start,
 };
 use crate::sink::{Datum, Refusal, SinkReport};
 use std::collections::{BTreeMap, BTreeSet};
@@ -161,6 +161,9 @@ pub enum Input {
         /// Why, one sentence each.
         problems: Vec<String>,
     },
+    /// A sync found another process saving under this prober id: recorded
+    /// (`duplicate_prober`) and said at ERROR, at every sync that finds it.
+    DuplicateProber(Box<DuplicateProber>),
     /// A reload was applied or refused: recorded (`reload`) and said at INFO or ERROR.
     Reloaded {
         /// What it did, or why not.
@@ -543,6 +546,7 @@ impl Fold {
                 | Input::CancelledByReload { .. }
                 | Input::ServiceUnavailable { .. }
                 | Input::Reloaded { .. }
+                | Input::DuplicateProber(_)
         );
         match input {
             Input::Attempt(svc, a) => {
@@ -599,6 +603,7 @@ impl Fold {
                 self.service_unavailable(service, problems, now);
             }
             Input::Reloaded { record, services } => self.reloaded(*record, services, now),
+            Input::DuplicateProber(d) => self.duplicate_prober(*d, now),
             Input::StoppedAttempt { service, attempt } => self.stopped_attempt(service, attempt),
             Input::StableName {
                 service,

@@ -1150,6 +1150,31 @@ fn unavailable_services_and_reloads_are_recorded_and_logged() {
     assert_eq!(line.fields.problems.as_deref(), Some("dns.timeout changed"));
 }
 
+/// Another process under this prober id: the fold records it and says so at ERROR, naming the
+/// store.
+#[test]
+fn a_duplicate_prober_is_recorded_and_logged() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let d = crate::record::DuplicateProber {
+        state_store: "s3://bucket/orders-db.json".into(),
+        instance: "a".into(),
+        other_instance: "b".into(),
+        other_saved_at: 5,
+    };
+    let e = f.handle(Input::DuplicateProber(Box::new(d)), 10);
+    assert_eq!(of_kind(&e, "duplicate_prober").len(), 1, "{e:?}");
+    let line = logs(&e)[0];
+    assert_eq!(line.level, Level::Error);
+    assert!(
+        line.message.contains("another readyprobe process"),
+        "{line:?}"
+    );
+    assert_eq!(
+        line.fields.state.as_deref(),
+        Some("s3://bucket/orders-db.json")
+    );
+}
+
 #[test]
 fn a_fleet_stopped_line_gives_totals_not_every_branch() {
     let (mut f, _) = start(&ControlDoc::new("orders-db"));
