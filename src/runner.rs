@@ -1,11 +1,17 @@
-//! The `run` I/O shell: start-up, the select loop and shutdown. Branch loops feed attempts in;
-//! every decision is the fold's ([`crate::fold`]); this module executes its effects (evidence,
+//! The `run` I/O shell: [`run`], the select loop and shutdown. Branch loops feed attempts in;
+//! every decision is the fold's ([`crate::fold`]); the shell executes its effects (evidence,
 //! batches for the sinks, logs) and moves the control document to and from the store.
 //!
+//! By concern, each file using only those below it: `wiring.rs` (what runs, the loops and
+//! where their events go, the sinks per namespace), `shell.rs` (feeds the fold, executes its
+//! effects, builds and takes store syncs), `syncs.rs` (the syncs in flight and queued, final
+//! saves), `start.rs` (prepare, load, and `start::launch`: the one way a service
+//! starts), `reload.rs` (SIGHUP: stage and execute a [`crate::reload_plan`]).
+//!
 //! Sending never blocks probing: each sink has its own task behind a bounded queue
-//! ([`SinkQueue`]), and a batch that does not fit is dropped, counted and recorded. A failed send
-//! is retried with backoff until the batch's window (one publish interval) closes, then dropped,
-//! counted and recorded.
+//! ([`crate::sink::SinkQueue`]), and a batch that does not fit is dropped, counted and recorded.
+//! A failed send is retried with backoff until the batch's window (one publish interval)
+//! closes, then dropped, counted and recorded.
 
 mod reload;
 mod shell;

@@ -117,8 +117,9 @@ pub enum Input {
     },
     /// A sink's account of a batch.
     SinkReport(SinkReport),
-    /// A reload added service [`NewService::id`]: its branches start as at start-up (restored
-    /// from its control document when it has this prober's state).
+    /// Service [`NewService::id`] starts, at the start of the run or brought by a reload (the
+    /// one way in): its `start` record, then its branches restored from its control document
+    /// when it has this prober's state.
     AddService(Box<NewService>),
     /// A reload removed service `.0`: its branches and datums end; events that still arrive for
     /// it are ignored.
@@ -188,7 +189,7 @@ pub enum Input {
 /// service can never be taken for another's.
 pub type ServiceId = usize;
 
-/// A service added by a reload.
+/// A service that starts ([`Input::AddService`]).
 #[derive(Debug, Clone)]
 pub struct NewService {
     /// Its id; not used before in this run.
