@@ -17,6 +17,7 @@ pub mod probe;
 pub mod readiness;
 pub mod record;
 pub mod regular_file;
+pub mod reload_plan;
 pub mod report;
 pub mod runner;
 pub mod scheduler;

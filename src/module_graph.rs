@@ -360,15 +360,10 @@ fn route(edges: &BTreeMap<String, BTreeSet<String>>, from: &str, to: &str) -> Op
     None
 }
 
-/// Directories whose loops are not cut yet, with why: the AWS check command's submodules
-/// (`creds` ↔ `fetch`) are being moved to the top level and reshaped in another branch.
-const NOT_YET: &[&str] = &["cli::aws_check", "aws_check"];
-
 #[test]
 fn no_module_loops() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut g = graph(&src);
-    g.retain(|parent, _| !NOT_YET.contains(&parent.join("::").as_str()));
+    let g = graph(&src);
     let found = loops(&g);
     assert!(found.is_empty(), "module loops:\n{}", found.join("\n"));
 }

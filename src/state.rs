@@ -331,8 +331,10 @@ impl FileStore {
     fn create_tmp(&self) -> std::io::Result<(PathBuf, File)> {
         let mut tries = 0;
         loop {
-            let tmp = self.path.with_extension(format!(
-                "json.tmp.{}.{:016x}",
+            // Not derived from the document's name: the longest service name already fills
+            // a file name, and the random part makes the name unpredictable.
+            let tmp = self.path.with_file_name(format!(
+                ".control.tmp.{}.{:016x}",
                 std::process::id(),
                 rand::random::<u64>()
             ));

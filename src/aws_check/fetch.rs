@@ -6,6 +6,7 @@
 //! call left unanswered at an endpoint that answered no call, ends the check, whichever timer
 //! (the SDK's or the deadline) gave up on it ([`super::limits::Cut`]).
 
+use super::cause::cause;
 use super::limits::{
     self, Call, Cut, DESCRIBE_ALARMS, Deadline, GET_METRIC_STATISTICS, HEALTH_CHECKS_SHAPE,
     LIST_HEALTH_CHECKS, LIST_HOSTED_ZONES_BY_NAME, LIST_RESOURCE_RECORD_SETS, Pages, RECORDS_SHAPE,
@@ -43,37 +44,6 @@ pub struct Unreachable {
     pub call: &'static str,
     /// What happened.
     pub cause: String,
-}
-
-/// Longest cause kept from a failed call, characters.
-const MAX_CAUSE_CHARS: usize = 300;
-
-/// An error and its sources on one line (`dispatch failure: ...: no credentials found`), each
-/// message once, without the SDK's debug dump.
-pub(super) fn cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next = Some(e);
-    while let Some(err) = next {
-        let text = err
-            .to_string()
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = err.source();
-    }
-    let joined = crate::config::escape_controls(&parts.join(": ")).into_owned();
-    if joined.chars().count() <= MAX_CAUSE_CHARS {
-        return joined;
-    }
-    // Cut at a word and say so, rather than mid-word.
-    let mut cut: String = joined.chars().take(MAX_CAUSE_CHARS).collect();
-    if let Some(i) = cut.rfind(' ') {
-        cut.truncate(i);
-    }
-    cut + " […]"
 }
 
 /// Whether the SDK gave up on a call for lack of an answer in time (its operation or attempt

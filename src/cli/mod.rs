@@ -302,6 +302,51 @@ fn restore_sigpipe() {
     }
 }
 
+/// Set by [`hold_sighup`]'s handler: a SIGHUP came before `run` took SIGHUP over.
+static EARLY_SIGHUP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_early_sighup(_: libc::c_int) {
+    EARLY_SIGHUP.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Catch SIGHUP from the first instruction of `main`: its default action ends the process, and
+/// parsing the command line, building the runtime and reading the config take time (a command
+/// other than `run` gets the default back, [`release_sighup`]). A SIGHUP before the
+/// reload handler exists only sets a flag ([`took_early_sighup`] logs it): the config is read
+/// after that handler is installed, so it is the newest anyway.
+fn hold_sighup() {
+    // SAFETY: called from `main` before the runtime or any other thread exists; the handler
+    // only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGHUP,
+            on_early_sighup as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
+}
+
+/// A command other than `run` ends at SIGHUP, as by default: the default action back, and an
+/// early SIGHUP [`hold_sighup`] caught raised again.
+fn release_sighup() {
+    // SAFETY: as in `hold_sighup`; `SIG_DFL` installs no handler code, and `raise` sends the
+    // signal to this thread only.
+    unsafe {
+        libc::signal(libc::SIGHUP, libc::SIG_DFL);
+        if EARLY_SIGHUP.load(std::sync::atomic::Ordering::Relaxed) {
+            libc::raise(libc::SIGHUP);
+        }
+    }
+}
+
+/// Log a SIGHUP [`hold_sighup`] caught before the reload handler was installed.
+fn took_early_sighup() {
+    if EARLY_SIGHUP.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        tracing::info!(
+            "SIGHUP before the run was ready: ignored (the config is read now, after it)"
+        );
+    }
+}
+
 fn init_logging(cli: &Cli) -> Result<(), String> {
     // A bare word that is not a level would parse as a target name and silence every log line.
     for directive in cli.log_level.split(',') {
@@ -347,6 +392,8 @@ fn load(path: &std::path::Path, prober_id: Option<&str>) -> Result<Config, ExitC
 
 /// Run the CLI; returns the process exit code.
 pub fn main() -> ExitCode {
+    // First, before anything that takes time: `run` must never end at an early SIGHUP.
+    hold_sighup();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -360,6 +407,7 @@ pub fn main() -> ExitCode {
         }
     };
     if !matches!(cli.command, Command::Run { .. }) {
+        release_sighup();
         restore_sigpipe();
     }
     if let Err(e) = init_logging(&cli) {
@@ -424,6 +472,7 @@ async fn async_main(cli: Cli) -> ExitCode {
     // (its default action), also while a large config is still being read.
     let hup = matches!(cli.command, Command::Run { .. })
         .then(|| tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()));
+    took_early_sighup();
     if let Command::Drill {
         command: drill_cmd::DrillCommand::Report(args),
     } = cli.command
@@ -661,8 +710,8 @@ type Reloads = tokio::sync::mpsc::Receiver<Result<Config, config::ConfigError>>;
 
 /// Serve the SIGHUP handler `hup` installed at start: at each SIGHUP the config is read again with the start-up
 /// loader, off the runtime, and handed to the run, valid or not (the run logs and records a
-/// refusal). `--prober-id` applies to it as at start-up. `None` (and SIGHUP keeps its default,
-/// ending the process) when the handler cannot be installed.
+/// refusal). `--prober-id` applies to it as at start-up. `None` (and SIGHUP stays with the
+/// handler of [`hold_sighup`], which ignores it) when the handler cannot be installed.
 fn reload_requests(
     hup: Option<std::io::Result<tokio::signal::unix::Signal>>,
     path: &std::path::Path,

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Settings of the `resolve` step.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Dns {
     /// Explicit nameservers (`ip` or `ip:port`); `None` = read `resolv_conf`.
     pub nameservers: Option<Vec<SocketAddr>>,

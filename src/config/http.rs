@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// One HTTP request of the `http` kind.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HttpRequestSpec {
     /// Method, e.g. `POST`.
     pub method: http::Method,
@@ -23,7 +23,7 @@ pub struct HttpRequestSpec {
 }
 
 /// Settings of the `http` probe kind: a marked request on the branch's real write path.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HttpProbe {
     /// Port (default 443 with TLS, 80 without); a branch may override it.
     pub port: u16,

@@ -61,7 +61,7 @@ use std::path::{Path, PathBuf};
 const MAX_CONFIG_BYTES: u64 = 8 * 1024 * 1024;
 
 /// A validated configuration: defaults resolved, cross-field rules checked.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// The file it was read from.
     pub source: PathBuf,
@@ -92,7 +92,7 @@ pub struct Config {
 }
 
 /// One failed-over service: its branches and how they are probed, decided and published.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServiceConfig {
     /// The failed-over service.
     pub service: Service,
@@ -138,7 +138,7 @@ impl Config {
 }
 
 /// Every problem found in a config file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
     /// The file.
     pub path: PathBuf,

@@ -8,7 +8,7 @@ use super::values::{MinVersion, SslMode};
 use std::path::{Path, PathBuf};
 
 /// Settings of the `mysql` probe kind.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MysqlProbe {
     /// Default server port (3306); a branch may override it.
     pub port: u16,

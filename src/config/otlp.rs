@@ -8,7 +8,7 @@ use super::tls::{TlsSettings, guard_secrets};
 use std::path::Path;
 
 /// Settings of the `otlp` probe kind.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct OtlpProbe {
     /// Port (default 4318, OTLP/HTTP); a branch may override it.
     pub port: u16,

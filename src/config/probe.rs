@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// The probe run against each branch, as configured (the runtime one is
 /// `probe::BranchProbe`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProbeConfig {
     /// Time between attempt starts of one branch. Default 2 s.
     pub interval: Duration,
@@ -34,7 +34,7 @@ pub struct ProbeConfig {
 }
 
 /// Per-step deadlines; each defaults to the attempt timeout.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepTimeouts {
     /// `resolve` step deadline.
     pub resolve: Duration,
@@ -51,7 +51,7 @@ pub struct StepTimeouts {
 }
 
 /// Kind-specific probe settings; one variant per probe kind.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ProbeKind {
     /// The MySQL/MariaDB writer probe.
     Mysql(MysqlProbe),

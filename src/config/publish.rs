@@ -14,7 +14,7 @@ const MIN_OPERATION_TIMEOUT: Duration = Duration::from_secs(1);
 const MAX_NAMESPACE_LEN: usize = 255;
 
 /// Where and how readiness is published.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Publish {
     /// Publish tick. Default 60 s (CloudWatch standard resolution).
     pub interval: Duration,
@@ -27,7 +27,7 @@ pub struct Publish {
 }
 
 /// Settings of the CloudWatch sink.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CloudWatch {
     /// Region; default from the AWS chain (`AWS_REGION`, profile, ECS metadata).
     pub region: Option<String>,

@@ -10,7 +10,7 @@ use super::values::HealthStatus;
 const MAX_ZONE_ID_LEN: usize = 32;
 
 /// `[route53]`, validated.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Route53 {
     /// The hosted zone of every service's failover records (without `/hostedzone/`). Default:
     /// the private zone named by the stable name or its longest suffix.

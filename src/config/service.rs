@@ -18,7 +18,7 @@ pub(super) const MAX_SERVICE_NAME_LEN: usize =
 pub(super) const MAX_CANARY_ID_LEN: usize = 64;
 
 /// The service being failed over.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Service {
     /// Service name, the `Service` metric dimension (e.g. `orders-db`).
     pub name: String,
@@ -27,7 +27,7 @@ pub struct Service {
 }
 
 /// One failover branch.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Branch {
     /// Branch name, the `Branch` metric dimension (e.g. `primary`).
     pub name: String,

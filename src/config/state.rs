@@ -6,7 +6,7 @@ use super::values::StoreName;
 use std::time::Duration;
 
 /// The shared state store, as configured (the runtime one is `state::Store`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StateConfig {
     /// Which store.
     pub store: StoreKind,
@@ -16,7 +16,7 @@ pub struct StateConfig {
 }
 
 /// A state store kind with its settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum StoreKind {
     /// `state_dir/control-<service>.json`.
     File,
@@ -25,7 +25,7 @@ pub enum StoreKind {
 }
 
 /// Settings of the S3 state store.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct S3State {
     /// Bucket.
     pub bucket: String,

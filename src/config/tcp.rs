@@ -5,7 +5,7 @@ use super::raw::RawTcp;
 use super::tls::TlsSettings;
 
 /// Settings of the `tcp` probe kind.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TcpProbe {
     /// Default port; a branch may override it (one of the two is required).
     pub port: Option<u16>,

@@ -18,7 +18,7 @@ pub struct ClientIdentityFiles {
 }
 
 /// The TLS settings shared by the probe kinds.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TlsSettings {
     /// ssl-mode. Default `verify_identity`; `disabled` for the `tcp` kind.
     pub ssl_mode: SslMode,

@@ -289,3 +289,29 @@ impl Fold {
         );
     }
 }
+
+impl Fold {
+    /// Another process saves under this prober id: said at ERROR (naming the store) and
+    /// recorded, until one of the two is stopped or given its own id.
+    pub(super) fn duplicate_prober(&mut self, d: DuplicateProber, now: Millis) {
+        let detail = format!(
+            "instance {}, other instance {} saved at {}",
+            d.instance,
+            d.other_instance,
+            crate::clock::rfc3339(d.other_saved_at)
+        );
+        self.effects.push(log(
+            Level::Error,
+            format!(
+                "another readyprobe process runs with prober_id {:?} on this state store: the two overwrite each other's readiness and canary rows (verify_mismatch); give each prober its own prober_id",
+                self.prober
+            ),
+            Fields {
+                state: Some(d.state_store.clone()),
+                detail: Some(detail),
+                ..Fields::default()
+            },
+        ));
+        self.record(now, Record::DuplicateProber(d));
+    }
+}

@@ -12,8 +12,8 @@ use crate::datum::{Datum, Refusal, SinkReport};
 use crate::probe::{Attempt, Outcome};
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Suspect};
 use crate::record::{
-    AbandonCause, AttemptAbandoned, PublishFailureClass, PublishReason, Record, Restored,
-    StableNameRecord,
+    AbandonCause, AttemptAbandoned, DuplicateProber, PublishFailureClass, PublishReason, Record,
+    Reload, Restored, ServiceUnavailable, StableNameRecord, Start,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,6 +21,8 @@ mod batches;
 mod branches;
 mod control;
 mod services;
+
+pub(crate) use services::few;
 mod summary;
 
 /// What a run did, for the caller's summary line and tests.
@@ -115,8 +117,9 @@ pub enum Input {
     },
     /// A sink's account of a batch.
     SinkReport(SinkReport),
-    /// A reload added service [`NewService::id`]: its branches start as at start-up (restored
-    /// from its control document when it has this prober's state).
+    /// Service [`NewService::id`] starts, at the start of the run or brought by a reload (the
+    /// one way in): its `start` record, then its branches restored from its control document
+    /// when it has this prober's state.
     AddService(Box<NewService>),
     /// A reload removed service `.0`: its branches and datums end; events that still arrive for
     /// it are ignored.
@@ -151,6 +154,24 @@ pub enum Input {
         /// Index of the service.
         service: ServiceId,
     },
+    /// A service of the config cannot start (its inputs or control document unavailable): it
+    /// is not probed. Recorded (`service_unavailable`) and said at ERROR.
+    ServiceUnavailable {
+        /// Service name.
+        service: String,
+        /// Why, one sentence each.
+        problems: Vec<String>,
+    },
+    /// A sync found another process saving under this prober id: recorded
+    /// (`duplicate_prober`) and said at ERROR, at every sync that finds it.
+    DuplicateProber(Box<DuplicateProber>),
+    /// A reload was applied or refused: recorded (`reload`) and said at INFO or ERROR.
+    Reloaded {
+        /// What it did, or why not.
+        record: Box<Reload>,
+        /// The services running after it.
+        services: usize,
+    },
     /// An attempt cut off because a reload stopped its loop: recorded as abandoned with cause
     /// `reload`; it counts in no window.
     CancelledByReload {
@@ -168,7 +189,7 @@ pub enum Input {
 /// service can never be taken for another's.
 pub type ServiceId = usize;
 
-/// A service added by a reload.
+/// A service that starts ([`Input::AddService`]).
 #[derive(Debug, Clone)]
 pub struct NewService {
     /// Its id; not used before in this run.
@@ -185,6 +206,11 @@ pub struct NewService {
     pub store_location: String,
     /// Its control document as loaded.
     pub doc: ControlDoc,
+    /// Its `start` record as the shell knows it (settings, store); the fold fills in
+    /// `restored` and records it before anything else of the service.
+    pub start: Box<Start>,
+    /// Whether a reload brought it (logged as added) rather than the start of the run.
+    pub by_reload: bool,
 }
 
 /// New settings of a running service.
@@ -205,10 +231,11 @@ pub struct ServiceChange {
 pub struct BranchChange {
     /// Branch name.
     pub name: String,
-    /// True when what it is probed with or decided by changed (endpoint, port, role, the
-    /// service's probe or readiness settings): it keeps its readiness state, but its window and
-    /// holding clocks start afresh under the new settings. False: untouched. A branch that is
-    /// new to the service starts in the policy's initial state either way.
+    /// True when its target changed (endpoint, port or probe kind): it keeps its readiness
+    /// state, but its window and holding clocks start afresh. False: its readiness is carried
+    /// whole (state, window, holding clocks), judged by the new policy from now on
+    /// ([`crate::reload_plan::BranchPlan::retarget`]). A branch that is new to the service
+    /// starts in the policy's initial state either way.
     pub reset: bool,
 }
 
@@ -251,6 +278,12 @@ pub struct Fields {
     pub transitions: Option<u64>,
     pub states: Option<String>,
     pub dropped_batches: Option<String>,
+    pub problems: Option<String>,
+    pub added: Option<String>,
+    pub removed: Option<String>,
+    pub changed: Option<String>,
+    pub unavailable: Option<String>,
+    pub services: Option<u64>,
 }
 
 /// A log event for the runner to emit.
@@ -512,6 +545,9 @@ impl Fold {
                 | Input::StableName { .. }
                 | Input::StableNameStopped { .. }
                 | Input::CancelledByReload { .. }
+                | Input::ServiceUnavailable { .. }
+                | Input::Reloaded { .. }
+                | Input::DuplicateProber(_)
         );
         match input {
             Input::Attempt(svc, a) => {
@@ -564,6 +600,11 @@ impl Fold {
             Input::RemoveService(svc) => self.remove_service(svc),
             Input::ChangeService(c) => self.change_service(*c),
             Input::SetUnavailable(list) => self.unavailable = list,
+            Input::ServiceUnavailable { service, problems } => {
+                self.service_unavailable(service, problems, now);
+            }
+            Input::Reloaded { record, services } => self.reloaded(*record, services, now),
+            Input::DuplicateProber(d) => self.duplicate_prober(*d, now),
             Input::StoppedAttempt { service, attempt } => self.stopped_attempt(service, attempt),
             Input::StableName {
                 service,

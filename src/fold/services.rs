@@ -1,6 +1,7 @@
 //! The fold's services: its start, and a reload's adding, removing and changing a service.
 
 use super::*;
+use crate::config::escape_controls;
 use crate::readiness::{Millis, Readiness, Snapshot};
 use crate::record::Restored;
 use std::collections::BTreeMap;
@@ -120,8 +121,8 @@ impl Fold {
         }
     }
 
-    /// Add a service a reload brought, as [`start`](Self::start) adds each (its start record is
-    /// the shell's, with [`restored`](Self::restored)).
+    /// Add a service, at the start of the run or brought by a reload: its branches restored
+    /// from its control document, its `start` record (with what was restored) first.
     pub(super) fn add_service(&mut self, n: &NewService, now: Millis) {
         if self.services.contains_key(&n.id) {
             return;
@@ -134,12 +135,19 @@ impl Fold {
             store_location: &n.store_location,
             doc: &n.doc,
         };
+        let at = self.effects.len();
         self.start_service(n.id, &setup, now);
-        self.effects.push(log(
-            Level::Info,
-            "service added by a reload",
-            service_fields(&n.service),
-        ));
+        let mut start = (*n.start).clone();
+        start.restored = self.restored(n.id).to_vec();
+        let record = Effect::Record(now, n.service.clone(), Record::Start(start));
+        self.effects.insert(at, record);
+        if n.by_reload {
+            self.effects.push(log(
+                Level::Info,
+                "service added by a reload",
+                service_fields(&n.service),
+            ));
+        }
     }
 
     /// Drop a service a reload removed: its branches, overrides and datums.
@@ -175,7 +183,16 @@ impl Fold {
         let mut branches = Vec::with_capacity(c.branches.len());
         for bc in c.branches {
             let branch = match old.remove(&bc.name) {
-                Some(b) if !bc.reset => b,
+                Some(mut b) if !bc.reset => {
+                    // Carried whole (state, window, holding clocks): a reload never makes a
+                    // failing branch look better than its evidence. A new policy judges the
+                    // carried window from now on.
+                    if *b.readiness.policy() != c.policy {
+                        let snap = b.readiness.snapshot();
+                        b.readiness = Readiness::restore(c.policy.clone(), snap);
+                    }
+                    b
+                }
                 Some(mut b) => {
                     let snap = b.readiness.snapshot();
                     let fresh = Snapshot {
@@ -189,7 +206,7 @@ impl Fold {
                     b.readiness = Readiness::restore(c.policy.clone(), fresh);
                     self.effects.push(log(
                         Level::Info,
-                        "probe or readiness settings changed by a reload: the state is kept, its window and clocks start afresh",
+                        "a reload changed the branch's target (endpoint, port or probe kind): the state is kept, its window and clocks start afresh",
                         Fields {
                             state: Some(b.readiness.state().as_str().into()),
                             ..branch_fields(&name, &bc.name)
@@ -219,5 +236,89 @@ impl Fold {
                 branch_fields(&name, b),
             ));
         }
+    }
+}
+
+impl Fold {
+    /// A service that cannot start: said at ERROR and recorded. A problem names config paths:
+    /// control characters in it never reach the terminal raw.
+    pub(super) fn service_unavailable(
+        &mut self,
+        service: String,
+        problems: Vec<String>,
+        now: Millis,
+    ) {
+        self.effects.push(log(
+            Level::Error,
+            "this service cannot start: it is not probed (ServiceUnavailable = 1); the other services run",
+            Fields {
+                problems: Some(escape_controls(&problems.join("; ")).into_owned()),
+                ..service_fields(&escape_controls(&service))
+            },
+        ));
+        let record = Record::ServiceUnavailable(ServiceUnavailable { problems });
+        self.effects.push(Effect::Record(now, service, record));
+    }
+
+    /// A reload applied (INFO, a few names per list: the record keeps every name) or refused
+    /// (ERROR, every problem), then its `reload` record.
+    pub(super) fn reloaded(&mut self, r: Reload, services: usize, now: Millis) {
+        let line = if r.applied {
+            log(
+                Level::Info,
+                "reload applied",
+                Fields {
+                    added: Some(few(&r.added)),
+                    removed: Some(few(&r.removed)),
+                    changed: Some(few(&r.changed)),
+                    unavailable: Some(few(&r.unavailable)),
+                    services: Some(services as u64),
+                    ..Fields::default()
+                },
+            )
+        } else {
+            log(
+                Level::Error,
+                "reload refused: the running config is kept unchanged",
+                Fields {
+                    problems: Some(r.problems.join("; ")),
+                    ..Fields::default()
+                },
+            )
+        };
+        self.effects.push(line);
+        self.record(now, Record::Reload(r));
+    }
+}
+
+/// Up to a few names, then how many more: a log line stays short with a thousand services (the
+/// `reload` record keeps every name).
+pub(crate) fn few(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    if names.is_empty() {
+        return "none".to_string();
+    }
+    let shown: Vec<_> = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| escape_controls(n))
+        .collect();
+    match names.len().checked_sub(SHOWN) {
+        Some(more) if more > 0 => format!("{} and {more} more", shown.join(", ")),
+        _ => shown.join(", "),
+    }
+}
+
+#[cfg(test)]
+mod few_tests {
+    use super::few;
+
+    /// A log line names at most five services and counts the rest.
+    #[test]
+    fn a_log_line_names_a_few_services() {
+        let names = |n: usize| (0..n).map(|i| format!("s{i}")).collect::<Vec<_>>();
+        assert_eq!(few(&names(0)), "none");
+        assert_eq!(few(&names(5)), "s0, s1, s2, s3, s4");
+        assert_eq!(few(&names(1000)), "s0, s1, s2, s3, s4 and 995 more");
     }
 }

@@ -883,6 +883,8 @@ fn new_service(id: ServiceId, name: &str, doc: ControlDoc) -> Input {
         branches: vec!["primary".into(), "secondary".into()],
         store_location: "memory".into(),
         doc,
+        start: Box::default(),
+        by_reload: true,
     }))
 }
 
@@ -1036,6 +1038,141 @@ fn an_untouched_branch_of_a_changed_service_keeps_its_window_and_clocks() {
     let t = of_kind(&e, "transition");
     assert_eq!(t.len(), 1, "{t:?}");
     assert_eq!(t[0]["transition"]["to"], "pending_approval");
+}
+
+/// A reload that changes the policy but not the branch's target carries its readiness whole
+/// (state, window, holding clocks), now judged by the new policy.
+#[test]
+fn a_carried_branch_keeps_its_window_under_the_new_policy() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    drive(&mut f, "primary", 500, 2000, true);
+    let before = f.sync_request(0).readiness["primary"].snapshot();
+    let mut stricter = policy();
+    stricter.min_attempts += 1;
+    let change = ServiceChange {
+        id: 0,
+        namespace: "Readyprobe".into(),
+        policy: stricter.clone(),
+        branches: ["primary", "secondary"]
+            .map(|n| BranchChange {
+                name: n.into(),
+                reset: false,
+            })
+            .into(),
+    };
+    f.handle(Input::ChangeService(Box::new(change)), 2000);
+    let after = &f.sync_request(0).readiness["primary"];
+    assert_eq!(after.policy(), &stricter);
+    assert_eq!(after.snapshot(), before);
+}
+
+/// A service enters the fold with its `start` record first, before the lines of its restore;
+/// only one a reload brought is logged as added.
+#[test]
+fn a_service_enters_with_its_start_record_first() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let e = f.handle(new_service(3, "svc-3", ControlDoc::new("x")), 10);
+    assert!(
+        matches!(&e[0], Effect::Record(10, s, Record::Start(_)) if s == "svc-3"),
+        "{e:?}"
+    );
+    let added = |e: &[Effect]| {
+        e.iter()
+            .any(|e| matches!(e, Effect::Log(l) if l.message == "service added by a reload"))
+    };
+    assert!(added(&e));
+    let Input::AddService(mut n) = new_service(4, "svc-4", ControlDoc::new("x")) else {
+        unreachable!()
+    };
+    n.by_reload = false;
+    assert!(!added(&f.handle(Input::AddService(n), 20)));
+}
+
+/// A service that cannot start and a reload, applied or refused: the fold decides the record
+/// and the log line; what a line shows of a service name or a problem is escaped.
+#[test]
+fn unavailable_services_and_reloads_are_recorded_and_logged() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let problems = vec!["/etc/\u{1b}[31mca.pem: not found".to_string()];
+    let e = f.handle(
+        Input::ServiceUnavailable {
+            service: "billing".into(),
+            problems: problems.clone(),
+        },
+        10,
+    );
+    assert_eq!(of_kind(&e, "service_unavailable").len(), 1, "{e:?}");
+    let line = logs(&e)[0];
+    assert_eq!(line.level, Level::Error);
+    assert!(!line.fields.problems.as_deref().unwrap().contains('\u{1b}'));
+    let applied = Reload {
+        applied: true,
+        added: (0..7).map(|i| format!("s{i}")).collect(),
+        removed: Vec::new(),
+        changed: Vec::new(),
+        unavailable: Vec::new(),
+        problems: Vec::new(),
+    };
+    let record = Box::new(applied);
+    let e = f.handle(
+        Input::Reloaded {
+            record,
+            services: 8,
+        },
+        20,
+    );
+    assert_eq!(of_kind(&e, "reload").len(), 1, "{e:?}");
+    let line = logs(&e)[0];
+    assert_eq!(line.message, "reload applied");
+    assert_eq!(
+        line.fields.added.as_deref(),
+        Some("s0, s1, s2, s3, s4 and 2 more")
+    );
+    assert_eq!(line.fields.services, Some(8));
+    let refused = Reload {
+        applied: false,
+        added: Vec::new(),
+        removed: Vec::new(),
+        changed: Vec::new(),
+        unavailable: Vec::new(),
+        problems: vec!["dns.timeout changed".into()],
+    };
+    let record = Box::new(refused);
+    let e = f.handle(
+        Input::Reloaded {
+            record,
+            services: 8,
+        },
+        30,
+    );
+    let line = logs(&e)[0];
+    assert_eq!(line.level, Level::Error);
+    assert_eq!(line.fields.problems.as_deref(), Some("dns.timeout changed"));
+}
+
+/// Another process under this prober id: the fold records it and says so at ERROR, naming the
+/// store.
+#[test]
+fn a_duplicate_prober_is_recorded_and_logged() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let d = crate::record::DuplicateProber {
+        state_store: "s3://bucket/orders-db.json".into(),
+        instance: "a".into(),
+        other_instance: "b".into(),
+        other_saved_at: 5,
+    };
+    let e = f.handle(Input::DuplicateProber(Box::new(d)), 10);
+    assert_eq!(of_kind(&e, "duplicate_prober").len(), 1, "{e:?}");
+    let line = logs(&e)[0];
+    assert_eq!(line.level, Level::Error);
+    assert!(
+        line.message.contains("another readyprobe process"),
+        "{line:?}"
+    );
+    assert_eq!(
+        line.fields.state.as_deref(),
+        Some("s3://bucket/orders-db.json")
+    );
 }
 
 #[test]

@@ -1,31 +1,23 @@
-//! A reload (SIGHUP): the config read again with the start-up loader is applied to the running
-//! process, service by service, or refused as a whole with the old config kept
-//! (`docs/operations.md`, "Reload").
-//!
-//! Refused: an invalid config; a change to a setting that needs a restart ([`restart_keys`]); a
-//! running service whose inputs cannot be prepared again. Preparing the services (every running
-//! one too: a file or secret may change under the same config) and loading the documents of those
-//! it adds runs beside the run loop ([`request`], [`Pending`]); the result
-//! comes back as an event ([`finish`]). Applied: removed services stop (their loops are aborted,
-//! an attempt in flight is recorded as abandoned, their state gets a final save); changed
-//! services keep every branch whose settings are the same as they were (its loop, schedule and
-//! readiness untouched) and restart the loops of the others, whose state is kept and whose window
-//! starts afresh ([`crate::fold::BranchChange`]); new services start as at start-up, and so do
-//! services that could not start before (retried at every reload). Sinks of a namespace no
-//! service uses any more flush and stop.
+//! A reload (SIGHUP) executed: the config read again with the start-up loader is admitted or
+//! refused, staged beside the run loop, planned and applied (`docs/operations.md`, "Reload").
+//! One direction: signal → [`request`] (the config read again, [`reload_plan::admit`]) →
+//! [`stage`] (prepare every service the new config runs, load the documents of those it starts,
+//! off the loop; SIGHUPs meanwhile coalesce in [`Pending`]) → [`finish`]
+//! ([`reload_plan::plan`], pure) → one step per planned item (remove, change, start) → the fold's
+//! inputs and the `reload` record. What to do is the plan's; this module only does it.
 
 use super::shell::Shell;
-use super::{
-    Fleet, Live, Probes, Syncs, Wiring, open_store, problems_of, report_unavailable, start_record,
-};
-use crate::config::{Config, ConfigError, ServiceConfig, StoreKind, escape_controls};
+use super::start::{launch, open_store, problems_of, report_unavailable};
+use super::syncs::Syncs;
+use super::wiring::{Fleet, Probes, Wiring};
+use crate::config::{Config, ConfigError, ServiceConfig, escape_controls};
 use crate::control::ControlDoc;
-use crate::fold::{BranchChange, Input, NewService, ServiceChange, ServiceId};
-use crate::probe::{self, BranchProbe};
-use crate::record::{Record, Reload};
+use crate::fold::{BranchChange, Input, ServiceChange, ServiceId, few};
+use crate::probe::{self, BranchProbe, InputsDigest};
+use crate::record::Reload;
+use crate::reload_plan::{self, Change, Running};
 use crate::state::Store;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt::Debug;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -35,140 +27,6 @@ type Prepared = Result<Probes, Vec<String>>;
 
 /// A service's store and control document as loaded, or why it could not be.
 type Loaded = Result<(Store, ControlDoc), String>;
-
-/// What the new config does to the running one, by service name.
-struct Plan<'a> {
-    /// Running services it drops.
-    removed: Vec<ServiceId>,
-    /// Names it drops (running or not).
-    removed_names: Vec<String>,
-    /// Running services it keeps, in its order, with their new settings and whether these
-    /// changed (one whose settings did not is changed still when its inputs read otherwise).
-    running: Vec<(ServiceId, &'a ServiceConfig, bool)>,
-    /// Services that are not running (new, or unable to start before).
-    to_start: Vec<&'a ServiceConfig>,
-}
-
-/// Two settings are the same when they print the same: every config type derives `Debug`, over
-/// every field (secrets and files are held as references: what they hold is compared by the
-/// inputs digest of each running service prepared again).
-fn same<T: Debug>(a: &T, b: &T) -> bool {
-    format!("{a:?}") == format!("{b:?}")
-}
-
-/// The settings a running process cannot take without a restart (the state store, the evidence
-/// file, the sinks and publish tick, the prober id and the resolver), by config key: each key
-/// whose effective value changed, except a value that only follows another named key (a
-/// `poll_interval` or `operation_timeout` capped at the publish interval, a default evidence
-/// path under `state_dir`), so a refusal names what the operator edited.
-fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
-    let (p, q) = (&old.publish, &new.publish);
-    let capped = |a: Duration, b: Duration| a == b || capped_alike(a, p.interval, b, q.interval);
-    let (c, d) = (&p.cloudwatch, &q.cloudwatch);
-    let evidence = old.evidence_path == new.evidence_path
-        || (old.evidence_path == old.state_dir.join("evidence.jsonl")
-            && new.evidence_path == new.state_dir.join("evidence.jsonl"));
-    let (x, y) = (&old.dns, &new.dns);
-    let mut checks = vec![
-        ("prober_id", old.prober_id == new.prober_id),
-        ("state_dir", old.state_dir == new.state_dir),
-        (
-            "state.poll_interval",
-            capped(old.state.poll_interval, new.state.poll_interval),
-        ),
-        ("publish.interval", p.interval == q.interval),
-        ("publish.sinks", p.sinks == q.sinks),
-        ("publish.cloudwatch.region", c.region == d.region),
-        (
-            "publish.cloudwatch.endpoint_url",
-            c.endpoint_url == d.endpoint_url,
-        ),
-        (
-            "publish.cloudwatch.operation_timeout",
-            capped(c.operation_timeout, d.operation_timeout),
-        ),
-        (
-            "publish.cloudwatch.max_attempts",
-            c.max_attempts == d.max_attempts,
-        ),
-        ("evidence.path", evidence),
-        (
-            "evidence.max_size_mb",
-            old.evidence_max_bytes == new.evidence_max_bytes,
-        ),
-        ("dns.nameservers", x.nameservers == y.nameservers),
-        ("dns.resolv_conf", x.resolv_conf == y.resolv_conf),
-        ("dns.timeout", x.timeout == y.timeout),
-        ("dns.address_family", x.address_family == y.address_family),
-    ];
-    match (&old.state.store, &new.state.store) {
-        (StoreKind::File, StoreKind::File) => {}
-        (StoreKind::S3(a), StoreKind::S3(b)) => checks.extend([
-            ("state.s3.bucket", a.bucket == b.bucket),
-            ("state.s3.key_prefix", a.key_prefix == b.key_prefix),
-            ("state.s3.region", a.region == b.region),
-            ("state.s3.endpoint_url", a.endpoint_url == b.endpoint_url),
-        ]),
-        _ => checks.push(("state.store", false)),
-    }
-    checks
-        .into_iter()
-        .filter(|(_, unchanged)| !unchanged)
-        .map(|(key, _)| key)
-        .collect()
-}
-
-/// Whether `a` (capped at interval `ai`) and `b` (capped at `bi`) can be one operator value
-/// capped at two intervals: `min(ai, v) == a` and `min(bi, v) == b` for some `v`. Then a change
-/// from `a` to `b` comes from the interval alone.
-fn capped_alike(a: Duration, ai: Duration, b: Duration, bi: Duration) -> bool {
-    [a, b, Duration::MAX]
-        .into_iter()
-        .any(|v| ai.min(v) == a && bi.min(v) == b)
-}
-
-impl<'a> Plan<'a> {
-    fn of(fleet: &Fleet, new: &'a Config) -> Plan<'a> {
-        Plan::between(&fleet.cfg, &fleet.live, new)
-    }
-
-    /// What `new` does to the running services `live` of config `old`. A running service is
-    /// changed when its effective settings differ (a top-level default it overrides is not
-    /// one of them).
-    fn between(old: &Config, live: &BTreeMap<ServiceId, Live>, new: &'a Config) -> Plan<'a> {
-        let by_name: HashMap<&str, &ServiceConfig> = new
-            .services
-            .iter()
-            .map(|s| (s.service.name.as_str(), s))
-            .collect();
-        let running: HashMap<&str, (ServiceId, &Live)> = live
-            .iter()
-            .map(|(id, l)| (l.cfg.service.name.as_str(), (*id, l)))
-            .collect();
-        let mut plan = Plan {
-            removed: Vec::new(),
-            removed_names: Vec::new(),
-            running: Vec::new(),
-            to_start: Vec::new(),
-        };
-        for s in &old.services {
-            let name = s.service.name.as_str();
-            if !by_name.contains_key(name) {
-                plan.removed_names.push(name.to_string());
-                if let Some((id, _)) = running.get(name) {
-                    plan.removed.push(*id);
-                }
-            }
-        }
-        for s in &new.services {
-            match running.get(s.service.name.as_str()) {
-                Some((id, live)) => plan.running.push((*id, s, !same(&live.cfg, s))),
-                None => plan.to_start.push(s),
-            }
-        }
-        plan
-    }
-}
 
 /// Prepare the named services of `cfg` off the runtime (secrets and CA files are read, as at
 /// start-up).
@@ -216,8 +74,30 @@ impl Pending {
 /// documents (with their stores) of the services it starts.
 pub(super) struct Staged {
     new: Arc<Config>,
+    /// The running services it prepared again (the others it prepared are to start).
+    running: Vec<String>,
     prepared: HashMap<String, Prepared>,
     loaded: HashMap<String, Loaded>,
+}
+
+impl Staged {
+    /// What staging found for each service, as the plan takes it: a running service's inputs
+    /// digest, or one to start's once its control document is loaded too; else why not.
+    fn found(&self) -> HashMap<String, reload_plan::Staged<InputsDigest>> {
+        self.prepared
+            .iter()
+            .map(|(name, p)| {
+                let found = match (p, self.loaded.get(name)) {
+                    (Err(problems), _) => Err(problems.clone()),
+                    (Ok((_, inputs)), _) if self.running.contains(name) => Ok(*inputs),
+                    (Ok((_, inputs)), Some(Ok(_))) => Ok(*inputs),
+                    (Ok(_), Some(Err(e))) => Err(vec![e.clone()]),
+                    (Ok(_), None) => Err(vec!["its control document was not loaded".to_string()]),
+                };
+                (name.clone(), found)
+            })
+            .collect()
+    }
 }
 
 /// Take a config read again. Refused at once when invalid or when it changes a setting that
@@ -243,44 +123,31 @@ pub(super) fn request(
         Ok(c) => c,
         Err(e) => return refuse(shell, config_problems(&e)),
     };
-    let restart = restart_keys(&fleet.cfg, &new);
-    if !restart.is_empty() {
-        let problems = restart
-            .iter()
-            .map(|k| format!("{k} changed: it takes effect only after a restart"))
-            .collect();
-        return refuse(shell, problems);
-    }
-    let plan = Plan::of(fleet, &new);
-    let names = |list: Vec<&ServiceConfig>| list.iter().map(|s| s.service.name.clone()).collect();
-    let running: Vec<String> = names(plan.running.iter().map(|(_, s, _)| *s).collect());
-    let changed: Vec<String> = names(plan.running.iter().filter(|r| r.2).map(|r| r.1).collect());
-    let to_start: Vec<String> = names(plan.to_start);
+    let staging = match reload_plan::admit(&fleet.cfg, &running(fleet), &new) {
+        Ok(s) => s,
+        Err(problems) => return refuse(shell, problems),
+    };
     tracing::info!(
-        running = running.len(),
-        changed = %few(&changed),
-        to_start = %few(&to_start),
+        running = staging.running.len(),
+        changed = %few(&staging.changed),
+        to_start = %few(&staging.to_start),
         "reload: preparing services beside the run"
     );
-    pending.job.spawn(stage(Arc::new(new), running, to_start));
+    let job = stage(Arc::new(new), staging.running, staging.to_start);
+    pending.job.spawn(job);
 }
 
-/// Up to a few names, then how many more: a log line stays short with a thousand services (the
-/// `reload` record keeps every name).
-fn few(names: &[String]) -> String {
-    const SHOWN: usize = 5;
-    if names.is_empty() {
-        return "none".to_string();
-    }
-    let shown: Vec<_> = names
+/// The running services as the plan sees them.
+fn running(fleet: &Fleet) -> Vec<Running<'_, InputsDigest>> {
+    fleet
+        .live
         .iter()
-        .take(SHOWN)
-        .map(|n| escape_controls(n))
-        .collect();
-    match names.len().checked_sub(SHOWN) {
-        Some(more) if more > 0 => format!("{} and {more} more", shown.join(", ")),
-        _ => shown.join(", "),
-    }
+        .map(|(id, l)| Running {
+            id: *id,
+            cfg: &l.cfg,
+            inputs: l.inputs,
+        })
+        .collect()
 }
 
 /// How long a reload may spend loading the control documents of the services it adds, in
@@ -319,6 +186,7 @@ async fn stage(new: Arc<Config>, running: Vec<String>, to_start: Vec<String>) ->
     }
     Staged {
         new,
+        running,
         prepared,
         loaded,
     }
@@ -348,69 +216,39 @@ async fn load_docs(new: &Arc<Config>, names: Vec<String>, loaded: &mut HashMap<S
     }
 }
 
-/// Apply a finished preparation, or refuse it (a running service whose inputs cannot be
-/// prepared, or a preparation that failed inside readyprobe) with the running config kept. A
-/// running service is changed when its settings or its inputs digest differ.
+/// Apply a finished preparation as [`reload_plan::plan`] says, or refuse it (a running service
+/// whose inputs cannot be prepared, a config that leaves no service probed, a preparation
+/// that failed inside readyprobe) with the running config kept.
 pub(super) fn finish(
     shell: &mut Shell,
     w: &mut Wiring,
     syncs: &mut Syncs,
     staged: Result<Staged, tokio::task::JoinError>,
 ) {
-    let Staged {
-        new,
-        mut prepared,
-        mut loaded,
-    } = match staged {
+    let staged = match staged {
         Ok(s) => s,
         Err(e) => {
             let problem = format!("preparing the reload failed inside readyprobe: {e}");
             return refuse(shell, vec![problem]);
         }
     };
-    let new = Arc::unwrap_or_clone(new);
-    let plan = Plan::of(&w.fleet, &new);
-    let mut take = |name: &str| {
-        prepared
-            .remove(name)
-            .unwrap_or_else(|| Err(vec!["could not be prepared".to_string()]))
+    let found = staged.found();
+    let new = Arc::unwrap_or_clone(staged.new);
+    let (mut prepared, mut loaded) = (staged.prepared, staged.loaded);
+    let plan = match reload_plan::plan(&w.fleet.cfg, &running(&w.fleet), &new, &found) {
+        Ok(p) => p,
+        Err(problems) => return refuse(shell, problems),
     };
-    let mut changed = Vec::new();
-    // Unchanged services whose stable-name loop restarts: `[stable_name_probe]` changed.
-    let stable_changed = !same(&w.fleet.cfg.stable_name_probe, &new.stable_name_probe);
-    let mut kept = Vec::new();
-    let mut problems = Vec::new();
-    for &(id, svc, settings_changed) in &plan.running {
-        let name = &svc.service.name;
-        match take(name) {
-            Ok(probes) => {
-                let inputs = w.fleet.live.get(&id).map(|l| l.inputs);
-                if settings_changed || inputs != Some(probes.1) {
-                    changed.push((id, svc, probes));
-                } else if stable_changed {
-                    kept.push((id, probes.0));
-                }
-            }
-            // A problem names config paths: escaped before it is logged.
-            Err(p) => problems.extend(
-                p.iter()
-                    .map(|p| escape_controls(&format!("{name}: {p}")).into_owned()),
-            ),
-        }
-    }
-    if !problems.is_empty() {
-        return refuse(shell, problems);
-    }
-    let to_start: Vec<_> = plan
-        .to_start
-        .iter()
-        .map(|s| {
-            let doc = loaded.remove(&s.service.name);
-            (*s, take(&s.service.name), doc)
-        })
-        .collect();
     for warning in &new.warnings {
         tracing::warn!("config: {warning}");
+    }
+    for r in &plan.renames {
+        tracing::warn!(
+            removed = %escape_controls(&r.removed),
+            added = %escape_controls(&r.added),
+            endpoints = %escape_controls(&r.endpoints.join(", ")),
+            "a reload removed a service and added one that probes the same endpoints: a rename is a remove and an add, so the added service starts from its own state, not the removed one's"
+        );
     }
     // Queues first: an added service may publish at once (an override in its document).
     for s in &new.services {
@@ -420,31 +258,63 @@ pub(super) fn finish(
         remove(shell, w, syncs, *id);
     }
     syncs.fill(shell);
-    let changed_names: Vec<String> = changed
-        .iter()
-        .map(|(_, s, _)| s.service.name.clone())
-        .collect();
-    for (id, svc, probes) in changed {
-        change(shell, &mut w.fleet, (id, svc, probes), &new, stable_changed);
+    let svc = |name: &str| new.services.iter().find(|s| s.service.name == name);
+    let mut probes = |name: &str| prepared.remove(name).and_then(Result::ok);
+    for c in &plan.changed {
+        if let (Some(s), Some(p)) = (svc(&c.name), probes(&c.name)) {
+            change(shell, &mut w.fleet, (c, s, p), &new);
+        }
     }
-    for (id, probes) in kept {
-        follow_stable_name_probe(shell, &mut w.fleet, id, &new, &probes, true);
+    for id in &plan.stable_restarts {
+        let name = w.fleet.live.get(id).map(|l| l.cfg.service.name.clone());
+        if let Some((p, _)) = name.and_then(|n| probes(&n)) {
+            follow_stable_name_probe(shell, &mut w.fleet, *id, &new, &p, true);
+        }
     }
-    let (added, unavailable) = start_services(shell, &mut w.fleet, &new, to_start);
+    let mut unavailable: Vec<(String, Vec<String>)> = plan.unavailable.clone();
+    let mut added = Vec::new();
+    for name in &plan.start {
+        let (Some(s), Some(p), Some(Ok((store, doc)))) =
+            (svc(name), probes(name), loaded.remove(name))
+        else {
+            unavailable.push((name.clone(), vec!["could not be prepared".to_string()]));
+            continue;
+        };
+        let id = w.fleet.next_id;
+        w.fleet.next_id += 1;
+        launch(
+            shell,
+            &mut w.fleet,
+            &new,
+            (id, (s, p, store, doc)),
+            (None, true),
+        );
+        added.push(name.clone());
+    }
+    for (name, problems) in &unavailable {
+        report_unavailable(shell, name, problems.clone());
+    }
+    applied(shell, w, new, plan, added, unavailable);
+}
+
+/// Finish an applied reload: stop the sinks of namespaces no service uses, tell the fold which
+/// services cannot start, log and record it, and keep the new config.
+fn applied(
+    shell: &mut Shell,
+    w: &mut Wiring,
+    new: Config,
+    plan: reload_plan::Plan,
+    added: Vec<String>,
+    unavailable: Vec<(String, Vec<String>)>,
+) {
     // Every service of the new config publishes to its namespace (one that cannot start, its
     // ServiceUnavailable datum): the sinks of any other namespace flush and stop.
     let used: BTreeSet<String> = new.services.iter().map(|s| s.namespace.clone()).collect();
     w.sinks.retain(&mut shell.sinks, &used);
-    let live: BTreeSet<&str> = w
-        .fleet
-        .live
-        .values()
-        .map(|l| l.cfg.service.name.as_str())
-        .collect();
     let down = new
         .services
         .iter()
-        .filter(|s| !live.contains(&s.service.name.as_str()))
+        .filter(|s| unavailable.iter().any(|(n, _)| *n == s.service.name))
         .map(|s| (s.service.name.clone(), s.namespace.clone()))
         .collect();
     shell.feed(Input::SetUnavailable(down));
@@ -452,21 +322,16 @@ pub(super) fn finish(
         applied: true,
         added,
         removed: plan.removed_names,
-        changed: changed_names,
-        unavailable,
+        changed: plan.changed.into_iter().map(|c| c.name).collect(),
+        unavailable: unavailable.into_iter().map(|(n, _)| n).collect(),
         problems: Vec::new(),
     };
-    tracing::info!(
-        added = %few(&record.added),
-        removed = %few(&record.removed),
-        changed = %few(&record.changed),
-        unavailable = %few(&record.unavailable),
-        services = live.len(),
-        "reload applied"
-    );
+    let services = w.fleet.live.len();
     w.fleet.cfg = new;
-    let now = shell.clock.now_ms();
-    shell.write(now, &Record::Reload(record));
+    shell.feed(Input::Reloaded {
+        record: Box::new(record),
+        services,
+    });
 }
 
 /// The config that waited for the reload just done, if any.
@@ -491,10 +356,6 @@ fn config_problems(e: &ConfigError) -> Vec<String> {
 }
 
 fn refuse(shell: &mut Shell, problems: Vec<String>) {
-    tracing::error!(
-        problems = %problems.join("; "),
-        "reload refused: the running config is kept unchanged"
-    );
     let record = Reload {
         applied: false,
         added: Vec::new(),
@@ -503,8 +364,11 @@ fn refuse(shell: &mut Shell, problems: Vec<String>) {
         unavailable: Vec::new(),
         problems,
     };
-    let now = shell.clock.now_ms();
-    shell.write(now, &Record::Reload(record));
+    let services = shell.stores.len();
+    shell.feed(Input::Reloaded {
+        record: Box::new(record),
+        services,
+    });
 }
 
 /// Stop a running service: abort its loops, queue the final save of its state (it runs after
@@ -517,75 +381,59 @@ fn remove(shell: &mut Shell, w: &mut Wiring, syncs: &mut Syncs, id: ServiceId) {
     shell.remove_store(id);
 }
 
-/// Take a running service's new settings: restart the loops of the branches whose settings
-/// changed (every branch's, when the inputs read otherwise) and start those that are new, stop
-/// those that are gone; the rest run on.
-/// Its stable-name loop restarts when what it probes changed (the stable name, the branches,
-/// the probe settings or inputs) or `[stable_name_probe]` did (`stable_changed`).
+/// Take a running service's new settings as its [`Change`] says: restart the loops of the
+/// branches it restarts and start those that are new, stop those that are gone; the rest run
+/// on. The fold carries each branch's readiness over (afresh only where its target changed).
 fn change(
     shell: &mut Shell,
     fleet: &mut Fleet,
-    (id, svc, (probes, inputs)): (ServiceId, &ServiceConfig, Probes),
+    (c, svc, (probes, inputs)): (&Change, &ServiceConfig, Probes),
     new: &Config,
-    stable_changed: bool,
 ) {
-    let Some(live) = fleet.live.get_mut(&id) else {
+    let Some(live) = fleet.live.get_mut(&c.id) else {
         return;
     };
-    let old = &live.cfg;
-    let shared = live.inputs == inputs
-        && same(&old.service, &svc.service)
-        && same(&old.probe, &svc.probe)
-        && same(&old.policy, &svc.policy);
-    let stable_restart = stable_changed
-        || live.inputs != inputs
-        || !same(&old.service, &svc.service)
-        || !same(&old.probe, &svc.probe)
-        || !same(&old.branches, &svc.branches);
-    let mut branches = Vec::new();
-    let mut restart = Vec::new();
-    for b in &svc.branches {
-        let before = old.branches.iter().find(|o| o.name == b.name);
-        let reset = before.is_some_and(|o| !shared || !same(o, b));
-        if reset || before.is_none() {
-            restart.push(b.name.clone());
-        }
-        branches.push(BranchChange {
-            name: b.name.clone(),
-            reset,
-        });
-    }
+    let restart: Vec<&str> = c
+        .branches
+        .iter()
+        .filter(|b| b.restart)
+        .map(|b| b.name.as_str())
+        .collect();
     let mut loops = std::mem::take(&mut live.loops);
     loops.retain(|name, (_, h)| {
-        let keep = !restart.contains(name) && svc.branches.iter().any(|b| &b.name == name);
+        let keep = !restart.contains(&name.as_str()) && c.branches.iter().any(|b| &b.name == name);
         if !keep {
             h.abort();
         }
         keep
     });
-    if let Some(live) = fleet.live.get_mut(&id) {
-        live.cfg = svc.clone();
-        live.inputs = inputs;
-    }
-    follow_stable_name_probe(shell, fleet, id, new, &probes, stable_restart);
+    live.cfg = svc.clone();
+    live.inputs = inputs;
+    follow_stable_name_probe(shell, fleet, c.id, new, &probes, c.stable_restart);
     let fresh = probes
         .into_iter()
-        .filter(|p| restart.contains(&p.branch.name))
+        .filter(|p| restart.contains(&p.branch.name.as_str()))
         .collect();
-    let (fresh, paces) = fleet.loops.spawn(id, svc, fresh);
+    let (fresh, paces) = fleet.loops.spawn(c.id, svc, fresh);
     loops.extend(fresh);
-    if let Some(live) = fleet.live.get_mut(&id) {
+    if let Some(live) = fleet.live.get_mut(&c.id) {
         live.loops = loops;
     }
     shell.feed(Input::ChangeService(Box::new(ServiceChange {
-        id,
+        id: c.id,
         namespace: svc.namespace.clone(),
         policy: svc.policy.clone(),
-        branches,
+        branches: c
+            .branches
+            .iter()
+            .map(|b| BranchChange {
+                name: b.name.clone(),
+                reset: b.retarget,
+            })
+            .collect(),
     })));
-    // Paced after the change, so a restarted branch starts at the pace of its new state (not
-    // logged suspect for the state it had before the reload reset it).
-    shell.pace(id, &svc.probe, paces);
+    // Paced after the change, so a restarted branch starts at the pace of its state then.
+    shell.pace(c.id, &svc.probe, paces);
 }
 
 /// Make running service `id`'s stable-name loop follow `cfg`'s `[stable_name_probe]`: stopped
@@ -614,202 +462,5 @@ fn follow_stable_name_probe(
     }
     if enabled && live.stable.is_none() {
         live.stable = fleet.loops.spawn_stable_name(id, &live.cfg, cfg, probes);
-    }
-}
-
-/// Start the services that are not running, as at start-up: each whose inputs or control
-/// document are unavailable is reported and left out. Returns the names started and those
-/// left out.
-fn start_services(
-    shell: &mut Shell,
-    fleet: &mut Fleet,
-    cfg: &Config,
-    to_start: Vec<(&ServiceConfig, Prepared, Option<Loaded>)>,
-) -> (Vec<String>, Vec<String>) {
-    let (mut added, mut unavailable) = (Vec::new(), Vec::new());
-    for (svc, prepared, loaded) in to_start {
-        let name = svc.service.name.clone();
-        let now = shell.clock.now_ms();
-        let loaded = prepared.and_then(|probes| match loaded {
-            Some(Ok((store, doc))) => Ok((probes, store, doc)),
-            Some(Err(e)) => Err(vec![e]),
-            None => Err(vec!["its control document was not loaded".to_string()]),
-        });
-        let ((probes, inputs), store, doc) = match loaded {
-            Ok(l) => l,
-            Err(problems) => {
-                report_unavailable(shell, now, &name, problems);
-                unavailable.push(name);
-                continue;
-            }
-        };
-        let id = fleet.next_id;
-        fleet.next_id += 1;
-        let location = store.location();
-        shell.feed(Input::AddService(Box::new(NewService {
-            id,
-            service: name.clone(),
-            namespace: svc.namespace.clone(),
-            policy: svc.policy.clone(),
-            branches: svc.branches.iter().map(|b| b.name.clone()).collect(),
-            store_location: location.clone(),
-            doc,
-        })));
-        let restored = shell.fold.restored(id).to_vec();
-        let record = start_record(cfg, svc, location, restored, None);
-        shell.evidence.record_for(now, &name, &record);
-        shell.add_store(id, store);
-        let stable = fleet.loops.spawn_stable_name(id, svc, cfg, &probes);
-        let (loops, paces) = fleet.loops.spawn(id, svc, probes);
-        shell.pace(id, &svc.probe, paces);
-        let loops: BTreeMap<_, _> = loops.into_iter().collect();
-        fleet.live.insert(
-            id,
-            Live {
-                cfg: svc.clone(),
-                inputs,
-                loops,
-                stable,
-            },
-        );
-        added.push(name);
-    }
-    (added, unavailable)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::Path;
-
-    /// A two-service config: `top` goes at the top level, `alpha` into the first service.
-    fn config(top: &str, alpha: &str) -> Config {
-        let text = format!(
-            r#"
-prober_id = "p1"
-{top}
-[probe]
-kind = "tcp"
-interval = "2s"
-
-[[service]]
-name = "alpha"
-stable_name = "alpha.example.internal"
-{alpha}
-[[service.branch]]
-name = "primary"
-role = "PRIMARY"
-endpoint = "alpha-primary.example.internal"
-port = 5432
-
-[[service]]
-name = "beta"
-stable_name = "beta.example.internal"
-[[service.branch]]
-name = "primary"
-role = "PRIMARY"
-endpoint = "beta-primary.example.internal"
-port = 5432
-"#
-        );
-        crate::config::parse(Path::new("/etc/readyprobe/fleet.toml"), &text)
-            .unwrap_or_else(|e| panic!("{:?}", e.issues))
-    }
-
-    fn running(cfg: &Config) -> BTreeMap<ServiceId, Live> {
-        cfg.services
-            .iter()
-            .enumerate()
-            .map(|(id, s)| {
-                let live = Live {
-                    cfg: s.clone(),
-                    inputs: Default::default(),
-                    loops: BTreeMap::new(),
-                    stable: None,
-                };
-                (id, live)
-            })
-            .collect()
-    }
-
-    fn changed<'a>(plan: &Plan<'a>) -> Vec<&'a str> {
-        plan.running
-            .iter()
-            .filter(|r| r.2)
-            .map(|(_, s, _)| s.service.name.as_str())
-            .collect()
-    }
-
-    /// A top-level default changes only the services that take it: one that sets the key itself
-    /// keeps its effective settings, so it is not changed (nor are its loops restarted).
-    #[test]
-    fn a_changed_default_changes_only_the_services_that_take_it() {
-        let own = "readiness = { initial = \"unready\" }";
-        let old = config("[readiness]\ninitial = \"unknown\"", own);
-        let new = config("[readiness]\ninitial = \"ready\"", own);
-        let plan = Plan::between(&old, &running(&old), &new);
-        assert_eq!(changed(&plan), ["beta"]);
-        assert!(plan.removed.is_empty() && plan.to_start.is_empty());
-        // The same for the default namespace and another readiness default.
-        let own = "namespace = \"Own\"\nreadiness = { min_attempts = 4 }";
-        let old = config("[publish]\nnamespace = \"A\"", own);
-        let new = config(
-            "[publish]\nnamespace = \"B\"\n[readiness]\nmin_attempts = 3",
-            own,
-        );
-        let plan = Plan::between(&old, &running(&old), &new);
-        assert_eq!(changed(&plan), ["beta"]);
-    }
-
-    /// A log line names at most five services and counts the rest.
-    #[test]
-    fn a_log_line_names_a_few_services() {
-        let names = |n: usize| (0..n).map(|i| format!("s{i}")).collect::<Vec<_>>();
-        assert_eq!(few(&names(0)), "none");
-        assert_eq!(few(&names(5)), "s0, s1, s2, s3, s4");
-        assert_eq!(few(&names(1000)), "s0, s1, s2, s3, s4 and 995 more");
-    }
-
-    /// A refusal names the keys the operator edited: a new publish interval moves the poll
-    /// interval and the CloudWatch timeout capped at it, and a new `state_dir` the default
-    /// evidence path under it, without naming those.
-    #[test]
-    fn a_refusal_names_only_the_keys_whose_own_value_changed() {
-        let keys = |a: &str, b: &str| restart_keys(&config(a, ""), &config(b, ""));
-        assert_eq!(
-            keys(
-                "[publish]\ninterval = \"60s\"",
-                "[publish]\ninterval = \"5s\""
-            ),
-            ["publish.interval"]
-        );
-        assert_eq!(
-            keys(
-                "[publish]\ninterval = \"5s\"",
-                "[publish]\ninterval = \"60s\""
-            ),
-            ["publish.interval"]
-        );
-        assert_eq!(
-            keys("state_dir = \"/var/a\"", "state_dir = \"/var/b\""),
-            ["state_dir"]
-        );
-        // The operator's own value changed too: named.
-        assert_eq!(
-            keys(
-                "[publish]\ninterval = \"60s\"\n[state]\npoll_interval = \"3s\"",
-                "[publish]\ninterval = \"5s\"\n[state]\npoll_interval = \"4s\""
-            ),
-            ["state.poll_interval", "publish.interval"]
-        );
-        assert_eq!(
-            keys(
-                "[publish.cloudwatch]\nmax_attempts = 3",
-                "[publish.cloudwatch]\nmax_attempts = 4"
-            ),
-            ["publish.cloudwatch.max_attempts"]
-        );
-        assert_eq!(keys("", "[dns]\ntimeout = \"2s\""), ["dns.timeout"]);
-        assert!(keys("", "").is_empty());
     }
 }

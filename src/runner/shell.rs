@@ -6,7 +6,7 @@ use crate::clock::Clock;
 use crate::control::{self, Approval, ControlDoc, Decision, InstanceWatch, Marker, OtherInstance};
 use crate::fold::{Batch, Effect, Fold, Input, Level, Log, ServiceId};
 use crate::readiness::{Millis, Suspect};
-use crate::record::{DuplicateProber, Record};
+use crate::record::DuplicateProber;
 use crate::scheduler::BranchEvent;
 use crate::sink::evidence::EvidenceWriter;
 use crate::sink::{Queued, SinkQueue};
@@ -151,10 +151,6 @@ impl Shell {
                 }
             }
         }
-    }
-
-    pub(super) fn write(&mut self, at: Millis, r: &Record) {
-        self.evidence.record(at, r);
     }
 
     /// Queue a batch for every sink; a full or closed queue is the fold's to account.
@@ -346,30 +342,20 @@ impl Shell {
 }
 
 impl Shell {
-    /// Another process saves under this prober id: say so at ERROR and in the evidence, at every
-    /// sync that finds it, until one of the two is stopped or given its own id.
+    /// Another process saves under this prober id: the fold says so at ERROR and in the
+    /// evidence, at every sync that finds it.
     fn duplicate(&mut self, service: usize, other: OtherInstance) {
         let store = self
             .stores
             .get(&service)
             .map(Store::location)
             .unwrap_or_default();
-        tracing::error!(
-            prober = %self.prober,
-            state = %store,
-            instance = %self.instance,
-            other_instance = %other.instance,
-            other_saved_at = %crate::clock::rfc3339(other.saved_at),
-            "another readyprobe process runs with prober_id {:?} on this state store: the two overwrite each other's readiness and canary rows (verify_mismatch); give each prober its own prober_id",
-            self.prober
-        );
-        let r = Record::DuplicateProber(DuplicateProber {
+        self.feed(Input::DuplicateProber(Box::new(DuplicateProber {
             state_store: store,
             instance: self.instance.clone(),
             other_instance: other.instance,
             other_saved_at: other.saved_at,
-        });
-        self.write(self.clock.now_ms(), &r);
+        })));
     }
 }
 
@@ -409,6 +395,12 @@ fn emit(log: &Log) {
                 transitions = f.transitions,
                 states = shown(&f.states),
                 dropped_batches = shown(&f.dropped_batches),
+                problems = shown(&f.problems),
+                added = shown(&f.added),
+                removed = shown(&f.removed),
+                changed = shown(&f.changed),
+                unavailable = shown(&f.unavailable),
+                services = f.services,
                 "{}",
                 log.message
             )

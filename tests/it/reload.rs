@@ -8,7 +8,10 @@
 //! a removed service's attempt in flight is recorded as abandoned (and its state saved once);
 //! adding many such services applies within the reload's own bound. A CA bundle replaced under
 //! an unchanged config takes effect at SIGHUP; control characters of a path never reach stderr.
-//! A reload turns adaptive probing (`probe.suspect_interval`) on and off again.
+//! A reload turns adaptive probing (`probe.suspect_interval`) on and off again. Reloads never
+//! erase a failing branch's evidence; a reload that would leave no service probed is refused; a
+//! SIGHUP in the first milliseconds of `run` does not end it; a hung store does not hold the
+//! final publish of a stop.
 
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{fleet_header, read_evidence, wait_evidence};
@@ -466,6 +469,21 @@ async fn unavailable_inputs_refuse_a_changed_service_and_report_an_added_one() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+
+    // alpha removed and beta still unavailable: no service would be probed (at start, this
+    // config exits 78), so the reload is refused and alpha runs on.
+    tx.send(load(&beta)).await.unwrap();
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| {
+        reload_at(ev, 2)
+            .is_some_and(|r| of(&ev[r..], "attempt", "alpha", Some("primary")).len() >= 3)
+    })
+    .await;
+    let reload = &ev[reload_at(&ev, 2).unwrap()];
+    assert_eq!(reload["applied"], false, "{reload}");
+    assert!(
+        reload["problems"].to_string().contains("no service probed"),
+        "{reload}"
+    );
     let _ = stop_tx.send(());
     let s = tokio::time::timeout(Duration::from_secs(30), run)
         .await
@@ -1112,4 +1130,194 @@ async fn a_reload_turns_adaptive_probing_on_and_off() {
         .expect("stops")
         .unwrap()
         .unwrap();
+}
+
+/// `alpha` (one of [`service`]) with `own` (service-level keys) before its branches.
+fn with_own(svc: &str, own: &str) -> String {
+    svc.replacen(
+        "\n[[service.branch]]",
+        &format!("\n{own}\n[[service.branch]]"),
+        1,
+    )
+}
+
+/// A port on loopback that refuses connections (bound, then closed).
+async fn refused_port() -> u16 {
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    port
+}
+
+/// A reload must never make a failing branch look better than its evidence. A primary that
+/// starts ready (`initial = "ready"`) has every attempt refused, and SIGHUP comes every 1.5 s
+/// with a changed non-target key (the probe timeout): its window and `for` clocks are carried
+/// over each reload, so it goes unready. (Reset at each reload, 8 attempts of 300 ms plus a
+/// 1 s `for` never fit between two reloads, and it stayed ready for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_keep_a_failing_branchs_evidence() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha"]).await;
+    let refused = refused_port().await;
+    let path = dir.path().join("kept.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let stdout = dir.path().join("stdout.jsonl");
+    let write = |n: u32| {
+        let own = format!(
+            "readiness = {{ initial = \"ready\", window = \"5s\", min_attempts = 8 }}\nprobe = {{ timeout = \"{}ms\" }}",
+            200 + n % 2 * 20
+        );
+        let svc = with_own(&service("alpha", refused, f.ports[1].port), &own);
+        write_config(&path, &config(dir.path(), &f.dns, "1s", &svc));
+    };
+    write(0);
+    let mut child = spawn(&path, &stdout);
+    wait_evidence(&evidence, DEADLINE, |ev| {
+        !of(ev, "start", "alpha", None).is_empty()
+    })
+    .await;
+    let unready_at = |ev: &[Value]| {
+        ev.iter().position(|v| {
+            v["kind"] == "transition"
+                && v["service"] == "alpha"
+                && v["branch"] == "primary"
+                && v["transition"]["to"] == "unready"
+        })
+    };
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut n = 0;
+    let ev = loop {
+        n += 1;
+        write(n);
+        signal(&child, libc::SIGHUP);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let ev = read_evidence(&evidence);
+        if unready_at(&ev).is_some() {
+            break ev;
+        }
+        let reloads = ev.iter().filter(|v| v["kind"] == "reload").count();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "alpha/primary still not unready after {reloads} reloads, every attempt refused"
+        );
+    };
+    // The reloads applied and changed alpha, and at least one came before the transition.
+    let first = reload_at(&ev, 0).expect("a reload record");
+    assert_eq!(ev[first]["applied"], true, "{}", ev[first]);
+    assert_eq!(ev[first]["changed"], serde_json::json!(["alpha"]));
+    assert!(first < unready_at(&ev).unwrap());
+    signal(&child, libc::SIGTERM);
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+/// Whether process `pid` ignores SIGPIPE, which the Rust runtime sets up just before `main`:
+/// from then on, the process runs readyprobe's own code.
+fn in_main(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|m| m & (1 << (libc::SIGPIPE - 1)) != 0)
+}
+
+/// SIGHUPs in the first milliseconds of `run`'s `main` (while it parses its arguments and
+/// builds its runtime, before it reads the config) do not end the process, as SIGHUP's default
+/// action would: it keeps running, then stops cleanly at SIGTERM. (Before `main`, while the
+/// loader runs, no program can catch a signal: the test waits for the Rust runtime's set-up.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sighup_right_after_spawn_does_not_kill_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha"]).await;
+    let path = dir.path().join("early.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let stdout = dir.path().join("stdout.jsonl");
+    let svc = service("alpha", f.ports[0].port, f.ports[1].port);
+    write_config(&path, &config(dir.path(), &f.dns, "1s", &svc));
+    let mut child = spawn(&path, &stdout);
+    let pid = child.id().expect("running");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !in_main(pid) {
+        assert!(std::time::Instant::now() < deadline, "never reached main");
+    }
+    // A SIGHUP every 100 µs for the first 20 ms of `main`.
+    for _ in 0..200 {
+        signal(&child, libc::SIGHUP);
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let waited = tokio::time::timeout(Duration::from_secs(3), child.wait()).await;
+    assert!(waited.is_err(), "run ended at an early SIGHUP: {waited:?}");
+    wait_evidence(&evidence, DEADLINE, |ev| {
+        of(ev, "attempt", "alpha", Some("primary")).len() >= 2
+    })
+    .await;
+    signal(&child, libc::SIGTERM);
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+/// A stop while the store hangs (its lock file held by someone else: the final save waits for
+/// the lock): the last tick's datums are published and recorded at once, not after the final
+/// save gave up at the end of the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_store_does_not_hold_the_final_publish() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha"]).await;
+    let path = dir.path().join("hung.toml");
+    let evidence = dir.path().join("evidence.jsonl");
+    let stdout = dir.path().join("stdout.jsonl");
+    let svc = service("alpha", f.ports[0].port, f.ports[1].port);
+    write_config(&path, &config(dir.path(), &f.dns, "1s", &svc));
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+        .args(["run", "--grace", "12s", "--config"])
+        .arg(&path)
+        .stdout(Stdio::from(std::fs::File::create(&stdout).unwrap()))
+        .stderr(Stdio::from(
+            std::fs::File::create(stdout.with_extension("log")).unwrap(),
+        ))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let lock_path = dir.path().join("state").join("control-alpha.lock");
+    wait_evidence(&evidence, DEADLINE, |ev| {
+        lock_path.exists() && ev.iter().any(|v| v["kind"] == "publish")
+    })
+    .await;
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&lock_path)
+        .unwrap();
+    lock.lock().unwrap();
+    // A sync in flight may hold the lock until it is done; the next ones cannot take it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    signal(&child, libc::SIGTERM);
+    let stopped = tokio::time::Instant::now();
+    let final_publish = |ev: &[Value]| {
+        ev.iter()
+            .any(|v| v["kind"] == "publish" && v["reason"] == "final" && v["outcome"] == "sent")
+    };
+    let deadline = stopped + Duration::from_secs(20);
+    while !final_publish(&read_evidence(&evidence)) {
+        assert!(tokio::time::Instant::now() < deadline, "no final publish");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = stopped.elapsed();
+    // The grace is 12 s; the final save is bounded by the lock wait (5 s) at the earliest.
+    assert!(
+        took < Duration::from_secs(4),
+        "the final publish came {took:?} after SIGTERM"
+    );
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    drop(lock);
 }

@@ -1,0 +1,420 @@
+//! The wiring of a run: what runs ([`Fleet`]: the config in force, each service's loops),
+//! how branch and stable-name loops start ([`Loops`]) and where their events go ([`Route`]),
+//! and the sink tasks per namespace ([`Sinks`]).
+
+use crate::clock::Clock;
+use crate::config::{Config, ServiceConfig, SinkKind};
+use crate::fold::ServiceId;
+use crate::probe::stable_name::BranchEndpoint;
+use crate::probe::{BranchProbe, InputsDigest};
+use crate::scheduler::{BranchEvent, Schedule, StableNameTarget, branch_loop, stable_name_loop};
+use crate::sink::cloudwatch::{CloudWatchClient, CloudWatchSink};
+use crate::sink::emf::{EmfBuffer, EmfSink};
+use crate::sink::{Sink, SinkQueue, SinkReport};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Options of one `run`.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Stop after this long (ECS scheduled task); `None` runs until a signal.
+    pub duration: Option<Duration>,
+    /// How long in-flight attempts and the final publish may take after a stop request.
+    pub grace: Duration,
+    /// Where the `emf` sink writes: `None` for stdout (the product), a buffer for a caller that
+    /// reads the lines itself (tests).
+    pub emf_out: Option<EmfBuffer>,
+}
+
+/// A branch event's origin: the feed it came on ([`Loops`]) and that feed's service.
+pub(super) struct Tag {
+    pub(super) feed: u64,
+    pub(super) service: ServiceId,
+    /// The service's name: the evidence names a removed service's late events by it.
+    pub(super) name: Arc<str>,
+}
+
+/// The channels and tasks between the shell and the branch loops and sinks.
+pub(super) struct Wiring {
+    /// Branch events tagged with their origin.
+    pub(super) events: mpsc::Receiver<(Tag, BranchEvent)>,
+    pub(super) reports: mpsc::UnboundedReceiver<SinkReport>,
+    pub(super) sinks: Sinks,
+    pub(super) fleet: Fleet,
+}
+
+/// What runs: the config in force, each running service's branch loops, and how to start more.
+pub(super) struct Fleet {
+    pub(super) cfg: Config,
+    pub(super) live: BTreeMap<ServiceId, Live>,
+    /// The id the next added service gets.
+    pub(super) next_id: ServiceId,
+    pub(super) loops: Loops,
+}
+
+/// A running service: its settings, the digest of the inputs its probes were prepared from,
+/// and a loop per branch.
+pub(super) struct Live {
+    pub(super) cfg: ServiceConfig,
+    /// A reload restarts the service's loops when its files or secrets now read otherwise.
+    pub(super) inputs: InputsDigest,
+    /// Per branch name: the feed its events come on and its task.
+    pub(super) loops: BTreeMap<String, (u64, JoinHandle<u64>)>,
+    /// The stable-name loop's feed and task, while `[stable_name_probe]` is enabled.
+    pub(super) stable: Option<(u64, JoinHandle<u64>)>,
+}
+
+/// Starts branch loops. Each start (a service's branches, or those a reload restarts) gets a
+/// feed of its own, whose events a task tags with the feed's id and service; an event is folded
+/// only when its feed is still its branch's, so an attempt of a loop a reload replaced or
+/// stopped never reaches the new state (it is recorded as such, [`Route::Stopped`]). Nothing
+/// is kept per feed: the tag carries what routing needs.
+pub(super) struct Loops {
+    /// `None` once shutdown began: the event channel closes when the last loop ends.
+    pub(super) tx: Option<mpsc::Sender<(Tag, BranchEvent)>>,
+    pub(super) resolver: hickory_resolver::TokioResolver,
+    pub(super) clock: Clock,
+    pub(super) grace: Duration,
+    pub(super) stop: CancellationToken,
+    pub(super) next_feed: u64,
+}
+
+impl Loops {
+    /// Start a loop per probe of service `id` (first attempts jittered, as at start-up), each
+    /// paced by the `watch` whose sender comes back beside it (for [`Shell::pace`]).
+    pub(super) fn spawn(
+        &mut self,
+        id: ServiceId,
+        svc: &ServiceConfig,
+        probes: Vec<BranchProbe>,
+    ) -> Spawned {
+        let Some(out) = self.tx.clone() else {
+            return (Vec::new(), Vec::new());
+        };
+        if probes.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let feed = self.next_feed;
+        self.next_feed += 1;
+        let name: Arc<str> = svc.service.name.as_str().into();
+        let schedule = Schedule {
+            interval: svc.probe.interval,
+            suspect_interval: svc.probe.suspect_interval,
+            jitter: svc.probe.jitter,
+            grace: self.grace,
+        };
+        let (tx, mut rx) = mpsc::channel::<BranchEvent>(64);
+        tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                let tag = Tag {
+                    feed,
+                    service: id,
+                    name: name.clone(),
+                };
+                if out.send((tag, ev)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        probes
+            .into_iter()
+            .map(|p| {
+                let name = p.branch.name.clone();
+                let (pace, paced) = watch::channel(false);
+                let h = tokio::spawn(branch_loop(
+                    p,
+                    self.resolver.clone(),
+                    self.clock,
+                    schedule,
+                    (tx.clone(), paced),
+                    self.stop.clone(),
+                ));
+                ((name.clone(), (feed, h)), (name, pace))
+            })
+            .unzip()
+    }
+}
+
+impl Loops {
+    /// Start service `id`'s stable-name loop when `cfg` enables `[stable_name_probe]` (with
+    /// `end_to_end`, its attempts use `probes`, the service's branch probes); `None` otherwise
+    /// or once shutdown began. Its rounds are routed to the service while the loop is the
+    /// service's, and dropped once a reload stopped or replaced it.
+    pub(super) fn spawn_stable_name(
+        &mut self,
+        id: ServiceId,
+        svc: &ServiceConfig,
+        cfg: &Config,
+        probes: &[BranchProbe],
+    ) -> Option<(u64, JoinHandle<u64>)> {
+        let out = self.tx.clone()?;
+        let settings = &cfg.stable_name_probe;
+        if !settings.enabled {
+            return None;
+        }
+        let name: Arc<str> = svc.service.name.as_str().into();
+        let target = StableNameTarget {
+            service: svc.service.name.clone(),
+            stable_name: svc.service.stable_name.clone(),
+            branches: svc
+                .branches
+                .iter()
+                .map(|b| BranchEndpoint {
+                    name: b.name.clone(),
+                    role: b.role,
+                    endpoint: b.endpoint.clone(),
+                })
+                .collect(),
+            family: cfg.dns.address_family,
+            end_to_end: if settings.end_to_end {
+                probes
+                    .iter()
+                    .map(BranchProbe::through_stable_name)
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        };
+        let schedule = Schedule {
+            interval: settings.interval,
+            suspect_interval: None,
+            jitter: settings.interval / 10,
+            grace: self.grace,
+        };
+        let (tx, mut rx) = mpsc::channel::<BranchEvent>(8);
+        let feed = self.next_feed;
+        self.next_feed += 1;
+        tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                let tag = Tag {
+                    feed,
+                    service: id,
+                    name: name.clone(),
+                };
+                if out.send((tag, ev)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let (resolver, stop) = (self.resolver.clone(), self.stop.clone());
+        let task = stable_name_loop(target, resolver, self.clock, schedule, tx, stop);
+        Some((feed, tokio::spawn(task)))
+    }
+}
+
+/// What [`Loops::spawn`] started: each branch's feed and task, and each branch's pace sender.
+pub(super) type Spawned = (
+    Vec<(String, (u64, JoinHandle<u64>))>,
+    Vec<(String, watch::Sender<bool>)>,
+);
+
+/// Where a branch event goes.
+pub(super) enum Route {
+    /// Its loop still runs: into the fold for this service.
+    Live(ServiceId),
+    /// A reload stopped its loop (its service removed, its branch restarted or removed): into
+    /// the evidence for the named service, never into a window.
+    Stopped(Arc<str>),
+}
+
+impl Fleet {
+    /// Where an event goes: live when its feed is still its branch's.
+    pub(super) fn route(&self, tag: Tag, ev: &BranchEvent) -> Route {
+        let branch = match ev {
+            BranchEvent::Attempt(a) => &a.branch,
+            BranchEvent::Abandoned { branch, .. } => branch,
+            BranchEvent::StableName(..) => {
+                let live = self.live.get(&tag.service).and_then(|l| l.stable.as_ref());
+                return match live {
+                    Some((feed, _)) if *feed == tag.feed => Route::Live(tag.service),
+                    _ => Route::Stopped(tag.name),
+                };
+            }
+        };
+        let current = self
+            .live
+            .get(&tag.service)
+            .and_then(|l| l.loops.get(branch));
+        match current {
+            Some((feed, _)) if *feed == tag.feed => Route::Live(tag.service),
+            _ => Route::Stopped(tag.name),
+        }
+    }
+
+    /// Stop service `id`'s loops: an attempt in flight is cut off and reported abandoned.
+    pub(super) fn stop_service(&mut self, id: ServiceId) -> Option<Live> {
+        let live = self.live.remove(&id)?;
+        for (_, h) in live.loops.values().chain(&live.stable) {
+            h.abort();
+        }
+        Some(live)
+    }
+
+    pub(super) fn handles(&self) -> impl Iterator<Item = &JoinHandle<u64>> {
+        self.live
+            .values()
+            .flat_map(|l| l.loops.values().chain(&l.stable).map(|(_, h)| h))
+    }
+}
+
+/// A service's branch probes and the digest of the inputs they were prepared from.
+pub(super) type Probes = (Vec<BranchProbe>, InputsDigest);
+
+/// The sink queues of every namespace, and what starting one more needs: the sink tasks
+/// report on one channel and stop together. The CloudWatch client is built once and shared.
+pub(super) struct Sinks {
+    pub(super) kinds: Vec<SinkKind>,
+    pub(super) cloudwatch: Option<CloudWatchClient>,
+    pub(super) emf_out: Option<EmfBuffer>,
+    pub(super) report_tx: mpsc::UnboundedSender<SinkReport>,
+    pub(super) tasks: TaskTracker,
+    /// Cancelled at the end of the grace period: sends still running are cut.
+    pub(super) stop: CancellationToken,
+    pub(super) namespaces: BTreeSet<String>,
+}
+
+impl Sinks {
+    pub(super) async fn new(
+        cfg: &Config,
+        opts: &RunOptions,
+    ) -> (Sinks, mpsc::UnboundedReceiver<SinkReport>) {
+        let (report_tx, reports) = mpsc::unbounded_channel();
+        let cloudwatch = if cfg.publish.sinks.contains(&SinkKind::CloudWatch) {
+            Some(CloudWatchClient::new(&cfg.publish.cloudwatch, cfg.publish.interval).await)
+        } else {
+            None
+        };
+        let tasks = TaskTracker::new();
+        // Closed from the start: `wait` then ends once every sink task has (tasks started
+        // later by a reload included).
+        tasks.close();
+        let sinks = Sinks {
+            kinds: cfg.publish.sinks.clone(),
+            cloudwatch,
+            emf_out: opts.emf_out.clone(),
+            report_tx,
+            tasks,
+            stop: CancellationToken::new(),
+            namespaces: BTreeSet::new(),
+        };
+        (sinks, reports)
+    }
+
+    /// Start a task per configured sink for `ns`, each behind a bounded queue; nothing when
+    /// `ns` has its sinks already.
+    pub(super) fn add(&mut self, ns: &str) -> Vec<(String, SinkQueue)> {
+        if !self.namespaces.insert(ns.to_string()) {
+            return Vec::new();
+        }
+        let mut queues = Vec::new();
+        for kind in &self.kinds {
+            let sink: Box<dyn Sink> = match (kind, &self.cloudwatch) {
+                (SinkKind::Emf, _) => Box::new(match &self.emf_out {
+                    Some(buf) => EmfSink::with_writer(ns, Box::new(buf.clone())),
+                    None => EmfSink::new(ns),
+                }),
+                (SinkKind::CloudWatch, Some(client)) => {
+                    Box::new(CloudWatchSink::with_client(client, ns))
+                }
+                (SinkKind::CloudWatch, None) => continue,
+            };
+            let q = SinkQueue::spawn(sink, self.report_tx.clone(), &self.tasks, self.stop.clone());
+            queues.push((ns.to_string(), q));
+        }
+        queues
+    }
+
+    /// Stop the sinks of every namespace not in `used`: their queues in `queues` are dropped,
+    /// so each task sends what it holds, reports it, and ends. Returns the namespaces stopped.
+    pub(super) fn retain(
+        &mut self,
+        queues: &mut Vec<(String, SinkQueue)>,
+        used: &BTreeSet<String>,
+    ) -> Vec<String> {
+        let unused: Vec<String> = self.namespaces.difference(used).cloned().collect();
+        if unused.is_empty() {
+            return unused;
+        }
+        for ns in &unused {
+            self.namespaces.remove(ns);
+            tracing::info!(namespace = %ns, "no service publishes to this namespace any more: its sinks send what they hold and stop");
+        }
+        queues.retain(|(ns, _)| used.contains(ns));
+        unused
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::PublishOutcome;
+    use crate::sink::{Queued, service_unavailable_datum};
+    use tokio::time::Instant;
+
+    fn config() -> Config {
+        let text = r#"
+prober_id = "p1"
+[probe]
+kind = "tcp"
+[service]
+name = "alpha"
+stable_name = "alpha.example.internal"
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "alpha-primary.example.internal"
+port = 5432
+"#;
+        crate::config::parse(std::path::Path::new("/etc/readyprobe/one.toml"), text)
+            .unwrap_or_else(|e| panic!("{:?}", e.issues))
+    }
+
+    /// The sinks of a namespace no service uses any more send the batch they hold, report it,
+    /// and end; the others run on, and the namespace can come back later.
+    #[tokio::test]
+    async fn the_sinks_of_an_unused_namespace_flush_and_stop() {
+        let emf = EmfBuffer::new();
+        let opts = RunOptions {
+            duration: None,
+            grace: Duration::from_secs(1),
+            emf_out: Some(emf.clone()),
+        };
+        let (mut sinks, mut reports) = Sinks::new(&config(), &opts).await;
+        let mut queues = sinks.add("Kept");
+        queues.extend(sinks.add("Gone"));
+        assert_eq!(sinks.tasks.len(), 2);
+        let batch = Queued {
+            id: 7,
+            datums: vec![service_unavailable_datum("alpha", 1_000)],
+            deadline: Instant::now() + Duration::from_secs(30),
+        };
+        queues[1].1.offer(batch).expect("queued");
+        let used = BTreeSet::from(["Kept".to_string()]);
+        assert_eq!(sinks.retain(&mut queues, &used), ["Gone"]);
+        assert_eq!(queues.len(), 1);
+        assert_eq!(queues[0].0, "Kept");
+        let wait = Duration::from_secs(10);
+        let rep = tokio::time::timeout(wait, reports.recv())
+            .await
+            .expect("a report")
+            .expect("open");
+        assert_eq!((rep.batch, rep.outcome), (7, PublishOutcome::Sent));
+        assert!(emf.lines().iter().any(|l| l.contains("\"Gone\"")));
+        let ended = async {
+            while sinks.tasks.len() > 1 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(wait, ended)
+            .await
+            .expect("the unused namespace's task ends");
+        // Nothing to stop when every namespace is used; a namespace used again gets new sinks.
+        assert!(sinks.retain(&mut queues, &used).is_empty());
+        assert_eq!(sinks.add("Gone").len(), 1);
+    }
+}
