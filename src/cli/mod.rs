@@ -309,14 +309,15 @@ extern "C" fn on_early_sighup(_: libc::c_int) {
     EARLY_SIGHUP.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Catch SIGHUP from the first instruction of `main`: its default action ends the process, and
+/// Catch SIGHUP before anything else runs (the binary calls this from its `.init_array`, before
+/// Rust's own start-up, and `main` again): its default action ends the process, and
 /// parsing the command line, building the runtime and reading the config take time (a command
 /// other than `run` gets the default back, [`release_sighup`]). A SIGHUP before the
 /// reload handler exists only sets a flag ([`took_early_sighup`] logs it): the config is read
 /// after that handler is installed, so it is the newest anyway.
-fn hold_sighup() {
-    // SAFETY: called from `main` before the runtime or any other thread exists; the handler
-    // only stores to an atomic, which is async-signal-safe.
+pub fn hold_sighup() {
+    // SAFETY: called before the runtime or any other thread exists; the handler only stores to
+    // an atomic, which is async-signal-safe.
     unsafe {
         libc::signal(
             libc::SIGHUP,

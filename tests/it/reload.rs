@@ -1225,10 +1225,11 @@ fn in_main(pid: u32) -> bool {
         .is_some_and(|m| m & (1 << (libc::SIGPIPE - 1)) != 0)
 }
 
-/// SIGHUPs in the first milliseconds of `run`'s `main` (while it parses its arguments and
-/// builds its runtime, before it reads the config) do not end the process, as SIGHUP's default
-/// action would: it keeps running, then stops cleanly at SIGTERM. (Before `main`, while the
-/// loader runs, no program can catch a signal: the test waits for the Rust runtime's set-up.)
+/// SIGHUPs in the first milliseconds of `run` (while it parses its arguments and builds its
+/// runtime, before it reads the config) do not end the process, as SIGHUP's default action
+/// would: it keeps running, then stops cleanly at SIGTERM. The test starts once the Rust
+/// runtime's set-up ignored SIGPIPE, which comes after the binary's `.init_array` caught SIGHUP
+/// (while the loader maps the program, before that, no program can catch a signal).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sighup_right_after_spawn_does_not_kill_run() {
     let dir = tempfile::tempdir().unwrap();
