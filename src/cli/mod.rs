@@ -509,10 +509,25 @@ async fn async_main(cli: Cli) -> ExitCode {
             let reloads = reload_requests(hup, &config, cli.prober_id.clone());
             run(cfg, opts, reloads).await
         }
+        Command::Simulate {
+            scenario,
+            service,
+            out,
+            format,
+            ..
+        } => simulate_cmd::simulate(&cfg, service.as_deref(), &scenario, out.as_deref(), format),
+        command => on_one_service(&cfg, command).await,
+    }
+}
+
+/// The commands that act on one service of the config (`--service`, or the only one): they
+/// read or change one branch's state, where `check`, `run` and `simulate` take the whole config.
+async fn on_one_service(cfg: &Config, command: Command) -> ExitCode {
+    match command {
         Command::Probe {
             branch, service, ..
-        } => match pick(&cfg, service.as_deref()) {
-            Ok(svc) => probe_cmd::probe_once(&cfg, svc, &branch).await,
+        } => match pick(cfg, service.as_deref()) {
+            Ok(svc) => probe_cmd::probe_once(cfg, svc, &branch).await,
             Err(code) => code,
         },
         Command::Approve {
@@ -522,8 +537,8 @@ async fn async_main(cli: Cli) -> ExitCode {
             reason,
             expires,
             ..
-        } => match pick(&cfg, service.as_deref()) {
-            Ok(svc) => operator::approve(&cfg, svc, &branch, &by, &reason, expires).await,
+        } => match pick(cfg, service.as_deref()) {
+            Ok(svc) => operator::approve(cfg, svc, &branch, &by, &reason, expires).await,
             Err(code) => code,
         },
         Command::Override {
@@ -539,37 +554,33 @@ async fn async_main(cli: Cli) -> ExitCode {
             let by = by
                 .or_else(|| std::env::var("USER").ok())
                 .unwrap_or_else(|| "unknown".into());
-            let svc = match pick(&cfg, service.as_deref()) {
+            let svc = match pick(cfg, service.as_deref()) {
                 Ok(svc) => svc,
                 Err(code) => return code,
             };
             let target = operator::Target {
-                cfg: &cfg,
+                cfg,
                 svc,
                 branch: &branch,
             };
             operator::override_cmd(target, force, expires, reason, by, clear).await
         }
-        Command::Status { json, service, .. } => match pick(&cfg, service.as_deref()) {
-            Ok(svc) => operator::status(&cfg, svc, json).await,
+        Command::Status { json, service, .. } => match pick(cfg, service.as_deref()) {
+            Ok(svc) => operator::status(cfg, svc, json).await,
             Err(code) => code,
         },
-        Command::Simulate {
-            scenario,
-            service,
-            out,
-            format,
-            ..
-        } => simulate_cmd::simulate(&cfg, service.as_deref(), &scenario, out.as_deref(), format),
         Command::Drill { command } => {
             let service = match &command {
                 drill_cmd::DrillCommand::Mark { service, .. } => service.as_deref(),
                 drill_cmd::DrillCommand::Report(_) => None,
             };
-            match pick(&cfg, service) {
-                Ok(svc) => drill_cmd::drill(&cfg, svc, command).await,
+            match pick(cfg, service) {
+                Ok(svc) => drill_cmd::drill(cfg, svc, command).await,
                 Err(code) => code,
             }
+        }
+        Command::Check { .. } | Command::Run { .. } | Command::Simulate { .. } => {
+            unreachable!("async_main runs the whole-config commands itself")
         }
     }
 }

@@ -719,19 +719,6 @@ endpoint = "mysql-secondary.orders.internal.example"
                 "timeout = ",
             ),
             (
-                with("[probe]", "[readiness]\nmin_attempts = 40\n\n[probe]"),
-                "readiness.window",
-                "",
-            ),
-            (
-                with(
-                    "[probe]",
-                    "[readiness]\ndeclare_ready = { success_rate_at_or_above = 90.0 }\n\n[probe]",
-                ),
-                "readiness.declare_ready.success_rate_at_or_above",
-                "declare_ready",
-            ),
-            (
                 with(
                     "mysql-secondary.orders.internal.example",
                     "MYSQL.orders.internal.example.",
@@ -790,6 +777,26 @@ endpoint = "mysql-secondary.orders.internal.example"
                 "publish.namespace",
                 "namespace",
             ),
+        ];
+        assert_each_names_key_and_line(cases);
+    }
+
+    #[test]
+    fn each_readiness_rule_names_its_key_and_line() {
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                with("[probe]", "[readiness]\nmin_attempts = 40\n\n[probe]"),
+                "readiness.window",
+                "",
+            ),
+            (
+                with(
+                    "[probe]",
+                    "[readiness]\ndeclare_ready = { success_rate_at_or_above = 90.0 }\n\n[probe]",
+                ),
+                "readiness.declare_ready.success_rate_at_or_above",
+                "declare_ready",
+            ),
             (
                 with(
                     "[probe]",
@@ -815,6 +822,12 @@ endpoint = "mysql-secondary.orders.internal.example"
                 "definitive_classes",
             ),
         ];
+        assert_each_names_key_and_line(cases);
+    }
+
+    /// Each case: (config text, key, text on the (last such) line the error must name; "" = not
+    /// in the file).
+    fn assert_each_names_key_and_line(cases: Vec<(String, &str, &str)>) {
         for (text, key, needle) in cases {
             let got = issues(&text);
             let hit = got.iter().find(|i| i.key == key);

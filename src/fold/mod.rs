@@ -532,23 +532,7 @@ impl Fold {
     /// Take one input at `now` (ms since the epoch); returns what to do, in order.
     pub fn handle(&mut self, input: Input, now: Millis) -> Vec<Effect> {
         let cached = self.wakeup.take();
-        // Inputs that touch no branch's readiness keep the cached deadline: a sink's report of
-        // each batch must not cost a scan of every branch.
-        let keeps = matches!(
-            input,
-            Input::Abandoned { .. }
-                | Input::SyncFailed { .. }
-                | Input::SinkRefused { .. }
-                | Input::SinkReport(_)
-                | Input::SetUnavailable(_)
-                | Input::StoppedAttempt { .. }
-                | Input::StableName { .. }
-                | Input::StableNameStopped { .. }
-                | Input::CancelledByReload { .. }
-                | Input::ServiceUnavailable { .. }
-                | Input::Reloaded { .. }
-                | Input::DuplicateProber(_)
-        );
+        let keeps = keeps_deadline(&input);
         match input {
             Input::Attempt(svc, a) => {
                 let branch = self.branch_ix(svc, &a.branch);
@@ -610,19 +594,7 @@ impl Fold {
                 service,
                 record,
                 selected,
-            } => {
-                if let Some(s) = self.services.get_mut(&service) {
-                    s.selected_branch = Some(selected);
-                    s.stable_name_success = record.end_to_end.as_ref().map(|e| {
-                        if e.outcome == Outcome::Success {
-                            1.0
-                        } else {
-                            0.0
-                        }
-                    });
-                    self.record_for(service, now, Record::StableName(*record));
-                }
-            }
+            } => self.stable_name(service, *record, selected, now),
             Input::StableNameStopped { service } => {
                 if let Some(s) = self.services.get_mut(&service) {
                     s.selected_branch = None;
@@ -648,6 +620,27 @@ impl Fold {
             self.wakeup = cached;
         }
         std::mem::take(&mut self.effects)
+    }
+
+    /// The stable name's end-to-end check: which branch it selected and whether it succeeded.
+    fn stable_name(
+        &mut self,
+        service: ServiceId,
+        record: StableNameRecord,
+        selected: f64,
+        now: Millis,
+    ) {
+        if let Some(s) = self.services.get_mut(&service) {
+            s.selected_branch = Some(selected);
+            s.stable_name_success = record.end_to_end.as_ref().map(|e| {
+                if e.outcome == Outcome::Success {
+                    1.0
+                } else {
+                    0.0
+                }
+            });
+            self.record_for(service, now, Record::StableName(record));
+        }
     }
 
     /// A record about the whole run.
@@ -694,6 +687,26 @@ impl Fold {
     fn svc_name(&self, svc: usize) -> &str {
         self.services.get(&svc).map_or("", |s| s.name.as_str())
     }
+}
+
+/// Inputs that touch no branch's readiness keep the cached wake-up deadline: a sink's report of
+/// each batch must not cost a scan of every branch.
+fn keeps_deadline(input: &Input) -> bool {
+    matches!(
+        input,
+        Input::Abandoned { .. }
+            | Input::SyncFailed { .. }
+            | Input::SinkRefused { .. }
+            | Input::SinkReport(_)
+            | Input::SetUnavailable(_)
+            | Input::StoppedAttempt { .. }
+            | Input::StableName { .. }
+            | Input::StableNameStopped { .. }
+            | Input::CancelledByReload { .. }
+            | Input::ServiceUnavailable { .. }
+            | Input::Reloaded { .. }
+            | Input::DuplicateProber(_)
+    )
 }
 
 #[cfg(test)]

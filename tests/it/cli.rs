@@ -790,25 +790,16 @@ fn operator_commands_take_the_service_by_name() {
     assert!(!text.contains("maintenance"), "{text}");
 }
 
-/// A `[[service]]` config: a service whose secret is missing is reported (ERROR line, evidence,
-/// `ServiceUnavailable` datum) while the other runs (exit 0); with no service able to start,
-/// `run` exits 78 and writes nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_starts_the_services_it_can_and_reports_the_others() {
-    let dns = crate::support::dns::DnsServer::start("fleet.internal.example").await;
-    dns.set_a("gw-primary", std::net::Ipv4Addr::LOCALHOST, 5)
-        .await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accept = tokio::spawn(async move {
-        while let Ok((s, _)) = listener.accept().await {
-            drop(s);
-        }
-    });
-    let dir = tempfile::tempdir().unwrap();
-    let write = |gateway_tls: &str| {
-        let text = format!(
-            r#"
+/// Writes `fleet.toml` in `dir`: a `gateway` TCP service (on `port`, its probe table ending in
+/// `gateway_tls`) that can start, and a `broken-db` MySQL service whose password file is missing.
+fn write_fleet_config(
+    dir: &std::path::Path,
+    ns: impl std::fmt::Display,
+    port: u16,
+    gateway_tls: &str,
+) -> std::path::PathBuf {
+    let text = format!(
+        r#"
 state_dir = {dir:?}
 [publish]
 interval = "1s"
@@ -841,14 +832,31 @@ name = "primary"
 role = "PRIMARY"
 endpoint = "db-primary.fleet.internal.example"
 "#,
-            dir = dir.path(),
-            ns = dns.addr(),
-            missing = dir.path().join("no-such-password"),
-        );
-        let path = dir.path().join("fleet.toml");
-        std::fs::write(&path, text).unwrap();
-        path
-    };
+        dir = dir,
+        missing = dir.join("no-such-password"),
+    );
+    let path = dir.join("fleet.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A `[[service]]` config: a service whose secret is missing is reported (ERROR line, evidence,
+/// `ServiceUnavailable` datum) while the other runs (exit 0); with no service able to start,
+/// `run` exits 78 and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_starts_the_services_it_can_and_reports_the_others() {
+    let dns = crate::support::dns::DnsServer::start("fleet.internal.example").await;
+    dns.set_a("gw-primary", std::net::Ipv4Addr::LOCALHOST, 5)
+        .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accept = tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            drop(s);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let write = |gateway_tls: &str| write_fleet_config(dir.path(), dns.addr(), port, gateway_tls);
     let run = |path: &std::path::Path| {
         let path = path.to_owned();
         tokio::task::spawn_blocking(move || {

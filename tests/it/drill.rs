@@ -535,6 +535,65 @@ fn steady(from: usize, branch: &'static str) -> impl Fn(&[Value]) -> bool {
     }
 }
 
+/// The failover's DNS selection, cache expiry, reconnect and steady state in report `md`,
+/// against the flip at `flip_over` (ms since the epoch) and the rounds in evidence `ev`.
+fn check_failover_dns_phases(md: &str, ev: &Path, flip_over: i64) {
+    let fo = "### Failover of primary";
+    // phase, at, since trigger, took, note
+    let dns_sel = phase_row(md, fo, "stable name answers with the other branch");
+    assert_eq!(dns_sel[4], "secondary", "{dns_sel:?}");
+    let at = cell_at(dns_sel[1]);
+    // The first round after the flip (a round started just before it may already see it):
+    // rounds are 200 ms apart, with room for a loaded machine.
+    assert!(
+        (flip_over - 500..flip_over + 3_000).contains(&at),
+        "{at} vs flip {flip_over}: {dns_sel:?}"
+    );
+    let expiry = phase_row(md, fo, "cache expiry");
+    assert!(expiry[4].contains("TTL 2 s"), "{expiry:?}");
+    // Exactly the last round naming the primary before the first naming the secondary, + 2 s.
+    let (last_old, switch) = switch_rounds(ev, "primary", "secondary");
+    assert_eq!(cell_at(expiry[1]), last_old + 2_000, "{expiry:?}");
+    assert_eq!(switch, at);
+    // The secondary listens on the same port: the first round naming it connects.
+    let reconnect = phase_row(md, fo, "reconnect (end-to-end through the stable name)");
+    let r = cell_at(reconnect[1]);
+    assert!((at..at + 3_000).contains(&r), "{reconnect:?}");
+    let steady = phase_row(md, fo, "steady state");
+    assert!(
+        steady[4].contains("selects secondary from here on; every end-to-end attempt succeeds"),
+        "{steady:?}"
+    );
+    assert!(cell_at(steady[1]) >= at, "{steady:?}");
+}
+
+/// The failback's DNS selection, cache expiry, reconnect and steady state in report `md`,
+/// against the flip back at `flip_back` (ms since the epoch).
+fn check_failback_dns_phases(md: &str, flip_back: i64) {
+    let fb = "### Failback of primary";
+    let again = phase_row(md, fb, "stable name selects the branch again");
+    let at = cell_at(again[1]);
+    assert!(
+        (flip_back - 500..flip_back + 3_000).contains(&at),
+        "{at} vs flip {flip_back}: {again:?}"
+    );
+    let expiry = phase_row(md, fb, "cache expiry");
+    assert!(
+        expiry[4].contains("last answer naming another branch"),
+        "{expiry:?}"
+    );
+    let reconnect = phase_row(md, fb, "reconnect (end-to-end through the stable name)");
+    assert!(
+        (at..at + 3_000).contains(&cell_at(reconnect[1])),
+        "{reconnect:?}"
+    );
+    let steady = phase_row(md, fb, "steady state");
+    assert!(
+        steady[4].contains("selects primary from here on; every end-to-end attempt succeeds"),
+        "{steady:?}"
+    );
+}
+
 /// With the stable-name probe on (end-to-end attempt included), the DNS and client phases are
 /// measured: the test flips the stable name's answer (TTL 2 s) once the primary is unready and
 /// again once it is ready; the report's DNS selection follows each flip within a few rounds
@@ -617,54 +676,6 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     );
     assert!(md.contains("| stable name TTL seen | 2 s |"), "{md}");
 
-    let fo = "### Failover of primary";
-    // phase, at, since trigger, took, note
-    let dns_sel = phase_row(&md, fo, "stable name answers with the other branch");
-    assert_eq!(dns_sel[4], "secondary", "{dns_sel:?}");
-    let at = cell_at(dns_sel[1]);
-    // The first round after the flip (a round started just before it may already see it):
-    // rounds are 200 ms apart, with room for a loaded machine.
-    assert!(
-        (flip_over - 500..flip_over + 3_000).contains(&at),
-        "{at} vs flip {flip_over}: {dns_sel:?}"
-    );
-    let expiry = phase_row(&md, fo, "cache expiry");
-    assert!(expiry[4].contains("TTL 2 s"), "{expiry:?}");
-    // Exactly the last round naming the primary before the first naming the secondary, + 2 s.
-    let (last_old, switch) = switch_rounds(&ev, "primary", "secondary");
-    assert_eq!(cell_at(expiry[1]), last_old + 2_000, "{expiry:?}");
-    assert_eq!(switch, at);
-    // The secondary listens on the same port: the first round naming it connects.
-    let reconnect = phase_row(&md, fo, "reconnect (end-to-end through the stable name)");
-    let r = cell_at(reconnect[1]);
-    assert!((at..at + 3_000).contains(&r), "{reconnect:?}");
-    let steady = phase_row(&md, fo, "steady state");
-    assert!(
-        steady[4].contains("selects secondary from here on; every end-to-end attempt succeeds"),
-        "{steady:?}"
-    );
-    assert!(cell_at(steady[1]) >= at, "{steady:?}");
-
-    let fb = "### Failback of primary";
-    let again = phase_row(&md, fb, "stable name selects the branch again");
-    let at = cell_at(again[1]);
-    assert!(
-        (flip_back - 500..flip_back + 3_000).contains(&at),
-        "{at} vs flip {flip_back}: {again:?}"
-    );
-    let expiry = phase_row(&md, fb, "cache expiry");
-    assert!(
-        expiry[4].contains("last answer naming another branch"),
-        "{expiry:?}"
-    );
-    let reconnect = phase_row(&md, fb, "reconnect (end-to-end through the stable name)");
-    assert!(
-        (at..at + 3_000).contains(&cell_at(reconnect[1])),
-        "{reconnect:?}"
-    );
-    let steady = phase_row(&md, fb, "steady state");
-    assert!(
-        steady[4].contains("selects primary from here on; every end-to-end attempt succeeds"),
-        "{steady:?}"
-    );
+    check_failover_dns_phases(&md, &ev, flip_over);
+    check_failback_dns_phases(&md, flip_back);
 }

@@ -269,38 +269,15 @@ async fn a_recorded_drill_reports_each_phase_within_one_probe_interval() {
     std::fs::write(dir.path().join("password"), format!("{PASSWORD}\n")).unwrap();
     let evidence = dir.path().join("evidence.jsonl");
     let ns = unique_namespace("drill");
-    let config = ConfigBuilder::new(dir.path(), SERVICE, &stable)
-        .clear("readiness")
-        .merge(POLICY)
-        .set("publish", "interval", "1s")
-        .set("publish", "namespace", ns.as_str())
-        .set(
-            "publish",
-            "sinks",
-            toml::Value::Array(vec!["emf".into(), "cloudwatch".into()]),
-        )
-        .set("publish.cloudwatch", "endpoint_url", endpoint())
-        .set("publish.cloudwatch", "region", "us-east-1")
-        .set("evidence", "path", path(&evidence))
-        .merge("[state]\npoll_interval = \"500ms\"\n")
-        .set("stable_name_probe", "enabled", true)
-        .set("stable_name_probe", "interval", "1s")
-        .set("stable_name_probe", "end_to_end", true)
-        .nameserver(dns.addr())
-        .set("dns", "timeout", "300ms")
-        .kind("mysql")
-        .set("probe", "interval", format!("{INTERVAL_MS}ms"))
-        .set("probe", "timeout", "800ms")
-        .tls("verify_identity", Some(ca.ca_pem_path()))
-        .set("probe.mysql", "user", "readyprobe")
-        .set(
-            "probe.mysql",
-            "password",
-            secret_file(&dir.path().join("password")),
-        )
-        .branch("primary", "PRIMARY", &p_name, Some(primary.port()))
-        .branch("secondary", "SECONDARY", &s_name, Some(secondary.port()))
-        .write(&dir.path().join("drill.toml"));
+    let config = drill_config(
+        dir.path(),
+        &ns,
+        &stable,
+        dns.addr(),
+        ca.ca_pem_path(),
+        (&p_name, primary.port()),
+        (&s_name, secondary.port()),
+    );
     let alarm_p = put_alarm(&cw, &ns, "primary").await;
     let _alarm_s = put_alarm(&cw, &ns, "secondary").await;
     let cfg = readyprobe::config::load(&config).unwrap_or_else(|e| panic!("{e}"));
@@ -361,6 +338,52 @@ async fn a_recorded_drill_reports_each_phase_within_one_probe_interval() {
     check_report(&out, &seen);
 }
 
+/// The drill's config in `dir` (`drill.toml`): both sinks into namespace `ns`, the stable-name
+/// probe with its end-to-end attempt, and MySQL branches `primary` and `secondary` as
+/// `(endpoint, port)` verified against the CA at `ca`.
+fn drill_config(
+    dir: &Path,
+    ns: &str,
+    stable: &str,
+    nameserver: std::net::SocketAddr,
+    ca: &Path,
+    primary: (&str, u16),
+    secondary: (&str, u16),
+) -> std::path::PathBuf {
+    ConfigBuilder::new(dir, SERVICE, stable)
+        .clear("readiness")
+        .merge(POLICY)
+        .set("publish", "interval", "1s")
+        .set("publish", "namespace", ns)
+        .set(
+            "publish",
+            "sinks",
+            toml::Value::Array(vec!["emf".into(), "cloudwatch".into()]),
+        )
+        .set("publish.cloudwatch", "endpoint_url", endpoint())
+        .set("publish.cloudwatch", "region", "us-east-1")
+        .set("evidence", "path", path(&dir.join("evidence.jsonl")))
+        .merge("[state]\npoll_interval = \"500ms\"\n")
+        .set("stable_name_probe", "enabled", true)
+        .set("stable_name_probe", "interval", "1s")
+        .set("stable_name_probe", "end_to_end", true)
+        .nameserver(nameserver)
+        .set("dns", "timeout", "300ms")
+        .kind("mysql")
+        .set("probe", "interval", format!("{INTERVAL_MS}ms"))
+        .set("probe", "timeout", "800ms")
+        .tls("verify_identity", Some(ca))
+        .set("probe.mysql", "user", "readyprobe")
+        .set(
+            "probe.mysql",
+            "password",
+            secret_file(&dir.join("password")),
+        )
+        .branch("primary", "PRIMARY", primary.0, Some(primary.1))
+        .branch("secondary", "SECONDARY", secondary.0, Some(secondary.1))
+        .write(&dir.join("drill.toml"))
+}
+
 /// Instants (ms since the epoch) at which the test did or saw each thing.
 struct Seen {
     fault: i64,
@@ -403,21 +426,8 @@ fn drill_report(evidence: &Path, out: &Path) {
     }
 }
 
-/// Every phase within one probe interval of what the test saw.
-fn check_report(out: &Path, seen: &Seen) {
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
-    let svc = &report["services"][0];
-    let episodes = svc["episodes"].as_array().unwrap();
-    let over = episodes
-        .iter()
-        .find(|e| e["kind"] == "failover" && e["branch"] == "primary")
-        .unwrap_or_else(|| panic!("no failover episode: {svc:#}"));
-    let back = episodes
-        .iter()
-        .find(|e| e["kind"] == "failback" && e["branch"] == "primary")
-        .unwrap_or_else(|| panic!("no failback episode: {svc:#}"));
-
+/// Failover phases of the report's `over` episode against what the test saw.
+fn check_failover(over: &Value, seen: &Seen) {
     // Failover: the first attempt after the fault fails (it starts within an interval, and the
     // read-only check takes a few ms); detection as the test saw the transition; the alarm as the
     // test saw it; the stable name's answer and a client's reconnect within one stable-name round
@@ -460,7 +470,10 @@ fn check_report(out: &Path, seen: &Seen) {
         seen.flipped + INTERVAL_MS / 2,
         over,
     );
+}
 
+/// Failback phases of the report's `back` episode against what the test saw.
+fn check_failback(back: &Value, seen: &Seen) {
     // Failback: approval-gated, who approved, then the same chain back.
     near(
         "first successful attempt",
@@ -501,6 +514,25 @@ fn check_report(out: &Path, seen: &Seen) {
         seen.flipped_back + INTERVAL_MS / 2,
         back,
     );
+}
+
+/// Every phase within one probe interval of what the test saw.
+fn check_report(out: &Path, seen: &Seen) {
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let svc = &report["services"][0];
+    let episodes = svc["episodes"].as_array().unwrap();
+    let over = episodes
+        .iter()
+        .find(|e| e["kind"] == "failover" && e["branch"] == "primary")
+        .unwrap_or_else(|| panic!("no failover episode: {svc:#}"));
+    let back = episodes
+        .iter()
+        .find(|e| e["kind"] == "failback" && e["branch"] == "primary")
+        .unwrap_or_else(|| panic!("no failback episode: {svc:#}"));
+
+    check_failover(over, seen);
+    check_failback(back, seen);
 
     // The pictures' inputs: both alarm lanes, the stable-name lane, both markers.
     assert_eq!(svc["alarms"].as_array().map(Vec::len), Some(2), "{svc:#}");

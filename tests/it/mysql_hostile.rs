@@ -246,14 +246,14 @@ fn login_cases() -> Vec<Case> {
 
 /// Scripts that log in, then bend the answers to the write and the read-back.
 fn answer_cases(pw: String) -> Vec<Case> {
-    let (write, verify) = (|c| Some((Step::Write, c)), |c| Some((Step::Verify, c)));
-    let with = |f: fn(&mut Vec<Option<&[u8]>>)| {
-        answer_read_back(move |m, s| {
-            let mut r = canary(m, s, b"h");
-            f(&mut r);
-            result(&[r])
-        })
-    };
+    let mut cases = write_answer_cases(pw);
+    cases.extend(read_back_answer_cases());
+    cases
+}
+
+/// Scripts that log in, then bend the answer to the canary write.
+fn write_answer_cases(pw: String) -> Vec<Case> {
+    let write = |c| Some((Step::Write, c));
     vec![
         (
             "the INSERT answered with a result set",
@@ -282,6 +282,20 @@ fn answer_cases(pw: String) -> Vec<Case> {
             script(|mut p| async move { p.login().await }),
             write(C::ServerGoneAway),
         ),
+    ]
+}
+
+/// Scripts that answer the write, then bend the result set of the read-back.
+fn read_back_answer_cases() -> Vec<Case> {
+    let verify = |c| Some((Step::Verify, c));
+    let with = |f: fn(&mut Vec<Option<&[u8]>>)| {
+        answer_read_back(move |m, s| {
+            let mut r = canary(m, s, b"h");
+            f(&mut r);
+            result(&[r])
+        })
+    };
+    vec![
         (
             "0 columns",
             answer_read_back(|_, _| vec![vec![0]]),

@@ -168,6 +168,35 @@ async fn a_writer_that_reports_read_only_fails_verify_even_when_the_write_went_t
     assert_eq!(a.outcome, Outcome::Success, "{a:?}");
 }
 
+/// A trigger between write and read rewrites the canary row: the read-back is a
+/// `verify_mismatch` that keeps the server that answered (the triggers are dropped after).
+async fn rewritten_row_is_a_verify_mismatch(p: &Pipeline, base: String) {
+    for (name, event) in [("canary_mangle_i", "INSERT"), ("canary_mangle_u", "UPDATE")] {
+        p.primary
+            .root_exec(&format!(
+                "CREATE TRIGGER readyprobe.{name} BEFORE {event} ON readyprobe.canary \
+                 FOR EACH ROW SET NEW.marker = REPEAT('0', 32)"
+            ))
+            .await;
+    }
+    let a = attempt(p, base, "primary").await;
+    assert_eq!(
+        failure(&a),
+        (Step::Verify, FailureClass::VerifyMismatch),
+        "{a:?}"
+    );
+    assert!(
+        a.server.as_ref().is_some_and(|s| !s.hostname.is_empty()),
+        "the server that answered the read-back is kept: {a:?}"
+    );
+    p.primary
+        .root_exec("DROP TRIGGER readyprobe.canary_mangle_i")
+        .await;
+    p.primary
+        .root_exec("DROP TRIGGER readyprobe.canary_mangle_u")
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_classes_from_real_peers() {
     let Some(mut p) = Pipeline::start_or_skip().await else {
@@ -245,30 +274,7 @@ async fn failure_classes_from_real_peers() {
     p.primary.set_read_only(false).await;
 
     // verify: something between write and read rewrites the row (a trigger here).
-    for (name, event) in [("canary_mangle_i", "INSERT"), ("canary_mangle_u", "UPDATE")] {
-        p.primary
-            .root_exec(&format!(
-                "CREATE TRIGGER readyprobe.{name} BEFORE {event} ON readyprobe.canary \
-                 FOR EACH ROW SET NEW.marker = REPEAT('0', 32)"
-            ))
-            .await;
-    }
-    let a = attempt(&p, base.clone(), "primary").await;
-    assert_eq!(
-        failure(&a),
-        (Step::Verify, FailureClass::VerifyMismatch),
-        "{a:?}"
-    );
-    assert!(
-        a.server.as_ref().is_some_and(|s| !s.hostname.is_empty()),
-        "the server that answered the read-back is kept: {a:?}"
-    );
-    p.primary
-        .root_exec("DROP TRIGGER readyprobe.canary_mangle_i")
-        .await;
-    p.primary
-        .root_exec("DROP TRIGGER readyprobe.canary_mangle_u")
-        .await;
+    rewritten_row_is_a_verify_mismatch(&p, base.clone()).await;
 
     // a hung server: the greeting never comes; the attempt deadline cuts it.
     p.secondary.freeze();

@@ -125,21 +125,17 @@ async fn the_fake_decodes_exactly_and_refuses_what_cloudwatch_refuses() {
     assert_eq!(fake.seen().len(), 2);
 }
 
-/// The fake refuses each request CloudWatch documents as invalid (sent by a raw SDK client,
-/// which does not check), and accepts the same request made valid.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_fake_enforces_the_documented_limits() {
+/// `(name, request, accepted)`: each limit CloudWatch documents for PutMetricData, broken and
+/// just met, at `now` (ms since the epoch).
+fn documented_limit_cases(
+    now: i64,
+) -> Vec<(
+    &'static str,
+    Vec<aws_sdk_cloudwatch::types::MetricDatum>,
+    bool,
+)> {
     use aws_sdk_cloudwatch::types::{Dimension, MetricDatum};
     use aws_smithy_types::DateTime;
-    let fake = FakeCloudWatch::start().await;
-    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new("us-east-1"))
-        .endpoint_url(&fake.url)
-        .retry_config(aws_config::retry::RetryConfig::disabled())
-        .load()
-        .await;
-    let client = aws_sdk_cloudwatch::Client::new(&config);
-    let now = now_ms();
     let dim = |k: &str, v: &str| Dimension::builder().name(k).value(v).build();
     let m = |value: f64, ts: i64, dims: Vec<Dimension>| {
         MetricDatum::builder()
@@ -150,7 +146,7 @@ async fn the_fake_enforces_the_documented_limits() {
             .build()
     };
     let ok = || m(1.0, now, vec![dim("Service", "orders-db")]);
-    let cases: Vec<(&str, Vec<MetricDatum>, bool)> = vec![
+    vec![
         ("valid", vec![ok()], true),
         ("NaN", vec![m(f64::NAN, now, vec![])], false),
         ("infinite", vec![m(f64::INFINITY, now, vec![])], false),
@@ -210,7 +206,22 @@ async fn the_fake_enforces_the_documented_limits() {
         ),
         ("1001 datums", (0..1001).map(|_| ok()).collect(), false),
         ("1000 datums", (0..1000).map(|_| ok()).collect(), true),
-    ];
+    ]
+}
+
+/// The fake refuses each request CloudWatch documents as invalid (sent by a raw SDK client,
+/// which does not check), and accepts the same request made valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_enforces_the_documented_limits() {
+    let fake = FakeCloudWatch::start().await;
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(&fake.url)
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .load()
+        .await;
+    let client = aws_sdk_cloudwatch::Client::new(&config);
+    let cases = documented_limit_cases(now_ms());
     for (name, data, accepted) in cases {
         let r = client
             .put_metric_data()

@@ -378,6 +378,23 @@ async fn a_corrupt_control_document_stops_only_its_service() {
     assert!(unavailable.iter().all(|v| v["Service"] == "beta"));
 }
 
+/// Polls `emf` (up to [`DEADLINE`]) for a `ServiceUnavailable` datum of `service`.
+async fn wait_service_unavailable_datum(emf: &readyprobe::sink::emf::EmfBuffer, service: &str) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let quoted = format!("\"{service}\"");
+    while !emf
+        .lines()
+        .iter()
+        .any(|l| l.contains("\"ServiceUnavailable\"") && l.contains(&quoted))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ServiceUnavailable datum for {service}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// In process, configs handed to `run_with_reloads` as the SIGHUP handler does: a changed
 /// service whose new CA bundle is missing refuses the reload (the service runs on as it was);
 /// an added one with a missing CA bundle is reported unavailable and the reload applies.
@@ -457,18 +474,7 @@ async fn unavailable_inputs_refuse_a_changed_service_and_report_an_added_one() {
     );
     assert_eq!(of(&ev, "service_unavailable", "beta", None).len(), 1);
     // Its ServiceUnavailable datum comes with the next tick.
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !emf
-        .lines()
-        .iter()
-        .any(|l| l.contains("\"ServiceUnavailable\"") && l.contains("\"beta\""))
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no ServiceUnavailable datum for beta"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_service_unavailable_datum(&emf, "beta").await;
 
     // alpha removed and beta still unavailable: no service would be probed (at start, this
     // config exits 78), so the reload is refused and alpha runs on.
@@ -601,6 +607,24 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
+/// Polls the run's log at `log_path` (up to 5 s) until a second reload is being prepared: the
+/// config that waited behind the first has been taken.
+async fn wait_second_reload_prepared(log_path: &Path) {
+    let preparing = || {
+        let log = std::fs::read_to_string(log_path).unwrap();
+        log.matches("reload: preparing services beside the run")
+            .count()
+    };
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    while preparing() < 2 {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the waiting config was not taken"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A reload adds two services whose control documents the S3 store never serves (the
 /// `s3` store gives up after 10 s): meanwhile the running service goes on being probed and
 /// published at its pace; a second SIGHUP waits for the reload in flight and is taken after
@@ -684,19 +708,7 @@ async fn a_reload_waiting_on_a_dead_store_stalls_nothing_else() {
         "{reload}"
     );
     let log_path = stdout.with_extension("log");
-    let preparing = || {
-        let log = std::fs::read_to_string(&log_path).unwrap();
-        log.matches("reload: preparing services beside the run")
-            .count()
-    };
-    let end = tokio::time::Instant::now() + Duration::from_secs(5);
-    while preparing() < 2 {
-        assert!(
-            tokio::time::Instant::now() < end,
-            "the waiting config was not taken"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_second_reload_prepared(&log_path).await;
     let term = tokio::time::Instant::now();
     signal(&child, libc::SIGTERM);
     let status = tokio::time::timeout(Duration::from_secs(5), child.wait())

@@ -547,6 +547,24 @@ fn datums_after(emf: &EmfBuffer, metric: &str, service: &str, after_ms: i64) -> 
         .count()
 }
 
+/// After the reload that added beta and turned end-to-end on: at least three rounds of each
+/// service in `after` (the evidence from that reload on) carry a successful end-to-end attempt.
+fn assert_both_loops_run_end_to_end(after: &[Value]) {
+    let beta_rounds = records(after, "stable_name", "beta");
+    assert!(
+        beta_rounds.len() >= 3,
+        "beta: {} rounds after the reload",
+        beta_rounds.len()
+    );
+    let with_e2e = |rs: &[&Value]| {
+        rs.iter()
+            .filter(|r| r["end_to_end"]["result"] == "success")
+            .count()
+    };
+    assert!(with_e2e(&beta_rounds) >= 3, "{beta_rounds:?}");
+    assert!(with_e2e(&records(after, "stable_name", "alpha")) >= 3);
+}
+
 /// Reloads manage stable-name loops as they do branch loops: an added service gets one, a
 /// changed `[stable_name_probe]` (end-to-end turned on) restarts an unchanged service's, a
 /// removed service's stops, and turning the probe off stops its rounds and its datums while
@@ -605,19 +623,7 @@ async fn reloads_start_restart_and_stop_stable_name_loops() {
     })
     .await;
     let after = &ev[reload_at(&ev, 0).unwrap()..];
-    let beta_rounds = records(after, "stable_name", "beta");
-    assert!(
-        beta_rounds.len() >= 3,
-        "beta: {} rounds after the reload",
-        beta_rounds.len()
-    );
-    let with_e2e = |rs: &[&Value]| {
-        rs.iter()
-            .filter(|r| r["end_to_end"]["result"] == "success")
-            .count()
-    };
-    assert!(with_e2e(&beta_rounds) >= 3, "{beta_rounds:?}");
-    assert!(with_e2e(&records(after, "stable_name", "alpha")) >= 3);
+    assert_both_loops_run_end_to_end(after);
     assert!(la.accepted() >= 3 && lb.accepted() >= 3);
 
     // Remove alpha: its loop stops.

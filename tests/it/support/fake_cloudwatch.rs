@@ -236,6 +236,33 @@ fn access_key(req: &Request<Incoming>) -> Option<String> {
     cred.split('/').next().map(str::to_string)
 }
 
+/// The answer an injected fault gives instead of CloudWatch's; `None` for none at all (the
+/// request hangs, or its connection is reset).
+fn fault_answer(fault: Fault) -> Option<Response<Body>> {
+    match fault {
+        Fault::Hang | Fault::Reset => None,
+        Fault::Rejected(message) => Some(invalid(message)),
+        Fault::Throttle => Some(cbor_error(
+            400,
+            "com.amazon.coral.availability#ThrottlingException",
+            "Throttling",
+            "Rate exceeded",
+        )),
+        Fault::TooManyRequests => Some(response(
+            429,
+            &[("content-type", "text/plain")],
+            b"Too Many Requests".to_vec(),
+        )),
+        Fault::Status(code) => Some(response(
+            code,
+            &[("content-type", "text/html")],
+            format!("<html><body><h1>{code}</h1>\n<p>upstream failed</p></body></html>")
+                .into_bytes(),
+        )),
+        Fault::Bodiless408 => Some(response(408, &[], Vec::new())),
+    }
+}
+
 async fn handle(req: Request<Incoming>, st: &Arc<Mutex<State>>, reset: &Notify) -> Response<Body> {
     use http_body_util::BodyExt;
     let at = now_ms();
@@ -290,26 +317,7 @@ async fn handle(req: Request<Incoming>, st: &Arc<Mutex<State>>, reset: &Notify) 
         seen.datums = datums.clone();
     }
     let answer = match fault {
-        Some(Fault::Hang | Fault::Reset) => None,
-        Some(Fault::Rejected(message)) => Some(invalid(message)),
-        Some(Fault::Throttle) => Some(cbor_error(
-            400,
-            "com.amazon.coral.availability#ThrottlingException",
-            "Throttling",
-            "Rate exceeded",
-        )),
-        Some(Fault::TooManyRequests) => Some(response(
-            429,
-            &[("content-type", "text/plain")],
-            b"Too Many Requests".to_vec(),
-        )),
-        Some(Fault::Status(code)) => Some(response(
-            code,
-            &[("content-type", "text/html")],
-            format!("<html><body><h1>{code}</h1>\n<p>upstream failed</p></body></html>")
-                .into_bytes(),
-        )),
-        Some(Fault::Bodiless408) => Some(response(408, &[], Vec::new())),
+        Some(f) => fault_answer(f),
         None => Some(
             match (
                 headers_ok,
