@@ -534,6 +534,10 @@ impl StoreSyncFailureClass {
 pub struct StateSyncFailed {
     /// What failed.
     pub error: String,
+    /// Its class, as in the `StoreSyncFailures` datum; absent in evidence written before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<StoreSyncFailureClass>,
     /// When the sync started, ms since the epoch; `None` for the final sync cut off at shutdown.
     pub started_at: Option<Millis>,
 }

@@ -179,6 +179,7 @@ impl Fold {
             now,
             Record::StateSyncFailed(StateSyncFailed {
                 error,
+                class: Some(class),
                 started_at: started,
             }),
         );

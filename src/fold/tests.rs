@@ -794,7 +794,8 @@ fn an_abandoned_attempt_is_counted_not_folded() {
         },
         100,
     );
-    assert_eq!(of_kind(&e, "state_sync_failed")[0]["started_at"], 50);
+    let r = &of_kind(&e, "state_sync_failed")[0];
+    assert_eq!((&r["started_at"], &r["class"]), (&50.into(), &"io".into()));
     let (s, _) = f.finish(200, "SIGINT", 0);
     assert_eq!((s.abandoned, s.state_sync_failures), (1, 1));
     assert!(s.attempts.is_empty());
