@@ -53,7 +53,7 @@ pub const SERVICE: &str = "Service";
 pub const BRANCH: &str = "Branch";
 /// Dimension of the step of `StepDuration`.
 pub const STEP: &str = "Step";
-/// Dimension of the failure class of `PublishFailures`.
+/// Dimension of the failure class of `PublishFailures` and `StoreSyncFailures`.
 pub const CLASS: &str = "Class";
 
 const SB: &[&str] = &[SERVICE, BRANCH];
@@ -119,6 +119,13 @@ pub const PUBLISH_FAILURES: Metric = Metric {
     unit: Unit::Count,
     dimensions: &[SERVICE, CLASS],
 };
+/// Failed syncs with the state store per class since the previous tick: approvals, overrides
+/// and snapshots have stopped flowing while it counts.
+pub const STORE_SYNC_FAILURES: Metric = Metric {
+    name: "StoreSyncFailures",
+    unit: Unit::Count,
+    dimensions: &[SERVICE, CLASS],
+};
 /// Which branch the stable name's answer selects (`[stable_name_probe]` only): 1 PRIMARY,
 /// 2 SECONDARY, 0 neither; from the latest round, every tick. No alarm reads it.
 pub const SELECTED_BRANCH: Metric = Metric {
@@ -147,6 +154,7 @@ pub const METRICS: &[Metric] = &[
     BOTH_BRANCHES_UNREADY,
     PUBLISH_FAILURES,
     SERVICE_UNAVAILABLE,
+    STORE_SYNC_FAILURES,
     SELECTED_BRANCH,
     STABLE_NAME_SUCCESS,
 ];

@@ -612,6 +612,17 @@ pub fn sync_prober(
     decided
 }
 
+/// The overrides a sync at `now` drops from `doc` unapplied because they were set in the future
+/// ([`Override::ahead`]; [`ControlDoc::prune`] drops them), by branch (pure; call it in the same
+/// change, before [`sync_prober`]), so that the prober says which it dropped.
+pub fn dropped_ahead(doc: &ControlDoc, now: Millis) -> Vec<(String, Override)> {
+    doc.overrides
+        .iter()
+        .filter(|(_, o)| o.ahead(now))
+        .map(|(b, o)| (b.clone(), o.clone()))
+        .collect()
+}
+
 /// The drill markers prober `me` records now (pure; call it in the same change as
 /// [`sync_prober`]): each marker it has not taken yet, unless given more than [`MARKER_NEWS_MS`]
 /// before `now`, marked taken by `me` in the document. `recorded` holds the marker ids the caller

@@ -4,8 +4,9 @@
 
 use crate::contract::{self, Metric};
 use crate::readiness::{Millis, fails_open};
-use crate::record::{PublishFailureClass, PublishOutcome};
+use crate::record::{PublishFailureClass, PublishOutcome, StoreSyncFailureClass};
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 pub use crate::contract::Unit;
 
@@ -183,6 +184,23 @@ pub fn publish_failure_datums(
                 v,
                 now,
             )
+        })
+        .collect()
+}
+
+/// The `StoreSyncFailures` datums of a service: failed store syncs per class since the previous
+/// tick (pure).
+pub fn store_sync_failure_datums(
+    service: &str,
+    counts: &BTreeMap<StoreSyncFailureClass, u64>,
+    now: Millis,
+) -> Vec<Datum> {
+    counts
+        .iter()
+        .map(|(class, n)| {
+            let v = Value::Single(*n as f64);
+            let dims = [service, class.as_str()];
+            datum(&contract::STORE_SYNC_FAILURES, &dims, v, now)
         })
         .collect()
 }

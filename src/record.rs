@@ -474,6 +474,10 @@ pub enum OverrideAction {
     Cleared,
     /// Its expiry passed.
     Expired,
+    /// A prober's sync dropped it from the document, never applied: it was set more than the
+    /// tolerated clock skew after the prober's clock ([`Override::ahead`]), so by a host whose
+    /// clock runs ahead.
+    DroppedAhead,
 }
 
 /// `override`: an override started, changed, was cleared or expired.
@@ -488,11 +492,52 @@ pub struct OverrideRecord {
     pub override_: Option<Override>,
 }
 
+/// Why a sync with the state store failed: the `Class` dimension of `StoreSyncFailures`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum StoreSyncFailureClass {
+    /// The document is not a valid control document (bad JSON, another version or service).
+    Corrupt,
+    /// The store could not be read or written (file system, S3 request, lock).
+    Io,
+    /// No answer within the sync's bound.
+    Timeout,
+    /// The write was refused: even pruned, the document is over what readers accept.
+    TooLarge,
+    /// Too many conflicting writers in a row (`s3` store).
+    Contended,
+}
+
+impl StoreSyncFailureClass {
+    /// The snake_case name, as in the `Class` dimension.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 /// `state_sync_failed`: a read-modify-write of the control document failed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StateSyncFailed {
     /// What failed.
     pub error: String,
+    /// Its class, as in the `StoreSyncFailures` datum; absent in evidence written before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<StoreSyncFailureClass>,
     /// When the sync started, ms since the epoch; `None` for the final sync cut off at shutdown.
     pub started_at: Option<Millis>,
 }

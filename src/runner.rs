@@ -365,6 +365,7 @@ async fn final_round(shell: &mut Shell, w: &mut Wiring, syncs: &mut Syncs, deadl
         shell.feed(Input::SyncFailed {
             service,
             error: "the final sync did not finish within the grace period".into(),
+            class: crate::record::StoreSyncFailureClass::Timeout,
             started: None,
         });
     }

@@ -323,7 +323,7 @@ pub fn section(e: &Estimate) -> String {
         "  each further prober (the prober stack runs one per subnet) adds {} (its requests and log bytes; series, alarms and health checks are shared)",
         usd(e.per_extra_prober_usd())
     ));
-    lines.push("  not counted: series published only while something fails (ServiceUnavailable, PublishFailures), transition datums, the prober's own logs, log storage, the tasks, the state store".into());
+    lines.push("  not counted: series published only while something fails (ServiceUnavailable, PublishFailures, StoreSyncFailures), transition datums, the prober's own logs, log storage, the tasks, the state store".into());
     lines.join("\n")
 }
 

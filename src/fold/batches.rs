@@ -4,7 +4,7 @@
 use super::*;
 use crate::datum::{
     BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, selected_branch_datum,
-    service_unavailable_datum, stable_name_success_datum, tick_datums,
+    service_unavailable_datum, stable_name_success_datum, store_sync_failure_datums, tick_datums,
 };
 use crate::readiness::{Millis, fails_open};
 use crate::record::{BothBranchesUnready, Publish, PublishOutcome, PublishReason, Record};
@@ -114,13 +114,16 @@ impl Fold {
             self.set_unready_logged(svc, false);
         }
         let mut datums = tick_datums(&name, &ticks, now);
-        if let Some(s) = self.services.get(&svc) {
+        if let Some(s) = self.services.get_mut(&svc) {
             if let Some(v) = s.selected_branch {
                 datums.push(selected_branch_datum(&name, v, now));
             }
             if let Some(v) = s.stable_name_success {
                 datums.push(stable_name_success_datum(&name, v, now));
             }
+            // For every sink, unlike `PublishFailures`: a store failure does not depend on one.
+            let failed = std::mem::take(&mut s.sync_failures);
+            datums.extend(store_sync_failure_datums(&name, &failed, now));
         }
         datums
     }

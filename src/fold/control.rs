@@ -7,7 +7,7 @@ use crate::datum::transition_datum;
 use crate::readiness::Millis;
 use crate::record::{
     ApprovalNotApplied, ApprovalRecord, MarkerRecord, OverrideAction, OverrideRecord,
-    PublishReason, Record, StateSyncFailed,
+    PublishReason, Record, StateSyncFailed, StoreSyncFailureClass,
 };
 
 impl Fold {
@@ -152,10 +152,14 @@ impl Fold {
         &mut self,
         svc: usize,
         error: String,
+        class: StoreSyncFailureClass,
         started: Option<Millis>,
         now: Millis,
     ) {
         self.summary.state_sync_failures += 1;
+        if let Some(s) = self.services.get_mut(&svc) {
+            *s.sync_failures.entry(class).or_default() += 1;
+        }
         let message = match started {
             Some(_) => {
                 "cannot sync with the state store; probing goes on, retrying at the next poll"
@@ -175,6 +179,7 @@ impl Fold {
             now,
             Record::StateSyncFailed(StateSyncFailed {
                 error,
+                class: Some(class),
                 started_at: started,
             }),
         );
@@ -267,6 +272,34 @@ impl Fold {
                 let ns = self.namespace(svc);
                 self.publish(vec![d], PublishReason::Override, ns);
             }
+        }
+    }
+
+    /// Overrides a sync dropped unapplied because they were set in the future: each said at
+    /// WARN and recorded (`override`, action `dropped_ahead`).
+    pub(super) fn dropped_ahead(
+        &mut self,
+        svc: ServiceId,
+        dropped: Vec<(String, Override)>,
+        now: Millis,
+    ) {
+        let service = self.svc_name(svc).to_string();
+        for (branch, o) in dropped {
+            self.effects.push(log(
+                Level::Warn,
+                format!(
+                    "override dropped unapplied: set at {}, more than {} ahead of this prober's clock (a host whose clock runs ahead?); set it again from a host with a correct clock",
+                    crate::clock::rfc3339(o.at),
+                    crate::clock::fmt_duration_ms(crate::control::MAX_CLOCK_SKEW_MS)
+                ),
+                Fields {
+                    force: Some(o.force.as_str().into()),
+                    by: Some(o.by.clone()),
+                    reason: Some(o.reason.clone()),
+                    ..branch_fields(&service, &branch)
+                },
+            ));
+            self.override_record(svc, now, &branch, OverrideAction::DroppedAhead, Some(o));
         }
     }
 

@@ -13,7 +13,7 @@ use crate::probe::{Attempt, Outcome};
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Suspect};
 use crate::record::{
     AbandonCause, AttemptAbandoned, DuplicateProber, PublishFailureClass, PublishReason, Record,
-    Reload, Restored, ServiceUnavailable, StableNameRecord, Start,
+    Reload, Restored, ServiceUnavailable, StableNameRecord, Start, StoreSyncFailureClass,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -97,6 +97,9 @@ pub enum Input {
         decided: Vec<(Approval, Decision)>,
         /// Drill markers to record, oldest first (from [`crate::control::take_markers`]).
         markers: Vec<Marker>,
+        /// Overrides this sync dropped from the document unapplied, by branch, because they were
+        /// set in the future (from [`crate::control::dropped_ahead`]): each logged and recorded.
+        dropped: Vec<(String, Override)>,
     },
     /// A sync with the store failed; probing and publishing go on.
     SyncFailed {
@@ -104,6 +107,8 @@ pub enum Input {
         service: usize,
         /// The store's error, in a sentence.
         error: String,
+        /// Its class: the `Class` of the `StoreSyncFailures` datum at the next tick.
+        class: StoreSyncFailureClass,
         /// When the sync started, ms since the epoch; `None` for the final sync, cut off by the
         /// end of the grace period.
         started: Option<Millis>,
@@ -406,6 +411,8 @@ struct Svc {
     /// The `StableNameSuccess` value of the latest stable-name round: `None` before the first
     /// and when that round made no end-to-end attempt.
     stable_name_success: Option<f64>,
+    /// Failed store syncs per class since the last tick, for the `StoreSyncFailures` datums.
+    sync_failures: BTreeMap<StoreSyncFailureClass, u64>,
 }
 
 /// Every branch of every service, and the run's counters.
@@ -569,15 +576,18 @@ impl Fold {
                 doc,
                 decided,
                 markers,
+                dropped,
             } => {
                 self.record_markers(service, &doc, markers, now);
-                self.sync_done(service, &doc, decided, now)
+                self.sync_done(service, &doc, decided, now);
+                self.dropped_ahead(service, dropped, now);
             }
             Input::SyncFailed {
                 service,
                 error,
+                class,
                 started,
-            } => self.sync_failed(service, error, started, now),
+            } => self.sync_failed(service, error, class, started, now),
             Input::SinkRefused { sink, batch, why } => self.refused(sink, batch, why, now),
             Input::SinkReport(r) => self.on_report(r, now),
             Input::AddService(n) => self.add_service(&n, now),

@@ -98,6 +98,7 @@ impl Fold {
                 both_unready_logged: false,
                 selected_branch: None,
                 stable_name_success: None,
+                sync_failures: BTreeMap::new(),
             },
         );
         for (b, snap) in mine.map(|p| &p.branches).into_iter().flatten() {

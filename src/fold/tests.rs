@@ -154,6 +154,7 @@ fn approval(id: &str, at: Millis, expires_at: Millis) -> Approval {
 fn sync(f: &mut Fold, doc: &mut ControlDoc, now: Millis) -> Vec<Effect> {
     let req = f.sync_request(0);
     let mut copy = req.readiness.clone();
+    let dropped = control::dropped_ahead(doc, now);
     let decided = control::sync_prober(doc, "p1", &mut copy, &req.recorded, now);
     let markers = control::take_markers(doc, "p1", &req.markers, now);
     f.handle(
@@ -162,6 +163,7 @@ fn sync(f: &mut Fold, doc: &mut ControlDoc, now: Millis) -> Vec<Effect> {
             doc: doc.clone(),
             decided,
             markers,
+            dropped,
         },
         now,
     )
@@ -209,6 +211,7 @@ fn a_drill_marker_is_recorded_once() {
             doc: doc.clone(),
             decided: Vec::new(),
             markers: vec![doc.markers[0].clone()],
+            dropped: Vec::new(),
         },
         3000,
     );
@@ -786,11 +789,13 @@ fn an_abandoned_attempt_is_counted_not_folded() {
         Input::SyncFailed {
             service: 0,
             error: "disk on fire".into(),
+            class: StoreSyncFailureClass::Io,
             started: Some(50),
         },
         100,
     );
-    assert_eq!(of_kind(&e, "state_sync_failed")[0]["started_at"], 50);
+    let r = &of_kind(&e, "state_sync_failed")[0];
+    assert_eq!((&r["started_at"], &r["class"]), (&50.into(), &"io".into()));
     let (s, _) = f.finish(200, "SIGINT", 0);
     assert_eq!((s.abandoned, s.state_sync_failures), (1, 1));
     assert!(s.attempts.is_empty());
@@ -1285,6 +1290,7 @@ fn branches_stay_with_their_service_across_add_remove_and_change() {
             doc,
             decided: Vec::new(),
             markers: Vec::new(),
+            dropped: Vec::new(),
         },
         3100,
     );
@@ -1778,4 +1784,87 @@ fn wake_cost_at_ten_thousand_branches() {
         "1,000 inputs, each followed by next_wakeup: {:?}",
         t0.elapsed()
     );
+}
+
+/// A failed store sync while running: `StoreSyncFailures` per class at the next tick, in the
+/// tick's batch for every sink (a store failure does not depend on a sink), counted once; no
+/// datum while none failed.
+#[test]
+fn failed_store_syncs_are_counted_per_class_at_the_next_tick() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    type Seen = (Vec<(&'static str, String)>, Value, Vec<&'static str>);
+    let failures = |e: &[Effect]| -> Vec<Seen> {
+        batches(e)
+            .iter()
+            .flat_map(|b| {
+                b.datums
+                    .iter()
+                    .filter(|d| d.metric == "StoreSyncFailures")
+                    .map(|d| (d.dimensions.clone(), d.value.clone(), b.sinks.clone()))
+            })
+            .collect()
+    };
+    assert!(failures(&f.handle(Input::Tick { last: false }, 1000)).is_empty());
+    let failed = |class| Input::SyncFailed {
+        service: 0,
+        error: "state store x holds a corrupt document".into(),
+        class,
+        started: Some(1100),
+    };
+    f.handle(failed(StoreSyncFailureClass::Corrupt), 1200);
+    f.handle(failed(StoreSyncFailureClass::Corrupt), 1300);
+    f.handle(failed(StoreSyncFailureClass::Timeout), 1400);
+    let dims = |class: &str| {
+        vec![
+            ("Service", "orders-db".to_string()),
+            ("Class", class.to_string()),
+        ]
+    };
+    assert_eq!(
+        failures(&f.handle(Input::Tick { last: false }, 2000)),
+        [
+            (dims("corrupt"), Value::Single(2.0), SINKS.to_vec()),
+            (dims("timeout"), Value::Single(1.0), SINKS.to_vec()),
+        ]
+    );
+    assert!(failures(&f.handle(Input::Tick { last: false }, 3000)).is_empty());
+}
+
+/// An override set in the future beyond the tolerated skew is dropped by the sync, never
+/// applied: said once at WARN and recorded once (`override`, `dropped_ahead`), not at the next
+/// sync, which no longer finds it.
+#[test]
+fn an_override_dropped_as_set_in_the_future_is_logged_and_recorded_once() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let mut doc = ControlDoc::new("orders-db");
+    let now = 10_000;
+    let at = now + control::MAX_CLOCK_SKEW_MS + 1;
+    doc.overrides.insert(
+        "primary".into(),
+        Override {
+            force: Forced::Ready,
+            by: "op".into(),
+            reason: "maintenance".into(),
+            at,
+            expires_at: at + 60_000,
+        },
+    );
+    let e = sync(&mut f, &mut doc, now);
+    assert!(doc.overrides.is_empty(), "the sync drops it");
+    let r = of_kind(&e, "override");
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(
+        (&r[0]["branch"], &r[0]["action"], &r[0]["override"]["at"]),
+        (&"primary".into(), &"dropped_ahead".into(), &at.into())
+    );
+    let warn: Vec<_> = logs(&e)
+        .into_iter()
+        .filter(|l| l.level == Level::Warn && l.message.contains("override dropped"))
+        .collect();
+    assert_eq!(warn.len(), 1, "{:?}", logs(&e));
+    assert_eq!(warn[0].fields.branch.as_deref(), Some("primary"));
+    assert_eq!(warn[0].fields.by.as_deref(), Some("op"));
+    assert!(batches(&e).is_empty(), "never in force: nothing to publish");
+    let e = sync(&mut f, &mut doc, now + 1000);
+    assert!(of_kind(&e, "override").is_empty());
 }

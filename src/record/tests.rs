@@ -282,6 +282,7 @@ fn override_cleared() -> Record {
 fn state_sync_failed() -> Record {
     Record::StateSyncFailed(StateSyncFailed {
         error: "state store /var/lib/readyprobe/orders-db.json: permission denied".into(),
+        class: Some(StoreSyncFailureClass::Io),
         started_at: Some(AT - 5000),
     })
 }
@@ -685,6 +686,17 @@ fn golden_override() {
             r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"override","branch":"primary","action":"expired","override":{"force":"unready","by":"alice","reason":"maintenance","at":1767322985678,"expires_at":1767326645678}}"#
         ]],
     );
+    let dropped = Record::Override(OverrideRecord {
+        branch: "primary".into(),
+        action: OverrideAction::DroppedAhead,
+        override_: Some(an_override()),
+    });
+    check(
+        dropped,
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"override","branch":"primary","action":"dropped_ahead","override":{"force":"unready","by":"alice","reason":"maintenance","at":1767322985678,"expires_at":1767326645678}}"#
+        ]],
+    );
 }
 
 #[test]
@@ -692,17 +704,18 @@ fn golden_state_sync_failed() {
     check(
         state_sync_failed(),
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"state_sync_failed","error":"state store /var/lib/readyprobe/orders-db.json: permission denied","started_at":1767323040678}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"state_sync_failed","error":"state store /var/lib/readyprobe/orders-db.json: permission denied","class":"io","started_at":1767323040678}"#
         ]],
     );
     let final_sync = Record::StateSyncFailed(StateSyncFailed {
         error: "the final sync did not finish within the grace period".into(),
+        class: Some(StoreSyncFailureClass::Timeout),
         started_at: None,
     });
     check(
         final_sync,
         expect![[
-            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"state_sync_failed","error":"the final sync did not finish within the grace period","started_at":null}"#
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"state_sync_failed","error":"the final sync did not finish within the grace period","class":"timeout","started_at":null}"#
         ]],
     );
 }
@@ -767,6 +780,7 @@ fn printed_names_are_the_serialised_ones() {
     check_all::<PublishReason>();
     check_all::<PublishFailureClass>();
     check_all::<OverrideAction>();
+    check_all::<StoreSyncFailureClass>();
 }
 
 #[tokio::test]

@@ -717,6 +717,11 @@ fn override_change(
 ) {
     let base = t.state.and_then(ReadinessState::published_value);
     match (action, label) {
+        // Never in force: nothing published changes.
+        (OverrideAction::DroppedAhead, _) => t.events.push(Event {
+            at,
+            label: "override dropped unapplied: set ahead of the prober's clock".into(),
+        }),
         (OverrideAction::Set, Some((text, v))) => {
             t.forced = Some(*v);
             t.overrides.push((at, Some(text.clone())));

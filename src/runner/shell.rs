@@ -3,10 +3,12 @@
 //! results go back in.
 
 use crate::clock::Clock;
-use crate::control::{self, Approval, ControlDoc, Decision, InstanceWatch, Marker, OtherInstance};
+use crate::control::{
+    self, Approval, ControlDoc, Decision, InstanceWatch, Marker, OtherInstance, Override,
+};
 use crate::fold::{Batch, Effect, Fold, Input, Level, Log, ServiceId};
 use crate::readiness::{Millis, Suspect};
-use crate::record::DuplicateProber;
+use crate::record::{DuplicateProber, StoreSyncFailureClass};
 use crate::scheduler::BranchEvent;
 use crate::sink::evidence::EvidenceWriter;
 use crate::sink::{Queued, SinkQueue};
@@ -26,11 +28,19 @@ pub(super) struct SyncOutcome {
     location: String,
     started: Millis,
     result: Result<(ControlDoc, SyncOut), StateError>,
+    /// The class of a failure the error alone does not tell (the sync's bound ran out, the
+    /// task ended); `None`: the error's own ([`sync_failure_class`]).
+    class: Option<StoreSyncFailureClass>,
     found: Option<OtherInstance>,
 }
 
-/// What the sync closure hands back out: its decisions and the drill markers it took.
-type SyncOut = (Vec<(Approval, Decision)>, Vec<Marker>);
+/// What the sync closure hands back out: its decisions, the drill markers it took and the
+/// overrides it dropped as set in the future.
+type SyncOut = (
+    Vec<(Approval, Decision)>,
+    Vec<Marker>,
+    Vec<(String, Override)>,
+);
 
 /// The fold and what executes its effects.
 pub(super) struct Shell {
@@ -257,6 +267,7 @@ impl Shell {
                         location: String::new(),
                         reason: "no store for this service".into(),
                     }),
+                    class: None,
                     found: None,
                 };
             };
@@ -265,20 +276,25 @@ impl Shell {
             let update = store.update(move |doc| {
                 let mut readiness = req.readiness.clone();
                 let found = control::claim_instance(doc, &me, &instance);
+                let dropped = control::dropped_ahead(doc, now);
                 let decided = control::sync_prober(doc, &me, &mut readiness, &req.recorded, now);
                 let markers = control::take_markers(doc, &me, &req.markers, now);
-                *out2.lock().unwrap_or_else(|p| p.into_inner()) = ((decided, markers), found);
+                *out2.lock().unwrap_or_else(|p| p.into_inner()) =
+                    ((decided, markers, dropped), found);
                 Ok(())
             });
-            let result = match tokio::time::timeout(bound, update).await {
-                Ok(r) => r,
-                Err(_) => Err(StateError::Io {
-                    location: store.location(),
-                    reason: format!(
-                        "no answer within {}; probing and publishing go on",
-                        crate::clock::fmt_duration(bound)
-                    ),
-                }),
+            let (result, class) = match tokio::time::timeout(bound, update).await {
+                Ok(r) => (r, None),
+                Err(_) => {
+                    let e = StateError::Io {
+                        location: store.location(),
+                        reason: format!(
+                            "no answer within {}; probing and publishing go on",
+                            crate::clock::fmt_duration(bound)
+                        ),
+                    };
+                    (Err(e), Some(StoreSyncFailureClass::Timeout))
+                }
             };
             let (taken, found) =
                 std::mem::take(&mut *out.lock().unwrap_or_else(|p| p.into_inner()));
@@ -287,6 +303,7 @@ impl Shell {
                 location: store.location(),
                 started: now,
                 result: result.map(|doc| (doc, taken)),
+                class,
                 found,
             }
         }
@@ -307,6 +324,7 @@ impl Shell {
                 location: location.clone().unwrap_or_default(),
                 reason: format!("sync task ended: {e}"),
             }),
+            class: None,
             found: None,
         });
         let Some(watch) = self.instances.get_mut(&service) else {
@@ -326,14 +344,16 @@ impl Shell {
             self.duplicate(service, other);
         }
         self.feed(match outcome.result {
-            Ok((doc, (decided, markers))) => Input::SyncDone {
+            Ok((doc, (decided, markers, dropped))) => Input::SyncDone {
                 service,
                 doc,
                 decided,
                 markers,
+                dropped,
             },
             Err(e) => Input::SyncFailed {
                 service,
+                class: outcome.class.unwrap_or_else(|| sync_failure_class(&e)),
                 error: e.to_string(),
                 started: Some(outcome.started),
             },
@@ -356,6 +376,16 @@ impl Shell {
             other_instance: other.instance,
             other_saved_at: other.saved_at,
         })));
+    }
+}
+
+/// The class of a store error, for `StoreSyncFailures`: one place for the conversion.
+fn sync_failure_class(e: &StateError) -> StoreSyncFailureClass {
+    match e {
+        StateError::Io { .. } => StoreSyncFailureClass::Io,
+        StateError::Corrupt { .. } => StoreSyncFailureClass::Corrupt,
+        StateError::TooLarge { .. } => StoreSyncFailureClass::TooLarge,
+        StateError::Contended { .. } => StoreSyncFailureClass::Contended,
     }
 }
 

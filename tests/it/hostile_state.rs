@@ -1,6 +1,6 @@
 //! The binary against hostile state and output: control documents with instants at the ends of
-//! `i64` or in the future, an S3 endpoint that trickles its body, a stdout closed by its reader,
-//! and a zero `--duration`.
+//! `i64` or in the future or turned corrupt while running, an S3 endpoint that trickles its body,
+//! a stdout closed by its reader, and a zero `--duration`.
 
 use crate::support::config::ConfigBuilder;
 use crate::support::dns::DnsServer;
@@ -373,7 +373,17 @@ async fn an_override_from_the_future_is_ignored_and_a_long_one_bounded() {
     assert!(!o.contains("OVERRIDE: forced"), "{o}");
     let run = readyprobe(&["run", "--duration", "3s"], &cfg, bound).await;
     assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
-    assert!(override_records(dir.path()).is_empty());
+    // Never applied; dropped by the first sync, which says so once, at WARN and in the evidence.
+    let dropped = override_records(dir.path());
+    assert_eq!(dropped.len(), 1, "{dropped:?}");
+    assert_eq!(dropped[0]["action"], "dropped_ahead", "{dropped:?}");
+    assert_eq!(dropped[0]["override"]["at"], now + year, "{dropped:?}");
+    let log = text(&run.stderr);
+    assert_eq!(
+        log.matches("override dropped unapplied").count(),
+        1,
+        "{log}"
+    );
     assert!(read_doc(dir.path())["overrides"].get("primary").is_none());
 
     std::fs::remove_file(dir.path().join("state/evidence.jsonl")).unwrap();
@@ -476,4 +486,82 @@ async fn status_marks_a_prober_not_saved_for_minutes_stale() {
     );
     assert!(f["old"]["age_ms"].as_i64().unwrap() >= 20 * 60_000, "{f}");
     assert!(v["freshness"]["read_at"].as_i64().unwrap() >= now);
+}
+
+/// A control document that turns corrupt while `run` runs (garbage written over it) keeps the
+/// service probed, and every tick after failed syncs publishes `StoreSyncFailures` with class
+/// `corrupt` on the `emf` sink (stdout): an alarm can tell that the store stopped flowing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_turned_corrupt_while_running_raises_store_sync_failures() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fast = format!("{FAST_SYNC}[publish]\ninterval = \"1s\"\n");
+    let (cfg, _dns) = config(dir.path(), &fast).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+        .args(["run", "--duration", "60s", "--config"])
+        .arg(&cfg)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let doc = dir.path().join(format!("state/control-{SERVICE}.json"));
+    let synced = |doc: &Path| {
+        std::fs::read(doc)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|v| v["probers"].get("it").is_some())
+    };
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !synced(&doc) {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "no sync saved the document"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let failures = |l: &serde_json::Value| l["StoreSyncFailures"].as_f64();
+    let mut corrupted = false;
+    let found = loop {
+        // Garbage again whenever a sync in flight replaced it with a good document.
+        if std::fs::read(&doc).map_or(true, |b| {
+            serde_json::from_slice::<serde_json::Value>(&b).is_ok()
+        }) {
+            std::fs::write(&doc, b"\x00not json{{{").unwrap();
+            corrupted = true;
+        }
+        let next = tokio::time::timeout_at(until, lines.next_line()).await;
+        let line = next
+            .expect("no StoreSyncFailures within 30 s of the start")
+            .unwrap()
+            .expect("run ended before publishing StoreSyncFailures");
+        let Ok(l) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if let Some(n) = failures(&l) {
+            assert!(corrupted, "StoreSyncFailures before the corruption: {l}");
+            break (n, l);
+        }
+    };
+    let (n, l) = found;
+    assert!(n >= 1.0, "{l}");
+    assert_eq!(
+        (&l["Class"], &l["Service"]),
+        (&"corrupt".into(), &SERVICE.into()),
+        "{l}"
+    );
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let failed: Vec<_> =
+        crate::support::fixture::read_evidence(&dir.path().join("state/evidence.jsonl"))
+            .into_iter()
+            .filter(|v| v["kind"] == "state_sync_failed")
+            .collect();
+    assert!(
+        failed.iter().any(|v| v["class"] == "corrupt"),
+        "no state_sync_failed record of class corrupt: {failed:?}"
+    );
 }

@@ -216,6 +216,7 @@ fn bad_lines_gaps_and_reopens_are_problems_and_the_rest_still_merges() {
     });
     let sync_failed = Record::StateSyncFailed(StateSyncFailed {
         error: "disk full".into(),
+        class: None,
         started_at: None,
     });
     let reopened = Record::EvidenceReopened(EvidenceReopened {
