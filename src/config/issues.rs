@@ -5,8 +5,10 @@
 //! the parser's spanned document tree.
 
 use super::raw::MOVED_TLS_KEYS;
+use crate::clock::fmt_duration;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
@@ -149,6 +151,28 @@ impl<'a> Issues<'a> {
     /// Line of a dotted key path in the document: the line of its last key (or array element);
     /// `None` when the key is not written in the file.
     fn line_of_key(&self, key: &str) -> Option<usize> {
+        self.find_key(key).map(|(line, _)| line)
+    }
+
+    /// A duration for a message, as the user wrote it (`25h`, not `1d 1h`) when `key` is written
+    /// in the file (inside a [`Scope`], the service's own key first) and reads as `d`; otherwise
+    /// (a default, a merged or derived value) [`fmt_duration`] of `d`.
+    pub(super) fn written(&self, key: &str, d: Duration) -> String {
+        let scoped = self.scope.as_ref().map(|sc| format!("{}.{key}", sc.prefix));
+        scoped
+            .iter()
+            .map(String::as_str)
+            .chain([key])
+            .find_map(|k| match self.find_key(k)?.1.get_ref() {
+                DeValue::String(s) => Some(s.trim().to_string()),
+                _ => None,
+            })
+            .filter(|s| humantime::parse_duration(s).is_ok_and(|v| v == d))
+            .unwrap_or_else(|| fmt_duration(d))
+    }
+
+    /// The line and value of a dotted key path written in the document.
+    fn find_key(&self, key: &str) -> Option<(usize, &Spanned<DeValue<'a>>)> {
         let doc = self.doc.as_ref()?;
         let mut table: &DeTable<'_> = doc.get_ref();
         let mut value: Option<&Spanned<DeValue<'_>>> = None;
@@ -178,7 +202,7 @@ impl<'a> Issues<'a> {
                 value = Some(elem);
             }
         }
-        span.map(|s| self.line_of(s.start))
+        Some((self.line_of(span?.start), value?))
     }
 
     /// The issue of a deserialisation error: key path from `serde_path_to_error`, line from the

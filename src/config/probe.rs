@@ -121,8 +121,8 @@ fn timing(raw: &RawProbe, issues: &mut Issues<'_>) -> (Duration, Duration, Durat
             "probe.timeout",
             format!(
                 "the attempt timeout ({}) must be shorter than probe.interval ({}) so that at most one attempt per branch is in flight",
-                fmt_duration(timeout),
-                fmt_duration(interval)
+                issues.written("probe.timeout", timeout),
+                issues.written("probe.interval", interval)
             ),
         );
     }
@@ -160,8 +160,8 @@ fn suspect_interval(
             "probe.suspect_interval",
             format!(
                 "({}) must not be longer than probe.interval ({}): it is the faster interval used while a branch is suspect",
-                fmt_duration(fast),
-                fmt_duration(interval)
+                issues.written("probe.suspect_interval", fast),
+                issues.written("probe.interval", interval)
             ),
         );
         return None;
@@ -196,8 +196,8 @@ fn step_timeouts(st: &RawStepTimeouts, timeout: Duration, issues: &mut Issues<'_
             }
             Some(d) if d > timeout => issues.warn(format!(
                 "probe.step_timeout.{k} ({}) is longer than probe.timeout ({}); the attempt deadline applies first",
-                fmt_duration(d),
-                fmt_duration(timeout)
+                issues.written(&format!("probe.step_timeout.{k}"), d),
+                issues.written("probe.timeout", timeout)
             )),
             _ => {}
         }

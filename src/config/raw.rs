@@ -22,7 +22,8 @@ use std::time::Duration;
 pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// A humantime duration (`"500ms"`, `"5s"`, `"3m"`) of at most [`MAX_DURATION`].
-/// One beyond it is quoted as written: formatting the parsed value would saturate.
+/// One beyond it is quoted as written: formatting the parsed value would saturate. One finer
+/// than a nanosecond (`"0.0000001ms"`) is refused as such.
 fn bounded_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     use serde::de::{Error, Unexpected};
     let Some(written) = Option::<String>::deserialize(d)? else {
@@ -36,6 +37,16 @@ fn bounded_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Dur
     match humantime::parse_duration(&written) {
         Ok(v) if v > MAX_DURATION => Err(too_long()),
         Ok(v) => Ok(Some(v)),
+        // humantime's one error for a number too large and for a fraction finer than 1ns: with
+        // the fractions dropped, a value that parses within the bound was too fine, not too long.
+        Err(humantime::DurationError::NumberOverflow)
+            if humantime::parse_duration(&without_fractions(&written))
+                .is_ok_and(|v| v <= MAX_DURATION) =>
+        {
+            Err(D::Error::custom(format!(
+                "{written:?} is not a whole number of nanoseconds, the finest unit a duration can be written in; durations act to the millisecond"
+            )))
+        }
         Err(humantime::DurationError::NumberOverflow) => Err(too_long()),
         // humantime_serde's own message for a string that is no duration.
         Err(_) => Err(D::Error::invalid_value(
@@ -43,6 +54,19 @@ fn bounded_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Dur
             &"a duration",
         )),
     }
+}
+
+/// `written` with every fraction (`.` and the digits after it) removed: `"0.0000001ms"` → `"0ms"`.
+fn without_fractions(written: &str) -> String {
+    let mut out = String::with_capacity(written.len());
+    let mut in_fraction = false;
+    for c in written.chars() {
+        in_fraction = (in_fraction && c.is_ascii_digit()) || c == '.';
+        if !in_fraction {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A whole config file.
@@ -437,5 +461,50 @@ mod tests {
             "{:?}",
             e.issues
         );
+    }
+
+    fn with_readiness(lines: &str) -> String {
+        format!(
+            "[service]\nname = \"s\"\nstable_name = \"s.internal.example\"\n[readiness]\n{lines}\n[probe]\nkind = \"tcp\"\n[probe.tcp]\nport = 5432\n[[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"p.internal.example\"\n"
+        )
+    }
+
+    /// A duration finer than humantime can hold (a fraction of a nanosecond) is said to be so,
+    /// not called longer than the longest accepted duration.
+    #[test]
+    fn a_too_fine_duration_says_so() {
+        for written in ["0.0000001ms", "1.5ns", "0.0000000001s"] {
+            let e = parse(
+                Path::new("t.toml"),
+                &with_readiness(&format!("window = \"{written}\"")),
+            )
+            .unwrap_err();
+            assert_eq!(e.issues.len(), 1, "{written}: {:?}", e.issues);
+            let m = &e.issues[0].message;
+            assert!(
+                m.starts_with(&format!(
+                    "\"{written}\" is not a whole number of nanoseconds"
+                )),
+                "{written}: {m}"
+            );
+        }
+    }
+
+    /// A cross-field rule quotes a duration the way it is written in the file, not normalised.
+    #[test]
+    fn a_written_duration_is_quoted_as_written_in_rule_messages() {
+        let e = parse(Path::new("t.toml"), &with_readiness("window = \"25h\"")).unwrap_err();
+        let m = &e.issues[0].message;
+        assert!(
+            m.starts_with("25h is longer than the longest readiness window"),
+            "{m}"
+        );
+        let e = parse(
+            Path::new("t.toml"),
+            &with_readiness("flap_damping = { period = \"1500m\" }"),
+        )
+        .unwrap_err();
+        let m = &e.issues[0].message;
+        assert!(m.starts_with("1500m is longer than 24h"), "{m}");
     }
 }

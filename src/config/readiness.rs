@@ -119,7 +119,7 @@ fn damping(r: &RawReadiness, ready: &Condition, issues: &mut Issues<'_>) -> Opti
                 format!("{KEY}.{key}"),
                 format!(
                     "{} is longer than 24h (flap damping keeps no longer a memory)",
-                    fmt_duration(v)
+                    issues.written(&format!("{KEY}.{key}"), v)
                 ),
             );
         }
@@ -134,8 +134,8 @@ fn damping(r: &RawReadiness, ready: &Condition, issues: &mut Issues<'_>) -> Opti
             format!("{KEY}.quiet"),
             format!(
                 "{} is longer than flap_damping.period ({}): flaps older than the period are forgotten already, so it would never reset anything",
-                fmt_duration(d.quiet),
-                fmt_duration(d.period)
+                issues.written(&format!("{KEY}.quiet"), d.quiet),
+                issues.written(&format!("{KEY}.period"), d.period)
             ),
         );
     }
@@ -144,8 +144,8 @@ fn damping(r: &RawReadiness, ready: &Condition, issues: &mut Issues<'_>) -> Opti
             format!("{KEY}.max_for"),
             format!(
                 "{} is shorter than declare_ready.for ({}): damping lengthens the ready `for`, it cannot shorten it",
-                fmt_duration(d.max_for),
-                fmt_duration(ready.for_)
+                issues.written(&format!("{KEY}.max_for"), d.max_for),
+                issues.written("readiness.declare_ready.for", ready.for_)
             ),
         );
     }
@@ -164,8 +164,8 @@ fn definitive(r: &RawReadiness, unready: &Condition, issues: &mut Issues<'_>) ->
             KEY,
             format!(
                 "{} is longer than declare_unready.for ({}): the definitive rule shortens `for` for definitive failures, it cannot lengthen it",
-                fmt_duration(for_),
-                fmt_duration(unready.for_)
+                issues.written(KEY, for_),
+                issues.written("readiness.declare_unready.for", unready.for_)
             ),
         );
     } else if written.is_some_and(|d| d.is_zero()) {
@@ -225,7 +225,7 @@ fn bounded_windows(r: &RawReadiness, issues: &mut Issues<'_>) {
                 key,
                 format!(
                     "{} is longer than the longest readiness window, 24h (the attempts it spans are kept in the state saved to the shared control document)",
-                    fmt_duration(d)
+                    issues.written(key, d)
                 ),
             );
         }

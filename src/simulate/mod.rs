@@ -530,6 +530,46 @@ fail_percent = 2.0
         assert_eq!(required(None), want(&[("1m", false); 6]));
     }
 
+    /// A scenario of many faults draws the first 100 fault sections and 500 timeline rows and
+    /// counts the rest in one line each, as `drill report` does: 9,900 faults printed 16.6 MB.
+    #[test]
+    fn a_long_report_is_capped() {
+        let mut text = String::from(
+            "duration = \"11h\"\ninitial = \"ready\"\n[[branch]]\nname = \"primary\"\n",
+        );
+        for k in 0..130 {
+            let from = 1 + 5 * k;
+            text.push_str(&format!(
+                "[[branch.fault]]\nfrom = \"{from}m\"\nuntil = \"{}m\"\n",
+                from + 2
+            ));
+        }
+        let mut s = setup(Duration::from_secs(30));
+        s.policy.declare_ready.for_ = Duration::from_secs(60);
+        s.policy.declare_ready.window = Duration::from_secs(60);
+        let r = run(&s, &text);
+        let changes = r.branches[0].transitions.len()
+            + r.branches[0].alarm.changes.len()
+            + r.branches[0].health.changes.len()
+            + r.answer.changes.len();
+        assert!(changes > 600, "{changes} changes: too few to test the cap");
+        let md = render::report(&r, render::Style::Markdown);
+        let sections = md.lines().filter(|l| l.starts_with("### primary")).count();
+        assert_eq!(sections, 100);
+        assert!(
+            md.contains("\n… 30 more faults not drawn; every one is in the JSON report"),
+            "{md}"
+        );
+        let timeline = md.split("## timeline").nth(1).expect("a timeline");
+        let rows = timeline.lines().filter(|l| l.starts_with("| ")).count();
+        assert_eq!(rows, 2 + 500, "the header, its rule and 500 rows");
+        let more = format!("… {} more changes not listed", changes - 500);
+        assert!(timeline.contains(&more), "{more}: {timeline}");
+        let text = render::report(&r, render::Style::Text);
+        assert!(text.len() < md.len() * 2, "{} bytes", text.len());
+        assert!(text.contains("… 30 more faults not drawn"));
+    }
+
     #[test]
     fn a_fault_on_the_secondary_changes_no_answer_and_both_faults_fail_open() {
         let text = r#"duration = "40m"

@@ -5,11 +5,47 @@ use super::phases::{FaultReport, Phase, describe};
 use super::{BranchReport, Report};
 use crate::clock::fmt_duration_ms;
 use crate::readiness::Millis;
+use crate::report::model::{MAX_LISTED_MARKERS, MAX_TABLED_EPISODES};
 use std::fmt::Write;
 
 /// Flap times listed in a branch's row; the rest are counted ("and 3677 more"), so a noisy
 /// scenario keeps its table readable (a cell of 3,697 times was 66,000 characters).
 const MAX_FLAP_TIMES: usize = 20;
+
+/// How much of a long report is drawn: the same bounds as the drill report's pages
+/// ([`MAX_TABLED_EPISODES`] faults, [`MAX_LISTED_MARKERS`] timeline rows), the rest counted in
+/// one line that points at the JSON report, which keeps everything. A 55 h scenario of 9,900
+/// faults printed 16.6 MB of tables before.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caps {
+    /// Faults drawn with their two phase tables, in branch order.
+    pub faults: usize,
+    /// Timeline rows, the earliest first.
+    pub timeline: usize,
+    /// Fail-open periods and flap times listed in one line or cell.
+    pub times: usize,
+}
+
+/// The caps [`report`] draws with.
+pub(crate) const CAPS: Caps = Caps {
+    faults: MAX_TABLED_EPISODES,
+    timeline: MAX_LISTED_MARKERS,
+    times: MAX_FLAP_TIMES,
+};
+
+/// Where the rows a capped table leaves out are.
+const SEE_JSON: &str =
+    "every one is in the JSON report (`--format json`; simulation.json with `--out`)";
+
+/// `items` joined with ", ", at most `cap` of them, the rest counted (" and 3677 more").
+fn capped_list(items: impl ExactSizeIterator<Item = String>, cap: usize) -> String {
+    let n = items.len();
+    let shown: Vec<String> = items.take(cap).collect();
+    match n.saturating_sub(cap) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
+}
 
 /// How a table is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,8 +209,13 @@ fn timeline(report: &Report) -> Vec<Vec<String>> {
     rows.into_iter().map(|(_, r)| r).collect()
 }
 
-/// The whole report in `style`.
+/// The whole report in `style`, long lists capped by [`CAPS`].
 pub fn report(r: &Report, style: Style) -> String {
+    report_with(r, style, CAPS)
+}
+
+/// [`report`] with the given caps.
+pub(crate) fn report_with(r: &Report, style: Style, caps: Caps) -> String {
     let mut out = String::new();
     let title = format!(
         "simulation of {}: {} from the start, seed {}; times are offsets from the start",
@@ -186,12 +227,47 @@ pub fn report(r: &Report, style: Style) -> String {
     if style == Style::Text {
         out.push('\n');
     }
-    for b in &r.branches {
-        for f in &b.faults {
-            fault(style, &mut out, b, f);
-        }
+    let faults = r
+        .branches
+        .iter()
+        .flat_map(|b| b.faults.iter().map(move |f| (b, f)));
+    for (b, f) in faults.clone().take(caps.faults) {
+        fault(style, &mut out, b, f);
+    }
+    if let Some(more) = faults.count().checked_sub(caps.faults).filter(|n| *n > 0) {
+        let _ = writeln!(out, "… {more} more faults not drawn; {SEE_JSON}\n");
     }
     out.push_str(&heading(style, 2, "summary"));
+    out.push_str(&summary(r, style, caps));
+    let open = capped_list(
+        r.fail_open
+            .iter()
+            .map(|p| format!("{}–{}", t(p.from), p.until.map_or("end".into(), t))),
+        caps.times,
+    );
+    let _ = writeln!(
+        out,
+        "\nfail-open (no record healthy, Route 53 answers PRIMARY): {}\n",
+        if open.is_empty() { "never" } else { &open }
+    );
+    out.push_str(&heading(style, 2, "timeline"));
+    let rows = timeline(r);
+    let shown = &rows[..rows.len().min(caps.timeline)];
+    out.push_str(&table(style, &["at", "branch", "hop", "change"], shown));
+    if rows.len() > shown.len() {
+        let more = rows.len() - shown.len();
+        let _ = writeln!(out, "\n… {more} more changes not listed; {SEE_JSON}");
+    }
+    out.push('\n');
+    out.push_str(&heading(style, 2, "assumptions"));
+    for a in &r.assumptions {
+        let _ = writeln!(out, "- {a}");
+    }
+    out
+}
+
+/// The summary table: one row per branch.
+fn summary(r: &Report, style: Style, caps: Caps) -> String {
     let rows: Vec<Vec<String>> = r
         .branches
         .iter()
@@ -199,14 +275,8 @@ pub fn report(r: &Report, style: Style) -> String {
             let flaps = if b.flaps.is_empty() {
                 "0".to_string()
             } else {
-                let at: Vec<String> = b.flaps.iter().take(MAX_FLAP_TIMES).map(|x| t(*x)).collect();
-                let more = b.flaps.len().saturating_sub(MAX_FLAP_TIMES);
-                let more = if more > 0 {
-                    format!(" and {more} more")
-                } else {
-                    String::new()
-                };
-                format!("{} (at {}{more})", b.flaps.len(), at.join(", "))
+                let at = capped_list(b.flaps.iter().map(|x| t(*x)), caps.times);
+                format!("{} (at {at})", b.flaps.len())
             };
             vec![
                 b.name.clone(),
@@ -226,33 +296,7 @@ pub fn report(r: &Report, style: Style) -> String {
         "faults",
         "flaps (ready → unready outside a fault)",
     ];
-    out.push_str(&table(style, &head, &rows));
-    let open: Vec<String> = r
-        .fail_open
-        .iter()
-        .map(|p| format!("{}–{}", t(p.from), p.until.map_or("end".into(), t)))
-        .collect();
-    let _ = writeln!(
-        out,
-        "\nfail-open (no record healthy, Route 53 answers PRIMARY): {}\n",
-        if open.is_empty() {
-            "never".to_string()
-        } else {
-            open.join(", ")
-        }
-    );
-    out.push_str(&heading(style, 2, "timeline"));
-    out.push_str(&table(
-        style,
-        &["at", "branch", "hop", "change"],
-        &timeline(r),
-    ));
-    out.push('\n');
-    out.push_str(&heading(style, 2, "assumptions"));
-    for a in &r.assumptions {
-        let _ = writeln!(out, "- {a}");
-    }
-    out
+    table(style, &head, &rows)
 }
 
 #[cfg(test)]
