@@ -21,7 +21,7 @@ mod wiring;
 
 use crate::clock::{Clock, Millis};
 use crate::config::{Config, ConfigError};
-use crate::fold::{Input, ServiceId};
+use crate::fold::{Input, ServiceId, Started};
 use crate::probe::{self, PrepareError};
 use crate::scheduler::BranchEvent;
 use crate::sink::evidence::EvidenceWriter;
@@ -130,7 +130,7 @@ where
     }
     let (shell, fleet, events) = start(&cfg, &opts, clock, loaded, (evidence, queues), resolver);
     let mut shell = shell;
-    log_started(&shell, &fleet, &label);
+    log_started(&mut shell, &fleet, &label);
     let mut wiring = Wiring {
         events,
         reports,
@@ -141,25 +141,25 @@ where
     Ok(shutdown(shell, wiring, syncing, stop_reason, opts.grace).await)
 }
 
-fn log_started(shell: &Shell, fleet: &Fleet, label: &str) {
+fn log_started(shell: &mut Shell, fleet: &Fleet, label: &str) {
     let cfg = &fleet.cfg;
     let state = match shell.stores.values().collect::<Vec<_>>()[..] {
         [one] => one.location(),
         ref many => format!("{} control documents", many.len()),
     };
-    tracing::info!(
-        service = %label,
-        services = cfg.services.len(),
-        unavailable = cfg.services.len() - fleet.live.len(),
-        prober = %cfg.prober_id,
-        instance = %shell.instance,
-        branches = fleet.live.values().map(|l| l.loops.len()).sum::<usize>(),
-        publish_interval = %crate::clock::fmt_duration(cfg.publish.interval),
-        sinks = ?cfg.publish.sinks,
-        state = %state,
-        evidence = %cfg.evidence_path.display(),
-        "readyprobe started"
-    );
+    let started = Started {
+        label: label.to_string(),
+        services: cfg.services.len() as u64,
+        unavailable: (cfg.services.len() - fleet.live.len()) as u64,
+        prober: cfg.prober_id.clone(),
+        instance: shell.instance.clone(),
+        branches: fleet.live.values().map(|l| l.loops.len() as u64).sum(),
+        publish_interval: crate::clock::fmt_duration(cfg.publish.interval),
+        sinks: format!("{:?}", cfg.publish.sinks),
+        state,
+        evidence: cfg.evidence_path.display().to_string(),
+    };
+    shell.feed(Input::Started(Box::new(started)));
 }
 
 /// The select loop: attempts, publish ticks, store syncs and sink reports, until a stop.

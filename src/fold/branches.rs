@@ -22,12 +22,97 @@ impl Fold {
         }
         b.suspect = suspect.is_some();
         let branch = b.name.clone();
+        self.pace(svc, service, branch, suspect);
+    }
+
+    /// Pace branch `branch` of `svc` (named `service`): the effect, then, when its loop is
+    /// paced (adaptive probing on), the line that says at which interval it is probed now.
+    fn pace(&mut self, svc: ServiceId, service: String, branch: String, suspect: Option<Suspect>) {
+        let pacing = self.services.get(&svc).and_then(|s| s.pacing.get(&branch));
+        let line = pacing.map(|p| match suspect {
+            Some(why) => log(
+                Level::Info,
+                "branch suspect: probing at its suspect interval",
+                Fields {
+                    more: Some(Box::new(MoreFields {
+                        why: Some(why.to_string()),
+                        interval: Some(p.suspect_interval.clone()),
+                        ..MoreFields::default()
+                    })),
+                    ..branch_fields(&service, &branch)
+                },
+            ),
+            None => log(
+                Level::Info,
+                "branch no longer suspect: probing at its interval",
+                Fields {
+                    more: Some(Box::new(MoreFields {
+                        interval: Some(p.interval.clone()),
+                        ..MoreFields::default()
+                    })),
+                    ..branch_fields(&service, &branch)
+                },
+            ),
+        });
         self.effects.push(Effect::Pace {
             id: svc,
-            service,
             branch,
             suspect,
         });
+        self.effects.extend(line);
+    }
+
+    /// Loops of `svc`'s `branches` started with `pacing`: kept for their pace lines; those
+    /// already suspect are paced at their suspect interval now.
+    pub(super) fn paced(&mut self, svc: ServiceId, branches: Vec<String>, pacing: Option<Pacing>) {
+        let Some(s) = self.services.get_mut(&svc) else {
+            return;
+        };
+        let service = s.name.clone();
+        for branch in &branches {
+            match &pacing {
+                Some(p) => s.pacing.insert(branch.clone(), p.clone()),
+                None => s.pacing.remove(branch),
+            };
+        }
+        if pacing.is_none() {
+            return;
+        }
+        for branch in branches {
+            if let Some(why) = self.suspect(svc, &branch) {
+                self.pace(svc, service.clone(), branch, Some(why));
+            }
+        }
+    }
+
+    /// An attempt of service `svc` cut off by shutdown: counted, recorded, folded nowhere.
+    pub(super) fn abandoned(&mut self, svc: ServiceId, branch: String, seq: u64, now: Millis) {
+        self.summary.abandoned += 1;
+        let r = AttemptAbandoned {
+            branch,
+            seq,
+            cause: None,
+        };
+        self.record_for(svc, now, Record::AttemptAbandoned(r));
+    }
+
+    /// An attempt of service `service` (by name: it may be gone) cut off because a reload
+    /// stopped its loop: counted, recorded with cause `reload`, folded nowhere.
+    pub(super) fn cancelled_by_reload(
+        &mut self,
+        service: String,
+        branch: String,
+        seq: u64,
+        now: Millis,
+    ) {
+        self.summary.abandoned += 1;
+        let r = AttemptAbandoned {
+            branch,
+            seq,
+            cause: Some(AbandonCause::Reload),
+        };
+        let r = Record::AttemptAbandoned(r);
+        self.effects.push(Effect::Record(now, service, r));
     }
 
     pub(super) fn on_attempt(&mut self, svc: usize, a: Box<Attempt>) {

@@ -21,8 +21,6 @@ mod batches;
 mod branches;
 mod control;
 mod services;
-
-pub(crate) use services::few;
 mod summary;
 
 /// What a run did, for the caller's summary line and tests.
@@ -187,6 +185,95 @@ pub enum Input {
         /// Its sequence number.
         seq: u64,
     },
+    /// Branch loops of service `service` started (at its start, or a reload's change), each
+    /// paced by the shell from now on when `pacing` is set (adaptive probing on), else at its
+    /// interval: those already suspect are paced at their suspect interval at once.
+    Paced {
+        /// Index of the service.
+        service: ServiceId,
+        /// The branches whose loops started.
+        branches: Vec<String>,
+        /// Their periods; `None` when adaptive probing is off.
+        pacing: Option<Pacing>,
+    },
+    /// The run started, its services in the fold: said once at INFO (`readyprobe started`).
+    Started(Box<Started>),
+    /// Files of an earlier state format in the state directory (paths): each said at WARN and
+    /// ignored; readiness continues from the control documents.
+    EarlierStateFiles(Vec<String>),
+    /// A config read again came while a reload is being prepared: it waits for it.
+    ReloadWaiting {
+        /// True when it replaced a config that was waiting already.
+        replaced: bool,
+    },
+    /// A reload was admitted: its services are prepared beside the run.
+    ReloadStaging {
+        /// Running services it prepares again.
+        running: usize,
+        /// Running services whose settings it changes.
+        changed: Vec<String>,
+        /// Services it starts.
+        to_start: Vec<String>,
+    },
+    /// A reload's plan is about to apply: the new config's warnings and its likely renames,
+    /// each said at WARN.
+    ReloadPlanned {
+        /// The new config's warnings, one sentence each.
+        warnings: Vec<String>,
+        /// Removed services whose endpoints an added one probes.
+        renames: Vec<Rename>,
+    },
+    /// No service publishes to these namespaces any more: their sinks send what they hold and
+    /// stop.
+    NamespacesRetired(Vec<String>),
+    /// The final save of a service a reload removed finished: where its state was saved, or
+    /// the store's error in a sentence.
+    RemovedSaved(Result<String, String>),
+}
+
+/// The two periods of a branch loop with adaptive probing ([`Input::Paced`]), as durations are
+/// written in log lines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pacing {
+    /// Between two attempts.
+    pub interval: String,
+    /// Between two attempts while suspect.
+    pub suspect_interval: String,
+}
+
+/// What the `readyprobe started` line says ([`Input::Started`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Started {
+    /// The run's label (the one service's name, or a summary of several).
+    pub label: String,
+    /// Services of the config.
+    pub services: u64,
+    /// Services of the config that could not start.
+    pub unavailable: u64,
+    pub prober: String,
+    /// This process's instance id.
+    pub instance: String,
+    /// Branch loops running.
+    pub branches: u64,
+    /// The publish interval, as durations are written.
+    pub publish_interval: String,
+    /// The sinks, as a list.
+    pub sinks: String,
+    /// Where the control documents are (one location, or how many).
+    pub state: String,
+    /// The evidence file.
+    pub evidence: String,
+}
+
+/// A likely rename a reload makes ([`Input::ReloadPlanned`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rename {
+    /// The removed service's name.
+    pub removed: String,
+    /// The added service's name.
+    pub added: String,
+    /// The endpoints both probe.
+    pub endpoints: Vec<String>,
 }
 
 /// A service's id within a run: its index in [`Setup::services`] for those present at start,
@@ -289,6 +376,39 @@ pub struct Fields {
     pub changed: Option<String>,
     pub unavailable: Option<String>,
     pub services: Option<u64>,
+    /// The keys of the run's rarer lines (pace, reload, start), boxed so that an attempt's
+    /// line stays small.
+    pub more: Option<Box<MoreFields>>,
+}
+
+/// The keys of a [`Fields`] that few lines carry; `None` fields are left out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MoreFields {
+    pub why: Option<String>,
+    pub interval: Option<String>,
+    pub replaced: Option<bool>,
+    pub running: Option<u64>,
+    pub to_start: Option<String>,
+    pub endpoints: Option<String>,
+    pub namespace: Option<String>,
+    pub file: Option<String>,
+    pub prober: Option<String>,
+    pub instance: Option<String>,
+    pub branches: Option<u64>,
+    pub publish_interval: Option<String>,
+    pub sinks: Option<String>,
+    pub evidence: Option<String>,
+    /// A count of services that cannot start, logged as `unavailable` (the key
+    /// [`Fields::unavailable`] names, as a number).
+    pub unavailable_count: Option<u64>,
+}
+
+/// [`Fields`] with only `more` set.
+fn more(m: MoreFields) -> Fields {
+    Fields {
+        more: Some(Box::new(m)),
+        ..Fields::default()
+    }
 }
 
 /// A log event for the runner to emit.
@@ -311,11 +431,10 @@ pub enum Effect {
     /// Emit a log event.
     Log(Log),
     /// Branch `branch` of service `id` became suspect (`Some`: why) or stopped being suspect
-    /// (`None`): probe it at its suspect interval, or at its interval again.
+    /// (`None`): probe it at its suspect interval, or at its interval again. The line that
+    /// says so follows it (an [`Effect::Log`]) when the branch's loop is paced.
     Pace {
         id: ServiceId,
-        /// Service name (log lines).
-        service: String,
         branch: String,
         suspect: Option<Suspect>,
     },
@@ -413,6 +532,9 @@ struct Svc {
     stable_name_success: Option<f64>,
     /// Failed store syncs per class since the last tick, for the `StoreSyncFailures` datums.
     sync_failures: BTreeMap<StoreSyncFailureClass, u64>,
+    /// The periods of each branch loop with adaptive probing, by branch ([`Input::Paced`]):
+    /// what a pace change of the branch says.
+    pacing: BTreeMap<String, Pacing>,
 }
 
 /// Every branch of every service, and the run's counters.
@@ -553,15 +675,7 @@ impl Fold {
                 service,
                 branch,
                 seq,
-            } => {
-                self.summary.abandoned += 1;
-                let r = AttemptAbandoned {
-                    branch,
-                    seq,
-                    cause: None,
-                };
-                self.record_for(service, now, Record::AttemptAbandoned(r));
-            }
+            } => self.abandoned(service, branch, seq, now),
             Input::Tick { last } => {
                 let reason = if last {
                     PublishReason::Final
@@ -615,16 +729,23 @@ impl Fold {
                 service,
                 branch,
                 seq,
-            } => {
-                self.summary.abandoned += 1;
-                let r = AttemptAbandoned {
-                    branch,
-                    seq,
-                    cause: Some(AbandonCause::Reload),
-                };
-                let r = Record::AttemptAbandoned(r);
-                self.effects.push(Effect::Record(now, service, r));
-            }
+            } => self.cancelled_by_reload(service, branch, seq, now),
+            Input::Paced {
+                service,
+                branches,
+                pacing,
+            } => self.paced(service, branches, pacing),
+            Input::Started(s) => self.started(*s),
+            Input::EarlierStateFiles(files) => self.earlier_state_files(files),
+            Input::ReloadWaiting { replaced } => self.reload_waiting(replaced),
+            Input::ReloadStaging {
+                running,
+                changed,
+                to_start,
+            } => self.reload_staging(running, &changed, &to_start),
+            Input::ReloadPlanned { warnings, renames } => self.reload_planned(warnings, renames),
+            Input::NamespacesRetired(list) => self.namespaces_retired(list),
+            Input::RemovedSaved(r) => self.removed_saved(r),
         }
         if keeps {
             self.wakeup = cached;
@@ -716,6 +837,14 @@ fn keeps_deadline(input: &Input) -> bool {
             | Input::ServiceUnavailable { .. }
             | Input::Reloaded { .. }
             | Input::DuplicateProber(_)
+            | Input::Paced { .. }
+            | Input::Started(_)
+            | Input::EarlierStateFiles(_)
+            | Input::ReloadWaiting { .. }
+            | Input::ReloadStaging { .. }
+            | Input::ReloadPlanned { .. }
+            | Input::NamespacesRetired(_)
+            | Input::RemovedSaved(_)
     )
 }
 

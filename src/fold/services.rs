@@ -99,6 +99,7 @@ impl Fold {
                 selected_branch: None,
                 stable_name_success: None,
                 sync_failures: BTreeMap::new(),
+                pacing: BTreeMap::new(),
             },
         );
         for (b, snap) in mine.map(|p| &p.branches).into_iter().flatten() {
@@ -290,11 +291,108 @@ impl Fold {
         self.effects.push(line);
         self.record(now, Record::Reload(r));
     }
+
+    /// A config read again waits for the reload being prepared.
+    pub(super) fn reload_waiting(&mut self, replaced: bool) {
+        let fields = more(MoreFields {
+            replaced: Some(replaced),
+            ..MoreFields::default()
+        });
+        self.effects.push(log(
+            Level::Info,
+            "a reload is in progress: the config just read is taken once it is done (a newer one replaces it)",
+            fields,
+        ));
+    }
+
+    /// A reload admitted: what it prepares beside the run.
+    pub(super) fn reload_staging(
+        &mut self,
+        running: usize,
+        changed: &[String],
+        to_start: &[String],
+    ) {
+        let fields = Fields {
+            changed: Some(few(changed)),
+            ..more(MoreFields {
+                running: Some(running as u64),
+                to_start: Some(few(to_start)),
+                ..MoreFields::default()
+            })
+        };
+        let line = log(
+            Level::Info,
+            "reload: preparing services beside the run",
+            fields,
+        );
+        self.effects.push(line);
+    }
+
+    /// A reload about to apply: the new config's warnings, then each likely rename.
+    pub(super) fn reload_planned(&mut self, warnings: Vec<String>, renames: Vec<Rename>) {
+        for w in warnings {
+            let line = log(Level::Warn, format!("config: {w}"), Fields::default());
+            self.effects.push(line);
+        }
+        for r in renames {
+            let fields = Fields {
+                removed: Some(escape_controls(&r.removed).into_owned()),
+                added: Some(escape_controls(&r.added).into_owned()),
+                ..more(MoreFields {
+                    endpoints: Some(escape_controls(&r.endpoints.join(", ")).into_owned()),
+                    ..MoreFields::default()
+                })
+            };
+            self.effects.push(log(
+                Level::Warn,
+                "a reload removed a service and added one that probes the same endpoints: a rename is a remove and an add, so the added service starts from its own state, not the removed one's",
+                fields,
+            ));
+        }
+    }
+
+    /// The sinks of namespaces no service publishes to any more are stopping.
+    pub(super) fn namespaces_retired(&mut self, namespaces: Vec<String>) {
+        for ns in namespaces {
+            let fields = more(MoreFields {
+                namespace: Some(ns),
+                ..MoreFields::default()
+            });
+            self.effects.push(log(
+                Level::Info,
+                "no service publishes to this namespace any more: its sinks send what they hold and stop",
+                fields,
+            ));
+        }
+    }
+
+    /// The final save of a service a reload removed: saved, or its document keeps what it had.
+    pub(super) fn removed_saved(&mut self, saved: Result<String, String>) {
+        let line = match saved {
+            Ok(location) => log(
+                Level::Info,
+                "saved the state of a service a reload removed",
+                Fields {
+                    state: Some(location),
+                    ..Fields::default()
+                },
+            ),
+            Err(error) => log(
+                Level::Error,
+                "cannot save the state of a service a reload removed; its document keeps the last state saved",
+                Fields {
+                    error: Some(error),
+                    ..Fields::default()
+                },
+            ),
+        };
+        self.effects.push(line);
+    }
 }
 
 /// Up to a few names, then how many more: a log line stays short with a thousand services (the
 /// `reload` record keeps every name).
-pub(crate) fn few(names: &[String]) -> String {
+pub(super) fn few(names: &[String]) -> String {
     const SHOWN: usize = 5;
     if names.is_empty() {
         return "none".to_string();

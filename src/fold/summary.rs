@@ -1,4 +1,5 @@
-//! The end of a run in the fold: the run summary and the `stopped` log line.
+//! The start and end of a run in the fold: the `readyprobe started` line, the run summary and
+//! the `stopped` log line.
 
 use super::*;
 use crate::readiness::Millis;
@@ -15,6 +16,42 @@ fn json_text<V: serde::Serialize>(map: &BTreeMap<String, V>) -> String {
 }
 
 impl Fold {
+    /// The run started: one line saying what runs.
+    pub(super) fn started(&mut self, s: Started) {
+        let fields = Fields {
+            service: Some(s.label),
+            services: Some(s.services),
+            state: Some(s.state),
+            ..more(MoreFields {
+                unavailable_count: Some(s.unavailable),
+                prober: Some(s.prober),
+                instance: Some(s.instance),
+                branches: Some(s.branches),
+                publish_interval: Some(s.publish_interval),
+                sinks: Some(s.sinks),
+                evidence: Some(s.evidence),
+                ..MoreFields::default()
+            })
+        };
+        self.effects
+            .push(log(Level::Info, "readyprobe started", fields));
+    }
+
+    /// State files of an earlier format: ignored, each said.
+    pub(super) fn earlier_state_files(&mut self, files: Vec<String>) {
+        for file in files {
+            let fields = more(MoreFields {
+                file: Some(file),
+                ..MoreFields::default()
+            });
+            self.effects.push(log(
+                Level::Warn,
+                "ignoring a state file of an earlier format; readiness continues from the control documents",
+                fields,
+            ));
+        }
+    }
+
     /// End the run (call once, after [`abandon_unsent`](Self::abandon_unsent)): the summary,
     /// the stop record and the final log line, which names every sink that dropped batches and
     /// says so plainly when one dropped them all.

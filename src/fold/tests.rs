@@ -1868,3 +1868,211 @@ fn an_override_dropped_as_set_in_the_future_is_logged_and_recorded_once() {
     let e = sync(&mut f, &mut doc, now + 1000);
     assert!(of_kind(&e, "override").is_empty());
 }
+
+/// A line's rarer keys.
+fn extra(l: &Log) -> MoreFields {
+    l.fields.more.as_deref().cloned().unwrap_or_default()
+}
+
+fn pacing() -> Option<Pacing> {
+    Some(Pacing {
+        interval: "2s".into(),
+        suspect_interval: "500ms".into(),
+    })
+}
+
+/// The pace lines, as `(message, branch, why, interval)`.
+fn pace_lines(effects: &[Effect]) -> Vec<(String, String, Option<String>, String)> {
+    logs(effects)
+        .into_iter()
+        .filter(|l| l.message.contains("suspect"))
+        .map(|l| {
+            let f = &l.fields;
+            assert_eq!(l.level, Level::Info);
+            assert_eq!(f.service.as_deref(), Some("orders-db"));
+            let branch = f.branch.clone().unwrap_or_default();
+            let m = extra(l);
+            (
+                l.message.clone(),
+                branch,
+                m.why,
+                m.interval.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// With adaptive probing on, each pace change comes with the line that says it (after the
+/// `Pace` effect), naming the interval the branch is probed at now; a branch already suspect
+/// when its loop starts is paced and said at once; with adaptive probing off, no line.
+#[test]
+fn a_paced_branch_says_its_interval_when_it_becomes_and_stops_being_suspect() {
+    let p = Policy {
+        approval_required: false,
+        initial: ReadinessState::Ready,
+        ..policy()
+    };
+    let (mut f, _) = start_with(&ControlDoc::new("orders-db"), &p);
+    let both = vec!["primary".to_string(), "secondary".to_string()];
+    let paced = |pacing| Input::Paced {
+        service: 0,
+        branches: both.clone(),
+        pacing,
+    };
+    assert!(f.handle(paced(pacing()), 0).is_empty(), "none suspect");
+    let out = drive(&mut f, "primary", 0, 1_500, false);
+    // The line right after its effect.
+    let at = out.iter().position(|e| matches!(e, Effect::Pace { .. }));
+    let next = at.and_then(|i| out.get(i + 1));
+    assert!(matches!(next, Some(Effect::Log(l)) if l.message.contains("suspect")));
+    let why = Suspect::UnreadyHolding(500).to_string();
+    assert_eq!(
+        pace_lines(&out),
+        [(
+            "branch suspect: probing at its suspect interval".to_string(),
+            "primary".to_string(),
+            Some(why),
+            "500ms".to_string()
+        )]
+    );
+    // A loop (re)started while its branch is suspect: paced and said at once.
+    let out = f.handle(paced(pacing()), 1_600);
+    assert_eq!(paces(&out), [("primary".to_string(), true)]);
+    assert_eq!(pace_lines(&out).len(), 1);
+    let out = drive(&mut f, "primary", 1_600, 30_000, true);
+    assert_eq!(
+        pace_lines(&out),
+        [(
+            "branch no longer suspect: probing at its interval".to_string(),
+            "primary".to_string(),
+            None,
+            "2s".to_string()
+        )]
+    );
+    // Adaptive probing off (a reload): the fold still paces, nothing is said.
+    assert!(f.handle(paced(None), 30_000).is_empty());
+    let out = drive(&mut f, "primary", 30_000, 31_500, false);
+    assert_eq!(paces(&out), [("primary".to_string(), true)]);
+    assert!(pace_lines(&out).is_empty());
+}
+
+/// The run's own lines the shell used to say itself come out of the fold with their level,
+/// message and fields.
+#[test]
+fn the_run_lines_come_from_the_fold_with_their_fields() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let one = |f: &mut Fold, input| {
+        let e = f.handle(input, 10);
+        let l = logs(&e);
+        assert_eq!(l.len(), 1, "{l:?}");
+        (*l[0]).clone()
+    };
+    let started = Started {
+        label: "orders-db".into(),
+        services: 2,
+        unavailable: 1,
+        prober: "p1".into(),
+        instance: "i-1".into(),
+        branches: 2,
+        publish_interval: "1m".into(),
+        sinks: "[Emf]".into(),
+        state: "memory".into(),
+        evidence: "/tmp/e.jsonl".into(),
+    };
+    let l = one(&mut f, Input::Started(Box::new(started)));
+    assert_eq!(
+        (l.level, l.message.as_str()),
+        (Level::Info, "readyprobe started")
+    );
+    let want = Fields {
+        service: Some("orders-db".into()),
+        services: Some(2),
+        state: Some("memory".into()),
+        ..more(MoreFields {
+            unavailable_count: Some(1),
+            prober: Some("p1".into()),
+            instance: Some("i-1".into()),
+            branches: Some(2),
+            publish_interval: Some("1m".into()),
+            sinks: Some("[Emf]".into()),
+            evidence: Some("/tmp/e.jsonl".into()),
+            ..MoreFields::default()
+        })
+    };
+    assert_eq!(l.fields, want);
+    let l = one(&mut f, Input::ReloadWaiting { replaced: true });
+    assert_eq!(l.level, Level::Info);
+    assert!(l.message.starts_with("a reload is in progress"), "{l:?}");
+    assert_eq!(extra(&l).replaced, Some(true));
+    let staging = Input::ReloadStaging {
+        running: 3,
+        changed: vec!["beta".into()],
+        to_start: Vec::new(),
+    };
+    let l = one(&mut f, staging);
+    assert_eq!(l.message, "reload: preparing services beside the run");
+    let want = Fields {
+        changed: Some("beta".into()),
+        ..more(MoreFields {
+            running: Some(3),
+            to_start: Some("none".into()),
+            ..MoreFields::default()
+        })
+    };
+    assert_eq!(l.fields, want);
+    let saved = one(&mut f, Input::RemovedSaved(Ok("s3://b/k".into())));
+    assert_eq!(saved.level, Level::Info);
+    assert_eq!(saved.fields.state.as_deref(), Some("s3://b/k"));
+    let lost = one(&mut f, Input::RemovedSaved(Err("denied".into())));
+    assert_eq!(lost.level, Level::Error);
+    assert_eq!(lost.fields.error.as_deref(), Some("denied"));
+}
+
+/// Lines said once per item: each config warning then each likely rename (names escaped), each
+/// retired namespace, each state file of an earlier format; none for an empty list.
+#[test]
+fn list_lines_come_one_per_item() {
+    let (mut f, _) = start(&ControlDoc::new("orders-db"));
+    let planned = Input::ReloadPlanned {
+        warnings: vec!["a".into(), "b".into()],
+        renames: vec![Rename {
+            removed: "old\u{1b}".into(),
+            added: "new".into(),
+            endpoints: vec!["db1:3306".into(), "db2:3306".into()],
+        }],
+    };
+    let e = f.handle(planned, 10);
+    let l = logs(&e);
+    let said: Vec<_> = l.iter().map(|l| (l.level, l.message.as_str())).collect();
+    assert_eq!(
+        &said[..2],
+        [(Level::Warn, "config: a"), (Level::Warn, "config: b")]
+    );
+    assert_eq!(l.len(), 3);
+    assert!(
+        l[2].message
+            .starts_with("a reload removed a service and added one")
+    );
+    assert_eq!(l[2].fields.removed.as_deref(), Some("old\\u{1b}"));
+    assert_eq!(l[2].fields.added.as_deref(), Some("new"));
+    let endpoints = extra(l[2]).endpoints;
+    assert_eq!(endpoints.as_deref(), Some("db1:3306, db2:3306"));
+    let e = f.handle(Input::NamespacesRetired(vec!["A".into(), "B".into()]), 20);
+    let ns: Vec<_> = logs(&e).iter().map(|l| extra(l).namespace).collect();
+    assert_eq!(ns, [Some("A".to_string()), Some("B".to_string())]);
+    let e = f.handle(Input::EarlierStateFiles(vec!["/s/state-x.json".into()]), 30);
+    let l = logs(&e);
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].level, Level::Warn);
+    assert_eq!(extra(l[0]).file.as_deref(), Some("/s/state-x.json"));
+    for empty in [
+        Input::EarlierStateFiles(Vec::new()),
+        Input::NamespacesRetired(Vec::new()),
+        Input::ReloadPlanned {
+            warnings: Vec::new(),
+            renames: Vec::new(),
+        },
+    ] {
+        assert!(f.handle(empty, 40).is_empty());
+    }
+}

@@ -12,7 +12,7 @@ use super::syncs::Syncs;
 use super::wiring::{Fleet, Probes, Wiring};
 use crate::config::{Config, ConfigError, ServiceConfig, escape_controls};
 use crate::control::ControlDoc;
-use crate::fold::{BranchChange, Input, ServiceChange, ServiceId, few};
+use crate::fold::{BranchChange, Input, Rename, ServiceChange, ServiceId};
 use crate::probe::{self, BranchProbe, InputsDigest};
 use crate::record::Reload;
 use crate::reload_plan::{self, Change, Running};
@@ -113,10 +113,7 @@ pub(super) fn request(
 ) {
     if !pending.job.is_empty() {
         let replaced = pending.waiting.replace(new).is_some();
-        tracing::info!(
-            replaced,
-            "a reload is in progress: the config just read is taken once it is done (a newer one replaces it)"
-        );
+        shell.feed(Input::ReloadWaiting { replaced });
         return;
     }
     let new = match new {
@@ -127,12 +124,11 @@ pub(super) fn request(
         Ok(s) => s,
         Err(problems) => return refuse(shell, problems),
     };
-    tracing::info!(
-        running = staging.running.len(),
-        changed = %few(&staging.changed),
-        to_start = %few(&staging.to_start),
-        "reload: preparing services beside the run"
-    );
+    shell.feed(Input::ReloadStaging {
+        running: staging.running.len(),
+        changed: staging.changed,
+        to_start: staging.to_start.clone(),
+    });
     let job = stage(Arc::new(new), staging.running, staging.to_start);
     pending.job.spawn(job);
 }
@@ -239,17 +235,15 @@ pub(super) fn finish(
         Ok(p) => p,
         Err(problems) => return refuse(shell, problems),
     };
-    for warning in &new.warnings {
-        tracing::warn!("config: {warning}");
-    }
-    for r in &plan.renames {
-        tracing::warn!(
-            removed = %escape_controls(&r.removed),
-            added = %escape_controls(&r.added),
-            endpoints = %escape_controls(&r.endpoints.join(", ")),
-            "a reload removed a service and added one that probes the same endpoints: a rename is a remove and an add, so the added service starts from its own state, not the removed one's"
-        );
-    }
+    let renames = plan.renames.iter().map(|r| Rename {
+        removed: r.removed.clone(),
+        added: r.added.clone(),
+        endpoints: r.endpoints.clone(),
+    });
+    shell.feed(Input::ReloadPlanned {
+        warnings: new.warnings.clone(),
+        renames: renames.collect(),
+    });
     // Queues first: an added service may publish at once (an override in its document).
     for s in &new.services {
         shell.sinks.extend(w.sinks.add(&s.namespace));
@@ -310,7 +304,8 @@ fn applied(
     // Every service of the new config publishes to its namespace (one that cannot start, its
     // ServiceUnavailable datum): the sinks of any other namespace flush and stop.
     let used: BTreeSet<String> = new.services.iter().map(|s| s.namespace.clone()).collect();
-    w.sinks.retain(&mut shell.sinks, &used);
+    let retired = w.sinks.retain(&mut shell.sinks, &used);
+    shell.feed(Input::NamespacesRetired(retired));
     let down = new
         .services
         .iter()

@@ -6,8 +6,8 @@ use crate::clock::Clock;
 use crate::control::{
     self, Approval, ControlDoc, Decision, InstanceWatch, Marker, OtherInstance, Override,
 };
-use crate::fold::{Batch, Effect, Fold, Input, Level, Log, ServiceId};
-use crate::readiness::{Millis, Suspect};
+use crate::fold::{Batch, Effect, Fold, Input, Level, Log, Pacing, ServiceId};
+use crate::readiness::Millis;
 use crate::record::{DuplicateProber, StoreSyncFailureClass};
 use crate::scheduler::BranchEvent;
 use crate::sink::evidence::EvidenceWriter;
@@ -64,33 +64,16 @@ pub(super) struct Shell {
     pub(super) paces: BTreeMap<(ServiceId, String), Pace>,
 }
 
-/// What sets a branch loop's pace: the `watch` it reads (true: suspect) and its two periods.
+/// What sets a branch loop's pace: the `watch` it reads (true: suspect, at its suspect
+/// interval).
 pub(super) struct Pace {
     tx: watch::Sender<bool>,
-    interval: Duration,
-    suspect_interval: Duration,
 }
 
 impl Pace {
-    /// Sets the loop's pace and says so in one log line.
-    fn set(&self, service: &str, branch: &str, suspect: Option<Suspect>) {
-        self.tx.send_replace(suspect.is_some());
-        let d = crate::clock::fmt_duration;
-        match suspect {
-            Some(why) => tracing::info!(
-                service,
-                branch,
-                why = %why,
-                interval = %d(self.suspect_interval),
-                "branch suspect: probing at its suspect interval"
-            ),
-            None => tracing::info!(
-                service,
-                branch,
-                interval = %d(self.interval),
-                "branch no longer suspect: probing at its interval"
-            ),
-        }
+    /// Sets the loop's pace (the fold says so in a log line).
+    fn set(&self, suspect: bool) {
+        self.tx.send_replace(suspect);
     }
 }
 
@@ -118,24 +101,25 @@ impl Shell {
         probe: &crate::config::ProbeConfig,
         loops: Vec<(String, watch::Sender<bool>)>,
     ) {
-        for (branch, _) in &loops {
+        let branches: Vec<String> = loops.iter().map(|(b, _)| b.clone()).collect();
+        for branch in &branches {
             self.paces.remove(&(id, branch.clone()));
         }
-        let Some(suspect_interval) = probe.suspect_interval else {
-            return;
-        };
-        for (branch, tx) in loops {
-            let pace = Pace {
-                tx,
-                interval: probe.interval,
-                suspect_interval,
-            };
-            if let Some(why) = self.fold.suspect(id, &branch) {
-                let service = self.fold.service_name(id).to_string();
-                pace.set(&service, &branch, Some(why));
+        let pacing = probe.suspect_interval.map(|suspect_interval| {
+            for (branch, tx) in loops {
+                self.paces.insert((id, branch), Pace { tx });
             }
-            self.paces.insert((id, branch), pace);
-        }
+            let d = crate::clock::fmt_duration;
+            Pacing {
+                interval: d(probe.interval),
+                suspect_interval: d(suspect_interval),
+            }
+        });
+        self.feed(Input::Paced {
+            service: id,
+            branches,
+            pacing,
+        });
     }
 
     pub(super) fn feed(&mut self, input: Input) {
@@ -151,12 +135,12 @@ impl Shell {
                 Effect::Log(l) => emit(&l),
                 Effect::Pace {
                     id,
-                    service,
                     branch,
                     suspect,
+                    ..
                 } => {
-                    if let Some(p) = self.paces.get(&(id, branch.clone())) {
-                        p.set(&service, &branch, suspect);
+                    if let Some(p) = self.paces.get(&(id, branch)) {
+                        p.set(suspect.is_some());
                     }
                 }
             }
@@ -329,14 +313,11 @@ impl Shell {
         });
         let Some(watch) = self.instances.get_mut(&service) else {
             // The final save of a service a reload removed.
-            match &outcome.result {
-                Ok(_) => {
-                    tracing::info!(state = %outcome.location, "saved the state of a service a reload removed")
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot save the state of a service a reload removed; its document keeps the last state saved")
-                }
-            }
+            let saved = match outcome.result {
+                Ok(_) => Ok(outcome.location),
+                Err(e) => Err(e.to_string()),
+            };
+            self.feed(Input::RemovedSaved(saved));
             return;
         };
         let duplicate = watch.after_sync(outcome.result.is_ok(), outcome.found);
@@ -400,6 +381,7 @@ fn emit(log: &Log) {
     macro_rules! at {
         ($level:expr) => {{
             let f = &log.fields;
+            let m = f.more.as_deref().cloned().unwrap_or_default();
             tracing::event!(
                 target: "readyprobe::runner",
                 $level,
@@ -431,6 +413,21 @@ fn emit(log: &Log) {
                 changed = shown(&f.changed),
                 unavailable = shown(&f.unavailable),
                 services = f.services,
+                why = shown(&m.why),
+                interval = shown(&m.interval),
+                replaced = m.replaced,
+                running = m.running,
+                to_start = shown(&m.to_start),
+                endpoints = shown(&m.endpoints),
+                namespace = shown(&m.namespace),
+                file = shown(&m.file),
+                prober = shown(&m.prober),
+                instance = shown(&m.instance),
+                branches = m.branches,
+                publish_interval = shown(&m.publish_interval),
+                sinks = shown(&m.sinks),
+                evidence = shown(&m.evidence),
+                "unavailable" = m.unavailable_count,
                 "{}",
                 log.message
             )

@@ -174,14 +174,16 @@ pub(super) fn start(
     for (svc, problems) in loaded.unavailable {
         report_unavailable(&mut shell, &svc.service.name, problems);
     }
+    let mut earlier = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&cfg.state_dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.starts_with("state-") && name.ends_with(".json") {
-                tracing::warn!(file = %e.path().display(), "ignoring a state file of an earlier format; readiness continues from the control documents");
+                earlier.push(e.path().display().to_string());
             }
         }
     }
+    shell.feed(Input::EarlierStateFiles(earlier));
     (shell, fleet, events)
 }
 

@@ -342,7 +342,6 @@ impl Sinks {
         }
         for ns in &unused {
             self.namespaces.remove(ns);
-            tracing::info!(namespace = %ns, "no service publishes to this namespace any more: its sinks send what they hold and stop");
         }
         queues.retain(|(ns, _)| used.contains(ns));
         unused
