@@ -14,7 +14,7 @@
 
 use crate::config::safe;
 use crate::control::{CONTROL_VERSION, ControlDoc};
-use crate::regular_file::{open_regular, symlink_refused};
+use crate::regular_file::{open_regular, refuse_non_regular};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -457,11 +457,9 @@ impl FileStore {
     /// As [`Store::load`].
     pub fn load(&self) -> Result<ControlDoc, StateError> {
         // The lock file is opened only by a write, much later than `run`'s start, which reads
-        // through here: a link at its place is refused now, so `run` does not start only to
-        // fail every sync.
-        if std::fs::symlink_metadata(&self.lock).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(self.io("lock file", symlink_refused(&self.lock)));
-        }
+        // through here: a link, FIFO or directory at its place is refused now, so `run` does not
+        // start only to fail every sync.
+        refuse_non_regular(&self.lock).map_err(|e| self.io("lock file", e))?;
         self.read().map(|(doc, _)| doc)
     }
 
