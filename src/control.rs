@@ -509,6 +509,33 @@ impl Override {
             .min(self.at.min(now).saturating_add(MAX_OVERRIDE_MS))
     }
 
+    /// As a prober applies it at `now`: its `expires_at` brought to [`ends_at`](Self::ends_at),
+    /// with a note saying so in its reason (kept within [`MAX_REASON_CHARS`]); unchanged when
+    /// it is within the bound or set in the future ([`ahead`](Self::ahead)). What a sync
+    /// writes into the document, and what the prober logs and records from its first sight of
+    /// it, so both show the same end.
+    pub fn bounded(&self, now: Millis) -> Override {
+        let end = self.ends_at(now);
+        if self.ahead(now) || end == self.expires_at {
+            return self.clone();
+        }
+        let note = format!(
+            " [expiry {} bounded to {} by a prober: at most {} after it was set]",
+            crate::clock::rfc3339(self.expires_at),
+            crate::clock::rfc3339(end),
+            crate::clock::fmt_duration_ms(MAX_OVERRIDE_MS)
+        );
+        let mut reason = self.reason.clone();
+        // The reason with its note stays within its bound, so the next read keeps the note.
+        clip(&mut reason, MAX_REASON_CHARS - note.chars().count());
+        reason.push_str(&note);
+        Override {
+            reason,
+            expires_at: end,
+            ..self.clone()
+        }
+    }
+
     /// Whether it was set more than [`MAX_CLOCK_SKEW_MS`] after `now`: written by a host whose
     /// clock runs ahead, so, as a prober entry saved in the future, it is not trusted (never in
     /// force, dropped at a prober's sync).
@@ -517,25 +544,12 @@ impl Override {
     }
 }
 
-/// Write into the document each override's bound ([`Override::ends_at`] on the prober's clock
-/// `now`), with a note in its reason, so that `status`, the prober's log and its evidence all
-/// show the end the prober applies instead of the one written.
+/// Write into the document each override's bound ([`Override::bounded`] on the prober's clock
+/// `now`), so that `status`, the prober's log and its evidence all show the end the prober
+/// applies instead of the one written.
 fn bound_overrides(doc: &mut ControlDoc, now: Millis) {
     for o in doc.overrides.values_mut() {
-        let end = o.ends_at(now);
-        if o.ahead(now) || end == o.expires_at {
-            continue;
-        }
-        let note = format!(
-            " [expiry {} bounded to {} by a prober: at most {} after it was set]",
-            crate::clock::rfc3339(o.expires_at),
-            crate::clock::rfc3339(end),
-            crate::clock::fmt_duration_ms(MAX_OVERRIDE_MS)
-        );
-        // The reason with its note stays within its bound, so the next read keeps the note.
-        clip(&mut o.reason, MAX_REASON_CHARS - note.chars().count());
-        o.reason.push_str(&note);
-        o.expires_at = end;
+        *o = o.bounded(now);
     }
 }
 
