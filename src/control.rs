@@ -46,6 +46,8 @@ pub const MAX_OVERRIDE_MS: Millis = 30 * 86_400_000;
 pub const MAX_BY_CHARS: usize = 100;
 /// Longest `reason` of an approval or override, characters: a sentence or two, not a document.
 pub const MAX_REASON_CHARS: usize = 1000;
+/// Longest drill marker label, characters: one line of a timeline.
+pub const MAX_LABEL_CHARS: usize = 200;
 
 /// Clock skew tolerated between hosts sharing a document (ms): a prober entry saved further
 /// ahead of the reader's clock counts as neither fresh nor worth keeping. 5 minutes.
@@ -90,6 +92,38 @@ pub fn time_out_of_range(doc: &ControlDoc) -> Option<(String, Millis)> {
     times
         .into_iter()
         .find(|(_, t)| !(0..=crate::clock::MAX_RFC3339_MS).contains(t))
+}
+
+/// Bring a document as read within the bounds the CLI keeps when it writes (pure): each `by`,
+/// `reason` and marker label over [`MAX_BY_CHARS`], [`MAX_REASON_CHARS`] or
+/// [`MAX_LABEL_CHARS`] is cut to it ([`clip`]), and of approvals sharing an id the first is
+/// kept. A hand edit then cannot make every prober copy megabytes into each record, log line
+/// and `status`, nor decide one id twice; a cut keeps the service probing where refusing the
+/// document would stop every sync.
+pub fn bound_texts(doc: &mut ControlDoc) {
+    let mut ids = std::collections::BTreeSet::new();
+    doc.approvals.retain(|a| ids.insert(a.id.clone()));
+    for a in &mut doc.approvals {
+        clip(&mut a.by, MAX_BY_CHARS);
+        clip(&mut a.reason, MAX_REASON_CHARS);
+    }
+    for o in doc.overrides.values_mut() {
+        clip(&mut o.by, MAX_BY_CHARS);
+        clip(&mut o.reason, MAX_REASON_CHARS);
+    }
+    for m in &mut doc.markers {
+        clip(&mut m.label, MAX_LABEL_CHARS);
+        clip(&mut m.by, MAX_BY_CHARS);
+    }
+}
+
+/// Cut `text` to at most `max` characters (not bytes), the last one an ellipsis, when longer.
+fn clip(text: &mut String, max: usize) {
+    if let Some((end, _)) = text.char_indices().nth(max) {
+        let keep = text[..end].char_indices().nth(max.saturating_sub(1));
+        text.truncate(keep.map_or(0, |(i, _)| i));
+        text.push('…');
+    }
 }
 
 /// Everything the probers and the operator CLI share about one service.
@@ -475,6 +509,33 @@ impl Override {
             .min(self.at.min(now).saturating_add(MAX_OVERRIDE_MS))
     }
 
+    /// As a prober applies it at `now`: its `expires_at` brought to [`ends_at`](Self::ends_at),
+    /// with a note saying so in its reason (kept within [`MAX_REASON_CHARS`]); unchanged when
+    /// it is within the bound or set in the future ([`ahead`](Self::ahead)). What a sync
+    /// writes into the document, and what the prober logs and records from its first sight of
+    /// it, so both show the same end.
+    pub fn bounded(&self, now: Millis) -> Override {
+        let end = self.ends_at(now);
+        if self.ahead(now) || end == self.expires_at {
+            return self.clone();
+        }
+        let note = format!(
+            " [expiry {} bounded to {} by a prober: at most {} after it was set]",
+            crate::clock::rfc3339(self.expires_at),
+            crate::clock::rfc3339(end),
+            crate::clock::fmt_duration_ms(MAX_OVERRIDE_MS)
+        );
+        let mut reason = self.reason.clone();
+        // The reason with its note stays within its bound, so the next read keeps the note.
+        clip(&mut reason, MAX_REASON_CHARS - note.chars().count());
+        reason.push_str(&note);
+        Override {
+            reason,
+            expires_at: end,
+            ..self.clone()
+        }
+    }
+
     /// Whether it was set more than [`MAX_CLOCK_SKEW_MS`] after `now`: written by a host whose
     /// clock runs ahead, so, as a prober entry saved in the future, it is not trusted (never in
     /// force, dropped at a prober's sync).
@@ -483,23 +544,12 @@ impl Override {
     }
 }
 
-/// Write into the document each override's bound ([`Override::ends_at`] on the prober's clock
-/// `now`), with a note in its reason, so that `status`, the prober's log and its evidence all
-/// show the end the prober applies instead of the one written.
+/// Write into the document each override's bound ([`Override::bounded`] on the prober's clock
+/// `now`), so that `status`, the prober's log and its evidence all show the end the prober
+/// applies instead of the one written.
 fn bound_overrides(doc: &mut ControlDoc, now: Millis) {
     for o in doc.overrides.values_mut() {
-        let end = o.ends_at(now);
-        if o.ahead(now) || end == o.expires_at {
-            continue;
-        }
-        let _ = write!(
-            o.reason,
-            " [expiry {} bounded to {} by a prober: at most {} after it was set]",
-            crate::clock::rfc3339(o.expires_at),
-            crate::clock::rfc3339(end),
-            crate::clock::fmt_duration_ms(MAX_OVERRIDE_MS)
-        );
-        o.expires_at = end;
+        *o = o.bounded(now);
     }
 }
 
@@ -1334,6 +1384,21 @@ mod tests {
             at,
             expires_at,
         }
+    }
+
+    /// The note a sync adds to the reason of an override it bounds keeps the reason within
+    /// [`MAX_REASON_CHARS`] (a full-length reason is cut before it), so the next read keeps it.
+    #[test]
+    fn the_bounding_note_keeps_a_full_reason_within_its_bound() {
+        let now = 1_700_000_000_000;
+        let mut long = forced(now, now + 365 * 86_400_000);
+        long.reason = "r".repeat(MAX_REASON_CHARS);
+        let mut doc = ControlDoc::new("s");
+        doc.overrides.insert("primary".into(), long);
+        sync_prober(&mut doc, "p1", &mut BTreeMap::new(), &BTreeSet::new(), now);
+        let reason = &doc.overrides["primary"].reason;
+        assert_eq!(reason.chars().count(), MAX_REASON_CHARS, "{reason}");
+        assert!(reason.contains("r… [expiry ") && reason.ends_with("after it was set]"));
     }
 
     /// An override set a year ahead of this prober's clock, for ten years (a host whose clock

@@ -12,19 +12,9 @@ use std::path::Path;
 /// as root read or write wherever it points: `O_NOFOLLOW` refuses it, also when it appears
 /// between the check and the open. The state store, the evidence writer and the drill log open their files through here.
 pub fn open_regular(path: &Path, opts: &mut OpenOptions) -> std::io::Result<File> {
-    let not_regular = || {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file (a FIFO, device or directory is in its place)",
-        )
-    };
     // Checked first for clear messages: a FIFO without a reader fails the open with ENXIO, a
     // link with ELOOP ("too many levels of symbolic links").
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => return Err(symlink_refused(path)),
-        Ok(m) if !m.is_file() => return Err(not_regular()),
-        _ => {}
-    }
+    refuse_non_regular(path)?;
     let file = opts
         .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
         .open(path)
@@ -32,10 +22,45 @@ pub fn open_regular(path: &Path, opts: &mut OpenOptions) -> std::io::Result<File
             Some(libc::ELOOP) => symlink_refused(path),
             _ => e,
         })?;
-    if !file.metadata()?.is_file() {
-        return Err(not_regular());
+    let file_type = file.metadata()?.file_type();
+    if !file_type.is_file() {
+        return Err(not_regular(path, file_type));
     }
     Ok(file)
+}
+
+/// Refuse what is at `path` when it is there and is not a regular file (a symbolic link, FIFO,
+/// directory, device or socket), with an error naming the path and what it is; `Ok` when it is
+/// a regular file or absent (the open that follows reports a missing file its own way).
+pub fn refuse_non_regular(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(symlink_refused(path)),
+        Ok(m) if !m.is_file() => Err(not_regular(path, m.file_type())),
+        _ => Ok(()),
+    }
+}
+
+/// The error for anything but a regular file or a link, naming the path and what is there.
+fn not_regular(path: &Path, file_type: std::fs::FileType) -> std::io::Error {
+    use std::os::unix::fs::FileTypeExt;
+    let what = if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_char_device() || file_type.is_block_device() {
+        "a device"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else {
+        "something else"
+    };
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "{} is {what}, not a regular file (remove it: readyprobe opens only regular files there)",
+            path.display()
+        ),
+    )
 }
 
 /// The error for a symbolic link where readyprobe opens only regular files, naming the path.

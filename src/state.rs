@@ -14,7 +14,7 @@
 
 use crate::config::safe;
 use crate::control::{CONTROL_VERSION, ControlDoc};
-use crate::regular_file::{open_regular, symlink_refused};
+use crate::regular_file::{open_regular, refuse_non_regular};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -78,13 +78,14 @@ pub enum StateError {
 ///
 /// # Errors
 /// [`StateError::Corrupt`] for bad JSON, another version or another service, or an instant
-/// outside 1970 to year 9999 (naming the field).
+/// outside 1970 to year 9999 (naming the field). Over-long texts and duplicate approval ids
+/// are not errors: they are cut and dropped ([`crate::control::bound_texts`]).
 pub fn parse_doc(location: &str, bytes: &[u8], service: &str) -> Result<ControlDoc, StateError> {
     let corrupt = |reason: String| StateError::Corrupt {
         location: location.to_string(),
         reason,
     };
-    let doc: ControlDoc = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+    let mut doc: ControlDoc = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
     if doc.version != CONTROL_VERSION {
         return Err(corrupt(format!(
             "version {} (expected {CONTROL_VERSION})",
@@ -100,6 +101,7 @@ pub fn parse_doc(location: &str, bytes: &[u8], service: &str) -> Result<ControlD
             crate::clock::MAX_RFC3339_MS
         )));
     }
+    crate::control::bound_texts(&mut doc);
     Ok(doc)
 }
 
@@ -457,11 +459,9 @@ impl FileStore {
     /// As [`Store::load`].
     pub fn load(&self) -> Result<ControlDoc, StateError> {
         // The lock file is opened only by a write, much later than `run`'s start, which reads
-        // through here: a link at its place is refused now, so `run` does not start only to
-        // fail every sync.
-        if std::fs::symlink_metadata(&self.lock).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(self.io("lock file", symlink_refused(&self.lock)));
-        }
+        // through here: a link, FIFO or directory at its place is refused now, so `run` does not
+        // start only to fail every sync.
+        refuse_non_regular(&self.lock).map_err(|e| self.io("lock file", e))?;
         self.read().map(|(doc, _)| doc)
     }
 
@@ -1056,6 +1056,74 @@ mod tests {
             expires_at: 1,
             decisions: Default::default(),
         }
+    }
+
+    /// A hand-edited document with over-long texts is read with each cut to its bound
+    /// (characters, multi-byte ones whole) ending in an ellipsis, so no record, log line or
+    /// `status` copies it whole; texts within their bound are read as written.
+    #[test]
+    fn over_long_texts_are_cut_to_their_bound_when_read() {
+        use crate::control::{MAX_BY_CHARS, MAX_LABEL_CHARS, MAX_REASON_CHARS};
+        let long = |n: usize| "é".repeat(n);
+        let mut doc = ControlDoc::new("s");
+        let mut a = approval_of("a1", &long(1_000_000));
+        a.by = long(200_000);
+        doc.approvals.push(a);
+        doc.approvals
+            .push(approval_of("a2", &long(MAX_REASON_CHARS)));
+        doc.overrides.insert(
+            "primary".into(),
+            crate::control::Override {
+                force: crate::control::Forced::Unready,
+                by: long(200_000),
+                reason: long(1_000_000),
+                at: 0,
+                expires_at: 1,
+            },
+        );
+        doc.markers.push(crate::control::Marker {
+            id: "m1".into(),
+            kind: crate::control::MarkerKind::Note,
+            label: long(5_000),
+            by: long(5_000),
+            at: 0,
+            taken: Default::default(),
+        });
+        let bytes = serde_json::to_vec(&doc).unwrap();
+        let read = parse_doc("here", &bytes, "s").unwrap();
+        let cut = |n: usize| format!("{}…", long(n - 1));
+        assert_eq!(read.approvals[0].by, cut(MAX_BY_CHARS));
+        assert_eq!(read.approvals[0].reason, cut(MAX_REASON_CHARS));
+        assert_eq!(
+            read.approvals[1].reason,
+            long(MAX_REASON_CHARS),
+            "within bound"
+        );
+        let o = &read.overrides["primary"];
+        assert_eq!(
+            (&o.by, &o.reason),
+            (&cut(MAX_BY_CHARS), &cut(MAX_REASON_CHARS))
+        );
+        assert_eq!(read.markers[0].label, cut(MAX_LABEL_CHARS));
+        assert_eq!(read.markers[0].by, cut(MAX_BY_CHARS));
+    }
+
+    /// Two approvals with one id (a hand edit, a copy-paste): the first is kept, later ones are
+    /// dropped when read, so a prober decides and records that id once.
+    #[test]
+    fn a_duplicate_approval_id_keeps_the_first() {
+        let mut doc = ControlDoc::new("s");
+        for (id, reason) in [("a1", "first"), ("a2", "other"), ("a1", "second")] {
+            doc.approvals.push(approval_of(id, reason));
+        }
+        let bytes = serde_json::to_vec(&doc).unwrap();
+        let read = parse_doc("here", &bytes, "s").unwrap();
+        let got: Vec<(&str, &str)> = read
+            .approvals
+            .iter()
+            .map(|a| (a.id.as_str(), a.reason.as_str()))
+            .collect();
+        assert_eq!(got, [("a1", "first"), ("a2", "other")]);
     }
 
     /// Probers at the largest window (20,000 attempts per branch, two branches each), as many as

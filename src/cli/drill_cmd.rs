@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Longest label, characters: one line of a timeline.
-pub const MAX_LABEL_CHARS: usize = 200;
+pub const MAX_LABEL_CHARS: usize = crate::control::MAX_LABEL_CHARS;
 
 /// `drill` subcommands.
 #[derive(Debug, Subcommand)]

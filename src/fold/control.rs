@@ -185,8 +185,9 @@ impl Fold {
         );
     }
 
-    /// Take the store's overrides; record and publish at once every one that starts, changes or
-    /// is cleared.
+    /// Take the store's overrides, each as applied at `now` ([`Override::bounded`], so the first
+    /// line and record show the end applied); record and publish at once every one that starts,
+    /// changes or is cleared.
     pub(super) fn apply_overrides(&mut self, svc: usize, doc: &ControlDoc, now: Millis) {
         // Expiries first, so the one that just ran out is recorded as expired, not as cleared
         // when the store's copy of it is seen to be inactive.
@@ -199,7 +200,7 @@ impl Fold {
                 .overrides
                 .get(&b.name)
                 .filter(|o| o.active(now))
-                .cloned();
+                .map(|o| o.bounded(now));
             if b.ov == new {
                 continue;
             }

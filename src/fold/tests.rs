@@ -2076,3 +2076,38 @@ fn list_lines_come_one_per_item() {
         assert!(f.handle(empty, 40).is_empty());
     }
 }
+
+/// An override whose `expires_at` lies beyond [`control::MAX_OVERRIDE_MS`] after it was set is
+/// shown with the end the prober applies from the first time it is taken (at start, from the
+/// loaded document): the WARN line and the `override` record carry the bounded end, and the
+/// first sync, which writes that bound into the document, logs and records nothing more.
+#[test]
+fn an_override_beyond_the_maximum_shows_its_bounded_end_from_the_first_line() {
+    let year = 365 * 86_400_000;
+    let mut doc = ControlDoc::new("orders-db");
+    doc.overrides
+        .insert("primary".into(), forced(Forced::Ready, year));
+    let (mut f, e) = start_at(&doc, &policy(), 1000);
+    let end = control::MAX_OVERRIDE_MS;
+    let warn: Vec<_> = logs(&e)
+        .into_iter()
+        .filter(|l| l.message.contains("override in force"))
+        .collect();
+    assert_eq!(warn.len(), 1, "{:?}", logs(&e));
+    let shown = crate::clock::rfc3339(end);
+    assert_eq!(warn[0].fields.expires_at.as_deref(), Some(shown.as_str()));
+    let r = of_kind(&e, "override");
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["override"]["expires_at"], end);
+    let e = sync(&mut f, &mut doc, 2000);
+    assert_eq!(
+        doc.overrides["primary"].expires_at, end,
+        "the sync wrote it"
+    );
+    assert!(of_kind(&e, "override").is_empty(), "{:?}", logs(&e));
+    assert!(
+        !logs(&e).iter().any(|l| l.message.contains("override")),
+        "{:?}",
+        logs(&e)
+    );
+}

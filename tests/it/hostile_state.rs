@@ -394,9 +394,69 @@ async fn an_override_from_the_future_is_ignored_and_a_long_one_bounded() {
     assert_eq!(saved["expires_at"], now + month, "{saved}");
     let reason = saved["reason"].as_str().unwrap();
     assert!(reason.starts_with("maintenance [expiry ") && reason.contains("bounded"));
+    // Logged and recorded once, with the end applied from the first line on.
     let records = override_records(dir.path());
-    let last = &records.last().expect("an override record")["override"];
-    assert_eq!(last["expires_at"], now + month, "{records:?}");
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        records[0]["override"]["expires_at"],
+        now + month,
+        "{records:?}"
+    );
+    let log = text(&run.stderr);
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("override in force"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(!lines[0].contains(&format!("expires_at={}", now + 10 * year)));
+    assert!(lines[0].contains(" bounded to "), "{}", lines[0]);
+}
+
+/// A hand edit with megabyte texts (15 undecided approvals with 1 MB reasons, an override with
+/// a 200 KB `by` and a 1 MB reason): `run` keeps probing, and its log lines, evidence and the
+/// document it writes back carry each text cut to its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn megabyte_texts_in_a_hand_edited_document_are_cut_to_their_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _dns) = config(dir.path(), FAST_SYNC).await;
+    let now = now_ms();
+    let (by, reason) = ("b".repeat(200_000), "r".repeat(1_000_000));
+    let approvals: Vec<_> = (0..15)
+        .map(|i| {
+            json!({"id": format!("{now}-{i:08x}"), "branch": "primary", "by": "ops",
+                   "reason": reason, "at": now, "expires_at": now + 3_600_000})
+        })
+        .collect();
+    write_doc(
+        dir.path(),
+        &json!({"version": 2, "service": SERVICE, "approvals": approvals,
+                "overrides": {"primary": {"force": "unready", "by": by, "reason": reason,
+                              "at": now, "expires_at": now + 3_600_000}}}),
+    );
+    let run = readyprobe(&["run", "--duration", "3s"], &cfg, Duration::from_secs(30)).await;
+    let log = text(&run.stderr);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        &log[..log.len().min(4000)]
+    );
+    let longest = log.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 8_000, "a log line of {longest} bytes");
+    let evidence = std::fs::metadata(dir.path().join("state/evidence.jsonl")).unwrap();
+    assert!(
+        evidence.len() < 500_000,
+        "{} bytes of evidence",
+        evidence.len()
+    );
+    let saved = read_doc(dir.path());
+    let o = &saved["overrides"]["primary"];
+    let chars = |v: &serde_json::Value| v.as_str().unwrap().chars().count();
+    assert_eq!((chars(&o["by"]), chars(&o["reason"])), (100, 1000), "{o}");
+    assert!(o["by"].as_str().unwrap().ends_with('…'));
+    for a in saved["approvals"].as_array().unwrap() {
+        assert_eq!(chars(&a["reason"]), 1000);
+    }
 }
 
 /// An entry of prober `id` saved at `saved_at` whose `primary` keeps `n` attempts, one a

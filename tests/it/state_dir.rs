@@ -198,3 +198,44 @@ async fn run_refuses_a_symlink_in_the_state_dir_naming_it() {
     }
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "root:*:0:0\n");
 }
+
+/// A FIFO or a directory in place of the lock file (which `run` opens only at its first write):
+/// `run` exits 74 at start naming the path and what is there, instead of running with every
+/// sync failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_refuses_a_fifo_or_directory_at_the_lock_file_naming_it() {
+    let dns = DnsServer::start("orders.internal.example").await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let evidence = state.join("evidence.jsonl");
+    let lock = state.join("control-orders-queue.lock");
+    let cfg = config(dir.path(), "odd", &dns, 9, &evidence);
+    for what in ["a FIFO", "a directory"] {
+        if what == "a FIFO" {
+            let made = Command::new("mkfifo").arg(&lock).status().unwrap();
+            assert!(made.success());
+        } else {
+            std::fs::create_dir(&lock).unwrap();
+        }
+        let out = tokio::time::timeout(
+            Duration::from_secs(30),
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+                .args(["run", "--duration", "3s", "--config"])
+                .arg(&cfg)
+                .output(),
+        )
+        .await
+        .expect("run exits at start")
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(74), "{what}: {stderr}");
+        let named = format!("{} is {what}", lock.display());
+        assert!(stderr.contains(&named), "{stderr}");
+        if what == "a FIFO" {
+            std::fs::remove_file(&lock).unwrap();
+        } else {
+            std::fs::remove_dir(&lock).unwrap();
+        }
+    }
+}
