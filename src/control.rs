@@ -118,7 +118,7 @@ pub fn bound_texts(doc: &mut ControlDoc) {
 }
 
 /// Cut `text` to at most `max` characters (not bytes), the last one an ellipsis, when longer.
-fn clip(text: &mut String, max: usize) {
+pub fn clip(text: &mut String, max: usize) {
     if let Some((end, _)) = text.char_indices().nth(max) {
         let keep = text[..end].char_indices().nth(max.saturating_sub(1));
         text.truncate(keep.map_or(0, |(i, _)| i));

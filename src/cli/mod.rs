@@ -466,6 +466,21 @@ impl Command {
             Command::Drill { command } => command.config(),
         }
     }
+
+    /// The `--service` a one-service command names (`None`: the config's only one).
+    fn service(&self) -> Option<&str> {
+        match self {
+            Command::Probe { service, .. }
+            | Command::Approve { service, .. }
+            | Command::Override { service, .. }
+            | Command::Status { service, .. }
+            | Command::Simulate { service, .. } => service.as_deref(),
+            Command::Drill {
+                command: drill_cmd::DrillCommand::Mark { service, .. },
+            } => service.as_deref(),
+            Command::Drill { .. } | Command::Run { .. } | Command::Check { .. } => None,
+        }
+    }
 }
 
 async fn async_main(cli: Cli) -> ExitCode {
@@ -523,27 +538,21 @@ async fn async_main(cli: Cli) -> ExitCode {
 /// The commands that act on one service of the config (`--service`, or the only one): they
 /// read or change one branch's state, where `check`, `run` and `simulate` take the whole config.
 async fn on_one_service(cfg: &Config, command: Command) -> ExitCode {
+    let svc = match pick(cfg, command.service()) {
+        Ok(svc) => svc,
+        Err(code) => return code,
+    };
     match command {
-        Command::Probe {
-            branch, service, ..
-        } => match pick(cfg, service.as_deref()) {
-            Ok(svc) => probe_cmd::probe_once(cfg, svc, &branch).await,
-            Err(code) => code,
-        },
+        Command::Probe { branch, .. } => probe_cmd::probe_once(cfg, svc, &branch).await,
         Command::Approve {
             branch,
-            service,
             by,
             reason,
             expires,
             ..
-        } => match pick(cfg, service.as_deref()) {
-            Ok(svc) => operator::approve(cfg, svc, &branch, &by, &reason, expires).await,
-            Err(code) => code,
-        },
+        } => operator::approve(cfg, svc, &branch, &by, &reason, expires).await,
         Command::Override {
             branch,
-            service,
             force,
             expires,
             reason,
@@ -554,10 +563,6 @@ async fn on_one_service(cfg: &Config, command: Command) -> ExitCode {
             let by = by
                 .or_else(|| std::env::var("USER").ok())
                 .unwrap_or_else(|| "unknown".into());
-            let svc = match pick(cfg, service.as_deref()) {
-                Ok(svc) => svc,
-                Err(code) => return code,
-            };
             let target = operator::Target {
                 cfg,
                 svc,
@@ -565,20 +570,8 @@ async fn on_one_service(cfg: &Config, command: Command) -> ExitCode {
             };
             operator::override_cmd(target, force, expires, reason, by, clear).await
         }
-        Command::Status { json, service, .. } => match pick(cfg, service.as_deref()) {
-            Ok(svc) => operator::status(cfg, svc, json).await,
-            Err(code) => code,
-        },
-        Command::Drill { command } => {
-            let service = match &command {
-                drill_cmd::DrillCommand::Mark { service, .. } => service.as_deref(),
-                drill_cmd::DrillCommand::Report(_) => None,
-            };
-            match pick(cfg, service) {
-                Ok(svc) => drill_cmd::drill(cfg, svc, command).await,
-                Err(code) => code,
-            }
-        }
+        Command::Status { json, .. } => operator::status(cfg, svc, json).await,
+        Command::Drill { command } => drill_cmd::drill(cfg, svc, command).await,
         Command::Check { .. } | Command::Run { .. } | Command::Simulate { .. } => {
             unreachable!("async_main runs the whole-config commands itself")
         }

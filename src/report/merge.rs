@@ -29,20 +29,10 @@ pub const SKEW_BEHIND_MS: Millis = 60_000;
 /// sync for that long (syncs are at most `publish.interval` apart), ms.
 pub const SKEW_AHEAD_MS: Millis = 10 * 60_000;
 
-/// Most characters kept of a label from the evidence (a marker's label, its author); a longer one
-/// is cut, ending in `…`.
-pub const MAX_LABEL_CHARS: usize = 200;
-
-/// `s` cut to [`MAX_LABEL_CHARS`] characters, its last one `…` when cut.
-pub fn cut_label(mut s: String) -> String {
-    if let Some((i, _)) = s.char_indices().nth(MAX_LABEL_CHARS) {
-        let keep = s
-            .char_indices()
-            .nth(MAX_LABEL_CHARS - 1)
-            .map_or(i, |(j, _)| j);
-        s.truncate(keep);
-        s.push('…');
-    }
+/// `s` cut to [`crate::control::MAX_LABEL_CHARS`] characters, its last one `…` when cut: the bound a
+/// marker's label has in the control document holds for a label from the evidence too.
+fn cut_label(mut s: String) -> String {
+    crate::control::clip(&mut s, crate::control::MAX_LABEL_CHARS);
     s
 }
 

@@ -99,28 +99,13 @@ impl Loops {
         if probes.is_empty() {
             return (Vec::new(), Vec::new());
         }
-        let feed = self.next_feed;
-        self.next_feed += 1;
-        let name: Arc<str> = svc.service.name.as_str().into();
         let schedule = Schedule {
             interval: svc.probe.interval,
             suspect_interval: svc.probe.suspect_interval,
             jitter: svc.probe.jitter,
             grace: self.grace,
         };
-        let (tx, mut rx) = mpsc::channel::<BranchEvent>(64);
-        tokio::spawn(async move {
-            while let Some(ev) = rx.recv().await {
-                let tag = Tag {
-                    feed,
-                    service: id,
-                    name: name.clone(),
-                };
-                if out.send((tag, ev)).await.is_err() {
-                    break;
-                }
-            }
-        });
+        let (feed, tx) = self.open_feed(out, id, &svc.service.name, 64);
         probes
             .into_iter()
             .map(|p| {
@@ -157,7 +142,6 @@ impl Loops {
         if !settings.enabled {
             return None;
         }
-        let name: Arc<str> = svc.service.name.as_str().into();
         let target = StableNameTarget {
             service: svc.service.name.clone(),
             stable_name: svc.service.stable_name.clone(),
@@ -186,9 +170,27 @@ impl Loops {
             jitter: settings.interval / 10,
             grace: self.grace,
         };
-        let (tx, mut rx) = mpsc::channel::<BranchEvent>(8);
+        let (feed, tx) = self.open_feed(out, id, &svc.service.name, 8);
+        let (resolver, stop) = (self.resolver.clone(), self.stop.clone());
+        let task = stable_name_loop(target, resolver, self.clock, schedule, tx, stop);
+        Some((feed, tokio::spawn(task)))
+    }
+}
+
+impl Loops {
+    /// A new feed of service `id`: its number, and the sender of a channel (`capacity` events)
+    /// whose events a task tags with the feed and service and forwards to `out`.
+    fn open_feed(
+        &mut self,
+        out: mpsc::Sender<(Tag, BranchEvent)>,
+        id: ServiceId,
+        service: &str,
+        capacity: usize,
+    ) -> (u64, mpsc::Sender<BranchEvent>) {
         let feed = self.next_feed;
         self.next_feed += 1;
+        let name: Arc<str> = service.into();
+        let (tx, mut rx) = mpsc::channel::<BranchEvent>(capacity);
         tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
                 let tag = Tag {
@@ -201,9 +203,7 @@ impl Loops {
                 }
             }
         });
-        let (resolver, stop) = (self.resolver.clone(), self.stop.clone());
-        let task = stable_name_loop(target, resolver, self.clock, schedule, tx, stop);
-        Some((feed, tokio::spawn(task)))
+        (feed, tx)
     }
 }
 

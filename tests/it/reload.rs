@@ -150,8 +150,13 @@ async fn fleet(services: &[&str]) -> Fleet {
 }
 
 fn spawn(cfg: &Path, stdout: &Path) -> tokio::process::Child {
+    spawn_graced(cfg, stdout, "1s")
+}
+
+/// `run` with `--grace grace`, stdout to `stdout` and stderr beside it (`.log`).
+fn spawn_graced(cfg: &Path, stdout: &Path, grace: &str) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
-        .args(["run", "--grace", "1s", "--config"])
+        .args(["run", "--grace", grace, "--config"])
         .arg(cfg)
         .stdout(Stdio::from(std::fs::File::create(stdout).unwrap()))
         .stderr(Stdio::from(
@@ -1288,16 +1293,7 @@ async fn a_hung_store_does_not_hold_the_final_publish() {
     let stdout = dir.path().join("stdout.jsonl");
     let svc = service("alpha", f.ports[0].port, f.ports[1].port);
     write_config(&path, &config(dir.path(), &f.dns, "1s", &svc));
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
-        .args(["run", "--grace", "12s", "--config"])
-        .arg(&path)
-        .stdout(Stdio::from(std::fs::File::create(&stdout).unwrap()))
-        .stderr(Stdio::from(
-            std::fs::File::create(stdout.with_extension("log")).unwrap(),
-        ))
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_graced(&path, &stdout, "12s");
     let lock_path = dir.path().join("state").join("control-alpha.lock");
     wait_evidence(&evidence, DEADLINE, |ev| {
         lock_path.exists() && ev.iter().any(|v| v["kind"] == "publish")
