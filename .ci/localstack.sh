@@ -11,7 +11,7 @@
 # Environment:
 #   LOCALSTACK_VENV      venv dir          (default /var/cache/readyprobe/localstack-venv)
 #   LOCALSTACK_PORT      gateway port      (default 4566, bound to 127.0.0.1 only)
-#   LOCALSTACK_SERVICES  services to run   (default cloudwatch,s3,route53,sts)
+#   LOCALSTACK_SERVICES  services to run   (default cloudwatch,s3,route53,sts,secretsmanager,cloudformation,iam,kms)
 #   LOCALSTACK_PYTHON    python >= 3.13 to build the venv with (default: found via pyenv/PATH)
 #   LOCALSTACK_START_TIMEOUT  seconds to wait for health (default 60)
 #
@@ -28,7 +28,7 @@ LOCK_FILE="$HERE/localstack-requirements.txt"
 VENV="${LOCALSTACK_VENV:-/var/cache/readyprobe/localstack-venv}"
 PORT="${LOCALSTACK_PORT:-4566}"
 HOST="127.0.0.1"
-SERVICES="${LOCALSTACK_SERVICES:-cloudwatch,s3,route53,sts}"
+SERVICES="${LOCALSTACK_SERVICES:-cloudwatch,s3,route53,sts,secretsmanager,cloudformation,iam,kms}"
 START_TIMEOUT="${LOCALSTACK_START_TIMEOUT:-60}"
 STAMP_FILE="$VENV/.localstack-lock.sha256"
 RUN_DIR="$VENV/run"

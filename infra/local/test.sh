@@ -25,7 +25,7 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
-say "2/4 the CloudWatch and S3 emulator on 127.0.0.1:${LOCALSTACK_PORT:-4566} (the first install takes a few minutes)"
+say "2/4 the AWS emulator (CloudWatch, S3, Route 53, STS, Secrets Manager, CloudFormation, IAM, KMS) on 127.0.0.1:${LOCALSTACK_PORT:-4566} (the first install takes a few minutes)"
 .ci/localstack.sh start
 # The emulator takes any credentials; the tests must never reach a cloud metadata endpoint.
 export AWS_EC2_METADATA_DISABLED=true
