@@ -188,7 +188,8 @@ variable "image" {
   description = "The readyprobe image (Dockerfile at the repository root), by digest preferably."
   type        = string
   validation {
-    condition     = can(regex("^[^\\s]{1,1024}$", var.image))
+    # RE2 refuses repeat counts above 1000, so the length is checked apart from the pattern.
+    condition     = length(var.image) <= 1024 && can(regex("^[^\\s]+$", var.image))
     error_message = "image: an image reference without spaces."
   }
 }
@@ -198,7 +199,7 @@ variable "config_path" {
   type        = string
   default     = "/etc/readyprobe/readyprobe.toml"
   validation {
-    condition     = can(regex("^/[A-Za-z0-9._/-]{1,4095}$", var.config_path))
+    condition     = length(var.config_path) <= 4096 && can(regex("^/[A-Za-z0-9._/-]+$", var.config_path))
     error_message = "config_path: an absolute path of A-Z a-z 0-9 . _ / -"
   }
 }
