@@ -24,7 +24,7 @@ output "security_group_id" {
 }
 
 output "password_config" {
-  description = "The config's password reference for probe_secret (null without one), to paste into each [[service]]'s probe table."
+  description = "The config's password reference for probe_secret (null without one), to paste into its [probe.mysql]."
   value       = var.probe_secret == null ? null : (var.probe_secret_json_key == null ? "password = { secrets_manager = \"${var.probe_secret}\" }" : "password = { secrets_manager = \"${var.probe_secret}\", json_key = \"${var.probe_secret_json_key}\" }")
 }
 

@@ -1206,7 +1206,11 @@ fn each_prober_task_has_a_stable_prober_id() {
     assert_eq!(svc["DesiredCount"], 1);
     assert_eq!(
         svc["DeploymentConfiguration"],
-        serde_json::json!({"MinimumHealthyPercent": 0, "MaximumPercent": 100})
+        serde_json::json!({
+            "MinimumHealthyPercent": 0,
+            "MaximumPercent": 100,
+            "DeploymentCircuitBreaker": {"Enable": true, "Rollback": true}
+        })
     );
     assert_eq!(
         svc["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"],
