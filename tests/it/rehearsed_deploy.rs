@@ -326,6 +326,7 @@ async fn deploy_both(
 /// Runs the real binary on `cfg` until it has published a `Readiness` datum for every branch
 /// of `services`.
 async fn publish(cw: &aws_sdk_cloudwatch::Client, cfg: &Path, ns: &str, services: &[&str]) {
+    let log = cfg.with_extension("log");
     let _prober = Prober(
         Command::new(env!("CARGO_BIN_EXE_readyprobe"))
             .args(["run", "--duration", "120s", "--config"])
@@ -334,7 +335,7 @@ async fn publish(cw: &aws_sdk_cloudwatch::Client, cfg: &Path, ns: &str, services
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("the prober's log"))
             .spawn()
             .expect("spawn readyprobe run"),
     );
@@ -343,10 +344,13 @@ async fn publish(cw: &aws_sdk_cloudwatch::Client, cfg: &Path, ns: &str, services
             let q = cloudwatch::MetricQuery::new(ns, "Readiness")
                 .dims(&[("Service", service), ("Branch", branch)]);
             let values = q.poll(cw, DATUM_WAIT, |v| !v.is_empty()).await;
-            assert!(
-                !values.is_empty(),
-                "no Readiness datum for {service}/{branch}"
-            );
+            if values.is_empty() {
+                let text = std::fs::read(&log).unwrap_or_default();
+                let tail = String::from_utf8_lossy(&text[text.len().saturating_sub(4000)..]);
+                panic!(
+                    "no Readiness datum for {service}/{branch}; the prober's stderr ends:\n{tail}"
+                );
+            }
         }
     }
 }
