@@ -4,8 +4,7 @@
 #   - checkov, offline, on the CloudFormation template, the Terraform module and the Dockerfile
 #     (each skip is justified next to its resource);
 #   - hadolint on the Dockerfile;
-#   - python-hcl2 parses every .tf file (no provider can be fetched to validate them), and
-#     `terraform fmt -check` where a terraform binary is installed.
+#   - python-hcl2 parses every .tf file (terraform itself, fmt to plan: infra/terraform-check.sh).
 # The tools live in a venv under /var/cache/readyprobe, pinned by infra/lint-requirements.txt and
 # reinstalled only when that file changes. LINT_VENV and LINT_PYTHON (a Python >= 3.11) change it.
 set -euo pipefail
@@ -80,10 +79,5 @@ for path in sys.argv[1:]:
         hcl2.load(f)
 print(f"{len(sys.argv) - 1} files parsed", file=sys.stderr)
 PY
-
-if command -v terraform >/dev/null 2>&1; then
-  say "terraform fmt -check infra/terraform"
-  TF_CLI_CONFIG_FILE=/dev/null terraform fmt -check -recursive infra/terraform
-fi
 
 say "done in $(( $(date +%s) - t0 ))s"

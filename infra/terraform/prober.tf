@@ -15,9 +15,19 @@ locals {
   # One prober per subnet (Availability Zone), each with its own task definition, so that each
   # gets its own stable prober_id "<name>-<subnet id>".
   slots = { for s in var.subnet_ids : s => s }
-  command = concat(["run", "--config", var.config_path, "--grace", "${local.grace_seconds}s"],
+  command = concat(["run", "--config", coalesce(var.config_s3_uri, var.config_path), "--grace", "${local.grace_seconds}s"],
   local.scheduled ? ["--duration", local.run_duration] : [])
-  secrets = var.probe_secret_arn == null ? [] : [{ name = var.probe_secret_env, valueFrom = var.probe_secret_arn }]
+  # The heartbeat file `run` rewrites every loop tick and `readyprobe health` reads, on the
+  # writable volume (the root file system is read-only).
+  heartbeat_path = "/var/lib/readyprobe/heartbeat"
+  partition      = data.aws_partition.current.partition
+  region         = data.aws_region.current.name
+  account        = data.aws_caller_identity.current.account_id
+  # The config object: "s3://bucket/key" -> "bucket/key".
+  config_object = var.config_s3_uri == null ? null : trimprefix(var.config_s3_uri, "s3://")
+  # The probe secret's ARN: as given, or the ARN of the name in this account and region (Secrets
+  # Manager appends a hyphen and six random characters to the name).
+  probe_secret_arn = var.probe_secret == null ? null : (startswith(var.probe_secret, "arn:") ? var.probe_secret : "arn:${local.partition}:secretsmanager:${local.region}:${local.account}:secret:${var.probe_secret}-??????")
   mount_points = concat([{ sourceVolume = "state", containerPath = "/var/lib/readyprobe", readOnly = false }],
   var.config_file_system_id == null ? [] : [{ sourceVolume = "config", containerPath = "/etc/readyprobe", readOnly = true }])
   security_group_ids = concat([aws_security_group.prober.id], var.extra_security_group_ids)
@@ -118,11 +128,61 @@ data "aws_iam_policy_document" "task" {
       values   = ["${var.state_prefix}control-*"]
     }
   }
+  # [evidence.s3]: the writer uploads segments under the prefix and lists it to find what an
+  # earlier run left; it never reads, deletes or overwrites another prefix.
+  dynamic "statement" {
+    for_each = var.evidence_bucket == null ? [] : [var.evidence_bucket]
+    content {
+      actions   = ["s3:PutObject"]
+      resources = ["arn:${local.partition}:s3:::${statement.value}/${var.evidence_prefix}*"]
+    }
+  }
+  dynamic "statement" {
+    for_each = var.evidence_bucket == null ? [] : [var.evidence_bucket]
+    content {
+      actions   = ["s3:ListBucket"]
+      resources = ["arn:${local.partition}:s3:::${statement.value}"]
+      condition {
+        test     = "StringLike"
+        variable = "s3:prefix"
+        values   = ["${var.evidence_prefix}*"]
+      }
+    }
+  }
+  # --config s3://bucket/key: that one object, read at start and every [reload] poll.
+  dynamic "statement" {
+    for_each = local.config_object == null ? [] : [local.config_object]
+    content {
+      actions   = ["s3:GetObject"]
+      resources = ["arn:${local.partition}:s3:::${statement.value}"]
+    }
+  }
+  # The probe secret, read and refreshed by the prober itself (not injected by ECS at start, so a
+  # rotation needs no restart).
+  dynamic "statement" {
+    for_each = local.probe_secret_arn == null ? [] : [local.probe_secret_arn]
+    content {
+      actions   = ["secretsmanager:GetSecretValue"]
+      resources = [statement.value]
+    }
+  }
+  dynamic "statement" {
+    for_each = var.probe_secret_kms_key_arn == null ? [] : [var.probe_secret_kms_key_arn]
+    content {
+      actions   = ["kms:Decrypt"]
+      resources = [statement.value]
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["secretsmanager.${local.region}.amazonaws.com"]
+      }
+    }
+  }
 }
 
 resource "aws_iam_role" "task" {
   name_prefix        = "readyprobe-task-"
-  description        = "readyprobe ${var.name}: publish its metrics, read and write its control document"
+  description        = "readyprobe ${var.name}: publish its metrics, use its control documents, evidence, config object and secret"
   assume_role_policy = data.aws_iam_policy_document.task_assume.json
 }
 
@@ -134,27 +194,13 @@ resource "aws_iam_role_policy" "task" {
 
 resource "aws_iam_role" "execution" {
   name_prefix        = "readyprobe-exec-"
-  description        = "readyprobe ${var.name}: pull the image, write logs, read the probe secret"
+  description        = "readyprobe ${var.name}: pull the image, write logs"
   assume_role_policy = data.aws_iam_policy_document.execution_assume.json
 }
 
 resource "aws_iam_role_policy_attachment" "execution" {
   role       = aws_iam_role.execution.name
   policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy"
-}
-
-resource "aws_iam_role_policy" "execution_secret" {
-  count = var.probe_secret_arn == null ? 0 : 1
-  name  = "probe-secret"
-  role  = aws_iam_role.execution.id
-  policy = jsonencode({
-    Version = "2012-10-17"
-    Statement = [{
-      Effect   = "Allow"
-      Action   = "secretsmanager:GetSecretValue"
-      Resource = var.probe_secret_arn
-    }]
-  })
 }
 
 resource "aws_ecs_task_definition" "prober" {
@@ -169,7 +215,7 @@ resource "aws_ecs_task_definition" "prober" {
   execution_role_arn       = aws_iam_role.execution.arn
 
   runtime_platform {
-    cpu_architecture        = "X86_64"
+    cpu_architecture        = var.architecture
     operating_system_family = "LINUX"
   }
 
@@ -199,13 +245,22 @@ resource "aws_ecs_task_definition" "prober" {
     # Above --grace (10 s) + 2 s, so the final sync and publish finish after SIGTERM.
     stopTimeout = 20
     command     = local.command
+    # Healthy while the run loop ticks: `health` exits 1 once the heartbeat file is older than
+    # 30 s. Exec form, the image has no shell. startPeriod covers the first sync.
+    healthCheck = {
+      command     = ["CMD", "/usr/local/bin/readyprobe", "health"]
+      interval    = 30
+      timeout     = 5
+      retries     = 3
+      startPeriod = 60
+    }
     # A stable prober_id per slot: a replaced task continues its predecessor's entry in the
     # control document instead of adding one (the host name would change with every task).
     environment = [
       { name = "READYPROBE_LOG_FORMAT", value = "json" },
       { name = "READYPROBE_PROBER_ID", value = "${var.name}-${each.key}" },
+      { name = "READYPROBE_HEARTBEAT", value = local.heartbeat_path },
     ]
-    secrets     = local.secrets
     mountPoints = local.mount_points
     logConfiguration = {
       logDriver = "awslogs"
@@ -231,6 +286,13 @@ resource "aws_ecs_service" "prober" {
   deployment_minimum_healthy_percent = 0
   deployment_maximum_percent         = 100
   propagate_tags                     = "SERVICE"
+
+  # A task that never turns healthy (a bad image, config or role) stops the deployment and
+  # brings back the last one that ran.
+  deployment_circuit_breaker {
+    enable   = true
+    rollback = true
+  }
 
   network_configuration {
     subnets          = [each.value]

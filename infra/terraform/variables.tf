@@ -188,7 +188,8 @@ variable "image" {
   description = "The readyprobe image (Dockerfile at the repository root), by digest preferably."
   type        = string
   validation {
-    condition     = can(regex("^[^\\s]{1,1024}$", var.image))
+    # RE2 refuses repeat counts above 1000, so the length is checked apart from the pattern.
+    condition     = length(var.image) <= 1024 && can(regex("^[^\\s]+$", var.image))
     error_message = "image: an image reference without spaces."
   }
 }
@@ -198,18 +199,48 @@ variable "config_path" {
   type        = string
   default     = "/etc/readyprobe/readyprobe.toml"
   validation {
-    condition     = can(regex("^/[A-Za-z0-9._/-]{1,4095}$", var.config_path))
+    condition     = length(var.config_path) <= 4096 && can(regex("^/[A-Za-z0-9._/-]+$", var.config_path))
     error_message = "config_path: an absolute path of A-Z a-z 0-9 . _ / -"
   }
 }
 
+variable "config_s3_uri" {
+  description = "s3://bucket/key of the config object: the prober runs with --config s3://bucket/key, polls it (its [reload] poll, default 30 s) and applies a change as SIGHUP would; the task role may GetObject that object only (null - config_path, baked into the image or on the EFS file system below)."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.config_s3_uri == null || (length(coalesce(var.config_s3_uri, "-")) <= 1090 && can(regex("^s3://[a-z0-9][a-z0-9.-]+[a-z0-9]/[A-Za-z0-9!_.'()/-]+$", coalesce(var.config_s3_uri, "-"))))
+    error_message = "config_s3_uri: null or s3://<bucket>/<key>, the key of A-Z a-z 0-9 ! _ . ' ( ) / - (no * or ?, which IAM would read as wildcards)."
+  }
+}
+
 variable "config_file_system_id" {
-  description = "EFS file system whose root holds the config, mounted read-only at /etc/readyprobe (null - the config is baked into the image)."
+  description = "EFS file system whose root holds the config, mounted read-only at /etc/readyprobe (null - the config is baked into the image or read from config_s3_uri)."
   type        = string
   default     = null
   validation {
     condition     = var.config_file_system_id == null || can(regex("^fs-[0-9a-f]{8,40}$", var.config_file_system_id))
     error_message = "config_file_system_id: null or an EFS file system id (fs-...)."
+  }
+}
+
+variable "evidence_bucket" {
+  description = "S3 bucket of the config's [evidence.s3] (null - evidence stays on the task's volume): the task role may PutObject under evidence_prefix and ListBucket for that prefix only."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.evidence_bucket == null || can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", coalesce(var.evidence_bucket, "-")))
+    error_message = "evidence_bucket: null or an S3 bucket name (3-63 of a-z 0-9 . -)."
+  }
+}
+
+variable "evidence_prefix" {
+  description = "The config's [evidence.s3] prefix."
+  type        = string
+  default     = "readyprobe/evidence/"
+  validation {
+    condition     = can(regex("^[A-Za-z0-9!_.'()/-]{0,512}$", var.evidence_prefix))
+    error_message = "evidence_prefix: up to 512 of A-Z a-z 0-9 ! _ . ' ( ) / - (no * or ?, which IAM would read as wildcards)."
   }
 }
 
@@ -232,23 +263,43 @@ variable "state_prefix" {
   }
 }
 
-variable "probe_secret_arn" {
-  description = "Secrets Manager secret ARN injected as probe_secret_env (null - none)."
+variable "probe_secret" {
+  description = "The Secrets Manager secret the config names in password = { secrets_manager = ..., json_key = ... }: its name (an RDS-managed one starts with rds!) or full ARN. The prober reads it with the task role and refreshes it, so a rotation needs no restart; the task role may GetSecretValue on that secret only (null - none)."
   type        = string
   default     = null
   validation {
-    condition     = var.probe_secret_arn == null || can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+$", var.probe_secret_arn))
-    error_message = "probe_secret_arn: null or a Secrets Manager secret ARN."
+    condition     = var.probe_secret == null || can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@!-]+$", coalesce(var.probe_secret, "-"))) || (length(coalesce(var.probe_secret, "-")) <= 512 && can(regex("^[A-Za-z0-9/_+=.@!-]+$", coalesce(var.probe_secret, "-"))))
+    error_message = "probe_secret: null, a Secrets Manager secret name (up to 512 of A-Z a-z 0-9 / _ + = . @ ! -) or a secret ARN."
   }
 }
 
-variable "probe_secret_env" {
-  description = "Environment variable the config reads the secret from, e.g. password = { env = \"READYPROBE_MYSQL_PASSWORD\" }."
+variable "probe_secret_json_key" {
+  description = "The key of the secret's JSON value that holds the password (\"password\" for an RDS-managed secret; null - the whole SecretString). Goes into the password_config output."
   type        = string
-  default     = "READYPROBE_MYSQL_PASSWORD"
+  default     = null
   validation {
-    condition     = can(regex("^[A-Za-z_][A-Za-z0-9_]{0,254}$", var.probe_secret_env))
-    error_message = "probe_secret_env: an environment variable name (A-Z a-z 0-9 _, not starting with a digit)."
+    condition     = var.probe_secret_json_key == null || can(regex("^[A-Za-z0-9_.-]{1,128}$", coalesce(var.probe_secret_json_key, "-")))
+    error_message = "probe_secret_json_key: null or 1-128 of A-Z a-z 0-9 _ . -"
+  }
+}
+
+variable "probe_secret_kms_key_arn" {
+  description = "The customer managed KMS key that encrypts probe_secret (null - the AWS managed key aws/secretsmanager, which needs no grant): the task role may kms:Decrypt with it through Secrets Manager only."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.probe_secret_kms_key_arn == null || can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]{1,64}$", coalesce(var.probe_secret_kms_key_arn, "-")))
+    error_message = "probe_secret_kms_key_arn: null or a KMS key ARN (arn:...:key/<id>)."
+  }
+}
+
+variable "architecture" {
+  description = "CPU architecture of the image and the tasks (ECS runtimePlatform.cpuArchitecture): X86_64 or ARM64 (Graviton, cheaper per vCPU-hour)."
+  type        = string
+  default     = "X86_64"
+  validation {
+    condition     = contains(["X86_64", "ARM64"], var.architecture)
+    error_message = "architecture: X86_64 or ARM64."
   }
 }
 

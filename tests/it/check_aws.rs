@@ -43,18 +43,18 @@ fn fill(template: &str, vars: &[(&str, &str)]) -> String {
 
 /// A health check the fixture lists.
 #[derive(Clone)]
-struct Hc {
-    id: String,
-    alarm: String,
-    region: String,
-    insufficient_data: Option<&'static str>,
-    inverted: bool,
-    disabled: bool,
+pub(crate) struct Hc {
+    pub(crate) id: String,
+    pub(crate) alarm: String,
+    pub(crate) region: String,
+    pub(crate) insufficient_data: Option<&'static str>,
+    pub(crate) inverted: bool,
+    pub(crate) disabled: bool,
 }
 
 /// What the Route 53 endpoint does with `ListHealthChecks`.
 #[derive(Clone, Copy, PartialEq, Debug)]
-enum Mode {
+pub(crate) enum Mode {
     Answer,
     Deny,
     /// The first page, cut in the middle (a whole HTTP answer of half a document).
@@ -67,8 +67,8 @@ enum Mode {
     Stall,
 }
 
-struct Route53Fixture {
-    url: String,
+pub(crate) struct Route53Fixture {
+    pub(crate) url: String,
     requests: Arc<Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -84,7 +84,7 @@ type Shared = Arc<(Vec<Hc>, Mode, Mutex<Vec<String>>)>;
 impl Route53Fixture {
     /// Answer `ListHealthChecks` with `hcs` in pages of 2 (so the client must follow
     /// `NextMarker`); forward every other Route 53 call to `upstream`.
-    async fn start(hcs: Vec<Hc>, mode: Mode, upstream: String) -> Route53Fixture {
+    pub(crate) async fn start(hcs: Vec<Hc>, mode: Mode, upstream: String) -> Route53Fixture {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let shared: Shared = Arc::new((hcs, mode, Mutex::new(Vec::new())));
@@ -590,7 +590,7 @@ async fn put_readiness(cw: &aws_sdk_cloudwatch::Client, service: &str, branch: &
         .expect("PutMetricData");
 }
 
-fn route53_client(endpoint: &str) -> aws_sdk_route53::Client {
+pub(crate) fn route53_client(endpoint: &str) -> aws_sdk_route53::Client {
     let conf = aws_sdk_route53::Config::builder()
         .behavior_version(aws_sdk_route53::config::BehaviorVersion::latest())
         .region(aws_sdk_route53::config::Region::new(cloudwatch::REGION))
@@ -636,7 +636,7 @@ fn record(
 }
 
 /// A private hosted zone named `zone` in LocalStack; its id.
-async fn create_zone(r53: &aws_sdk_route53::Client, zone: &str) -> String {
+pub(crate) async fn create_zone(r53: &aws_sdk_route53::Client, zone: &str) -> String {
     let z = r53
         .create_hosted_zone()
         .name(zone)

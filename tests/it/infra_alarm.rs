@@ -61,10 +61,8 @@ fn template_alarm() -> AlarmDef {
         .expect("Threshold from the quorum mapping");
     let threshold = doc["Mappings"][find[0].as_str().unwrap()][&statistic]
         [find[2].as_str().unwrap()]
-    .as_str()
-    .expect("a threshold for the default statistic")
-    .parse()
-    .expect("a number");
+    .as_f64()
+    .expect("a number as threshold for the default statistic");
     AlarmDef {
         metric: text(&p["MetricName"]),
         dimensions: p["Dimensions"]

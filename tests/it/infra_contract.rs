@@ -1206,7 +1206,11 @@ fn each_prober_task_has_a_stable_prober_id() {
     assert_eq!(svc["DesiredCount"], 1);
     assert_eq!(
         svc["DeploymentConfiguration"],
-        serde_json::json!({"MinimumHealthyPercent": 0, "MaximumPercent": 100})
+        serde_json::json!({
+            "MinimumHealthyPercent": 0,
+            "MaximumPercent": 100,
+            "DeploymentCircuitBreaker": {"Enable": true, "Rollback": true}
+        })
     );
     assert_eq!(
         svc["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"],
@@ -1331,7 +1335,7 @@ fn every_parameter_and_variable_is_constrained() {
 }
 
 /// Evaluate a CloudFormation value over parameter values: `Ref`, `Fn::Equals`, `Fn::Not`,
-/// `Fn::And`, `Fn::Or`, `Fn::If` (on the template's `Conditions`), `Fn::Join`, `Fn::Split` and
+/// `Fn::And`, `Fn::Or`, `Fn::If` (on the template's `Conditions`), `Fn::Join`, `Fn::Select`, `Fn::Split` and
 /// `Fn::Sub` (`${Name}` from its map, then the parameters). A `CommaDelimitedList` parameter is
 /// an array.
 fn cfn_eval(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
@@ -1379,6 +1383,13 @@ fn cfn_eval(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
                 .collect();
             Value::from(items.join(list()[0].as_str().expect("a separator")))
         }
+        "Fn::Select" => {
+            let i = list()[0].as_u64().expect("an index") as usize;
+            ev(&list()[1])
+                .as_array()
+                .and_then(|a| a.get(i).cloned())
+                .unwrap_or_else(|| panic!("Fn::Select {i} out of range"))
+        }
         "Fn::Split" => {
             let whole = text(ev(&list()[1]));
             let sep = list()[0].as_str().expect("a separator");
@@ -1405,6 +1416,23 @@ fn cfn_eval(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
             Value::from(out)
         }
         other => panic!("a function this test does not evaluate: {other}"),
+    }
+}
+
+/// [`cfn_eval`] inside every object and list too (a policy statement's `Resource`, `Condition`).
+fn cfn_eval_deep(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
+    let intrinsic = |o: &serde_json::Map<String, Value>| {
+        o.len() == 1 && o.keys().all(|k| k == "Ref" || k.starts_with("Fn::"))
+    };
+    match e {
+        Value::Object(o) if !intrinsic(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), cfn_eval_deep(doc, v, params)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(|v| cfn_eval_deep(doc, v, params)).collect()),
+        Value::Object(_) => cfn_eval_deep(doc, &cfn_eval(doc, e, params), params),
+        _ => e.clone(),
     }
 }
 
@@ -1773,4 +1801,159 @@ async fn state_policy_allows_what_the_store_does_and_no_more() {
         );
         assert!(!iam_match(list_prefix, &other), "listing {other:?} granted");
     }
+}
+
+/// The grants of the inputs a config may name (evidence bucket, config object, secret and its
+/// key) are the same in both templates: the CloudFormation policies, evaluated over the example
+/// root module's values, give exactly the statements `infra/terraform/tests/` expects of the
+/// module's policy; each policy exists only when its parameter is set; a secret ARN is granted
+/// as given, a name (an `rds!` one) with the suffix Secrets Manager appends.
+#[test]
+fn input_grants_agree_across_templates() {
+    let doc = cfn_doc_of(CFN_PROBER);
+    let mut params: BTreeMap<&str, Value> = [
+        ("AWS::Partition", "aws"),
+        ("AWS::Region", "eu-west-1"),
+        ("AWS::AccountId", "123456789012"),
+        ("EvidenceBucket", "readyprobe-evidence"),
+        ("EvidencePrefix", "readyprobe/evidence/"),
+        (
+            "ConfigS3Uri",
+            "s3://readyprobe-config/platform/readyprobe.toml",
+        ),
+        (
+            "ProbeSecret",
+            "rds!cluster-0a1b2c3d-4e5f-6789-abcd-ef0123456789",
+        ),
+        ("ProbeSecretJsonKey", "password"),
+        (
+            "ProbeSecretKmsKeyArn",
+            "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, Value::from(v)))
+    .collect();
+    let statements = |params: &BTreeMap<&str, Value>| -> Vec<Value> {
+        let mut out = Vec::new();
+        for id in [
+            "EvidencePolicy",
+            "ConfigObjectPolicy",
+            "ProbeSecretPolicy",
+            "ProbeSecretKeyPolicy",
+        ] {
+            let r = &doc["Resources"][id];
+            assert_eq!(
+                r["Properties"]["Roles"],
+                serde_json::json!([{"Ref": "TaskRole"}])
+            );
+            let cond = r["Condition"].as_str().expect("a conditional policy");
+            if cfn_eval(&doc, &doc["Conditions"][cond], params) == Value::Bool(true) {
+                let st = &r["Properties"]["PolicyDocument"]["Statement"];
+                out.extend(
+                    cfn_eval_deep(&doc, st, params)
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+            }
+        }
+        out
+    };
+    let want = serde_json::json!([
+        {"Effect": "Allow", "Action": "s3:PutObject",
+         "Resource": "arn:aws:s3:::readyprobe-evidence/readyprobe/evidence/*"},
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::readyprobe-evidence",
+         "Condition": {"StringLike": {"s3:prefix": "readyprobe/evidence/*"}}},
+        {"Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": "arn:aws:s3:::readyprobe-config/platform/readyprobe.toml"},
+        {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
+         "Resource": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds!cluster-0a1b2c3d-4e5f-6789-abcd-ef0123456789-??????"},
+        {"Effect": "Allow", "Action": "kms:Decrypt",
+         "Resource": "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+         "Condition": {"StringEquals": {"kms:ViaService": "secretsmanager.eu-west-1.amazonaws.com"}}},
+    ]);
+    assert_eq!(Value::Array(statements(&params)), want);
+
+    // The Terraform module's expectations are the same statements.
+    let tftest = std::fs::read_to_string(repo_file("infra/terraform/tests/example.tftest.hcl"))
+        .expect("the Terraform tests");
+    for grant in [
+        "arn:aws:s3:::readyprobe-evidence/readyprobe/evidence/*",
+        "\"s3:prefix\" = \"readyprobe/evidence/*\"",
+        "arn:aws:s3:::readyprobe-config/platform/readyprobe.toml",
+        "secret:rds!cluster-0a1b2c3d-4e5f-6789-abcd-ef0123456789-??????",
+        "\"kms:ViaService\" = \"secretsmanager.eu-west-1.amazonaws.com\"",
+    ] {
+        assert!(
+            tftest.contains(grant),
+            "infra/terraform/tests lacks {grant}"
+        );
+    }
+
+    // An ARN is granted as given.
+    let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:db-AbCdEf";
+    params.insert("ProbeSecret", Value::from(arn));
+    assert!(statements(&params).iter().any(|s| s["Resource"] == arn));
+    // Nothing set, nothing granted.
+    for k in [
+        "EvidenceBucket",
+        "ConfigS3Uri",
+        "ProbeSecret",
+        "ProbeSecretKmsKeyArn",
+    ] {
+        params.insert(k, Value::from(""));
+    }
+    assert_eq!(statements(&params), Vec::<Value>::new());
+}
+
+/// Both prober templates run the same container: the health check in exec form, the heartbeat
+/// file on the writable volume, no secret injected by ECS, the chosen architecture, and the
+/// circuit breaker.
+#[test]
+fn prober_containers_agree_across_templates() {
+    let doc = cfn_doc_of(CFN_PROBER);
+    let slot = &doc["Resources"]["Fn::ForEach::Slot"][2];
+    let task = &slot["TaskDefinition&{SubnetId}"]["Properties"];
+    let c = &task["ContainerDefinitions"][0];
+    assert_eq!(
+        c["HealthCheck"]["Command"],
+        serde_json::json!(["CMD", "/usr/local/bin/readyprobe", "health"])
+    );
+    assert!(
+        c["Environment"]
+            .as_array()
+            .expect("Environment")
+            .contains(&serde_json::json!(
+                {"Name": "READYPROBE_HEARTBEAT", "Value": "/var/lib/readyprobe/heartbeat"}
+            ))
+    );
+    assert!(c.get("Secrets").is_none(), "ECS injects no secret");
+    assert_eq!(
+        task["RuntimePlatform"]["CpuArchitecture"],
+        serde_json::json!({"Ref": "Architecture"})
+    );
+    let arch = &doc["Parameters"]["Architecture"];
+    assert_eq!(
+        arch["AllowedValues"],
+        serde_json::json!(["X86_64", "ARM64"])
+    );
+
+    let blocks = tf_blocks();
+    let v = tf_var(&blocks, "architecture");
+    assert_eq!(v.allowed, ["X86_64", "ARM64"]);
+    assert_eq!(v.default.as_deref(), arch["Default"].as_str());
+    let task = tf_block(&blocks, "resource", &["aws_ecs_task_definition", "prober"]);
+    let container = tf_text(attr(task, "container_definitions").expect("containers"));
+    for want in [
+        "[\"CMD\", \"/usr/local/bin/readyprobe\", \"health\"]",
+        "READYPROBE_HEARTBEAT",
+    ] {
+        assert!(container.contains(want), "Terraform container lacks {want}");
+    }
+    assert!(!container.contains("secrets"), "ECS injects no secret");
+    assert_eq!(
+        tf_text(tf_local(&blocks, "heartbeat_path")),
+        "/var/lib/readyprobe/heartbeat"
+    );
 }

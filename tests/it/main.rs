@@ -21,6 +21,7 @@ mod mysql_kind;
 mod otlp_kind;
 mod pipeline;
 mod publish_faults;
+mod rehearsed_deploy;
 mod reload;
 mod report_alarms;
 mod report_view;

@@ -92,7 +92,12 @@ pub async fn health() -> Result<String, String> {
 /// A CloudWatch client for the emulator: region us-east-1, static credentials `test`/`test`,
 /// endpoint [`endpoint`], 3 s connect / 10 s attempt / 30 s operation timeouts, 3 attempts.
 pub async fn cloudwatch_client() -> Client {
-    let config = aws_config::defaults(BehaviorVersion::latest())
+    Client::new(&sdk_config().await)
+}
+
+/// The SDK configuration of [`cloudwatch_client`], for the emulator's other services.
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new(REGION))
         .credentials_provider(Credentials::new(
             "test",
@@ -111,8 +116,7 @@ pub async fn cloudwatch_client() -> Client {
         )
         .retry_config(RetryConfig::standard().with_max_attempts(3))
         .load()
-        .await;
-    Client::new(&config)
+        .await
 }
 
 /// A client when the emulator is healthy; otherwise under `CI=true` panics, else prints a loud
