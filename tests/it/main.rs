@@ -22,6 +22,7 @@ mod otlp_kind;
 mod pipeline;
 mod publish_faults;
 mod reload;
+mod reload_poll;
 mod report_alarms;
 mod report_view;
 mod resolve_step;
