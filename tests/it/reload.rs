@@ -117,7 +117,7 @@ pub(crate) fn reload_at(ev: &[Value], n: usize) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-fn seqs(ev: &[Value], service: &str, branch: &str) -> Vec<u64> {
+pub(crate) fn seqs(ev: &[Value], service: &str, branch: &str) -> Vec<u64> {
     of(ev, "attempt", service, Some(branch))
         .iter()
         .map(|a| a["seq"].as_u64().unwrap())

@@ -5,7 +5,7 @@
 //! with its reason, a deleted object and an unreachable endpoint are logged and the running
 //! config kept; the next readable edit applies.
 
-use crate::reload::{DEADLINE, config, fleet, of, reached_ready, reload_at, service, signal};
+use crate::reload::{DEADLINE, config, fleet, of, reached_ready, reload_at, seqs, service, signal};
 use crate::support::fixture::wait_evidence;
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -182,7 +182,16 @@ async fn an_s3_config_edit_applies_without_a_signal_and_a_bad_one_keeps_the_old(
     let r = reload_at(&ev, 0).unwrap();
     assert_eq!(ev[r]["applied"], true, "{}", ev[r]);
     assert_eq!(ev[r]["added"], serde_json::json!(["beta"]), "{}", ev[r]);
+    // alpha runs on untouched: no transition, and its loops' sequences go on (no restart).
     assert!(of(&ev[r..], "transition", "alpha", None).is_empty());
+    for b in ["primary", "secondary"] {
+        let all = seqs(&ev, "alpha", b);
+        assert!(
+            all.windows(2).all(|w| w[1] == w[0] + 1),
+            "alpha/{b}: {all:?}"
+        );
+        assert!(seqs(&ev[r..], "alpha", b)[0] > 1, "alpha/{b} restarted");
+    }
     wait_log(&log, &["config source changed", &source], 0).await;
     wait_log(&log, &["reload applied"], 0).await;
 
