@@ -258,7 +258,9 @@ fn s3_error<R: std::fmt::Debug>(
                 src = x.source();
             }
             let class = match other {
-                SdkError::DispatchFailure(_) => "unreachable",
+                SdkError::DispatchFailure(d) if d.is_io() => "unreachable",
+                SdkError::DispatchFailure(d) if d.is_timeout() => "timeout",
+                // No region, no credentials: the process's setup, not the endpoint.
                 _ => "other",
             };
             ReadError { class, reason }

@@ -267,7 +267,7 @@ async fn cut_endpoint(
     assert!(
         text.lines()
             .filter(|l| l.contains("cannot read the config source"))
-            .any(|l| ["unreachable", "timeout", "other"].iter().any(|c| l
+            .any(|l| ["unreachable", "timeout"].iter().any(|c| l
                 .contains(&format!("class=\"{c}\""))
                 || l.contains(&format!("class={c}")))),
         "{text}"
