@@ -236,10 +236,7 @@ fn s3_error<R: std::fmt::Debug>(
     match e {
         SdkError::ServiceError(s) => {
             let code = s.err().code().unwrap_or("error");
-            let class = match code {
-                "NoSuchKey" | "NoSuchBucket" => "not_found",
-                c => crate::aws::kind_of(c).map_or("other", Into::into),
-            };
+            let class = class_of_code(code);
             let message = s.err().message().unwrap_or("(no message)");
             ReadError {
                 class,
@@ -265,6 +262,15 @@ fn s3_error<R: std::fmt::Debug>(
             };
             ReadError { class, reason }
         }
+    }
+}
+
+/// The class of an S3 error code: a missing object or bucket is `not_found`, the rest as
+/// [`crate::aws::kind_of`] names them, else `other`.
+fn class_of_code(code: &str) -> &'static str {
+    match code {
+        "NoSuchKey" | "NoSuchBucket" => "not_found",
+        c => crate::aws::kind_of(c).map_or("other", Into::into),
     }
 }
 
@@ -396,6 +402,22 @@ mod tests {
         assert_eq!(Identity::of_text("x = 1\n"), Identity::of_text("x = 1\n"));
         assert_ne!(Identity::of_text("x = 1\n"), Identity::of_text("x = 2\n"));
         assert_eq!(Identity::of_text("").to_string(), "sha256 e3b0c44298fc");
+    }
+
+    #[test]
+    fn s3_error_codes_are_classed_through_the_one_table() {
+        for (code, class) in [
+            ("NoSuchKey", "not_found"),
+            ("NoSuchBucket", "not_found"),
+            ("AccessDenied", "access_denied"),
+            ("ExpiredToken", "expired_credentials"),
+            ("SignatureDoesNotMatch", "invalid_credentials"),
+            ("SlowDown", "throttled"),
+            ("InternalError", "server_fault"),
+            ("InvalidObjectState", "other"),
+        ] {
+            assert_eq!(class_of_code(code), class, "{code}");
+        }
     }
 
     #[test]
