@@ -3,7 +3,7 @@
 //! file under `[reload] poll`. An edit is applied as a SIGHUP's reload (the same `reload`
 //! record; an unchanged service keeps its readiness), an invalid edit is refused and recorded
 //! with its reason, a deleted object and an unreachable endpoint are logged and the running
-//! config kept; the next readable edit applies.
+//! config kept; the next readable edit applies. SIGHUP reads an S3 config again too.
 
 use crate::reload::{DEADLINE, config, fleet, of, reached_ready, reload_at, seqs, service, signal};
 use crate::support::fixture::wait_evidence;
@@ -322,6 +322,45 @@ async fn a_polled_local_config_applies_an_edit_without_a_signal() {
         "{refused}"
     );
 
+    signal(&child, libc::SIGTERM);
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+/// SIGHUP reads an S3 config again too (here with a poll too long to fire during the test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reads_an_s3_config_again() {
+    let Some((s3, bucket, upstream)) = bucket_or_skip().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha", "beta"]).await;
+    let port = |i: usize| f.ports[i].port;
+    let key = "hup.toml";
+    let evidence = dir.path().join("evidence.jsonl");
+    let stdout = dir.path().join("stdout.jsonl");
+    let text = |services: &str| {
+        let poll = "\n[reload]\npoll = \"1h\"\n";
+        config(dir.path(), &f.dns, "1s", &format!("{poll}{services}"))
+    };
+    let alpha = service("alpha", port(0), port(1));
+    put(&s3, &bucket, key, &text(&alpha)).await;
+    let source = format!("s3://{bucket}/{key}");
+    let mut child = spawn_run(&source, &format!("http://{upstream}"), &stdout);
+    wait_evidence(&evidence, DEADLINE, |ev| {
+        reached_ready(ev, "alpha", "primary")
+    })
+    .await;
+    let beta = service("beta", port(2), port(3));
+    put(&s3, &bucket, key, &text(&format!("{alpha}{beta}"))).await;
+    signal(&child, libc::SIGHUP);
+    let ev = wait_evidence(&evidence, DEADLINE, |ev| reload_at(ev, 0).is_some()).await;
+    let r = &ev[reload_at(&ev, 0).unwrap()];
+    assert_eq!(r["applied"], true, "{r}");
+    assert_eq!(r["added"], serde_json::json!(["beta"]), "{r}");
     signal(&child, libc::SIGTERM);
     let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
         .await
