@@ -52,7 +52,7 @@ async fn serve(w: Watched, mut hup: Option<Signal>, tx: mpsc::Sender<Result<Conf
         i.set_missed_tick_behavior(MissedTickBehavior::Delay);
         i
     });
-    let source = w.reader.source().to_string();
+    let source = config::escape_controls(&w.reader.source().to_string()).into_owned();
     loop {
         let trigger = tokio::select! {
             got = next_signal(&mut hup) => match got {
@@ -97,18 +97,20 @@ async fn poll(reader: &Reader, state: &mut Watch, source: &str) -> Option<String
         Err(_) => Err(()),
     };
     let verdict = state.observe(seen);
+    // What the peer sent (an error message, an ETag) is escaped: it cannot forge log lines.
+    let esc = |s: &str| config::escape_controls(s).into_owned();
     match (verdict, read) {
         (Verdict::FirstFailure, Err(e)) => {
-            tracing::warn!(config = %source, class = e.class, error = %e.reason,
+            tracing::warn!(config = %source, class = e.class, error = %esc(&e.reason),
                 "cannot read the config source; the running config is kept and the source is read again at the next poll");
             None
         }
         (Verdict::StillFailing, Err(e)) => {
-            tracing::debug!(config = %source, class = e.class, error = %e.reason, "config source still unreadable");
+            tracing::debug!(config = %source, class = e.class, error = %esc(&e.reason), "config source still unreadable");
             None
         }
         (Verdict::Changed, Ok(Some(f))) => {
-            tracing::info!(config = %source, identity = %f.identity, "config source changed: reading the config again");
+            tracing::info!(config = %source, identity = %esc(&f.identity.to_string()), "config source changed: reading the config again");
             Some(f.text)
         }
         (_, _) => {
