@@ -110,7 +110,7 @@ async fn poll(reader: &Reader, state: &mut Watch, source: &str) -> Option<String
             None
         }
         (Verdict::Changed, Ok(Some(f))) => {
-            tracing::info!(config = %source, identity = %esc(&f.identity.to_string()), "config source changed: reading the config again");
+            tracing::info!(config = %source, identity = %esc(&f.identity.to_string()), "config source changed: validating it and reloading as at a SIGHUP");
             Some(f.text)
         }
         (_, _) => {
