@@ -8,6 +8,7 @@ pub mod aws_vocab;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod config_source;
 pub mod contract;
 pub mod control;
 pub mod datum;

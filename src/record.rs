@@ -98,7 +98,7 @@ pub enum Record {
     DuplicateProber(DuplicateProber),
     /// A service of the config could not be prepared; the others run.
     ServiceUnavailable(ServiceUnavailable),
-    /// A reload (SIGHUP) was applied or refused.
+    /// A reload (SIGHUP, or a change a poll found) was applied or refused.
     Reload(Reload),
     /// An operator's drill marker (`drill mark`), recorded once by each prober.
     Marker(MarkerRecord),
@@ -120,7 +120,7 @@ impl Record {
 /// after `restored` came later: absent in older files, they read as `None` or empty.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Start {
-    /// Path of the config file.
+    /// The config's source: its file's path, or `s3://bucket/key`.
     pub config: String,
     /// The branches probed, in config order.
     pub branches: Vec<StartBranch>,
@@ -550,7 +550,7 @@ pub struct ServiceUnavailable {
     pub problems: Vec<String>,
 }
 
-/// `reload`: the config was re-read (SIGHUP) and applied, or refused with the old config kept.
+/// `reload`: the config was re-read (SIGHUP, or a poll found it changed) and applied, or refused with the old config kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reload {
     /// True when the new config was applied; false when it was refused.

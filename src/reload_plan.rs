@@ -286,10 +286,10 @@ fn renames(old: &Config, removed: &[String], new: &Config, started: &[String]) -
 }
 
 /// The settings a running process cannot take without a restart (the state store, the evidence
-/// file, the sinks and publish tick, the prober id and the resolver), by config key: each key
-/// whose effective value changed, except a value that only follows another named key (a
-/// `poll_interval` or `operation_timeout` capped at the publish interval, a default evidence
-/// path under `state_dir`), so a refusal names what the operator edited.
+/// file, the sinks and publish tick, the prober id, the resolver, the reload poll), by config
+/// key: each key whose effective value changed, except a value that only follows another named
+/// key (a `poll_interval` or `operation_timeout` capped at the publish interval, a default
+/// evidence path under `state_dir`), so a refusal names what the operator edited.
 pub fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     let (p, q) = (&old.publish, &new.publish);
     let capped = |a: Duration, b: Duration| a == b || capped_alike(a, p.interval, b, q.interval);
@@ -329,6 +329,7 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         ("dns.resolv_conf", x.resolv_conf == y.resolv_conf),
         ("dns.timeout", x.timeout == y.timeout),
         ("dns.address_family", x.address_family == y.address_family),
+        ("reload.poll", old.reload_poll == new.reload_poll),
     ];
     match (&old.state.store, &new.state.store) {
         (StoreKind::File, StoreKind::File) => {}
@@ -574,6 +575,10 @@ port = 5432
             ["publish.cloudwatch.max_attempts"]
         );
         assert_eq!(keys("", "[dns]\ntimeout = \"2s\""), ["dns.timeout"]);
+        assert_eq!(
+            keys("[reload]\npoll = \"5s\"", "[reload]\npoll = \"9s\""),
+            ["reload.poll"]
+        );
         assert!(keys("", "").is_empty());
         let old = config("", "");
         let problems = admit(&old, &running(&old), &config("[dns]\ntimeout = \"2s\"", ""));

@@ -6,7 +6,8 @@
 //! where their events go, the sinks per namespace), `shell.rs` (feeds the fold, executes its
 //! effects, builds and takes store syncs), `syncs.rs` (the syncs in flight and queued, final
 //! saves), `start.rs` (prepare, load, and `start::launch`: the one way a service
-//! starts), `reload.rs` (SIGHUP: stage and execute a [`crate::reload_plan`]).
+//! starts), `reload.rs` (SIGHUP: stage and execute a [`crate::reload_plan`]), `watch.rs` (the
+//! config read again at a SIGHUP or when a `[reload] poll` finds its source changed).
 //!
 //! Sending never blocks probing: each sink has its own task behind a bounded queue
 //! ([`crate::sink::SinkQueue`]), and a batch that does not fit is dropped, counted and recorded.
@@ -17,6 +18,7 @@ mod reload;
 mod shell;
 mod start;
 mod syncs;
+mod watch;
 mod wiring;
 
 use crate::clock::{Clock, Millis};
@@ -39,6 +41,7 @@ use wiring::{Fleet, Route, Sinks, Tag, Wiring};
 
 pub use crate::fold::RunSummary;
 pub use start::open_store;
+pub use watch::{Reloads, Watched, watch};
 pub use wiring::RunOptions;
 
 /// Why a run could not start or finish cleanly.
@@ -73,9 +76,9 @@ where
     run_with_reloads(cfg, opts, stop, None).await
 }
 
-/// [`run`], taking each config read again (on SIGHUP) from `reloads`: a valid one is applied
-/// without a restart when it changes only services, else refused with the old one kept
-/// (`docs/operations.md`, "Reload").
+/// [`run`], taking each config read again (at a SIGHUP, or a poll: [`watch`]) from `reloads`:
+/// a valid one is applied without a restart when it changes only services, else refused with
+/// the old one kept (`docs/operations.md`, "Reload").
 ///
 /// # Errors
 /// As [`run`].

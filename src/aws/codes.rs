@@ -50,9 +50,11 @@ const CODES: &[(&str, CodeKind)] = &[
     ("RequestLimitExceeded", CodeKind::Throttled),
     ("PriorRequestNotComplete", CodeKind::Throttled),
     ("TooManyRequestsException", CodeKind::Throttled),
+    ("SlowDown", CodeKind::Throttled),
     ("InternalServiceError", CodeKind::ServerFault),
     ("InternalFailure", CodeKind::ServerFault),
     ("ServiceUnavailable", CodeKind::ServerFault),
+    ("InternalError", CodeKind::ServerFault),
 ];
 
 /// The kind of an AWS error code; `None` for a code the table does not name (the caller

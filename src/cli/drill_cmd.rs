@@ -35,9 +35,9 @@ pub enum DrillCommand {
     /// character in the label or `--by`), 74 the state store or the evidence file cannot be
     /// written.
     Mark {
-        /// Config file (TOML).
+        /// Config: a TOML file, or an S3 object `s3://bucket/key`.
         #[arg(long, short, env = "READYPROBE_CONFIG")]
-        config: PathBuf,
+        config: crate::config::ConfigSource,
         /// What happened, one line of 1 to 200 characters (e.g. "blocked writer path").
         #[arg(long)]
         label: String,
@@ -73,7 +73,7 @@ pub enum DrillCommand {
 
 impl DrillCommand {
     /// The config file the subcommand reads; `None` for `report`, which reads none.
-    pub(super) fn config(&self) -> Option<&Path> {
+    pub(super) fn config(&self) -> Option<&crate::config::ConfigSource> {
         match self {
             DrillCommand::Mark { config, .. } => Some(config),
             DrillCommand::Report(_) => None,

@@ -11,7 +11,8 @@ pub use operator::{MAX_APPROVAL, MAX_OVERRIDE};
 pub use plan::plan;
 
 use crate::aws_check;
-use crate::config::{self, Config};
+use crate::config::{self, Config, ConfigSource};
+use crate::config_source::{Identity, Reader};
 use crate::probe;
 use crate::runner::{self, RunOptions};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -80,15 +81,16 @@ pub enum LogFormat {
 pub enum Command {
     /// Probe every branch and publish readiness until SIGTERM/SIGINT (ECS service) or for a
     /// bounded `--duration` (ECS scheduled task; readiness continues from the state store).
-    /// SIGHUP re-reads the config and applies its service changes without a restart.
+    /// SIGHUP re-reads the config and applies its service changes without a restart; so does a
+    /// change `[reload] poll` finds (an `s3://` config is polled every 30 s by default).
     ///
     /// Exit 0 after a clean stop; 64 invalid config; 74 state store or evidence file unusable at
     /// start, or still running two seconds past `--grace` after a stop signal (a write hangs); 78 secret, CA bundle, client certificate or key, or resolv.conf unavailable (every
     /// such problem is listed, one per line).
     Run {
-        /// Config file (TOML).
+        /// Config: a TOML file, or an S3 object `s3://bucket/key`.
         #[arg(long, short, env = "READYPROBE_CONFIG")]
-        config: PathBuf,
+        config: ConfigSource,
         /// Stop after this long, e.g. `55s` (scheduled-task mode); more than zero.
         #[arg(long, value_parser = parse_run_duration)]
         duration: Option<Duration>,
@@ -111,9 +113,9 @@ pub enum Command {
     /// short by `--aws-timeout`) or there are no usable credentials, 74 when AWS cannot be
     /// reached. Without `--aws`, no AWS call.
     Check {
-        /// Config file (TOML).
+        /// Config: a TOML file, or an S3 object `s3://bucket/key`.
         #[arg(long, short, env = "READYPROBE_CONFIG")]
-        config: PathBuf,
+        config: ConfigSource,
         /// Treat an unavailable file or secret as an error (exit 78), in any service.
         #[arg(long, conflicts_with = "aws")]
         strict: bool,
@@ -136,9 +138,9 @@ pub enum Command {
     /// attempt succeeded, 1 when it failed, 64 invalid config or unknown branch, 78 secret, CA
     /// bundle, client certificate or key, or resolv.conf unavailable.
     Probe {
-        /// Config file (TOML).
+        /// Config: a TOML file, or an S3 object `s3://bucket/key`.
         #[arg(long, short, env = "READYPROBE_CONFIG")]
-        config: PathBuf,
+        config: ConfigSource,
         /// Branch name.
         #[arg(long, short)]
         branch: String,
@@ -156,9 +158,9 @@ pub enum Command {
     /// (the approval is recorded, and will be rejected when read), 64 invalid config or
     /// arguments, 74 state store unreadable or unwritable.
     Approve {
-        /// Config file (TOML).
+        /// Config: a TOML file, or an S3 object `s3://bucket/key`.
         #[arg(long, short, env = "READYPROBE_CONFIG")]
-        config: PathBuf,
+        config: ConfigSource,
         /// Branch name.
         #[arg(long, short)]
         branch: String,
@@ -181,9 +183,9 @@ pub enum Command {
     /// The real readiness is still computed and recorded meanwhile. Needs only the config and the state store. Exit 0 when
     /// recorded, 64 invalid config or arguments, 74 state store unreadable or unwritable.
     Override {
-        /// Config file (TOML).
+        /// Config: a TOML file, or an S3 object `s3://bucket/key`.
         #[arg(long, short, env = "READYPROBE_CONFIG")]
-        config: PathBuf,
+        config: ConfigSource,
         /// Branch name.
         #[arg(long, short)]
         branch: String,
@@ -217,9 +219,9 @@ pub enum Command {
     /// Needs only the config and the state store.
     /// Exit 0, 64 invalid config, 74 state store unreadable.
     Status {
-        /// Config file (TOML).
+        /// Config: a TOML file, or an S3 object `s3://bucket/key`.
         #[arg(long, short, env = "READYPROBE_CONFIG")]
-        config: PathBuf,
+        config: ConfigSource,
         /// Service name; required when the config has several services.
         #[arg(long, short = 's')]
         service: Option<String>,
@@ -244,9 +246,9 @@ pub enum Command {
     /// invalid config, scenario (file, line, key) or arguments, 74 the scenario or `--out` cannot
     /// be read or written.
     Simulate {
-        /// Config file (TOML).
+        /// Config: a TOML file, or an S3 object `s3://bucket/key`.
         #[arg(long, short, env = "READYPROBE_CONFIG")]
-        config: PathBuf,
+        config: ConfigSource,
         /// Scenario file (TOML).
         #[arg(long)]
         scenario: PathBuf,
@@ -376,8 +378,15 @@ fn init_logging(cli: &Cli) -> Result<(), String> {
     Ok(())
 }
 
-fn load(path: &std::path::Path, prober_id: Option<&str>) -> Result<Config, ExitCode> {
-    let mut cfg = config::load(path).map_err(|e| {
+/// Read and validate the config from its source (exit 64 naming the source when it cannot be
+/// read or is invalid); `--prober-id` overrides its `prober_id`. Also the reader, for `run`'s
+/// reloads, and the identity of what was read.
+async fn load(
+    source: &ConfigSource,
+    prober_id: Option<&str>,
+) -> Result<(Config, Reader, Identity), ExitCode> {
+    let reader = Reader::new(source.clone()).await;
+    let (mut cfg, identity) = reader.load().await.map_err(|e| {
         eprintln!("error: invalid configuration\n{e}");
         ExitCode::from(EXIT_INVALID_CONFIG)
     })?;
@@ -388,7 +397,7 @@ fn load(path: &std::path::Path, prober_id: Option<&str>) -> Result<Config, ExitC
         }
         cfg.prober_id = id.to_string();
     }
-    Ok(cfg)
+    Ok((cfg, reader, identity))
 }
 
 /// Run the CLI; returns the process exit code.
@@ -453,8 +462,8 @@ const RUNTIME_SHUTDOWN: Duration = Duration::from_millis(250);
 pub const STOP_SLACK: Duration = Duration::from_secs(2);
 
 impl Command {
-    /// The config file the subcommand reads (`None`: `drill report`, which reads none).
-    fn config(&self) -> Option<&std::path::Path> {
+    /// The config the subcommand reads (`None`: `drill report`, which reads none).
+    fn config(&self) -> Option<&ConfigSource> {
         match self {
             Command::Run { config, .. }
             | Command::Check { config, .. }
@@ -495,11 +504,11 @@ async fn async_main(cli: Cli) -> ExitCode {
     {
         return drill_cmd::report(args).await;
     }
-    let Some(path) = cli.command.config() else {
+    let Some(source) = cli.command.config() else {
         eprintln!("error: no --config for this command");
         return ExitCode::from(EXIT_INVALID_CONFIG);
     };
-    let cfg = match load(path, cli.prober_id.as_deref()) {
+    let (cfg, reader, identity) = match load(source, cli.prober_id.as_deref()).await {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -512,17 +521,25 @@ async fn async_main(cli: Cli) -> ExitCode {
         } => ExitCode::from(aws_check::check_aws(&cfg, format, aws_timeout).await),
         Command::Check { strict, .. } => check(&cfg, strict),
         Command::Run {
-            duration,
-            grace,
-            config,
+            duration, grace, ..
         } => {
             let opts = RunOptions {
                 duration,
                 grace,
                 emf_out: None,
             };
-            let reloads = reload_requests(hup, &config, cli.prober_id.clone());
-            run(cfg, opts, reloads).await
+            let hup = hup.and_then(|h| {
+                h.map_err(|e| tracing::error!(error = %e, "cannot install the SIGHUP handler; a config change needs a restart or a [reload] poll"))
+                    .ok()
+            });
+            let poll = crate::config_source::poll_every(reader.source(), cfg.reload_poll);
+            let watched = runner::Watched {
+                reader,
+                identity,
+                poll,
+                prober_id: cli.prober_id.clone(),
+            };
+            run(cfg, opts, runner::watch(watched, hup)).await
         }
         Command::Simulate {
             scenario,
@@ -651,7 +668,7 @@ fn check(cfg: &Config, strict: bool) -> ExitCode {
     })
 }
 
-async fn run(cfg: Config, opts: RunOptions, reloads: Option<Reloads>) -> ExitCode {
+async fn run(cfg: Config, opts: RunOptions, reloads: Option<runner::Reloads>) -> ExitCode {
     for w in &cfg.warnings {
         tracing::warn!("config: {w}");
     }
@@ -708,55 +725,6 @@ fn shutdown_signal(grace: Duration) -> impl std::future::Future<Output = &'stati
             Err(_) => std::future::pending().await,
         }
     }
-}
-
-/// Configs read again, one per SIGHUP.
-type Reloads = tokio::sync::mpsc::Receiver<Result<Config, config::ConfigError>>;
-
-/// Serve the SIGHUP handler `hup` installed at start: at each SIGHUP the config is read again with the start-up
-/// loader, off the runtime, and handed to the run, valid or not (the run logs and records a
-/// refusal). `--prober-id` applies to it as at start-up. `None` (and SIGHUP stays with the
-/// handler of [`hold_sighup`], which ignores it) when the handler cannot be installed.
-fn reload_requests(
-    hup: Option<std::io::Result<tokio::signal::unix::Signal>>,
-    path: &std::path::Path,
-    prober_id: Option<String>,
-) -> Option<Reloads> {
-    let mut hup = match hup? {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot install the SIGHUP handler; a config change needs a restart");
-            return None;
-        }
-    };
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let path = path.to_path_buf();
-    tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            tracing::info!(config = %path.display(), "SIGHUP: reading the config again");
-            let (path, id) = (path.clone(), prober_id.clone());
-            let read = tokio::task::spawn_blocking(move || {
-                config::load(&path).map(|mut cfg| {
-                    // Checked at start-up; the same value is valid now.
-                    if let Some(id) = id {
-                        cfg.prober_id = id;
-                    }
-                    cfg
-                })
-            });
-            let cfg = match read.await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(error = %e, "reading the config failed inside readyprobe; nothing reloaded");
-                    continue;
-                }
-            };
-            if tx.send(cfg).await.is_err() {
-                break;
-            }
-        }
-    });
-    Some(rx)
 }
 
 /// Exit the process with [`EXIT_IO`] after `limit` unless it has ended by then.

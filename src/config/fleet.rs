@@ -96,6 +96,7 @@ pub(super) fn validate(
         dns: raw.dns,
         route53: raw.route53,
         stable_name_probe: raw.stable_name_probe,
+        reload: raw.reload,
     };
     let config = shared_sections(path, shared, host, issues);
     let default_ns = config.as_ref().map(|c| c.publish.namespace.clone());
@@ -180,7 +181,7 @@ fn one(
     default_ns: Option<&str>,
     issues: &mut Issues<'_>,
 ) -> Option<ServiceConfig> {
-    let base = path.parent().unwrap_or(Path::new("."));
+    let base = super::source::base_dir(path);
     let raw_service = RawService {
         name: s.name,
         stable_name: s.stable_name,

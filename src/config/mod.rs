@@ -19,9 +19,11 @@ mod probe;
 mod publish;
 mod raw;
 mod readiness;
+mod reload;
 mod route53;
 mod secret;
 mod service;
+mod source;
 mod stable_name;
 mod state;
 mod tcp;
@@ -37,9 +39,11 @@ pub use probe::{ProbeConfig, ProbeKind, StepTimeouts};
 pub use publish::{CloudWatch, Publish};
 pub use raw::MAX_DURATION;
 pub use readiness::{MAX_WINDOW, MAX_WINDOW_ATTEMPTS, attempts_in, one_failure_effect};
+pub use reload::MIN_POLL;
 pub use route53::Route53;
 pub use secret::{HeaderValueSource, SecretError, SecretRef};
 pub use service::{Branch, Service, check_hostname};
+pub use source::ConfigSource;
 pub use stable_name::{END_TO_END_KEY, StableNameProbe};
 pub use state::{S3State, StateConfig, StoreKind, safe};
 pub use tcp::TcpProbe;
@@ -57,8 +61,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// A config larger than this is not a readyprobe config, bytes (10,000 branches in the
-/// `[[service.branch]]` form take about 1.1 MB).
-const MAX_CONFIG_BYTES: u64 = 8 * 1024 * 1024;
+/// `[[service.branch]]` form take about 1.1 MB); the cap of a file's and an S3 object's.
+pub const MAX_CONFIG_BYTES: u64 = 8 * 1024 * 1024;
 
 /// A validated configuration: defaults resolved, cross-field rules checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,6 +89,9 @@ pub struct Config {
     pub route53: Route53,
     /// The evidence-only probe of each service's stable name.
     pub stable_name_probe: StableNameProbe,
+    /// `[reload] poll`: how often the config's source is read again for a change; `None`
+    /// when not set (a local file is then not polled; an S3 config is, every 30 s).
+    pub reload_poll: Option<std::time::Duration>,
     /// The services, in config order (one for a config with a single `[service]` table).
     pub services: Vec<ServiceConfig>,
     /// Non-fatal findings (e.g. a policy where one failure crosses a threshold).
@@ -168,7 +175,8 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl ConfigError {
-    fn file(path: &Path, message: String) -> Self {
+    /// One problem of the whole source (unreadable, too large), named `(file)`.
+    pub fn file(path: &Path, message: String) -> Self {
         ConfigError {
             path: path.to_owned(),
             issues: vec![Issue {
@@ -186,6 +194,15 @@ impl ConfigError {
 /// [`ConfigError`] with every problem found: unreadable file, TOML syntax, unknown keys, wrong
 /// types, bad durations and violated cross-field rules, each with line and key.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    parse(path, &read_file(path)?)
+}
+
+/// Read a config file's text, refused when it is not a regular file or larger than
+/// [`MAX_CONFIG_BYTES`].
+///
+/// # Errors
+/// [`ConfigError`] naming the file and why it cannot be read.
+pub fn read_file(path: &Path) -> Result<String, ConfigError> {
     match std::fs::metadata(path) {
         Ok(m) if !m.is_file() => {
             return Err(ConfigError::file(path, "not a regular file".into()));
@@ -206,12 +223,14 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     if text.len() as u64 > MAX_CONFIG_BYTES {
         return Err(ConfigError::file(path, TOO_LARGE.into()));
     }
-    parse(path, &text)
+    Ok(text)
 }
 
-const TOO_LARGE: &str = "larger than 8 MiB; not a readyprobe config";
+/// Why a config over [`MAX_CONFIG_BYTES`] is refused.
+pub const TOO_LARGE: &str = "larger than 8 MiB; not a readyprobe config";
 
-/// Validate config text; `path` is used in messages and to resolve relative paths. The only
+/// Validate config text; `path` is used in messages and to resolve relative paths (against its
+/// directory; a config named `s3://bucket/key` has none: against the working directory). The only
 /// outside read is the host name, the default `prober_id`, when the file sets none.
 ///
 /// # Errors
@@ -268,6 +287,7 @@ pub(super) struct RawShared {
     dns: raw::RawDns,
     route53: raw::RawRoute53,
     stable_name_probe: raw::RawStableNameProbe,
+    reload: raw::RawReload,
 }
 
 /// The checked stage of the single-service form: every section in turn, all errors collected.
@@ -278,7 +298,7 @@ fn validate(
     host: Option<String>,
     issues: &mut Issues<'_>,
 ) -> Option<Config> {
-    let base = path.parent().unwrap_or(Path::new("."));
+    let base = source::base_dir(path);
     let service = service::section(raw.service, "service", issues)?;
     let shared = RawShared {
         prober_id: raw.prober_id,
@@ -289,6 +309,7 @@ fn validate(
         dns: raw.dns,
         route53: raw.route53,
         stable_name_probe: raw.stable_name_probe,
+        reload: raw.reload,
     };
     let config = shared_sections(path, shared, host, issues);
     let interval = probe::interval(&raw.probe);
@@ -325,7 +346,7 @@ pub(super) fn shared_sections(
     host: Option<String>,
     issues: &mut Issues<'_>,
 ) -> Option<Config> {
-    let base = path.parent().unwrap_or(Path::new("."));
+    let base = source::base_dir(path);
     let prober_id = raw
         .prober_id
         .or(host)
@@ -354,6 +375,7 @@ pub(super) fn shared_sections(
     let dns = dns::section(raw.dns, issues);
     let route53 = route53::section(raw.route53, issues);
     let stable_name_probe = stable_name::section(raw.stable_name_probe, issues);
+    let reload_poll = reload::section(raw.reload, issues);
     Some(Config {
         source: path.to_owned(),
         prober_id,
@@ -365,6 +387,7 @@ pub(super) fn shared_sections(
         dns: dns?,
         route53,
         stable_name_probe,
+        reload_poll,
         services: Vec::new(),
         warnings: Vec::new(),
     })
@@ -498,6 +521,36 @@ endpoint = "mysql-secondary.orders.internal.example"
             "[stable_name_probe]\nevery = \"5s\"\n\n[service]\n",
         );
         assert!(issues(&unknown)[0].message.contains("every"));
+    }
+
+    #[test]
+    fn reload_poll_is_unset_by_default_and_at_least_a_second() {
+        assert_eq!(parse(Path::new("t.toml"), BASE).unwrap().reload_poll, None);
+        let text = with("[service]\n", "[reload]\npoll = \"5s\"\n\n[service]\n");
+        let c = parse(Path::new("t.toml"), &text).unwrap();
+        assert_eq!(c.reload_poll, Some(Duration::from_secs(5)));
+        let short = with("[service]\n", "[reload]\npoll = \"200ms\"\n\n[service]\n");
+        let found = issues(&short);
+        assert_eq!(found[0].key, "reload.poll");
+        assert!(found[0].line.is_some(), "{found:?}");
+        let unknown = with("[service]\n", "[reload]\nevery = \"5s\"\n\n[service]\n");
+        assert!(issues(&unknown)[0].message.contains("every"));
+    }
+
+    /// Relative paths of a config read from S3 resolve against the working directory; a file's
+    /// against its directory; problems name the source's URL.
+    #[test]
+    fn an_s3_configs_relative_paths_resolve_against_the_working_directory() {
+        let text = with("[service]\n", "state_dir = \"st\"\n\n[service]\n");
+        let s3 = parse(Path::new("s3://cfg-bucket/prod/a.toml"), &text).unwrap();
+        assert_eq!(s3.state_dir, PathBuf::from("st"));
+        assert_eq!(s3.evidence_path, PathBuf::from("st/evidence.jsonl"));
+        let file = parse(Path::new("/etc/readyprobe/a.toml"), &text).unwrap();
+        assert_eq!(file.state_dir, PathBuf::from("/etc/readyprobe/st"));
+        let bad = with("[service]\n", "nope = 1\n[service]\n");
+        let e = parse(Path::new("s3://cfg-bucket/prod/a.toml"), &bad).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("s3://cfg-bucket/prod/a.toml:2: nope"), "{e}");
     }
 
     /// The end-to-end attempt's canary key is no branch's name.

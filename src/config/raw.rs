@@ -90,6 +90,8 @@ pub(super) struct RawConfig {
     pub route53: RawRoute53,
     #[serde(default)]
     pub stable_name_probe: RawStableNameProbe,
+    #[serde(default)]
+    pub reload: RawReload,
     pub probe: RawProbe,
     #[serde(default)]
     pub branch: Vec<RawBranch>,
@@ -117,6 +119,8 @@ pub(super) struct RawFleetConfig {
     pub route53: RawRoute53,
     #[serde(default)]
     pub stable_name_probe: RawStableNameProbe,
+    #[serde(default)]
+    pub reload: RawReload,
     pub probe: Option<toml::Table>,
     /// Refused: in this form each service lists its own `[[service.branch]]`.
     pub branch: Option<toml::Value>,
@@ -265,6 +269,14 @@ pub(super) struct RawStableNameProbe {
     pub end_to_end: Option<bool>,
     #[serde(default, deserialize_with = "bounded_duration")]
     pub interval: Option<Duration>,
+}
+
+/// `[reload]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReload {
+    #[serde(default, deserialize_with = "bounded_duration")]
+    pub poll: Option<Duration>,
 }
 
 /// `[dns]`.

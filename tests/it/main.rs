@@ -23,6 +23,7 @@ mod pipeline;
 mod publish_faults;
 mod rehearsed_deploy;
 mod reload;
+mod reload_poll;
 mod report_alarms;
 mod report_view;
 mod resolve_step;

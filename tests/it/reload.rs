@@ -25,8 +25,8 @@ use tokio::net::TcpListener;
 const ZONE: &str = "reload.internal.example";
 
 /// A TCP listener on loopback that accepts and closes; aborted on drop.
-struct Listener {
-    port: u16,
+pub(crate) struct Listener {
+    pub(crate) port: u16,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -48,7 +48,7 @@ async fn listener() -> Listener {
 }
 
 /// One `[[service]]` of the `tcp` kind with a primary and a secondary branch.
-fn service(name: &str, primary: u16, secondary: u16) -> String {
+pub(crate) fn service(name: &str, primary: u16, secondary: u16) -> String {
     format!(
         r#"
 [[service]]
@@ -69,7 +69,7 @@ port = {secondary}
 }
 
 /// The shared part of the config, with `publish_interval` and `extra` (services, or an error).
-fn config(dir: &Path, dns: &DnsServer, publish_interval: &str, extra: &str) -> String {
+pub(crate) fn config(dir: &Path, dns: &DnsServer, publish_interval: &str, extra: &str) -> String {
     let evidence = dir.join("evidence.jsonl");
     let shared = ("Reload", publish_interval);
     let header = fleet_header("reload-test", dir, &evidence, dns.addr(), shared, "tcp");
@@ -77,34 +77,39 @@ fn config(dir: &Path, dns: &DnsServer, publish_interval: &str, extra: &str) -> S
 }
 
 /// Replace the config file in one step, as an editor or a config management tool does.
-fn write_config(path: &Path, text: &str) {
+pub(crate) fn write_config(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, path).unwrap();
 }
 
-fn signal(child: &tokio::process::Child, sig: libc::c_int) {
+pub(crate) fn signal(child: &tokio::process::Child, sig: libc::c_int) {
     let pid = child.id().expect("running") as libc::pid_t;
     // SAFETY: kill(2) with the pid of a child this test started and has not reaped.
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
 }
 
 /// Records of `kind` for `service` (and `branch`, when given).
-fn of<'a>(ev: &'a [Value], kind: &str, service: &str, branch: Option<&str>) -> Vec<&'a Value> {
+pub(crate) fn of<'a>(
+    ev: &'a [Value],
+    kind: &str,
+    service: &str,
+    branch: Option<&str>,
+) -> Vec<&'a Value> {
     ev.iter()
         .filter(|v| v["kind"] == kind && v["service"] == service)
         .filter(|v| branch.is_none_or(|b| v["branch"] == b))
         .collect()
 }
 
-fn reached_ready(ev: &[Value], service: &str, branch: &str) -> bool {
+pub(crate) fn reached_ready(ev: &[Value], service: &str, branch: &str) -> bool {
     of(ev, "transition", service, Some(branch))
         .iter()
         .any(|t| t["transition"]["to"] == "ready")
 }
 
 /// The position in the file of the `n`th (from 0) `reload` record.
-fn reload_at(ev: &[Value], n: usize) -> Option<usize> {
+pub(crate) fn reload_at(ev: &[Value], n: usize) -> Option<usize> {
     ev.iter()
         .enumerate()
         .filter(|(_, v)| v["kind"] == "reload")
@@ -112,7 +117,7 @@ fn reload_at(ev: &[Value], n: usize) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-fn seqs(ev: &[Value], service: &str, branch: &str) -> Vec<u64> {
+pub(crate) fn seqs(ev: &[Value], service: &str, branch: &str) -> Vec<u64> {
     of(ev, "attempt", service, Some(branch))
         .iter()
         .map(|a| a["seq"].as_u64().unwrap())
@@ -130,14 +135,14 @@ fn heartbeats_after(stdout: &Path, after_ms: i64) -> Vec<String> {
         .collect()
 }
 
-struct Fleet {
-    dns: DnsServer,
+pub(crate) struct Fleet {
+    pub(crate) dns: DnsServer,
     /// Keeps the listeners open.
-    ports: Vec<Listener>,
+    pub(crate) ports: Vec<Listener>,
 }
 
 /// A DNS zone with `<service>-{primary,secondary}` for each service, and a listener per branch.
-async fn fleet(services: &[&str]) -> Fleet {
+pub(crate) async fn fleet(services: &[&str]) -> Fleet {
     let dns = DnsServer::start(ZONE).await;
     let mut ports = Vec::new();
     for s in services {
@@ -167,7 +172,7 @@ fn spawn_graced(cfg: &Path, stdout: &Path, grace: &str) -> tokio::process::Child
         .unwrap()
 }
 
-const DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_adds_removes_and_changes_services_and_refuses_a_bad_config() {
