@@ -325,6 +325,7 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
             "evidence.max_size_mb",
             old.evidence_max_bytes == new.evidence_max_bytes,
         ),
+        ("evidence.s3", old.evidence_s3 == new.evidence_s3),
         ("dns.nameservers", x.nameservers == y.nameservers),
         ("dns.resolv_conf", x.resolv_conf == y.resolv_conf),
         ("dns.timeout", x.timeout == y.timeout),

@@ -87,6 +87,8 @@ enum Ev {
     Reopened(String),
     /// A `duplicate_prober` record: the state store it was found in.
     Duplicate(String),
+    /// An `evidence_segment` record of a dropped segment: its key under the prefix.
+    SegmentDropped(String),
     /// A `stop` record: why the run stopped. Until the prober's next `start` it publishes nothing.
     Stop(String),
     /// Nothing a lane or a phase uses (kept only in the window, the probers and the seq check).
@@ -402,6 +404,9 @@ impl Merger {
                 Ev::Stable(Box::new((s.stable_name, round)))
             }
             Record::EvidenceReopened(e) => Ev::Reopened(e.path),
+            Record::EvidenceSegment(e) if e.event == crate::record::SegmentEvent::Dropped => {
+                Ev::SegmentDropped(e.segment)
+            }
             Record::DuplicateProber(d) => Ev::Duplicate(d.state_store),
             Record::Stop(s) => Ev::Stop(s.reason),
             _ => Ev::Other,
@@ -451,6 +456,9 @@ impl Merger {
             match &i.ev {
                 Ev::Reopened(path) => found.push(format!(
                     "prober {prober} reopened its evidence file {path} at {at} (evidence_reopened): records just before may be in the old file, or lost"
+                )),
+                Ev::SegmentDropped(key) => found.push(format!(
+                    "prober {prober} dropped evidence segment {key} unsent at {at} (its spool was over spool_max_mb): its records are missing"
                 )),
                 Ev::Duplicate(store) => found.push(format!(
                     "prober {prober}: another run process saved under the same prober id in {store} at {at} (duplicate_prober): their readiness overwrites each other's"
@@ -660,7 +668,7 @@ impl Gather {
                 })
                 .rounds
                 .push(r.1.clone()),
-            Ev::Reopened(_) | Ev::Duplicate(_) | Ev::Other => {}
+            Ev::Reopened(_) | Ev::Duplicate(_) | Ev::SegmentDropped(_) | Ev::Other => {}
         }
     }
 
