@@ -147,12 +147,24 @@ async fn open_evidence(
             let spool = segments::spool_beside(&cfg.evidence_path);
             let wake = std::sync::Arc::new(tokio::sync::Notify::new());
             let (notes_tx, notes) = std::sync::mpsc::sync_channel(queue);
+            let service = match label {
+                "*" => "all".to_string(),
+                one => crate::config::safe(one),
+            };
+            // A fresh disk (no local evidence): numbering goes on from this prober's newest
+            // segment in S3.
+            let fresh = std::fs::metadata(&cfg.evidence_path).map_or(true, |m| m.len() == 0);
+            let seq_floor = if fresh {
+                let dir = format!("{service}/{}/", cfg.prober_id);
+                crate::sink::evidence_s3::last_uploaded_seq(s3, &dir)
+                    .await
+                    .unwrap_or(0)
+            } else {
+                0
+            };
             let spec = segments::SegmentSpec {
                 spool: spool.clone(),
-                service: match label {
-                    "*" => "all".to_string(),
-                    one => crate::config::safe(one),
-                },
+                service,
                 prober: cfg.prober_id.clone(),
                 segment: s3.segment,
                 max_bytes: s3.segment_max_bytes,
@@ -162,6 +174,7 @@ async fn open_evidence(
                 spec,
                 wake: wake.clone(),
                 notes,
+                seq_floor,
             };
             let up = Uploader::start(s3, spool, wake, notes_tx).await;
             (Some(out), Some(up))

@@ -12,8 +12,8 @@
 //! bounds end the read with an error that says how to narrow it.
 
 use crate::clock::Millis;
+use crate::sink::segments::{Gunzip, gunzip};
 use aws_sdk_s3::Client;
-use std::io::Read;
 use std::time::Duration;
 
 /// Suffix of a segment object.
@@ -313,30 +313,6 @@ pub async fn read(
         Gunzip::TooBig => too_big("gunzipped"),
         Gunzip::Corrupt(e) => ReadError::Skip(format!("{url}: corrupt gzip ({e}); skipped")),
     })
-}
-
-/// Why [`gunzip`] gave nothing.
-#[derive(Debug, PartialEq, Eq)]
-enum Gunzip {
-    NotGzip,
-    TooBig,
-    Corrupt(String),
-}
-
-/// `gz` inflated, at most `max` bytes.
-fn gunzip(gz: &[u8], max: u64) -> Result<Vec<u8>, Gunzip> {
-    if !gz.starts_with(&[0x1f, 0x8b]) {
-        return Err(Gunzip::NotGzip);
-    }
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(gz)
-        .take(max + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| Gunzip::Corrupt(e.to_string()))?;
-    if out.len() as u64 > max {
-        return Err(Gunzip::TooBig);
-    }
-    Ok(out)
 }
 
 /// A key's time for `ms` since the epoch.

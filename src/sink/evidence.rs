@@ -157,6 +157,8 @@ pub struct SegmentOutput {
     pub wake: Arc<tokio::sync::Notify>,
     /// Records to write (the uploader's `evidence_segment` records).
     pub notes: Receiver<Record>,
+    /// The last `record_seq` already in S3 (a fresh disk goes on from it), else 0.
+    pub seq_floor: u64,
 }
 
 impl EvidenceWriter {
@@ -188,9 +190,13 @@ impl EvidenceWriter {
         queue: usize,
         segments: Option<SegmentOutput>,
     ) -> io::Result<Self> {
-        let (segments, notes) = match segments {
-            Some(o) => (Some(Segments::new(o.spec, o.wake)?), Some(o.notes)),
-            None => (None, None),
+        let (segments, notes, floor) = match segments {
+            Some(o) => (
+                Some(Segments::new(o.spec, o.wake)?),
+                Some(o.notes),
+                o.seq_floor,
+            ),
+            None => (None, None, 0),
         };
         let mut file = open_append(path)?;
         let mut size = file.metadata()?.len();
@@ -201,9 +207,10 @@ impl EvidenceWriter {
             size += 1;
         }
         let counters = Arc::new(Counters::default());
-        counters
-            .last_seq
-            .store(last_record_seq(path, &file, size)?, Ordering::Relaxed);
+        counters.last_seq.store(
+            last_record_seq(path, &file, size)?.max(floor),
+            Ordering::Relaxed,
+        );
         let state = FileState {
             path: path.to_owned(),
             file,
@@ -748,10 +755,6 @@ impl FileState {
             self.rotate();
         }
         let lines = batch.ends.len();
-        if let Some(seg) = &mut self.segments {
-            let dropped = seg.append(batch.first, &batch.bytes);
-            self.note_dropped(dropped);
-        }
         match self.write_whole(&batch.bytes, lines) {
             Ok(()) => {}
             Err(e) if lines <= 1 => self.count_failure(&e),
@@ -765,6 +768,13 @@ impl FileState {
                     from = end;
                 }
             }
+        }
+        // After the file: a run killed in between has numbered the lines in the file, so the
+        // next start goes on after them and the segment shows them as a gap, never as numbers
+        // used twice.
+        if let Some(seg) = &mut self.segments {
+            let dropped = seg.append(batch.first, &batch.bytes);
+            self.note_dropped(dropped);
         }
         batch.clear();
     }

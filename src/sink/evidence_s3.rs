@@ -111,6 +111,96 @@ impl Uploader {
     }
 }
 
+/// How long a start may spend asking S3 where this prober's `record_seq` ended.
+const LAST_SEQ_BUDGET: Duration = Duration::from_secs(5);
+
+/// Most listing pages read looking for a prober's newest segment.
+const LAST_SEQ_PAGES: usize = 50;
+
+/// The highest `record_seq` in this prober's newest segment in S3 (`dir` is
+/// `<service-or-all>/<prober>/`), for a start on a fresh disk (a new Fargate task under the same
+/// prober id): its numbers go on from there, so the segments of both runs read as one sequence
+/// and a lost segment still shows as a gap. `None` when there is none, or S3 does not answer
+/// within [`LAST_SEQ_BUDGET`] (logged; numbering then starts from the local evidence).
+pub async fn last_uploaded_seq(cfg: &EvidenceS3, dir: &str) -> Option<u64> {
+    let target = crate::aws::AwsTarget {
+        region: cfg.region.clone(),
+        endpoint_url: cfg.endpoint_url.clone(),
+        timeouts: crate::aws::Timeouts::per_call(LAST_SEQ_BUDGET),
+        retries: crate::aws::Retries::Off,
+        max_response_bytes: (cfg.segment_max_bytes + READ_SLACK) as usize,
+    };
+    let client = aws_sdk_s3::Client::from_conf(target.session().await.s3().build());
+    let prefix = format!("{}{dir}", cfg.prefix);
+    let ask = async {
+        let key = newest_key(&client, &cfg.bucket, &prefix).await?;
+        let Some(key) = key else {
+            return Ok(None);
+        };
+        let o = client
+            .get_object()
+            .bucket(&cfg.bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|e| super::cloudwatch::classify_call("GetObject", &e).message)?;
+        let gz = o
+            .body
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .into_bytes();
+        let text = super::segments::gunzip(&gz, cfg.segment_max_bytes + READ_SLACK)
+            .map_err(|e| format!("{key}: {e:?}"))?;
+        let seq = text
+            .split(|&b| b == b'\n')
+            .filter_map(|l| {
+                serde_json::from_slice::<serde_json::Value>(l).ok()?["record_seq"].as_u64()
+            })
+            .max();
+        Ok::<_, String>(seq)
+    };
+    match tokio::time::timeout(LAST_SEQ_BUDGET, ask).await {
+        Ok(Ok(seq)) => seq.map(|s| s.min(super::evidence::SEQ_LIMIT)),
+        Ok(Err(e)) => {
+            tracing::warn!(prefix = %prefix, error = %e, "cannot read this prober's newest evidence segment; record_seq goes on from the local evidence");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(prefix = %prefix, "S3 did not say where this prober's record_seq ended in time; it goes on from the local evidence");
+            None
+        }
+    }
+}
+
+/// The last key under `prefix` (keys sort by time), reading at most [`LAST_SEQ_PAGES`] pages.
+async fn newest_key(
+    client: &aws_sdk_s3::Client,
+    bucket: &str,
+    prefix: &str,
+) -> Result<Option<String>, String> {
+    let mut last = None;
+    let mut token: Option<String> = None;
+    for _ in 0..LAST_SEQ_PAGES {
+        let mut req = client.list_objects_v2().bucket(bucket).prefix(prefix);
+        if let Some(t) = &token {
+            req = req.continuation_token(t);
+        }
+        let r = req
+            .send()
+            .await
+            .map_err(|e| super::cloudwatch::classify_call("ListObjectsV2", &e).message)?;
+        if let Some(k) = r.contents().iter().filter_map(|o| o.key()).next_back() {
+            last = Some(k.to_string());
+        }
+        token = r.next_continuation_token().map(str::to_string);
+        if r.is_truncated() != Some(true) || token.is_none() {
+            return Ok(last);
+        }
+    }
+    Err(format!("more than {LAST_SEQ_PAGES} pages of segments"))
+}
+
 /// What one pass over the spool ended with.
 enum Pass {
     /// Everything closed so far is in S3.

@@ -14,7 +14,7 @@
 //! relative path under the spool is the object key under the prefix, minus `.gz`.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -233,6 +233,37 @@ pub fn parse_name(name: &str, suffix: &str) -> Option<(i64, u64)> {
     let stem = name.strip_suffix(suffix)?;
     let (time, seq) = stem.split_once('-')?;
     Some((parse_key_time(time)?, seq.parse().ok()?))
+}
+
+/// Why [`gunzip`] gave nothing.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Gunzip {
+    /// It does not start as gzip does.
+    NotGzip,
+    /// It inflates past the cap.
+    TooBig,
+    /// It stops making sense part-way.
+    Corrupt(String),
+}
+
+/// `gz` inflated, at most `max` bytes: a segment read back (`drill report`, and the start
+/// that continues `record_seq` from S3).
+///
+/// # Errors
+/// [`Gunzip`].
+pub fn gunzip(gz: &[u8], max: u64) -> Result<Vec<u8>, Gunzip> {
+    if !gz.starts_with(&[0x1f, 0x8b]) {
+        return Err(Gunzip::NotGzip);
+    }
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(gz)
+        .take(max + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| Gunzip::Corrupt(e.to_string()))?;
+    if out.len() as u64 > max {
+        return Err(Gunzip::TooBig);
+    }
+    Ok(out)
 }
 
 fn closed_name(part: &Path) -> PathBuf {
