@@ -58,7 +58,8 @@ pub enum DrillCommand {
     /// self-contained `report.html` and `report.json` (for scripts) in `--out`, and the phase
     /// tables on stdout.
     ///
-    /// Needs no config (copies of the evidence files are enough). Records are merged by time; a
+    /// Needs no config (copies of the evidence files are enough, or the `[evidence.s3]`
+    /// segments at `s3://bucket/prefix/`, within `--from`/`--to`, with progress on stderr). Records are merged by time; a
     /// record given twice (the same file twice, overlapping copies) counts once. Lines that
     /// cannot be used are listed as problems, with each gap in a prober's `record_seq`.
     /// `--alarms` reads CloudWatch through the default AWS chain (`AWS_REGION`,

@@ -302,7 +302,11 @@ async fn upload_all(
                 // A segment that cannot be read cannot be sent: it is set aside (renamed), so it
                 // neither blocks the ones after it nor is retried for ever.
                 tracing::error!(segment = %key_tail, error = %e, "cannot read an evidence segment from the spool; set aside as .unreadable");
-                let _ = std::fs::rename(&path, path.with_extension("unreadable"));
+                let p = path.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    std::fs::rename(&p, p.with_extension("unreadable"))
+                })
+                .await;
                 continue;
             }
             Err(_) => continue,
@@ -319,7 +323,11 @@ async fn upload_all(
             .await;
         match put {
             Ok(_) => {
-                if let Err(e) = std::fs::remove_file(&path)
+                let p = path.clone();
+                let removed = tokio::task::spawn_blocking(move || std::fs::remove_file(p))
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                if let Err(e) = removed
                     && e.kind() != std::io::ErrorKind::NotFound
                 {
                     tracing::error!(segment = %key_tail, error = %e, "evidence segment uploaded but cannot be deleted from the spool; it will be uploaded again");
