@@ -389,6 +389,23 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// One PUT per segment: a 1-minute segment is 43,200 PUTs in a 30-day month.
+    #[test]
+    fn evidence_segments_are_priced_per_put() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/probes/orders-db.toml"
+        ))
+        .unwrap();
+        let with = format!("{text}\n[evidence.s3]\nbucket = \"drills\"\n");
+        let cfg = config::parse(Path::new("/etc/readyprobe/orders.toml"), &with).unwrap();
+        let e = estimate(&cfg);
+        assert_eq!(e.evidence_puts, 43_200);
+        assert_eq!(cents(e.evidence_usd()), 22);
+        assert!(section(&e).contains("S3 evidence PUTs"), "{}", section(&e));
+        assert_eq!(estimate(&load("orders-db.toml")).evidence_puts, 0);
+    }
+
     #[test]
     fn grouped_digits() {
         let g: Vec<String> = [0, 999, 1_000, 43_200, 1_234_567].map(grouped).into();

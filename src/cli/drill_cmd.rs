@@ -386,12 +386,12 @@ async fn from_s3(m: &mut Merger, url: &str, a: &ReportArgs) -> Result<(), ExitCo
         say(&format!("warning: {s}"));
     }
     let segments = listed.map_err(|e| {
-        say(&format!("error: {e}"));
-        ExitCode::from(if e.starts_with("cannot") {
-            EXIT_IO
-        } else {
-            EXIT_INVALID_CONFIG
-        })
+        let (why, code) = match e {
+            s3::ListError::Fail(why) => (why, EXIT_IO),
+            s3::ListError::Bound(why) => (why, EXIT_INVALID_CONFIG),
+        };
+        say(&format!("error: {why}"));
+        ExitCode::from(code)
     })?;
     let total: u64 = segments.iter().map(|s| s.size).sum();
     say(&format!(

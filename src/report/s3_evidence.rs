@@ -115,14 +115,15 @@ pub async fn client(timeout: Duration) -> Client {
 /// oldest first per prober directory; `skipped` gets a sentence per key left out.
 ///
 /// # Errors
-/// A listing call fails, or the listing passes [`Limits::max_keys`] or [`MAX_DIRS`].
+/// [`ListError::Fail`] a listing call fails; [`ListError::Bound`] the listing passes
+/// [`Limits::max_keys`] or [`MAX_DIRS`].
 pub async fn list(
     client: &Client,
     loc: &Location,
     (from, to): (Option<Millis>, Option<Millis>),
     limits: Limits,
     skipped: &mut Vec<String>,
-) -> Result<Vec<Segment>, String> {
+) -> Result<Vec<Segment>, ListError> {
     let mut dirs = vec![(loc.prefix.clone(), 0usize)];
     let mut listed = 0usize;
     let mut seen_dirs = 0usize;
@@ -134,25 +135,29 @@ pub async fn list(
             .then(|| from.map(|f| format!("{dir}{}", key_time(f - LONGEST_SEGMENT_MS))))
             .flatten();
         let mut page = ListPage::default();
-        let mut before: Option<Segment> = None;
+        // The segments that opened last before the window (several when they opened within
+        // one second: the key's time has no finer grain).
+        let mut before: (Millis, Vec<Segment>) = (Millis::MIN, Vec::new());
         let first_of_dir = out.len();
         loop {
-            page = list_page(client, loc, &dir, start_after.as_deref(), page.next).await?;
+            page = list_page(client, loc, &dir, start_after.as_deref(), page.next)
+                .await
+                .map_err(ListError::Fail)?;
             listed += page.keys.len() + page.dirs.len();
             if listed > limits.max_keys {
-                return Err(format!(
+                return Err(ListError::Bound(format!(
                     "more than {} keys under {}: narrow the window (--from, --to) or give a longer prefix (a service's or a prober's)",
                     limits.max_keys,
                     loc.url_of(&loc.prefix)
-                ));
+                )));
             }
             if depth < 2 {
                 seen_dirs += page.dirs.len();
                 if seen_dirs > MAX_DIRS {
-                    return Err(format!(
+                    return Err(ListError::Bound(format!(
                         "more than {MAX_DIRS} directories under {}: give a longer prefix",
                         loc.url_of(&loc.prefix)
-                    ));
+                    )));
                 }
                 dirs.extend(page.dirs.iter().map(|d| (d.clone(), depth + 1)));
             }
@@ -168,7 +173,10 @@ pub async fn list(
                 };
                 let seg = Segment { key, size };
                 if from.is_some_and(|f| start < f - 999) {
-                    before = Some(seg);
+                    if start > before.0 {
+                        before = (start, Vec::new());
+                    }
+                    before.1.push(seg);
                 } else if to.is_some_and(|t| start > t) {
                     past = true;
                     break;
@@ -181,11 +189,18 @@ pub async fn list(
             }
         }
         // The segment open when the window began holds its first records.
-        if let Some(b) = before {
-            out.insert(first_of_dir, b);
-        }
+        out.splice(first_of_dir..first_of_dir, before.1);
     }
     Ok(out)
+}
+
+/// Why a listing ended without its segments.
+#[derive(Debug)]
+pub enum ListError {
+    /// S3 failed.
+    Fail(String),
+    /// The listing passed a bound: the window or the prefix needs narrowing.
+    Bound(String),
 }
 
 /// One page of a listing.

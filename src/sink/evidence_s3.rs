@@ -173,13 +173,13 @@ pub async fn last_uploaded_seq(cfg: &EvidenceS3, dir: &str) -> Option<u64> {
     }
 }
 
-/// The last key under `prefix` (keys sort by time), reading at most [`LAST_SEQ_PAGES`] pages.
+/// The newest segment's key under `prefix`, reading at most [`LAST_SEQ_PAGES`] pages.
 async fn newest_key(
     client: &aws_sdk_s3::Client,
     bucket: &str,
     prefix: &str,
 ) -> Result<Option<String>, String> {
-    let mut last = None;
+    let mut last: Option<((i64, u64), String)> = None;
     let mut token: Option<String> = None;
     for _ in 0..LAST_SEQ_PAGES {
         let mut req = client.list_objects_v2().bucket(bucket).prefix(prefix);
@@ -190,12 +190,19 @@ async fn newest_key(
             .send()
             .await
             .map_err(|e| super::cloudwatch::classify_call("ListObjectsV2", &e).message)?;
-        if let Some(k) = r.contents().iter().filter_map(|o| o.key()).next_back() {
-            last = Some(k.to_string());
+        // Keys sort by start, but within one second "-92" sorts after "-104": the newest is
+        // the greatest (start, first record_seq).
+        for k in r.contents().iter().filter_map(|o| o.key()) {
+            let name = k.rsplit('/').next().unwrap_or(k);
+            if let Some(at) = super::segments::parse_name(name, ".jsonl.gz")
+                && last.as_ref().is_none_or(|(best, _)| at > *best)
+            {
+                last = Some((at, k.to_string()));
+            }
         }
         token = r.next_continuation_token().map(str::to_string);
         if r.is_truncated() != Some(true) || token.is_none() {
-            return Ok(last);
+            return Ok(last.map(|(_, k)| k));
         }
     }
     Err(format!("more than {LAST_SEQ_PAGES} pages of segments"))

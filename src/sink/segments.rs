@@ -328,8 +328,15 @@ pub fn scan(spool: &Path, suffix: &str) -> Vec<PathBuf> {
             );
         }
     }
-    // Oldest first: by the name (start, then first record_seq) across every directory.
-    out.sort_by(|a, b| a.file_name().cmp(&b.file_name()).then(a.cmp(b)));
+    // Oldest first: by start, then first record_seq (as numbers: "-92" before "-104"), across
+    // every directory.
+    let order = |p: &PathBuf| {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+        name.as_deref()
+            .and_then(|n| parse_name(n, suffix))
+            .unwrap_or((i64::MAX, u64::MAX))
+    };
+    out.sort_by_cached_key(|p| (order(p), p.clone()));
     out
 }
 
