@@ -383,6 +383,16 @@ endpoint = "mysql-secondary.orders.internal.example"
     }
 
     #[test]
+    fn plan_shows_where_evidence_segments_go() {
+        let plan = plan_of(&format!("{MYSQL}\n[evidence.s3]\nbucket = \"drills\"\n"));
+        assert!(
+            plan.contains("evidence segments: s3://drills/readyprobe/evidence/orders-db/az-a/<start>-<first record_seq>.jsonl.gz, one every 1m (or at 16 MiB), spooled in /var/lib/readyprobe/evidence.spool up to 256 MiB until uploaded"),
+            "{plan}"
+        );
+        assert!(plan.contains("S3 evidence PUTs"), "{plan}");
+    }
+
+    #[test]
     fn plan_names_every_section_once() {
         expect![[r#"
             /etc/readyprobe/orders.toml: valid

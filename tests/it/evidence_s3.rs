@@ -342,6 +342,13 @@ fn spawn_run(cfg: &Path) -> tokio::process::Child {
         .unwrap()
 }
 
+/// The segments in the spool directory `dir`, open or closed.
+fn spooled(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|r| r.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default()
+}
+
 /// The first `record_seq` of the segment at spool path `p`, from its name.
 fn first_seq(p: &Path) -> u64 {
     let name = p.file_name().unwrap().to_string_lossy();
@@ -401,6 +408,12 @@ async fn a_killed_run_loses_at_most_the_segment_being_written() {
     let all = seqs(&records(&s3, &bucket, prefix).await);
     let want: Vec<u64> = (1..=*all.last().unwrap()).collect();
     assert_eq!(all, want, "no record lost on a persistent volume");
+    // The run's last segment went up at its stop: the spool is empty, S3 has the whole file.
+    assert_eq!(spooled(&spool), Vec::<PathBuf>::new());
+    assert_eq!(
+        all,
+        seqs(&read_evidence(&d.join("ev").join("evidence.jsonl")))
+    );
 
     // A fresh disk (the task's storage gone) under the same prober id.
     let mut child = spawn_run(&cfg);
@@ -434,6 +447,13 @@ async fn a_killed_run_loses_at_most_the_segment_being_written() {
     assert_eq!(newest_start["record_seq"], last_up + 1, "{newest_start}");
     let want: Vec<u64> = (1..=*all.last().unwrap()).collect();
     assert_eq!(all, want);
+    assert_eq!(spooled(&spool), Vec::<PathBuf>::new());
+    let local = seqs(&read_evidence(&d.join("ev").join("evidence.jsonl")));
+    assert_eq!(
+        all[all.len() - local.len()..],
+        local[..],
+        "S3 has the new run whole"
+    );
     // The report says the run before was killed.
     let (code, stdout, err) = cli(&[
         "drill",
