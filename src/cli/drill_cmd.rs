@@ -276,10 +276,19 @@ pub struct ReportArgs {
 /// the report, print the phase tables.
 pub(super) async fn report(a: ReportArgs) -> ExitCode {
     let esc = |p: &Path| crate::config::escape_controls(&p.display().to_string()).into_owned();
+    let s3_url = |p: &PathBuf| {
+        p.to_str()
+            .filter(|p| p.starts_with("s3://"))
+            .map(str::to_string)
+    };
+    if (a.from.is_some() || a.to.is_some()) && !a.evidence.iter().any(|p| s3_url(p).is_some()) {
+        eprintln!("error: --from and --to choose the segments of an s3:// --evidence; give one");
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
     let mut m = Merger::new(a.service.as_deref());
     for path in &a.evidence {
-        if let Some(url) = path.to_str().filter(|p| p.starts_with("s3://")) {
-            if let Err(code) = from_s3(&mut m, url, &a).await {
+        if let Some(url) = s3_url(path) {
+            if let Err(code) = from_s3(&mut m, &url, &a).await {
                 return code;
             }
             continue;

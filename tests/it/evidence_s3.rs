@@ -674,4 +674,18 @@ async fn hostile_objects_are_skipped_with_a_line_never_read_unbounded() {
     );
     let (code, _, err) = cli(&["drill", "report", "--evidence", "s3://", "--out", "x"]);
     assert_eq!(code, 64, "{err}");
+    let local = dir.path().join("local.jsonl");
+    std::fs::write(&local, line(1, t0)).unwrap();
+    let (code, _, err) = cli(&[
+        "drill",
+        "report",
+        "--evidence",
+        local.to_str().unwrap(),
+        "--out",
+        "x",
+        "--from",
+        "2026-01-01T00:00:00Z",
+    ]);
+    assert_eq!(code, 64, "--from without an s3:// evidence: {err}");
+    assert!(err.contains("--from and --to choose the segments"), "{err}");
 }
