@@ -575,6 +575,10 @@ port = 5432
             ["publish.cloudwatch.max_attempts"]
         );
         assert_eq!(keys("", "[dns]\ntimeout = \"2s\""), ["dns.timeout"]);
+        assert_eq!(
+            keys("", "[evidence.s3]\nbucket = \"drills\""),
+            ["evidence.s3"]
+        );
         assert!(keys("", "").is_empty());
         let old = config("", "");
         let problems = admit(&old, &running(&old), &config("[dns]\ntimeout = \"2s\"", ""));
