@@ -147,10 +147,7 @@ async fn open_evidence(
             let spool = segments::spool_beside(&cfg.evidence_path);
             let wake = std::sync::Arc::new(tokio::sync::Notify::new());
             let (notes_tx, notes) = std::sync::mpsc::sync_channel(queue);
-            let service = match label {
-                "*" => "all".to_string(),
-                one => crate::config::safe(one),
-            };
+            let service = segments::service_dir(cfg);
             // A fresh disk (no local evidence): numbering goes on from this prober's newest
             // segment in S3.
             let fresh = std::fs::metadata(&cfg.evidence_path).map_or(true, |m| m.len() == 0);

@@ -282,10 +282,7 @@ fn plan_evidence_and_state(s: &mut String, cfg: &Config) -> std::fmt::Result {
     use std::fmt::Write;
     writeln!(s, "evidence: {}", cfg.evidence_path.display())?;
     if let Some(e) = &cfg.evidence_s3 {
-        let service = match &cfg.services[..] {
-            [one] => crate::config::safe(&one.service.name),
-            _ => "all".into(),
-        };
+        let service = crate::sink::segments::service_dir(cfg);
         writeln!(
             s,
             "evidence segments: s3://{}/{}{service}/{}/<start>-<first record_seq>.jsonl.gz, one every {} (or at {} MiB), spooled in {} up to {} MiB until uploaded",

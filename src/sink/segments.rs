@@ -53,6 +53,15 @@ impl SegmentSpec {
     }
 }
 
+/// The service part of a prober's segment keys: the service's name made safe for a key, or
+/// `all` for a config of several services (their records share one evidence stream).
+pub fn service_dir(cfg: &crate::config::Config) -> String {
+    match &cfg.services[..] {
+        [one] => crate::config::safe(&one.service.name),
+        _ => "all".into(),
+    }
+}
+
 /// The spool root beside the evidence file at `evidence`: `<evidence without extension>.spool`.
 pub fn spool_beside(evidence: &Path) -> PathBuf {
     evidence.with_extension("spool")
