@@ -94,6 +94,9 @@ pub enum Record {
     BothBranchesUnready(BothBranchesUnready),
     /// The evidence file was removed or replaced and has been reopened.
     EvidenceReopened(EvidenceReopened),
+    /// An evidence segment failed to upload to S3 (and is retried), or was dropped from the
+    /// local spool to keep it within its bound (lost).
+    EvidenceSegment(EvidenceSegment),
     /// Another `run` process saved readiness under this prober id since this one last did.
     DuplicateProber(DuplicateProber),
     /// A service of the config could not be prepared; the others run.
@@ -631,6 +634,38 @@ impl Default for BothBranchesUnready {
 pub struct EvidenceReopened {
     /// The evidence file's path.
     pub path: String,
+}
+
+/// `evidence_segment`: what happened to one segment of `[evidence.s3]` on its way to S3.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceSegment {
+    /// The segment: its key under the prefix (`<service-or-all>/<prober>/<start>-<first seq>.jsonl.gz`).
+    pub segment: String,
+    /// What happened.
+    pub event: SegmentEvent,
+    /// Why an upload failed, in the publish failure classes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<PublishFailureClass>,
+    /// When the failed upload is tried again, ms from this record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<u64>,
+    /// The segment's size on local disk, bytes (of a dropped one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// Events of this kind in this run so far (failed uploads of this class, or dropped
+    /// segments), this one included.
+    pub count: u64,
+}
+
+/// What happened to a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum SegmentEvent {
+    /// A PUT failed; the segment stays in the spool and is tried again.
+    UploadFailed,
+    /// The spool was over `spool_max_mb`: the segment was deleted unsent, its records lost.
+    Dropped,
 }
 
 /// `duplicate_prober`: two `run` processes share one prober id and overwrite each other's

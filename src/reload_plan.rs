@@ -325,6 +325,7 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
             "evidence.max_size_mb",
             old.evidence_max_bytes == new.evidence_max_bytes,
         ),
+        ("evidence.s3", old.evidence_s3 == new.evidence_s3),
         ("dns.nameservers", x.nameservers == y.nameservers),
         ("dns.resolv_conf", x.resolv_conf == y.resolv_conf),
         ("dns.timeout", x.timeout == y.timeout),
@@ -578,6 +579,10 @@ port = 5432
         assert_eq!(
             keys("[reload]\npoll = \"5s\"", "[reload]\npoll = \"9s\""),
             ["reload.poll"]
+        );
+        assert_eq!(
+            keys("", "[evidence.s3]\nbucket = \"drills\""),
+            ["evidence.s3"]
         );
         assert!(keys("", "").is_empty());
         let old = config("", "");

@@ -26,7 +26,9 @@ use crate::config::{Config, ConfigError};
 use crate::fold::{Input, ServiceId, Started};
 use crate::probe::{self, PrepareError};
 use crate::scheduler::BranchEvent;
-use crate::sink::evidence::EvidenceWriter;
+use crate::sink::evidence::{EvidenceWriter, SegmentOutput};
+use crate::sink::evidence_s3::Uploader;
+use crate::sink::segments;
 use crate::state::StateError;
 use shell::Shell;
 use start::{load_all, prepare_all, start};
@@ -115,17 +117,7 @@ where
         [one] => one.service.name.clone(),
         _ => "*".to_string(),
     };
-    let evidence = EvidenceWriter::open(
-        &cfg.evidence_path,
-        &label,
-        &cfg.prober_id,
-        cfg.evidence_max_bytes,
-        crate::sink::evidence::queue_lines(cfg.services.len()),
-    )
-    .map_err(|source| RunError::Evidence {
-        path: cfg.evidence_path.display().to_string(),
-        source,
-    })?;
+    let (evidence, uploader) = open_evidence(&cfg, &label).await?;
     let (mut sinks, reports) = Sinks::new(&cfg, &opts).await;
     let mut queues = Vec::new();
     for s in &cfg.services {
@@ -139,9 +131,67 @@ where
         reports,
         sinks,
         fleet,
+        uploader,
     };
     let (stop_reason, syncing) = serve(&mut shell, &mut wiring, &opts, stop, reloads).await;
     Ok(shutdown(shell, wiring, syncing, stop_reason, opts.grace).await)
+}
+
+/// The evidence writer, and with `[evidence.s3]` its segments and their uploader (which
+/// starts with the segments an earlier run left in the spool).
+async fn open_evidence(
+    cfg: &Config,
+    label: &str,
+) -> Result<(EvidenceWriter, Option<Uploader>), RunError> {
+    let queue = crate::sink::evidence::queue_lines(cfg.services.len());
+    let (segments, uploader) = match &cfg.evidence_s3 {
+        None => (None, None),
+        Some(s3) => {
+            let spool = segments::spool_beside(&cfg.evidence_path);
+            let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+            let (notes_tx, notes) = std::sync::mpsc::sync_channel(queue);
+            let service = segments::service_dir(cfg);
+            // A fresh disk (no local evidence): numbering goes on from this prober's newest
+            // segment in S3.
+            let fresh = std::fs::metadata(&cfg.evidence_path).map_or(true, |m| m.len() == 0);
+            let seq_floor = if fresh {
+                let dir = format!("{service}/{}/", cfg.prober_id);
+                crate::sink::evidence_s3::last_uploaded_seq(s3, &dir)
+                    .await
+                    .unwrap_or(0)
+            } else {
+                0
+            };
+            let spec = segments::SegmentSpec {
+                spool: spool.clone(),
+                service,
+                prober: cfg.prober_id.clone(),
+                segment: s3.segment,
+                max_bytes: s3.segment_max_bytes,
+                spool_max_bytes: s3.spool_max_bytes,
+            };
+            let out = SegmentOutput {
+                spec,
+                wake: wake.clone(),
+                notes,
+                seq_floor,
+            };
+            let up = Uploader::start(s3, spool, wake, notes_tx).await;
+            (Some(out), Some(up))
+        }
+    };
+    let evidence = EvidenceWriter::open_with(
+        &cfg.evidence_path,
+        (label, &cfg.prober_id),
+        cfg.evidence_max_bytes,
+        queue,
+        segments,
+    )
+    .map_err(|source| RunError::Evidence {
+        path: cfg.evidence_path.display().to_string(),
+        source,
+    })?;
+    Ok((evidence, uploader))
 }
 
 fn log_started(shell: &mut Shell, fleet: &Fleet, label: &str) {
@@ -302,10 +352,12 @@ async fn shutdown(
     }
     shell.tick(true);
     // The final save and sends get what is left of the grace period, at least 1 s, and finish
-    // 300 ms before `hard_end` so the evidence can still be closed.
+    // 300 ms before `hard_end` so the evidence can still be closed (1 s with `[evidence.s3]`,
+    // so its last segment can still be uploaded).
+    let reserve = if w.uploader.is_some() { 1_000 } else { 300 };
     let final_deadline = grace_end
         .max(Instant::now() + Duration::from_millis(1_000))
-        .min(hard_end - Duration::from_millis(300));
+        .min(hard_end - Duration::from_millis(reserve));
     final_round(&mut shell, &mut w, &mut syncing, final_deadline).await;
     w.sinks.stop.cancel();
     while let Ok(rep) = w.reports.try_recv() {
@@ -322,6 +374,10 @@ async fn shutdown(
         .evidence
         .close(hard_end.max(Instant::now() + Duration::from_millis(100)))
         .await;
+    if let Some(up) = w.uploader.take() {
+        // The segment the writer closed last goes up in what is left before `hard_end`.
+        up.finish(hard_end).await;
+    }
     summary
 }
 

@@ -47,6 +47,8 @@ pub mod price {
     pub const STRING_MATCHING: f64 = 2.00;
     /// CloudWatch Synthetics, per canary run (its Lambda, storage and logs extra).
     pub const CANARY_RUN: f64 = 0.0012;
+    /// S3 Standard PUT requests (`[evidence.s3]` segments), per 1,000 requests.
+    pub const S3_PER_1000_PUTS: f64 = 0.005;
 }
 
 /// The month of the estimate: 30 days, ms (43,200 one-minute ticks).
@@ -88,6 +90,9 @@ pub struct Estimate {
     pub alarms: u64,
     /// `CLOUDWATCH_METRIC` health checks (one per branch).
     pub health_checks: u64,
+    /// S3 PUTs per month of one prober's `[evidence.s3]` segments (one per `segment`; a
+    /// segment closed early at `segment_max_mb` adds one), 0 without it.
+    pub evidence_puts: u64,
 }
 
 impl Estimate {
@@ -119,9 +124,14 @@ impl Estimate {
     pub fn health_checks_usd(&self) -> f64 {
         self.health_checks as f64 * price::AWS_ENDPOINT_HEALTH_CHECK
     }
-    /// What each prober beyond the first adds: its requests and its log ingestion.
+    /// Dollars for one prober's evidence segment PUTs.
+    pub fn evidence_usd(&self) -> f64 {
+        self.evidence_puts as f64 / 1000.0 * price::S3_PER_1000_PUTS
+    }
+    /// What each prober beyond the first adds: its requests, its log ingestion and its evidence
+    /// PUTs.
     pub fn per_extra_prober_usd(&self) -> f64 {
-        self.requests_usd() + self.logs_usd()
+        self.requests_usd() + self.logs_usd() + self.evidence_usd()
     }
     /// Everything, with one prober.
     pub fn total_usd(&self) -> f64 {
@@ -182,6 +192,10 @@ pub fn estimate(cfg: &Config) -> Estimate {
         log_bytes_per_tick: bytes,
         alarms: branches + ALARMS_PER_SERVICE * cfg.services.len() as u64,
         health_checks: branches,
+        evidence_puts: cfg
+            .evidence_s3
+            .as_ref()
+            .map_or(0, |s3| MONTH_MS / (s3.segment.as_millis().max(1) as u64)),
     }
 }
 
@@ -300,6 +314,17 @@ pub fn section(e: &Estimate) -> String {
             e.logs_usd(),
         );
     }
+    if e.evidence_puts > 0 {
+        row(
+            "S3 evidence PUTs",
+            format!(
+                "{} segments, ${:.3} per 1,000 PUTs",
+                grouped(e.evidence_puts),
+                price::S3_PER_1000_PUTS
+            ),
+            e.evidence_usd(),
+        );
+    }
     row(
         "alarms",
         format!(
@@ -320,10 +345,10 @@ pub fn section(e: &Estimate) -> String {
     );
     row("total", String::new(), e.total_usd());
     lines.push(format!(
-        "  each further prober (the prober stack runs one per subnet) adds {} (its requests and log bytes; series, alarms and health checks are shared)",
+        "  each further prober (the prober stack runs one per subnet) adds {} (its requests, log bytes and evidence PUTs; series, alarms and health checks are shared)",
         usd(e.per_extra_prober_usd())
     ));
-    lines.push("  not counted: series published only while something fails (ServiceUnavailable, PublishFailures, StoreSyncFailures), transition datums, the prober's own logs, log storage, the tasks, the state store".into());
+    lines.push("  not counted: series published only while something fails (ServiceUnavailable, PublishFailures, StoreSyncFailures), transition datums, the prober's own logs, log storage, evidence storage, the tasks, the state store".into());
     lines.join("\n")
 }
 
@@ -362,6 +387,23 @@ mod tests {
         }
         config::parse(Path::new("/etc/readyprobe/fleet.toml"), &text)
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// One PUT per segment: a 1-minute segment is 43,200 PUTs in a 30-day month.
+    #[test]
+    fn evidence_segments_are_priced_per_put() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/probes/orders-db.toml"
+        ))
+        .unwrap();
+        let with = format!("{text}\n[evidence.s3]\nbucket = \"drills\"\n");
+        let cfg = config::parse(Path::new("/etc/readyprobe/orders.toml"), &with).unwrap();
+        let e = estimate(&cfg);
+        assert_eq!(e.evidence_puts, 43_200);
+        assert_eq!(cents(e.evidence_usd()), 22);
+        assert!(section(&e).contains("S3 evidence PUTs"), "{}", section(&e));
+        assert_eq!(estimate(&load("orders-db.toml")).evidence_puts, 0);
     }
 
     #[test]

@@ -58,7 +58,8 @@ pub enum DrillCommand {
     /// self-contained `report.html` and `report.json` (for scripts) in `--out`, and the phase
     /// tables on stdout.
     ///
-    /// Needs no config (copies of the evidence files are enough). Records are merged by time; a
+    /// Needs no config (copies of the evidence files are enough, or the `[evidence.s3]`
+    /// segments at `s3://bucket/prefix/`, within `--from`/`--to`, with progress on stderr). Records are merged by time; a
     /// record given twice (the same file twice, overlapping copies) counts once. Lines that
     /// cannot be used are listed as problems, with each gap in a prober's `record_seq`.
     /// `--alarms` reads CloudWatch through the default AWS chain (`AWS_REGION`,
@@ -244,9 +245,22 @@ fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
 /// `drill report` arguments.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// An evidence file (repeat for several probers, or a rotated generation).
-    #[arg(long, required = true, value_name = "FILE")]
+    /// An evidence file (repeat for several probers, or a rotated generation), or the
+    /// `[evidence.s3]` segments at `s3://bucket/prefix/` (the default AWS chain:
+    /// `AWS_REGION`, `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, profile or role).
+    #[arg(long, required = true, value_name = "FILE|s3://BUCKET/PREFIX/")]
     evidence: Vec<PathBuf>,
+    /// With an s3:// evidence: read the segments from this time on (RFC 3339, e.g.
+    /// 2026-12-05T06:00:00Z), and the one open at that time.
+    #[arg(long, value_parser = parse_time)]
+    from: Option<crate::clock::Millis>,
+    /// With an s3:// evidence: read the segments opened up to this time (RFC 3339).
+    #[arg(long, value_parser = parse_time)]
+    to: Option<crate::clock::Millis>,
+    /// With an s3:// evidence: the largest segment read, MiB, as stored and gunzipped; a larger
+    /// object is skipped with a line on stderr.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    max_segment_mb: u64,
     /// The directory to write report.md, report.html and report.json into (created if missing).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
@@ -262,8 +276,23 @@ pub struct ReportArgs {
 /// the report, print the phase tables.
 pub(super) async fn report(a: ReportArgs) -> ExitCode {
     let esc = |p: &Path| crate::config::escape_controls(&p.display().to_string()).into_owned();
+    let s3_url = |p: &PathBuf| {
+        p.to_str()
+            .filter(|p| p.starts_with("s3://"))
+            .map(str::to_string)
+    };
+    if (a.from.is_some() || a.to.is_some()) && !a.evidence.iter().any(|p| s3_url(p).is_some()) {
+        eprintln!("error: --from and --to choose the segments of an s3:// --evidence; give one");
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
     let mut m = Merger::new(a.service.as_deref());
     for path in &a.evidence {
+        if let Some(url) = s3_url(path) {
+            if let Err(code) = from_s3(&mut m, &url, &a).await {
+                return code;
+            }
+            continue;
+        }
         let file = match open_evidence(path) {
             Ok(f) => f,
             Err(e) => {
@@ -333,6 +362,78 @@ pub(super) async fn report(a: ReportArgs) -> ExitCode {
     }
     println!("report written to {}", esc(&a.out.join("report.md")));
     ExitCode::from(if alarms_failed { EXIT_IO } else { EXIT_OK })
+}
+
+/// RFC 3339 as ms since the epoch.
+fn parse_time(s: &str) -> Result<crate::clock::Millis, String> {
+    let t = humantime::parse_rfc3339_weak(s)
+        .map_err(|e| format!("{e}; write e.g. 2026-12-05T06:00:00Z"))?;
+    let d = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| "before 1970".to_string())?;
+    crate::clock::Millis::try_from(d.as_millis()).map_err(|_| "too far ahead".to_string())
+}
+
+/// Feed the segments of `--from`..`--to` at `url` into `m`, with progress on stderr; a segment
+/// that is not one (too large, not gzip, a stray key) is skipped with a line on stderr.
+/// `Err` is the exit code: 64 a bad location or a listing over its bounds, 74 S3 failed.
+async fn from_s3(m: &mut Merger, url: &str, a: &ReportArgs) -> Result<(), ExitCode> {
+    use crate::report::s3_evidence::{self as s3, Limits, ReadError};
+    let say = |s: &str| eprintln!("{}", crate::config::escape_controls(s));
+    let loc = s3::Location::parse(url).map_err(|e| {
+        say(&format!("error: --evidence: {e}"));
+        ExitCode::from(EXIT_INVALID_CONFIG)
+    })?;
+    let limits = Limits {
+        max_object_bytes: a.max_segment_mb << 20,
+        ..Limits::default()
+    };
+    let client = s3::client(std::time::Duration::from_secs(30)).await;
+    let mut skipped = Vec::new();
+    let listed = s3::list(&client, &loc, (a.from, a.to), limits, &mut skipped).await;
+    for s in skipped.drain(..) {
+        say(&format!("warning: {s}"));
+    }
+    let segments = listed.map_err(|e| {
+        let (why, code) = match e {
+            s3::ListError::Fail(why) => (why, EXIT_IO),
+            s3::ListError::Bound(why) => (why, EXIT_INVALID_CONFIG),
+        };
+        say(&format!("error: {why}"));
+        ExitCode::from(code)
+    })?;
+    let total: u64 = segments.iter().map(|s| s.size).sum();
+    say(&format!(
+        "listed {} segments ({total} bytes) at {url}",
+        segments.len()
+    ));
+    if total > limits.max_total_bytes {
+        say(&format!(
+            "error: the window's segments take {total} bytes, over the cap of {}: narrow it with --from and --to",
+            limits.max_total_bytes
+        ));
+        return Err(ExitCode::from(EXIT_INVALID_CONFIG));
+    }
+    let n = segments.len();
+    for (k, seg) in segments.iter().enumerate() {
+        match s3::read(&client, &loc, seg, limits).await {
+            Ok(bytes) => {
+                let id = m.file(&loc.url_of(&seg.key));
+                for line in read_lines(bytes.as_slice()) {
+                    m.push(id, line);
+                }
+            }
+            Err(ReadError::Skip(why)) => say(&format!("warning: {why}")),
+            Err(ReadError::Fail(why)) => {
+                say(&format!("error: {why}"));
+                return Err(ExitCode::from(EXIT_IO));
+            }
+        }
+        if (k + 1) % 25 == 0 || k + 1 == n {
+            say(&format!("read {}/{n}", k + 1));
+        }
+    }
+    Ok(())
 }
 
 /// Open evidence file `path` for reading: a regular file, through symbolic links (a copy may be

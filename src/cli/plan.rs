@@ -281,6 +281,20 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
 fn plan_evidence_and_state(s: &mut String, cfg: &Config) -> std::fmt::Result {
     use std::fmt::Write;
     writeln!(s, "evidence: {}", cfg.evidence_path.display())?;
+    if let Some(e) = &cfg.evidence_s3 {
+        let service = crate::sink::segments::service_dir(cfg);
+        writeln!(
+            s,
+            "evidence segments: s3://{}/{}{service}/{}/<start>-<first record_seq>.jsonl.gz, one every {} (or at {} MiB), spooled in {} up to {} MiB until uploaded",
+            e.bucket,
+            e.prefix,
+            cfg.prober_id,
+            crate::clock::fmt_duration(e.segment),
+            e.segment_max_bytes >> 20,
+            crate::sink::segments::spool_beside(&cfg.evidence_path).display(),
+            e.spool_max_bytes >> 20
+        )?;
+    }
     let store = cfg
         .services
         .iter()
@@ -366,6 +380,16 @@ endpoint = "mysql-secondary.orders.internal.example"
     }
 
     #[test]
+    fn plan_shows_where_evidence_segments_go() {
+        let plan = plan_of(&format!("{MYSQL}\n[evidence.s3]\nbucket = \"drills\"\n"));
+        assert!(
+            plan.contains("evidence segments: s3://drills/readyprobe/evidence/orders-db/az-a/<start>-<first record_seq>.jsonl.gz, one every 1m (or at 16 MiB), spooled in /var/lib/readyprobe/evidence.spool up to 256 MiB until uploaded"),
+            "{plan}"
+        );
+        assert!(plan.contains("S3 evidence PUTs"), "{plan}");
+    }
+
+    #[test]
     fn plan_names_every_section_once() {
         expect![[r#"
             /etc/readyprobe/orders.toml: valid
@@ -403,8 +427,8 @@ endpoint = "mysql-secondary.orders.internal.example"
               alarms                 5 standard resolution, $0.10 each                              $0.50
               Route 53 health checks 2 CLOUDWATCH_METRIC, $0.50 each                                $1.00
               total                                                                                 $9.00
-              each further prober (the prober stack runs one per subnet) adds $0.30 (its requests and log bytes; series, alarms and health checks are shared)
-              not counted: series published only while something fails (ServiceUnavailable, PublishFailures, StoreSyncFailures), transition datums, the prober's own logs, log storage, the tasks, the state store
+              each further prober (the prober stack runs one per subnet) adds $0.30 (its requests, log bytes and evidence PUTs; series, alarms and health checks are shared)
+              not counted: series published only while something fails (ServiceUnavailable, PublishFailures, StoreSyncFailures), transition datums, the prober's own logs, log storage, evidence storage, the tasks, the state store
             summary: 1 service, 2 branches, 1.0 attempts/s, up to 24 datums/min
             warning: probe.tls.danger_send_secrets_unverified is true: ssl_mode "required" does not verify the server's certificate, and probe.mysql.password is sent anyway; a server that is not the branch can capture it (evidence records tls_verified: false)
         "#]]

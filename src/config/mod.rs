@@ -10,6 +10,7 @@
 //! environment variable; those are the probe's start-up business (`probe::prepare`).
 
 mod dns;
+mod evidence;
 mod fleet;
 mod http;
 mod issues;
@@ -31,6 +32,7 @@ mod tls;
 mod values;
 
 pub use dns::Dns;
+pub use evidence::EvidenceS3;
 pub use http::{HttpProbe, HttpRequestSpec};
 pub use issues::{Issue, escape_controls, escape_controls_by_line};
 pub use mysql::MysqlProbe;
@@ -83,6 +85,8 @@ pub struct Config {
     pub evidence_path: PathBuf,
     /// Size at which the evidence file is rotated to `<path>.1`, bytes. Default 100 MiB.
     pub evidence_max_bytes: u64,
+    /// `[evidence.s3]`: the evidence also goes to S3, a segment at a time.
+    pub evidence_s3: Option<EvidenceS3>,
     /// DNS settings of the `resolve` step.
     pub dns: Dns,
     /// What `check --aws` expects of the Route 53 objects and where it finds them.
@@ -369,6 +373,7 @@ pub(super) fn shared_sections(
         Some(p) => p,
         None => state_dir.join("evidence.jsonl"),
     };
+    let evidence_s3 = raw.evidence.s3.and_then(|s3| evidence::section(s3, issues));
     let publish = publish::section(raw.publish, issues);
     let publish_interval = publish.as_ref().map(|p| p.interval);
     let state = publish_interval.and_then(|i| state::section(raw.state, i, issues));
@@ -384,6 +389,7 @@ pub(super) fn shared_sections(
         publish: publish?,
         evidence_path,
         evidence_max_bytes: evidence_mb.clamp(1, 1_048_576) * 1024 * 1024,
+        evidence_s3,
         dns: dns?,
         route53,
         stable_name_probe,

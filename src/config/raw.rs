@@ -250,6 +250,21 @@ pub(super) struct RawS3State {
 pub(super) struct RawEvidence {
     pub path: Option<PathBuf>,
     pub max_size_mb: Option<u64>,
+    pub s3: Option<RawEvidenceS3>,
+}
+
+/// `[evidence.s3]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEvidenceS3 {
+    pub bucket: String,
+    pub prefix: Option<String>,
+    pub region: Option<String>,
+    pub endpoint_url: Option<String>,
+    #[serde(default, deserialize_with = "bounded_duration")]
+    pub segment: Option<Duration>,
+    pub segment_max_mb: Option<u64>,
+    pub spool_max_mb: Option<u64>,
 }
 
 /// `[route53]`.

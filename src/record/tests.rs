@@ -293,6 +293,17 @@ fn evidence_reopened() -> Record {
     })
 }
 
+fn evidence_segment() -> Record {
+    Record::EvidenceSegment(EvidenceSegment {
+        segment: "orders-db/az-a/20260102T030000Z-4711.jsonl.gz".into(),
+        event: SegmentEvent::UploadFailed,
+        class: Some(PublishFailureClass::PublishUnreachable),
+        retry_in_ms: Some(8_000),
+        bytes: None,
+        count: 3,
+    })
+}
+
 fn duplicate_prober() -> Record {
     Record::DuplicateProber(DuplicateProber {
         state_store: "s3://readyprobe-state/readyprobe/control-orders-db.json".into(),
@@ -343,6 +354,7 @@ fn every_kind() -> Vec<Record> {
         state_sync_failed(),
         Record::BothBranchesUnready(BothBranchesUnready::new()),
         evidence_reopened(),
+        evidence_segment(),
         duplicate_prober(),
         reload(),
         marker(),
@@ -736,6 +748,16 @@ fn golden_evidence_reopened() {
         evidence_reopened(),
         expect![[
             r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"evidence_reopened","path":"/var/log/readyprobe/evidence.jsonl"}"#
+        ]],
+    );
+}
+
+#[test]
+fn golden_evidence_segment() {
+    check(
+        evidence_segment(),
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"evidence_segment","segment":"orders-db/az-a/20260102T030000Z-4711.jsonl.gz","event":"upload_failed","class":"publish_unreachable","retry_in_ms":8000,"count":3}"#
         ]],
     );
 }

@@ -87,6 +87,8 @@ enum Ev {
     Reopened(String),
     /// A `duplicate_prober` record: the state store it was found in.
     Duplicate(String),
+    /// An `evidence_segment` record of a dropped segment: its key under the prefix.
+    SegmentDropped(String),
     /// A `stop` record: why the run stopped. Until the prober's next `start` it publishes nothing.
     Stop(String),
     /// Nothing a lane or a phase uses (kept only in the window, the probers and the seq check).
@@ -402,6 +404,9 @@ impl Merger {
                 Ev::Stable(Box::new((s.stable_name, round)))
             }
             Record::EvidenceReopened(e) => Ev::Reopened(e.path),
+            Record::EvidenceSegment(e) if e.event == crate::record::SegmentEvent::Dropped => {
+                Ev::SegmentDropped(e.segment)
+            }
             Record::DuplicateProber(d) => Ev::Duplicate(d.state_store),
             Record::Stop(s) => Ev::Stop(s.reason),
             _ => Ev::Other,
@@ -446,11 +451,36 @@ impl Merger {
             self.note(p);
         }
         let mut found = Vec::new();
+        // Per prober: where its run stands (`start` records of one run come one per service)
+        // and the time of its last record.
+        let mut runs: HashMap<usize, (RunAt, Millis)> = HashMap::new();
         for i in &self.items {
             let (prober, at) = (self.names.get(i.prober), rfc3339(i.at));
+            let (now, last) = runs
+                .get(&i.prober)
+                .copied()
+                .unwrap_or((RunAt::Stopped, i.at));
+            let next = match &i.ev {
+                Ev::Start(_) if now == RunAt::Running => {
+                    found.push(format!(
+                        "prober {prober} started again at {at} without a stop record after its record at {} (killed, or its task lost): the records it wrote last may be missing (with [evidence.s3], at most one segment)",
+                        rfc3339(last)
+                    ));
+                    RunAt::Starting
+                }
+                Ev::Start(_) => RunAt::Starting,
+                Ev::Stop(_) => RunAt::Stopped,
+                // What a writer adds after the stop record (its last segment's notes).
+                _ if now == RunAt::Stopped && runs.contains_key(&i.prober) => RunAt::Stopped,
+                _ => RunAt::Running,
+            };
+            runs.insert(i.prober, (next, i.at));
             match &i.ev {
                 Ev::Reopened(path) => found.push(format!(
                     "prober {prober} reopened its evidence file {path} at {at} (evidence_reopened): records just before may be in the old file, or lost"
+                )),
+                Ev::SegmentDropped(key) => found.push(format!(
+                    "prober {prober} dropped evidence segment {key} unsent at {at} (its spool was over spool_max_mb): its records are missing"
                 )),
                 Ev::Duplicate(store) => found.push(format!(
                     "prober {prober}: another run process saved under the same prober id in {store} at {at} (duplicate_prober): their readiness overwrites each other's"
@@ -503,6 +533,15 @@ pub fn merge(
         }
     }
     m.finish()
+}
+
+/// Where a prober's run stands, record by record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunAt {
+    Stopped,
+    /// Its `start` records (one per service).
+    Starting,
+    Running,
 }
 
 /// One sentence per jump in a prober's `record_seq` (records lost between two lines), in
@@ -660,7 +699,7 @@ impl Gather {
                 })
                 .rounds
                 .push(r.1.clone()),
-            Ev::Reopened(_) | Ev::Duplicate(_) | Ev::Other => {}
+            Ev::Reopened(_) | Ev::Duplicate(_) | Ev::SegmentDropped(_) | Ev::Other => {}
         }
     }
 

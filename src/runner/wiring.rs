@@ -46,6 +46,8 @@ pub(super) struct Wiring {
     pub(super) reports: mpsc::UnboundedReceiver<SinkReport>,
     pub(super) sinks: Sinks,
     pub(super) fleet: Fleet,
+    /// With `[evidence.s3]`: the task that uploads the evidence's closed segments.
+    pub(super) uploader: Option<crate::sink::evidence_s3::Uploader>,
 }
 
 /// What runs: the config in force, each running service's branch loops, and how to start more.

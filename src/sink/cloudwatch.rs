@@ -258,6 +258,15 @@ pub fn classify_error<E>(e: &SdkError<E, HttpResponse>) -> SinkError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
+    classify_call("PutMetricData", e)
+}
+
+/// [`classify_error`] for a failed call of operation `op` of any AWS SDK client (the evidence
+/// uploader's `PutObject` too).
+pub fn classify_call<E>(op: &str, e: &SdkError<E, HttpResponse>) -> SinkError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
     use PublishFailureClass as C;
     let class = match e {
         SdkError::TimeoutError(_) => C::PublishTimeout,
@@ -275,7 +284,7 @@ where
         _ => C::PublishUnreachable,
     };
     SinkError {
-        message: one_line(&format!("PutMetricData failed: {}", cause(e))),
+        message: one_line(&format!("{op} failed: {}", cause(e))),
         class,
     }
 }

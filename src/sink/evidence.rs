@@ -22,9 +22,15 @@
 //! rotated generation when the file holds none). The writer thread numbers a line as it joins
 //! a batch, so the file's numbers rise line by line; a record lost after that (a failed write)
 //! or before it (a full queue, an encoding error) keeps its number, and the gap shows the loss.
+//!
+//! With `[evidence.s3]` the thread also cuts the same numbered lines into segments
+//! ([`super::segments`]) for the uploader ([`super::evidence_s3`]); it wakes at least once a
+//! second to close a segment that is due, and writes the `evidence_segment` records of
+//! segments dropped from the spool and of failed uploads (sent to it by the uploader).
 
+use super::segments::{Dropped, SegmentSpec, Segments};
 use crate::readiness::Millis;
-use crate::record::{Envelope, EvidenceReopened, Record};
+use crate::record::{Envelope, EvidenceReopened, EvidenceSegment, Record, SegmentEvent};
 use serde::Deserialize;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -105,6 +111,8 @@ struct Counters {
     last_seq: AtomicU64,
     /// Rotations that failed, once per failure (a new error, or the first after a success).
     rotation_failures: AtomicU64,
+    /// Closed segments deleted unsent to keep the spool within its bound.
+    segments_dropped: AtomicU64,
 }
 
 impl Counters {
@@ -139,6 +147,20 @@ enum Msg {
     Stall(mpsc::Receiver<()>),
 }
 
+/// The segment output of a writer: where segments go, whom to wake when one closes, and the
+/// records the uploader sends back (failed uploads) to be written with the others.
+#[derive(Debug)]
+pub struct SegmentOutput {
+    /// Where and how segments are cut.
+    pub spec: SegmentSpec,
+    /// Woken at each closed segment (the uploader waits on it).
+    pub wake: Arc<tokio::sync::Notify>,
+    /// Records to write (the uploader's `evidence_segment` records).
+    pub notes: Receiver<Record>,
+    /// The last `record_seq` already in S3 (a fresh disk goes on from it), else 0.
+    pub seq_floor: u64,
+}
+
 impl EvidenceWriter {
     /// Open (create or append) the evidence file, creating its directory, and start the writer
     /// thread behind a queue of `queue` lines ([`queue_lines`]). Opening is synchronous: it
@@ -153,6 +175,29 @@ impl EvidenceWriter {
         max_bytes: u64,
         queue: usize,
     ) -> io::Result<Self> {
+        Self::open_with(path, (service, prober), max_bytes, queue, None)
+    }
+
+    /// [`open`](Self::open), also cutting segments into `segments`' spool when given (whose
+    /// leftovers of an earlier run are closed first).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open), or the spool directory cannot be created.
+    pub fn open_with(
+        path: &Path,
+        (service, prober): (&str, &str),
+        max_bytes: u64,
+        queue: usize,
+        segments: Option<SegmentOutput>,
+    ) -> io::Result<Self> {
+        let (segments, notes, floor) = match segments {
+            Some(o) => (
+                Some(Segments::new(o.spec, o.wake)?),
+                Some(o.notes),
+                o.seq_floor,
+            ),
+            None => (None, None, 0),
+        };
         let mut file = open_append(path)?;
         let mut size = file.metadata()?.len();
         if ends_torn(&file, size)? {
@@ -162,9 +207,10 @@ impl EvidenceWriter {
             size += 1;
         }
         let counters = Arc::new(Counters::default());
-        counters
-            .last_seq
-            .store(last_record_seq(path, &file, size)?, Ordering::Relaxed);
+        counters.last_seq.store(
+            last_record_seq(path, &file, size)?.max(floor),
+            Ordering::Relaxed,
+        );
         let state = FileState {
             path: path.to_owned(),
             file,
@@ -175,6 +221,9 @@ impl EvidenceWriter {
             service: service.into(),
             prober: prober.into(),
             counters: counters.clone(),
+            segments,
+            notes,
+            pending: Vec::new(),
         };
         let (tx, rx) = mpsc::sync_channel(queue.max(1));
         let (done_tx, done_rx) = mpsc::channel();
@@ -206,6 +255,11 @@ impl EvidenceWriter {
     /// a rotation that worked (the writer retries at every write that would pass `max_bytes`).
     pub fn rotation_failures(&self) -> u64 {
         self.counters.rotation_failures.load(Ordering::Relaxed)
+    }
+
+    /// Closed segments deleted unsent to keep the spool within `spool_max_mb`.
+    pub fn segments_dropped(&self) -> u64 {
+        self.counters.segments_dropped.load(Ordering::Relaxed)
     }
 
     /// Records that could not be written (queue full, disk full, I/O error, writer closed).
@@ -432,11 +486,16 @@ enum Refusing {
 struct Batch {
     bytes: Vec<u8>,
     ends: Vec<usize>,
+    /// The first line's `record_seq`.
+    first: u64,
 }
 
 impl Batch {
     /// Add `line`, numbered `seq`.
     fn push(&mut self, seq: u64, line: &str) {
+        if self.ends.is_empty() {
+            self.first = seq;
+        }
         put_numbered(&mut self.bytes, seq, line);
         self.ends.push(self.bytes.len());
     }
@@ -464,13 +523,57 @@ struct FileState {
     service: String,
     prober: String,
     counters: Arc<Counters>,
+    /// The segment output, with `[evidence.s3]`.
+    segments: Option<Segments>,
+    /// The uploader's records for the evidence.
+    notes: Option<Receiver<Record>>,
+    /// Records of the writer's own to write at the next turn (dropped segments).
+    pending: Vec<Record>,
 }
 
+/// What the writer thread's wait for the queue gave.
+enum Wait {
+    Msg(Msg),
+    /// Time to look at the open segment and the uploader's records.
+    Tick,
+    /// Every sender is gone and the queue drained.
+    Closed,
+}
+
+/// Longest wait of the writer thread with segments: the uploader's records are written within
+/// about this.
+const TICK: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl FileState {
+    fn wait(&self, rx: &Receiver<Msg>) -> Wait {
+        let Some(seg) = &self.segments else {
+            return rx.recv().map_or(Wait::Closed, Wait::Msg);
+        };
+        let budget = seg
+            .until_due()
+            .clamp(std::time::Duration::from_millis(1), TICK);
+        match rx.recv_timeout(budget) {
+            Ok(m) => Wait::Msg(m),
+            Err(mpsc::RecvTimeoutError::Timeout) => Wait::Tick,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Wait::Closed,
+        }
+    }
+
     fn run(mut self, rx: Receiver<Msg>, done: mpsc::Sender<()>) {
         let mut batch = Batch::default();
-        let mut next = rx.recv().ok();
-        while let Some(msg) = next.take() {
+        let mut next = None;
+        loop {
+            let msg = match next.take() {
+                Some(m) => m,
+                None => match self.wait(&rx) {
+                    Wait::Msg(m) => m,
+                    Wait::Tick => {
+                        self.housekeep(&mut batch);
+                        continue;
+                    }
+                    Wait::Closed => break,
+                },
+            };
             match msg {
                 Msg::Line(line, attempt) => {
                     self.take(&mut batch, &line, attempt);
@@ -519,15 +622,80 @@ impl FileState {
                     }
                 }
             }
-            if next.is_none() {
-                next = rx.recv().ok();
-            }
+            self.housekeep(&mut batch);
         }
-        // Every sender is gone: the queue is drained.
+        // Every sender is gone: the queue is drained. The last segment closes with what the
+        // uploader said meanwhile; what it says later is only logged.
+        self.housekeep(&mut batch);
+        if let Some(mut seg) = self.segments.take() {
+            let dropped = seg.close();
+            self.note_dropped(dropped);
+            self.write_pending(&mut batch);
+        }
         if let Err(e) = self.file.flush().and_then(|()| self.file.sync_data()) {
             tracing::error!(path = %self.path.display(), error = %e, "cannot sync evidence");
         }
         let _ = done.send(());
+    }
+
+    /// With segments: close the open one when due, and write the records that wait (dropped
+    /// segments, the uploader's failed uploads). `batch` is empty before and after.
+    fn housekeep(&mut self, batch: &mut Batch) {
+        let Some(seg) = &mut self.segments else {
+            return;
+        };
+        let dropped = seg.close_if_due();
+        self.note_dropped(dropped);
+        if let Some(notes) = &self.notes {
+            self.pending.extend(notes.try_iter().take(QUEUE_LINES));
+        }
+        self.write_pending(batch);
+    }
+
+    /// Count, log and (at the next write) record each segment the spool bound dropped.
+    fn note_dropped(&mut self, dropped: Vec<Dropped>) {
+        for d in dropped {
+            let count = self
+                .counters
+                .segments_dropped
+                .fetch_add(1, Ordering::Relaxed)
+                + 1;
+            let segment = format!("{}.gz", d.segment);
+            tracing::error!(
+                segment = %segment,
+                bytes = d.bytes,
+                dropped = count,
+                "evidence spool over spool_max_mb: the oldest segment not yet uploaded is deleted; its records are lost"
+            );
+            self.pending.push(Record::EvidenceSegment(EvidenceSegment {
+                segment,
+                event: SegmentEvent::Dropped,
+                class: None,
+                retry_in_ms: None,
+                bytes: Some(d.bytes),
+                count,
+            }));
+        }
+    }
+
+    /// Number and write the records in `pending`, at the wall clock's time.
+    fn write_pending(&mut self, batch: &mut Batch) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let at = crate::clock::Clock::start().now_ms();
+        for r in std::mem::take(&mut self.pending) {
+            match Envelope::new(at, &self.service, &self.prober, &r).to_line() {
+                Ok(line) => batch.push(self.counters.next_seq(), &line),
+                Err(e) => {
+                    self.counters.next_seq();
+                    self.count_failure(&e);
+                }
+            }
+        }
+        if !batch.ends.is_empty() {
+            self.append(batch);
+        }
     }
 
     /// Number `line` and add it to `batch`, unless the file cannot rotate and has reached its
@@ -600,6 +768,13 @@ impl FileState {
                     from = end;
                 }
             }
+        }
+        // After the file: a run killed in between has numbered the lines in the file, so the
+        // next start goes on after them and the segment shows them as a gap, never as numbers
+        // used twice.
+        if let Some(seg) = &mut self.segments {
+            let dropped = seg.append(batch.first, &batch.bytes);
+            self.note_dropped(dropped);
         }
         batch.clear();
     }

@@ -8,6 +8,8 @@
 pub mod cloudwatch;
 pub mod emf;
 pub mod evidence;
+pub mod evidence_s3;
+pub mod segments;
 
 pub use crate::datum::{
     BranchTick, Datum, Refusal, SinkReport, Unit, Value, publish_failure_datums,

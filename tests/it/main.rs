@@ -7,6 +7,7 @@ mod decisions;
 mod drill;
 mod drill_acceptance;
 mod drill_hostile;
+mod evidence_s3;
 mod failback;
 mod fault_matrix;
 mod fleet;

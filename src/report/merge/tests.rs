@@ -727,3 +727,50 @@ fn a_suspect_interval_equal_to_the_interval_reads_as_off() {
         "every 300ms, attempt timeout 250ms, every 100ms while suspect"
     );
 }
+
+/// A `start` after records of a run that wrote no `stop` (killed) is a problem; one after a
+/// `stop`, records the writer added after it, or another service's `start` of the same run are
+/// not.
+#[test]
+fn a_start_without_a_stop_before_it_is_a_problem() {
+    let stop = || {
+        Record::Stop(crate::record::Stop {
+            reason: "SIGTERM".into(),
+            attempts: BTreeMap::new(),
+            abandoned: 0,
+            transitions: 0,
+            dropped_batches: BTreeMap::new(),
+            final_states: BTreeMap::new(),
+            approvals_applied: 0,
+            approvals_rejected: 0,
+            state_sync_failures: 0,
+            evidence_write_failures: 0,
+        })
+    };
+    let reopened = || {
+        Record::EvidenceReopened(EvidenceReopened {
+            path: "/var/ev.jsonl".into(),
+        })
+    };
+    let mut m = Merger::new(None);
+    let f = m.file("a.jsonl");
+    m.push(f, env(0, "az-a", 1, start(vec![])));
+    m.push(f, env(0, "az-a", 2, start(vec![])));
+    m.push(f, env(5_000, "az-a", 3, attempt("primary", true)));
+    m.push(f, env(10_000, "az-a", 4, stop()));
+    m.push(f, env(10_001, "az-a", 5, reopened()));
+    m.push(f, env(20_000, "az-a", 6, start(vec![])));
+    m.push(f, env(25_000, "az-a", 7, attempt("primary", true)));
+    m.push(f, env(40_000, "az-a", 8, start(vec![])));
+    let problems = m.finish().problems.join("\n");
+    let killed: Vec<&str> = problems
+        .lines()
+        .filter(|l| l.contains("without a stop record"))
+        .collect();
+    assert_eq!(killed.len(), 1, "{problems}");
+    assert!(
+        killed[0].contains("started again at 2026-01-02T03:04:45.000Z")
+            && killed[0].contains("after its record at 2026-01-02T03:04:30.000Z"),
+        "{problems}"
+    );
+}

@@ -523,3 +523,81 @@ async fn record_seq_never_wraps_after_a_hostile_last_number() {
     let seqs = record_seqs(&p);
     assert_eq!(seqs[1..], [(1 << 53) + 1, (1 << 53) + 2], "{seqs:?}");
 }
+
+/// With segments: every numbered line goes to a segment as well, segments close at their size,
+/// the spool bound deletes the oldest closed ones, and each deletion is counted and recorded as
+/// `evidence_segment` (`dropped`) in the evidence; the uploader's records are written too.
+#[tokio::test]
+async fn segments_carry_the_numbered_lines_and_record_what_the_spool_drops() {
+    use super::super::segments::{CLOSED, scan};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("evidence.jsonl");
+    let spool = dir.path().join("evidence.spool");
+    let (notes_tx, notes) = mpsc::sync_channel(8);
+    let out = SegmentOutput {
+        spec: SegmentSpec {
+            spool: spool.clone(),
+            service: "s".into(),
+            prober: "p".into(),
+            segment: Duration::from_secs(3600),
+            max_bytes: 1024,
+            spool_max_bytes: 3 * 1024,
+        },
+        wake: Arc::new(tokio::sync::Notify::new()),
+        notes,
+        seq_floor: 40,
+    };
+    let mut w = EvidenceWriter::open_with(&p, ("s", "p"), 1 << 20, QUEUE_LINES, Some(out)).unwrap();
+    notes_tx
+        .send(Record::EvidenceSegment(EvidenceSegment {
+            segment: "s/p/x.jsonl.gz".into(),
+            event: SegmentEvent::UploadFailed,
+            class: None,
+            retry_in_ms: Some(1000),
+            bytes: None,
+            count: 1,
+        }))
+        .unwrap();
+    for i in 0..60 {
+        w.record(i, &abandoned(i as u64));
+        // One batch per record, so segments close at their size between them.
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(w.close(soon()).await);
+    let lines: Vec<Value> = std::fs::read_to_string(&p)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seq = |v: &Value| v["record_seq"].as_u64().unwrap();
+    // Numbering goes on from the floor given (the newest segment in S3).
+    assert_eq!(seq(&lines[0]), 41);
+    let dropped = lines
+        .iter()
+        .filter(|v| v["kind"] == "evidence_segment" && v["event"] == "dropped")
+        .count() as u64;
+    assert!(dropped > 0 && dropped == w.segments_dropped(), "{dropped}");
+    assert!(lines.iter().any(|v| v["event"] == "upload_failed"));
+    // What the spool kept is within its bound, and holds the file's lines, the newest ones.
+    let kept = scan(&spool, CLOSED);
+    let bytes: u64 = kept.iter().map(|f| f.metadata().unwrap().len()).sum();
+    assert!(bytes <= 3 * 1024, "{bytes}");
+    let in_segments: Vec<u64> = kept
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| seq(&serde_json::from_str(l).unwrap()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let in_file: Vec<u64> = lines.iter().map(seq).collect();
+    // The records of the last close's drops are in the file only (no segment is open then).
+    let from = in_file.iter().position(|s| *s == in_segments[0]).unwrap();
+    assert_eq!(in_segments[..], in_file[from..from + in_segments.len()]);
+    assert!(
+        in_file.len() - from - in_segments.len() <= 2,
+        "{in_file:?} {in_segments:?}"
+    );
+}
