@@ -47,6 +47,9 @@ pub mod price {
     pub const STRING_MATCHING: f64 = 2.00;
     /// CloudWatch Synthetics, per canary run (its Lambda, storage and logs extra).
     pub const CANARY_RUN: f64 = 0.0012;
+    /// Secrets Manager API calls (`GetSecretValue`), per 10,000 calls; the secret's own
+    /// monthly price is its owner's, whoever reads it.
+    pub const SECRETS_PER_10000_CALLS: f64 = 0.05;
 }
 
 /// The month of the estimate: 30 days, ms (43,200 one-minute ticks).
@@ -88,6 +91,11 @@ pub struct Estimate {
     pub alarms: u64,
     /// `CLOUDWATCH_METRIC` health checks (one per branch).
     pub health_checks: u64,
+    /// Secrets Manager secrets read (distinct references).
+    pub secrets: u64,
+    /// Their `GetSecretValue` calls per month of one prober, one per `refresh` each (the
+    /// reads denied attempts trigger, at most one a minute, come on top).
+    pub secret_reads: u64,
 }
 
 impl Estimate {
@@ -119,9 +127,14 @@ impl Estimate {
     pub fn health_checks_usd(&self) -> f64 {
         self.health_checks as f64 * price::AWS_ENDPOINT_HEALTH_CHECK
     }
-    /// What each prober beyond the first adds: its requests and its log ingestion.
+    /// Dollars for one prober's `GetSecretValue` calls.
+    pub fn secret_reads_usd(&self) -> f64 {
+        self.secret_reads as f64 / 10_000.0 * price::SECRETS_PER_10000_CALLS
+    }
+    /// What each prober beyond the first adds: its requests, its log ingestion and its
+    /// secret reads.
     pub fn per_extra_prober_usd(&self) -> f64 {
-        self.requests_usd() + self.logs_usd()
+        self.requests_usd() + self.logs_usd() + self.secret_reads_usd()
     }
     /// Everything, with one prober.
     pub fn total_usd(&self) -> f64 {
@@ -174,6 +187,11 @@ pub fn estimate(cfg: &Config) -> Estimate {
     }
     let branches: u64 = cfg.services.iter().map(|s| s.branches.len() as u64).sum();
     let interval_ms = cfg.publish.interval.as_millis().max(1) as u64;
+    let secrets = crate::secrets::references(cfg);
+    let secret_reads = secrets
+        .iter()
+        .map(|r| MONTH_MS / r.refresh.as_millis().max(1) as u64)
+        .sum();
     Estimate {
         metrics: series.len() as u64,
         datums_per_tick: datums,
@@ -182,6 +200,8 @@ pub fn estimate(cfg: &Config) -> Estimate {
         log_bytes_per_tick: bytes,
         alarms: branches + ALARMS_PER_SERVICE * cfg.services.len() as u64,
         health_checks: branches,
+        secrets: secrets.len() as u64,
+        secret_reads,
     }
 }
 
@@ -300,6 +320,18 @@ pub fn section(e: &Estimate) -> String {
             e.logs_usd(),
         );
     }
+    if e.secrets > 0 {
+        row(
+            "GetSecretValue",
+            format!(
+                "{} calls ({} secrets, each every refresh), ${:.2} per 10,000",
+                grouped(e.secret_reads),
+                e.secrets,
+                price::SECRETS_PER_10000_CALLS
+            ),
+            e.secret_reads_usd(),
+        );
+    }
     row(
         "alarms",
         format!(
@@ -320,7 +352,7 @@ pub fn section(e: &Estimate) -> String {
     );
     row("total", String::new(), e.total_usd());
     lines.push(format!(
-        "  each further prober (the prober stack runs one per subnet) adds {} (its requests and log bytes; series, alarms and health checks are shared)",
+        "  each further prober (the prober stack runs one per subnet) adds {} (its requests, log bytes and secret reads; series, alarms and health checks are shared)",
         usd(e.per_extra_prober_usd())
     ));
     lines.push("  not counted: series published only while something fails (ServiceUnavailable, PublishFailures, StoreSyncFailures), transition datums, the prober's own logs, log storage, the tasks, the state store".into());

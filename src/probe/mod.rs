@@ -48,6 +48,12 @@ pub async fn run_attempt(
     let certificate = certificate.unwrap_or_default();
     let mut learned = ctx.learned;
     learned.redact(&probe.redactor);
+    if let Err((_, e)) = &result
+        && e.class == crate::failure::FailureClass::AuthDenied
+    {
+        // A rotated secret: the ones that can be read again are, before the next attempt.
+        probe.target.report_denied();
+    }
     Attempt {
         branch: probe.branch.name.clone(),
         seq,

@@ -1,0 +1,280 @@
+//! Secrets Manager secrets against the emulator through the real SDK: a rotation of the
+//! secret and of the MariaDB user's password costs at most one failed attempt per branch and
+//! no readiness transition; an `rds!`-style JSON secret is read by its `json_key`; a missing
+//! key, a value that is not JSON, a deleted secret are named at start-up without the value.
+
+use crate::support::cloudwatch::{REGION, cloudwatch_or_skip, endpoint};
+use crate::support::fixture::*;
+use aws_sdk_secretsmanager::config::Credentials;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+/// A Secrets Manager client for the emulator, or `None` after a loud skip (panics under CI).
+async fn secrets_or_skip() -> Option<aws_sdk_secretsmanager::Client> {
+    cloudwatch_or_skip().await?;
+    let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(REGION))
+        .credentials_provider(Credentials::new(
+            "test",
+            "test",
+            None,
+            None,
+            "readyprobe-it",
+        ))
+        .endpoint_url(endpoint())
+        .load()
+        .await;
+    Some(aws_sdk_secretsmanager::Client::new(&conf))
+}
+
+/// A name no other test (or earlier run) uses.
+fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
+async fn create(sm: &aws_sdk_secretsmanager::Client, name: &str, value: &str) {
+    sm.create_secret()
+        .name(name)
+        .secret_string(value)
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!("create secret {name}: {e:?} (is secretsmanager among the emulator's services?)")
+        });
+}
+
+/// `{ secrets_manager = id, json_key = key }`.
+fn sm_ref(id: &str, key: Option<&str>) -> toml::Value {
+    let mut t = toml::Table::new();
+    t.insert("secrets_manager".into(), id.into());
+    if let Some(k) = key {
+        t.insert("json_key".into(), k.into());
+    }
+    toml::Value::Table(t)
+}
+
+/// The binary with the emulator as its Secrets Manager endpoint (the default chain's variable).
+fn readyprobe(args: &[&str], config: &Path) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"));
+    c.args(args)
+        .arg("--config")
+        .arg(config)
+        .env("AWS_ENDPOINT_URL_SECRETS_MANAGER", endpoint())
+        .env("AWS_REGION", REGION)
+        .stdout(Stdio::null());
+    c
+}
+
+/// Attempts at 2 s leave the refresh a wide margin to land before a branch's next attempt; one
+/// failed attempt among a window's ten is no reason for a transition.
+const ROTATION_POLICY: &str = r#"
+[readiness]
+window = "20s"
+min_attempts = 3
+declare_unready = { success_rate_below = 80.0, for = "1s" }
+declare_ready = { success_rate_at_or_above = 95.0, for = "2s" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_costs_at_most_one_failed_attempt_per_branch_and_no_transition() {
+    let Some(sm) = secrets_or_skip().await else {
+        return;
+    };
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    // An RDS-managed secret's shape: an `rds!` name holding JSON, read by its key.
+    let name = unique("rds!cluster-it-rotation");
+    let json = |pw: &str| serde_json::json!({"username": "readyprobe", "password": pw}).to_string();
+    create(&sm, &name, &json(PASSWORD)).await;
+    let opts = ConfigOpts {
+        policy: ROTATION_POLICY,
+        interval_ms: 2000,
+        timeout_ms: 1500,
+        ..ConfigOpts::default()
+    };
+    let text = p
+        .builder(&opts)
+        .set("probe.mysql", "password", sm_ref(&name, Some("password")))
+        .build();
+    let config = p.dir.path().join("rotation.toml");
+    std::fs::write(&config, text).unwrap();
+    let log = p.dir.path().join("run.log");
+    let mut child = readyprobe(&["run", "--grace", "3s"], &config)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let evidence = p.evidence();
+    wait_evidence(&evidence, Duration::from_secs(60), |ev| {
+        has_transition(ev, "primary", "ready") && has_transition(ev, "secondary", "ready")
+    })
+    .await;
+
+    // Rotate as Secrets Manager's rotation does: the new value first, then the database.
+    let new_password = "rotated-Pw-9f3c2a7e1b";
+    sm.put_secret_value()
+        .secret_id(&name)
+        .secret_string(json(new_password))
+        .send()
+        .await
+        .unwrap();
+    let from = read_evidence(&evidence).len();
+    for db in [&p.primary, &p.secondary] {
+        db.root_exec(&format!(
+            "ALTER USER 'readyprobe'@'%' IDENTIFIED BY '{new_password}'"
+        ))
+        .await;
+    }
+    // Each branch then succeeds five times in a row with the new password.
+    let recovered = |ev: &[Value], branch: &str| {
+        let after: Vec<&Value> = attempts(&ev[from.min(ev.len())..], branch);
+        after.len() >= 6 && after.iter().rev().take(5).all(|a| a["result"] == "success")
+    };
+    let ev = wait_evidence(&evidence, Duration::from_secs(90), |ev| {
+        recovered(ev, "primary") && recovered(ev, "secondary")
+    })
+    .await;
+    let after = &ev[from..];
+    let mut failed_total = 0;
+    for branch in ["primary", "secondary"] {
+        let failed: Vec<&Value> = attempts(after, branch)
+            .into_iter()
+            .filter(|a| a["result"] != "success")
+            .collect();
+        assert!(failed.len() <= 1, "{branch}: {failed:#?}");
+        for f in &failed {
+            assert_eq!(f["class"], "auth_denied", "{branch}: {f}");
+        }
+        failed_total += failed.len();
+    }
+    // The old password stopped working, so some attempt failed and asked for the new one.
+    assert!(
+        failed_total >= 1,
+        "no attempt failed: was the password changed?"
+    );
+    let transitions: Vec<&Value> = after.iter().filter(|v| v["kind"] == "transition").collect();
+    assert!(transitions.is_empty(), "{transitions:#?}");
+
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("run stops within its grace")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let logs = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logs.contains("secret read again: its value changed"),
+        "{logs}"
+    );
+    let evidence_text = std::fs::read_to_string(&evidence).unwrap();
+    for secret in [PASSWORD, new_password] {
+        assert!(!evidence_text.contains(secret), "evidence holds a password");
+        assert!(!logs.contains(secret), "logs hold a password:\n{logs}");
+    }
+    let _ = sm
+        .delete_secret()
+        .secret_id(&name)
+        .force_delete_without_recovery(true)
+        .send()
+        .await;
+}
+
+/// `probe` on a config whose password is `reference`: exit 78, one line naming the key and
+/// the reference, never the value.
+async fn unavailable(reference: toml::Value, want: &str, value: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    let text = crate::support::config::ConfigBuilder::new(
+        dir.path(),
+        "orders-db",
+        "mysql.orders.internal.example",
+    )
+    .kind("mysql")
+    .tls("verify_identity", None)
+    .set("probe.mysql", "user", "readyprobe")
+    .set("probe.mysql", "password", reference)
+    .branch("primary", "PRIMARY", PRIMARY, Some(3306))
+    .build();
+    std::fs::write(&config, text).unwrap();
+    let out = readyprobe(&["probe", "--branch", "primary"], &config)
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains(&format!("probe.mysql.password: {want}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(value), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_secret_is_named_at_start_without_its_value() {
+    let Some(sm) = secrets_or_skip().await else {
+        return;
+    };
+    let value = "hidden-Value-4d1e8b";
+    let json = unique("readyprobe-it/json");
+    create(
+        &sm,
+        &json,
+        &serde_json::json!({ "password": value }).to_string(),
+    )
+    .await;
+    let plain = unique("readyprobe-it/plain");
+    create(&sm, &plain, value).await;
+    let deleted = unique("readyprobe-it/deleted");
+    create(&sm, &deleted, value).await;
+    sm.delete_secret().secret_id(&deleted).send().await.unwrap();
+
+    unavailable(
+        sm_ref(&json, Some("pass")),
+        &format!("Secrets Manager secret {json} key pass has no key \"pass\""),
+        value,
+    )
+    .await;
+    unavailable(
+        sm_ref(&plain, Some("password")),
+        &format!(
+            "Secrets Manager secret {plain} key password is not a JSON object, which json_key \"password\" needs"
+        ),
+        value,
+    )
+    .await;
+    unavailable(
+        sm_ref(&deleted, None),
+        &format!("Secrets Manager secret {deleted} is unavailable: "),
+        value,
+    )
+    .await;
+    let missing = unique("readyprobe-it/missing");
+    unavailable(
+        sm_ref(&missing, None),
+        &format!(
+            "Secrets Manager secret {missing} is unavailable: not_found: ResourceNotFoundException"
+        ),
+        value,
+    )
+    .await;
+    for id in [json, plain] {
+        let _ = sm
+            .delete_secret()
+            .secret_id(id)
+            .force_delete_without_recovery(true)
+            .send()
+            .await;
+    }
+}
