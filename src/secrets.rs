@@ -85,7 +85,7 @@ impl SecretCell {
     }
 
     /// Replace the value; whether it changed.
-    fn set(&self, value: String) -> bool {
+    pub(crate) fn set(&self, value: String) -> bool {
         let mut values = self
             .0
             .values

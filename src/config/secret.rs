@@ -318,3 +318,112 @@ impl<'de> Deserialize<'de> for HeaderValueSource {
         .map_err(serde::de::Error::custom)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Issue, ProbeKind, parse};
+
+    const BASE: &str = "[service]\nname = \"orders-db\"\nstable_name = \"mysql.orders.internal.example\"\n\n[probe]\nkind = \"mysql\"\n[probe.tls]\nssl_mode = \"required\"\ndanger_send_secrets_unverified = true\n[probe.mysql]\nuser = \"readyprobe\"\npassword = PASSWORD\n\n[[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"mysql-primary.orders.internal.example\"\n";
+
+    fn password(reference: &str) -> Result<SecretRef, Vec<Issue>> {
+        let text = BASE.replace("PASSWORD", reference);
+        let cfg = parse(Path::new("t.toml"), &text).map_err(|e| e.issues)?;
+        match &cfg.services[0].probe.kind {
+            ProbeKind::Mysql(m) => Ok(m.password.clone()),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_secrets_manager_reference_takes_a_name_or_an_arn_with_defaults() {
+        let r = password(r#"{ secrets_manager = "rds!cluster-3f2a-9b", json_key = "password" }"#);
+        let Ok(SecretRef::SecretsManager(r)) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(r.id, "rds!cluster-3f2a-9b");
+        assert_eq!(r.json_key.as_deref(), Some("password"));
+        assert_eq!((r.refresh, r.region()), (DEFAULT_REFRESH, None));
+        assert_eq!(
+            r.to_string(),
+            "Secrets Manager secret rds!cluster-3f2a-9b key password"
+        );
+        let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:db/orders-AbCdEf";
+        let r = password(&format!(
+            r#"{{ secrets_manager = "{arn}", refresh = "1h" }}"#
+        ));
+        let Ok(SecretRef::SecretsManager(r)) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(
+            (r.refresh, r.region()),
+            (Duration::from_secs(3600), Some("eu-west-1"))
+        );
+        let r = password(r#"{ secrets_manager = "db/orders", region = "us-east-2" }"#).unwrap();
+        assert!(matches!(r, SecretRef::SecretsManager(ref s) if s.region() == Some("us-east-2")));
+    }
+
+    /// Each bad reference is refused on the key's line with what is wrong.
+    #[test]
+    fn a_bad_secrets_manager_reference_is_refused_by_key_and_line() {
+        for (reference, want) in [
+            (
+                r#"{ secrets_manager = "" }"#,
+                "secrets_manager: must name a secret",
+            ),
+            (
+                r#"{ secrets_manager = "db orders" }"#,
+                "a secret name has only letters",
+            ),
+            (
+                r#"{ secrets_manager = "arn:aws:secretsmanager:eu-west-1:1234:secret:x" }"#,
+                "an ARN is arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME",
+            ),
+            (
+                r#"{ secrets_manager = "db", json_key = "" }"#,
+                "json_key: must not be empty",
+            ),
+            (
+                r#"{ secrets_manager = "db", refresh = "30s" }"#,
+                "refresh: \"30s\" is outside 1m..=24h",
+            ),
+            (
+                r#"{ secrets_manager = "db", refresh = "2d" }"#,
+                "is outside 1m..=24h",
+            ),
+            (
+                r#"{ secrets_manager = "db", refresh = "soon" }"#,
+                "is not a duration",
+            ),
+            (
+                r#"{ secrets_manager = "db", region = "EU" }"#,
+                "is not a region name",
+            ),
+            (
+                r#"{ secrets_manager = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:x", region = "us-east-1" }"#,
+                "region: \"us-east-1\" is not the ARN's region \"eu-west-1\"",
+            ),
+            (
+                r#"{ env = "PW", json_key = "password" }"#,
+                "belong to a { secrets_manager",
+            ),
+            (
+                r#"{ env = "PW", secrets_manager = "db" }"#,
+                "give exactly one reference",
+            ),
+            (
+                r#"{ secrets_manager = "db", other = 1 }"#,
+                "give exactly one reference",
+            ),
+        ] {
+            let issues = password(reference).expect_err(reference);
+            assert_eq!(issues[0].key, "probe.mysql.password", "{reference}");
+            assert_eq!(issues[0].line, Some(12), "{reference}");
+            assert!(
+                issues[0].message.contains(want),
+                "{reference}: {}",
+                issues[0].message
+            );
+        }
+    }
+}

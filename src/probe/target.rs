@@ -539,6 +539,22 @@ mod tests {
         );
     }
 
+    /// After a refresh the new value is redacted, and the old one still is (an attempt in
+    /// flight may echo it); clones share what was learned.
+    #[test]
+    fn redaction_follows_a_refreshed_secret() {
+        let cell = SecretCell::fixed("first-Secret-1".into());
+        let r = Redactor::of(vec![cell.clone()]);
+        let clone = r.clone();
+        assert_eq!(r.redact("x second-Secret-2"), "x second-Secret-2");
+        assert!(cell.set("second-Secret-2".into()));
+        assert_eq!(clone.redact("x second-Secret-2"), "x <redacted>");
+        assert_eq!(
+            r.redact("first-Secret-1 second-Secret-2"),
+            "<redacted> <redacted>"
+        );
+    }
+
     /// A short secret is matched exactly: `e` in other words is not, `E` is not.
     #[test]
     fn a_short_secret_is_redacted_exactly() {

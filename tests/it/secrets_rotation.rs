@@ -38,8 +38,10 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{nanos}", std::process::id())
 }
 
-async fn create(sm: &aws_sdk_secretsmanager::Client, name: &str, value: &str) {
-    sm.create_secret()
+/// Create secret `name` holding `value`; its ARN.
+async fn create(sm: &aws_sdk_secretsmanager::Client, name: &str, value: &str) -> String {
+    let out = sm
+        .create_secret()
         .name(name)
         .secret_string(value)
         .send()
@@ -47,6 +49,7 @@ async fn create(sm: &aws_sdk_secretsmanager::Client, name: &str, value: &str) {
         .unwrap_or_else(|e| {
             panic!("create secret {name}: {e:?} (is secretsmanager among the emulator's services?)")
         });
+    out.arn.expect("an ARN")
 }
 
 /// `{ secrets_manager = id, json_key = key }`.
@@ -89,10 +92,11 @@ async fn a_rotation_costs_at_most_one_failed_attempt_per_branch_and_no_transitio
     let Some(p) = Pipeline::start_or_skip().await else {
         return;
     };
-    // An RDS-managed secret's shape: an `rds!` name holding JSON, read by its key.
-    let name = unique("rds!cluster-it-rotation");
+    // An RDS-managed secret's shape: JSON read by its key. The emulator refuses `!` in a name
+    // it is asked to create (RDS creates `rds!` ones), so the secret is named by its full ARN.
+    let name = unique("readyprobe-it/rotation");
     let json = |pw: &str| serde_json::json!({"username": "readyprobe", "password": pw}).to_string();
-    create(&sm, &name, &json(PASSWORD)).await;
+    let arn = create(&sm, &name, &json(PASSWORD)).await;
     let opts = ConfigOpts {
         policy: ROTATION_POLICY,
         interval_ms: 2000,
@@ -101,7 +105,7 @@ async fn a_rotation_costs_at_most_one_failed_attempt_per_branch_and_no_transitio
     };
     let text = p
         .builder(&opts)
-        .set("probe.mysql", "password", sm_ref(&name, Some("password")))
+        .set("probe.mysql", "password", sm_ref(&arn, Some("password")))
         .build();
     let config = p.dir.path().join("rotation.toml");
     std::fs::write(&config, text).unwrap();
@@ -201,7 +205,8 @@ async fn unavailable(reference: toml::Value, want: &str, value: &str) {
         "mysql.orders.internal.example",
     )
     .kind("mysql")
-    .tls("verify_identity", None)
+    .tls("required", None)
+    .set("probe.tls", "danger_send_secrets_unverified", true)
     .set("probe.mysql", "user", "readyprobe")
     .set("probe.mysql", "password", reference)
     .branch("primary", "PRIMARY", PRIMARY, Some(3306))
