@@ -324,9 +324,10 @@ pub fn section(e: &Estimate) -> String {
         row(
             "GetSecretValue",
             format!(
-                "{} calls ({} secrets, each every refresh), ${:.2} per 10,000",
+                "{} calls ({} secret{}, each every refresh), ${:.2} per 10,000",
                 grouped(e.secret_reads),
                 e.secrets,
+                if e.secrets == 1 { "" } else { "s" },
                 price::SECRETS_PER_10000_CALLS
             ),
             e.secret_reads_usd(),
@@ -394,6 +395,19 @@ mod tests {
         }
         config::parse(Path::new("/etc/readyprobe/fleet.toml"), &text)
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// One read per `refresh` per distinct secret: two headers naming one secret are one.
+    #[test]
+    fn secret_reads_per_month() {
+        let text = "state_dir = \"/tmp/x\"\n[service]\nname = \"api\"\nstable_name = \"api.internal.example\"\n[probe]\nkind = \"http\"\n[probe.tls]\nssl_ca = \"/etc/ca.pem\"\n[probe.http]\npath = \"/\"\nheaders = { authorization = { secrets_manager = \"api/token\", refresh = \"10m\" }, x-api-key = { secrets_manager = \"api/token\", refresh = \"10m\" }, x-b = { secrets_manager = \"api/other\" } }\n[[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"p.internal.example\"\n";
+        let cfg = config::parse(Path::new("/etc/readyprobe/api.toml"), text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let e = estimate(&cfg);
+        // 30 days: 4,320 reads every 10 min, 8,640 every 5 min.
+        assert_eq!((e.secrets, e.secret_reads), (2, 12_960));
+        assert_eq!(cents(e.secret_reads_usd() * 100.0), 648);
+        assert!(section(&e).contains("12,960 calls (2 secrets, each every refresh)"));
     }
 
     #[test]

@@ -70,7 +70,8 @@ fn readyprobe(args: &[&str], config: &Path) -> tokio::process::Command {
         .arg(config)
         .env("AWS_ENDPOINT_URL_SECRETS_MANAGER", endpoint())
         .env("AWS_REGION", REGION)
-        .stdout(Stdio::null());
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
     c
 }
 
@@ -110,7 +111,7 @@ async fn a_rotation_costs_at_most_one_failed_attempt_per_branch_and_no_transitio
     let config = p.dir.path().join("rotation.toml");
     std::fs::write(&config, text).unwrap();
     let log = p.dir.path().join("run.log");
-    let mut child = readyprobe(&["run", "--grace", "3s"], &config)
+    let child = readyprobe(&["run", "--grace", "3s"], &config)
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
@@ -151,6 +152,10 @@ async fn a_rotation_costs_at_most_one_failed_attempt_per_branch_and_no_transitio
             .into_iter()
             .filter(|a| a["result"] != "success")
             .collect();
+        eprintln!(
+            "{branch}: {} failed attempts after the rotation",
+            failed.len()
+        );
         assert!(failed.len() <= 1, "{branch}: {failed:#?}");
         for f in &failed {
             assert_eq!(f["class"], "auth_denied", "{branch}: {f}");
@@ -165,6 +170,23 @@ async fn a_rotation_costs_at_most_one_failed_attempt_per_branch_and_no_transitio
     let transitions: Vec<&Value> = after.iter().filter(|v| v["kind"] == "transition").collect();
     assert!(transitions.is_empty(), "{transitions:#?}");
 
+    stop_and_grep(child, &log, &evidence, &[PASSWORD, new_password]).await;
+    let _ = sm
+        .delete_secret()
+        .secret_id(&name)
+        .force_delete_without_recovery(true)
+        .send()
+        .await;
+}
+
+/// SIGTERM the run, see it exit 0, and find neither password in its logs or evidence, and the
+/// refresh in its logs.
+async fn stop_and_grep(
+    mut child: tokio::process::Child,
+    log: &Path,
+    evidence: &Path,
+    passwords: &[&str],
+) {
     let pid = child.id().unwrap().to_string();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -176,22 +198,19 @@ async fn a_rotation_costs_at_most_one_failed_attempt_per_branch_and_no_transitio
         .expect("run stops within its grace")
         .unwrap();
     assert_eq!(status.code(), Some(0));
-    let logs = std::fs::read_to_string(&log).unwrap();
+    let logs = std::fs::read_to_string(log).unwrap();
     assert!(
         logs.contains("secret read again: its value changed"),
         "{logs}"
     );
-    let evidence_text = std::fs::read_to_string(&evidence).unwrap();
-    for secret in [PASSWORD, new_password] {
-        assert!(!evidence_text.contains(secret), "evidence holds a password");
-        assert!(!logs.contains(secret), "logs hold a password:\n{logs}");
+    let evidence_text = std::fs::read_to_string(evidence).unwrap();
+    for secret in passwords {
+        assert!(
+            !evidence_text.contains(*secret),
+            "evidence holds a password"
+        );
+        assert!(!logs.contains(*secret), "logs hold a password:\n{logs}");
     }
-    let _ = sm
-        .delete_secret()
-        .secret_id(&name)
-        .force_delete_without_recovery(true)
-        .send()
-        .await;
 }
 
 /// `probe` on a config whose password is `reference`: exit 78, one line naming the key and
