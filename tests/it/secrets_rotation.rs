@@ -85,19 +85,17 @@ declare_unready = { success_rate_below = 80.0, for = "1s" }
 declare_ready = { success_rate_at_or_above = 95.0, for = "2s" }
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rotation_costs_at_most_one_failed_attempt_per_branch_and_no_transition() {
-    let Some(sm) = secrets_or_skip().await else {
-        return;
-    };
-    let Some(p) = Pipeline::start_or_skip().await else {
-        return;
-    };
-    // An RDS-managed secret's shape: JSON read by its key. The emulator refuses `!` in a name
-    // it is asked to create (RDS creates `rds!` ones), so the secret is named by its full ARN.
-    let name = unique("readyprobe-it/rotation");
-    let json = |pw: &str| serde_json::json!({"username": "readyprobe", "password": pw}).to_string();
-    let arn = create(&sm, &name, &json(PASSWORD)).await;
+/// An RDS-managed secret's shape (JSON, read by its key) holding the fixture's password, and
+/// a `run` (logs to the returned file) whose branches are both ready. The emulator refuses `!`
+/// in a name it is asked to create (RDS creates `rds!` ones), so the secret is named by its ARN.
+async fn run_ready(
+    sm: &aws_sdk_secretsmanager::Client,
+    p: &Pipeline,
+    test: &str,
+) -> (String, tokio::process::Child, std::path::PathBuf) {
+    let name = unique(&format!("readyprobe-it/{test}"));
+    let value = serde_json::json!({"username": "readyprobe", "password": PASSWORD});
+    let arn = create(sm, &name, &value.to_string()).await;
     let opts = ConfigOpts {
         policy: ROTATION_POLICY,
         interval_ms: 2000,
@@ -108,18 +106,31 @@ async fn a_rotation_costs_at_most_one_failed_attempt_per_branch_and_no_transitio
         .builder(&opts)
         .set("probe.mysql", "password", sm_ref(&arn, Some("password")))
         .build();
-    let config = p.dir.path().join("rotation.toml");
+    let config = p.dir.path().join(format!("{test}.toml"));
     std::fs::write(&config, text).unwrap();
-    let log = p.dir.path().join("run.log");
+    let log = p.dir.path().join(format!("{test}.log"));
     let child = readyprobe(&["run", "--grace", "3s"], &config)
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let evidence = p.evidence();
-    wait_evidence(&evidence, Duration::from_secs(60), |ev| {
+    wait_evidence(&p.evidence(), Duration::from_secs(60), |ev| {
         has_transition(ev, "primary", "ready") && has_transition(ev, "secondary", "ready")
     })
     .await;
+    (name, child, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_costs_at_most_one_failed_attempt_per_branch_and_no_transition() {
+    let Some(sm) = secrets_or_skip().await else {
+        return;
+    };
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let json = |pw: &str| serde_json::json!({"username": "readyprobe", "password": pw}).to_string();
+    let (name, child, log) = run_ready(&sm, &p, "rotation").await;
+    let evidence = p.evidence();
 
     // Rotate as Secrets Manager's rotation does: the new value first, then the database.
     let new_password = "rotated-Pw-9f3c2a7e1b";
@@ -301,4 +312,61 @@ async fn an_unusable_secret_is_named_at_start_without_its_value() {
             .send()
             .await;
     }
+}
+
+/// A read that fails (the secret deleted) keeps the last value and logs its class: once the
+/// database takes that value again, attempts succeed without another read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_read_keeps_the_last_value_and_logs_its_class() {
+    let Some(sm) = secrets_or_skip().await else {
+        return;
+    };
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let (name, child, log) = run_ready(&sm, &p, "keep").await;
+    let evidence = p.evidence();
+    sm.delete_secret()
+        .secret_id(&name)
+        .force_delete_without_recovery(true)
+        .send()
+        .await
+        .unwrap();
+    // A denied attempt asks for a read, which finds no secret.
+    p.primary
+        .root_exec("ALTER USER 'readyprobe'@'%' IDENTIFIED BY 'other-Pw-5a0c'")
+        .await;
+    let warned = "is unavailable: not_found: ResourceNotFoundException";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log).unwrap().contains(warned) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no failed read logged:\n{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let logs = std::fs::read_to_string(&log).unwrap();
+    let line = logs.lines().find(|l| l.contains(warned)).unwrap();
+    assert!(line.contains("the last value read is kept"), "{line}");
+    // The kept value works again as soon as the database takes it.
+    p.primary
+        .root_exec(&format!(
+            "ALTER USER 'readyprobe'@'%' IDENTIFIED BY '{PASSWORD}'"
+        ))
+        .await;
+    let from = read_evidence(&evidence).len();
+    wait_evidence(&evidence, Duration::from_secs(60), |ev| {
+        attempts(&ev[from.min(ev.len())..], "primary")
+            .iter()
+            .any(|a| a["result"] == "success")
+    })
+    .await;
+    let logs = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        logs.matches(warned).count(),
+        1,
+        "one read, within the minute:\n{logs}"
+    );
+    drop(child);
 }
