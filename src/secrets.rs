@@ -216,6 +216,13 @@ impl SecretCache {
         }
     }
 
+    /// Forget the secrets `cfg` does not name (a reload removed or changed their references):
+    /// they are not read again.
+    pub fn retain(&self, cfg: &Config) {
+        let named = references(cfg);
+        self.entries().retain(|r, _| named.contains(r));
+    }
+
     /// The cell of `r`, or why it is unavailable (`is unavailable: …`, never the value).
     ///
     /// # Errors
@@ -399,6 +406,28 @@ mod tests {
                 forced_at: None,
             },
         );
+    }
+
+    /// A reload that stops naming a secret stops its reads; one still named is kept.
+    #[test]
+    fn retain_forgets_what_the_config_no_longer_names() {
+        let text = "[service]\nname = \"api\"\nstable_name = \"api.internal.example\"\n[probe]\nkind = \"http\"\n[probe.tls]\nssl_ca = \"/etc/ca.pem\"\n[probe.http]\npath = \"/\"\nheaders = { authorization = { secrets_manager = \"api/token\" } }\n[[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"p.internal.example\"\n";
+        let cfg = crate::config::parse(std::path::Path::new("/etc/api.toml"), text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let named = references(&cfg);
+        assert_eq!(named.len(), 1);
+        let gone = SecretsManagerRef {
+            id: "api/old".into(),
+            ..named[0].clone()
+        };
+        let cache = SecretCache::default();
+        let now = Instant::now();
+        for r in [&named[0], &gone] {
+            insert(&cache, r, &SecretCell::fixed("v".into()), now);
+        }
+        cache.retain(&cfg);
+        assert!(cache.cell(&named[0]).is_ok());
+        assert!(cache.cell(&gone).is_err());
     }
 
     /// Due every `refresh`; a denial makes it due at once, then not again within the gap.

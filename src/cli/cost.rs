@@ -353,7 +353,7 @@ pub fn section(e: &Estimate) -> String {
     );
     row("total", String::new(), e.total_usd());
     lines.push(format!(
-        "  each further prober (the prober stack runs one per subnet) adds {} (its requests, log bytes and secret reads; series, alarms and health checks are shared)",
+        "  each further prober (the prober stack runs one per subnet) adds {} (its requests, log bytes and GetSecretValue calls; series, alarms and health checks are shared)",
         usd(e.per_extra_prober_usd())
     ));
     lines.push("  not counted: series published only while something fails (ServiceUnavailable, PublishFailures, StoreSyncFailures), transition datums, the prober's own logs, log storage, the tasks, the state store".into());

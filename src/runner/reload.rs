@@ -338,6 +338,8 @@ fn applied(
     };
     let services = w.fleet.live.len();
     w.fleet.cfg = new;
+    // Secrets no service names any more are not read again.
+    w.fleet.loops.secrets.retain(&w.fleet.cfg);
     shell.feed(Input::Reloaded {
         record: Box::new(record),
         services,
