@@ -1,7 +1,8 @@
 //! Secrets Manager secrets against the emulator through the real SDK: a rotation of the
 //! secret and of the MariaDB user's password costs at most one failed attempt per branch and
 //! no readiness transition; an `rds!`-style JSON secret is read by its `json_key`; a missing
-//! key, a value that is not JSON, a deleted secret are named at start-up without the value.
+//! key, a value that is not JSON, a deleted secret are named at start-up without the value; a
+//! failed read keeps the last value; a reload reads a secret it names for the first time.
 
 use crate::support::cloudwatch::{REGION, cloudwatch_or_skip, endpoint};
 use crate::support::fixture::*;
@@ -368,5 +369,62 @@ async fn a_failed_read_keeps_the_last_value_and_logs_its_class() {
         1,
         "one read, within the minute:\n{logs}"
     );
+    drop(child);
+}
+
+/// A reload that names a Secrets Manager secret reads it before it applies: the password moves
+/// from a file to the secret without a failed attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_reads_a_newly_named_secret() {
+    let Some(sm) = secrets_or_skip().await else {
+        return;
+    };
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let opts = ConfigOpts {
+        policy: ROTATION_POLICY,
+        interval_ms: 2000,
+        timeout_ms: 1500,
+        ..ConfigOpts::default()
+    };
+    let config = p.write_config("reload.toml", &opts);
+    let log = p.dir.path().join("reload.log");
+    let child = readyprobe(&["run", "--grace", "3s"], &config)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let evidence = p.evidence();
+    wait_evidence(&evidence, Duration::from_secs(60), |ev| {
+        has_transition(ev, "primary", "ready") && has_transition(ev, "secondary", "ready")
+    })
+    .await;
+    let arn = create(&sm, &unique("readyprobe-it/reload"), PASSWORD).await;
+    let text = p
+        .builder(&opts)
+        .set("probe.mysql", "password", sm_ref(&arn, None))
+        .build();
+    std::fs::write(&config, text).unwrap();
+    let pid = child.id().expect("running") as libc::pid_t;
+    // SAFETY: kill(2) with the pid of a child this test started and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    let reloaded = |ev: &[Value]| ev.iter().position(|v| v["kind"] == "reload");
+    let ev = wait_evidence(&evidence, Duration::from_secs(60), |ev| {
+        reloaded(ev).is_some_and(|at| {
+            ["primary", "secondary"]
+                .iter()
+                .all(|b| attempts(&ev[at..], b).len() >= 3)
+        })
+    })
+    .await;
+    let at = reloaded(&ev).unwrap();
+    assert_eq!(ev[at]["applied"], true, "{}", ev[at]);
+    for b in ["primary", "secondary"] {
+        let failed: Vec<&Value> = attempts(&ev[at..], b)
+            .into_iter()
+            .filter(|a| a["result"] != "success")
+            .collect();
+        assert!(failed.is_empty(), "{b}: {failed:#?}");
+    }
     drop(child);
 }
