@@ -2,7 +2,8 @@
 //! secret and of the MariaDB user's password costs at most one failed attempt per branch and
 //! no readiness transition; an `rds!`-style JSON secret is read by its `json_key`; a missing
 //! key, a value that is not JSON, a deleted secret are named at start-up without the value; a
-//! failed read keeps the last value; a reload reads a secret it names for the first time.
+//! failed read keeps the last value; a reload reads a secret it names for the first time; a
+//! secret header rotates at the cost of at most one 401.
 
 use crate::support::cloudwatch::{REGION, cloudwatch_or_skip, endpoint};
 use crate::support::fixture::*;
@@ -10,6 +11,7 @@ use aws_sdk_secretsmanager::config::Credentials;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A Secrets Manager client for the emulator, or `None` after a loud skip (panics under CI).
@@ -427,4 +429,112 @@ async fn a_reload_reads_a_newly_named_secret() {
         assert!(failed.is_empty(), "{b}: {failed:#?}");
     }
     drop(child);
+}
+
+/// A loopback HTTP server answering 200 to the current bearer token and 401 to any other.
+async fn token_server(token: Arc<Mutex<String>>) -> (u16, tokio::task::JoinHandle<()>) {
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let token = token.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: hyper::Request<_>| {
+                    let want = format!("Bearer {}", token.lock().unwrap());
+                    let ok = req
+                        .headers()
+                        .get("authorization")
+                        .is_some_and(|v| v == &want);
+                    let status = if ok { 200 } else { 401 };
+                    let body = Full::new(Bytes::from_static(b"{}"));
+                    let resp = hyper::Response::builder().status(status).body(body);
+                    async move { Ok::<_, std::convert::Infallible>(resp.unwrap()) }
+                });
+                let io = hyper_util::rt::TokioIo::new(s);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, svc)
+                    .await;
+            });
+        }
+    });
+    (port, task)
+}
+
+/// A secret header rotates too: the 401 after the rotation asks for the secret again, and the
+/// next attempt sends the new token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_secret_header_costs_at_most_one_401() {
+    let Some(sm) = secrets_or_skip().await else {
+        return;
+    };
+    let old = "tok-Old-8c1f5e2a9d";
+    let token = Arc::new(Mutex::new(old.to_string()));
+    let (port, server) = token_server(token.clone()).await;
+    let dns = crate::support::dns::DnsServer::start("api.internal.example").await;
+    dns.set_a("primary", std::net::Ipv4Addr::LOCALHOST, 5).await;
+    let name = unique("readyprobe-it/header");
+    let arn = create(&sm, &name, &format!("Bearer {old}")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let evidence = dir.path().join("evidence.jsonl");
+    let mut headers = toml::Table::new();
+    headers.insert("authorization".into(), sm_ref(&arn, None));
+    let text = crate::support::config::ConfigBuilder::new(
+        dir.path(),
+        "api",
+        "stable.api.internal.example",
+    )
+    .nameserver(dns.addr())
+    .kind("http")
+    .tls("disabled", None)
+    .set("probe.tls", "danger_send_secrets_unverified", true)
+    .set("probe.http", "port", i64::from(port))
+    .set("probe.http", "path", "/")
+    .set("probe.http", "headers", toml::Value::Table(headers))
+    .set("evidence", "path", evidence.display().to_string())
+    .branch("primary", "PRIMARY", "primary.api.internal.example", None)
+    .build();
+    let config = dir.path().join("header.toml");
+    std::fs::write(&config, text).unwrap();
+    let log = dir.path().join("header.log");
+    let child = readyprobe(&["run", "--grace", "3s"], &config)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let successes = |ev: &[Value]| {
+        attempts(ev, "primary")
+            .iter()
+            .filter(|a| a["result"] == "success")
+            .count()
+    };
+    wait_evidence(&evidence, Duration::from_secs(60), |ev| successes(ev) >= 2).await;
+
+    let new = "tok-New-3b7d0c6f4e";
+    sm.put_secret_value()
+        .secret_id(&name)
+        .secret_string(format!("Bearer {new}"))
+        .send()
+        .await
+        .unwrap();
+    let from = read_evidence(&evidence).len();
+    *token.lock().unwrap() = new.to_string();
+    let ev = wait_evidence(&evidence, Duration::from_secs(60), |ev| {
+        successes(&ev[from.min(ev.len())..]) >= 3
+    })
+    .await;
+    let failed: Vec<&Value> = attempts(&ev[from..], "primary")
+        .into_iter()
+        .filter(|a| a["result"] != "success")
+        .collect();
+    eprintln!(
+        "header: {} failed attempts after the rotation",
+        failed.len()
+    );
+    assert!(failed.len() <= 1, "{failed:#?}");
+    for f in &failed {
+        assert_eq!(f["class"], "http_status", "{f}");
+    }
+    stop_and_grep(child, &log, &evidence, &[old, new]).await;
+    server.abort();
 }
