@@ -117,3 +117,51 @@ fn bounded(s: &str) -> String {
         None => line,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_secretsmanager::config::http::HttpResponse;
+    use aws_sdk_secretsmanager::error::{ConnectorError, ErrorMetadata};
+    use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueError;
+    type E = SdkError<GetSecretValueError, HttpResponse>;
+
+    fn answered(code: &str) -> E {
+        let response = HttpResponse::new(
+            http::StatusCode::BAD_REQUEST.into(),
+            aws_smithy_types::body::SdkBody::empty(),
+        );
+        let meta = ErrorMetadata::builder()
+            .code(code)
+            .message("said\nwhy")
+            .build();
+        SdkError::service_error(GetSecretValueError::generic(meta), response)
+    }
+
+    /// Each code by the one table; the message on one line.
+    #[test]
+    fn a_failed_read_is_classed_by_its_code_or_its_transport() {
+        for (code, class) in [
+            ("AccessDeniedException", "access_denied"),
+            ("ExpiredTokenException", "expired_credentials"),
+            ("UnrecognizedClientException", "invalid_credentials"),
+            ("ThrottlingException", "throttled"),
+            ("InternalServiceError", "server_fault"),
+            ("ResourceNotFoundException", "not_found"),
+            ("DecryptionFailure", "access_denied"),
+            ("InvalidRequestException", "rejected"),
+        ] {
+            let e = classify(&answered(code));
+            assert_eq!(e.class, class, "{code}");
+            assert_eq!(e.message, format!("{code}: said why"));
+        }
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e: E = SdkError::dispatch_failure(ConnectorError::io(Box::new(refused)));
+        assert_eq!(classify(&e).class, "unreachable");
+        let e: E = SdkError::timeout_error("slow");
+        assert_eq!(classify(&e).class, "timeout");
+        let long: E =
+            SdkError::dispatch_failure(ConnectorError::other("x ".repeat(1000).into(), None));
+        assert!(classify(&long).message.chars().count() <= 301);
+    }
+}
