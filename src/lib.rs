@@ -22,6 +22,7 @@ pub mod reload_plan;
 pub mod report;
 pub mod runner;
 pub mod scheduler;
+pub mod secrets;
 pub mod simulate;
 pub mod sink;
 pub mod state;

@@ -94,7 +94,9 @@ where
     S: Future<Output = &'static str>,
 {
     let clock = Clock::start();
-    let prepared = prepare_all(&cfg);
+    let secrets = crate::secrets::SecretCache::default();
+    secrets.read_missing(&cfg).await;
+    let prepared = prepare_all(&cfg, &secrets);
     let Some(resolver) = prepared.resolver.clone() else {
         let mut problems = Vec::new();
         for (_, e) in prepared.unavailable {
@@ -123,7 +125,14 @@ where
     for s in &cfg.services {
         queues.extend(sinks.add(&s.namespace));
     }
-    let (shell, fleet, events) = start(&cfg, &opts, clock, loaded, (evidence, queues), resolver);
+    let (shell, fleet, events) = start(
+        &cfg,
+        &opts,
+        clock,
+        loaded,
+        (evidence, queues),
+        (resolver, secrets),
+    );
     let mut shell = shell;
     log_started(&mut shell, &fleet, &label);
     let mut wiring = Wiring {

@@ -1,4 +1,4 @@
-//! Builds every AWS SDK client (CloudWatch, Route 53, S3) from one [`AwsTarget`]: the default
+//! Builds every AWS SDK client (CloudWatch, Route 53, S3, Secrets Manager) from one [`AwsTarget`]: the default
 //! credentials chain, the region (the target's, else the chain's), the endpoint override, the
 //! timeouts, the tries, and the cap on response bodies.
 
@@ -149,6 +149,17 @@ impl Session {
     pub fn s3(&self) -> aws_sdk_s3::config::Builder {
         let mut b = aws_sdk_s3::config::Builder::from(&self.shared)
             .force_path_style(self.target.endpoint_url.is_some())
+            .interceptor(self.body_limit());
+        if let Some(e) = &self.target.endpoint_url {
+            b = b.endpoint_url(e);
+        }
+        b
+    }
+
+    /// A Secrets Manager client config (its endpoint, unless the target names one, from the
+    /// chain: `AWS_ENDPOINT_URL_SECRETS_MANAGER`, `AWS_ENDPOINT_URL`).
+    pub fn secrets_manager(&self) -> aws_sdk_secretsmanager::config::Builder {
+        let mut b = aws_sdk_secretsmanager::config::Builder::from(&self.shared)
             .interceptor(self.body_limit());
         if let Some(e) = &self.target.endpoint_url {
             b = b.endpoint_url(e);

@@ -1,6 +1,7 @@
 //! The one table of AWS error codes the prober acts on (pure): which codes mean the caller may
-//! not make the call, the credentials expired or are not accepted, AWS throttled, or AWS
-//! failed. The CloudWatch publish classifier and `check --aws` both read it.
+//! not make the call, the credentials expired or are not accepted, AWS throttled, AWS failed,
+//! or the resource is not there. The CloudWatch publish classifier, `check --aws` and the
+//! Secrets Manager reader read it.
 
 /// What an AWS error code says about a failed call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
@@ -16,6 +17,8 @@ pub enum CodeKind {
     Throttled,
     /// A fault of the service: a later try may succeed.
     ServerFault,
+    /// The named resource does not exist (or is deleted).
+    NotFound,
 }
 
 impl CodeKind {
@@ -55,6 +58,8 @@ const CODES: &[(&str, CodeKind)] = &[
     ("InternalFailure", CodeKind::ServerFault),
     ("ServiceUnavailable", CodeKind::ServerFault),
     ("InternalError", CodeKind::ServerFault),
+    ("InternalServiceErrorException", CodeKind::ServerFault),
+    ("ResourceNotFoundException", CodeKind::NotFound),
 ];
 
 /// The kind of an AWS error code; `None` for a code the table does not name (the caller
@@ -90,6 +95,7 @@ mod tests {
             ("InternalFailure", Some(K::ServerFault)),
             ("InvalidParameterValue", None),
             ("NoSuchHostedZone", None),
+            ("ResourceNotFoundException", Some(K::NotFound)),
             ("throttling", None),
         ] {
             assert_eq!(kind_of(code), kind, "{code}");

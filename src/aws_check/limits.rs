@@ -78,7 +78,7 @@ pub fn answered(call: Call, code: &str, message: &str) -> Unchecked {
         _ if code == "NoSuchHostedZone" => {
             "set route53.hosted_zone_id to a hosted zone of this account".to_string()
         }
-        Some(CodeKind::ServerFault) | None => format!(
+        Some(CodeKind::ServerFault | CodeKind::NotFound) | None => format!(
             "AWS refused {} with {code}: see its message; check the config's values and {}",
             call.name, call.endpoint_key
         ),

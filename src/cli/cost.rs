@@ -49,6 +49,9 @@ pub mod price {
     pub const CANARY_RUN: f64 = 0.0012;
     /// S3 Standard PUT requests (`[evidence.s3]` segments), per 1,000 requests.
     pub const S3_PER_1000_PUTS: f64 = 0.005;
+    /// Secrets Manager API calls (`GetSecretValue`), per 10,000 calls; the secret's own
+    /// monthly price is its owner's, whoever reads it.
+    pub const SECRETS_PER_10000_CALLS: f64 = 0.05;
 }
 
 /// The month of the estimate: 30 days, ms (43,200 one-minute ticks).
@@ -93,6 +96,11 @@ pub struct Estimate {
     /// S3 PUTs per month of one prober's `[evidence.s3]` segments (one per `segment`; a
     /// segment closed early at `segment_max_mb` adds one), 0 without it.
     pub evidence_puts: u64,
+    /// Secrets Manager secrets read (distinct references).
+    pub secrets: u64,
+    /// Their `GetSecretValue` calls per month of one prober, one per `refresh` each (the
+    /// reads denied attempts trigger, at most one a minute, come on top).
+    pub secret_reads: u64,
 }
 
 impl Estimate {
@@ -128,10 +136,14 @@ impl Estimate {
     pub fn evidence_usd(&self) -> f64 {
         self.evidence_puts as f64 / 1000.0 * price::S3_PER_1000_PUTS
     }
-    /// What each prober beyond the first adds: its requests, its log ingestion and its evidence
-    /// PUTs.
+    /// Dollars for one prober's `GetSecretValue` calls.
+    pub fn secret_reads_usd(&self) -> f64 {
+        self.secret_reads as f64 / 10_000.0 * price::SECRETS_PER_10000_CALLS
+    }
+    /// What each prober beyond the first adds: its requests, its log ingestion, its evidence
+    /// PUTs and its secret reads.
     pub fn per_extra_prober_usd(&self) -> f64 {
-        self.requests_usd() + self.logs_usd() + self.evidence_usd()
+        self.requests_usd() + self.logs_usd() + self.evidence_usd() + self.secret_reads_usd()
     }
     /// Everything, with one prober.
     pub fn total_usd(&self) -> f64 {
@@ -184,6 +196,11 @@ pub fn estimate(cfg: &Config) -> Estimate {
     }
     let branches: u64 = cfg.services.iter().map(|s| s.branches.len() as u64).sum();
     let interval_ms = cfg.publish.interval.as_millis().max(1) as u64;
+    let secrets = crate::secrets::references(cfg);
+    let secret_reads = secrets
+        .iter()
+        .map(|r| MONTH_MS / r.refresh.as_millis().max(1) as u64)
+        .sum();
     Estimate {
         metrics: series.len() as u64,
         datums_per_tick: datums,
@@ -196,6 +213,8 @@ pub fn estimate(cfg: &Config) -> Estimate {
             .evidence_s3
             .as_ref()
             .map_or(0, |s3| MONTH_MS / (s3.segment.as_millis().max(1) as u64)),
+        secrets: secrets.len() as u64,
+        secret_reads,
     }
 }
 
@@ -325,6 +344,19 @@ pub fn section(e: &Estimate) -> String {
             e.evidence_usd(),
         );
     }
+    if e.secrets > 0 {
+        row(
+            "GetSecretValue",
+            format!(
+                "{} calls ({} secret{}, each every refresh), ${:.2} per 10,000",
+                grouped(e.secret_reads),
+                e.secrets,
+                if e.secrets == 1 { "" } else { "s" },
+                price::SECRETS_PER_10000_CALLS
+            ),
+            e.secret_reads_usd(),
+        );
+    }
     row(
         "alarms",
         format!(
@@ -345,7 +377,7 @@ pub fn section(e: &Estimate) -> String {
     );
     row("total", String::new(), e.total_usd());
     lines.push(format!(
-        "  each further prober (the prober stack runs one per subnet) adds {} (its requests, log bytes and evidence PUTs; series, alarms and health checks are shared)",
+        "  each further prober (the prober stack runs one per subnet) adds {} (its requests, log bytes, evidence PUTs and GetSecretValue calls; series, alarms and health checks are shared)",
         usd(e.per_extra_prober_usd())
     ));
     lines.push("  not counted: series published only while something fails (ServiceUnavailable, PublishFailures, StoreSyncFailures), transition datums, the prober's own logs, log storage, evidence storage, the tasks, the state store".into());
@@ -404,6 +436,19 @@ mod tests {
         assert_eq!(cents(e.evidence_usd()), 22);
         assert!(section(&e).contains("S3 evidence PUTs"), "{}", section(&e));
         assert_eq!(estimate(&load("orders-db.toml")).evidence_puts, 0);
+    }
+
+    /// One read per `refresh` per distinct secret: two headers naming one secret are one.
+    #[test]
+    fn secret_reads_per_month() {
+        let text = "state_dir = \"/tmp/x\"\n[service]\nname = \"api\"\nstable_name = \"api.internal.example\"\n[probe]\nkind = \"http\"\n[probe.tls]\nssl_ca = \"/etc/ca.pem\"\n[probe.http]\npath = \"/\"\nheaders = { authorization = { secrets_manager = \"api/token\", refresh = \"10m\" }, x-api-key = { secrets_manager = \"api/token\", refresh = \"10m\" }, x-b = { secrets_manager = \"api/other\" } }\n[[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"p.internal.example\"\n";
+        let cfg = config::parse(Path::new("/etc/readyprobe/api.toml"), text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let e = estimate(&cfg);
+        // 30 days: 4,320 reads every 10 min, 8,640 every 5 min.
+        assert_eq!((e.secrets, e.secret_reads), (2, 12_960));
+        assert_eq!(cents(e.secret_reads_usd() * 100.0), 648);
+        assert!(section(&e).contains("12,960 calls (2 secrets, each every refresh)"));
     }
 
     #[test]

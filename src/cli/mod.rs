@@ -519,7 +519,11 @@ async fn async_main(cli: Cli) -> ExitCode {
             aws_timeout,
             ..
         } => ExitCode::from(aws_check::check_aws(&cfg, format, aws_timeout).await),
-        Command::Check { strict, .. } => check(&cfg, strict),
+        Command::Check { strict, .. } => {
+            let secrets = crate::secrets::SecretCache::default();
+            secrets.read_missing(&cfg).await;
+            check(&cfg, strict, &secrets)
+        }
         Command::Run {
             duration, grace, ..
         } => {
@@ -607,7 +611,7 @@ fn pick<'a>(cfg: &'a Config, name: Option<&str>) -> Result<&'a config::ServiceCo
 /// `check`: the plan, then one question to [`probe::prepare`], one line per problem it reports.
 /// Only `check` and `run` (and `probe`) read secrets and CA files; the operator commands need
 /// nothing but the config and the state store.
-fn check(cfg: &Config, strict: bool) -> ExitCode {
+fn check(cfg: &Config, strict: bool, secrets: &crate::secrets::SecretCache) -> ExitCode {
     // Names, paths and problems quote the config: escaped, so it cannot drive the terminal.
     print!("{}", config::escape_controls_by_line(&plan(cfg)));
     // Each unavailable input once, with the services it stops when there are several.
@@ -621,7 +625,7 @@ fn check(cfg: &Config, strict: bool) -> ExitCode {
         );
     }
     for svc in &cfg.services {
-        let e = match probe::branches(cfg, svc) {
+        let e = match probe::branches(cfg, svc, secrets) {
             Ok(probes) => {
                 if let Some(w) = probe::short_secret_warning(&probes) {
                     let of = if cfg.services.len() > 1 {

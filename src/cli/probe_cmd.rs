@@ -10,7 +10,9 @@ pub(super) async fn probe_once(cfg: &Config, svc: &ServiceConfig, branch: &str) 
     if let Err(code) = super::operator::check_branch(cfg, svc, branch) {
         return code;
     }
-    let (resolver, probes) = match probe::prepare_service(cfg, svc) {
+    let secrets = crate::secrets::SecretCache::default();
+    secrets.read_missing(cfg).await;
+    let (resolver, probes) = match probe::prepare_service(cfg, svc, &secrets) {
         Ok(x) => x,
         Err(e) => {
             for p in &e.problems {

@@ -43,7 +43,10 @@ pub use raw::MAX_DURATION;
 pub use readiness::{MAX_WINDOW, MAX_WINDOW_ATTEMPTS, attempts_in, one_failure_effect};
 pub use reload::MIN_POLL;
 pub use route53::Route53;
-pub use secret::{HeaderValueSource, SecretError, SecretRef};
+pub use secret::{
+    DEFAULT_REFRESH, HeaderValueSource, MAX_REFRESH, MIN_REFRESH, SecretError, SecretRef,
+    SecretsManagerRef,
+};
 pub use service::{Branch, Service, check_hostname};
 pub use source::ConfigSource;
 pub use stable_name::{END_TO_END_KEY, StableNameProbe};

@@ -91,7 +91,7 @@ pub(crate) fn apply_headers(
         ..
     } in headers
     {
-        let value = http::HeaderValue::from_str(&render(val, v)).map_err(|_| {
+        let value = http::HeaderValue::from_str(&render(&val.get(), v)).map_err(|_| {
             fail(
                 FailureClass::ProtocolError,
                 format!("header {n}: the rendered value is not a valid header value"),

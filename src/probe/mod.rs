@@ -48,6 +48,12 @@ pub async fn run_attempt(
     let certificate = certificate.unwrap_or_default();
     let mut learned = ctx.learned;
     learned.redact(&probe.redactor);
+    if let Err((_, e)) = &result
+        && denied(e.class, &learned)
+    {
+        // A rotated secret: the ones that can be read again are, before the next attempt.
+        probe.target.report_denied();
+    }
     Attempt {
         branch: probe.branch.name.clone(),
         seq,
@@ -77,6 +83,18 @@ pub async fn run_attempt(
     }
 }
 
+/// Whether a failure says the server refused the credentials sent: `auth_denied`, or an HTTP
+/// 401 or 403 (the `http` and `otlp` kinds' secret headers).
+fn denied(class: crate::failure::FailureClass, learned: &Learned) -> bool {
+    use crate::failure::FailureClass as C;
+    let status = learned
+        .http
+        .as_ref()
+        .and_then(|h| h.verify_status.or(h.status))
+        .or(learned.otlp.as_ref().and_then(|o| o.status));
+    class == C::AuthDenied || (class == C::HttpStatus && matches!(status, Some(401 | 403)))
+}
+
 /// The common steps (`resolve`, `connect`), then the kind's own.
 async fn run_steps(ctx: &mut StepCtx<'_>) -> Result<(), StepFailure> {
     let resolution = resolve::run(ctx).await?;
@@ -86,5 +104,38 @@ async fn run_steps(ctx: &mut StepCtx<'_>) -> Result<(), StepFailure> {
         Target::Tcp(t) => tcp::run(ctx, t, connected).await,
         Target::Http(t) => http::run(ctx, t, connected).await,
         Target::Otlp(t) => otlp::run(ctx, t, connected).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::FailureClass as C;
+    use attempt::{HttpObservation, OtlpObservation};
+
+    /// A refused password or a 401/403 asks for the secrets again; other failures do not.
+    #[test]
+    fn denied_is_auth_denied_or_an_http_401_or_403() {
+        let http = |status, verify_status| Learned {
+            http: Some(HttpObservation {
+                status,
+                verify_status,
+            }),
+            ..Learned::default()
+        };
+        let otlp = |status| Learned {
+            otlp: Some(OtlpObservation {
+                status,
+                ..OtlpObservation::default()
+            }),
+            ..Learned::default()
+        };
+        assert!(denied(C::AuthDenied, &Learned::default()));
+        assert!(denied(C::HttpStatus, &http(Some(401), None)));
+        assert!(denied(C::HttpStatus, &http(Some(200), Some(403))));
+        assert!(denied(C::HttpStatus, &otlp(Some(401))));
+        assert!(!denied(C::HttpStatus, &http(Some(503), None)));
+        assert!(!denied(C::HttpStatus, &http(Some(401), Some(500))));
+        assert!(!denied(C::ServerReadOnly, &Learned::default()));
     }
 }

@@ -100,9 +100,11 @@ async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
         .trim_end_matches('Z')
         .to_string();
     let s = &target.settings;
+    // The password as it is now: a refreshed secret is sent from the next attempt on.
+    let password = target.password.get();
     let login = Login {
         user: &s.user,
-        password: &target.password,
+        password: &password,
         database: &s.database,
         tls: greeting.is_some(),
     };

@@ -10,6 +10,7 @@ use super::{http, mysql, otlp, resolve, tcp, tls};
 use crate::config::{
     Config, Dns, HeaderValueSource, ProbeKind, SecretRef, ServiceConfig, SslMode, TlsSettings,
 };
+use crate::secrets::{SecretCache, SecretCell};
 use hickory_resolver::TokioResolver;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -129,12 +130,15 @@ impl Problems {
 }
 
 /// Prepare the probes of every branch of every service: read secrets, load CA bundles and
-/// client identities, build the resolver.
+/// client identities, build the resolver. A Secrets Manager secret is unavailable here.
 ///
 /// # Errors
 /// [`PrepareError`] listing every secret, CA bundle, client certificate or key and resolv.conf
 /// that is unavailable, each once.
 pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), PrepareError> {
+    // Environment and file secrets only: a Secrets Manager secret is read into a cache first
+    // (`SecretCache::read_missing`), then [`branches`] takes it.
+    let secrets = &SecretCache::default();
     let resolver = resolver(cfg);
     let mut problems = resolver
         .as_ref()
@@ -143,7 +147,7 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
         .unwrap_or_default();
     let mut probes = Vec::new();
     for svc in &cfg.services {
-        match branches(cfg, svc) {
+        match branches(cfg, svc, secrets) {
             Ok(p) => probes.extend(p),
             Err(e) => {
                 for p in e.problems {
@@ -167,8 +171,9 @@ pub fn prepare(cfg: &Config) -> Result<(TokioResolver, Vec<BranchProbe>), Prepar
 pub fn prepare_service(
     cfg: &Config,
     svc: &ServiceConfig,
+    secrets: &SecretCache,
 ) -> Result<(TokioResolver, Vec<BranchProbe>), PrepareError> {
-    match (resolver(cfg), branches(cfg, svc)) {
+    match (resolver(cfg), branches(cfg, svc, secrets)) {
         (Ok(r), Ok(p)) => Ok((r, p)),
         (r, p) => {
             let mut problems = r.err().map(|e| e.problems).unwrap_or_default();
@@ -196,8 +201,12 @@ pub fn resolver(cfg: &Config) -> Result<TokioResolver, PrepareError> {
 ///
 /// # Errors
 /// [`PrepareError`] listing each of its inputs that is unavailable.
-pub fn branches(cfg: &Config, svc: &ServiceConfig) -> Result<Vec<BranchProbe>, PrepareError> {
-    branches_and_digest(cfg, svc).map(|(probes, _)| probes)
+pub fn branches(
+    cfg: &Config,
+    svc: &ServiceConfig,
+    secrets: &SecretCache,
+) -> Result<Vec<BranchProbe>, PrepareError> {
+    branches_and_digest(cfg, svc, secrets).map(|(probes, _)| probes)
 }
 
 /// [`branches`], with the digest of the inputs read (a reload compares it with the running
@@ -208,16 +217,17 @@ pub fn branches(cfg: &Config, svc: &ServiceConfig) -> Result<Vec<BranchProbe>, P
 pub fn branches_and_digest(
     cfg: &Config,
     svc: &ServiceConfig,
+    secrets: &SecretCache,
 ) -> Result<(Vec<BranchProbe>, InputsDigest), PrepareError> {
     let mut problems = Problems::default();
-    let target = prepare_target(&svc.probe.kind, &mut problems);
+    let target = prepare_target(&svc.probe.kind, secrets, &mut problems);
     let (Some(target), true) = (target, problems.0.is_empty()) else {
         return Err(PrepareError {
             problems: problems.0,
         });
     };
     let tls_verified = tls_settings(&svc.probe.kind).verified();
-    let redactor = Redactor::new(target.secrets());
+    let redactor = Redactor::of(target.secrets());
     let digest = problems.1.digest();
     let probes = svc
         .branches
@@ -300,13 +310,17 @@ fn tls_settings(kind: &ProbeKind) -> TlsSettings {
     }
 }
 
-fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
+fn prepare_target(
+    kind: &ProbeKind,
+    secrets: &SecretCache,
+    problems: &mut Problems,
+) -> Option<Target> {
     // The kind's table holds its secrets; [probe.tls] holds the TLS settings of every kind.
     let prefix = format!("probe.{}", kind.name());
     let tls_table = "probe.tls";
     match kind {
         ProbeKind::Mysql(m) => {
-            let password = secret(format!("{prefix}.password"), &m.password, problems);
+            let password = secret(format!("{prefix}.password"), &m.password, secrets, problems);
             let tls = tls_config(tls_table, &tls_settings(kind), problems)?;
             Some(Target::Mysql(Box::new(mysql::MysqlTarget {
                 settings: m.clone(),
@@ -315,7 +329,7 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
             })))
         }
         ProbeKind::Http(h) => {
-            let headers = headers(&prefix, &h.headers, problems);
+            let headers = headers(&prefix, &h.headers, secrets, problems);
             let tls = tls_config(tls_table, &h.tls, problems);
             Some(Target::Http(Box::new(http::HttpTarget {
                 headers: headers?,
@@ -324,7 +338,7 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
             })))
         }
         ProbeKind::Otlp(o) => {
-            let headers = headers(&prefix, &o.headers, problems);
+            let headers = headers(&prefix, &o.headers, secrets, problems);
             let tls = tls_config(tls_table, &o.tls, problems);
             Some(Target::Otlp(Box::new(otlp::OtlpTarget {
                 headers: headers?,
@@ -338,9 +352,28 @@ fn prepare_target(kind: &ProbeKind, problems: &mut Problems) -> Option<Target> {
     }
 }
 
-/// Read one secret; `None` (and a problem) when it is unavailable.
-fn secret(key: String, r: &SecretRef, problems: &mut Problems) -> Option<String> {
+/// Read one secret (a Secrets Manager one from the run's cache, which read it before); `None`
+/// (and a problem) when it is unavailable.
+fn secret(
+    key: String,
+    r: &SecretRef,
+    secrets: &SecretCache,
+    problems: &mut Problems,
+) -> Option<SecretCell> {
     let value = match r {
+        SecretRef::SecretsManager(sm) => {
+            return match secrets.cell(sm) {
+                // The reference, not the value: a rotation is no changed input for a reload.
+                Ok(cell) => {
+                    problems.1.add(&key, r.to_string().as_bytes());
+                    Some(cell)
+                }
+                Err(reason) => {
+                    problems.push(key, r.to_string(), reason);
+                    None
+                }
+            };
+        }
         SecretRef::File(path) => match read_capped(path, MAX_SECRET_BYTES) {
             Ok(bytes) => r.value_of_file_contents(bytes),
             Err(reason) => {
@@ -353,7 +386,7 @@ fn secret(key: String, r: &SecretRef, problems: &mut Problems) -> Option<String>
     match value {
         Ok(v) => {
             problems.1.add(&key, v.as_bytes());
-            Some(v)
+            Some(SecretCell::fixed(v))
         }
         Err(e) => {
             problems.push(key, r.to_string(), format!("is unavailable: {}", e.reason));
@@ -366,20 +399,21 @@ fn secret(key: String, r: &SecretRef, problems: &mut Problems) -> Option<String>
 fn headers(
     prefix: &str,
     headers: &[(::http::HeaderName, HeaderValueSource)],
+    secrets: &SecretCache,
     problems: &mut Problems,
 ) -> Option<Vec<Header>> {
     let mut out = Vec::with_capacity(headers.len());
     let mut complete = true;
     for (name, v) in headers {
-        let header = |value: String, secret: bool| Header {
+        let header = |value: SecretCell, secret: bool| Header {
             name: name.clone(),
             value,
             secret,
         };
         match v {
-            HeaderValueSource::Plain(s) => out.push(header(s.clone(), false)),
+            HeaderValueSource::Plain(s) => out.push(header(SecretCell::fixed(s.clone()), false)),
             HeaderValueSource::Secret(r) => {
-                match secret(format!("{prefix}.headers.{name}"), r, problems) {
+                match secret(format!("{prefix}.headers.{name}"), r, secrets, problems) {
                     Some(value) => out.push(header(value, true)),
                     None => complete = false,
                 }
@@ -675,7 +709,8 @@ mod tests {
             (name("x-e"), HeaderValueSource::Secret(unset)),
         ];
         let mut problems = Problems::default();
-        assert!(headers("probe.http", &hs, &mut problems).is_none());
+        let cache = SecretCache::default();
+        assert!(headers("probe.http", &hs, &cache, &mut problems).is_none());
         let text = PrepareError {
             problems: problems.0,
         }
@@ -696,10 +731,10 @@ mod tests {
         assert!(!text.contains("s3cret"), "{text}");
 
         let mut problems = Problems::default();
-        let ok = headers("probe.tls", &hs[1..3], &mut problems).unwrap();
+        let ok = headers("probe.tls", &hs[1..3], &cache, &mut problems).unwrap();
         assert!(problems.0.is_empty());
-        assert_eq!((ok[0].value.as_str(), ok[0].secret), ("s3cret", true));
-        assert_eq!((ok[1].value.as_str(), ok[1].secret), ("plain", false));
+        assert_eq!((&*ok[0].value.get(), ok[0].secret), ("s3cret", true));
+        assert_eq!((&*ok[1].value.get(), ok[1].secret), ("plain", false));
         assert_eq!(format!("{ok:?}"), r#"[x-b: <redacted>, x-c: "plain"]"#);
     }
 
@@ -710,7 +745,8 @@ mod tests {
         std::fs::write(&big, vec![b'x'; 65 * 1024]).unwrap();
         let mut problems = Problems::default();
         let r = SecretRef::File(big.clone());
-        assert!(secret("probe.mysql.password".into(), &r, &mut problems).is_none());
+        let cache = SecretCache::default();
+        assert!(secret("probe.mysql.password".into(), &r, &cache, &mut problems).is_none());
         assert_eq!(
             problems.0[0].to_string(),
             format!(
@@ -729,7 +765,8 @@ mod tests {
         assert_eq!(meta.len(), 0);
         let mut problems = Problems::default();
         let r = SecretRef::File(path.to_owned());
-        assert!(secret("probe.mysql.password".into(), &r, &mut problems).is_none());
+        let cache = SecretCache::default();
+        assert!(secret("probe.mysql.password".into(), &r, &cache, &mut problems).is_none());
         assert_eq!(
             problems.0[0].to_string(),
             "probe.mysql.password: file /proc/kallsyms is larger than 64 KiB"

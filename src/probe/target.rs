@@ -4,8 +4,9 @@
 //! A leaf: the step context and every kind read these types without importing each other.
 
 use crate::config::{Branch, HttpProbe, MysqlProbe, OtlpProbe, StepTimeouts};
+use crate::secrets::SecretCell;
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 /// Everything needed to probe one branch, prepared once at start-up.
@@ -71,7 +72,8 @@ const MAX_WINDOWED_CHARS: usize = 4096;
 
 /// The configured secrets' values (the MySQL password, secret header values) and the one
 /// function that removes them from text a target sent back: server messages, header values,
-/// bodies, mismatch messages.
+/// bodies, mismatch messages. It follows secrets that change: after a refresh it matches the new
+/// value and the few before it (an attempt in flight may echo the one it sent).
 ///
 /// A secret of at least [`MIN_TRANSFORMED_SECRET_CHARS`] characters is matched ignoring ASCII
 /// case, and so is each of its whitespace-separated parts and each part between template
@@ -81,15 +83,25 @@ const MAX_WINDOWED_CHARS: usize = 4096;
 /// overlap are replaced as one, so no piece of a secret is left between two.
 #[derive(Clone, Default)]
 pub struct Redactor {
+    /// The secrets followed.
+    cells: Arc<Vec<SecretCell>>,
+    /// The matchers, built for the cells' generations in `stamp`; shared by the clones.
+    built: Arc<RwLock<Matchers>>,
+}
+
+/// The automata of one set of secret values.
+#[derive(Clone, Default)]
+struct Matchers {
+    /// The sum of the cells' generations these were built for.
+    stamp: u64,
     /// Short secrets, case-sensitive.
     exact: Option<Arc<aho_corasick::AhoCorasick>>,
     /// Everything else, ASCII case-insensitive.
     loose: Option<Arc<aho_corasick::AhoCorasick>>,
 }
 
-impl Redactor {
-    /// A redactor of `secrets` (empty ones are ignored).
-    pub fn new<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Self {
+impl Matchers {
+    fn of<'a>(stamp: u64, secrets: impl IntoIterator<Item = &'a str>) -> Matchers {
         let (mut exact, mut loose) = (BTreeSet::new(), BTreeSet::new());
         for s in secrets.into_iter().filter(|s| !s.is_empty()) {
             if s.chars().count() < MIN_TRANSFORMED_SECRET_CHARS {
@@ -105,17 +117,68 @@ impl Redactor {
                 }
             }
         }
-        Redactor {
+        Matchers {
+            stamp,
             exact: matcher(&exact, false),
             loose: matcher(&loose, true),
         }
     }
 
+    fn all(&self) -> impl Iterator<Item = &Arc<aho_corasick::AhoCorasick>> {
+        [&self.exact, &self.loose].into_iter().flatten()
+    }
+}
+
+impl Redactor {
+    /// A redactor of fixed `secrets` (empty ones are ignored).
+    pub fn new<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Self {
+        Redactor::of(
+            secrets
+                .into_iter()
+                .map(|s| SecretCell::fixed(s.into()))
+                .collect(),
+        )
+    }
+
+    /// A redactor of the values `cells` hold, now and after they change.
+    pub fn of(cells: Vec<SecretCell>) -> Self {
+        let r = Redactor {
+            cells: Arc::new(cells),
+            built: Arc::default(),
+        };
+        let built = r.build();
+        *r.built.write().unwrap_or_else(PoisonError::into_inner) = built;
+        r
+    }
+
+    fn stamp(&self) -> u64 {
+        self.cells.iter().map(SecretCell::generation).sum()
+    }
+
+    fn build(&self) -> Matchers {
+        let values: Vec<Arc<str>> = self.cells.iter().flat_map(SecretCell::values).collect();
+        Matchers::of(self.stamp(), values.iter().map(|v| &**v))
+    }
+
+    /// The matchers of the cells' values now, rebuilt once after a cell changed.
+    fn matchers(&self) -> Matchers {
+        let stamp = self.stamp();
+        {
+            let built = self.built.read().unwrap_or_else(PoisonError::into_inner);
+            if built.stamp == stamp {
+                return built.clone();
+            }
+        }
+        let fresh = self.build();
+        *self.built.write().unwrap_or_else(PoisonError::into_inner) = fresh.clone();
+        fresh
+    }
+
     /// `text` with every occurrence of every secret replaced by [`REDACTED`].
     pub fn redact(&self, text: &str) -> String {
-        let mut spans: Vec<(usize, usize)> = [&self.exact, &self.loose]
-            .into_iter()
-            .flatten()
+        let m = self.matchers();
+        let mut spans: Vec<(usize, usize)> = m
+            .all()
             .flat_map(|m| m.find_overlapping_iter(text).map(|f| (f.start(), f.end())))
             .collect();
         if spans.is_empty() {
@@ -142,21 +205,14 @@ impl Redactor {
 
     /// [`Redactor::redact`] in place.
     pub fn redact_in_place(&self, text: &mut String) {
-        let hit = [&self.exact, &self.loose]
-            .into_iter()
-            .flatten()
-            .any(|m| m.is_match(text.as_str()));
+        let hit = self.matchers().all().any(|m| m.is_match(text.as_str()));
         if hit {
             *text = self.redact(text);
         }
     }
 
     fn patterns_len(&self) -> usize {
-        [&self.exact, &self.loose]
-            .into_iter()
-            .flatten()
-            .map(|m| m.patterns_len())
-            .sum()
+        self.matchers().all().map(|m| m.patterns_len()).sum()
     }
 }
 
@@ -271,13 +327,21 @@ pub enum Target {
 }
 
 impl Target {
-    /// The resolved secrets this target sends: the MySQL password, secret header values.
-    pub fn secrets(&self) -> Vec<&str> {
+    /// The secrets this target sends: the MySQL password, secret header values.
+    pub fn secrets(&self) -> Vec<SecretCell> {
         match self {
-            Target::Mysql(t) => vec![t.password.as_str()],
+            Target::Mysql(t) => vec![t.password.clone()],
             Target::Tcp(_) => Vec::new(),
             Target::Http(t) => secret_values(&t.headers),
             Target::Otlp(t) => secret_values(&t.headers),
+        }
+    }
+
+    /// The server denied an attempt that sent this target's secrets: each one that can be read
+    /// again is (at most once a minute).
+    pub fn report_denied(&self) {
+        for s in self.secrets() {
+            s.report_denied();
         }
     }
 
@@ -287,12 +351,12 @@ impl Target {
         let short = |v: &str| v.chars().count() < MIN_TRANSFORMED_SECRET_CHARS;
         let headers = |kind: &str, hs: &[Header]| -> Vec<String> {
             hs.iter()
-                .filter(|h| h.secret && short(&h.value))
+                .filter(|h| h.secret && short(&h.value.get()))
                 .map(|h| format!("probe.{kind}.headers.{}", h.name))
                 .collect()
         };
         match self {
-            Target::Mysql(t) if short(&t.password) => vec!["probe.mysql.password".into()],
+            Target::Mysql(t) if short(&t.password.get()) => vec!["probe.mysql.password".into()],
             Target::Mysql(_) | Target::Tcp(_) => Vec::new(),
             Target::Http(t) => headers("http", &t.headers),
             Target::Otlp(t) => headers("otlp", &t.headers),
@@ -310,11 +374,11 @@ impl Target {
     }
 }
 
-fn secret_values(headers: &[Header]) -> Vec<&str> {
+fn secret_values(headers: &[Header]) -> Vec<SecretCell> {
     headers
         .iter()
         .filter(|h| h.secret)
-        .map(|h| h.value.as_str())
+        .map(|h| h.value.clone())
         .collect()
 }
 
@@ -322,8 +386,8 @@ fn secret_values(headers: &[Header]) -> Vec<&str> {
 #[derive(Clone)]
 pub struct Header {
     pub name: http::HeaderName,
-    /// The value (a template); never logged when `secret`.
-    pub value: String,
+    /// The value (a template), read at each attempt; never logged when `secret`.
+    pub value: SecretCell,
     /// Whether the value came from a secret reference.
     pub secret: bool,
 }
@@ -333,7 +397,7 @@ impl std::fmt::Debug for Header {
         if self.secret {
             write!(f, "{}: <redacted>", self.name)
         } else {
-            write!(f, "{}: {:?}", self.name, self.value)
+            write!(f, "{}: {:?}", self.name, &*self.value.get())
         }
     }
 }
@@ -343,8 +407,8 @@ impl std::fmt::Debug for Header {
 pub struct MysqlTarget {
     /// Settings from the config.
     pub settings: MysqlProbe,
-    /// The resolved password (never logged).
-    pub password: String,
+    /// The password, read at each attempt (never logged).
+    pub password: SecretCell,
     /// rustls client configuration of the `tls` step, whose session then carries `auth`, `write`
     /// and `verify` (`None` when ssl_mode is disabled).
     pub tls: Option<Arc<rustls::ClientConfig>>,
@@ -472,6 +536,22 @@ mod tests {
         assert_eq!(
             r.redact("echo: Bearer tok-17-SECRETVALUE."),
             "echo: <redacted>17<redacted>."
+        );
+    }
+
+    /// After a refresh the new value is redacted, and the old one still is (an attempt in
+    /// flight may echo it); clones share what was learned.
+    #[test]
+    fn redaction_follows_a_refreshed_secret() {
+        let cell = SecretCell::fixed("first-Secret-1".into());
+        let r = Redactor::of(vec![cell.clone()]);
+        let clone = r.clone();
+        assert_eq!(r.redact("x second-Secret-2"), "x second-Secret-2");
+        assert!(cell.set("second-Secret-2".into()));
+        assert_eq!(clone.redact("x second-Secret-2"), "x <redacted>");
+        assert_eq!(
+            r.redact("first-Secret-1 second-Secret-2"),
+            "<redacted> <redacted>"
         );
     }
 

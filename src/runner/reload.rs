@@ -16,6 +16,7 @@ use crate::fold::{BranchChange, Input, Rename, ServiceChange, ServiceId};
 use crate::probe::{self, BranchProbe, InputsDigest};
 use crate::record::Reload;
 use crate::reload_plan::{self, Change, Running};
+use crate::secrets::SecretCache;
 use crate::state::Store;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -30,12 +31,20 @@ type Loaded = Result<(Store, ControlDoc), String>;
 
 /// Prepare the named services of `cfg` off the runtime (secrets and CA files are read, as at
 /// start-up).
-async fn prepare(cfg: Arc<Config>, names: Vec<String>) -> HashMap<String, Prepared> {
+async fn prepare(
+    cfg: Arc<Config>,
+    names: Vec<String>,
+    secrets: SecretCache,
+) -> HashMap<String, Prepared> {
+    // Secrets Manager secrets the new config names for the first time are read now; the ones
+    // already read are kept (their own task reads them again).
+    secrets.read_missing(&cfg).await;
     let work = move || {
         let mut out = HashMap::new();
         for name in names {
             if let Some(svc) = cfg.services.iter().find(|s| s.service.name == name) {
-                let r = probe::branches_and_digest(&cfg, svc).map_err(|e| problems_of(&e));
+                let r =
+                    probe::branches_and_digest(&cfg, svc, &secrets).map_err(|e| problems_of(&e));
                 out.insert(name, r);
             }
         }
@@ -129,7 +138,8 @@ pub(super) fn request(
         changed: staging.changed,
         to_start: staging.to_start.clone(),
     });
-    let job = stage(Arc::new(new), staging.running, staging.to_start);
+    let secrets = fleet.loops.secrets.clone();
+    let job = stage(Arc::new(new), staging.running, staging.to_start, secrets);
     pending.job.spawn(job);
 }
 
@@ -161,9 +171,14 @@ pub(super) const STAGING_BOUND: Duration = {
 /// are read again: they may have changed under the same config); unless a running one cannot be
 /// prepared (the reload is then refused), load the control documents of the new ones that
 /// could be, within [`STAGING_BOUND`].
-async fn stage(new: Arc<Config>, running: Vec<String>, to_start: Vec<String>) -> Staged {
+async fn stage(
+    new: Arc<Config>,
+    running: Vec<String>,
+    to_start: Vec<String>,
+    secrets: SecretCache,
+) -> Staged {
     let names = running.iter().chain(&to_start).cloned().collect();
-    let prepared = prepare(new.clone(), names).await;
+    let prepared = prepare(new.clone(), names, secrets).await;
     let ok = |n: &&String| matches!(prepared.get(*n), Some(Ok(_)));
     let mut loaded = HashMap::new();
     if running.iter().all(|n| ok(&n)) {
@@ -323,6 +338,8 @@ fn applied(
     };
     let services = w.fleet.live.len();
     w.fleet.cfg = new;
+    // Secrets no service names any more are not read again.
+    w.fleet.loops.secrets.retain(&w.fleet.cfg);
     shell.feed(Input::Reloaded {
         record: Box::new(record),
         services,

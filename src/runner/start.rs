@@ -11,6 +11,7 @@ use crate::fold::{Fold, Input, NewService, ServiceId, Setup};
 use crate::probe::{self, PrepareError};
 use crate::record::{Start, StartBranch};
 use crate::scheduler::BranchEvent;
+use crate::secrets::SecretCache;
 use crate::sink::SinkQueue;
 use crate::sink::evidence::EvidenceWriter;
 use crate::state::{FileStore, S3Store, StateError, Store};
@@ -37,7 +38,7 @@ pub(super) struct Prepared<'a> {
 
 /// Prepare every service on its own: one that cannot be prepared does not stop the others.
 /// The resolver is built once; without it no service runs.
-pub(super) fn prepare_all(cfg: &Config) -> Prepared<'_> {
+pub(super) fn prepare_all<'a>(cfg: &'a Config, secrets: &SecretCache) -> Prepared<'a> {
     let mut p = Prepared {
         running: Vec::new(),
         resolver: None,
@@ -51,7 +52,7 @@ pub(super) fn prepare_all(cfg: &Config) -> Prepared<'_> {
         }
     };
     for svc in &cfg.services {
-        match probe::branches_and_digest(cfg, svc) {
+        match probe::branches_and_digest(cfg, svc, secrets) {
             Ok(probes) => p.running.push((svc, probes)),
             Err(e) => p.unavailable.push((svc, e)),
         }
@@ -108,7 +109,7 @@ pub(super) fn start(
     clock: Clock,
     loaded: Loaded<'_>,
     (evidence, sinks): (EvidenceWriter, Vec<(String, SinkQueue)>),
-    resolver: hickory_resolver::TokioResolver,
+    (resolver, secrets): (hickory_resolver::TokioResolver, SecretCache),
 ) -> (Shell, Fleet, mpsc::Receiver<(Tag, BranchEvent)>) {
     let now = clock.now_ms();
     let unavailable: Vec<(String, String)> = loaded
@@ -154,8 +155,16 @@ pub(super) fn start(
             grace: opts.grace,
             stop: CancellationToken::new(),
             next_feed: 0,
+            secrets,
         },
     };
+    tokio::spawn(
+        fleet
+            .loops
+            .secrets
+            .clone()
+            .refresh(fleet.loops.stop.clone()),
+    );
     shell.execute(effects);
     // Every service enters the fold as a reload's does ([`launch`]); ids from 0.
     let duration_ms = opts.duration.map(|d| d.as_millis() as u64);

@@ -84,6 +84,8 @@ pub(super) struct Loops {
     pub(super) grace: Duration,
     pub(super) stop: CancellationToken,
     pub(super) next_feed: u64,
+    /// The run's Secrets Manager secrets, read again by their own task until `stop`.
+    pub(super) secrets: crate::secrets::SecretCache,
 }
 
 impl Loops {

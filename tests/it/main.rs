@@ -29,6 +29,7 @@ mod report_alarms;
 mod report_view;
 mod resolve_step;
 mod secret_leak;
+mod secrets_rotation;
 mod simulate;
 mod stable_name;
 mod state_dir;

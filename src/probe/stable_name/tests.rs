@@ -197,7 +197,12 @@ port = 3306
 "#;
     let cfg = crate::config::parse(std::path::Path::new("t.toml"), text)
         .unwrap_or_else(|e| panic!("{:?}", e.issues));
-    crate::probe::branches(&cfg, &cfg.services[0]).unwrap()
+    crate::probe::branches(
+        &cfg,
+        &cfg.services[0],
+        &crate::secrets::SecretCache::default(),
+    )
+    .unwrap()
 }
 
 /// The end-to-end attempt goes to the stable name with the selected branch's port, else the
