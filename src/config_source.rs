@@ -103,6 +103,14 @@ impl Reader {
     /// [`ReadError`] when the source cannot be read or is over the cap.
     pub async fn read(&self, unless: Option<&Identity>) -> Result<Option<Fetched>, ReadError> {
         match (&self.source, &self.s3) {
+            (ConfigSource::S3 { .. }, Some(client)) if client.config().region().is_none() => {
+                // The SDK's own words ("A region must be set...") name no setting to fix.
+                Err(ReadError {
+                    class: "other",
+                    reason: "GetObject: no AWS region: set AWS_REGION (or the profile's region)"
+                        .into(),
+                })
+            }
             (ConfigSource::S3 { bucket, key }, Some(client)) => {
                 let etag = match unless {
                     Some(Identity::ETag(e)) => Some(e.as_str()),
