@@ -46,6 +46,13 @@ impl SecretsClient {
     /// # Errors
     /// [`FetchError`] when the call fails or the secret holds binary data only.
     pub async fn secret_string(&self, id: &str) -> Result<String, FetchError> {
+        if self.0.config().region().is_none() {
+            // The SDK would say "missing signing region", which names no setting to fix.
+            return Err(FetchError {
+                class: "unreachable",
+                message: "no AWS region: set AWS_REGION, or `region` in the reference".into(),
+            });
+        }
         let out = self
             .0
             .get_secret_value()
@@ -163,5 +170,17 @@ mod tests {
         let long: E =
             SdkError::dispatch_failure(ConnectorError::other("x ".repeat(1000).into(), None));
         assert!(classify(&long).message.chars().count() <= 301);
+    }
+
+    /// A client without a region fails before any request, naming what to set.
+    #[tokio::test]
+    async fn no_region_says_what_to_set() {
+        let conf = aws_sdk_secretsmanager::Config::builder()
+            .behavior_version(aws_sdk_secretsmanager::config::BehaviorVersion::latest())
+            .build();
+        let client = SecretsClient(aws_sdk_secretsmanager::Client::from_conf(conf));
+        let e = client.secret_string("orders-db").await.unwrap_err();
+        assert_eq!(e.class, "unreachable");
+        assert!(e.message.contains("set AWS_REGION"), "{e}");
     }
 }
