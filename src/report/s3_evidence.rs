@@ -124,6 +124,13 @@ pub async fn list(
     limits: Limits,
     skipped: &mut Vec<String>,
 ) -> Result<Vec<Segment>, ListError> {
+    if client.config().region().is_none() {
+        // The SDK would say "A region must be set", which names no setting to fix.
+        return Err(ListError::Fail(format!(
+            "cannot list {}: no AWS region: set AWS_REGION (or the profile's region)",
+            loc.url_of(&loc.prefix)
+        )));
+    }
     let mut dirs = vec![(loc.prefix.clone(), 0usize)];
     let mut listed = 0usize;
     let mut seen_dirs = 0usize;

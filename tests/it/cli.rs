@@ -9,31 +9,48 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_readyprobe"))
 }
 
-/// An S3 config without a region anywhere in the chain: the message names what to set, and no
-/// request is made (the endpoint is a closed port).
+/// An S3 config or evidence without a region anywhere in the chain: the message names what to
+/// set, and no request is made (the endpoint is a closed port).
 #[test]
-fn an_s3_config_without_a_region_says_to_set_one() {
+fn s3_sources_without_a_region_say_to_set_one() {
     let home = tempfile::tempdir().unwrap();
-    let out = bin()
+    let out = no_region(&home)
         .args(["check", "--config", "s3://readyprobe-cfg/orders.toml"])
-        .env_clear()
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    let want = "s3://readyprobe-cfg/orders.toml: (file): GetObject: no AWS region: set AWS_REGION";
+    assert!(err.contains(want), "{err}");
+    let out = no_region(&home)
+        .args([
+            "drill",
+            "report",
+            "--evidence",
+            "s3://readyprobe-ev/drills/",
+        ])
+        .arg("--out")
+        .arg(home.path().join("report"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(74), "{err}");
+    let want = "cannot list s3://readyprobe-ev/drills/: no AWS region: set AWS_REGION";
+    assert!(err.contains(want), "{err}");
+}
+
+/// The binary with test credentials and no region anywhere in the AWS chain.
+fn no_region(home: &tempfile::TempDir) -> Command {
+    let mut cmd = bin();
+    cmd.env_clear()
         .env("HOME", home.path())
         .env("AWS_CONFIG_FILE", home.path().join("none"))
         .env("AWS_SHARED_CREDENTIALS_FILE", home.path().join("none"))
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(64), "{err}");
-    assert!(
-        err.contains(
-            "s3://readyprobe-cfg/orders.toml: (file): GetObject: no AWS region: set AWS_REGION"
-        ),
-        "{err}"
-    );
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9");
+    cmd
 }
 
 #[test]
