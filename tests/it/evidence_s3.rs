@@ -314,6 +314,27 @@ async fn a_drill_over_two_runs_reads_back_from_s3() {
     assert!(md.contains("stopped the primary listener"), "{md}");
     assert!(md.contains("started the primary listener"), "{md}");
     assert!(!md.contains("record_seq jumps"), "no gap: {md}");
+
+    // The local file with its S3 copy: every record is there twice, the same, and counts once
+    // without a problem.
+    let both = d.join("report-both");
+    let (code, stdout, err) = cli(&[
+        "drill",
+        "report",
+        "--evidence",
+        ev.to_str().unwrap(),
+        "--evidence",
+        &url,
+        "--out",
+        both.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let md_both = std::fs::read_to_string(both.join("report.md")).unwrap();
+    assert!(!md_both.contains("reused"), "{md_both}");
+    let json = |dir: &Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
+    };
+    assert_eq!(json(&both)["services"], json(&out)["services"]);
 }
 
 /// Wait for the run at `child` to have `n` more segments in S3 than `before`, then SIGKILL it.
