@@ -53,6 +53,8 @@ struct Item {
     at: Millis,
     prober: usize,
     seq: Option<u64>,
+    /// The line's [`digest`]: two different records may share a `record_seq`.
+    digest: u64,
     service: usize,
     ev: Ev,
 }
@@ -127,8 +129,9 @@ pub struct Merger {
     names: Names,
     problems: Vec<String>,
     more_problems: usize,
-    /// Every `record_seq` per prober, of every service (a filtered-out record is no gap).
-    seqs: BTreeMap<String, Vec<u64>>,
+    /// Every `record_seq` per prober with its line's [`digest`], of every service (a
+    /// filtered-out record is no gap, and may reuse a number too).
+    seqs: BTreeMap<String, Vec<(u64, u64)>>,
     /// Alarm lanes per service (`--alarms`).
     alarms: HashMap<String, Vec<AlarmLane>>,
     /// The first and last time seen (records and markers' `given_at`).
@@ -192,12 +195,13 @@ impl Merger {
             Ok(e) => e,
             Err(e) => return self.problem(file, &format!("{e} (line left out)")),
         };
+        let digest = digest(&env);
         if let Some(seq) = env.record_seq {
             self.seq_order(file, &env.prober, seq, env.at_ms);
             match self.seqs.get_mut(&env.prober) {
-                Some(v) => v.push(seq),
+                Some(v) => v.push((seq, digest)),
                 None => {
-                    self.seqs.insert(env.prober.clone(), vec![seq]);
+                    self.seqs.insert(env.prober.clone(), vec![(seq, digest)]);
                 }
             }
         }
@@ -231,6 +235,7 @@ impl Merger {
             at: env.at_ms,
             prober,
             seq: env.record_seq,
+            digest,
             service,
             ev,
         });
@@ -434,17 +439,24 @@ impl Merger {
         self.alarms.insert(service.to_string(), lanes);
     }
 
-    /// The drill: records in order, one per `(prober, record_seq)` (a file given twice, or
-    /// overlapping copies, count once), gaps in `record_seq` listed as problems.
+    /// The drill: records in order, one per `(prober, record_seq)` and content (a file given
+    /// twice, or overlapping copies, count once; different records under one number are all
+    /// kept, the number listed as reused), gaps in `record_seq` listed as problems.
     pub fn finish(mut self) -> Drill {
         let names = &self.names;
         self.items.sort_by(|a, b| {
-            (a.at, names.get(a.prober), a.seq).cmp(&(b.at, names.get(b.prober), b.seq))
+            (a.at, names.get(a.prober), a.seq, a.digest).cmp(&(
+                b.at,
+                names.get(b.prober),
+                b.seq,
+                b.digest,
+            ))
         });
         let mut seen = HashSet::new();
         self.items
-            .retain(|i| i.seq.is_none_or(|s| seen.insert((i.prober, s))));
-        for p in seq_gaps(std::mem::take(&mut self.seqs)) {
+            .retain(|i| i.seq.is_none_or(|s| seen.insert((i.prober, s, i.digest))));
+        let mut seqs = std::mem::take(&mut self.seqs);
+        for p in seq_reuse(&mut seqs).into_iter().chain(seq_gaps(seqs)) {
             self.note(p);
         }
         for p in self.clock_skew() {
@@ -544,11 +556,82 @@ enum RunAt {
     Running,
 }
 
+/// Most reused ranges of one prober named; the rest are counted.
+const MAX_REUSED_RANGES: usize = 10;
+
+/// A digest of `env`'s content (its `record_seq` aside): two lines with one number and the same
+/// digest are the same record read twice (a file and its copy, a local file and its S3
+/// segment); different digests are two records. Taken over the parsed line, so a copy that
+/// differs only in key order or spacing is still the same record.
+fn digest(env: &Envelope) -> u64 {
+    /// Feeds the serialised line to the hasher without holding it.
+    struct Feed(std::hash::DefaultHasher);
+    impl std::io::Write for Feed {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            std::hash::Hasher::write(&mut self.0, b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut f = Feed(std::hash::DefaultHasher::new());
+    // Serialising a parsed record into a sink that cannot fail does not fail; were it to, the
+    // part fed so far still tells records apart.
+    let _ = serde_json::to_writer(&mut f, env);
+    std::hash::Hasher::finish(&f.0)
+}
+
+/// One sentence per prober whose `record_seq` numbers two different records (its numbering
+/// restarted), naming the numbers reused as ranges, in prober order.
+fn seq_reuse(per: &mut BTreeMap<String, Vec<(u64, u64)>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (prober, v) in per.iter_mut() {
+        v.sort_unstable();
+        v.dedup();
+        let mut reused: Vec<u64> = v
+            .windows(2)
+            .filter_map(|w| (w[0].0 == w[1].0).then_some(w[0].0))
+            .collect();
+        reused.dedup();
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for n in reused {
+            match ranges.last_mut() {
+                Some(r) if r.1 + 1 == n => r.1 = n,
+                _ => ranges.push((n, n)),
+            }
+        }
+        if ranges.is_empty() {
+            continue;
+        }
+        let mut named: Vec<String> = ranges
+            .iter()
+            .take(MAX_REUSED_RANGES)
+            .map(|&(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}–{b}")
+                }
+            })
+            .collect();
+        if ranges.len() > MAX_REUSED_RANGES {
+            named.push(format!("{} more ranges", ranges.len() - MAX_REUSED_RANGES));
+        }
+        out.push(format!(
+            "prober {prober}: record_seq {} reused by different records (its numbering restarted: a fresh disk whose [evidence.s3] did not answer at start, or a lost evidence file); all are kept, in time order",
+            named.join(", ")
+        ));
+    }
+    out
+}
+
 /// One sentence per jump in a prober's `record_seq` (records lost between two lines), in
 /// prober order. A first number above 1 is not a gap: older records may be in a rotated file.
-fn seq_gaps(per: BTreeMap<String, Vec<u64>>) -> Vec<String> {
+fn seq_gaps(per: BTreeMap<String, Vec<(u64, u64)>>) -> Vec<String> {
     let mut out = Vec::new();
-    for (prober, mut v) in per {
+    for (prober, v) in per {
+        let mut v: Vec<u64> = v.into_iter().map(|(seq, _)| seq).collect();
         v.sort_unstable();
         v.dedup();
         for w in v.windows(2) {

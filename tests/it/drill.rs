@@ -679,3 +679,70 @@ async fn drill_report_measures_dns_selection_and_cache_expiry() {
     check_failover_dns_phases(&md, &ev, flip_over);
     check_failback_dns_phases(&md, flip_back);
 }
+
+/// A lost evidence file: the next run numbers its records from 1 again. `drill report` over the
+/// old file and the new one keeps both runs' records and names the reused numbers; a copy of
+/// the old file given too adds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drill_report_keeps_both_runs_when_numbering_restarted() {
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("mq-a", Ipv4Addr::LOCALHOST, 5).await;
+    dns.set_a("mq-b", Ipv4Addr::LOCALHOST, 5).await;
+    let (a, b) = (listener().await, listener().await);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = two_branch_config(d, &dns, (a.port, b.port)).write(&d.join("az-a.toml"));
+    let ev = evidence(d, "az-a");
+    let attempts = |ev: &[Value]| ev.iter().filter(|r| r["kind"] == "attempt").count();
+    let mut runs = Vec::new();
+    for n in 1..=2 {
+        let run = Running::start(readyprobe::config::load(&cfg).unwrap(), None);
+        wait_evidence(&ev, Duration::from_secs(30), |ev| attempts(ev) >= 4).await;
+        run.stop().await;
+        let kept = d.join(format!("run-{n}.jsonl"));
+        std::fs::rename(&ev, &kept).unwrap();
+        runs.push(kept);
+    }
+    let copy = d.join("run-1-copy.jsonl");
+    std::fs::copy(&runs[0], &copy).unwrap();
+    let records: Vec<Vec<Value>> = runs.iter().map(|r| read_evidence(r)).collect();
+    let last_seq = |ev: &[Value]| ev.iter().filter_map(|r| r["record_seq"].as_u64()).max();
+    assert_eq!(records[1][0]["record_seq"], 1, "{:?}", records[1][0]);
+    let overlap = last_seq(&records[0]).min(last_seq(&records[1])).unwrap();
+
+    let out = d.join("report");
+    let mut args = vec!["drill", "report", "--out", out.to_str().unwrap()];
+    for f in [&runs[0], &runs[1], &copy] {
+        args.extend(["--evidence", f.to_str().unwrap()]);
+    }
+    let (code, stdout, err) = cli(&args);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let reused: Vec<&str> = md.lines().filter(|l| l.contains("reused")).collect();
+    assert_eq!(reused.len(), 1, "{md}");
+    assert!(
+        reused[0].contains(&format!(
+            "prober az-a: record_seq 1–{overlap} reused by different records"
+        )),
+        "{md}"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains(&format!("record_seq 1–{overlap} reused")),
+        "{html}"
+    );
+    // Every attempt of both runs is in the report, once.
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let drawn: usize = json["services"][0]["branches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["attempts"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(
+        drawn,
+        attempts(&records[0]) + attempts(&records[1]),
+        "{json}"
+    );
+}

@@ -314,6 +314,30 @@ async fn a_drill_over_two_runs_reads_back_from_s3() {
     assert!(md.contains("stopped the primary listener"), "{md}");
     assert!(md.contains("started the primary listener"), "{md}");
     assert!(!md.contains("record_seq jumps"), "no gap: {md}");
+    local_with_its_s3_copy_counts_once(&ev, &url, &out);
+}
+
+/// The local file `ev` with its S3 copy at `url`: every record is there twice, the same, and
+/// counts once without a problem (the report equals the one from S3 alone, in `from_s3`).
+fn local_with_its_s3_copy_counts_once(ev: &Path, url: &str, from_s3: &Path) {
+    let both = from_s3.with_file_name("report-both");
+    let (code, stdout, err) = cli(&[
+        "drill",
+        "report",
+        "--evidence",
+        ev.to_str().unwrap(),
+        "--evidence",
+        url,
+        "--out",
+        both.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let md = std::fs::read_to_string(both.join("report.md")).unwrap();
+    assert!(!md.contains("reused"), "{md}");
+    let json = |dir: &Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
+    };
+    assert_eq!(json(&both)["services"], json(from_s3)["services"]);
 }
 
 /// Wait for the run at `child` to have `n` more segments in S3 than `before`, then SIGKILL it.

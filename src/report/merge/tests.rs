@@ -1,5 +1,6 @@
-//! The merge on hand-built evidence: order, one record per `(prober, record_seq)`, one marker
-//! per id, lanes from transitions and `start.restored`, the configuration in force, problems.
+//! The merge on hand-built evidence: order, one record per `(prober, record_seq)` and content,
+//! one marker per id, lanes from transitions and `start.restored`, the configuration in force,
+//! problems.
 
 use super::*;
 use crate::control::{Forced, MarkerKind};
@@ -772,5 +773,51 @@ fn a_start_without_a_stop_before_it_is_a_problem() {
         killed[0].contains("started again at 2026-01-02T03:04:45.000Z")
             && killed[0].contains("after its record at 2026-01-02T03:04:30.000Z"),
         "{problems}"
+    );
+}
+
+/// Two different records with one `(prober, record_seq)` (numbering restarted: a fresh disk
+/// whose S3 did not answer at start, or a lost evidence file) are both kept, in time order, and
+/// the reused range is a problem; the same record given twice still counts once, silently.
+#[test]
+fn a_record_seq_reused_by_different_records_keeps_both_and_is_a_problem() {
+    let first = || {
+        vec![
+            env(0, "az-a", 1, start(vec![])),
+            env(1_000, "az-a", 2, attempt("primary", true)),
+            env(2_000, "az-a", 3, attempt("primary", true)),
+            env(3_000, "az-a", 4, attempt("primary", true)),
+            env(4_000, "az-a", 7, attempt("primary", true)),
+            env(5_000, "az-a", 9, attempt("primary", true)),
+        ]
+    };
+    let restarted = vec![
+        env(60_000, "az-a", 1, start(vec![])),
+        env(61_000, "az-a", 2, attempt("primary", false)),
+        env(62_000, "az-a", 3, attempt("primary", false)),
+        // The same record as the first run's 7 (a copy): no reuse.
+        env(4_000, "az-a", 7, attempt("primary", true)),
+        env(63_000, "az-a", 9, attempt("primary", false)),
+    ];
+    let d = merge(
+        vec![
+            ("run-1.jsonl".into(), first()),
+            ("run-2.jsonl".into(), restarted),
+            ("run-1-copy.jsonl".into(), first()),
+        ],
+        None,
+    );
+    let attempts = &d.services[0].branches[0].attempts;
+    let times: Vec<Millis> = attempts.iter().map(|a| a.at - T0).collect();
+    assert_eq!(
+        times,
+        [1_000, 2_000, 3_000, 4_000, 5_000, 61_000, 62_000, 63_000],
+        "{attempts:?}"
+    );
+    let reused: Vec<&String> = d.problems.iter().filter(|p| p.contains("reused")).collect();
+    assert_eq!(reused.len(), 1, "{:?}", d.problems);
+    assert!(
+        reused[0].starts_with("prober az-a: record_seq 1–3, 9 reused by different records"),
+        "{reused:?}"
     );
 }
