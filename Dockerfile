@@ -16,7 +16,8 @@
 
 ARG RUST_VERSION=1.95
 
-FROM rust:${RUST_VERSION}-bookworm AS build
+# Fully qualified: podman and buildah resolve no short names without a registries.conf.
+FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
 WORKDIR /src
 # Dependencies first, so a change under src/ does not rebuild them: a stub crate with the same
 # manifest and lock file. The manifest names the integration tests, so their stub is needed too.
@@ -28,11 +29,10 @@ RUN mkdir -p src tests/it \
  && rm -rf src
 COPY src ./src
 # touch: the stub's build is older than the sources, but cargo compares modification times.
-# strip: the symbol tables are a quarter of the binary (BENCHMARKS.md, start-up and size); a
-# panic still prints its message and location.
+# The release profile (Cargo.toml) links with LTO and strips the binary; a panic still prints
+# its message and location.
 RUN touch src/main.rs src/lib.rs \
  && cargo build --release --locked --bin readyprobe \
- && strip target/release/readyprobe \
  && install -d -m 0750 /out/state \
  && install -d -m 0755 /out/config
 # The config to bake in: none by default; a baked one must pass `check` (syntax and rules).

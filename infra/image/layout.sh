@@ -3,7 +3,7 @@
 #
 #   layout_final_stage ROOT BIN CONFIG
 #
-# ROOT gets: BIN stripped (as the build stage strips it) at /usr/local/bin/readyprobe; the shared
+# ROOT gets: BIN stripped (as the release profile does) at /usr/local/bin/readyprobe; the shared
 # libraries `ldd` names for it, copied from this machine (Debian 12: the glibc and libgcc that
 # distroless cc-debian12 carries); the CA bundle; distroless's passwd and group (root, nobody,
 # nonroot); /tmp; /home/nonroot and /var/lib/readyprobe owned by 65532; /etc/readyprobe with
@@ -14,7 +14,7 @@ layout_final_stage() {
   local root=$1 bin=$2 config=$3 lib
   chmod 0755 "$root"   # the image's / (mktemp makes it 0700)
   install -D -m 0755 "$bin" "$root/usr/local/bin/readyprobe"
-  strip "$root/usr/local/bin/readyprobe"   # as the build stage does
+  strip "$root/usr/local/bin/readyprobe"   # as the release profile does
   ldd "$bin" | awk '/=> \// { print $3 } /^\s*\/lib/ { print $1 }' | while read -r lib; do
     install -D -m 0755 "$lib" "$root$lib"
   done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the image's final stage without Docker: lays out in a temporary directory the file system
-# the Dockerfile's final stage has (the release binary built and stripped as the build stage does, the
+# the Dockerfile's final stage has (the release binary, stripped as the release profile does, the
 # shared libraries it links, CA certificates, passwd/group with the distroless `nonroot` user, the
 # config the Dockerfile bakes in, /var/lib/readyprobe owned by that user, no shell), then, in a
 # private mount namespace with that root read-only and /var/lib/readyprobe a writable volume (as
