@@ -33,7 +33,8 @@ if [ -z "${TAG:-}" ]; then
   git diff --quiet HEAD -- || TAG="$TAG-dirty"
 fi
 if [ -z "${ENGINE:-}" ]; then
-  if docker buildx version >/dev/null 2>&1; then ENGINE=docker; else ENGINE=podman; fi
+  # docker only with a daemon to talk to and the buildx plugin; else podman (daemonless).
+  if docker info >/dev/null 2>&1 && docker buildx version >/dev/null 2>&1; then ENGINE=docker; else ENGINE=podman; fi
 fi
 say() { printf 'build.sh: %s\n' "$*" >&2; }
 fail() { say "FAIL: $*"; exit 1; }
