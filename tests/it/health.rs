@@ -36,6 +36,14 @@ fn signal(pid: u32, sig: &str) {
     );
 }
 
+/// Whether process `pid` is stopped (state `T` in /proc/PID/stat).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+        .unwrap_or(false)
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -95,6 +103,9 @@ async fn health_follows_the_heartbeat_of_a_running_prober() {
 
     // Stopped: no more writes, and once the max age has passed health fails with the reason.
     signal(pid, "-STOP");
+    // A write already inside the kernel finishes before its thread stops: read the time after.
+    wait_for(wide, "the prober stopped", || async { stopped(pid) }).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let at_stop = modified(&beat).unwrap();
     let end = tokio::time::Instant::now() + wide;
     let stale = loop {
