@@ -14,6 +14,7 @@ pub mod control;
 pub mod datum;
 pub mod failure;
 pub mod fold;
+pub mod heartbeat;
 pub mod probe;
 pub mod readiness;
 pub mod record;

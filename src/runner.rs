@@ -14,6 +14,7 @@
 //! A failed send is retried with backoff until the batch's window (one publish interval)
 //! closes, then dropped, counted and recorded.
 
+mod heartbeat;
 mod reload;
 mod shell;
 mod start;
@@ -246,6 +247,10 @@ where
     };
     let mut ticker = every(cfg.publish.interval);
     let mut poll = every(cfg.state.poll_interval);
+    // The first beat at once: `health` is good from the loop's first turn.
+    let mut beats = interval_at(Instant::now(), crate::heartbeat::EVERY);
+    beats.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut heartbeat = opts.heartbeat.clone().map(heartbeat::Heartbeat::new);
     let until = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(100 * 365 * 86400)));
     tokio::pin!(until);
     tokio::pin!(stop);
@@ -276,6 +281,11 @@ where
                 None => break "branch loops ended".to_string(),
             },
             _ = ticker.tick() => shell.tick(false),
+            _ = beats.tick(), if heartbeat.is_some() => {
+                if let Some(h) = heartbeat.as_mut() {
+                    h.beat();
+                }
+            }
             _ = poll.tick() => {
                 let ids: Vec<ServiceId> = shell.stores.keys().copied().collect();
                 for service in ids {

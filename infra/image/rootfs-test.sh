@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the image's final stage without Docker: lays out in a temporary directory the file system
-# the Dockerfile's final stage has (the release binary built and stripped as the build stage does, the
+# the Dockerfile's final stage has (the release binary, stripped as the release profile does, the
 # shared libraries it links, CA certificates, passwd/group with the distroless `nonroot` user, the
 # config the Dockerfile bakes in, /var/lib/readyprobe owned by that user, no shell), then, in a
 # private mount namespace with that root read-only and /var/lib/readyprobe a writable volume (as
@@ -10,7 +10,8 @@
 #     must name no file missing from the image;
 #   - with a test config mounted over /etc/readyprobe (as the ECS templates mount EFS), runs
 #     readyprobe check --strict   and   readyprobe run --duration 6s
-#     against a TCP listener on 127.0.0.1.
+#     against a TCP listener on 127.0.0.1, with `readyprobe health` (READYPROBE_HEARTBEAT set as
+#     the ECS templates set it) failing before the run, passing while it runs and failing after.
 # It checks that no /bin/sh exists, that both exit 0, that `run` published Readiness 1 for both
 # branches (EMF on stdout) and wrote its evidence as the non-root user. What a container runtime adds (/proc, /dev/null, /dev/urandom, /etc/resolv.conf,
 # /etc/hosts) is mounted or written the way Docker does. docs/deploy.md says what this does not
@@ -39,7 +40,6 @@ if [ -z "${CONFIG+set}" ]; then
 fi
 
 ROOT=$(mktemp -d /tmp/readyprobe-rootfs.XXXXXX)
-chmod 0755 "$ROOT"   # the image's / (mktemp makes it 0700)
 CONF=$(mktemp -d /tmp/readyprobe-config.XXXXXX)
 chmod 0755 "$CONF"
 LISTENER_PID=
@@ -51,37 +51,8 @@ trap cleanup EXIT
 
 # ---------------------------------------------------------------- the final stage's file system
 say "laying out the final stage in $ROOT"
-install -D -m 0755 "$BIN" "$ROOT/usr/local/bin/readyprobe"
-strip "$ROOT/usr/local/bin/readyprobe"   # as the build stage does
-# Shared libraries: what distroless cc-debian12 carries for a glibc binary (Debian 12's glibc and
-# libgcc, the same packages as this machine's); ldd names the ones this binary needs.
-ldd "$BIN" | awk '/=> \// { print $3 } /^\s*\/lib/ { print $1 }' | while read -r lib; do
-  install -D -m 0755 "$lib" "$ROOT$lib"
-done
-install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/certs/ca-certificates.crt"
-mkdir -p "$ROOT/etc" "$ROOT/home/nonroot" "$ROOT/tmp"
-chmod 1777 "$ROOT/tmp"
-chown 65532:65532 "$ROOT/home/nonroot"
-# distroless's passwd and group (base-files for distroless): root, nobody, nonroot.
-cat >"$ROOT/etc/passwd" <<'EOF'
-root:x:0:0:root:/root:/sbin/nologin
-nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin
-nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin
-EOF
-cat >"$ROOT/etc/group" <<'EOF'
-root:x:0:
-nobody:x:65534:
-tty:x:5:
-staff:x:50:
-nonroot:x:65532:
-EOF
-# The build stage's `install -d -m 0750 /out/state`, copied with `--chown=65532:65532`.
-install -d -o 65532 -g 65532 -m 0750 "$ROOT/var/lib/readyprobe"
-# The build stage's /out/config: empty, or the CONFIG file as readyprobe.toml.
-install -d -m 0755 "$ROOT/etc/readyprobe"
-if [ -n "$CONFIG" ]; then
-  install -m 0644 "$CONFIG" "$ROOT/etc/readyprobe/readyprobe.toml"
-fi
+source infra/image/layout.sh
+layout_final_stage "$ROOT" "$BIN" "$CONFIG"
 say "final stage laid out: $(du -sb "$ROOT" | cut -f1) bytes, of which the binary $(stat -c %s "$ROOT/usr/local/bin/readyprobe") (what distroless adds beyond glibc, libgcc and the CA bundle is not here)"
 
 # What the container runtime provides at run time.
@@ -171,6 +142,7 @@ in_image() {
     mount --bind /dev/null "$root/dev/null"
     mount --bind /dev/urandom "$root/dev/urandom"
     exec /usr/bin/env -i PATH=/usr/local/bin HOME=/home/nonroot HOSTNAME=rootfs-test \
+      READYPROBE_HEARTBEAT=/var/lib/readyprobe/heartbeat \
       /usr/sbin/chroot --userspec=65532:65532 "$root" "$@"
   ' in_image "$ROOT" "$STATE" "$([ "${MOUNT_CONFIG:-}" = 1 ] && echo "$CONF")" "$@"
 }
@@ -200,10 +172,33 @@ say "readyprobe check --strict (as uid 65532 under chroot, the test config mount
 in_image /usr/local/bin/readyprobe check --strict --config /etc/readyprobe/readyprobe.toml >/dev/null \
   || fail "check --strict exited $?"
 
-say "readyprobe run --duration 6s (as uid 65532 under chroot)"
+# The health check as the ECS templates wire it: exec form, READYPROBE_HEARTBEAT from the task.
+rc=0
+err=$(in_image /usr/local/bin/readyprobe health 2>&1 >/dev/null) || rc=$?
+[ "$rc" = 1 ] || fail "health before any run exited $rc, not 1"
+say "ok: health before any run exits 1: $err"
+
+say "readyprobe run --duration 6s (as uid 65532 under chroot), and health while it runs"
 OUT=$(mktemp)
 in_image /usr/local/bin/readyprobe run --config /etc/readyprobe/readyprobe.toml --duration 6s \
-  >"$OUT" 2>"$OUT.err" || { cat "$OUT.err" >&2; rm -f "$OUT" "$OUT.err"; fail "run exited non-zero"; }
+  >"$OUT" 2>"$OUT.err" &
+RUN_PID=$!
+healthy=
+for _ in $(seq 50); do
+  if line=$(in_image /usr/local/bin/readyprobe health 2>&1); then healthy=$line; break; fi
+  sleep 0.1
+done
+run_rc=0
+wait "$RUN_PID" || run_rc=$?
+[ "$run_rc" = 0 ] || { cat "$OUT.err" >&2; rm -f "$OUT" "$OUT.err"; fail "run exited $run_rc"; }
+[ -n "$healthy" ] || fail "health never exited 0 while run ran (last: $line)"
+say "ok: health while run ran: $healthy"
+[ "$(stat -c %u "$STATE/heartbeat")" = 65532 ] || fail "heartbeat not owned by uid 65532"
+sleep 1.5
+rc=0
+err=$(in_image /usr/local/bin/readyprobe health --max-age 1s 2>&1 >/dev/null) || rc=$?
+[ "$rc" = 1 ] || fail "health after the run ended exited $rc, not 1"
+say "ok: health after the run ended exits 1: $err"
 
 ready() {
   python3 - "$OUT" "$1" <<'PY'

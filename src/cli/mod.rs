@@ -41,8 +41,8 @@ pub const EXIT_UNAVAILABLE_INPUT: u8 = 78;
 /// hysteresis, publishes it for the CloudWatch alarm behind the Route 53 health check, and writes
 /// every attempt, transition and publish to an evidence file.
 ///
-/// Exit codes: 0 ok; 1 `probe` attempt failed, `approve` found no prober waiting for approval, or
-/// `check --aws` found a violation; 64 invalid config or usage; 70 internal error (the runtime
+/// Exit codes: 0 ok; 1 `probe` attempt failed, `approve` found no prober waiting for approval,
+/// `check --aws` found a violation, or `health` found the heartbeat stale or missing; 64 invalid config or usage; 70 internal error (the runtime
 /// could not start); 74 state store, evidence, scenario or report I/O error, or AWS unreachable
 /// (`check --aws`, `drill report --alarms`);
 /// 77 `check --aws` could not read everything (no violation among what it read); 78 secret, CA
@@ -97,6 +97,10 @@ pub enum Command {
         /// After a stop request, how long in-flight attempts and the final publish may take.
         #[arg(long, value_parser = parse_duration, default_value = "10s")]
         grace: Duration,
+        /// Rewrite this file every 5 s while the run's loop turns, for `readyprobe health` (a
+        /// container health check). Absent: no heartbeat file.
+        #[arg(long, value_name = "PATH", env = "READYPROBE_HEARTBEAT")]
+        heartbeat: Option<PathBuf>,
     },
     /// Validate the config and print the plan (branches, steps, metrics, what one failure does).
     ///
@@ -228,6 +232,23 @@ pub enum Command {
         /// Print the raw control document as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Container health check: exit 0 when the heartbeat file of a running `run --heartbeat`
+    /// was written within `--max-age`, else 1 with the reason on one line on stderr.
+    ///
+    /// `run` rewrites the file every 5 s from its loop, so a process that is stopped, hung or
+    /// gone leaves it stale. Reads only the file's modification time: no config, no shell, no
+    /// network, so it runs as the exec-form ECS health check
+    /// `["CMD", "/usr/local/bin/readyprobe", "health"]` with `READYPROBE_HEARTBEAT` set in the
+    /// task. Exit 0 fresh; 1 stale, missing or not a regular file; 64 invalid arguments.
+    Health {
+        /// The heartbeat file `run --heartbeat` writes.
+        #[arg(long, value_name = "PATH", env = "READYPROBE_HEARTBEAT")]
+        heartbeat: PathBuf,
+        /// The oldest heartbeat that still counts as alive, e.g. "30s"; more than zero.
+        #[arg(long, value_name = "DURATION", value_parser = parse_run_duration,
+              default_value = crate::heartbeat::DEFAULT_MAX_AGE)]
+        max_age: Duration,
     },
     /// Drill evidence: `drill mark` puts an operator's marker into the drill's evidence;
     /// `drill report` turns the evidence into a report.
@@ -420,6 +441,10 @@ pub fn main() -> ExitCode {
         release_sighup();
         restore_sigpipe();
     }
+    // Before logging and the runtime: a health check runs often and needs neither.
+    if let Command::Health { heartbeat, max_age } = &cli.command {
+        return health(heartbeat, *max_age);
+    }
     if let Err(e) = init_logging(&cli) {
         eprintln!("error: {e}");
         return ExitCode::from(EXIT_INVALID_CONFIG);
@@ -473,6 +498,7 @@ impl Command {
             | Command::Status { config, .. }
             | Command::Simulate { config, .. } => Some(config),
             Command::Drill { command } => command.config(),
+            Command::Health { .. } => None,
         }
     }
 
@@ -487,7 +513,10 @@ impl Command {
             Command::Drill {
                 command: drill_cmd::DrillCommand::Mark { service, .. },
             } => service.as_deref(),
-            Command::Drill { .. } | Command::Run { .. } | Command::Check { .. } => None,
+            Command::Drill { .. }
+            | Command::Run { .. }
+            | Command::Check { .. }
+            | Command::Health { .. } => None,
         }
     }
 }
@@ -525,12 +554,16 @@ async fn async_main(cli: Cli) -> ExitCode {
             check(&cfg, strict, &secrets)
         }
         Command::Run {
-            duration, grace, ..
+            duration,
+            grace,
+            heartbeat,
+            ..
         } => {
             let opts = RunOptions {
                 duration,
                 grace,
                 emf_out: None,
+                heartbeat,
             };
             let hup = hup.and_then(|h| {
                 h.map_err(|e| tracing::error!(error = %e, "cannot install the SIGHUP handler; a config change needs a restart or a [reload] poll"))
@@ -593,8 +626,11 @@ async fn on_one_service(cfg: &Config, command: Command) -> ExitCode {
         }
         Command::Status { json, .. } => operator::status(cfg, svc, json).await,
         Command::Drill { command } => drill_cmd::drill(cfg, svc, command).await,
-        Command::Check { .. } | Command::Run { .. } | Command::Simulate { .. } => {
-            unreachable!("async_main runs the whole-config commands itself")
+        Command::Check { .. }
+        | Command::Run { .. }
+        | Command::Simulate { .. }
+        | Command::Health { .. } => {
+            unreachable!("main and async_main run the whole-config commands and health themselves")
         }
     }
 }
@@ -700,6 +736,24 @@ async fn run(cfg: Config, opts: RunOptions, reloads: Option<runner::Reloads>) ->
     }
 }
 
+/// `health`: the heartbeat's verdict, one line (stdout when fresh, stderr when not).
+fn health(path: &std::path::Path, max_age: Duration) -> ExitCode {
+    match crate::heartbeat::check(path, max_age) {
+        Ok(age) => {
+            println!(
+                "ok: heartbeat {} written {} ago",
+                path.display(),
+                crate::clock::fmt_duration(Duration::from_millis(age.as_millis() as u64))
+            );
+            ExitCode::from(EXIT_OK)
+        }
+        Err(why) => {
+            eprintln!("unhealthy: {}", config::escape_controls(&why));
+            ExitCode::from(EXIT_ATTEMPT_FAILED)
+        }
+    }
+}
+
 /// Install the SIGTERM and SIGINT handlers now; the future resolves with the name of the first
 /// of them received. From that signal on, the process lives at most `grace` + [`STOP_SLACK`]:
 /// the signal is awaited by a task of its own and the bound kept by a thread of its own, so a
@@ -795,6 +849,7 @@ mod tests {
             ("simulate", &[0, 64, 74]),
             ("drill mark", &[0, 64, 74]),
             ("drill report", &[0, 64, 74]),
+            ("health", &[0, 1, 64]),
         ] {
             let mut words = cmd.split(' ');
             let top = words.next().and_then(|w| cli.find_subcommand(w));

@@ -12,6 +12,7 @@ use crate::sink::cloudwatch::{CloudWatchClient, CloudWatchSink};
 use crate::sink::emf::{EmfBuffer, EmfSink};
 use crate::sink::{Sink, SinkQueue, SinkReport};
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -29,6 +30,9 @@ pub struct RunOptions {
     /// Where the `emf` sink writes: `None` for stdout (the product), a buffer for a caller that
     /// reads the lines itself (tests).
     pub emf_out: Option<EmfBuffer>,
+    /// The heartbeat file the loop rewrites every [`crate::heartbeat::EVERY`] for `readyprobe
+    /// health`; `None` writes none.
+    pub heartbeat: Option<PathBuf>,
 }
 
 /// A branch event's origin: the feed it came on ([`Loops`]) and that feed's service.
@@ -386,6 +390,7 @@ port = 5432
             duration: None,
             grace: Duration::from_secs(1),
             emf_out: Some(emf.clone()),
+            heartbeat: None,
         };
         let (mut sinks, mut reports) = Sinks::new(&config(), &opts).await;
         let mut queues = sinks.add("Kept");

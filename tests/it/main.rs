@@ -13,6 +13,7 @@ mod fault_matrix;
 mod fleet;
 mod fuzz;
 mod harness_smoke;
+mod health;
 mod hostile_state;
 mod http_kind;
 mod infra_alarm;

@@ -444,6 +444,7 @@ async fn unavailable_inputs_refuse_a_changed_service_and_report_an_added_one() {
         duration: None,
         grace: Duration::from_secs(1),
         emf_out: Some(emf.clone()),
+        heartbeat: None,
     };
     let run = tokio::spawn(run_with_reloads(
         load(&alpha).unwrap(),
@@ -1103,6 +1104,7 @@ async fn a_reload_turns_adaptive_probing_on_and_off() {
         duration: None,
         grace: Duration::from_secs(1),
         emf_out: Some(EmfBuffer::new()),
+        heartbeat: None,
     };
     let run = tokio::spawn(run_with_reloads(
         with_probe("").unwrap(),

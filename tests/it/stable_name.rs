@@ -529,6 +529,7 @@ fn run_reloadable(
         duration: None,
         grace: Duration::from_secs(1),
         emf_out: Some(emf.clone()),
+        heartbeat: None,
     };
     let run = tokio::spawn(run_with_reloads(cfg, opts, stop, Some(rx)));
     (tx, stop_tx, run)

@@ -208,6 +208,7 @@ async fn run_refused_branch(
         duration: Some(Duration::from_secs(secs)),
         grace: Duration::from_secs(2),
         emf_out: Some(EmfBuffer::new()),
+        heartbeat: None,
     };
     let ev = evidence.clone();
     let stop = async move {

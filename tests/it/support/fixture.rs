@@ -250,6 +250,7 @@ impl Running {
                 duration,
                 grace: Duration::from_secs(3),
                 emf_out: Some(emf.clone()),
+                heartbeat: None,
             },
             stop,
         ));
