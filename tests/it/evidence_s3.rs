@@ -689,3 +689,30 @@ async fn hostile_objects_are_skipped_with_a_line_never_read_unbounded() {
     assert_eq!(code, 64, "--from without an s3:// evidence: {err}");
     assert!(err.contains("--from and --to choose the segments"), "{err}");
 }
+
+/// A window whose `--from` is after its `--to` selects nothing: it is refused as a usage error
+/// naming both bounds, before any S3 call, not read as an empty drill.
+#[test]
+fn a_window_that_ends_before_it_starts_is_refused() {
+    let (code, stdout, err) = cli(&[
+        "drill",
+        "report",
+        "--evidence",
+        "s3://readyprobe-ev-window/drills/",
+        "--from",
+        "2026-12-01T11:00:00Z",
+        "--to",
+        "2026-12-01T10:00:00Z",
+        "--out",
+        "unused",
+    ]);
+    assert_eq!(code, 64, "{stdout}{err}");
+    assert!(
+        err.contains("--from") && err.contains("after --to"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("listed"),
+        "no listing for an empty window: {err}"
+    );
+}
