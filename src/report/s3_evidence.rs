@@ -48,9 +48,10 @@ impl Location {
             .strip_prefix("s3://")
             .ok_or_else(|| format!("{url:?} is not an s3://bucket/prefix/ location"))?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() || bucket.len() > 63 {
+        if bucket.is_empty() {
             return Err(format!("{url:?} names no bucket (s3://bucket/prefix/)"));
         }
+        crate::config::check_bucket(bucket).map_err(|why| format!("{url:?}: the bucket {why}"))?;
         Ok(Location {
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
@@ -349,6 +350,17 @@ mod tests {
         assert_eq!(Location::parse("s3://drills").unwrap().prefix, "");
         assert!(Location::parse("s3:///x").is_err());
         assert!(Location::parse("/tmp/x").is_err());
+        // S3's naming rules, as the config's bucket: refused before any call.
+        for bad in [
+            "s3://Drills/x/",
+            "s3://dr_ills/",
+            "s3://ab/",
+            "s3://-drills/",
+            "s3://drills./",
+        ] {
+            let e = Location::parse(bad).unwrap_err();
+            assert!(e.contains("bucket name"), "{bad}: {e}");
+        }
     }
 
     #[test]
