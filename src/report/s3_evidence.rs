@@ -8,8 +8,8 @@
 //! Bounds: at most [`Limits::max_keys`] keys and [`MAX_DIRS`] directories listed, at most
 //! [`Limits::max_total_bytes`] of objects read in all, each object at most
 //! [`Limits::max_object_bytes`] both as stored and gunzipped. An object over its cap, one that
-//! is not gzip, and a key not of the pattern are skipped with a sentence for stderr; the other
-//! bounds end the read with an error that says how to narrow it.
+//! is not gzip, a key not of the pattern and a directory below a prober's are skipped with a
+//! sentence for stderr; the other bounds end the read with an error that says how to narrow it.
 
 use crate::clock::Millis;
 use crate::sink::segments::{Gunzip, gunzip};
@@ -161,6 +161,14 @@ pub async fn list(
                     )));
                 }
                 dirs.extend(page.dirs.iter().map(|d| (d.clone(), depth + 1)));
+            } else {
+                // Below a prober's directory: the prefix given is shorter than the config's.
+                skipped.extend(page.dirs.iter().map(|d| {
+                    format!(
+                        "{}: a directory where segments belong (<prefix><service>/<prober>/<segment>); not read: give the config's evidence.s3.prefix",
+                        loc.url_of(d)
+                    )
+                }));
             }
             let mut past = false;
             for (key, size) in std::mem::take(&mut page.keys) {

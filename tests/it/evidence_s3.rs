@@ -716,3 +716,28 @@ fn a_window_that_ends_before_it_starts_is_refused() {
         "no listing for an empty window: {err}"
     );
 }
+
+/// A prefix one level short of the config's (`s3://bucket/` for `prefix = "deep/"`) finds
+/// directories where segments belong: each is named on stderr, not passed over in silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_below_the_prober_level_are_named_not_passed_over() {
+    let Some((s3, bucket)) = bucket_or_skip().await else {
+        return;
+    };
+    s3.put_object()
+        .bucket(&bucket)
+        .key(format!("deep/{SERVICE}/az-a/20260101T000000Z-1.jsonl.gz"))
+        .body(gz(b"{}\n").into())
+        .send()
+        .await
+        .unwrap();
+    let url = format!("s3://{bucket}/");
+    let (code, stdout, err) = cli(&["drill", "report", "--evidence", &url, "--out", "unused"]);
+    assert_eq!(code, 64, "nothing read: {stdout}{err}");
+    assert!(
+        err.contains(&format!(
+            "s3://{bucket}/deep/{SERVICE}/az-a/: a directory where segments belong"
+        )),
+        "{err}"
+    );
+}
