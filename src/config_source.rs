@@ -292,12 +292,12 @@ pub fn poll_every(source: &ConfigSource, poll: Option<Duration>) -> Option<Durat
     }
 }
 
-/// The identity of the config last taken (at start, a SIGHUP or a poll), and whether the
-/// source is failing to read. Pure.
+/// The identity of the config last taken (at start, a SIGHUP or a poll), and the class of
+/// the failure the source is reading with, if any. Pure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watch {
     last: Identity,
-    failing: bool,
+    failing: Option<&'static str>,
 }
 
 /// What a poll's read means.
@@ -307,10 +307,10 @@ pub enum Verdict {
     Same,
     /// The source changed: validate it and reload as at a SIGHUP.
     Changed,
-    /// The read failed, the first time in a row: log it, keep the config running, retry at the
+    /// The read failed, the first time in a row or for another class of reason: log it, keep the config running, retry at the
     /// next poll.
     FirstFailure,
-    /// The read failed again.
+    /// The read failed again, for the same class of reason.
     StillFailing,
 }
 
@@ -319,7 +319,7 @@ impl Watch {
     pub fn new(identity: Identity) -> Watch {
         Watch {
             last: identity,
-            failing: false,
+            failing: None,
         }
     }
 
@@ -330,18 +330,18 @@ impl Watch {
 
     /// Whether the last read failed.
     pub fn failing(&self) -> bool {
-        self.failing
+        self.failing.is_some()
     }
 
     /// A poll's read: `Ok(None)` when S3 said unchanged, `Ok(Some(identity))` what was read,
-    /// `Err` a failure. A change is taken (valid or not, it is not reloaded again), so an
+    /// `Err` a failure's [`ReadError::class`]. A change is taken (valid or not, it is not reloaded again), so an
     /// invalid edit is refused once and the next edit reloads.
-    pub fn observe(&mut self, read: Result<Option<&Identity>, ()>) -> Verdict {
-        let first = !self.failing;
-        self.failing = read.is_err();
+    pub fn observe(&mut self, read: Result<Option<&Identity>, &'static str>) -> Verdict {
+        let before = self.failing;
+        self.failing = read.err();
         match read {
-            Err(()) if first => Verdict::FirstFailure,
-            Err(()) => Verdict::StillFailing,
+            Err(class) if before == Some(class) => Verdict::StillFailing,
+            Err(_) => Verdict::FirstFailure,
             Ok(None) => Verdict::Same,
             Ok(Some(i)) if *i == self.last => Verdict::Same,
             Ok(Some(i)) => {
@@ -354,7 +354,7 @@ impl Watch {
     /// A read outside polling (a SIGHUP's), taken whatever it holds.
     pub fn took(&mut self, identity: Identity) {
         self.last = identity;
-        self.failing = false;
+        self.failing = None;
     }
 }
 
@@ -381,14 +381,26 @@ mod tests {
     #[test]
     fn a_failing_source_is_reported_once_then_a_change_after_it_reloads() {
         let mut w = Watch::new(etag("\"a\""));
-        assert_eq!(w.observe(Err(())), Verdict::FirstFailure);
+        assert_eq!(w.observe(Err("not_found")), Verdict::FirstFailure);
         assert!(w.failing());
-        assert_eq!(w.observe(Err(())), Verdict::StillFailing);
+        assert_eq!(w.observe(Err("not_found")), Verdict::StillFailing);
         // Back with what ran before: nothing to reload.
         assert_eq!(w.observe(Ok(Some(&etag("\"a\"")))), Verdict::Same);
         assert!(!w.failing());
-        assert_eq!(w.observe(Err(())), Verdict::FirstFailure);
+        assert_eq!(w.observe(Err("not_found")), Verdict::FirstFailure);
         assert_eq!(w.observe(Ok(Some(&etag("\"c\"")))), Verdict::Changed);
+    }
+
+    /// A source failing for another reason (the object deleted, then put back not UTF-8 or too
+    /// large) is reported again: the second reason is what the operator has to fix.
+    #[test]
+    fn a_failure_of_another_class_is_reported_again() {
+        let mut w = Watch::new(etag("\"a\""));
+        assert_eq!(w.observe(Err("not_found")), Verdict::FirstFailure);
+        assert_eq!(w.observe(Err("not_found")), Verdict::StillFailing);
+        assert_eq!(w.observe(Err("too_large")), Verdict::FirstFailure);
+        assert_eq!(w.observe(Err("too_large")), Verdict::StillFailing);
+        assert!(w.failing());
     }
 
     #[test]

@@ -285,6 +285,16 @@ pub(super) async fn report(a: ReportArgs) -> ExitCode {
         eprintln!("error: --from and --to choose the segments of an s3:// --evidence; give one");
         return ExitCode::from(EXIT_INVALID_CONFIG);
     }
+    if let (Some(from), Some(to)) = (a.from, a.to)
+        && from > to
+    {
+        eprintln!(
+            "error: --from {} is after --to {}: the window would select no segment",
+            crate::clock::rfc3339(from),
+            crate::clock::rfc3339(to)
+        );
+        return ExitCode::from(EXIT_INVALID_CONFIG);
+    }
     let mut m = Merger::new(a.service.as_deref());
     for path in &a.evidence {
         if let Some(url) = s3_url(path) {

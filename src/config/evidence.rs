@@ -95,8 +95,12 @@ pub(super) fn section(raw: RawEvidenceS3, issues: &mut Issues<'_>) -> Option<Evi
 }
 
 /// Check an S3 bucket name: 3–63 characters of lower-case letters, digits, `.` and `-`,
-/// beginning and ending with a letter or digit (S3's naming rules).
-fn check_bucket(b: &str) -> Result<(), String> {
+/// beginning and ending with a letter or digit (S3's naming rules): `[evidence.s3] bucket`,
+/// an `s3://` `--config` and `drill report --evidence s3://`.
+///
+/// # Errors
+/// A sentence saying what a bucket name is.
+pub fn check_bucket(b: &str) -> Result<(), String> {
     let ok_chars = b
         .chars()
         .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-');

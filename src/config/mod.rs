@@ -32,7 +32,7 @@ mod tls;
 mod values;
 
 pub use dns::Dns;
-pub use evidence::EvidenceS3;
+pub use evidence::{EvidenceS3, check_bucket};
 pub use http::{HttpProbe, HttpRequestSpec};
 pub use issues::{Issue, escape_controls, escape_controls_by_line};
 pub use mysql::MysqlProbe;

@@ -45,8 +45,8 @@ impl fmt::Display for ConfigSource {
 impl FromStr for ConfigSource {
     type Err = String;
 
-    /// `s3://bucket/key` (a bucket name of 3–63 characters of `[a-z0-9.-]`, a key of 1–1024
-    /// bytes), else a file path.
+    /// `s3://bucket/key` (a bucket named by S3's rules, [`super::check_bucket`], a key of
+    /// 1–1024 bytes), else a file path.
     fn from_str(s: &str) -> Result<Self, String> {
         let Some(rest) = s.strip_prefix(S3_SCHEME) else {
             if s.is_empty() {
@@ -57,15 +57,7 @@ impl FromStr for ConfigSource {
         let Some((bucket, key)) = rest.split_once('/') else {
             return Err(format!("{s:?}: an S3 config is named s3://bucket/key"));
         };
-        let bucket_ok = (3..=63).contains(&bucket.len())
-            && bucket
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '-'));
-        if !bucket_ok {
-            return Err(format!(
-                "{s:?}: the bucket must be 3–63 characters of [a-z0-9.-]"
-            ));
-        }
+        super::check_bucket(bucket).map_err(|why| format!("{s:?}: the bucket {why}"))?;
         if key.is_empty() || key.len() > 1024 || key.chars().any(char::is_control) {
             return Err(format!(
                 "{s:?}: the key must be 1–1024 bytes without control characters"
@@ -109,7 +101,15 @@ mod tests {
         );
         let file: ConfigSource = "etc/readyprobe.toml".parse().unwrap();
         assert_eq!(file, ConfigSource::File("etc/readyprobe.toml".into()));
-        for bad in ["s3://bucket", "s3://bucket/", "s3://B/k", "s3://ab/k", ""] {
+        for bad in [
+            "s3://bucket",
+            "s3://bucket/",
+            "s3://B/k",
+            "s3://ab/k",
+            "s3://-cfg/k",
+            "s3://cfg./k",
+            "",
+        ] {
             assert!(bad.parse::<ConfigSource>().is_err(), "{bad}");
         }
     }

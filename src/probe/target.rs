@@ -224,7 +224,11 @@ fn matcher(
     if patterns.is_empty() {
         return None;
     }
+    // A contiguous NFA builds in time linear in the patterns' bytes; a DFA (what the builder
+    // picks for a few patterns) has a row per state and byte class, which for a 64 KiB secret's
+    // forms takes minutes.
     aho_corasick::AhoCorasick::builder()
+        .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
         .match_kind(aho_corasick::MatchKind::Standard)
         .ascii_case_insensitive(ignore_case)
         .build(patterns)
@@ -527,6 +531,36 @@ mod tests {
         assert_eq!(out, format!("{REDACTED}\n{REDACTED}"));
         // Ordinary text is left alone.
         assert_eq!(r.redact("Bearer of news"), "Bearer of news");
+    }
+
+    /// Secrets as large as Secrets Manager holds (64 KiB), and the largest whose every run of
+    /// [`SECRET_WINDOW_CHARS`] is matched, build their matchers in linear time: an automaton
+    /// over their pattern bytes, not a DFA with a row of every byte class per state (which took
+    /// minutes, on the probing path, at start and at every refresh).
+    #[test]
+    fn large_secrets_are_redacted_without_stalling() {
+        let mut x: u32 = 0x9e37_79b9;
+        let mut random = |n: usize| -> String {
+            (0..n)
+                .map(|_| {
+                    x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[(x >> 24) as usize % 36])
+                })
+                .collect()
+        };
+        let (huge, windowed) = (random(64 * 1024), random(MAX_WINDOWED_CHARS));
+        let started = std::time::Instant::now();
+        // Each alone: a few patterns is where an automaton would be built as a DFA.
+        let r = Redactor::new([huge.as_str()]);
+        assert_eq!(r.redact(&format!("echo: {huge}.")), "echo: <redacted>.");
+        let r = Redactor::new([windowed.as_str()]);
+        let out = r.redact(&format!("echo: {windowed} and {}.", &windowed[100..140]));
+        assert_eq!(out, "echo: <redacted> and <redacted>.");
+        let same = "A".repeat(64 * 1024);
+        let r = Redactor::new([same.as_str()]);
+        assert_eq!(r.redact(&format!("<{same}>")), "<<redacted>>");
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(10), "took {took:?}");
     }
 
     /// A templated secret is sent rendered: its static parts are redacted from the echo.

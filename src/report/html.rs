@@ -200,8 +200,8 @@ fn source(s: &mut String, src: &Source) {
     match src {
         Source::Drill { files } => {
             s.push_str("<h2>Evidence</h2><ul>");
-            for f in files {
-                let _ = write!(s, "<li><code>{}</code></li>", escape(f));
+            for f in super::model::evidence_names(files) {
+                let _ = write!(s, "<li><code>{}</code></li>", escape(&f));
             }
             s.push_str("</ul>");
         }

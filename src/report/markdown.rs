@@ -6,6 +6,7 @@
 
 use super::model::{
     Drill, Episode, EpisodeKind, MAX_LISTED_MARKERS, MAX_TABLED_EPISODES, ServiceDrill, Source,
+    evidence_names,
 };
 use crate::clock::{fmt_duration_ms, rfc3339};
 use crate::readiness::Millis;
@@ -64,7 +65,7 @@ pub fn render(d: &Drill) -> String {
     let mut out = String::from("# Drill report\n\n");
     match &d.source {
         Source::Drill { files } => {
-            let files: Vec<String> = files.iter().map(|f| escape(f)).collect();
+            let files: Vec<String> = evidence_names(files).iter().map(|f| escape(f)).collect();
             let _ = writeln!(out, "- evidence: {}", files.join(", "));
         }
         Source::Simulation {
@@ -259,6 +260,26 @@ mod tests {
             }],
             problems: vec!["a.jsonl: line 3: not an evidence record".into()],
         }
+    }
+
+    #[test]
+    fn the_evidence_line_stays_short_over_thousands_of_segments() {
+        let mut d = drill();
+        let dir = "s3://drills/ev/orders/az-a";
+        let mut files: Vec<String> = (1..=10_000)
+            .map(|i| format!("{dir}/20261201T10{:04}Z-{i}.jsonl.gz", i % 6000))
+            .collect();
+        files.push("copy/az-b.jsonl".into());
+        d.source = Source::Drill { files };
+        let md = render(&d);
+        let line = md.lines().find(|l| l.starts_with("- evidence: ")).unwrap();
+        assert!(line.len() < 300, "{} bytes: {}", line.len(), &line[..300]);
+        assert!(
+            line.contains(&format!("{dir}/20261201T100001Z-1.jsonl.gz … ")),
+            "{line}"
+        );
+        assert!(line.contains("-10000.jsonl.gz (10000 in all)"), "{line}");
+        assert!(line.ends_with(", copy/az-b.jsonl"), "{line}");
     }
 
     #[test]

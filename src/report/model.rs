@@ -56,6 +56,23 @@ pub enum Source {
     },
 }
 
+/// `files` as a reader sees them: a run of more than three consecutive names in one directory
+/// (a prober's segments in S3, a day of rotated files) as `first … last (N in all)`, so the
+/// evidence line stays short over a long drill; every other name as given.
+pub fn evidence_names(files: &[String]) -> Vec<String> {
+    let dir = |f: &String| f.rsplit_once('/').map(|(d, _)| d.to_string());
+    let mut out = Vec::new();
+    for run in files.chunk_by(|a, b| dir(a) == dir(b)) {
+        match run {
+            [first, .., last] if run.len() > 3 => {
+                out.push(format!("{first} … {last} ({} in all)", run.len()));
+            }
+            _ => out.extend(run.iter().cloned()),
+        }
+    }
+    out
+}
+
 /// The whole report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Drill {

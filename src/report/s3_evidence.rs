@@ -8,8 +8,8 @@
 //! Bounds: at most [`Limits::max_keys`] keys and [`MAX_DIRS`] directories listed, at most
 //! [`Limits::max_total_bytes`] of objects read in all, each object at most
 //! [`Limits::max_object_bytes`] both as stored and gunzipped. An object over its cap, one that
-//! is not gzip, and a key not of the pattern are skipped with a sentence for stderr; the other
-//! bounds end the read with an error that says how to narrow it.
+//! is not gzip, a key not of the pattern and a directory below a prober's are skipped with a
+//! sentence for stderr; the other bounds end the read with an error that says how to narrow it.
 
 use crate::clock::Millis;
 use crate::sink::segments::{Gunzip, gunzip};
@@ -48,9 +48,10 @@ impl Location {
             .strip_prefix("s3://")
             .ok_or_else(|| format!("{url:?} is not an s3://bucket/prefix/ location"))?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() || bucket.len() > 63 {
+        if bucket.is_empty() {
             return Err(format!("{url:?} names no bucket (s3://bucket/prefix/)"));
         }
+        crate::config::check_bucket(bucket).map_err(|why| format!("{url:?}: the bucket {why}"))?;
         Ok(Location {
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
@@ -167,6 +168,14 @@ pub async fn list(
                     )));
                 }
                 dirs.extend(page.dirs.iter().map(|d| (d.clone(), depth + 1)));
+            } else {
+                // Below a prober's directory: the prefix given is shorter than the config's.
+                skipped.extend(page.dirs.iter().map(|d| {
+                    format!(
+                        "{}: a directory where segments belong (<prefix><service>/<prober>/<segment>); not read: give the config's evidence.s3.prefix",
+                        loc.url_of(d)
+                    )
+                }));
             }
             let mut past = false;
             for (key, size) in std::mem::take(&mut page.keys) {
@@ -356,6 +365,17 @@ mod tests {
         assert_eq!(Location::parse("s3://drills").unwrap().prefix, "");
         assert!(Location::parse("s3:///x").is_err());
         assert!(Location::parse("/tmp/x").is_err());
+        // S3's naming rules, as the config's bucket: refused before any call.
+        for bad in [
+            "s3://Drills/x/",
+            "s3://dr_ills/",
+            "s3://ab/",
+            "s3://-drills/",
+            "s3://drills./",
+        ] {
+            let e = Location::parse(bad).unwrap_err();
+            assert!(e.contains("bucket name"), "{bad}: {e}");
+        }
     }
 
     #[test]

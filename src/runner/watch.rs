@@ -94,7 +94,7 @@ async fn poll(reader: &Reader, state: &mut Watch, source: &str) -> Option<String
     let read = reader.read(Some(state.last())).await;
     let seen = match &read {
         Ok(f) => Ok(f.as_ref().map(|f| &f.identity)),
-        Err(_) => Err(()),
+        Err(e) => Err(e.class),
     };
     let verdict = state.observe(seen);
     // What the peer sent (an error message, an ETag) is escaped: it cannot forge log lines.

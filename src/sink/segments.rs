@@ -102,7 +102,12 @@ impl Segments {
     /// # Errors
     /// The spool directory cannot be created.
     pub fn new(spec: SegmentSpec, wake: Arc<tokio::sync::Notify>) -> io::Result<Self> {
-        std::fs::create_dir_all(spec.dir())?;
+        std::fs::create_dir_all(spec.dir()).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("evidence spool {}: {e}", spec.dir().display()),
+            )
+        })?;
         for part in scan(&spec.spool, OPEN) {
             if let Err(e) = close_part(&part) {
                 tracing::error!(path = %part.display(), error = %e, "cannot close a segment left by an earlier run");
@@ -411,6 +416,27 @@ mod tests {
         ] {
             assert_eq!(parse_name(bad, ".jsonl.gz"), None, "{bad}");
         }
+    }
+
+    /// A spool that cannot be made (a regular file where its directory goes) is refused with
+    /// the spool's path and the kind of the failure, not the evidence file's alone.
+    #[test]
+    fn a_spool_that_cannot_be_made_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("evidence.spool"), b"x").unwrap();
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let Err(e) = Segments::new(spec(dir.path(), 100, 250), wake) else {
+            panic!("a spool over a regular file was made");
+        };
+        let spool = dir.path().join("evidence.spool");
+        assert!(
+            e.to_string().contains(&format!(
+                "spool {}",
+                spool.join("orders").join("p1").display()
+            )),
+            "{e}"
+        );
+        assert_eq!(e.kind(), io::ErrorKind::NotADirectory, "{e}");
     }
 
     /// Segments close at their size, the spool keeps within its bound by dropping the oldest,

@@ -713,3 +713,55 @@ async fn hostile_objects_are_skipped_with_a_line_never_read_unbounded() {
     assert_eq!(code, 64, "--from without an s3:// evidence: {err}");
     assert!(err.contains("--from and --to choose the segments"), "{err}");
 }
+
+/// A window whose `--from` is after its `--to` selects nothing: it is refused as a usage error
+/// naming both bounds, before any S3 call, not read as an empty drill.
+#[test]
+fn a_window_that_ends_before_it_starts_is_refused() {
+    let (code, stdout, err) = cli(&[
+        "drill",
+        "report",
+        "--evidence",
+        "s3://readyprobe-ev-window/drills/",
+        "--from",
+        "2026-12-01T11:00:00Z",
+        "--to",
+        "2026-12-01T10:00:00Z",
+        "--out",
+        "unused",
+    ]);
+    assert_eq!(code, 64, "{stdout}{err}");
+    assert!(
+        err.contains("--from") && err.contains("after --to"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("listed"),
+        "no listing for an empty window: {err}"
+    );
+}
+
+/// A prefix one level short of the config's (`s3://bucket/` for `prefix = "deep/"`) finds
+/// directories where segments belong: each is named on stderr, not passed over in silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_below_the_prober_level_are_named_not_passed_over() {
+    let Some((s3, bucket)) = bucket_or_skip().await else {
+        return;
+    };
+    s3.put_object()
+        .bucket(&bucket)
+        .key(format!("deep/{SERVICE}/az-a/20260101T000000Z-1.jsonl.gz"))
+        .body(gz(b"{}\n").into())
+        .send()
+        .await
+        .unwrap();
+    let url = format!("s3://{bucket}/");
+    let (code, stdout, err) = cli(&["drill", "report", "--evidence", &url, "--out", "unused"]);
+    assert_eq!(code, 64, "nothing read: {stdout}{err}");
+    assert!(
+        err.contains(&format!(
+            "s3://{bucket}/deep/{SERVICE}/az-a/: a directory where segments belong"
+        )),
+        "{err}"
+    );
+}
