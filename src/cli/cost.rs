@@ -52,6 +52,22 @@ pub mod price {
     /// Secrets Manager API calls (`GetSecretValue`), per 10,000 calls; the secret's own
     /// monthly price is its owner's, whoever reads it.
     pub const SECRETS_PER_10000_CALLS: f64 = 0.05;
+    /// S3 Standard GET requests (a polled `s3://` config; an unchanged object's 304 counts
+    /// too), per 1,000 requests.
+    pub const S3_PER_1000_GETS: f64 = 0.0004;
+}
+
+/// The line `check` prints for a config read from S3 and polled every `every`: the reads a
+/// month of one prober and their price. Each prober polls on its own.
+pub fn config_poll_line(every: std::time::Duration) -> String {
+    let reads = MONTH_MS / (every.as_millis().max(1) as u64);
+    format!(
+        "config poll: every {}, {} GetObject requests a month per prober, ${:.2} at ${} per 1,000",
+        humantime::format_duration(every),
+        grouped(reads),
+        reads as f64 / 1000.0 * price::S3_PER_1000_GETS,
+        price::S3_PER_1000_GETS
+    )
 }
 
 /// The month of the estimate: 30 days, ms (43,200 one-minute ticks).
@@ -449,6 +465,15 @@ mod tests {
         assert_eq!((e.secrets, e.secret_reads), (2, 12_960));
         assert_eq!(cents(e.secret_reads_usd() * 100.0), 648);
         assert!(section(&e).contains("12,960 calls (2 secrets, each every refresh)"));
+    }
+
+    /// A 30 s poll of an `s3://` config is 86,400 GETs in a 30-day month.
+    #[test]
+    fn config_poll_reads_per_month() {
+        assert_eq!(
+            config_poll_line(std::time::Duration::from_secs(30)),
+            "config poll: every 30s, 86,400 GetObject requests a month per prober, $0.03 at $0.0004 per 1,000"
+        );
     }
 
     #[test]

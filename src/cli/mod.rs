@@ -551,7 +551,15 @@ async fn async_main(cli: Cli) -> ExitCode {
         Command::Check { strict, .. } => {
             let secrets = crate::secrets::SecretCache::default();
             secrets.read_missing(&cfg).await;
-            check(&cfg, strict, &secrets)
+            let code = check(&cfg, strict, &secrets);
+            // A local file costs nothing to poll; an S3 object is one GET a poll.
+            if let (config::ConfigSource::S3 { .. }, Some(every)) = (
+                reader.source(),
+                crate::config_source::poll_every(reader.source(), cfg.reload_poll),
+            ) {
+                println!("{}", cost::config_poll_line(every));
+            }
+            code
         }
         Command::Run {
             duration,

@@ -368,3 +368,45 @@ async fn sighup_reads_an_s3_config_again() {
         .unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+/// `check` of an `s3://` config prices its poll (the 30 s default: 86,400 GETs a month); the
+/// same config as a local file, polled or not, costs no request and prints no such line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_prices_the_poll_of_an_s3_config_only() {
+    let Some((s3, bucket, upstream)) = bucket_or_skip().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(&["alpha"]).await;
+    let text = config(
+        dir.path(),
+        &f.dns,
+        "1s",
+        &service("alpha", f.ports[0].port, f.ports[1].port),
+    );
+    put(&s3, &bucket, "check.toml", &text).await;
+    let check = |source: String| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+            .args(["check", "--config", &source])
+            .envs([
+                ("AWS_ACCESS_KEY_ID", "test"),
+                ("AWS_SECRET_ACCESS_KEY", "test"),
+                ("AWS_REGION", "us-east-1"),
+                ("AWS_ENDPOINT_URL", &format!("http://{upstream}")),
+                ("AWS_EC2_METADATA_DISABLED", "true"),
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let s3_plan = check(format!("s3://{bucket}/check.toml"));
+    assert!(
+        s3_plan.contains("config poll: every 30s, 86,400 GetObject requests a month per prober"),
+        "{s3_plan}"
+    );
+    let file = dir.path().join("check.toml");
+    std::fs::write(&file, format!("{text}{POLL}")).unwrap();
+    let file_plan = check(file.display().to_string());
+    assert!(!file_plan.contains("config poll"), "{file_plan}");
+}
