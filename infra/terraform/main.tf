@@ -61,7 +61,7 @@ resource "aws_route53_health_check" "readiness" {
 }
 
 resource "aws_route53_record" "failover" {
-  for_each = local.branches
+  for_each = var.create_records ? local.branches : {}
 
   zone_id         = each.value.hosted_zone_id
   name            = each.value.stable_name

@@ -46,16 +46,16 @@ output "alarms" {
 }
 
 output "failover" {
-  description = "Per branch, by \"<service>/<role>\": the alarm its health check follows, and the health check's and record's settings."
+  description = "Per branch, by \"<service>/<role>\": the alarm its health check follows, and the health check's and record's settings (the record's null with create_records = false)."
   value = { for k, h in aws_route53_health_check.readiness : k => {
     health_check_type               = h.type
     alarm_name                      = h.cloudwatch_alarm_name
     alarm_region                    = h.cloudwatch_alarm_region
     insufficient_data_health_status = h.insufficient_data_health_status
-    record_type                     = aws_route53_record.failover[k].type
-    record_ttl                      = aws_route53_record.failover[k].ttl
-    record_failover                 = aws_route53_record.failover[k].failover_routing_policy[0].type
-    record_target                   = aws_route53_record.failover[k].records
+    record_type                     = try(aws_route53_record.failover[k].type, null)
+    record_ttl                      = try(aws_route53_record.failover[k].ttl, null)
+    record_failover                 = try(aws_route53_record.failover[k].failover_routing_policy[0].type, null)
+    record_target                   = try(aws_route53_record.failover[k].records, null)
   } }
 }
 

@@ -69,6 +69,12 @@ variable "record_ttl" {
   }
 }
 
+variable "create_records" {
+  description = "Create the failover records. false deploys the alarms, health checks and probers without them: the first step of a cutover where the stable name already exists as a simple record (docs/deploy.md)."
+  type        = bool
+  default     = true
+}
+
 variable "alarm_statistic" {
   description = "The quorum rule over the probers' datums in a minute: Minimum - any prober says unready; Maximum - all do; Average - a majority does."
   type        = string

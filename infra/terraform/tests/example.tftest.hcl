@@ -185,3 +185,22 @@ run "scheduled_mode" {
     error_message = "mode scheduled: not one schedule per subnet every minute"
   }
 }
+
+# The first step of a cutover: everything but the failover records, so the prober runs and the
+# health checks follow their alarms while the old simple record still answers.
+run "cutover_without_records" {
+  command = plan
+  module {
+    source = "./examples/complete"
+  }
+  variables {
+    create_records = false
+  }
+
+  assert {
+    condition = length(output.readyprobe.failover) == 4 && alltrue([for k, f in output.readyprobe.failover :
+      f.health_check_type == "CLOUDWATCH_METRIC" && f.record_type == null && f.record_failover == null
+    ]) && length(output.readyprobe.container_definitions) == 2
+    error_message = "create_records = false: a failover record is planned, or a health check or prober is missing"
+  }
+}

@@ -7,6 +7,12 @@ variable "mode" {
   default     = "service"
 }
 
+variable "create_records" {
+  description = "false for the first step of a cutover (docs/deploy.md)."
+  type        = bool
+  default     = true
+}
+
 provider "aws" {
   region = "eu-west-1"
 }
@@ -14,9 +20,10 @@ provider "aws" {
 module "readyprobe" {
   source = "../.." # yours: "git::https://example.com/readyprobe.git//infra/terraform?ref=<tag>"
 
-  name = "platform" # prober ids platform-<subnet id>
-  mode = var.mode   # scheduled: optionally schedule_minutes (the run length follows from it)
-  services = {      # keys: the config's service names
+  name           = "platform" # prober ids platform-<subnet id>
+  mode           = var.mode   # scheduled: optionally schedule_minutes (the run length follows from it)
+  create_records = var.create_records
+  services = { # keys: the config's service names
     "orders-db" = {
       stable_name    = "mysql.orders.internal.example"
       hosted_zone_id = "Z0123456789ABCDEFGHIJ" # the private hosted zone
