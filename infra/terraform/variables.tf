@@ -73,6 +73,11 @@ variable "create_records" {
   description = "Create the failover records. false deploys the alarms, health checks and probers without them: the first step of a cutover where the stable name already exists as a simple record (docs/deploy.md)."
   type        = bool
   default     = true
+  nullable    = false
+  validation {
+    condition     = contains([true, false], var.create_records)
+    error_message = "create_records: true or false."
+  }
 }
 
 variable "alarm_statistic" {
