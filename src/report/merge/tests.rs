@@ -10,6 +10,7 @@ use crate::record::{
     DuplicateProber, EvidenceReopened, MarkerRecord, OverrideRecord, Restored, StartBranch,
     StateSyncFailed, TransitionRecord, read_lines,
 };
+use crate::report::model::ServiceDrill;
 
 const T0: Millis = 1_767_323_045_000;
 
