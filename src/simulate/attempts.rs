@@ -132,6 +132,7 @@ mod tests {
             until,
             fail_percent,
             class,
+            seen_by: None,
         }
     }
 

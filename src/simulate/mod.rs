@@ -16,6 +16,7 @@ pub mod attempts;
 pub mod drill;
 pub mod phases;
 pub mod publish;
+pub mod regions;
 pub mod render;
 pub mod route53;
 pub mod scenario;
@@ -146,6 +147,9 @@ pub struct Report {
     pub answer: Timeline<Answer>,
     /// When no record was healthy and Route 53 answered with the PRIMARY anyway.
     pub fail_open: Vec<Period>,
+    /// With `[[region]]`: every layout of alarms and health checks, scored.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layouts: Vec<regions::Row>,
 }
 
 /// Run `scenario` against `setup`.
@@ -167,6 +171,11 @@ pub fn simulate(setup: &Setup, scenario: &Scenario) -> Report {
             .find(|b| &b.name == name)
             .cloned()
             .unwrap_or_else(|| BranchScript::quiet(name));
+        // With regions, the report follows the prober in the branch's own region.
+        let script = match scenario.regions.iter().find(|r| r.branches.contains(name)) {
+            Some(home) => regions::seen_from(&script, &home.name),
+            None => script,
+        };
         let tried = attempts::attempts(&script, &timing, end, scenario.seed, ix as u64);
         let report = branch(
             scenario,
@@ -204,8 +213,16 @@ pub fn simulate(setup: &Setup, scenario: &Scenario) -> Report {
             b
         })
         .collect();
+    let layouts = regions::compare(&regions::Inputs {
+        scenario,
+        policy: &policy,
+        timing: &timing,
+        cadence: setup.cadence,
+        branches: &setup.branches,
+    });
     Report {
         service: setup.service.clone(),
+        layouts,
         duration_ms: end,
         seed: scenario.seed,
         assumptions: assumptions(setup, scenario, &policy),

@@ -250,6 +250,11 @@ pub(crate) fn report_with(r: &Report, style: Style, caps: Caps) -> String {
         "\nfail-open (no record healthy, Route 53 answers PRIMARY): {}\n",
         if open.is_empty() { "never" } else { &open }
     );
+    if !r.layouts.is_empty() {
+        out.push_str(&heading(style, 2, "layouts"));
+        out.push_str(&layouts(r, style, caps));
+        out.push('\n');
+    }
     out.push_str(&heading(style, 2, "timeline"));
     let rows = timeline(r);
     let shown = &rows[..rows.len().min(caps.timeline)];
@@ -264,6 +269,39 @@ pub(crate) fn report_with(r: &Report, style: Style, caps: Caps) -> String {
         let _ = writeln!(out, "- {a}");
     }
     out
+}
+
+/// The layout comparison: one row per layout and insufficient-data status.
+fn layouts(r: &Report, style: Style, caps: Caps) -> String {
+    let rows: Vec<Vec<String>> = r
+        .layouts
+        .iter()
+        .map(|row| {
+            let converge = capped_list(
+                row.converge.iter().map(|c| {
+                    let want = c.right.map_or("either".to_string(), |x| x.to_string());
+                    let took = c.after_ms.map_or("never".to_string(), t);
+                    format!("{want} at {}: {took}", t(c.at))
+                }),
+                caps.times,
+            );
+            vec![
+                row.layout.to_string(),
+                row.insufficient_data.to_string(),
+                converge,
+                row.wrong_answers.to_string(),
+                t(row.wrong_ms),
+            ]
+        })
+        .collect();
+    let head = [
+        "layout",
+        "insufficient data",
+        "right answer: time to give it",
+        "wrong answers",
+        "answering wrong",
+    ];
+    table(style, &head, &rows)
 }
 
 /// The summary table: one row per branch.

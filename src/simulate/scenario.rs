@@ -55,6 +55,29 @@ struct RawScenario {
     health_check: RawHealthCheck,
     #[serde(default)]
     dns: RawDns,
+    #[serde(default)]
+    region: Vec<RawRegion>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRegion {
+    name: String,
+    #[serde(default)]
+    branches: Vec<String>,
+    #[serde(default)]
+    fault: Vec<RawRegionFault>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRegionFault {
+    #[serde(default, deserialize_with = "duration")]
+    from: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    until: Option<Duration>,
+    kind: Option<RegionFaultKind>,
+    alarms: Option<ImpairedAlarms>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -87,6 +110,7 @@ struct RawSegment {
     until: Option<Duration>,
     fail_percent: Option<f64>,
     class: Option<FailureClass>,
+    seen_by: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -133,6 +157,70 @@ pub struct Segment {
     pub fail_percent: f64,
     /// The class of the failures.
     pub class: FailureClass,
+    /// The regions whose prober sees these failures (`None`: every prober). A fault that some
+    /// prober does not see is a fault of the path, not of the branch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seen_by: Option<Vec<String>>,
+}
+
+impl Segment {
+    /// Whether the prober of `region` sees this segment's failures.
+    pub fn seen_from(&self, region: &str) -> bool {
+        self.seen_by
+            .as_ref()
+            .is_none_or(|r| r.iter().any(|x| x == region))
+    }
+}
+
+/// What a region fault takes away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, strum::Display)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum RegionFaultKind {
+    /// The region goes dark: its branches, its prober and its CloudWatch are gone.
+    Dark,
+    /// The region's CloudWatch is impaired: it takes no datum and its alarms stop evaluating;
+    /// the branches and the prober are fine.
+    Cloudwatch,
+}
+
+/// What Route 53 reads from an alarm in a region whose CloudWatch is gone or impaired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, strum::Display)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum ImpairedAlarms {
+    /// The state it had, for `alarm.evaluation_periods` periods, then INSUFFICIENT_DATA.
+    InsufficientData,
+    /// The state it had, until the fault ends.
+    Stale,
+}
+
+/// A fault of a whole region.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RegionFault {
+    /// Start, ms (inclusive).
+    pub from: Millis,
+    /// End, ms (exclusive).
+    pub until: Millis,
+    pub kind: RegionFaultKind,
+    pub alarms: ImpairedAlarms,
+}
+
+/// One of the two regions of a cross-region scenario: a prober and a CloudWatch each.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Region {
+    pub name: String,
+    /// The branches that live in it.
+    pub branches: Vec<String>,
+    /// Its faults, sorted, not overlapping.
+    pub faults: Vec<RegionFault>,
+}
+
+impl Region {
+    /// The fault in force at `t`, if any.
+    pub fn fault_at(&self, t: Millis) -> Option<&RegionFault> {
+        self.faults.iter().find(|f| f.from <= t && t < f.until)
+    }
 }
 
 /// What the scenario scripts for one branch.
@@ -212,6 +300,8 @@ pub struct Scenario {
     pub alarm: AlarmModel,
     pub health_check: HealthModel,
     pub dns: DnsModel,
+    /// The two regions, when the scenario models them (`[[region]]`); empty otherwise.
+    pub regions: Vec<Region>,
 }
 
 /// What validation needs to know of the simulated service.
@@ -332,6 +422,8 @@ impl Validation<'_, '_> {
             }
             branches.push(self.branch(&key, b, duration_ms));
         }
+        let regions = self.regions(raw.region, limits, duration_ms);
+        self.seen_by(&branches, &regions);
         let latency_ms = self.delay("attempts.latency", raw.attempts.latency, Duration::ZERO);
         if latency_ms >= ms(limits.interval) {
             self.error(
@@ -364,6 +456,119 @@ impl Validation<'_, '_> {
                 delay_ms,
             },
             dns: self.dns(raw.dns),
+            regions,
+        }
+    }
+
+    /// `[[region]]`: none, or two that hold every branch between them.
+    fn regions(&mut self, raw: Vec<RawRegion>, limits: &Limits<'_>, end: Millis) -> Vec<Region> {
+        if raw.is_empty() {
+            return Vec::new();
+        }
+        if raw.len() != 2 {
+            self.error(
+                "region",
+                format!("{} regions; a cross-region scenario has two", raw.len()),
+            );
+        }
+        let mut out: Vec<Region> = Vec::new();
+        for (i, r) in raw.into_iter().enumerate() {
+            let key = format!("region[{i}]");
+            if r.name.is_empty() || out.iter().any(|x| x.name == r.name) {
+                self.error(format!("{key}.name"), "empty or named twice");
+            }
+            for b in &r.branches {
+                if !limits.branches.contains(b) {
+                    self.error(
+                        format!("{key}.branches"),
+                        format!("no branch {b:?} in the service"),
+                    );
+                } else if out.iter().any(|x| x.branches.contains(b)) {
+                    self.error(
+                        format!("{key}.branches"),
+                        format!("{b:?} is in two regions"),
+                    );
+                }
+            }
+            let faults = self.region_faults(&key, r.fault, end);
+            out.push(Region {
+                name: r.name,
+                branches: r.branches,
+                faults,
+            });
+        }
+        for b in limits.branches {
+            if !out.iter().any(|r| r.branches.contains(b)) {
+                self.error(
+                    "region",
+                    format!("branch {b:?} is in no region's `branches`"),
+                );
+            }
+        }
+        out
+    }
+
+    fn region_faults(
+        &mut self,
+        key: &str,
+        raw: Vec<RawRegionFault>,
+        end: Millis,
+    ) -> Vec<RegionFault> {
+        let mut out: Vec<(usize, RegionFault)> = Vec::new();
+        for (i, f) in raw.into_iter().enumerate() {
+            let k = format!("{key}.fault[{i}]");
+            let (Some(from), Some(until)) = (f.from.map(ms), f.until.map(ms)) else {
+                self.error(k, "needs `from` and `until`, e.g. \"10m\" and \"40m\"");
+                continue;
+            };
+            if from >= until || until > end {
+                self.error(
+                    format!("{k}.until"),
+                    "must be later than `from`, within `duration`",
+                );
+            }
+            let Some(kind) = f.kind else {
+                self.error(format!("{k}.kind"), "missing: \"dark\" or \"cloudwatch\"");
+                continue;
+            };
+            let alarms = f.alarms.unwrap_or(ImpairedAlarms::InsufficientData);
+            out.push((
+                i,
+                RegionFault {
+                    from,
+                    until,
+                    kind,
+                    alarms,
+                },
+            ));
+        }
+        out.sort_by_key(|(_, f)| f.from);
+        for w in out.windows(2) {
+            if w[1].1.from < w[0].1.until {
+                self.error(
+                    format!("{key}.fault[{}].from", w[1].0),
+                    format!("overlaps {key}.fault[{}]", w[0].0),
+                );
+            }
+        }
+        out.into_iter().map(|(_, f)| f).collect()
+    }
+
+    /// A segment's `seen_by` names regions of the scenario.
+    fn seen_by(&mut self, branches: &[BranchScript], regions: &[Region]) {
+        for (i, b) in branches.iter().enumerate() {
+            for (list, segs) in [("noise", &b.noise), ("fault", &b.faults)] {
+                for (j, s) in segs.iter().enumerate() {
+                    let Some(seen) = &s.seen_by else { continue };
+                    let known = |n: &String| regions.iter().any(|r| &r.name == n);
+                    if seen.is_empty() || !seen.iter().all(known) {
+                        self.error(
+                            format!("branch[{i}].{list}[{j}].seen_by"),
+                            "must name regions of `[[region]]` (and needs them)",
+                        );
+                    }
+                }
+            }
         }
     }
 
@@ -446,6 +651,7 @@ impl Validation<'_, '_> {
                     until,
                     fail_percent,
                     class,
+                    seen_by: s.seen_by,
                 },
             ));
         }

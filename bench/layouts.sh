@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Cross-region layouts: where each failover branch's alarm lives and which prober feeds it,
+# compared with `readyprobe simulate` (pure, offline, deterministic) on every cross-region
+# scenario under probes/: per layout (own region, other region, calculated threshold 1 and 2)
+# and InsufficientDataHealthStatus, how long Route 53 took to give each right answer, how many
+# wrong answers it gave and how long it answered wrong. Prints one Markdown table. See
+# BENCHMARKS.md ("Cross-region layouts") and docs/deploy.md.
+#
+#   bench/layouts.sh
+#   CONFIG=probes/fleet.toml SERVICE=payments-db bench/layouts.sh
+#   SCENARIOS="probes/scenario-path-cut.toml" bench/layouts.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CONFIG=${CONFIG:-probes/orders-db.toml}
+SERVICE=${SERVICE:-}
+SCENARIOS=${SCENARIOS:-probes/scenario-region-dark.toml probes/scenario-region-dark-stale.toml probes/scenario-cloudwatch-impaired.toml probes/scenario-path-cut.toml probes/scenario-readonly-primary.toml}
+BIN=${BIN:-target/release/readyprobe}
+[ -x "$BIN" ] || { echo "layouts: building $BIN" >&2; cargo build --release --locked; }
+command -v jq >/dev/null || { echo "layouts: jq is required" >&2; exit 1; }
+
+echo "| scenario | layout | insufficient data | right answer: time to give it | wrong answers | answering wrong |"
+echo "| --- | --- | --- | --- | ---: | ---: |"
+for sc in $SCENARIOS; do
+  args=(simulate --config "$CONFIG" --scenario "$sc" --format json)
+  [ -n "$SERVICE" ] && args+=(--service "$SERVICE")
+  "$BIN" "${args[@]}" | jq -r --arg sc "$(basename "$sc" .toml)" '
+    def t: if . == null then "never"
+      else (. / 1000 | floor) as $s
+        | if $s >= 60 then "\($s / 60 | floor)m\(if $s % 60 > 0 then "\($s % 60)s" else "" end)"
+          else "\($s)s" end end;
+    def layout: if type == "object" then "calculated, threshold \(.calculated)"
+      else gsub("_"; " ") end;
+    if (.layouts // []) == [] then error("\($sc): no [[region]], no layouts") else . end
+    | .layouts[]
+    | "| \($sc | sub("^scenario-"; "")) | \(.layout | layout) | \(.insufficient_data) | "
+      + ([.converge[] | "\(.right // "either") at \(.at | t): \(.after_ms | t)"] | join(", "))
+      + " | \(.wrong_answers) | \(.wrong_ms | t) |"'
+done
