@@ -361,3 +361,72 @@ fn the_example_scenarios_run_against_their_configs() {
         assert_eq!(fault["pending_approval_ms"].is_i64(), pending, "{scenario}");
     }
 }
+
+/// The cross-region scenarios in `probes/`, through the binary: the wrong answers of every
+/// layout, as BENCHMARKS.md ("Cross-region layouts") and docs/deploy.md state them. The chosen
+/// layout (calculated, threshold 2, children Healthy) gives none when a region goes dark, whatever
+/// Route 53 reads from its alarms, nor under an impaired CloudWatch; the own-region layout gives
+/// one under every insufficient-data status.
+#[test]
+fn the_cross_region_scenarios_decide_the_layout() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let scenarios = [
+        "region-dark",
+        "region-dark-stale",
+        "cloudwatch-impaired",
+        "path-cut",
+        "path-cut-both-ways",
+        "readonly-primary",
+    ];
+    // Wrong answers per scenario, in the order above.
+    let want: [(&str, &str, [u64; 6]); 12] = [
+        ("own_region", "Healthy", [1, 1, 0, 0, 0, 0]),
+        ("own_region", "Unhealthy", [0, 2, 1, 0, 0, 0]),
+        ("own_region", "LastKnownStatus", [1, 1, 0, 0, 0, 0]),
+        ("other_region", "Healthy", [0, 0, 0, 1, 0, 0]),
+        ("other_region", "Unhealthy", [3, 1, 0, 1, 0, 0]),
+        ("other_region", "LastKnownStatus", [0, 0, 0, 1, 0, 0]),
+        ("calculated 1", "Healthy", [1, 1, 0, 0, 0, 0]),
+        ("calculated 1", "Unhealthy", [0, 2, 0, 0, 0, 0]),
+        ("calculated 1", "LastKnownStatus", [1, 1, 0, 0, 0, 0]),
+        ("calculated 2", "Healthy", [0, 0, 0, 1, 0, 0]),
+        ("calculated 2", "Unhealthy", [3, 1, 0, 1, 0, 0]),
+        ("calculated 2", "LastKnownStatus", [0, 0, 0, 1, 0, 0]),
+    ];
+    let mut got: Vec<(String, String, [u64; 6])> = Vec::new();
+    for (i, sc) in scenarios.iter().enumerate() {
+        let file = format!("scenario-{sc}.toml");
+        let text = std::fs::read_to_string(repo.join("probes").join(&file)).unwrap();
+        assert!(text.contains("--config probes/orders-db.toml"), "{file}");
+        let out = bin()
+            .args(["simulate", "--format", "json", "--config"])
+            .arg(repo.join("probes/orders-db.toml"))
+            .arg("--scenario")
+            .arg(repo.join("probes").join(&file))
+            .output()
+            .unwrap();
+        let r = json(&out);
+        let rows = r["layouts"].as_array().expect("a layouts table");
+        assert_eq!(rows.len(), 12, "{file}");
+        for row in rows {
+            let layout = match &row["layout"] {
+                Value::String(s) => s.clone(),
+                other => format!("calculated {}", other["calculated"]),
+            };
+            let status = row["insufficient_data"].as_str().unwrap().to_string();
+            let at = match got.iter().position(|g| g.0 == layout && g.1 == status) {
+                Some(k) => k,
+                None => {
+                    got.push((layout, status, [0; 6]));
+                    got.len() - 1
+                }
+            };
+            got[at].2[i] = row["wrong_answers"].as_u64().unwrap();
+        }
+    }
+    let want: Vec<(String, String, [u64; 6])> = want
+        .iter()
+        .map(|(l, s, w)| (l.to_string(), s.to_string(), *w))
+        .collect();
+    assert_eq!(got, want);
+}
