@@ -399,6 +399,7 @@ mod tests {
     use super::*;
     use crate::config::StepTimeouts;
     use crate::readiness::{Condition, FlapDamping};
+    use scenario::InsufficientDataHealthStatus;
     use std::path::Path;
     use std::time::Duration;
 
@@ -482,6 +483,38 @@ fail_percent = 2.0
         let r = run(&on, NOISE);
         let want = "probe.suspect_interval (500ms) is not modelled";
         assert!(r.assumptions[0].contains(want), "{}", r.assumptions[0]);
+    }
+
+    /// A dark primary region: the own-region alarm under LastKnownStatus never fails over (Route
+    /// 53 keeps the last verdict); the calculated check of both regions at threshold 2 with
+    /// Healthy children fails over on the other region's prober, 3 m of `for` after its window
+    /// fell below 95 % and 30 s behind its alarm.
+    #[test]
+    fn a_dark_region_is_failed_over_by_the_calculated_check_alone() {
+        let text = include_str!("../../probes/scenario-region-dark.toml");
+        let r = run(&setup(Duration::from_secs(180)), text);
+        assert_eq!(r.layouts.len(), 12);
+        let row = |layout, status: &str| {
+            let status: InsufficientDataHealthStatus = status.parse().expect("a status");
+            r.layouts
+                .iter()
+                .find(|x| x.layout == layout && x.insufficient_data == status)
+                .expect("a row")
+        };
+        let own = row(regions::Layout::OwnRegion, "LastKnownStatus");
+        assert_eq!(own.wrong_answers, 1);
+        assert_eq!(own.converge[0].after_ms, None);
+        let calc = row(regions::Layout::Calculated(2), "Healthy");
+        assert_eq!(calc.wrong_answers, 0);
+        assert_eq!(calc.converge[0].at, 600_000);
+        assert_eq!(calc.converge[0].right, Some(Record::Secondary));
+        assert_eq!(calc.converge[0].after_ms, Some(270_000));
+        // Without regions there is no comparison.
+        assert!(
+            run(&setup(Duration::from_secs(180)), NOISE)
+                .layouts
+                .is_empty()
+        );
     }
 
     #[test]

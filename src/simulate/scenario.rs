@@ -528,7 +528,7 @@ impl Validation<'_, '_> {
                 );
             }
             let Some(kind) = f.kind else {
-                self.error(format!("{k}.kind"), "missing: \"dark\" or \"cloudwatch\"");
+                self.error(k, "missing `kind`: \"dark\" or \"cloudwatch\"");
                 continue;
             };
             let alarms = f.alarms.unwrap_or(ImpairedAlarms::InsufficientData);
@@ -893,6 +893,61 @@ mod tests {
                 ("alarm.period".to_string(), Some(3)),
                 ("alarm.evaluation_delay".to_string(), Some(4)),
                 ("dns.answer_delay".to_string(), Some(6)),
+            ]
+        );
+    }
+
+    #[test]
+    fn regions_hold_every_branch_once_and_seen_by_names_them() {
+        let ok = r#"duration = "1h"
+[[region]]
+name = "a"
+branches = ["primary"]
+[[region.fault]]
+from = "10m"
+until = "20m"
+kind = "dark"
+[[region]]
+name = "b"
+branches = ["secondary"]
+[[branch]]
+name = "primary"
+[[branch.fault]]
+from = "30m"
+until = "40m"
+seen_by = ["b"]
+"#;
+        let s = parse_text(ok).expect("valid");
+        assert_eq!(s.regions.len(), 2);
+        assert_eq!(
+            s.regions[0].faults[0].alarms,
+            ImpairedAlarms::InsufficientData
+        );
+        assert!(!s.branches[0].faults[0].seen_from("a"));
+        assert!(s.branches[0].faults[0].seen_from("b"));
+        let bad = r#"duration = "1h"
+[[region]]
+name = "a"
+branches = ["primary", "tertiary"]
+[[region.fault]]
+from = "10m"
+until = "20m"
+[[branch]]
+name = "primary"
+[[branch.fault]]
+from = "30m"
+until = "40m"
+seen_by = ["c"]
+"#;
+        let keys: Vec<String> = issues(bad).into_iter().map(|i| i.0).collect();
+        assert_eq!(
+            keys,
+            [
+                "region",
+                "region",
+                "region[0].branches",
+                "region[0].fault[0]",
+                "branch[0].fault[0].seen_by",
             ]
         );
     }
