@@ -47,5 +47,6 @@ jq -rs '
     "| scenario | layout | insufficient data | right answer: time to give it | wrong answers | answering wrong |",
     "| --- | --- | --- | --- | ---: | ---: |",
     (.[] | "| \(.scenario) | \(.layout | layout) | \(.insufficient_data) | "
-      + ([.converge[] | "\(.right // "either") at \(.at | t): \(.after_ms | t)"] | join(", "))
+      + (if .converge == [] then "no change"
+         else [.converge[] | "\(.right // "either") at \(.at | t): \(.after_ms | t)"] | join(", ") end)
       + " | \(.wrong_answers) | \(.wrong_ms | t) |")' "$rows"

@@ -354,7 +354,7 @@ fn assumptions(setup: &Setup, s: &Scenario, policy: &Policy) -> Vec<String> {
         )
     });
     let fast = fast.unwrap_or_default();
-    vec![
+    let mut out = vec![
         format!(
             "attempts: one every {} from 0 (no jitter); a success or a non-timeout failure takes {}; dns_timeout, tcp_timeout and deadline_exceeded end at their step timeout ({}, {}) or the attempt timeout ({}); random failures from seed {}{fast}",
             crate::clock::fmt_duration(t.interval),
@@ -391,7 +391,13 @@ fn assumptions(setup: &Setup, s: &Scenario, policy: &Policy) -> Vec<String> {
             d(s.dns.answer_delay_ms),
             d(s.dns.ttl_ms)
         ),
-    ]
+    ];
+    if !s.regions.is_empty() {
+        out.push(
+            "regions (the layouts table only): a prober per region probes every branch and publishes to its own region's CloudWatch; a dark region fails its branches for every prober and stops its prober (whose state carries over) and its CloudWatch; an impaired CloudWatch takes no datum; Route 53 reads an unavailable region's alarms as their fault's `alarms` says; a CALCULATED check follows its children at once".to_string(),
+        );
+    }
+    out
 }
 
 #[cfg(test)]

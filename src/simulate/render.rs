@@ -277,14 +277,18 @@ fn layouts(r: &Report, style: Style, caps: Caps) -> String {
         .layouts
         .iter()
         .map(|row| {
-            let converge = capped_list(
-                row.converge.iter().map(|c| {
-                    let want = c.right.map_or("either".to_string(), |x| x.to_string());
-                    let took = c.after_ms.map_or("never".to_string(), t);
-                    format!("{want} at {}: {took}", t(c.at))
-                }),
-                caps.times,
-            );
+            let converge = if row.converge.is_empty() {
+                "no change".to_string()
+            } else {
+                capped_list(
+                    row.converge.iter().map(|c| {
+                        let want = c.right.map_or("either".to_string(), |x| x.to_string());
+                        let took = c.after_ms.map_or("never".to_string(), t);
+                        format!("{want} at {}: {took}", t(c.at))
+                    }),
+                    caps.times,
+                )
+            };
             vec![
                 row.layout.to_string(),
                 row.insufficient_data.to_string(),
