@@ -343,6 +343,7 @@ pub fn parse(path: &Path, text: &str, limits: &Limits<'_>) -> Result<Scenario, C
         loc: &loc,
         doc: doc.get_ref(),
         issues: Vec::new(),
+        regions: raw.region.iter().map(|r| r.name.clone()).collect(),
     };
     let scenario = v.scenario(raw, limits);
     if v.issues.is_empty() {
@@ -357,6 +358,8 @@ struct Validation<'a, 'd> {
     loc: &'a Locator,
     doc: &'a DeTable<'d>,
     issues: Vec<Issue>,
+    /// The names of `[[region]]`, which `seen_by` may name.
+    regions: Vec<String>,
 }
 
 impl Validation<'_, '_> {
@@ -423,7 +426,6 @@ impl Validation<'_, '_> {
             branches.push(self.branch(&key, b, duration_ms));
         }
         let regions = self.regions(raw.region, limits, duration_ms);
-        self.seen_by(&branches, &regions);
         let latency_ms = self.delay("attempts.latency", raw.attempts.latency, Duration::ZERO);
         if latency_ms >= ms(limits.interval) {
             self.error(
@@ -554,24 +556,6 @@ impl Validation<'_, '_> {
         out.into_iter().map(|(_, f)| f).collect()
     }
 
-    /// A segment's `seen_by` names regions of the scenario.
-    fn seen_by(&mut self, branches: &[BranchScript], regions: &[Region]) {
-        for (i, b) in branches.iter().enumerate() {
-            for (list, segs) in [("noise", &b.noise), ("fault", &b.faults)] {
-                for (j, s) in segs.iter().enumerate() {
-                    let Some(seen) = &s.seen_by else { continue };
-                    let known = |n: &String| regions.iter().any(|r| &r.name == n);
-                    if seen.is_empty() || !seen.iter().all(known) {
-                        self.error(
-                            format!("branch[{i}].{list}[{j}].seen_by"),
-                            "must name regions of `[[region]]` (and needs them)",
-                        );
-                    }
-                }
-            }
-        }
-    }
-
     fn branch(&mut self, key: &str, b: RawBranch, end: Millis) -> BranchScript {
         let noise = self.segments(&format!("{key}.noise"), b.noise, end, false);
         let faults = self.segments(&format!("{key}.fault"), b.fault, end, true);
@@ -644,6 +628,14 @@ impl Validation<'_, '_> {
                 }
             };
             let class = s.class.unwrap_or(FailureClass::TcpTimeout);
+            if let Some(seen) = &s.seen_by
+                && (seen.is_empty() || !seen.iter().all(|n| self.regions.contains(n)))
+            {
+                self.error(
+                    format!("{k}.seen_by"),
+                    "must name regions of `[[region]]` (and needs them)",
+                );
+            }
             out.push((
                 i,
                 Segment {
