@@ -127,6 +127,9 @@ pub const CFN: &str = "infra/cloudformation/readyprobe-service.yaml";
 /// The prober's CloudFormation template (one stack for all services): tasks, roles, log group.
 pub const CFN_PROBER: &str = "infra/cloudformation/readyprobe.yaml";
 
+/// The publish role's CloudFormation template (in the account of the health checks).
+pub const CFN_ROLE: &str = "infra/cloudformation/readyprobe-publish-role.yaml";
+
 /// The per-service template as JSON.
 pub fn cfn_doc() -> Value {
     cfn_doc_of(CFN)
@@ -245,17 +248,27 @@ fn cloudformation() -> Template {
 
 // ---------------------------------------------------------------- Terraform
 
+/// The root module: the prober, and the per-service unit through [`TF_SERVICE`].
 const TF_DIR: &str = "infra/terraform";
+/// The per-service unit (alarms, health checks, records), in any account.
+pub const TF_SERVICE: &str = "infra/terraform/modules/service";
+/// The publish role, in the account of the health checks.
+pub const TF_ROLE: &str = "infra/terraform/modules/publish-role";
 
-/// Every top-level block of the module's `.tf` files.
+/// Every top-level block of the root module's `.tf` files.
 fn tf_blocks() -> Vec<hcl::Block> {
-    let mut files: Vec<_> = std::fs::read_dir(repo_file(TF_DIR))
+    tf_blocks_of(TF_DIR)
+}
+
+/// Every top-level block of the `.tf` files of the module in `dir`.
+pub fn tf_blocks_of(dir: &str) -> Vec<hcl::Block> {
+    let mut files: Vec<_> = std::fs::read_dir(repo_file(dir))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "tf"))
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no .tf file in {TF_DIR}");
+    assert!(!files.is_empty(), "no .tf file in {dir}");
     files
         .iter()
         .flat_map(|f| {
@@ -266,11 +279,11 @@ fn tf_blocks() -> Vec<hcl::Block> {
         .collect()
 }
 
-fn labels(b: &hcl::Block) -> Vec<&str> {
+pub fn labels(b: &hcl::Block) -> Vec<&str> {
     b.labels().iter().map(|l| l.as_str()).collect()
 }
 
-fn attr<'a>(body: &'a hcl::Body, key: &str) -> Option<&'a hcl::Expression> {
+pub fn attr<'a>(body: &'a hcl::Body, key: &str) -> Option<&'a hcl::Expression> {
     body.attributes()
         .find(|a| a.key.as_str() == key)
         .map(|a| &a.expr)
@@ -343,7 +356,7 @@ fn lit_text(e: &hcl::Expression) -> String {
 }
 
 /// An expression as written, a string or template without its quotes.
-fn tf_text(e: &hcl::Expression) -> String {
+pub fn tf_text(e: &hcl::Expression) -> String {
     match e {
         hcl::Expression::TemplateExpr(t) => t.to_string(),
         other => lit_text(other),
@@ -395,7 +408,7 @@ fn tf_var(blocks: &[hcl::Block], name: &str) -> Param {
     p
 }
 
-fn tf_resources<'a>(blocks: &'a [hcl::Block], type_: &str) -> Vec<(String, &'a hcl::Body)> {
+pub fn tf_resources<'a>(blocks: &'a [hcl::Block], type_: &str) -> Vec<(String, &'a hcl::Body)> {
     blocks
         .iter()
         .filter(|b| b.identifier() == "resource" && labels(b).first() == Some(&type_))
@@ -404,7 +417,7 @@ fn tf_resources<'a>(blocks: &'a [hcl::Block], type_: &str) -> Vec<(String, &'a h
 }
 
 fn terraform() -> Template {
-    let blocks = tf_blocks();
+    let blocks = tf_blocks_of(TF_SERVICE);
     let val = |b: &hcl::Body, k: &str| attr(b, k).map(|e| tf_val(&blocks, e));
     let alarms = tf_resources(&blocks, "aws_cloudwatch_metric_alarm")
         .into_iter()
@@ -457,7 +470,7 @@ fn terraform() -> Template {
         })
         .collect();
     Template {
-        file: TF_DIR,
+        file: TF_SERVICE,
         alarms,
         health_checks,
         records,
@@ -889,7 +902,10 @@ fn terraform_task_role_publishes_only_into_the_namespaces() {
         hcl::to_value(["Readyprobe", "Orders"]).expect("value")
     );
     // Each service's alarms watch its own namespace, else the module's.
-    for (_, body) in tf_resources(&blocks, "aws_cloudwatch_metric_alarm") {
+    let service = tf_blocks_of(TF_SERVICE);
+    let alarms = tf_resources(&service, "aws_cloudwatch_metric_alarm");
+    assert!(!alarms.is_empty(), "{TF_SERVICE}: no alarm");
+    for (_, body) in alarms {
         let ns = tf_attr(body, "namespace");
         assert!(
             ns.contains("each.value.namespace") && ns.contains("var.namespace"),
@@ -901,7 +917,7 @@ fn terraform_task_role_publishes_only_into_the_namespaces() {
 // ---------------------------------------------------------------- the deployment's shape
 
 /// A Terraform block by kind and labels, e.g. `("resource", ["aws_ecs_service", "prober"])`.
-fn tf_block<'a>(blocks: &'a [hcl::Block], kind: &str, want: &[&str]) -> &'a hcl::Body {
+pub fn tf_block<'a>(blocks: &'a [hcl::Block], kind: &str, want: &[&str]) -> &'a hcl::Body {
     blocks
         .iter()
         .find(|b| b.identifier() == kind && labels(b) == want)
@@ -910,12 +926,12 @@ fn tf_block<'a>(blocks: &'a [hcl::Block], kind: &str, want: &[&str]) -> &'a hcl:
 }
 
 /// The text of attribute `key` of `body` (empty when absent).
-fn tf_attr(body: &hcl::Body, key: &str) -> String {
+pub fn tf_attr(body: &hcl::Body, key: &str) -> String {
     attr(body, key).map(tf_text).unwrap_or_default()
 }
 
 /// The items of list attribute `key` of `body`, each as written.
-fn tf_list(body: &hcl::Body, key: &str) -> Vec<String> {
+pub fn tf_list(body: &hcl::Body, key: &str) -> Vec<String> {
     match attr(body, key) {
         Some(hcl::Expression::Array(items)) => items.iter().map(tf_text).collect(),
         other => panic!("{key}: not a list: {other:?}"),
@@ -984,13 +1000,14 @@ fn one_prober_for_many_services() {
     }
 
     let blocks = tf_blocks();
-    let services = tf_block(&blocks, "variable", &["services"]);
+    let service_blocks = tf_blocks_of(TF_SERVICE);
+    let services = tf_block(&service_blocks, "variable", &["services"]);
     assert!(
         tf_attr(services, "type").starts_with("map("),
         "var.services is not a map"
     );
     assert!(
-        tf_text(tf_local(&blocks, "branches")).contains("var.services"),
+        tf_text(tf_local(&service_blocks, "branches")).contains("var.services"),
         "local.branches is not made from var.services"
     );
     let t = terraform();
@@ -1320,7 +1337,7 @@ fn task_role_trusts_only_this_accounts_ecs_tasks() {
 #[test]
 fn every_parameter_and_variable_is_constrained() {
     let mut loose = Vec::new();
-    for file in [CFN, CFN_PROBER] {
+    for file in [CFN, CFN_PROBER, CFN_ROLE] {
         let doc = cfn_doc_of(file);
         for (name, p) in doc["Parameters"].as_object().expect("Parameters") {
             let ok = p.get("AllowedValues").is_some()
@@ -1334,9 +1351,14 @@ fn every_parameter_and_variable_is_constrained() {
             }
         }
     }
-    for b in tf_blocks().iter().filter(|b| b.identifier() == "variable") {
-        if !b.body().blocks().any(|v| v.identifier() == "validation") {
-            loose.push(format!("{TF_DIR}: variable {:?}", labels(b)));
+    for dir in [TF_DIR, TF_SERVICE, TF_ROLE] {
+        for b in tf_blocks_of(dir)
+            .iter()
+            .filter(|b| b.identifier() == "variable")
+        {
+            if !b.body().blocks().any(|v| v.identifier() == "validation") {
+                loose.push(format!("{dir}: variable {:?}", labels(b)));
+            }
         }
     }
     assert!(loose.is_empty(), "unconstrained:\n  {}", loose.join("\n  "));
@@ -1346,7 +1368,7 @@ fn every_parameter_and_variable_is_constrained() {
 /// `Fn::And`, `Fn::Or`, `Fn::If` (on the template's `Conditions`), `Fn::Join`, `Fn::Select`, `Fn::Split` and
 /// `Fn::Sub` (`${Name}` from its map, then the parameters). A `CommaDelimitedList` parameter is
 /// an array.
-fn cfn_eval(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
+pub fn cfn_eval(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
     let ev = |v: &Value| cfn_eval(doc, v, params);
     let obj = match e {
         Value::Object(o)
@@ -1428,7 +1450,7 @@ fn cfn_eval(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
 }
 
 /// [`cfn_eval`] inside every object and list too (a policy statement's `Resource`, `Condition`).
-fn cfn_eval_deep(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
+pub fn cfn_eval_deep(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
     let intrinsic = |o: &serde_json::Map<String, Value>| {
         o.len() == 1 && o.keys().all(|k| k == "Ref" || k.starts_with("Fn::"))
     };

@@ -51,7 +51,7 @@ fn template() -> Value {
 }
 
 /// One deployed stack: its parameters and its resources' physical ids by logical id.
-struct Stack {
+pub(crate) struct Stack {
     params: BTreeMap<String, String>,
     resources: BTreeMap<String, String>,
 }
@@ -80,7 +80,7 @@ impl Stack {
 }
 
 /// Creates the stack from `body` and waits for CREATE_COMPLETE; panics with its events otherwise.
-async fn deploy(
+pub(crate) async fn deploy(
     cfn: &aws_sdk_cloudformation::Client,
     name: &str,
     body: String,
