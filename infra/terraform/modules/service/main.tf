@@ -1,7 +1,10 @@
 # The per-service unit, repeated for each entry of var.services: one readiness alarm, health check
 # and failover record per branch, and the heartbeat, fail-open and service-unavailable alarms. The
 # root module (infra/terraform) calls it in the prober's account; call it on its own where the
-# hosted zone and health checks live in another account (examples/cross-account).
+# hosted zone and health checks live in another account (examples/cross-account). Branches in
+# two regions (examples/cross-region): a call in region B with alarms_only, and one in region A
+# with other_region_alarms, whose records follow CALCULATED checks of both regions' alarms
+# (regions.tf).
 locals {
   # One entry per branch of every service, keyed "<service>/<role>", so the alarm, health check
   # and record of one branch share a key.
@@ -53,17 +56,18 @@ resource "aws_cloudwatch_metric_alarm" "readiness" {
 }
 
 resource "aws_route53_health_check" "readiness" {
-  for_each = local.branches
+  for_each = var.alarms_only ? {} : local.branches
 
-  type                            = "CLOUDWATCH_METRIC"
-  cloudwatch_alarm_name           = aws_cloudwatch_metric_alarm.readiness[each.key].alarm_name
-  cloudwatch_alarm_region         = data.aws_region.current.name
-  insufficient_data_health_status = var.insufficient_data_health_status
+  type                    = "CLOUDWATCH_METRIC"
+  cloudwatch_alarm_name   = aws_cloudwatch_metric_alarm.readiness[each.key].alarm_name
+  cloudwatch_alarm_region = data.aws_region.current.name
+  # Two regions: a region without data abstains, the other decides (docs/deploy.md).
+  insufficient_data_health_status = local.cross_region ? "Healthy" : var.insufficient_data_health_status
   tags                            = { Name = "readyprobe-${each.value.service}-${each.value.name}" }
 }
 
 resource "aws_route53_record" "failover" {
-  for_each = var.create_records ? local.branches : {}
+  for_each = var.create_records && !var.alarms_only ? local.branches : {}
 
   zone_id         = each.value.hosted_zone_id
   name            = each.value.stable_name
@@ -71,7 +75,7 @@ resource "aws_route53_record" "failover" {
   ttl             = var.record_ttl
   records         = [each.value.endpoint]
   set_identifier  = each.value.name
-  health_check_id = aws_route53_health_check.readiness[each.key].id
+  health_check_id = local.cross_region ? aws_route53_health_check.calculated[each.key].id : aws_route53_health_check.readiness[each.key].id
   failover_routing_policy {
     type = each.value.role
   }

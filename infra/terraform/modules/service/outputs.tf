@@ -1,6 +1,6 @@
 output "health_check_ids" {
   description = "The health check each branch's failover record uses, by \"<service>/<role>\"."
-  value       = { for k, hc in aws_route53_health_check.readiness : k => hc.id }
+  value       = { for k, hc in aws_route53_health_check.readiness : k => local.cross_region ? aws_route53_health_check.calculated[k].id : hc.id }
 }
 
 output "readiness_alarm_names" {
@@ -36,5 +36,18 @@ output "failover" {
     record_ttl                      = try(aws_route53_record.failover[k].ttl, null)
     record_failover                 = try(aws_route53_record.failover[k].failover_routing_policy[0].type, null)
     record_target                   = try(aws_route53_record.failover[k].records, null)
+    # other_region_alarms: the CALCULATED check the record follows, and its other child.
+    calculated_threshold    = try(aws_route53_health_check.calculated[k].child_health_threshold, null)
+    other_alarm_name        = try(aws_route53_health_check.other_region[k].cloudwatch_alarm_name, null)
+    other_alarm_region      = try(aws_route53_health_check.other_region[k].cloudwatch_alarm_region, null)
+    other_insufficient_data = try(aws_route53_health_check.other_region[k].insufficient_data_health_status, null)
   } }
+}
+
+output "region_alarms" {
+  description = "This call's region and Readiness alarm names by \"<service>/<role>\": the other call's other_region_alarms, for branches in two regions."
+  value = {
+    region      = data.aws_region.current.name
+    alarm_names = { for k, a in aws_cloudwatch_metric_alarm.readiness : k => a.alarm_name }
+  }
 }

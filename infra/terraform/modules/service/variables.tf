@@ -119,3 +119,27 @@ variable "alarm_topic_arn" {
     error_message = "alarm_topic_arn: null or an SNS topic ARN."
   }
 }
+
+variable "alarms_only" {
+  description = "true: the alarms only, no health check or record - region B's call for branches in two regions (give its region_alarms to the other call's other_region_alarms)."
+  type        = bool
+  default     = false
+  nullable    = false
+  validation {
+    condition     = contains([true, false], var.alarms_only)
+    error_message = "alarms_only: true or false."
+  }
+}
+
+variable "other_region_alarms" {
+  description = "Branches in two regions: region_alarms of this module's call in region B (alarms_only there), whose alarms B's prober feeds. Each branch's record then follows a CALCULATED check of this region's and B's alarm, each child Healthy without data (docs/deploy.md, regional failover). null: one region."
+  type = object({
+    region      = string
+    alarm_names = map(string)
+  })
+  default = null
+  validation {
+    condition     = var.other_region_alarms == null || can(regex("^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-[0-9]$", try(var.other_region_alarms.region, "-")))
+    error_message = "other_region_alarms: null, or region_alarms of a call in another region (region an AWS region name)."
+  }
+}
