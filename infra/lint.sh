@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Lint of the deployment files, run by .ci/run before the tests:
 #   - cfn-lint on the CloudFormation template (against the resource specifications);
-#   - checkov, offline, on the CloudFormation template, the Terraform module and the Dockerfile
+#   - checkov, offline, on the CloudFormation templates, the Terraform modules and the Dockerfile
 #     (each skip is justified next to its resource);
 #   - hadolint on the Dockerfile;
-#   - python-hcl2 parses every .tf file (terraform itself, fmt to plan: infra/terraform-check.sh).
+#   - python-hcl2 parses every .tf file of the modules (terraform itself, fmt to plan: infra/terraform-check.sh).
 # The tools live in a venv under /var/cache/readyprobe, pinned by infra/lint-requirements.txt and
 # reinstalled only when that file changes. LINT_VENV and LINT_PYTHON (a Python >= 3.11) change it.
 set -euo pipefail
@@ -61,17 +61,17 @@ t0=$(date +%s)
 say "cfn-lint infra/cloudformation/"
 "$VENV/bin/cfn-lint" infra/cloudformation/*.yaml
 
-say "checkov (offline) on infra/cloudformation/, infra/terraform/ and the Dockerfile"
+say "checkov (offline) on infra/cloudformation/, infra/terraform/ (and its modules/) and the Dockerfile"
 files=(-f Dockerfile)
-for f in infra/cloudformation/*.yaml infra/terraform/*.tf; do files+=(-f "$f"); done
+for f in infra/cloudformation/*.yaml infra/terraform/*.tf infra/terraform/modules/*/*.tf; do files+=(-f "$f"); done
 BC_SKIP_MAPPING=TRUE "$VENV/bin/checkov" --skip-download --quiet --compact \
   --framework cloudformation terraform dockerfile "${files[@]}"
 
 say "hadolint Dockerfile"
 "$VENV/bin/hadolint" Dockerfile
 
-say "python-hcl2 parses infra/terraform/*.tf"
-"$VENV/bin/python" - infra/terraform/*.tf <<'PY'
+say "python-hcl2 parses infra/terraform/*.tf and infra/terraform/modules/*/*.tf"
+"$VENV/bin/python" - infra/terraform/*.tf infra/terraform/modules/*/*.tf <<'PY'
 import sys
 import hcl2
 for path in sys.argv[1:]:

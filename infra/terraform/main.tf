@@ -1,142 +1,51 @@
-# The per-service unit, repeated for each entry of var.services: one readiness alarm, health check
-# and failover record per branch, and the heartbeat, fail-open and service-unavailable alarms.
+# The per-service unit (modules/service) in the prober's account: for each entry of
+# var.services a readiness alarm and CLOUDWATCH_METRIC health check per branch, the failover
+# records, and the heartbeat, fail-open and service-unavailable alarms. With the hosted zone in
+# another account, set create_service_resources = false and call modules/service there
+# (examples/cross-account); the prober itself is prober.tf.
+module "service" {
+  source = "./modules/service"
+  count  = var.create_service_resources ? 1 : 0
+
+  services                        = var.services
+  namespace                       = var.namespace
+  record_ttl                      = var.record_ttl
+  create_records                  = var.create_records
+  alarm_statistic                 = var.alarm_statistic
+  evaluation_periods              = var.evaluation_periods
+  insufficient_data_health_status = var.insufficient_data_health_status
+  heartbeat_missing_minutes       = var.heartbeat_missing_minutes
+  alarm_topic_arn                 = var.alarm_topic_arn
+}
+
 locals {
-  # One entry per branch of every service, keyed "<service>/<role>", so the alarm, health check
-  # and record of one branch share a key.
-  branches = {
-    for b in flatten([
-      for s, svc in var.services : [
-        for br in svc.branches : {
-          key            = "${s}/${br.role}"
-          service        = s
-          name           = br.name
-          role           = br.role
-          endpoint       = br.endpoint
-          stable_name    = svc.stable_name
-          hosted_zone_id = svc.hosted_zone_id
-          namespace      = svc.namespace
-        }
-      ]
-    ]) : b.key => b
-  }
-  # The threshold each quorum statistic is compared with (LessThanThreshold): a datum is 0 or 1.
-  quorum_threshold = {
-    Minimum = 1
-    Maximum = 1
-    Average = 0.5
-  }
-  alarm_actions = var.alarm_topic_arn == null ? [] : [var.alarm_topic_arn]
+  service = var.create_service_resources ? module.service[0] : null
 }
 
 data "aws_region" "current" {}
 
-resource "aws_cloudwatch_metric_alarm" "readiness" {
-  for_each = local.branches
-
-  alarm_name          = "readyprobe-${each.value.service}-${each.value.name}-readiness"
-  alarm_description   = "Readiness of ${each.value.service} branch ${each.value.name} (${each.value.role}); followed by its Route 53 health check."
-  namespace           = coalesce(each.value.namespace, var.namespace)
-  metric_name         = "Readiness"
-  dimensions          = { Service = each.value.service, Branch = each.value.name }
-  unit                = "None"
-  statistic           = var.alarm_statistic
-  period              = 60
-  evaluation_periods  = var.evaluation_periods
-  datapoints_to_alarm = var.evaluation_periods
-  threshold           = local.quorum_threshold[var.alarm_statistic]
-  comparison_operator = "LessThanThreshold"
-  # No datum: the alarm goes to INSUFFICIENT_DATA and the health check's
-  # insufficient_data_health_status decides, as the operator chose.
-  treat_missing_data = "missing"
+# These resources were the root module's own before modules/service existed.
+moved {
+  from = aws_cloudwatch_metric_alarm.readiness
+  to   = module.service[0].aws_cloudwatch_metric_alarm.readiness
 }
-
-resource "aws_route53_health_check" "readiness" {
-  for_each = local.branches
-
-  type                            = "CLOUDWATCH_METRIC"
-  cloudwatch_alarm_name           = aws_cloudwatch_metric_alarm.readiness[each.key].alarm_name
-  cloudwatch_alarm_region         = data.aws_region.current.name
-  insufficient_data_health_status = var.insufficient_data_health_status
-  tags                            = { Name = "readyprobe-${each.value.service}-${each.value.name}" }
+moved {
+  from = aws_route53_health_check.readiness
+  to   = module.service[0].aws_route53_health_check.readiness
 }
-
-resource "aws_route53_record" "failover" {
-  for_each = var.create_records ? local.branches : {}
-
-  zone_id         = each.value.hosted_zone_id
-  name            = each.value.stable_name
-  type            = "CNAME"
-  ttl             = var.record_ttl
-  records         = [each.value.endpoint]
-  set_identifier  = each.value.name
-  health_check_id = aws_route53_health_check.readiness[each.key].id
-  failover_routing_policy {
-    type = each.value.role
-  }
+moved {
+  from = aws_route53_record.failover
+  to   = module.service[0].aws_route53_record.failover
 }
-
-# Prober dead: no Heartbeat datum at all (missing data breaches) for heartbeat_missing_minutes.
-resource "aws_cloudwatch_metric_alarm" "heartbeat" {
-  for_each = var.services
-
-  alarm_name          = "readyprobe-${each.key}-heartbeat"
-  alarm_description   = "No readyprobe prober publishes for ${each.key}: its readiness alarms see no data."
-  namespace           = coalesce(each.value.namespace, var.namespace)
-  metric_name         = "Heartbeat"
-  dimensions          = { Service = each.key }
-  unit                = "Count"
-  statistic           = "SampleCount"
-  period              = 60
-  evaluation_periods  = var.heartbeat_missing_minutes
-  datapoints_to_alarm = var.heartbeat_missing_minutes
-  threshold           = 1
-  comparison_operator = "LessThanThreshold"
-  treat_missing_data  = "breaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
+moved {
+  from = aws_cloudwatch_metric_alarm.heartbeat
+  to   = module.service[0].aws_cloudwatch_metric_alarm.heartbeat
 }
-
-# Fail-open: every branch publishes and none publishes 1, so Route 53 answers with the primary anyway.
-resource "aws_cloudwatch_metric_alarm" "fail_open" {
-  for_each = var.services
-
-  alarm_name          = "readyprobe-${each.key}-fail-open"
-  alarm_description   = "Both branches of ${each.key} are unready: Route 53 answers with the primary regardless."
-  namespace           = coalesce(each.value.namespace, var.namespace)
-  metric_name         = "BothBranchesUnready"
-  dimensions          = { Service = each.key }
-  unit                = "None"
-  statistic           = "Maximum"
-  period              = 60
-  evaluation_periods  = 1
-  datapoints_to_alarm = 1
-  threshold           = 1
-  comparison_operator = "GreaterThanOrEqualToThreshold"
-  # No datum means no prober runs or some branch is still unknown: the heartbeat alarm covers the first.
-  treat_missing_data = "notBreaching"
-  alarm_actions      = local.alarm_actions
-  ok_actions         = local.alarm_actions
+moved {
+  from = aws_cloudwatch_metric_alarm.fail_open
+  to   = module.service[0].aws_cloudwatch_metric_alarm.fail_open
 }
-
-# Service not probed: a prober runs, but could not prepare this service (a missing secret, CA
-# bundle or client certificate, or a bad control document); its branches publish nothing.
-resource "aws_cloudwatch_metric_alarm" "service_unavailable" {
-  for_each = var.services
-
-  alarm_name          = "readyprobe-${each.key}-unavailable"
-  alarm_description   = "A readyprobe prober runs without ${each.key}: see its service_unavailable evidence record, fix the input it names, then restart the prober tasks (docs/deploy.md)."
-  namespace           = coalesce(each.value.namespace, var.namespace)
-  metric_name         = "ServiceUnavailable"
-  dimensions          = { Service = each.key }
-  unit                = "None"
-  statistic           = "Maximum"
-  period              = 60
-  evaluation_periods  = 1
-  datapoints_to_alarm = 1
-  threshold           = 1
-  comparison_operator = "GreaterThanOrEqualToThreshold"
-  # No datum: every prober that runs has the service (or none runs: the heartbeat alarm).
-  treat_missing_data = "notBreaching"
-  alarm_actions      = local.alarm_actions
-  ok_actions         = local.alarm_actions
+moved {
+  from = aws_cloudwatch_metric_alarm.service_unavailable
+  to   = module.service[0].aws_cloudwatch_metric_alarm.service_unavailable
 }

@@ -149,6 +149,15 @@ data "aws_iam_policy_document" "task" {
       }
     }
   }
+  # Publishing into another account: assume the publish roles there (modules/publish-role, whose
+  # trust names this task role and an external id), these and no other.
+  dynamic "statement" {
+    for_each = length(var.publish_role_arns) == 0 ? [] : [var.publish_role_arns]
+    content {
+      actions   = ["sts:AssumeRole"]
+      resources = statement.value
+    }
+  }
   # --config s3://bucket/key: that one object, read at start and every [reload] poll.
   dynamic "statement" {
     for_each = local.config_object == null ? [] : [local.config_object]

@@ -59,6 +59,28 @@ variable "services" {
   }
 }
 
+variable "create_service_resources" {
+  description = "Create each service's alarms, health checks and records here (modules/service, in this provider's account). false where they live in another account: call modules/service there, and publish through its role (publish_role_arns; docs/deploy.md)."
+  type        = bool
+  default     = true
+  nullable    = false
+  validation {
+    condition     = contains([true, false], var.create_service_resources)
+    error_message = "create_service_resources: true or false."
+  }
+}
+
+variable "publish_role_arns" {
+  description = "Roles in other accounts the config publishes through ([publish.cloudwatch] role_arn, a service's publish role_arn): each publish-role module's role_arn. The task role may sts:AssumeRole these only (empty - none)."
+  type        = list(string)
+  default     = []
+  nullable    = false
+  validation {
+    condition     = alltrue([for r in var.publish_role_arns : can(regex("^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$", r)) && length(r) <= 600])
+    error_message = "publish_role_arns: IAM role ARNs (arn:<partition>:iam::<12 digits>:role/<path/name>)."
+  }
+}
+
 variable "record_ttl" {
   description = "TTL of the failover records, seconds (at most 60, so that clients follow a failover within a minute)."
   type        = number

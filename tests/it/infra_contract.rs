@@ -86,9 +86,16 @@ pub struct HealthCheck {
     pub kind: Option<Val>,
     /// The id of the alarm it follows.
     pub alarm: Option<String>,
-    /// The alarm's region: must be the stack's own.
+    /// It follows that alarm as the other region's stack (module call) of the template creates
+    /// it, named the same: branches in two regions.
+    pub elsewhere: bool,
+    /// The alarm's region: the stack's own, or the other region's parameter when `elsewhere`.
     pub region: Option<Val>,
-    pub insufficient_data: Option<Val>,
+    /// Each value it may take (both arms of a condition).
+    pub insufficient_data: Vec<Val>,
+    /// A `CALCULATED` check's children (health check ids) and threshold.
+    pub children: Vec<String>,
+    pub threshold: Option<Val>,
     /// What the resource repeats over (Terraform `for_each`), as written.
     pub for_each: Option<String>,
 }
@@ -99,8 +106,8 @@ pub struct Record {
     pub id: String,
     pub ttl: Option<Val>,
     pub failover: Option<Val>,
-    /// The id of its health check.
-    pub health_check: Option<String>,
+    /// The id of its health check, each it may be (both arms of a condition).
+    pub health_check: Vec<String>,
     /// What the resource repeats over (Terraform `for_each`), as written.
     pub for_each: Option<String>,
 }
@@ -126,6 +133,9 @@ pub fn repo_file(rel: &str) -> PathBuf {
 pub const CFN: &str = "infra/cloudformation/readyprobe-service.yaml";
 /// The prober's CloudFormation template (one stack for all services): tasks, roles, log group.
 pub const CFN_PROBER: &str = "infra/cloudformation/readyprobe.yaml";
+
+/// The publish role's CloudFormation template (in the account of the health checks).
+pub const CFN_ROLE: &str = "infra/cloudformation/readyprobe-publish-role.yaml";
 
 /// The per-service template as JSON.
 pub fn cfn_doc() -> Value {
@@ -182,6 +192,15 @@ fn cfn_ref(v: &Value) -> Option<String> {
     v.get("Ref").and_then(Value::as_str).map(str::to_string)
 }
 
+/// The values `v` may take: both arms of an `Fn::If`, else `v` (absent: none).
+fn cfn_arms(v: &Value) -> Vec<Value> {
+    match v["Fn::If"].as_array().map(Vec::as_slice) {
+        Some([_, a, b]) => vec![a.clone(), b.clone()],
+        _ if v.is_null() => Vec::new(),
+        _ => vec![v.clone()],
+    }
+}
+
 fn cloudformation() -> Template {
     let doc = cfn_doc();
     let val = |v: &Value| (!v.is_null()).then(|| cfn_val(&doc, v));
@@ -211,16 +230,34 @@ fn cloudformation() -> Template {
             for_each: None,
         })
         .collect();
+    // An alarm named by its `AlarmName` rather than by `Ref`: the same alarm, as the other
+    // region's stack of this template creates it.
+    let by_name = |v: &Value| {
+        cfn_resources(&doc, "AWS::CloudWatch::Alarm")
+            .into_iter()
+            .find(|(_, a)| !v.is_null() && a["AlarmName"] == *v)
+            .map(|(id, _)| id.to_string())
+    };
     let health_checks = cfn_resources(&doc, "AWS::Route53::HealthCheck")
         .into_iter()
         .map(|(id, p)| {
             let c = &p["HealthCheckConfig"];
+            let name = &c["AlarmIdentifier"]["Name"];
             HealthCheck {
                 id: id.to_string(),
                 kind: val(&c["Type"]),
-                alarm: cfn_ref(&c["AlarmIdentifier"]["Name"]),
+                alarm: cfn_ref(name).or_else(|| by_name(name)),
+                elsewhere: cfn_ref(name).is_none() && by_name(name).is_some(),
                 region: val(&c["AlarmIdentifier"]["Region"]),
-                insufficient_data: val(&c["InsufficientDataHealthStatus"]),
+                insufficient_data: cfn_arms(&c["InsufficientDataHealthStatus"])
+                    .iter()
+                    .map(|v| cfn_val(&doc, v))
+                    .collect(),
+                children: c["ChildHealthChecks"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(cfn_ref).collect())
+                    .unwrap_or_default(),
+                threshold: val(&c["HealthThreshold"]),
                 for_each: None,
             }
         })
@@ -231,7 +268,10 @@ fn cloudformation() -> Template {
             id: id.to_string(),
             ttl: val(&p["TTL"]),
             failover: val(&p["Failover"]),
-            health_check: cfn_ref(&p["HealthCheckId"]),
+            health_check: cfn_arms(&p["HealthCheckId"])
+                .iter()
+                .filter_map(cfn_ref)
+                .collect(),
             for_each: None,
         })
         .collect();
@@ -245,17 +285,27 @@ fn cloudformation() -> Template {
 
 // ---------------------------------------------------------------- Terraform
 
+/// The root module: the prober, and the per-service unit through [`TF_SERVICE`].
 const TF_DIR: &str = "infra/terraform";
+/// The per-service unit (alarms, health checks, records), in any account.
+pub const TF_SERVICE: &str = "infra/terraform/modules/service";
+/// The publish role, in the account of the health checks.
+pub const TF_ROLE: &str = "infra/terraform/modules/publish-role";
 
-/// Every top-level block of the module's `.tf` files.
+/// Every top-level block of the root module's `.tf` files.
 fn tf_blocks() -> Vec<hcl::Block> {
-    let mut files: Vec<_> = std::fs::read_dir(repo_file(TF_DIR))
+    tf_blocks_of(TF_DIR)
+}
+
+/// Every top-level block of the `.tf` files of the module in `dir`.
+pub fn tf_blocks_of(dir: &str) -> Vec<hcl::Block> {
+    let mut files: Vec<_> = std::fs::read_dir(repo_file(dir))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "tf"))
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no .tf file in {TF_DIR}");
+    assert!(!files.is_empty(), "no .tf file in {dir}");
     files
         .iter()
         .flat_map(|f| {
@@ -266,11 +316,11 @@ fn tf_blocks() -> Vec<hcl::Block> {
         .collect()
 }
 
-fn labels(b: &hcl::Block) -> Vec<&str> {
+pub fn labels(b: &hcl::Block) -> Vec<&str> {
     b.labels().iter().map(|l| l.as_str()).collect()
 }
 
-fn attr<'a>(body: &'a hcl::Body, key: &str) -> Option<&'a hcl::Expression> {
+pub fn attr<'a>(body: &'a hcl::Body, key: &str) -> Option<&'a hcl::Expression> {
     body.attributes()
         .find(|a| a.key.as_str() == key)
         .map(|a| &a.expr)
@@ -343,7 +393,7 @@ fn lit_text(e: &hcl::Expression) -> String {
 }
 
 /// An expression as written, a string or template without its quotes.
-fn tf_text(e: &hcl::Expression) -> String {
+pub fn tf_text(e: &hcl::Expression) -> String {
     match e {
         hcl::Expression::TemplateExpr(t) => t.to_string(),
         other => lit_text(other),
@@ -395,7 +445,7 @@ fn tf_var(blocks: &[hcl::Block], name: &str) -> Param {
     p
 }
 
-fn tf_resources<'a>(blocks: &'a [hcl::Block], type_: &str) -> Vec<(String, &'a hcl::Body)> {
+pub fn tf_resources<'a>(blocks: &'a [hcl::Block], type_: &str) -> Vec<(String, &'a hcl::Body)> {
     blocks
         .iter()
         .filter(|b| b.identifier() == "resource" && labels(b).first() == Some(&type_))
@@ -403,8 +453,36 @@ fn tf_resources<'a>(blocks: &'a [hcl::Block], type_: &str) -> Vec<(String, &'a h
         .collect()
 }
 
+/// The values `e` may take: both arms of a conditional, else `e`.
+fn tf_arms(e: &hcl::Expression) -> Vec<&hcl::Expression> {
+    match e {
+        hcl::Expression::Conditional(c) => vec![&c.true_expr, &c.false_expr],
+        other => vec![other],
+    }
+}
+
+/// The alarm resource whose names output `name` gives (`alarm_names = { for k, a in
+/// aws_cloudwatch_metric_alarm.X : k => a.alarm_name }`), as `aws_cloudwatch_metric_alarm.X`.
+fn tf_output_alarm(blocks: &[hcl::Block], name: &str) -> String {
+    let out = tf_block(blocks, "output", &[name]);
+    let text = tf_attr(out, "value");
+    let kind = "aws_cloudwatch_metric_alarm.";
+    let at = text
+        .find(kind)
+        .unwrap_or_else(|| panic!("output {name}: {text}"));
+    let id: String = text[at + kind.len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    assert!(
+        text.contains(&format!("{kind}{id} : k => a.alarm_name")),
+        "output {name} does not give the alarms' names: {text}"
+    );
+    format!("{kind}{id}")
+}
+
 fn terraform() -> Template {
-    let blocks = tf_blocks();
+    let blocks = tf_blocks_of(TF_SERVICE);
     let val = |b: &hcl::Body, k: &str| attr(b, k).map(|e| tf_val(&blocks, e));
     let alarms = tf_resources(&blocks, "aws_cloudwatch_metric_alarm")
         .into_iter()
@@ -428,15 +506,36 @@ fn terraform() -> Template {
             id,
         })
         .collect();
+    // `var.other_region_alarms.alarm_names[...]`: the Readiness alarms of the module's call in
+    // the other region (its `region_alarms` output).
+    let elsewhere = |b: &hcl::Body| {
+        tf_attr(b, "cloudwatch_alarm_name").starts_with("var.other_region_alarms.alarm_names[")
+    };
     let health_checks = tf_resources(&blocks, "aws_route53_health_check")
         .into_iter()
         .map(|(id, b)| HealthCheck {
             kind: val(b, "type"),
-            alarm: attr(b, "cloudwatch_alarm_name")
-                .and_then(|e| resource_ref(e, "aws_cloudwatch_metric_alarm"))
-                .map(|n| format!("aws_cloudwatch_metric_alarm.{n}")),
+            alarm: if elsewhere(b) {
+                Some(tf_output_alarm(&blocks, "region_alarms"))
+            } else {
+                attr(b, "cloudwatch_alarm_name")
+                    .and_then(|e| resource_ref(e, "aws_cloudwatch_metric_alarm"))
+                    .map(|n| format!("aws_cloudwatch_metric_alarm.{n}"))
+            },
+            elsewhere: elsewhere(b),
             region: val(b, "cloudwatch_alarm_region"),
-            insufficient_data: val(b, "insufficient_data_health_status"),
+            insufficient_data: attr(b, "insufficient_data_health_status")
+                .map(|e| tf_arms(e).into_iter().map(|e| tf_val(&blocks, e)).collect())
+                .unwrap_or_default(),
+            children: match attr(b, "child_healthchecks") {
+                Some(hcl::Expression::Array(items)) => items
+                    .iter()
+                    .filter_map(|e| resource_ref(e, "aws_route53_health_check"))
+                    .map(|n| format!("aws_route53_health_check.{n}"))
+                    .collect(),
+                _ => Vec::new(),
+            },
+            threshold: val(b, "child_health_threshold"),
             for_each: attr(b, "for_each").map(tf_text),
             id,
         })
@@ -450,14 +549,18 @@ fn terraform() -> Template {
                 .find(|p| p.identifier() == "failover_routing_policy")
                 .and_then(|p| val(p.body(), "type")),
             health_check: attr(b, "health_check_id")
-                .and_then(|e| resource_ref(e, "aws_route53_health_check"))
-                .map(|n| format!("aws_route53_health_check.{n}")),
+                .map(tf_arms)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|e| resource_ref(e, "aws_route53_health_check"))
+                .map(|n| format!("aws_route53_health_check.{n}"))
+                .collect(),
             for_each: attr(b, "for_each").map(tf_text),
             id,
         })
         .collect();
     Template {
-        file: TF_DIR,
+        file: TF_SERVICE,
         alarms,
         health_checks,
         records,
@@ -561,41 +664,109 @@ fn routing_problems(t: &Template) -> Vec<String> {
         out.push(format!("no alarm on {}", contract::READINESS.name));
     }
     for h in &t.health_checks {
-        if h.kind != Some(Val::Lit("CLOUDWATCH_METRIC".into())) {
-            out.push(format!(
-                "{}: type {:?}, not CLOUDWATCH_METRIC",
-                h.id, h.kind
-            ));
-        }
-        if !h.alarm.as_deref().is_some_and(|a| readiness.contains(&a)) {
-            out.push(format!(
-                "{}: follows {:?}, not a Readiness alarm",
-                h.id, h.alarm
-            ));
-        }
-        let statuses = ["Healthy", "Unhealthy", "LastKnownStatus"];
-        // The stack's region, where its alarms are: {"Ref": "AWS::Region"} or the provider's.
-        let own_region = [
-            Val::Expr(r#"{"Ref":"AWS::Region"}"#.into()),
-            Val::Expr("data.aws_region.current.name".into()),
-        ];
-        if !h.region.as_ref().is_some_and(|r| own_region.contains(r)) {
-            out.push(format!(
-                "{}: alarm region {:?} is not the stack's",
-                h.id, h.region
-            ));
-        }
-        match &h.insufficient_data {
-            Some(Val::Param(p))
-                if p.default.is_none()
-                    && !p.allowed.is_empty()
-                    && p.allowed.iter().all(|s| statuses.contains(&s.as_str())) => {}
-            other => out.push(format!(
-                "{}: InsufficientDataHealthStatus {other:?} must come from a parameter without default allowing {statuses:?}",
-                h.id
-            )),
+        if h.kind == Some(Val::Lit("CALCULATED".into())) {
+            out.extend(calculated_problems(t, h));
+        } else {
+            out.extend(metric_check_problems(t, h, &readiness));
         }
     }
+    out.extend(record_problems(t));
+    out
+}
+
+/// A `CLOUDWATCH_METRIC` check: it follows a `Readiness` alarm in the stack's own region, or the
+/// same alarm in the other region as a child of a `CALCULATED` check; without data it reports
+/// what the operator chose, or `Healthy` (abstains) only as such a child.
+fn metric_check_problems(t: &Template, h: &HealthCheck, readiness: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    if h.kind != Some(Val::Lit("CLOUDWATCH_METRIC".into())) {
+        out.push(format!(
+            "{}: type {:?}, not CLOUDWATCH_METRIC",
+            h.id, h.kind
+        ));
+    }
+    if !h.alarm.as_deref().is_some_and(|a| readiness.contains(&a)) {
+        out.push(format!(
+            "{}: follows {:?}, not a Readiness alarm",
+            h.id, h.alarm
+        ));
+    }
+    let child = t.health_checks.iter().any(|c| c.children.contains(&h.id));
+    // The stack's region, where its alarms are: {"Ref": "AWS::Region"} or the provider's; or
+    // the other region's stack (module call) of the template.
+    let region_ok = match &h.region {
+        Some(Val::Param(p)) if h.elsewhere => p.name == "OtherAlarmRegion",
+        Some(Val::Expr(e)) if h.elsewhere => e == "var.other_region_alarms.region",
+        Some(Val::Expr(e)) => {
+            e == r#"{"Ref":"AWS::Region"}"# || e == "data.aws_region.current.name"
+        }
+        _ => false,
+    };
+    if !region_ok || (h.elsewhere && !child) {
+        out.push(format!(
+            "{}: alarm region {:?} is not the stack's, nor the other region's as a CALCULATED check's child",
+            h.id, h.region
+        ));
+    }
+    let statuses = ["Healthy", "Unhealthy", "LastKnownStatus"];
+    let chosen = |v: &Val| {
+        matches!(v, Val::Param(p) if p.default.is_none()
+            && !p.allowed.is_empty()
+            && p.allowed.iter().all(|s| statuses.contains(&s.as_str())))
+    };
+    let abstains = |v: &Val| *v == Val::Lit("Healthy".into());
+    let ok = !h.insufficient_data.is_empty()
+        && h.insufficient_data
+            .iter()
+            .all(|v| chosen(v) || (child && abstains(v)))
+        && (child || h.insufficient_data.iter().any(chosen));
+    if !ok {
+        out.push(format!(
+            "{}: InsufficientDataHealthStatus {:?} must come from a parameter without default allowing {statuses:?} \
+             (or be Healthy in a CALCULATED check's child)",
+            h.id, h.insufficient_data
+        ));
+    }
+    out
+}
+
+/// A `CALCULATED` check: healthy only while every child is (threshold = children), its children
+/// the same branch's alarm in this region and in the other.
+fn calculated_problems(t: &Template, h: &HealthCheck) -> Vec<String> {
+    let mut out = Vec::new();
+    let kids: Vec<&HealthCheck> = h
+        .children
+        .iter()
+        .filter_map(|c| t.health_checks.iter().find(|k| &k.id == c))
+        .collect();
+    if kids.len() < 2 || kids.len() != h.children.len() {
+        out.push(format!(
+            "{}: children {:?} are not two or more of the template's checks",
+            h.id, h.children
+        ));
+    }
+    if h.threshold != Some(Val::Lit(kids.len().to_string())) {
+        out.push(format!(
+            "{}: threshold {:?} is not every child ({})",
+            h.id,
+            h.threshold,
+            kids.len()
+        ));
+    }
+    let one_alarm = kids.windows(2).all(|w| w[0].alarm == w[1].alarm);
+    let both_regions = kids.iter().any(|k| k.elsewhere) && kids.iter().any(|k| !k.elsewhere);
+    if !one_alarm || !both_regions {
+        out.push(format!(
+            "{}: children do not follow one branch's alarm in this region and the other",
+            h.id
+        ));
+    }
+    out
+}
+
+/// Every failover record has a short TTL and a role, and follows one of the template's checks.
+fn record_problems(t: &Template) -> Vec<String> {
+    let mut out = Vec::new();
     for r in &t.records {
         let max = contract::MAX_RECORD_TTL as f64;
         let ttl_ok = match &r.ttl {
@@ -612,13 +783,20 @@ fn routing_problems(t: &Template) -> Vec<String> {
             out.push(format!("{}: TTL {:?} not bounded by {max}", r.id, r.ttl));
         }
         let hc_ids: Vec<&str> = t.health_checks.iter().map(|h| h.id.as_str()).collect();
-        if !r
-            .health_check
-            .as_deref()
-            .is_some_and(|h| hc_ids.contains(&h))
+        let elsewhere: Vec<&str> = t
+            .health_checks
+            .iter()
+            .filter(|h| h.elsewhere)
+            .map(|h| h.id.as_str())
+            .collect();
+        if r.health_check.is_empty()
+            || !r
+                .health_check
+                .iter()
+                .all(|h| hc_ids.contains(&h.as_str()) && !elsewhere.contains(&h.as_str()))
         {
             out.push(format!(
-                "{}: health check {:?} is not one of {hc_ids:?}",
+                "{}: health check {:?} is not one of {hc_ids:?} (the other region's alone is not)",
                 r.id, r.health_check
             ));
         }
@@ -710,15 +888,22 @@ fn check(t: &Template) {
 fn cloudformation_matches_the_metric_contract() {
     let t = cloudformation();
     check(&t);
-    // Two branches: an alarm, a health check and a record each, one record per role.
+    // Two branches: an alarm, a health check and a record each, one record per role; with
+    // OtherAlarmRegion two more checks each (the other region's alarm, the CALCULATED one).
     let readiness = t
         .alarms
         .iter()
         .filter(|a| a.metric == Val::Lit(contract::READINESS.name.into()))
         .count();
+    let calculated = t.health_checks.iter().filter(|h| !h.children.is_empty());
     assert_eq!(
-        (readiness, t.health_checks.len(), t.records.len()),
-        (2, 2, 2)
+        (
+            readiness,
+            t.health_checks.len(),
+            calculated.count(),
+            t.records.len()
+        ),
+        (2, 6, 2, 2)
     );
     let mut roles: Vec<_> = t
         .records
@@ -738,8 +923,13 @@ fn cloudformation_matches_the_metric_contract() {
 fn cost_estimate_counts_the_cloudformation_alarms() {
     use readyprobe::cli::cost;
     let t = cloudformation();
+    // One region (the stack's defaults): no other region's check, no CALCULATED one.
+    let one_region = t
+        .health_checks
+        .iter()
+        .filter(|h| h.children.is_empty() && !h.elsewhere);
     assert_eq!(
-        (t.alarms.len() as u64, t.health_checks.len()),
+        (t.alarms.len() as u64, one_region.count()),
         (2 + cost::ALARMS_PER_SERVICE, 2)
     );
     for a in &t.alarms {
@@ -889,7 +1079,10 @@ fn terraform_task_role_publishes_only_into_the_namespaces() {
         hcl::to_value(["Readyprobe", "Orders"]).expect("value")
     );
     // Each service's alarms watch its own namespace, else the module's.
-    for (_, body) in tf_resources(&blocks, "aws_cloudwatch_metric_alarm") {
+    let service = tf_blocks_of(TF_SERVICE);
+    let alarms = tf_resources(&service, "aws_cloudwatch_metric_alarm");
+    assert!(!alarms.is_empty(), "{TF_SERVICE}: no alarm");
+    for (_, body) in alarms {
         let ns = tf_attr(body, "namespace");
         assert!(
             ns.contains("each.value.namespace") && ns.contains("var.namespace"),
@@ -901,7 +1094,7 @@ fn terraform_task_role_publishes_only_into_the_namespaces() {
 // ---------------------------------------------------------------- the deployment's shape
 
 /// A Terraform block by kind and labels, e.g. `("resource", ["aws_ecs_service", "prober"])`.
-fn tf_block<'a>(blocks: &'a [hcl::Block], kind: &str, want: &[&str]) -> &'a hcl::Body {
+pub fn tf_block<'a>(blocks: &'a [hcl::Block], kind: &str, want: &[&str]) -> &'a hcl::Body {
     blocks
         .iter()
         .find(|b| b.identifier() == kind && labels(b) == want)
@@ -910,12 +1103,12 @@ fn tf_block<'a>(blocks: &'a [hcl::Block], kind: &str, want: &[&str]) -> &'a hcl:
 }
 
 /// The text of attribute `key` of `body` (empty when absent).
-fn tf_attr(body: &hcl::Body, key: &str) -> String {
+pub fn tf_attr(body: &hcl::Body, key: &str) -> String {
     attr(body, key).map(tf_text).unwrap_or_default()
 }
 
 /// The items of list attribute `key` of `body`, each as written.
-fn tf_list(body: &hcl::Body, key: &str) -> Vec<String> {
+pub fn tf_list(body: &hcl::Body, key: &str) -> Vec<String> {
     match attr(body, key) {
         Some(hcl::Expression::Array(items)) => items.iter().map(tf_text).collect(),
         other => panic!("{key}: not a list: {other:?}"),
@@ -984,30 +1177,39 @@ fn one_prober_for_many_services() {
     }
 
     let blocks = tf_blocks();
-    let services = tf_block(&blocks, "variable", &["services"]);
+    let service_blocks = tf_blocks_of(TF_SERVICE);
+    let services = tf_block(&service_blocks, "variable", &["services"]);
     assert!(
         tf_attr(services, "type").starts_with("map("),
         "var.services is not a map"
     );
     assert!(
-        tf_text(tf_local(&blocks, "branches")).contains("var.services"),
+        tf_text(tf_local(&service_blocks, "branches")).contains("var.services"),
         "local.branches is not made from var.services"
     );
     let t = terraform();
-    let per_branch = t
+    for a in t
         .alarms
         .iter()
         .filter(|a| a.metric == Val::Lit(contract::READINESS.name.into()))
-        .map(|a| (&a.id, &a.for_each))
-        .chain(t.health_checks.iter().map(|h| (&h.id, &h.for_each)));
-    for (id, each) in per_branch {
-        assert_eq!(each.as_deref(), Some("local.branches"), "{id}");
+    {
+        assert_eq!(a.for_each.as_deref(), Some("local.branches"), "{}", a.id);
+    }
+    // The health checks per branch too, unless the call holds a region's alarms only, or (the
+    // other region's and the CALCULATED ones) the branches are in one region.
+    for h in &t.health_checks {
+        let want = if h.elsewhere || !h.children.is_empty() {
+            "local.cross_region ? local.branches : {}"
+        } else {
+            "var.alarms_only ? {} : local.branches"
+        };
+        assert_eq!(h.for_each.as_deref(), Some(want), "{}", h.id);
     }
     // The records too, unless `create_records` is off (a cutover's first step).
     for r in &t.records {
         assert_eq!(
             r.for_each.as_deref(),
-            Some("var.create_records ? local.branches : {}"),
+            Some("var.create_records && !var.alarms_only ? local.branches : {}"),
             "{}",
             r.id
         );
@@ -1320,7 +1522,7 @@ fn task_role_trusts_only_this_accounts_ecs_tasks() {
 #[test]
 fn every_parameter_and_variable_is_constrained() {
     let mut loose = Vec::new();
-    for file in [CFN, CFN_PROBER] {
+    for file in [CFN, CFN_PROBER, CFN_ROLE] {
         let doc = cfn_doc_of(file);
         for (name, p) in doc["Parameters"].as_object().expect("Parameters") {
             let ok = p.get("AllowedValues").is_some()
@@ -1334,9 +1536,14 @@ fn every_parameter_and_variable_is_constrained() {
             }
         }
     }
-    for b in tf_blocks().iter().filter(|b| b.identifier() == "variable") {
-        if !b.body().blocks().any(|v| v.identifier() == "validation") {
-            loose.push(format!("{TF_DIR}: variable {:?}", labels(b)));
+    for dir in [TF_DIR, TF_SERVICE, TF_ROLE] {
+        for b in tf_blocks_of(dir)
+            .iter()
+            .filter(|b| b.identifier() == "variable")
+        {
+            if !b.body().blocks().any(|v| v.identifier() == "validation") {
+                loose.push(format!("{dir}: variable {:?}", labels(b)));
+            }
         }
     }
     assert!(loose.is_empty(), "unconstrained:\n  {}", loose.join("\n  "));
@@ -1346,7 +1553,7 @@ fn every_parameter_and_variable_is_constrained() {
 /// `Fn::And`, `Fn::Or`, `Fn::If` (on the template's `Conditions`), `Fn::Join`, `Fn::Select`, `Fn::Split` and
 /// `Fn::Sub` (`${Name}` from its map, then the parameters). A `CommaDelimitedList` parameter is
 /// an array.
-fn cfn_eval(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
+pub fn cfn_eval(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
     let ev = |v: &Value| cfn_eval(doc, v, params);
     let obj = match e {
         Value::Object(o)
@@ -1428,7 +1635,7 @@ fn cfn_eval(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
 }
 
 /// [`cfn_eval`] inside every object and list too (a policy statement's `Resource`, `Condition`).
-fn cfn_eval_deep(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
+pub fn cfn_eval_deep(doc: &Value, e: &Value, params: &BTreeMap<&str, Value>) -> Value {
     let intrinsic = |o: &serde_json::Map<String, Value>| {
         o.len() == 1 && o.keys().all(|k| k == "Ref" || k.starts_with("Fn::"))
     };
@@ -1483,6 +1690,8 @@ fn cloudformation_rules_refuse_what_the_config_refuses() {
         ("PrimaryEndpoint", "db-a.orders.internal"),
         ("SecondaryEndpoint", "db-b.orders.internal"),
         ("StableName", "db.orders.internal"),
+        ("OtherAlarmRegion", "eu-central-1"),
+        ("AWS::Region", "eu-west-1"),
     ]);
     assert_eq!(cfn_rules_failed(&doc, &good), Vec::<String>::new());
     let cases = [
@@ -1500,6 +1709,11 @@ fn cloudformation_rules_refuse_what_the_config_refuses() {
             "SecondaryEndpoint",
             "db.orders.internal",
             "SecondaryEndpoint must not be StableName",
+        ),
+        (
+            "OtherAlarmRegion",
+            "eu-west-1",
+            "OtherAlarmRegion must be another region",
         ),
     ];
     for (key, value, want) in cases {

@@ -18,6 +18,7 @@ mod hostile_state;
 mod http_kind;
 mod infra_alarm;
 mod infra_contract;
+mod infra_cross_account;
 mod mysql_hostile;
 mod mysql_kind;
 mod otlp_kind;

@@ -3,7 +3,9 @@
 //! publishing into it, then `readyprobe check --aws` must find no violation. A second stack of
 //! the same template with one alarm setting changed (the PRIMARY alarm's `Period` 60 → 30) must
 //! show exactly that violation. So an edit of the template that breaks the contract fails here,
-//! end to end, and not only in the static reading of `infra_contract.rs`.
+//! end to end, and not only in the static reading of `infra_contract.rs`. Then the cross-region
+//! layout: the template deployed in two regions (`AlarmsOnly` in one, `OtherAlarmRegion` in the
+//! other), its records following the `CALCULATED` checks.
 //!
 //! What the emulator cannot represent, each asserted so that this test notices when it can:
 //! - LocalStack's Route 53 keeps a health check but drops its `AlarmIdentifier` and
@@ -51,36 +53,35 @@ fn template() -> Value {
 }
 
 /// One deployed stack: its parameters and its resources' physical ids by logical id.
-struct Stack {
+pub(crate) struct Stack {
     params: BTreeMap<String, String>,
     resources: BTreeMap<String, String>,
 }
 
 impl Stack {
-    /// A template value the emulator drops, evaluated over this stack: a literal, or a `Ref`
-    /// to a parameter, a resource or `AWS::Region`. Anything else is beyond this rehearsal.
-    fn eval(&self, v: &Value) -> String {
-        match v {
-            Value::String(s) => s.clone(),
-            Value::Object(o) => {
-                let r = o.get("Ref").and_then(Value::as_str);
-                let r = r.unwrap_or_else(|| panic!("cannot evaluate {v}"));
-                if r == "AWS::Region" {
-                    return cloudwatch::REGION.to_string();
-                }
-                self.params
-                    .get(r)
-                    .or_else(|| self.resources.get(r))
-                    .unwrap_or_else(|| panic!("Ref {r}: no such parameter or resource"))
-                    .clone()
+    /// A template value the emulator drops, evaluated over this stack (`infra_contract::cfn_eval`):
+    /// its parameters (the template's defaults for those not given), its resources' physical ids
+    /// and `AWS::Region`.
+    fn eval(&self, doc: &Value, v: &Value) -> String {
+        let mut values: BTreeMap<&str, Value> = BTreeMap::new();
+        for (k, p) in doc["Parameters"].as_object().expect("Parameters") {
+            if let Some(d) = p.get("Default") {
+                values.insert(k, d.clone());
             }
-            other => panic!("cannot evaluate {other}"),
+        }
+        for (k, v) in self.params.iter().chain(&self.resources) {
+            values.insert(k, Value::from(v.as_str()));
+        }
+        values.insert("AWS::Region", Value::from(cloudwatch::REGION));
+        match crate::infra_contract::cfn_eval(doc, v, &values) {
+            Value::String(s) => s,
+            other => panic!("{v} is not text here: {other}"),
         }
     }
 }
 
 /// Creates the stack from `body` and waits for CREATE_COMPLETE; panics with its events otherwise.
-async fn deploy(
+pub(crate) async fn deploy(
     cfn: &aws_sdk_cloudformation::Client,
     name: &str,
     body: String,
@@ -164,7 +165,11 @@ async fn health_checks(r53: &aws_sdk_route53::Client, doc: &Value, stack: &Stack
         if r["Type"] != "AWS::Route53::HealthCheck" {
             continue;
         }
-        let hc_id = stack.resources.get(id).expect("deployed health check");
+        let Some(hc_id) = stack.resources.get(id) else {
+            // Branches in two regions only (OtherAlarmRegion), which this stack is not.
+            assert_eq!(r["Condition"], "RoutesCrossRegion", "{id} not deployed");
+            continue;
+        };
         let held = r53
             .get_health_check()
             .health_check_id(hc_id)
@@ -182,7 +187,10 @@ async fn health_checks(r53: &aws_sdk_route53::Client, doc: &Value, stack: &Stack
              InsufficientDataHealthStatus: read them from it and drop the fixture"
         );
         let want = &r["Properties"]["HealthCheckConfig"];
-        let status = match stack.eval(&want["InsufficientDataHealthStatus"]).as_str() {
+        let status = match stack
+            .eval(doc, &want["InsufficientDataHealthStatus"])
+            .as_str()
+        {
             "Healthy" => "Healthy",
             "Unhealthy" => "Unhealthy",
             "LastKnownStatus" => "LastKnownStatus",
@@ -190,8 +198,8 @@ async fn health_checks(r53: &aws_sdk_route53::Client, doc: &Value, stack: &Stack
         };
         out.push(Hc {
             id: hc_id.clone(),
-            alarm: stack.eval(&want["AlarmIdentifier"]["Name"]),
-            region: stack.eval(&want["AlarmIdentifier"]["Region"]),
+            alarm: stack.eval(doc, &want["AlarmIdentifier"]["Name"]),
+            region: stack.eval(doc, &want["AlarmIdentifier"]["Region"]),
             insufficient_data: Some(status),
             inverted: cfg.inverted().unwrap_or(false),
             disabled: cfg.disabled().unwrap_or(false),
@@ -449,5 +457,129 @@ async fn the_service_template_deploys_and_passes_check_aws() {
             .stack_name(format!("readyprobe-{s}"))
             .send()
             .await;
+    }
+}
+
+/// The region B of [`the_cross_region_layout_deploys_in_two_regions`].
+const REGION_B: &str = "us-west-2";
+
+/// The cross-region layout deployed by LocalStack's CloudFormation in two regions: the template
+/// with `AlarmsOnly` in region B makes the alarms and nothing else; with `OtherAlarmRegion` = B in
+/// region A it makes A's alarms, per branch a check on A's alarm, one on B's and a `CALCULATED`
+/// one of the two, and the records follow the `CALCULATED` checks. LocalStack keeps a
+/// `CALCULATED` check's threshold but drops its children (asserted, so that this test notices
+/// when it keeps them); `infra_contract.rs` checks them in the template.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cross_region_layout_deploys_in_two_regions() {
+    let Some(_cw) = cloudwatch::cloudwatch_or_skip().await else {
+        return;
+    };
+    let conf = cloudwatch::sdk_config().await;
+    let cfn_a = aws_sdk_cloudformation::Client::new(&conf);
+    if let Err(e) = cfn_a.list_stacks().send().await {
+        support::skip_or_panic(&format!(
+            "LocalStack's CloudFormation does not answer ({e:?})"
+        ));
+        return;
+    }
+    let region_b = aws_config::Region::new(REGION_B);
+    let cfn_b = aws_sdk_cloudformation::Client::from_conf(
+        aws_sdk_cloudformation::config::Builder::from(&conf)
+            .region(region_b.clone())
+            .build(),
+    );
+    let r53 = check_aws::route53_client(&cloudwatch::endpoint());
+    let ns = cloudwatch::unique_namespace("cross_region");
+    let uniq = ns.rsplit('/').next().expect("a namespace").to_string();
+    let zone_name = format!("x{uniq}.rehearsal.internal");
+    let zone = check_aws::create_zone(&r53, &zone_name).await;
+    let service = format!("regions-{uniq}");
+    let params = |extra: (&str, &str)| -> BTreeMap<String, String> {
+        [
+            ("ServiceName", service.as_str()),
+            ("Namespace", ns.as_str()),
+            ("PrimaryEndpoint", "primary.localhost"),
+            ("SecondaryEndpoint", "secondary.localhost"),
+            ("StableName", &format!("{service}.{zone_name}")),
+            ("HostedZoneId", &zone),
+            ("InsufficientDataHealthStatus", INSUFFICIENT_DATA),
+            extra,
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    };
+    let body = || std::fs::read_to_string(crate::infra_contract::repo_file(CFN)).expect("template");
+    let stack = format!("readyprobe-{service}");
+    let b = deploy(&cfn_b, &stack, body(), params(("AlarmsOnly", "true"))).await;
+    let a = deploy(
+        &cfn_a,
+        &stack,
+        body(),
+        params(("OtherAlarmRegion", REGION_B)),
+    )
+    .await;
+
+    let doc = template();
+    let kinds = |s: &Stack| -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for id in s.resources.keys() {
+            let t = doc["Resources"][id]["Type"]
+                .as_str()
+                .expect("a type")
+                .to_string();
+            *out.entry(t).or_default() += 1;
+        }
+        out
+    };
+    let want_b = BTreeMap::from([("AWS::CloudWatch::Alarm".to_string(), 5)]);
+    assert_eq!(kinds(&b), want_b, "region B: the alarms only");
+    let want_a = BTreeMap::from([
+        ("AWS::CloudWatch::Alarm".to_string(), 5),
+        ("AWS::Route53::HealthCheck".to_string(), 6),
+        ("AWS::Route53::RecordSet".to_string(), 2),
+    ]);
+    assert_eq!(kinds(&a), want_a, "region A");
+    check_calculated_and_records(&r53, &a, &zone).await;
+    for (cfn, s) in [(&cfn_a, &stack), (&cfn_b, &stack)] {
+        let _ = cfn.delete_stack().stack_name(s).send().await;
+    }
+}
+
+/// Each record follows its branch's `CALCULATED` check, which LocalStack holds as one.
+async fn check_calculated_and_records(r53: &aws_sdk_route53::Client, a: &Stack, zone: &str) {
+    let records = r53
+        .list_resource_record_sets()
+        .hosted_zone_id(zone)
+        .send()
+        .await
+        .expect("ListResourceRecordSets");
+    for (role, branch) in [("PRIMARY", "Primary"), ("SECONDARY", "Secondary")] {
+        let calculated = &a.resources[&format!("{branch}CalculatedHealthCheck")];
+        let rec = records
+            .resource_record_sets()
+            .iter()
+            .find(|r| r.failover().map(|f| f.as_str()) == Some(role))
+            .unwrap_or_else(|| panic!("no {role} record"));
+        assert_eq!(rec.health_check_id(), Some(calculated.as_str()), "{role}");
+        let held = r53
+            .get_health_check()
+            .health_check_id(calculated)
+            .send()
+            .await
+            .expect("GetHealthCheck");
+        let cfg = held
+            .health_check()
+            .and_then(|h| h.health_check_config())
+            .expect("a config");
+        assert_eq!(cfg.r#type().as_str(), "CALCULATED", "{branch}");
+        assert_eq!(cfg.health_threshold(), Some(2), "{branch}: threshold");
+        // LocalStack drops a CALCULATED check's children (as it drops a metric check's alarm):
+        // infra_contract.rs checks them in the template.
+        assert!(
+            cfg.child_health_checks().is_empty(),
+            "LocalStack now keeps a CALCULATED check's children: assert them here \
+             ({branch}HealthCheck, {branch}OtherRegionHealthCheck)"
+        );
     }
 }
