@@ -269,7 +269,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let mut rows = Vec::new();
         let mut error = None;
         loop {
-            match self.read().await? {
+            // A FATAL error (an administrator's shutdown) is followed by the end of the stream:
+            // the server's word is the better cause.
+            let message = match self.read().await {
+                Ok(m) => m,
+                Err(e) => return Err(error.unwrap_or(e)),
+            };
+            match message {
                 Message::ReadyForQuery(_) => break,
                 Message::DataRow(row) => {
                     if rows.len() == MAX_ROWS {

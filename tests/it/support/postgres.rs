@@ -62,7 +62,7 @@ impl std::fmt::Debug for Postgres {
 }
 
 /// The server binaries (`pg_config --bindir`, else Debian's path for 15).
-fn bindir() -> Option<PathBuf> {
+pub fn bindir() -> Option<PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
         let from_config = Command::new("pg_config")
@@ -266,6 +266,7 @@ impl Postgres {
                     "-R",
                     "-X",
                     "stream",
+                    "--checkpoint=fast",
                     "--no-sync",
                 ],
             )?;
