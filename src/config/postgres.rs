@@ -136,4 +136,28 @@ mod tests {
         assert_eq!(got[0].key, "probe.postgres.user", "{got:?}");
         assert!(issues("schema = \"readyprobe\"\ntable = \"canary_2\"").is_empty());
     }
+
+    /// Two postgres services probing one server's branch of one name with one canary table
+    /// would write each other's row: an error naming the kind's key; a table of its own clears it.
+    #[test]
+    fn two_services_on_one_canary_row_are_an_error() {
+        let service = |n: &str, extra: &str| {
+            format!(
+                "[[service]]\nname = \"{n}\"\nstable_name = \"{n}.internal.example\"\n{extra}[[service.branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"pg.internal.example\"\n"
+            )
+        };
+        let head = "[probe]\nkind = \"postgres\"\n[probe.tls]\nssl_ca = \"ca.pem\"\n[probe.postgres]\nuser = \"readyprobe\"\npassword = { env = \"PW\" }\n";
+        let text = format!("{head}{}{}", service("a", ""), service("b", ""));
+        let got = parse(Path::new("t.toml"), &text).unwrap_err().issues;
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].key, "service[1].branch[0].name", "{got:?}");
+        assert!(
+            got[0].message.contains("readyprobe.public.canary")
+                && got[0].message.contains("probe.postgres.table"),
+            "{got:?}"
+        );
+        let own = service("b", "probe = { postgres = { table = \"canary_b\" } }\n");
+        let text = format!("{head}{}{own}", service("a", ""));
+        assert!(parse(Path::new("t.toml"), &text).is_ok());
+    }
 }
