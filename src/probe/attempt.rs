@@ -274,6 +274,28 @@ pub struct OtlpObservation {
 mod tests {
     use super::*;
 
+    /// `in_recovery` (a PostgreSQL standby) is in the line only when true: MySQL lines and
+    /// older readers stay as they were.
+    #[test]
+    fn in_recovery_is_written_only_when_true() {
+        let mut id = ServerIdentity {
+            hostname: "pg-a".into(),
+            server_id: 0,
+            read_only: true,
+            innodb_read_only: false,
+            in_recovery: true,
+            version: "15.20".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&id).unwrap(),
+            r#"{"hostname":"pg-a","server_id":0,"read_only":true,"innodb_read_only":false,"in_recovery":true,"version":"15.20"}"#
+        );
+        id.in_recovery = false;
+        let line = serde_json::to_string(&id).unwrap();
+        assert!(!line.contains("in_recovery"), "{line}");
+        assert_eq!(serde_json::from_str::<ServerIdentity>(&line).unwrap(), id);
+    }
+
     #[test]
     fn outcome_prints_its_serialised_name() {
         let every = [
