@@ -76,6 +76,15 @@ async fn a_healthy_writer_succeeds_on_one_connection_per_attempt() {
         )
         .await;
     assert_eq!(row, format!("{}|3", got[2].marker));
+    // `readyprobe probe` makes the same attempt, one more connection.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+        .args(["probe", "--branch", "primary", "--config"])
+        .arg(w.dir.path().join("pg.toml"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("verify"), "{text}");
 }
 
 /// `default_transaction_read_only = on` (reload) on a primary: every write is refused with
