@@ -4,7 +4,7 @@
 //! it does); `default_transaction_read_only` on a primary; `md5`/cleartext refused on an
 //! unverified session without sending the password.
 
-use crate::support::fixture::{Running, has_transition, read_evidence};
+use crate::support::fixture::{Running, has_transition, read_evidence, wait_evidence};
 use crate::support::postgres::{PgOptions, PgWorld};
 use crate::support::wait_for;
 use readyprobe::clock::Clock;
@@ -85,6 +85,36 @@ async fn a_healthy_writer_succeeds_on_one_connection_per_attempt() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("verify"), "{text}");
+}
+
+/// The end-to-end attempt through the stable name (a CNAME to the branch): verified against the
+/// stable name, the marked write in a canary row of its own next to the branch's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_to_end_attempt_goes_through_the_stable_name() {
+    let Some(w) = PgWorld::start_or_skip(PgOptions::default()).await else {
+        return;
+    };
+    let path = w.dir.path().join("e2e.toml");
+    std::fs::write(&path, w.config(w.pg.port(), 2000, 1500).build()).unwrap();
+    let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let (resolver, probes) = prepare(&cfg).unwrap_or_else(|e| panic!("{e:?}"));
+    let clock = Clock::start();
+    let own = run_attempt(&probes[0], &resolver, &clock, 1).await;
+    assert_eq!(own.outcome, Outcome::Success, "{own:?}");
+    let e2e = run_attempt(&probes[0].through_stable_name(), &resolver, &clock, 1).await;
+    assert_eq!(e2e.outcome, Outcome::Success, "{e2e:?}");
+    assert_eq!(e2e.answers[0].rtype, "CNAME", "{e2e:?}");
+    assert!(e2e.tls_verified, "{e2e:?}");
+    let rows =
+        w.pg.psql(
+            "readyprobe",
+            "SELECT branch, marker FROM public.canary WHERE prober_id = 'it' ORDER BY branch",
+        )
+        .await;
+    assert_eq!(
+        rows,
+        format!("primary|{}\n~stable_name|{}", own.marker, e2e.marker)
+    );
 }
 
 /// `default_transaction_read_only = on` (reload) on a primary: every write is refused with
@@ -187,8 +217,15 @@ async fn a_hot_standby_never_goes_ready_until_promoted() {
 
     standby.promote().await;
     let _ = std::fs::remove_file(w.evidence());
-    let ev = run(&w, &text, Duration::from_millis(5000)).await;
-    assert!(has_transition(&ev, "primary", "ready"), "{ev:#?}");
+    // Ready needs the window's 3 attempts (1.5 s) and then 2 s held: awaited, not timed.
+    let path = w.dir.path().join("run.toml");
+    let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let running = Running::start(cfg, None);
+    let ev = wait_evidence(&w.evidence(), Duration::from_secs(30), |ev| {
+        has_transition(ev, "primary", "ready")
+    })
+    .await;
+    running.stop().await;
     let last = ev.iter().rfind(|v| v["kind"] == "attempt").unwrap();
     assert_eq!(last["result"], "success", "{last}");
     assert_eq!(last["server"]["read_only"], false, "{last}");

@@ -473,6 +473,8 @@ pub fn canary_sql(password: &str) -> String {
 
 /// The branch name of the PostgreSQL worlds.
 pub const PG_PRIMARY: &str = "pg-primary.orders.internal.example";
+/// Their stable name: a CNAME to the branch.
+pub const PG_STABLE: &str = "pg.orders.internal.example";
 
 /// One PostgreSQL branch's world: a CA, the branch's name in DNS (127.0.0.1), a directory for
 /// config, password and evidence, and a cluster serving TLS for the name with the canary
@@ -489,11 +491,13 @@ impl PgWorld {
     /// after a loud skip when PostgreSQL is not installed.
     pub async fn start_or_skip(mut opts: PgOptions) -> Option<PgWorld> {
         let ca = super::tls::TestCa::new();
-        opts.tls = Some(ca.server_cert(&[PG_PRIMARY], &[Ipv4Addr::LOCALHOST.into()]));
+        // The certificate names the stable name too, for the end-to-end attempt through it.
+        opts.tls = Some(ca.server_cert(&[PG_PRIMARY, PG_STABLE], &[Ipv4Addr::LOCALHOST.into()]));
         let pg = Postgres::start_or_skip(opts).await?;
         pg.install_canary(super::fixture::PASSWORD).await;
         let dns = super::dns::DnsServer::start(super::fixture::ZONE).await;
         dns.set_a("pg-primary", Ipv4Addr::LOCALHOST, 5).await;
+        dns.set_cname("pg", "pg-primary", 7).await;
         let dir = tempfile::tempdir().unwrap();
         fs::write(
             dir.path().join("password"),
@@ -517,7 +521,7 @@ impl PgWorld {
     ) -> super::config::ConfigBuilder {
         use super::config::{path, secret_file};
         let dir = self.dir.path();
-        super::config::ConfigBuilder::new(dir, "orders-pg", "pg.orders.internal.example")
+        super::config::ConfigBuilder::new(dir, "orders-pg", PG_STABLE)
             .set("publish", "interval", "1s")
             .set("publish", "sinks", toml::Value::Array(vec!["emf".into()]))
             .set("evidence", "path", path(&self.evidence()))
