@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs and starts what the tests need, then runs every test.
 #   - MariaDB server binaries (Debian package) for the throwaway instances the tests start;
+#   - PostgreSQL 15 server binaries (Debian package) for the postgres kind's throwaway clusters;
 #   - nftables (Debian package) for the fault-matrix tests' network namespaces;
 #   - Chromium (Debian package) for the drill report's headless screenshot test;
 #   - the CloudWatch emulator (LocalStack, in a Python 3.13 venv under /var/cache/readyprobe),
@@ -13,12 +14,20 @@ cd "$(dirname "$0")/../.."
 
 say() { printf 'test.sh: %s\n' "$*" >&2; }
 
-say "1/4 MariaDB server binaries, nftables and Chromium (installed with apt-get if absent; the tests start their own instances and network namespaces)"
+say "1/4 MariaDB and PostgreSQL server binaries, nftables and Chromium (installed with apt-get if absent; the tests start their own instances and network namespaces)"
 infra/local/mariadb.sh install
 if ! command -v nft >/dev/null 2>&1 && [ ! -x /usr/sbin/nft ]; then
   say "nft not found; installing nftables (Debian package) for the fault-matrix tests"
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null
+fi
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  say "PostgreSQL server binaries not found; installing postgresql-15 (Debian package) for the postgres kind's throwaway clusters"
+  # No default cluster: the tests run initdb as the postgres user into directories of their own.
+  mkdir -p /etc/postgresql-common
+  echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.conf
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
 fi
 if ! command -v chromium >/dev/null 2>&1; then
   say "chromium not found; installing chromium (Debian package) for the report screenshot test"

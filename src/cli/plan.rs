@@ -151,6 +151,25 @@ fn kind_settings(kind: &ProbeKind) -> String {
                 .map(|c| format!(", client certificate {}", c.cert.display()))
                 .unwrap_or_default()
         ),
+        ProbeKind::Postgres(p) => format!(
+            "postgres user {} (password from {}), canary {}.{}.{}, ssl_mode {}{}, TLS ≥ {}{}",
+            p.user,
+            p.password,
+            p.database,
+            p.schema,
+            p.table,
+            p.tls.ssl_mode.as_str(),
+            ca(&p.tls.ssl_ca),
+            match p.tls.tls_min_version {
+                crate::config::MinVersion::Tls12 => "1.2",
+                crate::config::MinVersion::Tls13 => "1.3",
+            },
+            p.tls
+                .client_identity
+                .as_ref()
+                .map(|c| format!(", client certificate {}", c.cert.display()))
+                .unwrap_or_default()
+        ),
         ProbeKind::Otlp(o) => format!(
             "otlp POST {} (one marked gauge data point, OTLP/HTTP protobuf), ssl_mode {}",
             o.path,
@@ -404,8 +423,8 @@ endpoint = "mysql-secondary.orders.internal.example"
             readiness (initial unknown, min_attempts 10):
               declare unready: success rate < 95% over 1m held for 3m; 30 attempts per 1m window; one failure → 96.7% (still above the threshold)
               definitive rule: the unready condition also fires once the latest attempts (two or more) failed with a definitive class, without a break, for 20s since the first
-                definitive classes: dns_nxdomain, dns_nodata, dns_stable_name, tls_not_offered, tls_untrusted, tls_name_mismatch, tls_expired, tls_not_yet_valid, tls_protocol_version, auth_denied, server_read_only, verify_mismatch, http_body_mismatch, http_wrong_branch
-                ambiguous classes:  dns_servfail, dns_refused, dns_timeout, dns_error, tcp_refused, tcp_timeout, tcp_unreachable, tcp_reset, tls_handshake, too_many_connections, lock_wait_timeout, server_gone_away, server_error, http_status, otlp_rejected, deadline_exceeded, protocol_error, internal_error
+                definitive classes: dns_nxdomain, dns_nodata, dns_stable_name, tls_not_offered, tls_untrusted, tls_name_mismatch, tls_expired, tls_not_yet_valid, tls_protocol_version, auth_denied, server_read_only, verify_mismatch, http_body_mismatch, http_wrong_branch, canary_missing
+                ambiguous classes:  dns_servfail, dns_refused, dns_timeout, dns_error, tcp_refused, tcp_timeout, tcp_unreachable, tcp_reset, tls_handshake, too_many_connections, lock_wait_timeout, server_gone_away, server_error, http_status, otlp_rejected, deadline_exceeded, protocol_error, internal_error, cannot_connect_now
               declare ready:   success rate ≥ 99% over 5m held for 10m; 150 attempts per 5m window; one failure → 99.3% (still meets the threshold)
               flap damping: after more than 3 ready → unready flaps within 1h, declare ready holds for 20m, 40m, 1h at 4, 5, 6 flaps (not 10m), doubling per flap up to 1h; flaps are forgotten after 1h without one
             publish every 1m to emf (stdout) in namespace Readyprobe (standard resolution, 60 s):

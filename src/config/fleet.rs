@@ -127,30 +127,36 @@ pub(super) fn validate(
     Some(config)
 }
 
-/// The mysql canary row is keyed by (prober_id, branch): two services with a branch of the same
-/// name and the same canary table overwrite each other's row on a server both reach, and each
-/// then reads the other's marker (`verify_mismatch`). On one endpoint and port that is certain:
-/// an error naming both services. On different endpoints it happens only where they lead to one
-/// server: one warning for all.
+/// The canary row (`mysql`, `postgres`) is keyed by (prober_id, branch): two services of one
+/// kind with a branch of the same name and the same canary table overwrite each other's row on a
+/// server both reach, and each then reads the other's marker (`verify_mismatch`). On one
+/// endpoint and port that is certain: an error naming both services. On different endpoints it
+/// happens only where they lead to one server: one warning for all.
 fn check_shared_canary_rows(services: &[ServiceConfig], issues: &mut Issues<'_>) {
-    type Row<'a> = (&'a str, &'a str, &'a str);
+    // (kind, the canary table with its database, branch)
+    type Row<'a> = (&'static str, String, &'a str);
     let mut rows: BTreeMap<Row<'_>, &str> = BTreeMap::new();
     let mut servers: BTreeMap<(Row<'_>, String, u16), (usize, &str)> = BTreeMap::new();
     let mut shared = Vec::new();
     for (i, s) in services.iter().enumerate() {
-        let probe::ProbeKind::Mysql(m) = &s.probe.kind else {
-            continue;
+        let (kind, table) = match &s.probe.kind {
+            probe::ProbeKind::Mysql(m) => ("mysql", format!("`{}`.`{}`", m.database, m.table)),
+            probe::ProbeKind::Postgres(p) => (
+                "postgres",
+                format!("{}.{}.{}", p.database, p.schema, p.table),
+            ),
+            _ => continue,
         };
         let name = s.service.name.as_str();
         for (k, b) in s.branches.iter().enumerate() {
-            let row = (m.database.as_str(), m.table.as_str(), b.name.as_str());
-            let server = (row, service::normalise_name(&b.endpoint), b.port);
+            let row = (kind, table.clone(), b.name.as_str());
+            let server = (row.clone(), service::normalise_name(&b.endpoint), b.port);
             if let Some((first, first_name)) = servers.get(&server) {
                 issues.error(
                     format!("service[{i}].branch[{k}].name"),
                     format!(
-                        "service[{i}] {name:?} and service[{first}] {first_name:?} both probe branch {:?} on {}:{} with the canary table `{}`.`{}`: they would write each other's canary row (verify_mismatch); give one of them its own probe.mysql.table",
-                        row.2, server.1, server.2, row.0, row.1
+                        "service[{i}] {name:?} and service[{first}] {first_name:?} both probe branch {:?} on {}:{} with the canary table {}: they would write each other's canary row (verify_mismatch); give one of them its own probe.{kind}.table",
+                        row.2, server.1, server.2, row.1
                     ),
                 );
                 continue;
@@ -164,9 +170,9 @@ fn check_shared_canary_rows(services: &[ServiceConfig], issues: &mut Issues<'_>)
             }
         }
     }
-    if let Some((first, other, (db, table, branch))) = shared.first() {
+    if let Some((first, other, (kind, table, branch))) = shared.first() {
         issues.warn(format!(
-            "{} branches share a mysql canary row key with an earlier service, e.g. {first:?} and {other:?}, branch {branch:?} in `{db}`.`{table}`: where two such services reach one server, each reads the other's marker (verify_mismatch); give each service on a shared server its own probe.mysql.table",
+            "{} branches share a {kind} canary row key with an earlier service, e.g. {first:?} and {other:?}, branch {branch:?} in {table}: where two such services reach one server, each reads the other's marker (verify_mismatch); give each service on a shared server its own probe.{kind}.table",
             shared.len()
         ));
     }

@@ -231,15 +231,18 @@ pub struct TlsInfo {
 /// Server identity read by the `verify` step.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct ServerIdentity {
-    /// `@@hostname`.
+    /// `@@hostname`; PostgreSQL: `cluster_name`, else the server's address.
     pub hostname: String,
-    /// `@@server_id`.
+    /// `@@server_id` (0 for PostgreSQL).
     pub server_id: u64,
-    /// `@@read_only`.
+    /// `@@read_only`; PostgreSQL: the session's `transaction_read_only`.
     pub read_only: bool,
     /// `@@innodb_read_only`.
     #[serde(default)]
     pub innodb_read_only: bool,
+    /// PostgreSQL's `pg_is_in_recovery()`: a standby (absent when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_recovery: bool,
     /// Server version from the greeting.
     pub version: String,
 }
@@ -270,6 +273,28 @@ pub struct OtlpObservation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `in_recovery` (a PostgreSQL standby) is in the line only when true: MySQL lines and
+    /// older readers stay as they were.
+    #[test]
+    fn in_recovery_is_written_only_when_true() {
+        let mut id = ServerIdentity {
+            hostname: "pg-a".into(),
+            server_id: 0,
+            read_only: true,
+            innodb_read_only: false,
+            in_recovery: true,
+            version: "15.20".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&id).unwrap(),
+            r#"{"hostname":"pg-a","server_id":0,"read_only":true,"innodb_read_only":false,"in_recovery":true,"version":"15.20"}"#
+        );
+        id.in_recovery = false;
+        let line = serde_json::to_string(&id).unwrap();
+        assert!(!line.contains("in_recovery"), "{line}");
+        assert_eq!(serde_json::from_str::<ServerIdentity>(&line).unwrap(), id);
+    }
 
     #[test]
     fn outcome_prints_its_serialised_name() {

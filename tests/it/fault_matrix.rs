@@ -9,6 +9,7 @@
 
 mod dns;
 mod mysql;
+mod postgres;
 mod tcp;
 mod tls;
 

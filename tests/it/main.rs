@@ -23,6 +23,7 @@ mod mysql_hostile;
 mod mysql_kind;
 mod otlp_kind;
 mod pipeline;
+mod postgres_kind;
 mod publish_faults;
 mod rehearsed_deploy;
 mod reload;
