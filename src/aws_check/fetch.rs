@@ -175,6 +175,7 @@ fn target(cfg: &Config) -> AwsTarget {
         },
         retries: Retries::Standard(MAX_TRIES),
         max_response_bytes: MAX_RESPONSE_BYTES,
+        role: None,
     }
 }
 
