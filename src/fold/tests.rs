@@ -833,7 +833,11 @@ fn a_tick_packs_every_service_of_a_namespace_into_one_batch() {
         svc(1, "payments-db", "Readyprobe"),
         svc(2, "telemetry", "Telemetry"),
     ];
-    let unavailable = [("broken-db".to_string(), "Readyprobe".to_string(), Vec::new())];
+    let unavailable = [(
+        "broken-db".to_string(),
+        "Readyprobe".to_string(),
+        Vec::new(),
+    )];
     let setup = Setup {
         prober: "p1",
         services: &services,
@@ -2135,7 +2139,10 @@ fn an_override_beyond_the_maximum_shows_its_bounded_end_from_the_first_line() {
 fn each_target_is_its_own_sink_and_is_accounted_alone() {
     let (branches, p) = (["primary".to_string()], policy());
     let docs = [ControlDoc::new("orders-db"), ControlDoc::new("payments-db")];
-    let two: Targets = vec![Some("eu-west-1".into()), Some("us-east-1@111122223333/pub".into())];
+    let two: Targets = vec![
+        Some("eu-west-1".into()),
+        Some("us-east-1@111122223333/pub".into()),
+    ];
     let services = [
         ServiceSetup {
             targets: &two,
@@ -2183,7 +2190,12 @@ fn each_target_is_its_own_sink_and_is_accounted_alone() {
     };
     assert_eq!(orders.sinks, [a.clone(), b.clone(), SinkId::of("emf")]);
     assert_eq!(names(&payments.sinks), SINKS);
-    assert!(!payments.datums.iter().any(|d| d.dimensions[0].1 == "orders-db"));
+    assert!(
+        !payments
+            .datums
+            .iter()
+            .any(|d| d.dimensions[0].1 == "orders-db")
+    );
     let failed = Input::SinkReport(SinkReport {
         batch: orders.id,
         sink: a.clone(),
