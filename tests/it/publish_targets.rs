@@ -160,7 +160,7 @@ async fn a_refused_assume_role_is_publish_credentials() {
         let e = p["error"].as_str().unwrap();
         assert!(e.contains(ROLE), "{e}");
         let sts =
-            "STS answered AccessDenied: User: arn:aws:iam::000000000000:root is not authorized";
+            "(session readyprobe-it): STS answered AccessDenied: User: arn:aws:iam::000000000000";
         assert!(e.contains(sts), "{e}");
     }
     assert!(
