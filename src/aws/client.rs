@@ -74,25 +74,6 @@ pub struct AssumeRoleSpec {
     pub session_name: String,
 }
 
-/// Longest STS `RoleSessionName`.
-const MAX_SESSION_NAME: usize = 64;
-
-/// The STS session name of prober `prober_id`: `readyprobe-<prober_id>`, each character
-/// outside STS's `[A-Za-z0-9_+=,.@-]` replaced by `-`, at most 64 characters.
-pub fn session_name(prober_id: &str) -> String {
-    format!("readyprobe-{prober_id}")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "_+=,.@-".contains(c) {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(MAX_SESSION_NAME)
-        .collect()
-}
-
 /// The one mapping from a configured publish target to the [`AwsTarget`] its clients are built
 /// from (the sink's, `check --aws`'s, `drill report --alarms`'): its region, endpoint and role
 /// (the session named after `prober_id`), with the caller's timeouts, tries and body cap.
@@ -112,7 +93,7 @@ pub fn target_for(
         role: t.role.as_ref().map(|r| AssumeRoleSpec {
             role_arn: r.role_arn.clone(),
             external_id: r.external_id.clone(),
-            session_name: session_name(prober_id),
+            session_name: crate::config::session_name(prober_id),
         }),
     }
 }
@@ -247,15 +228,6 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn session_names_follow_sts_rules() {
-        assert_eq!(session_name("p1.eu_a-2"), "readyprobe-p1.eu_a-2");
-        let long = session_name(&"x".repeat(64));
-        assert_eq!(long.len(), 64);
-        assert!(long.starts_with("readyprobe-xxx"));
-        assert_eq!(session_name("a b/c"), "readyprobe-a-b-c");
-    }
 
     #[test]
     fn a_call_timeout_caps_the_connect_timeout() {

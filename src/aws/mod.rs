@@ -15,5 +15,5 @@ pub mod codes;
 pub mod secrets_manager;
 
 pub use body_limit::BodyLimit;
-pub use client::{AssumeRoleSpec, AwsTarget, Retries, Session, Timeouts, session_name, target_for};
+pub use client::{AssumeRoleSpec, AwsTarget, Retries, Session, Timeouts, target_for};
 pub use codes::{CodeKind, kind_of};

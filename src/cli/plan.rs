@@ -30,6 +30,7 @@ fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
         plan_probe(s, cfg, svc)?;
         plan_branches(s, svc)?;
         plan_readiness(s, svc)?;
+        plan_targets(s, cfg, svc)?;
     }
     plan_publish(s, cfg)?;
     plan_evidence_and_state(s, cfg)?;
@@ -37,6 +38,40 @@ fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
     writeln!(s, "{}", summary(cfg))?;
     for w in &cfg.warnings {
         writeln!(s, "warning: {w}")?;
+    }
+    Ok(())
+}
+
+/// Where the service's CloudWatch datums go: each target's region, role and endpoint (a target
+/// bills its own series and requests: `check`'s cost lists each named one).
+fn plan_targets(s: &mut String, cfg: &Config, svc: &ServiceConfig) -> std::fmt::Result {
+    use std::fmt::Write;
+    if !cfg.publish.sinks.contains(&SinkKind::CloudWatch) {
+        return Ok(());
+    }
+    for t in &svc.publish_targets {
+        let region = t.region.as_deref().unwrap_or("the AWS chain's");
+        let role = t.role.as_ref().map_or_else(
+            || "the prober's own credentials".to_string(),
+            |r| {
+                let ext = if r.external_id.is_some() {
+                    ", with an external id"
+                } else {
+                    ""
+                };
+                format!(
+                    "role {} (STS AssumeRole, session {}{ext})",
+                    r.role_arn,
+                    config::session_name(&cfg.prober_id)
+                )
+            },
+        );
+        let endpoint = t.endpoint_url.as_deref().unwrap_or("AWS's");
+        writeln!(
+            s,
+            "  publishes to CloudWatch target {}: region {region}, {role}, endpoint {endpoint}",
+            t.name
+        )?;
     }
     Ok(())
 }

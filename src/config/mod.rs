@@ -38,7 +38,7 @@ pub use issues::{Issue, escape_controls, escape_controls_by_line};
 pub use mysql::MysqlProbe;
 pub use otlp::OtlpProbe;
 pub use probe::{ProbeConfig, ProbeKind, StepTimeouts};
-pub use publish::{AssumeRole, CloudWatch, Publish, PublishTarget};
+pub use publish::{AssumeRole, CloudWatch, Publish, PublishTarget, session_name};
 pub use raw::MAX_DURATION;
 pub use readiness::{MAX_WINDOW, MAX_WINDOW_ATTEMPTS, attempts_in, one_failure_effect};
 pub use reload::MIN_POLL;

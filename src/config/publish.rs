@@ -105,6 +105,25 @@ impl Publish {
     }
 }
 
+/// Longest STS `RoleSessionName`.
+const MAX_SESSION_NAME: usize = 64;
+
+/// The STS session name of prober `prober_id`: `readyprobe-<prober_id>`, each character
+/// outside STS's `[A-Za-z0-9_+=,.@-]` replaced by `-`, at most 64 characters.
+pub fn session_name(prober_id: &str) -> String {
+    format!("readyprobe-{prober_id}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_+=,.@-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(MAX_SESSION_NAME)
+        .collect()
+}
+
 /// Longest target name, characters.
 const MAX_TARGET_NAME: usize = 128;
 
@@ -540,6 +559,15 @@ mod tests {
                 "{bad}: {got:?}"
             );
         }
+    }
+
+    #[test]
+    fn session_names_follow_sts_rules() {
+        assert_eq!(session_name("p1.eu_a-2"), "readyprobe-p1.eu_a-2");
+        let long = session_name(&"x".repeat(64));
+        assert_eq!(long.len(), 64);
+        assert!(long.starts_with("readyprobe-xxx"));
+        assert_eq!(session_name("a b/c"), "readyprobe-a-b-c");
     }
 
     const ONE: &str = r#"
