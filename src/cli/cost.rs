@@ -401,6 +401,17 @@ pub fn section(e: &Estimate) -> String {
             e.requests_usd(),
         );
     }
+    for t in &e.targets {
+        row(
+            &format!("  of which to {}", t.name),
+            format!(
+                "{} series, {} requests per tick (in the rows above; that account bills them)",
+                grouped(t.metrics),
+                t.requests_per_tick
+            ),
+            t.usd(e.ticks_per_month),
+        );
+    }
     if e.log_bytes_per_tick > 0 {
         row(
             "CloudWatch Logs (emf)",
@@ -455,17 +466,6 @@ pub fn section(e: &Estimate) -> String {
         ),
         e.health_checks_usd(),
     );
-    for t in &e.targets {
-        row(
-            &format!("  of which to {}", t.name),
-            format!(
-                "{} series, {} requests per tick (in the rows above; that account bills them)",
-                grouped(t.metrics),
-                t.requests_per_tick
-            ),
-            t.usd(e.ticks_per_month),
-        );
-    }
     row("total", String::new(), e.total_usd());
     lines.push(format!(
         "  each further prober (the prober stack runs one per subnet) adds {} (its requests, log bytes, evidence PUTs and GetSecretValue calls; series, alarms and health checks are shared)",
@@ -670,5 +670,28 @@ mod tests {
             "{text}"
         );
         assert!(lines[6].starts_with("  total"), "{text}");
+    }
+
+    /// A service publishing to two targets: each bills its own series and requests, the
+    /// default target the other service's; `check` lists each named target with its share.
+    #[test]
+    fn each_named_target_is_priced_apart() {
+        let text = "state_dir = \"/tmp/x\"\n[publish]\nsinks = [\"cloudwatch\"]\n[probe]\nkind = \"tcp\"\n[probe.tcp]\nport = 1\n[probe.tls]\nssl_mode = \"disabled\"\n[[service]]\nname = \"a\"\nstable_name = \"a.internal.example\"\npublish = [{ region = \"eu-west-1\" }, { region = \"us-east-1\", role_arn = \"arn:aws:iam::111122223333:role/p\" }]\n[[service.branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"a1.internal.example\"\n[[service]]\nname = \"b\"\nstable_name = \"b.internal.example\"\n[[service.branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"b1.internal.example\"\n";
+        let cfg = config::parse(std::path::Path::new("t.toml"), text).unwrap();
+        let e = estimate(&cfg);
+        let one = e.targets[0].metrics;
+        assert_eq!(e.targets.len(), 2);
+        assert_eq!(e.targets[0].name, "eu-west-1");
+        assert_eq!(e.targets[1].name, "us-east-1@111122223333/p");
+        assert_eq!(e.targets[1].metrics, one);
+        // Service b (the default target) has as many series as a, in one more account.
+        assert_eq!(e.metrics, 3 * one);
+        assert_eq!(e.requests_per_tick, 3);
+        assert_eq!(cents(e.metrics_usd()), cents(3.0 * metrics_usd(one)));
+        let text = section(&e);
+        assert!(
+            text.contains("of which to us-east-1@111122223333/p"),
+            "{text}"
+        );
     }
 }

@@ -546,4 +546,17 @@ endpoint = "mysql-secondary.orders.internal.example"
             ["summary: 3 services, 6 branches, 3.0 attempts/s, up to 68 datums/min"]
         );
     }
+
+    #[test]
+    fn plan_shows_each_target_with_its_region_role_and_endpoint() {
+        let text = MYSQL.replacen(
+            "[service]",
+            "[publish]\nsinks = [\"cloudwatch\"]\n[publish.cloudwatch]\nregion = \"eu-west-1\"\nrole_arn = \"arn:aws:iam::111122223333:role/pub\"\nexternal_id = \"ext-1\"\n[service]\npublish = [{ name = \"net\" }, { region = \"us-east-1\", endpoint_url = \"http://127.0.0.1:4566\" }]",
+            1,
+        );
+        let plan = plan_of(&text);
+        assert!(plan.contains("  publishes to CloudWatch target net: region eu-west-1, role arn:aws:iam::111122223333:role/pub (STS AssumeRole, session readyprobe-az-a, with an external id), endpoint AWS's\n"), "{plan}");
+        assert!(plan.contains("  publishes to CloudWatch target us-east-1@111122223333/pub: region us-east-1, role arn:aws:iam::111122223333:role/pub (STS AssumeRole, session readyprobe-az-a, with an external id), endpoint http://127.0.0.1:4566\n"), "{plan}");
+        assert!(!plan.contains("ext-1"), "the external id is not printed");
+    }
 }
