@@ -368,6 +368,25 @@ pub(super) fn grouped(n: u64) -> String {
     out
 }
 
+/// The rows of each named target: what, detail, dollars.
+fn target_rows(e: &Estimate) -> Vec<(String, String, f64)> {
+    e.targets
+        .iter()
+        .map(|t| {
+            let detail = format!(
+                "{} series, {} requests per tick (in the rows above; that account bills them)",
+                grouped(t.metrics),
+                t.requests_per_tick
+            );
+            (
+                format!("  of which to {}", t.name),
+                detail,
+                t.usd(e.ticks_per_month),
+            )
+        })
+        .collect()
+}
+
 /// The `check` section: one line per item, the total, what a further prober adds, and what the
 /// estimate leaves out.
 pub fn section(e: &Estimate) -> String {
@@ -401,16 +420,8 @@ pub fn section(e: &Estimate) -> String {
             e.requests_usd(),
         );
     }
-    for t in &e.targets {
-        row(
-            &format!("  of which to {}", t.name),
-            format!(
-                "{} series, {} requests per tick (in the rows above; that account bills them)",
-                grouped(t.metrics),
-                t.requests_per_tick
-            ),
-            t.usd(e.ticks_per_month),
-        );
+    for (what, detail, usd) in target_rows(e) {
+        row(&what, detail, usd);
     }
     if e.log_bytes_per_tick > 0 {
         row(

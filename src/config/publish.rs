@@ -651,11 +651,10 @@ port = 3306
     }
 
     /// Each case: (config text, key, text on the line the error must name).
-    #[test]
-    fn every_target_key_error_names_its_key_and_line() {
+    fn target_key_cases() -> Vec<(String, &'static str, &'static str)> {
         let svc = "stable_name = \"db.orders.internal.example\"";
         let cw = "region = \"eu-west-1\"";
-        let cases: Vec<(String, &str, &str)> = vec![
+        vec![
             (
                 with(cw, "role_arn = \"arn:aws:iam::1234:role/x\""),
                 "publish.cloudwatch.role_arn",
@@ -744,7 +743,13 @@ port = 3306
                 "service.publish",
                 "publish =",
             ),
-        ];
+        ]
+    }
+
+    #[test]
+    fn every_target_key_error_names_its_key_and_line() {
+        let svc = "stable_name = \"db.orders.internal.example\"";
+        let cases = target_key_cases();
         for (text, key, needle) in cases {
             let got = parse(&text).expect_err(&text);
             let hit = got.iter().find(|i| i.key == key);

@@ -140,12 +140,13 @@ fn url_form(body: &[u8]) -> Vec<(String, String)> {
         let mut out = Vec::new();
         let mut i = 0;
         while i < b.len() {
-            if b[i] == b'%' && i + 2 < b.len() {
-                if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                    out.push(v);
-                    i += 3;
-                    continue;
-                }
+            if b[i] == b'%'
+                && i + 2 < b.len()
+                && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+            {
+                out.push(v);
+                i += 3;
+                continue;
             }
             out.push(b[i]);
             i += 1;
