@@ -445,7 +445,15 @@ mod tests {
     use tokio::time::Instant;
 
     fn config() -> Config {
-        let text = r#"
+        crate::config::parse(
+            std::path::Path::new("/etc/readyprobe/one.toml"),
+            config_text(),
+        )
+        .unwrap_or_else(|e| panic!("{:?}", e.issues))
+    }
+
+    fn config_text() -> &'static str {
+        r#"
 prober_id = "p1"
 [probe]
 kind = "tcp"
@@ -457,9 +465,7 @@ name = "primary"
 role = "PRIMARY"
 endpoint = "alpha-primary.example.internal"
 port = 5432
-"#;
-        crate::config::parse(std::path::Path::new("/etc/readyprobe/one.toml"), text)
-            .unwrap_or_else(|e| panic!("{:?}", e.issues))
+"#
     }
 
     /// The sinks of a namespace no service uses any more send the batch they hold, report it,
@@ -510,5 +516,53 @@ port = 5432
         assert!(sinks.retain(&mut queues, &kept).is_empty());
         sinks.add(&mut queues, &gone, &gone.services[0]);
         assert_eq!(queues.len(), 2);
+    }
+
+    /// A sink per (namespace, sink, target): a target whose settings a reload changed under
+    /// the same name gets a new sink in place of the old; a target no service names any more
+    /// loses its sink while its namespace keeps the others.
+    #[tokio::test]
+    async fn a_sink_per_target_follows_the_config() {
+        let with = |publish: &str| {
+            let text = config_text().replace(
+                "stable_name = \"alpha.example.internal\"",
+                &format!("stable_name = \"alpha.example.internal\"\npublish = {publish}"),
+            );
+            let text = format!("{text}\n[publish]\nsinks = [\"emf\", \"cloudwatch\"]\n");
+            crate::config::parse(std::path::Path::new("/etc/readyprobe/one.toml"), &text)
+                .unwrap_or_else(|e| panic!("{:?}", e.issues))
+        };
+        let opts = RunOptions {
+            duration: None,
+            grace: Duration::from_secs(1),
+            emf_out: Some(EmfBuffer::new()),
+            heartbeat: None,
+        };
+        let one = with("{ name = \"a\", region = \"eu-west-1\" }");
+        let (mut sinks, _reports) = Sinks::new(&one, &opts).await;
+        let mut queues = Vec::new();
+        let ids = |q: &[(String, SinkQueue)]| -> Vec<String> {
+            q.iter().map(|(ns, q)| format!("{ns} {}", q.id())).collect()
+        };
+        sinks.add(&mut queues, &one, &one.services[0]);
+        assert_eq!(ids(&queues), ["Readyprobe emf", "Readyprobe cloudwatch[a]"]);
+        sinks.add(&mut queues, &one, &one.services[0]);
+        assert_eq!(queues.len(), 2, "nothing new for the same targets");
+        let moved = with("{ name = \"a\", region = \"eu-west-2\" }");
+        sinks.add(&mut queues, &moved, &moved.services[0]);
+        assert_eq!(ids(&queues), ["Readyprobe emf", "Readyprobe cloudwatch[a]"]);
+        assert_eq!(
+            sinks.clients[&Some("a".into())].0.region.as_deref(),
+            Some("eu-west-2")
+        );
+        let two = with("[{ name = \"b\" }]");
+        sinks.add(&mut queues, &two, &two.services[0]);
+        assert_eq!(queues.len(), 3);
+        assert!(
+            sinks.retain(&mut queues, &two).is_empty(),
+            "the namespace is still used"
+        );
+        assert_eq!(ids(&queues), ["Readyprobe emf", "Readyprobe cloudwatch[b]"]);
+        assert!(!sinks.clients.contains_key(&Some("a".into())));
     }
 }
