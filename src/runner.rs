@@ -121,7 +121,7 @@ where
         _ => "*".to_string(),
     };
     let (evidence, uploader) = open_evidence(&cfg, &label).await?;
-    let (mut sinks, reports) = Sinks::new(&cfg, &opts).await;
+    let (mut sinks, reports) = Sinks::new(&opts);
     let mut queues = Vec::new();
     for s in &cfg.services {
         sinks.add(&mut queues, &cfg, s);

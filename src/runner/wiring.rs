@@ -329,10 +329,8 @@ pub(super) struct Sinks {
 }
 
 impl Sinks {
-    pub(super) async fn new(
-        _cfg: &Config,
-        opts: &RunOptions,
-    ) -> (Sinks, mpsc::UnboundedReceiver<SinkReport>) {
+    /// No sink yet: [`Sinks::add`] starts each service's.
+    pub(super) fn new(opts: &RunOptions) -> (Sinks, mpsc::UnboundedReceiver<SinkReport>) {
         let (report_tx, reports) = mpsc::unbounded_channel();
         let tasks = TaskTracker::new();
         // Closed from the start: `wait` then ends once every sink task has (tasks started
@@ -480,7 +478,7 @@ port = 5432
             heartbeat: None,
         };
         let cfg = config();
-        let (mut sinks, mut reports) = Sinks::new(&cfg, &opts).await;
+        let (mut sinks, mut reports) = Sinks::new(&opts);
         let (mut kept, mut gone) = (cfg.clone(), cfg.clone());
         kept.services[0].namespace = "Kept".into();
         gone.services[0].namespace = "Gone".into();
@@ -539,7 +537,7 @@ port = 5432
             heartbeat: None,
         };
         let one = with("{ name = \"a\", region = \"eu-west-1\" }");
-        let (mut sinks, _reports) = Sinks::new(&one, &opts).await;
+        let (mut sinks, _reports) = Sinks::new(&opts);
         let mut queues = Vec::new();
         let ids = |q: &[(String, SinkQueue)]| -> Vec<String> {
             q.iter().map(|(ns, q)| format!("{ns} {}", q.id())).collect()
