@@ -121,10 +121,10 @@ where
         _ => "*".to_string(),
     };
     let (evidence, uploader) = open_evidence(&cfg, &label).await?;
-    let (mut sinks, reports) = Sinks::new(&cfg, &opts).await;
+    let (mut sinks, reports) = Sinks::new(&opts);
     let mut queues = Vec::new();
     for s in &cfg.services {
-        queues.extend(sinks.add(&s.namespace));
+        sinks.add(&mut queues, &cfg, s);
     }
     let (shell, fleet, events) = start(
         &cfg,

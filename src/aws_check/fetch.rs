@@ -160,22 +160,23 @@ impl Clients {
     }
 }
 
-/// Where the check reads: the config's CloudWatch region and endpoint (Route 53's endpoint is
-/// set per client), each try cut at `operation_timeout` and a call at three tries' worth,
-/// [`MAX_TRIES`] tries, bodies of at most [`MAX_RESPONSE_BYTES`].
+/// Where the check reads: `[publish.cloudwatch]`'s target (region, endpoint, and role: the
+/// alarms and health checks live in the account the metric is published into; Route 53's
+/// endpoint is set per client), each try cut at `operation_timeout` and a call at three tries'
+/// worth, [`MAX_TRIES`] tries, bodies of at most [`MAX_RESPONSE_BYTES`].
 fn target(cfg: &Config) -> AwsTarget {
-    let cw = &cfg.publish.cloudwatch;
-    let timeout = cw.operation_timeout;
-    AwsTarget {
-        region: cw.region.clone(),
-        endpoint_url: cw.endpoint_url.clone(),
-        timeouts: Timeouts {
-            operation: timeout * 3,
-            ..Timeouts::per_call(timeout)
-        },
-        retries: Retries::Standard(MAX_TRIES),
-        max_response_bytes: MAX_RESPONSE_BYTES,
-    }
+    let timeout = cfg.publish.cloudwatch.operation_timeout;
+    let timeouts = Timeouts {
+        operation: timeout * 3,
+        ..Timeouts::per_call(timeout)
+    };
+    crate::aws::target_for(
+        &cfg.publish.default_target(),
+        &cfg.prober_id,
+        timeouts,
+        Retries::Standard(MAX_TRIES),
+        MAX_RESPONSE_BYTES,
+    )
 }
 
 /// The expectations of the config, as plain data.

@@ -11,7 +11,7 @@
 use crate::clock::Millis;
 use crate::config::{self, Config, ProbeKind, ServiceConfig, SinkKind};
 use crate::sink::{self, BranchTick, Datum, cloudwatch, emf};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// List prices, us-east-1, US dollars, as of 2026-12-01: custom metrics ($0.30, then $0.10
 /// beyond 10,000) and endpoint health checks ($0.50 AWS, $0.75 non-AWS) agree with public
@@ -117,6 +117,31 @@ pub struct Estimate {
     /// Their `GetSecretValue` calls per month of one prober, one per `refresh` each (the
     /// reads denied attempts trigger, at most one a minute, come on top).
     pub secret_reads: u64,
+    /// Per CloudWatch target a service names (each account and region bills its own series
+    /// and requests): its name, series and requests per tick; empty when every service
+    /// publishes to `[publish.cloudwatch]`'s target alone.
+    pub targets: Vec<TargetCost>,
+    /// Custom metrics per billing target (the default target and `emf` first), for the tiers.
+    metrics_by_target: Vec<u64>,
+}
+
+/// What one named CloudWatch target receives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetCost {
+    /// The target's name.
+    pub name: String,
+    /// Series it holds.
+    pub metrics: u64,
+    /// `PutMetricData` requests per tick to it.
+    pub requests_per_tick: u64,
+}
+
+impl TargetCost {
+    /// Dollars per month for its series and one prober's requests.
+    pub fn usd(&self, ticks_per_month: u64) -> f64 {
+        let requests = (self.requests_per_tick * ticks_per_month) as f64;
+        metrics_usd(self.metrics) + requests / 1000.0 * price::PER_1000_REQUESTS
+    }
 }
 
 impl Estimate {
@@ -128,9 +153,9 @@ impl Estimate {
     pub fn log_bytes(&self) -> u64 {
         self.log_bytes_per_tick * self.ticks_per_month
     }
-    /// Dollars for the custom metrics, tiered.
+    /// Dollars for the custom metrics, tiered per target (each account's own tiers).
     pub fn metrics_usd(&self) -> f64 {
-        metrics_usd(self.metrics)
+        self.metrics_by_target.iter().map(|n| metrics_usd(*n)).sum()
     }
     /// Dollars for one prober's requests.
     pub fn requests_usd(&self) -> f64 {
@@ -181,28 +206,55 @@ pub fn metrics_usd(n: u64) -> f64 {
     usd
 }
 
+/// The series and `PutMetricData` requests of one publish tick, per billing target: `None`
+/// for `[publish.cloudwatch]`'s own target and the `emf` sink (the prober's account), else the
+/// target's name. Services of one namespace with the same targets share a batch, as the fold
+/// packs them.
+type PerTarget<'a> = BTreeMap<
+    Option<&'a str>,
+    (
+        BTreeSet<(&'a str, &'static str, Vec<(&'static str, String)>)>,
+        u64,
+    ),
+>;
+
 /// The estimate of `cfg` (pure).
 pub fn estimate(cfg: &Config) -> Estimate {
     let sinks = &cfg.publish.sinks;
-    let mut series = BTreeSet::new();
+    let default = cfg.publish.default_target();
+    let mut per: PerTarget<'_> = BTreeMap::new();
     let (mut datums, mut requests, mut bytes) = (0, 0, 0);
-    let namespaces: BTreeSet<&str> = cfg.services.iter().map(|s| s.namespace.as_str()).collect();
-    for ns in namespaces {
-        // One batch per namespace and tick, as the fold hands them to the sinks.
-        let tick: Vec<Datum> = cfg
-            .services
+    let mut routes: BTreeMap<(&str, Vec<Option<&str>>), Vec<Datum>> = BTreeMap::new();
+    for s in &cfg.services {
+        let mut targets: Vec<Option<&str>> = s
+            .publish_targets
             .iter()
-            .filter(|s| s.namespace == ns)
-            .flat_map(|s| service_tick(cfg, s))
+            .map(|t| (*t != default).then_some(t.name.as_str()))
             .collect();
-        datums += tick.len() as u64;
-        for d in &tick {
-            series.insert((ns, d.metric, d.dimensions.clone()));
+        if !sinks.contains(&SinkKind::CloudWatch) {
+            targets = vec![None];
         }
-        if sinks.contains(&SinkKind::CloudWatch) {
-            requests += cloudwatch::batches(&tick, AT).0.len() as u64;
+        let key = (s.namespace.as_str(), targets);
+        routes.entry(key).or_default().extend(service_tick(cfg, s));
+    }
+    for ((ns, targets), tick) in &routes {
+        datums += tick.len() as u64;
+        for t in targets {
+            let (series, reqs) = per.entry(*t).or_default();
+            for d in tick {
+                series.insert((ns, d.metric, d.dimensions.clone()));
+            }
+            if sinks.contains(&SinkKind::CloudWatch) {
+                let n = cloudwatch::batches(tick, AT).0.len() as u64;
+                *reqs += n;
+                requests += n;
+            }
         }
         if sinks.contains(&SinkKind::Emf) {
+            let (series, _) = per.entry(None).or_default();
+            for d in tick {
+                series.insert((ns, d.metric, d.dimensions.clone()));
+            }
             bytes += tick
                 .iter()
                 .filter_map(|d| emf::encode(ns, d))
@@ -217,8 +269,18 @@ pub fn estimate(cfg: &Config) -> Estimate {
         .iter()
         .map(|r| MONTH_MS / r.refresh.as_millis().max(1) as u64)
         .sum();
+    let targets = per
+        .iter()
+        .filter_map(|(name, (series, reqs))| {
+            Some(TargetCost {
+                name: (*name)?.to_string(),
+                metrics: series.len() as u64,
+                requests_per_tick: *reqs,
+            })
+        })
+        .collect();
     Estimate {
-        metrics: series.len() as u64,
+        metrics: per.values().map(|(s, _)| s.len() as u64).sum(),
         datums_per_tick: datums,
         requests_per_tick: requests,
         ticks_per_month: MONTH_MS / interval_ms,
@@ -231,6 +293,8 @@ pub fn estimate(cfg: &Config) -> Estimate {
             .map_or(0, |s3| MONTH_MS / (s3.segment.as_millis().max(1) as u64)),
         secrets: secrets.len() as u64,
         secret_reads,
+        targets,
+        metrics_by_target: per.values().map(|(s, _)| s.len() as u64).collect(),
     }
 }
 
@@ -308,6 +372,25 @@ pub(super) fn grouped(n: u64) -> String {
     out
 }
 
+/// The rows of each named target: what, detail, dollars.
+fn target_rows(e: &Estimate) -> Vec<(String, String, f64)> {
+    e.targets
+        .iter()
+        .map(|t| {
+            let detail = format!(
+                "{} series, {} requests per tick (in the rows above; that account bills them)",
+                grouped(t.metrics),
+                t.requests_per_tick
+            );
+            (
+                format!("  of which to {}", t.name),
+                detail,
+                t.usd(e.ticks_per_month),
+            )
+        })
+        .collect()
+}
+
 /// The `check` section: one line per item, the total, what a further prober adds, and what the
 /// estimate leaves out.
 pub fn section(e: &Estimate) -> String {
@@ -340,6 +423,9 @@ pub fn section(e: &Estimate) -> String {
             ),
             e.requests_usd(),
         );
+    }
+    for (what, detail, usd) in target_rows(e) {
+        row(&what, detail, usd);
     }
     if e.log_bytes_per_tick > 0 {
         row(
@@ -599,5 +685,28 @@ mod tests {
             "{text}"
         );
         assert!(lines[6].starts_with("  total"), "{text}");
+    }
+
+    /// A service publishing to two targets: each bills its own series and requests, the
+    /// default target the other service's; `check` lists each named target with its share.
+    #[test]
+    fn each_named_target_is_priced_apart() {
+        let text = "state_dir = \"/tmp/x\"\n[publish]\nsinks = [\"cloudwatch\"]\n[probe]\nkind = \"tcp\"\n[probe.tcp]\nport = 1\n[probe.tls]\nssl_mode = \"disabled\"\n[[service]]\nname = \"a\"\nstable_name = \"a.internal.example\"\npublish = [{ region = \"eu-west-1\" }, { region = \"us-east-1\", role_arn = \"arn:aws:iam::111122223333:role/p\" }]\n[[service.branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"a1.internal.example\"\n[[service]]\nname = \"b\"\nstable_name = \"b.internal.example\"\n[[service.branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"b1.internal.example\"\n";
+        let cfg = config::parse(std::path::Path::new("t.toml"), text).unwrap();
+        let e = estimate(&cfg);
+        let one = e.targets[0].metrics;
+        assert_eq!(e.targets.len(), 2);
+        assert_eq!(e.targets[0].name, "eu-west-1");
+        assert_eq!(e.targets[1].name, "us-east-1@111122223333/p");
+        assert_eq!(e.targets[1].metrics, one);
+        // Service b (the default target) has as many series as a, in one more account.
+        assert_eq!(e.metrics, 3 * one);
+        assert_eq!(e.requests_per_tick, 3);
+        assert_eq!(cents(e.metrics_usd()), cents(3.0 * metrics_usd(one)));
+        let text = section(&e);
+        assert!(
+            text.contains("of which to us-east-1@111122223333/p"),
+            "{text}"
+        );
     }
 }

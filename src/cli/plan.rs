@@ -30,6 +30,7 @@ fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
         plan_probe(s, cfg, svc)?;
         plan_branches(s, svc)?;
         plan_readiness(s, svc)?;
+        plan_targets(s, cfg, svc)?;
     }
     plan_publish(s, cfg)?;
     plan_evidence_and_state(s, cfg)?;
@@ -37,6 +38,40 @@ fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
     writeln!(s, "{}", summary(cfg))?;
     for w in &cfg.warnings {
         writeln!(s, "warning: {w}")?;
+    }
+    Ok(())
+}
+
+/// Where the service's CloudWatch datums go: each target's region, role and endpoint (a target
+/// bills its own series and requests: `check`'s cost lists each named one).
+fn plan_targets(s: &mut String, cfg: &Config, svc: &ServiceConfig) -> std::fmt::Result {
+    use std::fmt::Write;
+    if !cfg.publish.sinks.contains(&SinkKind::CloudWatch) {
+        return Ok(());
+    }
+    for t in &svc.publish_targets {
+        let region = t.region.as_deref().unwrap_or("the AWS chain's");
+        let role = t.role.as_ref().map_or_else(
+            || "the prober's own credentials".to_string(),
+            |r| {
+                let ext = if r.external_id.is_some() {
+                    ", with an external id"
+                } else {
+                    ""
+                };
+                format!(
+                    "role {} (STS AssumeRole, session {}{ext})",
+                    r.role_arn,
+                    config::session_name(&cfg.prober_id)
+                )
+            },
+        );
+        let endpoint = t.endpoint_url.as_deref().unwrap_or("AWS's");
+        writeln!(
+            s,
+            "  publishes to CloudWatch target {}: region {region}, {role}, endpoint {endpoint}",
+            t.name
+        )?;
     }
     Ok(())
 }
@@ -529,5 +564,18 @@ endpoint = "mysql-secondary.orders.internal.example"
             summary,
             ["summary: 3 services, 6 branches, 3.0 attempts/s, up to 68 datums/min"]
         );
+    }
+
+    #[test]
+    fn plan_shows_each_target_with_its_region_role_and_endpoint() {
+        let text = MYSQL.replacen(
+            "[service]",
+            "[publish]\nsinks = [\"cloudwatch\"]\n[publish.cloudwatch]\nregion = \"eu-west-1\"\nrole_arn = \"arn:aws:iam::111122223333:role/pub\"\nexternal_id = \"ext-1\"\n[service]\npublish = [{ name = \"net\" }, { region = \"us-east-1\", endpoint_url = \"http://127.0.0.1:4566\" }]",
+            1,
+        );
+        let plan = plan_of(&text);
+        assert!(plan.contains("  publishes to CloudWatch target net: region eu-west-1, role arn:aws:iam::111122223333:role/pub (STS AssumeRole, session readyprobe-az-a, with an external id), endpoint AWS's\n"), "{plan}");
+        assert!(plan.contains("  publishes to CloudWatch target us-east-1@111122223333/pub: region us-east-1, role arn:aws:iam::111122223333:role/pub (STS AssumeRole, session readyprobe-az-a, with an external id), endpoint http://127.0.0.1:4566\n"), "{plan}");
+        assert!(!plan.contains("ext-1"), "the external id is not printed");
     }
 }

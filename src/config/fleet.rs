@@ -7,7 +7,7 @@
 use super::issues::{Issues, Scope};
 use super::raw::{RawFleetConfig, RawFleetService, RawProbe, RawReadiness, RawService};
 use super::{
-    Config, RawShared, ServiceConfig, probe, publish, readiness, service, shared_sections,
+    Config, Publish, RawShared, ServiceConfig, probe, publish, readiness, service, shared_sections,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -99,7 +99,7 @@ pub(super) fn validate(
         reload: raw.reload,
     };
     let config = shared_sections(path, shared, host, issues);
-    let default_ns = config.as_ref().map(|c| c.publish.namespace.clone());
+    let publish = config.as_ref().map(|c| c.publish.clone());
     let mut names = BTreeSet::new();
     let mut documents = BTreeSet::new();
     let mut services = Vec::new();
@@ -119,12 +119,37 @@ pub(super) fn validate(
             );
         }
         let defaults = (raw.probe.as_ref(), raw.readiness.as_ref());
-        services.push(one(path, key, s, defaults, default_ns.as_deref(), issues));
+        services.push(one(path, key, s, defaults, publish.as_ref(), issues));
     }
     let mut config = config?;
     config.services = services.into_iter().collect::<Option<_>>()?;
     check_shared_canary_rows(&config.services, issues);
+    check_target_names(&config.services, issues);
     Some(config)
+}
+
+/// A target name means one target in the whole config: the run keeps a sink and a client per
+/// name, and the evidence names targets by it. Two services naming different settings by one
+/// name is an error at the second.
+fn check_target_names(services: &[ServiceConfig], issues: &mut Issues<'_>) {
+    let mut seen: BTreeMap<&str, (usize, &super::PublishTarget)> = BTreeMap::new();
+    for (i, s) in services.iter().enumerate() {
+        for t in &s.publish_targets {
+            match seen.get(t.name.as_str()) {
+                Some((first, was)) if *was != t => issues.error(
+                    format!("service[{i}].publish"),
+                    format!(
+                        "target {:?} differs from the target of that name in service[{first}] (region, endpoint_url or role): a name means one target in the config; give one of them another name",
+                        t.name
+                    ),
+                ),
+                Some(_) => {}
+                None => {
+                    seen.insert(&t.name, (i, t));
+                }
+            }
+        }
+    }
 }
 
 /// The canary row (`mysql`, `postgres`) is keyed by (prober_id, branch): two services of one
@@ -184,15 +209,17 @@ fn one(
     key: String,
     s: RawFleetService,
     (probe_default, readiness_default): (Option<&Table>, Option<&Table>),
-    default_ns: Option<&str>,
+    publish: Option<&Publish>,
     issues: &mut Issues<'_>,
 ) -> Option<ServiceConfig> {
     let base = super::source::base_dir(path);
     let raw_service = RawService {
         name: s.name,
         stable_name: s.stable_name,
+        publish: None,
     };
     let service = service::section(raw_service, &key, issues)?;
+    let publish_targets = publish::targets(s.publish, &format!("{key}.publish"), publish, issues);
     if let Some(ns) = &s.namespace
         && !publish::namespace_ok(ns)
     {
@@ -237,11 +264,12 @@ fn one(
         issues,
     )?;
     Some(ServiceConfig {
-        namespace: s.namespace.or(default_ns.map(str::to_string))?,
+        namespace: s.namespace.or(publish.map(|p| p.namespace.clone()))?,
         service,
         policy: policy?,
         probe: probe?,
         branches,
+        publish_targets: publish_targets?,
     })
 }
 

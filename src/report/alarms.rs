@@ -104,6 +104,7 @@ pub async fn client_for(
         timeouts: crate::aws::Timeouts::per_call(timeout),
         retries: crate::aws::Retries::Standard(3),
         max_response_bytes: MAX_RESPONSE_BYTES,
+        role: None,
     };
     aws_sdk_cloudwatch::Client::from_conf(target.session().await.cloudwatch().build())
 }

@@ -25,6 +25,7 @@ mod otlp_kind;
 mod pipeline;
 mod postgres_kind;
 mod publish_faults;
+mod publish_targets;
 mod rehearsed_deploy;
 mod reload;
 mod reload_poll;

@@ -14,6 +14,7 @@ pub mod mariadb;
 pub mod postgres;
 pub mod proxy;
 pub mod rcode_dns;
+pub mod sts_front;
 pub mod tls;
 
 use std::{io::Write, net::TcpListener, time::Duration};
