@@ -192,6 +192,7 @@ fn service_expect(s: &ServiceConfig) -> super::model::ServiceExpect {
         name: s.service.name.clone(),
         namespace: s.namespace.clone(),
         stable_name: s.service.stable_name.clone(),
+        other_regions: Vec::new(),
         branches: s
             .branches
             .iter()
@@ -199,6 +200,7 @@ fn service_expect(s: &ServiceConfig) -> super::model::ServiceExpect {
                 name: b.name.clone(),
                 role: b.role.to_string(),
                 endpoint: b.endpoint.trim_end_matches('.').to_ascii_lowercase(),
+                region: b.region.clone(),
             })
             .collect(),
     }
@@ -409,6 +411,7 @@ fn health_check(h: &aws_sdk_route53::types::HealthCheck) -> Result<HealthCheck, 
             .map(|s| Spelled::parse(s.as_str())),
         inverted: c.inverted().unwrap_or(false),
         disabled: c.disabled().unwrap_or(false),
+        children: c.child_health_checks().to_vec(),
     })
 }
 

@@ -15,7 +15,8 @@ use crate::config::{Config, escape_controls};
 use clap::ValueEnum;
 use std::time::Duration;
 
-/// Exit code of `check --aws` when everything was read and nothing is violated.
+/// Exit code of `check --aws` when everything was read and nothing is violated (warnings
+/// alone, such as `alarm_in_branch_region`, exit 0).
 pub const EXIT_OK: u8 = 0;
 
 /// Exit code of `check --aws` when it finds a violation (as `probe` when an attempt fails,
@@ -100,10 +101,10 @@ pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> u8 {
     print!("{out}");
     if findings.iter().any(model::Finding::is_violation) {
         EXIT_VIOLATIONS
-    } else if findings.is_empty() {
-        EXIT_OK
-    } else {
+    } else if findings.iter().any(|f| f.rule == model::Rule::NotChecked) {
         EXIT_NOT_CHECKED
+    } else {
+        EXIT_OK
     }
 }
 

@@ -9,6 +9,7 @@ use serde::Serialize;
 struct Report<'a> {
     region: &'a str,
     violations: usize,
+    warnings: usize,
     not_checked: usize,
     findings: &'a [Finding],
 }
@@ -23,14 +24,22 @@ struct ErrorReport<'a> {
 
 /// One JSON document with every finding.
 pub fn json(region: &str, findings: &[Finding]) -> String {
-    let violations = findings.iter().filter(|f| f.is_violation()).count();
+    let (violations, warnings, not_checked) = counts(findings);
     let report = Report {
         region,
         violations,
-        not_checked: findings.len() - violations,
+        warnings,
+        not_checked,
         findings,
     };
     to_json(&report)
+}
+
+/// Violations, warnings and `not_checked` rows.
+fn counts(findings: &[Finding]) -> (usize, usize, usize) {
+    let violations = findings.iter().filter(|f| f.is_violation()).count();
+    let warnings = findings.iter().filter(|f| f.is_warning()).count();
+    (violations, warnings, findings.len() - violations - warnings)
 }
 
 /// One JSON document with the error that ended the check: `region`, `exit` (the exit code) and
@@ -105,12 +114,13 @@ pub fn table(region: &str, findings: &[Finding]) -> String {
         out.push_str(&line(&header));
         rows.iter().for_each(|r| out.push_str(&line(r)));
     }
-    let violations = findings.iter().filter(|f| f.is_violation()).count();
-    let not_checked = findings.len() - violations;
+    let (violations, warnings, not_checked) = counts(findings);
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
     out.push_str(&format!(
-        "check --aws (region {}): {violations} violation{}, {not_checked} not checked\n",
+        "check --aws (region {}): {violations} violation{}, {warnings} warning{}, {not_checked} not checked\n",
         escape_controls(region),
-        if violations == 1 { "" } else { "s" },
+        plural(violations),
+        plural(warnings),
     ));
     out
 }
@@ -141,7 +151,7 @@ mod tests {
             SERVICE    BRANCH   OBJECT                            RULE         PROBLEM; FIX
             orders-db  primary  alarm orders-db-primary\u{1b}[2J  period       period 300 s; fix: set Period = 60
             orders-db  primary  alarm orders-db-primary\u{1b}[2J  not_checked  period 300 s; fix: set Period = 60
-            check --aws (region eu-west-1): 1 violation, 1 not checked
+            check --aws (region eu-west-1): 1 violation, 0 warnings, 1 not checked
         "#]]
         .assert_eq(&t);
     }

@@ -446,6 +446,7 @@ pub(super) struct RawBranch {
     pub role: Role,
     pub endpoint: String,
     pub port: Option<NonZeroU16>,
+    pub region: Option<String>,
 }
 
 #[cfg(test)]
