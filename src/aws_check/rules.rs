@@ -41,7 +41,11 @@ fn leaves<'a>(root: &'a HealthCheck, hcs: &'a [HealthCheck]) -> Vec<&'a HealthCh
         if h.kind.is(HealthCheckType::CloudwatchMetric) {
             out.push(h);
         } else if h.kind.is(HealthCheckType::Calculated) {
-            todo.extend(h.children.iter().filter_map(|c| hcs.iter().find(|x| x.id == *c)));
+            todo.extend(
+                h.children
+                    .iter()
+                    .filter_map(|c| hcs.iter().find(|x| x.id == *c)),
+            );
         }
     }
     out

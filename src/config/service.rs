@@ -255,11 +255,10 @@ mod tests {
             .collect();
         assert_eq!(regions, [Some("eu-west-1"), None]);
         for bad in ["EU-WEST-1", "", "eu west 1", "euwest", "-eu-west-1"] {
-            let e = parse(Path::new("t.toml"), &config(&format!("region = {bad:?}")))
-                .unwrap_err();
+            let e = parse(Path::new("t.toml"), &config(&format!("region = {bad:?}"))).unwrap_err();
             let issue = &e.issues[0];
             assert_eq!(issue.key, "branch[0].region", "{bad:?}: {e}");
-            assert_eq!(issue.line, Some(13), "{bad:?}: {e}");
+            assert_eq!(issue.line, Some(12), "{bad:?}: {e}");
             assert!(issue.message.contains("not an AWS region name"), "{e}");
         }
     }

@@ -9,6 +9,7 @@
 //! stamps an item with the time the *previous* state began.
 
 use super::model::{AlarmLane, Band, Span};
+use crate::aws::{AwsTarget, Retries, Timeouts};
 use crate::aws_vocab::{AlarmState, Spelled};
 use crate::readiness::Millis;
 use aws_sdk_cloudwatch::config::http::HttpResponse;
@@ -88,24 +89,86 @@ pub struct AlarmLanes {
     pub problems: Vec<String>,
 }
 
-/// A CloudWatch client for [`fetch`]: the default AWS chain (environment, including
-/// `AWS_REGION` and `AWS_ENDPOINT_URL`, profile, instance role), overridden by `region` and
-/// `endpoint_url` when given (a config's `[publish.cloudwatch]`). Each call attempt is cut at
-/// `timeout`; throttling and other retryable failures are retried (3 tries in all); response
-/// bodies are capped at 4 MiB.
-pub async fn client_for(
-    region: Option<&str>,
-    endpoint_url: Option<&str>,
-    timeout: Duration,
-) -> aws_sdk_cloudwatch::Client {
-    let target = crate::aws::AwsTarget {
-        region: region.map(str::to_string),
-        endpoint_url: endpoint_url.map(str::to_string),
-        timeouts: crate::aws::Timeouts::per_call(timeout),
-        retries: crate::aws::Retries::Standard(3),
+/// Each call attempt's timeout.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A CloudWatch client for [`fetch`] through `target` (its session: region, endpoint, role).
+async fn client(target: &AwsTarget) -> aws_sdk_cloudwatch::Client {
+    aws_sdk_cloudwatch::Client::from_conf(target.session().await.cloudwatch().build())
+}
+
+/// Where one service's alarms are read: one of its publish targets, or the default chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    /// The target's name, when the service has several targets (its lanes carry it).
+    pub name: Option<String>,
+    target: AwsTarget,
+}
+
+impl Source {
+    /// Whether both read through the same target (one client serves both).
+    pub fn same_target(&self, other: &Source) -> bool {
+        self.target == other.target
+    }
+}
+
+/// Where `service`'s alarms are read: each of its publish targets in `cfg` (region, role,
+/// endpoint: where its prober publishes), else the default AWS chain. Each call attempt is cut
+/// at 10 s, 3 tries, bodies of at most 4 MiB.
+pub fn sources(cfg: Option<&crate::config::Config>, service: &str) -> Vec<Source> {
+    let tuned = |region: Option<String>, endpoint_url: Option<String>| AwsTarget {
+        region,
+        endpoint_url,
+        timeouts: Timeouts::per_call(CALL_TIMEOUT),
+        retries: Retries::Standard(3),
         max_response_bytes: MAX_RESPONSE_BYTES,
     };
-    aws_sdk_cloudwatch::Client::from_conf(target.session().await.cloudwatch().build())
+    let Some(cfg) = cfg.filter(|c| c.services.iter().any(|s| s.service.name == service)) else {
+        return vec![Source {
+            name: None,
+            target: tuned(None, None),
+        }];
+    };
+    let cw = &cfg.publish.cloudwatch;
+    let targets = [(
+        cw.region.clone().unwrap_or_else(|| "default".into()),
+        tuned(cw.region.clone(), cw.endpoint_url.clone()),
+    )];
+    let named = targets.len() > 1;
+    targets
+        .into_iter()
+        .map(|(name, target)| Source {
+            name: named.then_some(name),
+            target,
+        })
+        .collect()
+}
+
+/// One client per distinct target, made when first asked; a target given up on gives none.
+#[derive(Debug, Default)]
+pub struct Clients {
+    made: Vec<(AwsTarget, aws_sdk_cloudwatch::Client)>,
+    given_up: Vec<AwsTarget>,
+}
+
+impl Clients {
+    /// The client of `source`'s target; `None` once [`Clients::give_up`] was called for it.
+    pub async fn get(&mut self, source: &Source) -> Option<aws_sdk_cloudwatch::Client> {
+        if self.given_up.contains(&source.target) {
+            return None;
+        }
+        if let Some((_, c)) = self.made.iter().find(|(t, _)| *t == source.target) {
+            return Some(c.clone());
+        }
+        let c = client(&source.target).await;
+        self.made.push((source.target.clone(), c.clone()));
+        Some(c)
+    }
+
+    /// Ask `source`'s target no more.
+    pub fn give_up(&mut self, source: &Source) {
+        self.given_up.push(source.target.clone());
+    }
 }
 
 /// The alarm lanes of `service`'s branches over `window`: the metric alarms on each branch's
@@ -440,6 +503,7 @@ fn lane(a: &AlarmFacts, window: Span, problems: &mut Vec<String>) -> AlarmLane {
     AlarmLane {
         name: a.name.clone(),
         branch: a.branch.clone(),
+        target: None,
         states,
     }
 }
@@ -463,6 +527,7 @@ fn no_history(
             return AlarmLane {
                 name: a.name.clone(),
                 branch: a.branch.clone(),
+                target: None,
                 states,
             };
         }
@@ -488,6 +553,7 @@ fn no_history(
     AlarmLane {
         name: a.name.clone(),
         branch: a.branch.clone(),
+        target: None,
         states,
     }
 }

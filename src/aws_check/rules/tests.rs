@@ -569,7 +569,10 @@ fn an_alarm_only_in_the_branchs_region_is_a_warning() {
     assert_eq!(found[0].object, "health check hc-primary");
     assert!(found[0].problem.contains(REGION), "{found:?}");
     assert!(found[0].is_warning() && !found[0].is_violation());
-    assert_eq!(in_region(&primary_in("us-east-1"), &clean()), Vec::<String>::new());
+    assert_eq!(
+        in_region(&primary_in("us-east-1"), &clean()),
+        Vec::<String>::new()
+    );
     assert_eq!(in_region(&expect(), &clean()), Vec::<String>::new());
 }
 
@@ -589,7 +592,10 @@ fn a_calculated_health_check_is_judged_by_its_childrens_alarms() {
     };
     let mut e = primary_in(REGION);
     e.services[0].other_regions = vec!["us-east-1".into()];
-    assert_eq!(in_region(&e, &two_regions("us-east-1")), Vec::<String>::new());
+    assert_eq!(
+        in_region(&e, &two_regions("us-east-1")),
+        Vec::<String>::new()
+    );
     assert_eq!(check(&e, &two_regions("us-east-1")), vec![]);
     assert_eq!(
         in_region(&e, &two_regions(REGION)),
@@ -623,7 +629,10 @@ fn a_calculated_walk_ends_on_loops_and_missing_children() {
     let mut https = calculated("hc-https", &[]);
     https.kind = "HTTPS".into();
     h.push(https);
-    h.push(calculated("hc-primary", &["hc-primary-a", "hc-loop", "hc-gone", "hc-https"]));
+    h.push(calculated(
+        "hc-primary",
+        &["hc-primary-a", "hc-loop", "hc-gone", "hc-https"],
+    ));
     h.push(calculated("hc-loop", &["hc-primary", "hc-loop"]));
     // hc-primary and hc-loop are each other's children: no root, no finding; the record's
     // health check still reaches the alarm.
