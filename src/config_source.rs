@@ -82,6 +82,7 @@ impl Reader {
                     // A little over the config cap, so an oversized object is refused with the
                     // config's own message; the limit stops an endless error body.
                     max_response_bytes: config::MAX_CONFIG_BYTES as usize + 64 * 1024,
+                    role: None,
                 };
                 Some(aws_sdk_s3::Client::from_conf(
                     target.session().await.s3().build(),

@@ -215,13 +215,40 @@ pub fn transition_datum(service: &str, branch: &str, value: f64, now: Millis) ->
     )
 }
 
+/// One sink a batch goes to: its kind (`emf`, `cloudwatch`) and, for a CloudWatch target a
+/// service names other than `[publish.cloudwatch]`'s own, that target's name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SinkId {
+    /// The sink's kind.
+    pub kind: &'static str,
+    /// The target's name; `None`: the default target (and every `emf` sink).
+    pub target: Option<std::sync::Arc<str>>,
+}
+
+impl SinkId {
+    /// The sink of `kind` at the default target.
+    pub fn of(kind: &'static str) -> SinkId {
+        SinkId { kind, target: None }
+    }
+}
+
+impl std::fmt::Display for SinkId {
+    /// `cloudwatch`, or `cloudwatch[<target>]` for a named target.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.target {
+            None => f.write_str(self.kind),
+            Some(t) => write!(f, "{}[{t}]", self.kind),
+        }
+    }
+}
+
 /// A sink's account of one batch it took, or dropped from, its queue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SinkReport {
     /// The batch id ([`crate::fold::Batch::id`]).
     pub batch: u64,
-    /// Sink name.
-    pub sink: &'static str,
+    /// The sink.
+    pub sink: SinkId,
     /// Datums in the batch.
     pub datums: usize,
     /// Datums sent (non-finite ones are skipped).

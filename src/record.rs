@@ -383,6 +383,10 @@ pub struct Publish {
     /// `transition` record it published; absent in records written before ids were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<u64>,
+    /// The CloudWatch target (its name) a service's `publish` sent the batch to; absent for
+    /// `[publish.cloudwatch]`'s own target and for the `emf` sink.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 impl Publish {
@@ -407,7 +411,13 @@ impl Publish {
             error,
             class: None,
             batch: None,
+            target: None,
         }
+    }
+
+    /// The same record with the target it was sent to.
+    pub fn with_target(self, target: Option<String>) -> Self {
+        Publish { target, ..self }
     }
 
     /// The same record with the class of its failure.

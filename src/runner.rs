@@ -124,7 +124,7 @@ where
     let (mut sinks, reports) = Sinks::new(&cfg, &opts).await;
     let mut queues = Vec::new();
     for s in &cfg.services {
-        queues.extend(sinks.add(&s.namespace));
+        sinks.add(&mut queues, &cfg, s);
     }
     let (shell, fleet, events) = start(
         &cfg,

@@ -612,6 +612,7 @@ impl S3Store {
             // A little over the document cap, so an oversized body is refused by `check_size`
             // with its own message; the limit stops an endless error body.
             max_response_bytes: MAX_DOC_BYTES as usize + 64 * 1024,
+            role: None,
         };
         let s3cfg = target.session().await.s3().build();
         S3Store {

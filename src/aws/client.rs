@@ -58,6 +58,63 @@ pub struct AwsTarget {
     /// Largest response body read, bytes: a hostile or broken endpoint cannot stream one for
     /// ever ([`super::BodyLimit`]).
     pub max_response_bytes: usize,
+    /// The role every client of the target acts as, assumed through STS with the default
+    /// chain's credentials; `None`: the chain's credentials themselves.
+    pub role: Option<AssumeRoleSpec>,
+}
+
+/// An IAM role to assume with STS `AssumeRole`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssumeRoleSpec {
+    /// The role's ARN.
+    pub role_arn: String,
+    /// The `ExternalId` its trust policy asks for.
+    pub external_id: Option<String>,
+    /// The `RoleSessionName`: who assumed it, in the role account's CloudTrail.
+    pub session_name: String,
+}
+
+/// Longest STS `RoleSessionName`.
+const MAX_SESSION_NAME: usize = 64;
+
+/// The STS session name of prober `prober_id`: `readyprobe-<prober_id>`, each character
+/// outside STS's `[A-Za-z0-9_+=,.@-]` replaced by `-`, at most 64 characters.
+pub fn session_name(prober_id: &str) -> String {
+    format!("readyprobe-{prober_id}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_+=,.@-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(MAX_SESSION_NAME)
+        .collect()
+}
+
+/// The one mapping from a configured publish target to the [`AwsTarget`] its clients are built
+/// from (the sink's, `check --aws`'s, `drill report --alarms`'): its region, endpoint and role
+/// (the session named after `prober_id`), with the caller's timeouts, tries and body cap.
+pub fn target_for(
+    t: &crate::config::PublishTarget,
+    prober_id: &str,
+    timeouts: Timeouts,
+    retries: Retries,
+    max_response_bytes: usize,
+) -> AwsTarget {
+    AwsTarget {
+        region: t.region.clone(),
+        endpoint_url: t.endpoint_url.clone(),
+        timeouts,
+        retries,
+        max_response_bytes,
+        role: t.role.as_ref().map(|r| AssumeRoleSpec {
+            role_arn: r.role_arn.clone(),
+            external_id: r.external_id.clone(),
+            session_name: session_name(prober_id),
+        }),
+    }
 }
 
 /// The loaded chain (region, credentials) of an [`AwsTarget`], from which its clients are built.
@@ -69,7 +126,10 @@ pub struct Session {
 
 impl AwsTarget {
     /// Load the default chain with the target's region, timeouts and tries. Credentials are
-    /// resolved lazily, by the first call (or [`Session::sdk_config`]'s provider).
+    /// resolved lazily, by the first call (or [`Session::sdk_config`]'s provider). With a
+    /// role, the credentials are the role's: aws-config's STS `AssumeRoleProvider` over the
+    /// default chain (STS in the target's region, at the chain's STS endpoint), cached by each
+    /// client's identity cache and assumed again before they expire.
     pub async fn session(&self) -> Session {
         let t = self.timeouts;
         let retry = match self.retries {
@@ -93,8 +153,24 @@ impl AwsTarget {
         if let Some(r) = &self.region {
             loader = loader.region(aws_config::Region::new(r.clone()));
         }
+        let mut shared = loader.load().await;
+        if let Some(role) = &self.role {
+            let mut b = aws_config::sts::AssumeRoleProvider::builder(role.role_arn.clone())
+                .session_name(role.session_name.clone())
+                .configure(&shared);
+            if let Some(id) = &role.external_id {
+                b = b.external_id(id.clone());
+            }
+            let provider = b.build().await;
+            shared = shared
+                .into_builder()
+                .credentials_provider(
+                    aws_credential_types::provider::SharedCredentialsProvider::new(provider),
+                )
+                .build();
+        }
         Session {
-            shared: loader.load().await,
+            shared,
             target: self.clone(),
         }
     }
@@ -173,6 +249,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn session_names_follow_sts_rules() {
+        assert_eq!(session_name("p1.eu_a-2"), "readyprobe-p1.eu_a-2");
+        let long = session_name(&"x".repeat(64));
+        assert_eq!(long.len(), 64);
+        assert!(long.starts_with("readyprobe-xxx"));
+        assert_eq!(session_name("a b/c"), "readyprobe-a-b-c");
+    }
+
+    #[test]
     fn a_call_timeout_caps_the_connect_timeout() {
         let short = Timeouts::per_call(Duration::from_secs(1));
         assert_eq!(short.connect, Duration::from_secs(1));
@@ -190,6 +275,7 @@ mod tests {
             timeouts: Timeouts::per_call(Duration::from_secs(1)),
             retries: Retries::Off,
             max_response_bytes: 1024,
+            role: None,
         };
         let s = target.session().await;
         assert_eq!(s.region(), Some("eu-west-3"));

@@ -4,8 +4,9 @@
 //!
 //! [`secrets_manager`] reads one secret (the run's secret cache calls it).
 //!
-//! Role-based publishing (STS AssumeRole) plugs in at [`AwsTarget::session`]: the one place
-//! that loads credentials for every client. The alarm and health-check vocabulary is a pure
+//! Role-based publishing (STS AssumeRole) is done in [`AwsTarget::session`]: the one place
+//! that loads credentials for every client; [`target_for`] maps a configured publish target
+//! to its [`AwsTarget`]. The alarm and health-check vocabulary is a pure
 //! leaf beside it ([`crate::aws_vocab`]), so `simulate` and `config` use it without the SDK.
 
 pub mod body_limit;
@@ -14,5 +15,5 @@ pub mod codes;
 pub mod secrets_manager;
 
 pub use body_limit::BodyLimit;
-pub use client::{AwsTarget, Retries, Session, Timeouts};
+pub use client::{AssumeRoleSpec, AwsTarget, Retries, Session, Timeouts, session_name, target_for};
 pub use codes::{CodeKind, kind_of};

@@ -36,6 +36,7 @@ impl SecretsClient {
             timeouts: Timeouts::per_call(OPERATION_TIMEOUT),
             retries: Retries::Standard(3),
             max_response_bytes: MAX_RESPONSE_BYTES,
+            role: None,
         };
         let conf = target.session().await.secrets_manager().build();
         SecretsClient(aws_sdk_secretsmanager::Client::from_conf(conf))

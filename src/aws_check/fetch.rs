@@ -198,22 +198,27 @@ pub fn places(cfg: &Config) -> Vec<Place> {
     out
 }
 
-/// A service's targets, named, with the check's timeouts, tries and body cap.
-fn targets_of(cfg: &Config, _svc: &ServiceConfig) -> Vec<(String, AwsTarget)> {
-    let cw = &cfg.publish.cloudwatch;
-    let timeout = cw.operation_timeout;
-    let target = AwsTarget {
-        region: cw.region.clone(),
-        endpoint_url: cw.endpoint_url.clone(),
-        timeouts: Timeouts {
-            operation: timeout * 3,
-            ..Timeouts::per_call(timeout)
-        },
-        retries: Retries::Standard(MAX_TRIES),
-        max_response_bytes: MAX_RESPONSE_BYTES,
+/// A service's publish targets, named, mapped by [`crate::aws::target_for`] with the check's
+/// timeouts, tries and body cap.
+fn targets_of(cfg: &Config, svc: &ServiceConfig) -> Vec<(String, AwsTarget)> {
+    let timeout = cfg.publish.cloudwatch.operation_timeout;
+    let timeouts = Timeouts {
+        operation: timeout * 3,
+        ..Timeouts::per_call(timeout)
     };
-    let name = cw.region.clone().unwrap_or_else(|| "default".into());
-    vec![(name, target)]
+    svc.publish_targets
+        .iter()
+        .map(|t| {
+            let target = crate::aws::target_for(
+                t,
+                &cfg.prober_id,
+                timeouts,
+                Retries::Standard(MAX_TRIES),
+                MAX_RESPONSE_BYTES,
+            );
+            (t.name.clone(), target)
+        })
+        .collect()
 }
 
 /// The expectations of the config at one place, as plain data: its services, each knowing the

@@ -7,7 +7,7 @@
 use super::issues::{Issues, Scope};
 use super::raw::{RawFleetConfig, RawFleetService, RawProbe, RawReadiness, RawService};
 use super::{
-    Config, RawShared, ServiceConfig, probe, publish, readiness, service, shared_sections,
+    Config, Publish, RawShared, ServiceConfig, probe, publish, readiness, service, shared_sections,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -99,7 +99,7 @@ pub(super) fn validate(
         reload: raw.reload,
     };
     let config = shared_sections(path, shared, host, issues);
-    let default_ns = config.as_ref().map(|c| c.publish.namespace.clone());
+    let publish = config.as_ref().map(|c| c.publish.clone());
     let mut names = BTreeSet::new();
     let mut documents = BTreeSet::new();
     let mut services = Vec::new();
@@ -119,7 +119,7 @@ pub(super) fn validate(
             );
         }
         let defaults = (raw.probe.as_ref(), raw.readiness.as_ref());
-        services.push(one(path, key, s, defaults, default_ns.as_deref(), issues));
+        services.push(one(path, key, s, defaults, publish.as_ref(), issues));
     }
     let mut config = config?;
     config.services = services.into_iter().collect::<Option<_>>()?;
@@ -178,15 +178,17 @@ fn one(
     key: String,
     s: RawFleetService,
     (probe_default, readiness_default): (Option<&Table>, Option<&Table>),
-    default_ns: Option<&str>,
+    publish: Option<&Publish>,
     issues: &mut Issues<'_>,
 ) -> Option<ServiceConfig> {
     let base = super::source::base_dir(path);
     let raw_service = RawService {
         name: s.name,
         stable_name: s.stable_name,
+        publish: None,
     };
     let service = service::section(raw_service, &key, issues)?;
+    let publish_targets = publish::targets(s.publish, &format!("{key}.publish"), publish, issues);
     if let Some(ns) = &s.namespace
         && !publish::namespace_ok(ns)
     {
@@ -231,11 +233,12 @@ fn one(
         issues,
     )?;
     Some(ServiceConfig {
-        namespace: s.namespace.or(default_ns.map(str::to_string))?,
+        namespace: s.namespace.or(publish.map(|p| p.namespace.clone()))?,
         service,
         policy: policy?,
         probe: probe?,
         branches,
+        publish_targets: publish_targets?,
     })
 }
 

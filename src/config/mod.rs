@@ -38,7 +38,7 @@ pub use issues::{Issue, escape_controls, escape_controls_by_line};
 pub use mysql::MysqlProbe;
 pub use otlp::OtlpProbe;
 pub use probe::{ProbeConfig, ProbeKind, StepTimeouts};
-pub use publish::{CloudWatch, Publish};
+pub use publish::{AssumeRole, CloudWatch, Publish, PublishTarget};
 pub use raw::MAX_DURATION;
 pub use readiness::{MAX_WINDOW, MAX_WINDOW_ATTEMPTS, attempts_in, one_failure_effect};
 pub use reload::MIN_POLL;
@@ -118,6 +118,9 @@ pub struct ServiceConfig {
     pub branches: Vec<Branch>,
     /// CloudWatch namespace of its datums. Default `publish.namespace`.
     pub namespace: String,
+    /// Where its CloudWatch datums go: its `publish` targets, else `[publish.cloudwatch]`'s one
+    /// (never empty).
+    pub publish_targets: Vec<PublishTarget>,
 }
 
 impl Config {
@@ -306,7 +309,9 @@ fn validate(
     issues: &mut Issues<'_>,
 ) -> Option<Config> {
     let base = source::base_dir(path);
-    let service = service::section(raw.service, "service", issues)?;
+    let mut raw_service = raw.service;
+    let raw_targets = raw_service.publish.take();
+    let service = service::section(raw_service, "service", issues)?;
     let shared = RawShared {
         prober_id: raw.prober_id,
         state_dir: raw.state_dir,
@@ -319,6 +324,12 @@ fn validate(
         reload: raw.reload,
     };
     let config = shared_sections(path, shared, host, issues);
+    let publish_targets = publish::targets(
+        raw_targets,
+        "service.publish",
+        config.as_ref().map(|c| &c.publish),
+        issues,
+    );
     let interval = probe::interval(&raw.probe);
     let probe = probe::section(raw.probe, base, issues);
     let default_port = probe.as_ref().and_then(|p| p.kind.default_port());
@@ -341,6 +352,7 @@ fn validate(
         policy: policy?,
         probe: probe?,
         branches,
+        publish_targets: publish_targets?,
     });
     Some(config)
 }

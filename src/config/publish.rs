@@ -1,7 +1,7 @@
 //! `[publish]`: the publish tick, the CloudWatch namespace and the metric sinks.
 
 use super::issues::Issues;
-use super::raw::RawPublish;
+use super::raw::{RawPublish, RawTarget, RawTargets};
 use super::values::SinkKind;
 use crate::clock::fmt_duration;
 use std::time::Duration;
@@ -40,6 +40,282 @@ pub struct CloudWatch {
     /// Tries per batch (first try included) for retryable failures (throttling, 5xx, timeouts,
     /// connection errors), all within the batch's publish window. Default 3.
     pub max_attempts: u32,
+    /// `role_arn` and `external_id`: the role the datums are published with, assumed through
+    /// STS from the default chain; `None`: the chain's own credentials.
+    pub role: Option<AssumeRole>,
+}
+
+/// An IAM role to publish with, assumed through STS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssumeRole {
+    /// `arn:<partition>:iam::<account id>:role/<path/name>`.
+    pub role_arn: String,
+    /// The `ExternalId` the role's trust policy asks for.
+    pub external_id: Option<String>,
+}
+
+impl AssumeRole {
+    /// The 12-digit account id of the role (checked by validation).
+    pub fn account(&self) -> &str {
+        self.role_arn.split(':').nth(4).unwrap_or("")
+    }
+
+    /// The role's name: the last part of its path.
+    pub fn name(&self) -> &str {
+        self.role_arn.rsplit('/').next().unwrap_or("")
+    }
+}
+
+/// Where one service's datums go: a region, an endpoint and credentials (a role or the chain's).
+/// Every other CloudWatch setting (timeout, tries, namespace) is `[publish]`'s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishTarget {
+    /// Unique within its service: `<region or "default">`, plus `@<account id>/<role name>` with
+    /// a role, unless named in the config. The `target` of its `publish` records.
+    pub name: String,
+    /// Region; `None`: the default chain's.
+    pub region: Option<String>,
+    /// Endpoint override; `None`: the chain's, else AWS's.
+    pub endpoint_url: Option<String>,
+    /// The role published with; `None`: the chain's credentials.
+    pub role: Option<AssumeRole>,
+}
+
+impl PublishTarget {
+    /// The default name of a target: `<region or "default">[@<account id>/<role name>]`.
+    pub fn default_name(region: Option<&str>, role: Option<&AssumeRole>) -> String {
+        let mut name = region.unwrap_or("default").to_string();
+        if let Some(r) = role {
+            name.push_str(&format!("@{}/{}", r.account(), r.name()));
+        }
+        name
+    }
+}
+
+impl Publish {
+    /// The target of a service that names none: `[publish.cloudwatch]`'s.
+    pub fn default_target(&self) -> PublishTarget {
+        let cw = &self.cloudwatch;
+        PublishTarget {
+            name: PublishTarget::default_name(cw.region.as_deref(), cw.role.as_ref()),
+            region: cw.region.clone(),
+            endpoint_url: cw.endpoint_url.clone(),
+            role: cw.role.clone(),
+        }
+    }
+}
+
+/// Longest target name, characters.
+const MAX_TARGET_NAME: usize = 128;
+
+/// An IAM role ARN: `arn:<partition>:iam::<12 digits>:role/<path/name>`, the name 1–64 of
+/// `[A-Za-z0-9+=,.@_-]`, the path of printable ASCII.
+fn check_role_arn(arn: &str) -> Result<(), String> {
+    let shown = format!("{:?}", arn.chars().take(100).collect::<String>());
+    let want = "an IAM role ARN is arn:<partition>:iam::<12-digit account id>:role/<name>, e.g. \"arn:aws:iam::123456789012:role/readyprobe-publish\"";
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    let [arn_word, partition, service, region, account, resource] = parts[..] else {
+        return Err(format!("{shown} is not an ARN; {want}"));
+    };
+    if arn_word != "arn"
+        || partition.is_empty()
+        || !partition
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b == b'-')
+        || service != "iam"
+        || !region.is_empty()
+    {
+        return Err(format!("{shown} is not an IAM ARN; {want}"));
+    }
+    if account.len() != 12 || !account.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{shown}: the account id must be 12 digits; {want}"));
+    }
+    let Some(path) = resource.strip_prefix("role/") else {
+        return Err(format!("{shown} names no role (role/<name>); {want}"));
+    };
+    let name = path.rsplit('/').next().unwrap_or("");
+    let name_ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b));
+    if !name_ok || path.len() > 576 || !path.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        return Err(format!(
+            "{shown}: a role name is 1–64 of A-Z a-z 0-9 + = , . @ _ - (after an optional path)"
+        ));
+    }
+    Ok(())
+}
+
+/// AWS's `ExternalId` rule: 2–1224 characters of `[A-Za-z0-9+=,.@:/-]`. Never echoed.
+fn check_external_id(id: &str) -> Result<(), String> {
+    let ok = (2..=1224).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@:/-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(
+            "must be 2–1224 characters of A-Z a-z 0-9 + = , . @ : / - (AWS's ExternalId rule)"
+                .into(),
+        )
+    }
+}
+
+/// A region name as AWS spells them: lower-case letters, digits and `-`, e.g. `eu-west-1`.
+fn check_region(region: &str) -> Result<(), String> {
+    let ok = (1..=50).contains(&region.len())
+        && region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !region.starts_with('-')
+        && !region.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} is not a region name; write e.g. \"eu-west-1\"",
+            region.chars().take(60).collect::<String>()
+        ))
+    }
+}
+
+/// The role of a table with `role_arn` and `external_id` (each possibly inherited), checked;
+/// errors on `<key>.role_arn` and `<key>.external_id`.
+fn role_of(
+    key: &str,
+    role_arn: Option<String>,
+    external_id: Option<String>,
+    issues: &mut Issues<'_>,
+) -> Option<AssumeRole> {
+    let mut ok = true;
+    if let Some(arn) = &role_arn
+        && let Err(why) = check_role_arn(arn)
+    {
+        issues.error(format!("{key}.role_arn"), why);
+        ok = false;
+    }
+    if let Some(id) = &external_id {
+        if let Err(why) = check_external_id(id) {
+            issues.error(format!("{key}.external_id"), why);
+            ok = false;
+        } else if role_arn.is_none() {
+            issues.error(
+                format!("{key}.external_id"),
+                "is only read with role_arn: it is the ExternalId of the role assumed; set role_arn or remove it",
+            );
+            ok = false;
+        }
+    }
+    let role_arn = role_arn.filter(|_| ok)?;
+    Some(AssumeRole {
+        role_arn,
+        external_id,
+    })
+}
+
+/// Validate a service's `publish` (written at `key`, e.g. `service[1].publish`): its targets,
+/// each key not written taken from `[publish.cloudwatch]`; `[publish.cloudwatch]`'s own target
+/// when the service names none. `None` when `[publish]` itself did not validate.
+pub(super) fn targets(
+    raw: Option<RawTargets>,
+    key: &str,
+    publish: Option<&Publish>,
+    issues: &mut Issues<'_>,
+) -> Option<Vec<PublishTarget>> {
+    let publish = publish?;
+    let list = match raw {
+        None => return Some(vec![publish.default_target()]),
+        Some(RawTargets::One(t)) => vec![(key.to_string(), t)],
+        Some(RawTargets::Many(ts)) => ts
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (format!("{key}[{i}]"), t))
+            .collect(),
+    };
+    if list.is_empty() {
+        issues.error(
+            key,
+            "lists no target; remove it to publish to [publish.cloudwatch]'s",
+        );
+        return None;
+    }
+    if !publish.sinks.contains(&SinkKind::CloudWatch) {
+        issues.error(
+            key,
+            "names CloudWatch targets, but publish.sinks lacks \"cloudwatch\": add it, or remove this key",
+        );
+        return None;
+    }
+    let mut out: Vec<PublishTarget> = Vec::new();
+    let mut ok = true;
+    for (k, t) in list {
+        match one_target(&k, t, &publish.cloudwatch, issues) {
+            Some(t) if out.iter().any(|o| o.name == t.name) => {
+                issues.error(
+                    format!("{k}.name"),
+                    format!("target name {:?} is used twice in this service (names default to region@account/role): give one a name", t.name),
+                );
+                ok = false;
+            }
+            Some(t) => out.push(t),
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+/// One target of a service, its unset keys from `[publish.cloudwatch]`.
+fn one_target(
+    key: &str,
+    t: RawTarget,
+    cw: &CloudWatch,
+    issues: &mut Issues<'_>,
+) -> Option<PublishTarget> {
+    let mut ok = true;
+    if let Some(r) = &t.region
+        && let Err(why) = check_region(r)
+    {
+        issues.error(format!("{key}.region"), why);
+        ok = false;
+    }
+    if let Some(url) = &t.endpoint_url
+        && let Err(why) = check_endpoint_url(url)
+    {
+        issues.error(format!("{key}.endpoint_url"), why);
+        ok = false;
+    }
+    if let Some(n) = &t.name {
+        let name_ok = (1..=MAX_TARGET_NAME).contains(&n.chars().count())
+            && n.chars()
+                .all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\\' | '\''));
+        if !name_ok {
+            issues.error(
+                format!("{key}.name"),
+                "must be 1–128 printable ASCII characters without spaces or quotes",
+            );
+            ok = false;
+        }
+    }
+    let cw_role = cw.role.as_ref();
+    let role_arn = t.role_arn.or(cw_role.map(|r| r.role_arn.clone()));
+    let external_id = t
+        .external_id
+        .or(cw_role.and_then(|r| r.external_id.clone()));
+    let wants_role = role_arn.is_some();
+    let role = role_of(key, role_arn, external_id, issues);
+    if !ok || (wants_role && role.is_none()) {
+        return None;
+    }
+    let region = t.region.or(cw.region.clone());
+    Some(PublishTarget {
+        name: t
+            .name
+            .unwrap_or_else(|| PublishTarget::default_name(region.as_deref(), role.as_ref())),
+        region,
+        endpoint_url: t.endpoint_url.or(cw.endpoint_url.clone()),
+        role,
+    })
 }
 
 /// CloudWatch's namespace rule: 1–255 of `0-9 A-Z a-z . - _ / # :` and space, not starting
@@ -171,6 +447,17 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
     {
         issues.error("publish.cloudwatch.endpoint_url", why);
     }
+    if let Some(r) = &cw.region
+        && let Err(why) = check_region(r)
+    {
+        issues.error("publish.cloudwatch.region", why);
+    }
+    let role = role_of(
+        "publish.cloudwatch",
+        cw.role_arn.clone(),
+        cw.external_id.clone(),
+        issues,
+    );
     let max_attempts = cw.max_attempts.unwrap_or(3);
     if !(1..=10).contains(&max_attempts) {
         issues.error("publish.cloudwatch.max_attempts", "must be 1–10");
@@ -190,6 +477,7 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
             endpoint_url: cw.endpoint_url,
             operation_timeout: operation_timeout.min(interval),
             max_attempts,
+            role,
         },
     })
 }

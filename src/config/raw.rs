@@ -133,6 +133,7 @@ pub(super) struct RawFleetService {
     pub name: String,
     pub stable_name: String,
     pub namespace: Option<String>,
+    pub publish: Option<RawTargets>,
     pub probe: Option<toml::Table>,
     pub readiness: Option<toml::Table>,
     #[serde(default)]
@@ -145,6 +146,54 @@ pub(super) struct RawFleetService {
 pub(super) struct RawService {
     pub name: String,
     pub stable_name: String,
+    pub publish: Option<RawTargets>,
+}
+
+/// A service's `publish`: one inline table or an array of them.
+#[derive(Debug)]
+pub(super) enum RawTargets {
+    One(RawTarget),
+    Many(Vec<RawTarget>),
+}
+
+impl<'de> Deserialize<'de> for RawTargets {
+    /// A table is one target, an array several: each is read as [`RawTarget`] itself, so an
+    /// unknown or mistyped key keeps its own message (an untagged enum would lose it).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = RawTargets;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a table { region, role_arn, external_id, endpoint_url, name } or an array of them")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<RawTargets, A::Error> {
+                let de = serde::de::value::MapAccessDeserializer::new(map);
+                RawTarget::deserialize(de).map(RawTargets::One)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<RawTargets, A::Error> {
+                let de = serde::de::value::SeqAccessDeserializer::new(seq);
+                Vec::<RawTarget>::deserialize(de).map(RawTargets::Many)
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// One publish target of a service.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTarget {
+    pub name: Option<String>,
+    pub region: Option<String>,
+    pub role_arn: Option<String>,
+    pub external_id: Option<String>,
+    pub endpoint_url: Option<String>,
 }
 
 /// `[readiness]`.
@@ -219,6 +268,8 @@ pub(super) struct RawPublish {
 pub(super) struct RawCloudWatch {
     pub region: Option<String>,
     pub endpoint_url: Option<String>,
+    pub role_arn: Option<String>,
+    pub external_id: Option<String>,
     #[serde(default, deserialize_with = "bounded_duration")]
     pub operation_timeout: Option<Duration>,
     pub max_attempts: Option<u32>,

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::datum::{
-    BranchTick, Datum, Refusal, SinkReport, publish_failure_datums, selected_branch_datum,
+    BranchTick, Datum, Refusal, SinkId, SinkReport, publish_failure_datums, selected_branch_datum,
     service_unavailable_datum, stable_name_success_datum, store_sync_failure_datums, tick_datums,
 };
 use crate::readiness::{Millis, fails_open};
@@ -28,7 +28,7 @@ impl Fold {
             let why = "abandoned at shutdown: the grace period ended before it was sent";
             let reason = <&str>::from(o.reason);
             self.unsent(
-                sink,
+                &sink,
                 &o,
                 reason,
                 why,
@@ -40,22 +40,26 @@ impl Fold {
     }
 
     /// Evaluate every branch at `now`, then publish the tick's datums (each service's heartbeat
-    /// included), one batch per namespace.
+    /// included), one batch per namespace and set of sinks: services of one namespace with the
+    /// same targets share a batch; the `emf` sink gets each of them.
     pub(super) fn tick(&mut self, reason: PublishReason, now: Millis) {
         self.expire_overrides(now);
-        let mut by_ns: BTreeMap<String, Vec<Datum>> = BTreeMap::new();
+        let mut by_route: BTreeMap<(String, Vec<SinkId>), Vec<Datum>> = BTreeMap::new();
         let ids: Vec<ServiceId> = self.services.keys().copied().collect();
         for svc in ids {
             let datums = self.tick_service(svc, now);
             let ns = self.namespace(svc);
-            by_ns.entry(ns).or_default().extend(datums);
+            let targets = self.services.get(&svc).map(|s| s.targets.clone());
+            let sinks = self.sinks_of(&targets.unwrap_or_default());
+            by_route.entry((ns, sinks)).or_default().extend(datums);
         }
-        for (name, ns) in &self.unavailable {
+        for (name, ns, targets) in &self.unavailable {
             let d = service_unavailable_datum(name, now);
-            by_ns.entry(ns.clone()).or_default().push(d);
+            let sinks = self.sinks_of(targets);
+            by_route.entry((ns.clone(), sinks)).or_default().push(d);
         }
-        for (ns, datums) in by_ns {
-            self.publish(datums, reason, ns);
+        for ((ns, sinks), datums) in by_route {
+            self.publish_to(datums, reason, sinks, ns);
         }
         self.publish_failures(now);
     }
@@ -142,14 +146,19 @@ impl Fold {
             by_ns.entry(s.namespace.clone()).or_default().extend(datums);
         }
         for (ns, datums) in by_ns {
-            self.publish_to(datums, PublishReason::PublishFailures, vec![EMF], ns);
+            let emf = vec![SinkId::of(EMF)];
+            self.publish_to(datums, PublishReason::PublishFailures, emf, ns);
         }
     }
 
-    /// Hand a batch to every sink; each stays outstanding until the sink reports it or its
-    /// queue refuses it.
-    pub(super) fn publish(&mut self, datums: Vec<Datum>, reason: PublishReason, namespace: String) {
-        let sinks = self.sinks.clone();
+    /// Hand a batch of service `svc` to each of its sinks; each stays outstanding until the
+    /// sink reports it or its queue refuses it.
+    pub(super) fn publish(&mut self, svc: ServiceId, datums: Vec<Datum>, reason: PublishReason) {
+        let Some(s) = self.services.get(&svc) else {
+            return;
+        };
+        let (namespace, targets) = (s.namespace.clone(), s.targets.clone());
+        let sinks = self.sinks_of(&targets);
         self.publish_to(datums, reason, sinks, namespace);
     }
 
@@ -158,15 +167,15 @@ impl Fold {
         &mut self,
         datums: Vec<Datum>,
         reason: PublishReason,
-        sinks: Vec<&'static str>,
+        sinks: Vec<SinkId>,
         namespace: String,
     ) {
         self.next_batch += 1;
         let id = self.next_batch;
-        for &sink in &sinks {
-            *self.handed.entry(sink).or_default() += 1;
+        for sink in &sinks {
+            *self.handed.entry(sink.clone()).or_default() += 1;
             self.outstanding.insert(
-                (sink, id),
+                (sink.clone(), id),
                 Outstanding {
                     reason,
                     datums: datums.len(),
@@ -183,18 +192,18 @@ impl Fold {
         }));
     }
 
-    pub(super) fn refused(&mut self, sink: &'static str, batch: u64, why: Refusal, now: Millis) {
-        let Some(o) = self.outstanding.remove(&(sink, batch)) else {
+    pub(super) fn refused(&mut self, sink: SinkId, batch: u64, why: Refusal, now: Millis) {
+        let Some(o) = self.outstanding.remove(&(sink.clone(), batch)) else {
             return;
         };
-        self.unsent(sink, &o, why.why(), why.why(), refusal_outcome(why), now);
+        self.unsent(&sink, &o, why.why(), why.why(), refusal_outcome(why), now);
     }
 
     /// A batch that never reached its sink: counted as dropped, logged (with `log_reason`) and
     /// recorded (with `why` as its error).
     fn unsent(
         &mut self,
-        sink: &'static str,
+        sink: &SinkId,
         o: &Outstanding,
         log_reason: &str,
         why: &str,
@@ -214,22 +223,31 @@ impl Fold {
             Level::Warn,
             message,
             Fields {
-                sink: Some(sink.into()),
+                sink: Some(sink.to_string()),
                 datums: Some(o.datums as u64),
                 reason: Some(log_reason.into()),
                 ..Fields::default()
             },
         ));
-        let publish = Publish::new(sink, o.reason, o.datums, 0, 0, outcome, Some(why.into()));
+        let publish = Publish::new(
+            sink.kind,
+            o.reason,
+            o.datums,
+            0,
+            0,
+            outcome,
+            Some(why.into()),
+        );
+        let publish = publish.with_target(sink.target.as_deref().map(str::to_string));
         self.record(now, Record::Publish(publish.with_batch(o.batch)));
     }
 
     pub(super) fn on_report(&mut self, r: SinkReport, now: Millis) {
-        let Some(o) = self.outstanding.remove(&(r.sink, r.batch)) else {
+        let Some(o) = self.outstanding.remove(&(r.sink.clone(), r.batch)) else {
             return;
         };
         let fields = Fields {
-            sink: Some(r.sink.into()),
+            sink: Some(r.sink.to_string()),
             datums: Some(r.datums as u64),
             ..Fields::default()
         };
@@ -269,9 +287,19 @@ impl Fold {
             ));
         }
         let publish = Publish::new(
-            r.sink, o.reason, r.datums, r.sent, r.tries, r.outcome, r.error,
+            r.sink.kind,
+            o.reason,
+            r.datums,
+            r.sent,
+            r.tries,
+            r.outcome,
+            r.error,
         );
-        let publish = publish.with_class(r.class).with_batch(o.batch);
+        let target = r.sink.target.as_deref().map(str::to_string);
+        let publish = publish
+            .with_class(r.class)
+            .with_batch(o.batch)
+            .with_target(target);
         self.record(now, Record::Publish(publish));
     }
 }

@@ -253,8 +253,7 @@ impl Fold {
         );
         if let Some(v) = published {
             let d = transition_datum(&service, &branch, v, t.at);
-            let ns = self.namespace(svc);
-            self.publish(vec![d], PublishReason::Transition, ns);
+            self.publish(svc, vec![d], PublishReason::Transition);
         }
     }
 

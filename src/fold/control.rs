@@ -234,8 +234,7 @@ impl Fold {
             // A cleared override whose branch is unknown has nothing to publish.
             if let Some(v) = effective {
                 let d = transition_datum(&service, &name, v, now);
-                let ns = self.namespace(svc);
-                self.publish(vec![d], PublishReason::Override, ns);
+                self.publish(svc, vec![d], PublishReason::Override);
             }
         }
     }
@@ -270,8 +269,7 @@ impl Fold {
             self.override_record(svc, now, &name, OverrideAction::Expired, Some(o));
             if let Some(v) = effective {
                 let d = transition_datum(&service, &name, v, now);
-                let ns = self.namespace(svc);
-                self.publish(vec![d], PublishReason::Override, ns);
+                self.publish(svc, vec![d], PublishReason::Override);
             }
         }
     }

@@ -8,7 +8,7 @@
 //! tasks, no logging: the runner executes the effects, in order.
 
 use crate::control::{Approval, ControlDoc, Decision, Marker, Override};
-use crate::datum::{Datum, Refusal, SinkReport};
+use crate::datum::{Datum, Refusal, SinkId, SinkReport};
 use crate::probe::{Attempt, Outcome};
 use crate::readiness::{Millis, Policy, Readiness, ReadinessState, Suspect};
 use crate::record::{
@@ -16,6 +16,15 @@ use crate::record::{
     Reload, Restored, ServiceUnavailable, StableNameRecord, Start, StoreSyncFailureClass,
 };
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// A service's CloudWatch targets by name, `None` for `[publish.cloudwatch]`'s own; empty
+/// means the default one alone.
+pub type Targets = Vec<Option<Arc<str>>>;
+
+/// A service that could not be prepared: its name, namespace and CloudWatch targets, to which
+/// its `ServiceUnavailable` datum goes at every tick.
+pub type Unavailable = (String, String, Targets);
 
 mod batches;
 mod branches;
@@ -56,8 +65,8 @@ pub struct Batch {
     pub id: u64,
     pub datums: Vec<Datum>,
     pub reason: PublishReason,
-    /// The sinks it is for (names), in config order.
-    pub sinks: Vec<&'static str>,
+    /// The sinks it is for, in config order (a CloudWatch sink per target).
+    pub sinks: Vec<SinkId>,
     /// The CloudWatch namespace of its datums.
     pub namespace: String,
 }
@@ -113,7 +122,7 @@ pub enum Input {
     },
     /// A sink's queue refused batch `batch`.
     SinkRefused {
-        sink: &'static str,
+        sink: SinkId,
         /// [`Batch::id`].
         batch: u64,
         why: Refusal,
@@ -129,9 +138,9 @@ pub enum Input {
     RemoveService(ServiceId),
     /// A reload changed the settings of a running service.
     ChangeService(Box<ServiceChange>),
-    /// The services that could not be prepared (name, namespace), replacing the list: each gets
-    /// a `ServiceUnavailable` datum at every tick.
-    SetUnavailable(Vec<(String, String)>),
+    /// The services that could not be prepared, replacing the list: each gets a
+    /// `ServiceUnavailable` datum at every tick, to its own targets.
+    SetUnavailable(Vec<Unavailable>),
     /// An attempt of a branch loop a reload stopped (its service removed, its branch restarted
     /// or removed) that finished before the loop stopped: recorded and counted for `service`
     /// (by name: a removed service is gone from the fold), never folded into a window.
@@ -290,6 +299,8 @@ pub struct NewService {
     pub service: String,
     /// The CloudWatch namespace of its datums.
     pub namespace: String,
+    /// Its CloudWatch targets.
+    pub targets: Targets,
     /// The readiness policy of its branches.
     pub policy: Policy,
     /// Branch names, in config order.
@@ -312,6 +323,8 @@ pub struct ServiceChange {
     pub id: ServiceId,
     /// The CloudWatch namespace of its datums from now on.
     pub namespace: String,
+    /// Its CloudWatch targets from now on.
+    pub targets: Targets,
     /// The readiness policy of its branches from now on.
     pub policy: Policy,
     /// Its branches from now on, in config order; a running branch not named here is removed.
@@ -449,7 +462,7 @@ pub struct Setup<'a> {
     pub services: &'a [ServiceSetup<'a>],
     /// Services that could not be prepared (name, namespace): a `ServiceUnavailable` datum for
     /// each at every tick.
-    pub unavailable: &'a [(String, String)],
+    pub unavailable: &'a [Unavailable],
     /// Sink names, in config order.
     pub sinks: &'a [&'static str],
 }
@@ -461,6 +474,8 @@ pub struct ServiceSetup<'a> {
     pub service: &'a str,
     /// The CloudWatch namespace of its datums.
     pub namespace: &'a str,
+    /// Its CloudWatch targets.
+    pub targets: &'a [Option<Arc<str>>],
     /// The readiness policy of its branches.
     pub policy: &'a Policy,
     /// Branch names, in config order (the order of each tick's datums).
@@ -518,6 +533,7 @@ struct Outstanding {
 struct Svc {
     name: String,
     namespace: String,
+    targets: Targets,
     restored: Vec<Restored>,
     /// Approval ids whose decision this run has recorded.
     recorded: BTreeSet<String>,
@@ -543,15 +559,15 @@ pub struct Fold {
     /// By id, so in config order for the services present at start, then in order added.
     services: BTreeMap<ServiceId, Svc>,
     /// Services that could not be prepared: (name, namespace).
-    unavailable: Vec<(String, String)>,
+    unavailable: Vec<Unavailable>,
     /// Each service's branches, in config order: a service's work (a tick, a sync, an
     /// attempt) touches its own branches only, never every branch of the run.
     branches: BTreeMap<ServiceId, Vec<Branch>>,
     sinks: Vec<&'static str>,
     /// Batches handed to a sink and not yet reported, per (sink, batch id).
-    outstanding: BTreeMap<(&'static str, u64), Outstanding>,
+    outstanding: BTreeMap<(SinkId, u64), Outstanding>,
     /// Batches handed per sink.
-    handed: BTreeMap<&'static str, u64>,
+    handed: BTreeMap<SinkId, u64>,
     /// Failed batches per class since the last tick, for the `PublishFailures` datums.
     failures: BTreeMap<PublishFailureClass, u64>,
     next_batch: u64,
@@ -807,6 +823,29 @@ impl Fold {
             .get(&svc)
             .map(|s| s.namespace.clone())
             .unwrap_or_default()
+    }
+
+    /// The sinks a service's datums go to: each configured sink, the CloudWatch one once per
+    /// target.
+    fn sinks_of(&self, targets: &[Option<Arc<str>>]) -> Vec<SinkId> {
+        let default = [None];
+        let targets = if targets.is_empty() {
+            &default[..]
+        } else {
+            targets
+        };
+        let mut out = Vec::new();
+        for &kind in &self.sinks {
+            if kind == "cloudwatch" {
+                out.extend(targets.iter().map(|t| SinkId {
+                    kind,
+                    target: t.clone(),
+                }));
+            } else {
+                out.push(SinkId::of(kind));
+            }
+        }
+        out
     }
 
     fn set_unready_logged(&mut self, svc: ServiceId, logged: bool) {

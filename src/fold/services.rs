@@ -77,6 +77,7 @@ impl Fold {
             Svc {
                 name: service.to_string(),
                 namespace: setup.namespace.to_string(),
+                targets: setup.targets.to_vec(),
                 restored,
                 // Decisions this prober id already has in the document were taken (and recorded)
                 // by an earlier run: a restart must not record them again as news.
@@ -132,6 +133,7 @@ impl Fold {
         let setup = ServiceSetup {
             service: &n.service,
             namespace: &n.namespace,
+            targets: &n.targets,
             policy: &n.policy,
             branches: &n.branches,
             store_location: &n.store_location,
@@ -174,6 +176,7 @@ impl Fold {
             return;
         };
         s.namespace = c.namespace;
+        s.targets = c.targets;
         let name = s.name.clone();
         let mut old: BTreeMap<String, Branch> = self
             .branches

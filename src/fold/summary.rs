@@ -94,7 +94,7 @@ impl Fold {
         let silent: Vec<String> = self
             .handed
             .iter()
-            .filter(|(sink, n)| **n > 0 && s.dropped_batches.get(**sink) == Some(*n))
+            .filter(|(sink, n)| **n > 0 && s.dropped_batches.get(&sink.to_string()) == Some(*n))
             .map(|(sink, n)| {
                 format!("sink {sink} dropped every batch ({n} of {n}): none of this run's datums reached it")
             })

@@ -113,33 +113,40 @@ impl Source {
 }
 
 /// Where `service`'s alarms are read: each of its publish targets in `cfg` (region, role,
-/// endpoint: where its prober publishes), else the default AWS chain. Each call attempt is cut
-/// at 10 s, 3 tries, bodies of at most 4 MiB.
+/// endpoint: where its prober publishes, mapped by [`crate::aws::target_for`]), else the
+/// default AWS chain. Each call attempt is cut at 10 s, 3 tries, bodies of at most 4 MiB.
 pub fn sources(cfg: Option<&crate::config::Config>, service: &str) -> Vec<Source> {
-    let tuned = |region: Option<String>, endpoint_url: Option<String>| AwsTarget {
-        region,
-        endpoint_url,
-        timeouts: Timeouts::per_call(CALL_TIMEOUT),
-        retries: Retries::Standard(3),
-        max_response_bytes: MAX_RESPONSE_BYTES,
-    };
-    let Some(cfg) = cfg.filter(|c| c.services.iter().any(|s| s.service.name == service)) else {
+    let found = cfg.and_then(|c| {
+        c.services
+            .iter()
+            .find(|s| s.service.name == service)
+            .map(|s| (c, s))
+    });
+    let Some((cfg, svc)) = found else {
         return vec![Source {
             name: None,
-            target: tuned(None, None),
+            target: AwsTarget {
+                region: None,
+                endpoint_url: None,
+                timeouts: Timeouts::per_call(CALL_TIMEOUT),
+                retries: Retries::Standard(3),
+                max_response_bytes: MAX_RESPONSE_BYTES,
+                role: None,
+            },
         }];
     };
-    let cw = &cfg.publish.cloudwatch;
-    let targets = [(
-        cw.region.clone().unwrap_or_else(|| "default".into()),
-        tuned(cw.region.clone(), cw.endpoint_url.clone()),
-    )];
-    let named = targets.len() > 1;
-    targets
-        .into_iter()
-        .map(|(name, target)| Source {
-            name: named.then_some(name),
-            target,
+    let named = svc.publish_targets.len() > 1;
+    svc.publish_targets
+        .iter()
+        .map(|t| Source {
+            name: named.then(|| t.name.clone()),
+            target: crate::aws::target_for(
+                t,
+                &cfg.prober_id,
+                Timeouts::per_call(CALL_TIMEOUT),
+                Retries::Standard(3),
+                MAX_RESPONSE_BYTES,
+            ),
         })
         .collect()
 }

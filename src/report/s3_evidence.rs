@@ -103,6 +103,7 @@ pub async fn client(timeout: Duration) -> Client {
         timeouts: crate::aws::Timeouts::per_call(timeout),
         retries: crate::aws::Retries::Standard(3),
         max_response_bytes: 16 << 20,
+        role: None,
     };
     let session = target.session().await;
     // The default chain's endpoint is honoured by the SDK itself; path-style addressing is

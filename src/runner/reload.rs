@@ -18,7 +18,7 @@ use crate::record::Reload;
 use crate::reload_plan::{self, Change, Running};
 use crate::secrets::SecretCache;
 use crate::state::Store;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -261,7 +261,7 @@ pub(super) fn finish(
     });
     // Queues first: an added service may publish at once (an override in its document).
     for s in &new.services {
-        shell.sinks.extend(w.sinks.add(&s.namespace));
+        w.sinks.add(&mut shell.sinks, &new, s);
     }
     for id in &plan.removed {
         remove(shell, w, syncs, *id);
@@ -316,16 +316,18 @@ fn applied(
     added: Vec<String>,
     unavailable: Vec<(String, Vec<String>)>,
 ) {
-    // Every service of the new config publishes to its namespace (one that cannot start, its
-    // ServiceUnavailable datum): the sinks of any other namespace flush and stop.
-    let used: BTreeSet<String> = new.services.iter().map(|s| s.namespace.clone()).collect();
-    let retired = w.sinks.retain(&mut shell.sinks, &used);
+    // Every service of the new config publishes to its namespace and targets (one that cannot
+    // start, its ServiceUnavailable datum): the sinks of any other flush and stop.
+    let retired = w.sinks.retain(&mut shell.sinks, &new);
     shell.feed(Input::NamespacesRetired(retired));
     let down = new
         .services
         .iter()
         .filter(|s| unavailable.iter().any(|(n, _)| *n == s.service.name))
-        .map(|s| (s.service.name.clone(), s.namespace.clone()))
+        .map(|s| {
+            let targets = super::wiring::fold_targets(&new, s);
+            (s.service.name.clone(), s.namespace.clone(), targets)
+        })
         .collect();
     shell.feed(Input::SetUnavailable(down));
     let record = Reload {
@@ -434,6 +436,7 @@ fn change(
     shell.feed(Input::ChangeService(Box::new(ServiceChange {
         id: c.id,
         namespace: svc.namespace.clone(),
+        targets: super::wiring::fold_targets(new, svc),
         policy: svc.policy.clone(),
         branches: c
             .branches

@@ -151,8 +151,7 @@ impl Shell {
     pub(super) fn hand(&mut self, mut b: Batch) {
         let deadline = Instant::now() + self.publish_window;
         let mut refused = Vec::new();
-        let mine =
-            |(ns, s): &&(String, SinkQueue)| *ns == b.namespace && b.sinks.contains(&s.name());
+        let mine = |(ns, s): &&(String, SinkQueue)| *ns == b.namespace && b.sinks.contains(s.id());
         let mut queues = self.sinks.iter().filter(mine).peekable();
         while let Some((_, s)) = queues.next() {
             // The last sink takes the datums: a tick's batch is never held twice.
@@ -166,7 +165,7 @@ impl Shell {
                 deadline,
             };
             if let Err(why) = s.offer(q) {
-                refused.push((s.name(), why));
+                refused.push((s.id().clone(), why));
             }
         }
         for (sink, why) in refused {

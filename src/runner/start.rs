@@ -112,10 +112,13 @@ pub(super) fn start(
     (resolver, secrets): (hickory_resolver::TokioResolver, SecretCache),
 ) -> (Shell, Fleet, mpsc::Receiver<(Tag, BranchEvent)>) {
     let now = clock.now_ms();
-    let unavailable: Vec<(String, String)> = loaded
+    let unavailable: Vec<crate::fold::Unavailable> = loaded
         .unavailable
         .iter()
-        .map(|(svc, _)| (svc.service.name.clone(), svc.namespace.clone()))
+        .map(|(svc, _)| {
+            let targets = super::wiring::fold_targets(cfg, svc);
+            (svc.service.name.clone(), svc.namespace.clone(), targets)
+        })
         .collect();
     let mut sink_names: Vec<&'static str> = Vec::new();
     for (_, q) in &sinks {
@@ -216,6 +219,7 @@ pub(super) fn launch(
         id,
         service: svc.service.name.clone(),
         namespace: svc.namespace.clone(),
+        targets: super::wiring::fold_targets(cfg, svc),
         policy: svc.policy.clone(),
         branches: svc.branches.iter().map(|b| b.name.clone()).collect(),
         store_location,

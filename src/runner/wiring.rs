@@ -1,16 +1,16 @@
 //! The wiring of a run: what runs ([`Fleet`]: the config in force, each service's loops),
 //! how branch and stable-name loops start ([`Loops`]) and where their events go ([`Route`]),
-//! and the sink tasks per namespace ([`Sinks`]).
+//! and the sink tasks per namespace and target ([`Sinks`]).
 
 use crate::clock::Clock;
-use crate::config::{Config, ServiceConfig, SinkKind};
+use crate::config::{Config, PublishTarget, ServiceConfig, SinkKind};
 use crate::fold::ServiceId;
 use crate::probe::stable_name::BranchEndpoint;
 use crate::probe::{BranchProbe, InputsDigest};
 use crate::scheduler::{BranchEvent, Schedule, StableNameTarget, branch_loop, stable_name_loop};
 use crate::sink::cloudwatch::{CloudWatchClient, CloudWatchSink};
 use crate::sink::emf::{EmfBuffer, EmfSink};
-use crate::sink::{Sink, SinkQueue, SinkReport};
+use crate::sink::{Sink, SinkId, SinkQueue, SinkReport};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -273,86 +273,167 @@ impl Fleet {
 /// A service's branch probes and the digest of the inputs they were prepared from.
 pub(super) type Probes = (Vec<BranchProbe>, InputsDigest);
 
-/// The sink queues of every namespace, and what starting one more needs: the sink tasks
-/// report on one channel and stop together. The CloudWatch client is built once and shared.
+/// A service's CloudWatch targets as its sinks know them: `None` for `[publish.cloudwatch]`'s
+/// own target, else the target's name; with its settings.
+pub(super) fn targets_of<'a>(
+    cfg: &Config,
+    svc: &'a ServiceConfig,
+) -> Vec<(Option<Arc<str>>, &'a PublishTarget)> {
+    let default = cfg.publish.default_target();
+    svc.publish_targets
+        .iter()
+        .map(|t| ((*t != default).then(|| Arc::from(t.name.as_str())), t))
+        .collect()
+}
+
+/// A service's targets as the fold routes them ([`crate::fold::Targets`]).
+pub(super) fn fold_targets(cfg: &Config, svc: &ServiceConfig) -> crate::fold::Targets {
+    targets_of(cfg, svc).into_iter().map(|(n, _)| n).collect()
+}
+
+/// The sinks a service's datums go to, each with its namespace: a sink per configured kind,
+/// the CloudWatch one per target.
+fn sinks_of(cfg: &Config, svc: &ServiceConfig) -> Vec<(SinkId, Option<PublishTarget>)> {
+    let mut out = Vec::new();
+    for kind in &cfg.publish.sinks {
+        match kind {
+            SinkKind::Emf => out.push((SinkId::of("emf"), None)),
+            SinkKind::CloudWatch => {
+                for (name, t) in targets_of(cfg, svc) {
+                    let id = SinkId {
+                        kind: "cloudwatch",
+                        target: name,
+                    };
+                    out.push((id, Some(t.clone())));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The sink queues of every namespace and target, and what starting one more needs: the sink
+/// tasks report on one channel and stop together. A sink per (namespace, sink, target): a target
+/// that hangs, throttles or refuses delays no other. A target's CloudWatch client is built at
+/// its first call and shared by its namespaces.
 pub(super) struct Sinks {
-    pub(super) kinds: Vec<SinkKind>,
-    pub(super) cloudwatch: Option<CloudWatchClient>,
+    /// The CloudWatch client of each target (by [`SinkId::target`]) and what it was built for.
+    clients: BTreeMap<Option<Arc<str>>, (PublishTarget, CloudWatchClient)>,
     pub(super) emf_out: Option<EmfBuffer>,
     pub(super) report_tx: mpsc::UnboundedSender<SinkReport>,
     pub(super) tasks: TaskTracker,
     /// Cancelled at the end of the grace period: sends still running are cut.
     pub(super) stop: CancellationToken,
-    pub(super) namespaces: BTreeSet<String>,
+    /// The sinks running, per namespace, with the target each was started for.
+    running: BTreeMap<(String, SinkId), Option<PublishTarget>>,
 }
 
 impl Sinks {
     pub(super) async fn new(
-        cfg: &Config,
+        _cfg: &Config,
         opts: &RunOptions,
     ) -> (Sinks, mpsc::UnboundedReceiver<SinkReport>) {
         let (report_tx, reports) = mpsc::unbounded_channel();
-        let cloudwatch = if cfg.publish.sinks.contains(&SinkKind::CloudWatch) {
-            Some(CloudWatchClient::new(&cfg.publish.cloudwatch, cfg.publish.interval).await)
-        } else {
-            None
-        };
         let tasks = TaskTracker::new();
         // Closed from the start: `wait` then ends once every sink task has (tasks started
         // later by a reload included).
         tasks.close();
         let sinks = Sinks {
-            kinds: cfg.publish.sinks.clone(),
-            cloudwatch,
+            clients: BTreeMap::new(),
             emf_out: opts.emf_out.clone(),
             report_tx,
             tasks,
             stop: CancellationToken::new(),
-            namespaces: BTreeSet::new(),
+            running: BTreeMap::new(),
         };
         (sinks, reports)
     }
 
-    /// Start a task per configured sink for `ns`, each behind a bounded queue; nothing when
-    /// `ns` has its sinks already.
-    pub(super) fn add(&mut self, ns: &str) -> Vec<(String, SinkQueue)> {
-        if !self.namespaces.insert(ns.to_string()) {
-            return Vec::new();
+    /// The client of target `t` known as `name`: the one built before while `t` is unchanged.
+    fn client(
+        &mut self,
+        cfg: &Config,
+        name: &Option<Arc<str>>,
+        t: &PublishTarget,
+    ) -> CloudWatchClient {
+        match self.clients.get(name) {
+            Some((was, c)) if was == t => c.clone(),
+            _ => {
+                let (cw, interval) = (&cfg.publish.cloudwatch, cfg.publish.interval);
+                let c = CloudWatchClient::of_target(t, name.clone(), &cfg.prober_id, cw, interval);
+                self.clients.insert(name.clone(), (t.clone(), c.clone()));
+                c
+            }
         }
-        let mut queues = Vec::new();
-        for kind in &self.kinds {
-            let sink: Box<dyn Sink> = match (kind, &self.cloudwatch) {
-                (SinkKind::Emf, _) => Box::new(match &self.emf_out {
+    }
+
+    /// Start, in `queues`, a task behind a bounded queue per sink of `svc` that its namespace
+    /// lacks; a sink whose target's settings changed is replaced (the old one sends what it
+    /// holds and ends).
+    pub(super) fn add(
+        &mut self,
+        queues: &mut Vec<(String, SinkQueue)>,
+        cfg: &Config,
+        svc: &ServiceConfig,
+    ) {
+        let ns = &svc.namespace;
+        for (id, target) in sinks_of(cfg, svc) {
+            let key = (ns.clone(), id.clone());
+            if let Some(was) = self.running.get(&key) {
+                if *was == target {
+                    continue;
+                }
+                queues.retain(|(n, q)| !(n == ns && *q.id() == id));
+            }
+            let sink: Box<dyn Sink> = match &target {
+                None => Box::new(match &self.emf_out {
                     Some(buf) => EmfSink::with_writer(ns, Box::new(buf.clone())),
                     None => EmfSink::new(ns),
                 }),
-                (SinkKind::CloudWatch, Some(client)) => {
-                    Box::new(CloudWatchSink::with_client(client, ns))
+                Some(t) => {
+                    let client = self.client(cfg, &id.target, t);
+                    Box::new(CloudWatchSink::with_client(&client, ns))
                 }
-                (SinkKind::CloudWatch, None) => continue,
             };
             let q = SinkQueue::spawn(sink, self.report_tx.clone(), &self.tasks, self.stop.clone());
-            queues.push((ns.to_string(), q));
+            self.running.insert(key, target);
+            queues.push((ns.clone(), q));
         }
-        queues
     }
 
-    /// Stop the sinks of every namespace not in `used`: their queues in `queues` are dropped,
-    /// so each task sends what it holds, reports it, and ends. Returns the namespaces stopped.
+    /// Stop every sink `cfg`'s services no longer use: their queues in `queues` are dropped,
+    /// so each task sends what it holds, reports it, and ends. Returns the namespaces left with
+    /// no sink.
     pub(super) fn retain(
         &mut self,
         queues: &mut Vec<(String, SinkQueue)>,
-        used: &BTreeSet<String>,
+        cfg: &Config,
     ) -> Vec<String> {
-        let unused: Vec<String> = self.namespaces.difference(used).cloned().collect();
-        if unused.is_empty() {
-            return unused;
+        let used: BTreeSet<(String, SinkId)> = cfg
+            .services
+            .iter()
+            .flat_map(|s| {
+                sinks_of(cfg, s)
+                    .into_iter()
+                    .map(|(id, _)| (s.namespace.clone(), id))
+            })
+            .collect();
+        let before: BTreeSet<String> = self.running.keys().map(|(ns, _)| ns.clone()).collect();
+        self.running.retain(|k, _| used.contains(k));
+        queues.retain(|(ns, q)| used.contains(&(ns.clone(), q.id().clone())));
+        let after: BTreeSet<String> = self.running.keys().map(|(ns, _)| ns.clone()).collect();
+        let named: BTreeSet<&Option<Arc<str>>> =
+            self.running.keys().map(|(_, id)| &id.target).collect();
+        let unused: Vec<Option<Arc<str>>> = self
+            .clients
+            .keys()
+            .filter(|n| !named.contains(n))
+            .cloned()
+            .collect();
+        for n in unused {
+            self.clients.remove(&n);
         }
-        for ns in &unused {
-            self.namespaces.remove(ns);
-        }
-        queues.retain(|(ns, _)| used.contains(ns));
-        unused
+        before.difference(&after).cloned().collect()
     }
 }
 
@@ -392,9 +473,14 @@ port = 5432
             emf_out: Some(emf.clone()),
             heartbeat: None,
         };
-        let (mut sinks, mut reports) = Sinks::new(&config(), &opts).await;
-        let mut queues = sinks.add("Kept");
-        queues.extend(sinks.add("Gone"));
+        let cfg = config();
+        let (mut sinks, mut reports) = Sinks::new(&cfg, &opts).await;
+        let (mut kept, mut gone) = (cfg.clone(), cfg.clone());
+        kept.services[0].namespace = "Kept".into();
+        gone.services[0].namespace = "Gone".into();
+        let mut queues = Vec::new();
+        sinks.add(&mut queues, &kept, &kept.services[0]);
+        sinks.add(&mut queues, &gone, &gone.services[0]);
         assert_eq!(sinks.tasks.len(), 2);
         let batch = Queued {
             id: 7,
@@ -402,8 +488,7 @@ port = 5432
             deadline: Instant::now() + Duration::from_secs(30),
         };
         queues[1].1.offer(batch).expect("queued");
-        let used = BTreeSet::from(["Kept".to_string()]);
-        assert_eq!(sinks.retain(&mut queues, &used), ["Gone"]);
+        assert_eq!(sinks.retain(&mut queues, &kept), ["Gone"]);
         assert_eq!(queues.len(), 1);
         assert_eq!(queues[0].0, "Kept");
         let wait = Duration::from_secs(10);
@@ -422,7 +507,8 @@ port = 5432
             .await
             .expect("the unused namespace's task ends");
         // Nothing to stop when every namespace is used; a namespace used again gets new sinks.
-        assert!(sinks.retain(&mut queues, &used).is_empty());
-        assert_eq!(sinks.add("Gone").len(), 1);
+        assert!(sinks.retain(&mut queues, &kept).is_empty());
+        sinks.add(&mut queues, &gone, &gone.services[0]);
+        assert_eq!(queues.len(), 2);
     }
 }

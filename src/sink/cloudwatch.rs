@@ -7,7 +7,7 @@
 
 use super::{Datum, SendFuture, Sink, SinkError, Value};
 use crate::aws::{AwsTarget, CodeKind, Retries, Timeouts};
-use crate::config::CloudWatch as CwConfig;
+use crate::config::{CloudWatch as CwConfig, PublishTarget};
 use crate::readiness::Millis;
 use crate::record::PublishFailureClass;
 use aws_sdk_cloudwatch::config::http::HttpResponse;
@@ -129,12 +129,16 @@ pub struct CloudWatchSink {
     signed: Signed,
 }
 
-/// One SDK client with the config's region, endpoint, timeouts and body limit, built once per
-/// run and shared by every namespace's [`CloudWatchSink`] (cloning shares it).
+/// One SDK client of one target (region, endpoint, credentials or role, timeouts, body
+/// limit), built at its first call and shared by every namespace's [`CloudWatchSink`] of that
+/// target (cloning shares it).
 #[derive(Debug, Clone)]
 pub struct CloudWatchClient {
-    client: aws_sdk_cloudwatch::Client,
+    client: Arc<tokio::sync::OnceCell<aws_sdk_cloudwatch::Client>>,
+    aws: AwsTarget,
     max_tries: u32,
+    /// The target's name when a service named it ([`crate::sink::SinkId::target`]).
+    target: Option<Arc<str>>,
 }
 
 /// Set once the current call has a signed request: a call cut short before that spent its time
@@ -172,28 +176,80 @@ impl Intercept for Signed {
 const NO_CREDENTIALS_IN_TIME: &str = "PutMetricData failed: no credentials before the timeout (the credentials provider did not answer in time)";
 
 impl CloudWatchClient {
-    /// Build the client from the default AWS chain plus the config's region, endpoint and
-    /// per-call timeout (capped by `publish_interval`).
+    /// The client of `[publish.cloudwatch]`'s own target (the default chain, or its role with
+    /// the session of prober `readyprobe`), built now.
     pub async fn new(cfg: &CwConfig, publish_interval: Duration) -> Self {
-        let session = target(cfg, publish_interval).session().await;
+        let default = PublishTarget {
+            name: String::new(),
+            region: cfg.region.clone(),
+            endpoint_url: cfg.endpoint_url.clone(),
+            role: cfg.role.clone(),
+        };
+        let c = Self::of_target(&default, None, "readyprobe", cfg, publish_interval);
+        c.client().await;
+        c
+    }
+
+    /// The client of target `t` (its sinks named `name`; `None` for the default target), for
+    /// prober `prober_id`; built at its first call, so a target whose chain or role is slow to
+    /// load delays no other target.
+    pub fn of_target(
+        t: &PublishTarget,
+        name: Option<Arc<str>>,
+        prober_id: &str,
+        cfg: &CwConfig,
+        publish_interval: Duration,
+    ) -> Self {
         CloudWatchClient {
-            client: aws_sdk_cloudwatch::Client::from_conf(session.cloudwatch().build()),
+            client: Arc::default(),
+            aws: target(t, prober_id, cfg, publish_interval),
             max_tries: cfg.max_attempts.max(1),
+            target: name,
         }
+    }
+
+    async fn client(&self) -> &aws_sdk_cloudwatch::Client {
+        self.client
+            .get_or_init(|| async {
+                let session = self.aws.session().await;
+                aws_sdk_cloudwatch::Client::from_conf(session.cloudwatch().build())
+            })
+            .await
+    }
+
+    /// A credentials failure of a target with a role says which role could not be assumed.
+    fn with_role(&self, mut e: SinkError) -> SinkError {
+        if let (PublishFailureClass::PublishCredentials, Some(r)) = (e.class, &self.aws.role) {
+            let detail = e
+                .message
+                .strip_prefix("PutMetricData failed: ")
+                .unwrap_or(&e.message);
+            e.message = one_line(&format!(
+                "PutMetricData failed: no credentials for role {} (STS AssumeRole, session {}): {detail}",
+                r.role_arn, r.session_name
+            ));
+        }
+        e
     }
 }
 
-/// Where the sink publishes: the config's region and endpoint, one try per call (the runner
-/// retries, see [`classify_error`]) cut at `operation_timeout` or `publish_interval` if
-/// shorter, bodies of at most [`MAX_RESPONSE_BYTES`].
-pub fn target(cfg: &CwConfig, publish_interval: Duration) -> AwsTarget {
-    AwsTarget {
-        region: cfg.region.clone(),
-        endpoint_url: cfg.endpoint_url.clone(),
-        timeouts: Timeouts::per_call(cfg.operation_timeout.min(publish_interval)),
-        retries: Retries::Off,
-        max_response_bytes: MAX_RESPONSE_BYTES,
-    }
+/// Where the sink publishes: target `t`'s region, endpoint and role (the session named after
+/// `prober_id`), one try per call (the runner retries, see [`classify_error`]) cut at
+/// `operation_timeout` or `publish_interval` if shorter, bodies of at most
+/// [`MAX_RESPONSE_BYTES`].
+pub fn target(
+    t: &PublishTarget,
+    prober_id: &str,
+    cfg: &CwConfig,
+    publish_interval: Duration,
+) -> AwsTarget {
+    crate::aws::target_for(
+        t,
+        prober_id,
+        Timeouts::per_call(cfg.operation_timeout.min(publish_interval)),
+        Retries::Off,
+        MAX_RESPONSE_BYTES,
+    )
 }
 
 impl CloudWatchSink {
@@ -389,6 +445,10 @@ impl Sink for CloudWatchSink {
         "cloudwatch"
     }
 
+    fn target(&self) -> Option<Arc<str>> {
+        self.client.target.clone()
+    }
+
     fn max_tries(&self) -> u32 {
         self.client.max_tries
     }
@@ -400,10 +460,10 @@ impl Sink for CloudWatchSink {
                 class: PublishFailureClass::PublishTimeout,
             }
         } else {
-            SinkError {
+            self.client.with_role(SinkError {
                 message: NO_CREDENTIALS_IN_TIME.into(),
                 class: PublishFailureClass::PublishCredentials,
-            }
+            })
         }
     }
 
@@ -421,8 +481,8 @@ impl Sink for CloudWatchSink {
                 let data: Vec<MetricDatum> = req.iter().filter_map(|d| encode(d)).collect();
                 let n = data.len();
                 self.signed.reset();
-                self.client
-                    .client
+                let client = self.client.client().await;
+                client
                     .put_metric_data()
                     .namespace(&self.namespace)
                     .set_metric_data(Some(data))
@@ -436,7 +496,8 @@ impl Sink for CloudWatchSink {
                             class: PublishFailureClass::PublishCredentials,
                         },
                         e => classify_error(&e),
-                    })?;
+                    })
+                    .map_err(|e| self.client.with_role(e))?;
                 sent += n;
             }
             Ok(sent)

@@ -74,6 +74,7 @@ impl Uploader {
             timeouts: crate::aws::Timeouts::per_call(PUT_TIMEOUT),
             retries: crate::aws::Retries::Off,
             max_response_bytes: 64 * 1024,
+            role: None,
         };
         let dest = Dest {
             client: aws_sdk_s3::Client::from_conf(target.session().await.s3().build()),
@@ -129,6 +130,7 @@ pub async fn last_uploaded_seq(cfg: &EvidenceS3, dir: &str) -> Option<u64> {
         timeouts: crate::aws::Timeouts::per_call(LAST_SEQ_BUDGET),
         retries: crate::aws::Retries::Off,
         max_response_bytes: (cfg.segment_max_bytes + READ_SLACK) as usize,
+        role: None,
     };
     let client = aws_sdk_s3::Client::from_conf(target.session().await.s3().build());
     let prefix = format!("{}{dir}", cfg.prefix);

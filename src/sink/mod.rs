@@ -12,7 +12,7 @@ pub mod evidence_s3;
 pub mod segments;
 
 pub use crate::datum::{
-    BranchTick, Datum, Refusal, SinkReport, Unit, Value, publish_failure_datums,
+    BranchTick, Datum, Refusal, SinkId, SinkReport, Unit, Value, publish_failure_datums,
     selected_branch_datum, service_unavailable_datum, stable_name_success_datum, tick_datums,
     transition_datum,
 };
@@ -52,6 +52,11 @@ pub type SendFuture<'a> = Pin<Box<dyn Future<Output = Result<usize, SinkError>> 
 pub trait Sink: Send {
     /// Stable sink name for logs and evidence (`cloudwatch`, `emf`).
     fn name(&self) -> &'static str;
+    /// The CloudWatch target it sends to, when a service named it (`None`: the default one,
+    /// and every sink without targets).
+    fn target(&self) -> Option<Arc<str>> {
+        None
+    }
     /// Send a batch; returns how many datums were sent (non-finite ones, and ones the
     /// destination would refuse as too old or too far ahead, are skipped).
     fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a>;
@@ -88,8 +93,16 @@ pub struct Queued {
     pub deadline: Instant,
 }
 
+/// Which sink `sink` is: its name and target.
+fn id_of(sink: &dyn Sink) -> SinkId {
+    SinkId {
+        kind: sink.name(),
+        target: sink.target(),
+    }
+}
+
 /// A batch dropped without a try.
-fn untried(sink: &'static str, b: &Queued, outcome: PublishOutcome, why: &str) -> SinkReport {
+fn untried(sink: SinkId, b: &Queued, outcome: PublishOutcome, why: &str) -> SinkReport {
     SinkReport {
         batch: b.id,
         sink,
@@ -140,7 +153,7 @@ impl Shared {
 /// batch; a batch whose window closed while it waited is dropped untried.
 #[derive(Debug)]
 pub struct SinkQueue {
-    name: &'static str,
+    id: SinkId,
     shared: Arc<Shared>,
     reports: mpsc::UnboundedSender<SinkReport>,
     /// [`QUEUE_DATUMS`], unless set otherwise ([`Self::datum_room`]).
@@ -157,11 +170,11 @@ impl SinkQueue {
         tracker: &TaskTracker,
         cancel: CancellationToken,
     ) -> SinkQueue {
-        let name = sink.name();
+        let id = id_of(sink.as_ref());
         let shared = Arc::new(Shared::default());
         tracker.spawn(sink_task(sink, shared.clone(), reports.clone(), cancel));
         SinkQueue {
-            name,
+            id,
             shared,
             reports,
             datum_room: QUEUE_DATUMS,
@@ -178,7 +191,12 @@ impl SinkQueue {
 
     /// The sink's name.
     pub fn name(&self) -> &'static str {
-        self.name
+        self.id.kind
+    }
+
+    /// The sink: its name and target.
+    pub fn id(&self) -> &SinkId {
+        &self.id
     }
 
     /// Queue a batch, or say why not. A full queue (more than [`QUEUE_BATCHES`] batches, and
@@ -208,7 +226,7 @@ impl SinkQueue {
         self.shared.wake.notify_one();
         for old in evicted {
             let report = untried(
-                self.name,
+                self.id.clone(),
                 &old,
                 PublishOutcome::DroppedQueueFull,
                 QUEUE_FULL,
@@ -274,7 +292,7 @@ async fn send_batch(sink: &mut dyn Sink, batch: &Queued) -> SinkReport {
             Ok(sent) => {
                 return SinkReport {
                     batch: batch.id,
-                    sink: sink.name(),
+                    sink: id_of(sink),
                     datums: batch.datums.len(),
                     sent,
                     tries,
@@ -293,7 +311,7 @@ async fn send_batch(sink: &mut dyn Sink, batch: &Queued) -> SinkReport {
         }
         return SinkReport {
             batch: batch.id,
-            sink: sink.name(),
+            sink: id_of(sink),
             datums: batch.datums.len(),
             sent: 0,
             tries,
@@ -332,7 +350,12 @@ async fn sink_task(
 ) {
     while let Some(Some(batch)) = cancel.run_until_cancelled(next_batch(&shared)).await {
         let report = if Instant::now() >= batch.deadline {
-            untried(sink.name(), &batch, PublishOutcome::Expired, EXPIRED)
+            untried(
+                id_of(sink.as_ref()),
+                &batch,
+                PublishOutcome::Expired,
+                EXPIRED,
+            )
         } else {
             match cancel
                 .run_until_cancelled(send_batch(sink.as_mut(), &batch))
