@@ -313,6 +313,14 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
             c.endpoint_url == d.endpoint_url,
         ),
         (
+            "publish.cloudwatch.role_arn",
+            c.role.as_ref().map(|r| &r.role_arn) == d.role.as_ref().map(|r| &r.role_arn),
+        ),
+        (
+            "publish.cloudwatch.external_id",
+            c.role.as_ref().map(|r| &r.external_id) == d.role.as_ref().map(|r| &r.external_id),
+        ),
+        (
             "publish.cloudwatch.operation_timeout",
             capped(c.operation_timeout, d.operation_timeout),
         ),

@@ -124,7 +124,32 @@ pub(super) fn validate(
     let mut config = config?;
     config.services = services.into_iter().collect::<Option<_>>()?;
     check_shared_canary_rows(&config.services, issues);
+    check_target_names(&config.services, issues);
     Some(config)
+}
+
+/// A target name means one target in the whole config: the run keeps a sink and a client per
+/// name, and the evidence names targets by it. Two services naming different settings by one
+/// name is an error at the second.
+fn check_target_names(services: &[ServiceConfig], issues: &mut Issues<'_>) {
+    let mut seen: BTreeMap<&str, (usize, &super::PublishTarget)> = BTreeMap::new();
+    for (i, s) in services.iter().enumerate() {
+        for t in &s.publish_targets {
+            match seen.get(t.name.as_str()) {
+                Some((first, was)) if *was != t => issues.error(
+                    format!("service[{i}].publish"),
+                    format!(
+                        "target {:?} differs from the target of that name in service[{first}] (region, endpoint_url or role): a name means one target in the config; give one of them another name",
+                        t.name
+                    ),
+                ),
+                Some(_) => {}
+                None => {
+                    seen.insert(&t.name, (i, t));
+                }
+            }
+        }
+    }
 }
 
 /// The mysql canary row is keyed by (prober_id, branch): two services with a branch of the same

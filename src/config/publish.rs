@@ -250,10 +250,16 @@ pub(super) fn targets(
     let mut out: Vec<PublishTarget> = Vec::new();
     let mut ok = true;
     for (k, t) in list {
+        // The name's own line when written, else the target's.
+        let name_key = if t.name.is_some() {
+            format!("{k}.name")
+        } else {
+            k.clone()
+        };
         match one_target(&k, t, &publish.cloudwatch, issues) {
             Some(t) if out.iter().any(|o| o.name == t.name) => {
                 issues.error(
-                    format!("{k}.name"),
+                    name_key,
                     format!("target name {:?} is used twice in this service (names default to region@account/role): give one a name", t.name),
                 );
                 ok = false;
@@ -534,5 +540,239 @@ mod tests {
                 "{bad}: {got:?}"
             );
         }
+    }
+
+    const ONE: &str = r#"
+prober_id = "az-a"
+[publish]
+sinks = ["cloudwatch", "emf"]
+[publish.cloudwatch]
+region = "eu-west-1"
+[probe]
+kind = "tcp"
+[service]
+name = "orders-db"
+stable_name = "db.orders.internal.example"
+[[branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "db-primary.orders.internal.example"
+port = 3306
+"#;
+
+    fn parse(text: &str) -> Result<crate::config::Config, Vec<crate::config::Issue>> {
+        crate::config::parse(std::path::Path::new("t.toml"), text).map_err(|e| e.issues)
+    }
+
+    /// `text` with `line` added after `after`.
+    fn with(after: &str, line: &str) -> String {
+        ONE.replacen(after, &format!("{after}\n{line}"), 1)
+    }
+
+    const ARN: &str = "arn:aws:iam::111122223333:role/net/readyprobe-publish";
+
+    #[test]
+    fn targets_default_to_publish_cloudwatch_and_inherit_its_keys() {
+        let c = parse(ONE).unwrap();
+        let t = &c.services[0].publish_targets;
+        assert_eq!(t.len(), 1);
+        assert_eq!(
+            (t[0].name.as_str(), t[0].role.as_ref()),
+            ("eu-west-1", None)
+        );
+        let text = with(
+            "region = \"eu-west-1\"",
+            &format!("role_arn = \"{ARN}\"\nexternal_id = \"ext-1234\""),
+        );
+        let c = parse(&text).unwrap();
+        let d = &c.services[0].publish_targets[0];
+        assert_eq!(d.name, "eu-west-1@111122223333/readyprobe-publish");
+        assert_eq!(d, &c.publish.default_target());
+        let role = d.role.as_ref().unwrap();
+        assert_eq!(
+            (role.account(), role.name()),
+            ("111122223333", "readyprobe-publish")
+        );
+        assert_eq!(role.external_id.as_deref(), Some("ext-1234"));
+        // A service's targets: unset keys from [publish.cloudwatch].
+        let text = with(
+            "stable_name = \"db.orders.internal.example\"",
+            "publish = [{ region = \"us-east-1\" }, { name = \"local\", endpoint_url = \"http://127.0.0.1:4566\", role_arn = \"arn:aws:iam::000000000000:role/x\" }]",
+        );
+        let text = text.replacen(
+            "region = \"eu-west-1\"",
+            &format!("region = \"eu-west-1\"\nrole_arn = \"{ARN}\""),
+            1,
+        );
+        let c = parse(&text).unwrap();
+        let t = &c.services[0].publish_targets;
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].name, "us-east-1@111122223333/readyprobe-publish");
+        assert_eq!(t[0].region.as_deref(), Some("us-east-1"));
+        assert_eq!(t[1].name, "local");
+        assert_eq!(t[1].region.as_deref(), Some("eu-west-1"));
+        assert_eq!(t[1].endpoint_url.as_deref(), Some("http://127.0.0.1:4566"));
+        assert_eq!(t[1].role.as_ref().unwrap().account(), "000000000000");
+        // One inline table is one target.
+        let text = with(
+            "stable_name = \"db.orders.internal.example\"",
+            "publish = { region = \"us-west-2\" }",
+        );
+        let c = parse(&text).unwrap();
+        assert_eq!(c.services[0].publish_targets[0].name, "us-west-2");
+    }
+
+    /// Each case: (config text, key, text on the line the error must name).
+    #[test]
+    fn every_target_key_error_names_its_key_and_line() {
+        let svc = "stable_name = \"db.orders.internal.example\"";
+        let cw = "region = \"eu-west-1\"";
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                with(cw, "role_arn = \"arn:aws:iam::1234:role/x\""),
+                "publish.cloudwatch.role_arn",
+                "role_arn",
+            ),
+            (
+                with(cw, "role_arn = \"arn:aws:s3:::bucket\""),
+                "publish.cloudwatch.role_arn",
+                "role_arn",
+            ),
+            (
+                with(cw, "role_arn = \"arn:aws:iam::111122223333:user/x\""),
+                "publish.cloudwatch.role_arn",
+                "role_arn",
+            ),
+            (
+                with(cw, "role_arn = \"arn:aws:iam::111122223333:role/bad name\""),
+                "publish.cloudwatch.role_arn",
+                "role_arn",
+            ),
+            (
+                with(cw, "external_id = \"abc\""),
+                "publish.cloudwatch.external_id",
+                "external_id",
+            ),
+            (
+                with(cw, &format!("role_arn = \"{ARN}\"\nexternal_id = \"a\"")),
+                "publish.cloudwatch.external_id",
+                "external_id",
+            ),
+            (
+                with(cw, "region = \"EU West\""),
+                "publish.cloudwatch.region",
+                "EU West",
+            ),
+            (
+                with(svc, "publish = { region = \"eu_west_1\" }"),
+                "service.publish.region",
+                "publish =",
+            ),
+            (
+                with(
+                    svc,
+                    "publish = [{ region = \"us-east-1\" }, { role_arn = \"nope\" }]",
+                ),
+                "service.publish[1].role_arn",
+                "publish =",
+            ),
+            (
+                with(svc, "publish = { external_id = \"ext-1\" }"),
+                "service.publish.external_id",
+                "publish =",
+            ),
+            (
+                with(svc, "publish = { endpoint_url = \"ftp://x\" }"),
+                "service.publish.endpoint_url",
+                "publish =",
+            ),
+            (
+                with(svc, "publish = { name = \"a b\" }"),
+                "service.publish.name",
+                "publish =",
+            ),
+            (
+                with(
+                    svc,
+                    "publish = [{ region = \"us-east-1\" }, { region = \"us-east-1\" }]",
+                ),
+                "service.publish[1]",
+                "publish =",
+            ),
+            (with(svc, "publish = []"), "service.publish", "publish ="),
+            (
+                with(svc, "publish = { regin = \"us-east-1\" }"),
+                "service.publish.regin",
+                "publish =",
+            ),
+            (
+                with(svc, "publish = \"us-east-1\""),
+                "service.publish",
+                "publish =",
+            ),
+            (
+                with(svc, "publish = { region = \"us-east-1\" }")
+                    .replace("[\"cloudwatch\", \"emf\"]", "[\"emf\"]"),
+                "service.publish",
+                "publish =",
+            ),
+        ];
+        for (text, key, needle) in cases {
+            let got = parse(&text).expect_err(&text);
+            let hit = got.iter().find(|i| i.key == key);
+            assert!(hit.is_some(), "{key}: {got:?}\n{text}");
+            let line = text.lines().position(|l| l.contains(needle)).unwrap() + 1;
+            assert_eq!(hit.unwrap().line, Some(line), "{key}: {got:?}");
+        }
+        // The external id is never echoed.
+        let text = with(svc, "publish = { external_id = \"s3cr3t-but-short!\" }");
+        let got = parse(&text).unwrap_err();
+        assert!(got.iter().all(|i| !i.message.contains("s3cr3t")), "{got:?}");
+    }
+
+    #[test]
+    fn a_target_name_means_one_target_across_services() {
+        let fleet = r#"
+[publish]
+sinks = ["cloudwatch"]
+[probe]
+kind = "tcp"
+[[service]]
+name = "a"
+stable_name = "a.internal.example"
+publish = { name = "net", region = "eu-west-1" }
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "a1.internal.example"
+port = 1
+[[service]]
+name = "b"
+stable_name = "b.internal.example"
+publish = [{ name = "net", region = "eu-west-2" }]
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "b1.internal.example"
+port = 1
+"#;
+        let got = parse(fleet).unwrap_err();
+        assert_eq!(got[0].key, "service[1].publish", "{got:?}");
+        let line = fleet.lines().position(|l| l.contains("eu-west-2")).unwrap() + 1;
+        assert_eq!(got[0].line, Some(line));
+        let ok = fleet.replace("eu-west-2", "eu-west-1");
+        let c = parse(&ok).unwrap();
+        assert_eq!(c.services[1].publish_targets, c.services[0].publish_targets);
+        // A key error inside the fleet form names the service.
+        let bad = fleet.replace(
+            "{ name = \"net\", region = \"eu-west-2\" }",
+            "{ role_arn = \"x\" }",
+        );
+        let got = parse(&bad).unwrap_err();
+        assert!(
+            got.iter()
+                .any(|i| i.key == "service[1].publish[0].role_arn"),
+            "{got:?}"
+        );
     }
 }

@@ -10,6 +10,12 @@ use std::time::Duration;
 
 const SINKS: [&str; 2] = ["cloudwatch", "emf"];
 
+/// The kinds of `sinks` (all at the default target in these tests).
+fn names(sinks: &[SinkId]) -> Vec<&'static str> {
+    assert!(sinks.iter().all(|s| s.target.is_none()), "{sinks:?}");
+    sinks.iter().map(|s| s.kind).collect()
+}
+
 fn policy() -> Policy {
     Policy {
         min_attempts: 2,
@@ -39,6 +45,7 @@ fn start_with(doc: &ControlDoc, policy: &Policy) -> (Fold, Vec<Effect>) {
 fn start_at(doc: &ControlDoc, policy: &Policy, now: Millis) -> (Fold, Vec<Effect>) {
     let branches = ["primary".to_string(), "secondary".to_string()];
     let services = [ServiceSetup {
+        targets: &[],
         service: "orders-db",
         namespace: "Readyprobe",
         policy,
@@ -593,7 +600,7 @@ fn saved_state_dated_ahead_is_named_and_clamped() {
 fn report(batch: u64, sink: &'static str, error: Option<&str>) -> Input {
     Input::SinkReport(SinkReport {
         batch,
-        sink,
+        sink: SinkId::of(sink),
         datums: 5,
         sent: if error.is_some() { 0 } else { 5 },
         tries: 3,
@@ -610,7 +617,7 @@ fn report(batch: u64, sink: &'static str, error: Option<&str>) -> Input {
 fn untried(batch: u64, sink: &'static str, outcome: PublishOutcome) -> Input {
     Input::SinkReport(SinkReport {
         batch,
-        sink,
+        sink: SinkId::of(sink),
         datums: 5,
         sent: 0,
         tries: 0,
@@ -647,8 +654,8 @@ fn failures_are_classed_and_counted_on_emf_only() {
     let e = f.handle(Input::Tick { last: false }, 4000);
     let bs = batches(&e);
     assert_eq!(bs.len(), 2, "the tick and the PublishFailures batch");
-    assert_eq!(bs[0].sinks, SINKS);
-    assert_eq!(bs[1].sinks, ["emf"]);
+    assert_eq!(names(&bs[0].sinks), SINKS);
+    assert_eq!(names(&bs[1].sinks), ["emf"]);
     assert_eq!(bs[1].reason, PublishReason::PublishFailures);
     let d: Vec<_> = bs[1]
         .datums
@@ -709,11 +716,11 @@ fn every_batch_is_accounted_for_per_sink() {
     let e = f.handle(Input::Tick { last: true }, 3000);
     let b3 = id(&e);
     let counted = &batches(&e)[1];
-    assert_eq!(counted.sinks, ["emf"]);
+    assert_eq!(names(&counted.sinks), ["emf"]);
     f.handle(report(counted.id, "emf", None), 3001);
     f.handle(
         Input::SinkRefused {
-            sink: "cloudwatch",
+            sink: SinkId::of("cloudwatch"),
             batch: b3,
             why: Refusal::Closed,
         },
@@ -813,6 +820,7 @@ fn a_tick_packs_every_service_of_a_namespace_into_one_batch() {
     ];
     let p = policy();
     let svc = |i: usize, service, namespace| ServiceSetup {
+        targets: &[],
         service,
         namespace,
         policy: &p,
@@ -825,7 +833,11 @@ fn a_tick_packs_every_service_of_a_namespace_into_one_batch() {
         svc(1, "payments-db", "Readyprobe"),
         svc(2, "telemetry", "Telemetry"),
     ];
-    let unavailable = [("broken-db".to_string(), "Readyprobe".to_string())];
+    let unavailable = [(
+        "broken-db".to_string(),
+        "Readyprobe".to_string(),
+        Vec::new(),
+    )];
     let setup = Setup {
         prober: "p1",
         services: &services,
@@ -881,6 +893,7 @@ fn a_tick_packs_every_service_of_a_namespace_into_one_batch() {
 
 fn new_service(id: ServiceId, name: &str, doc: ControlDoc) -> Input {
     Input::AddService(Box::new(NewService {
+        targets: Vec::new(),
         id,
         service: name.into(),
         namespace: "Readyprobe".into(),
@@ -981,6 +994,7 @@ fn a_changed_service_keeps_untouched_branches_and_resets_changed_ones_windows() 
     drive(&mut f, "secondary", 500, 5000, false);
     let before = f.sync_request(0).readiness;
     let change = ServiceChange {
+        targets: Vec::new(),
         id: 0,
         namespace: "Other".into(),
         policy: policy(),
@@ -1024,6 +1038,7 @@ fn an_untouched_branch_of_a_changed_service_keeps_its_window_and_clocks() {
     drive(&mut f, "primary", 500, 2000, true);
     let before = f.sync_request(0).readiness["primary"].clone();
     let change = ServiceChange {
+        targets: Vec::new(),
         id: 0,
         namespace: "Readyprobe".into(),
         policy: policy(),
@@ -1055,6 +1070,7 @@ fn a_carried_branch_keeps_its_window_under_the_new_policy() {
     let mut stricter = policy();
     stricter.min_attempts += 1;
     let change = ServiceChange {
+        targets: Vec::new(),
         id: 0,
         namespace: "Readyprobe".into(),
         policy: stricter.clone(),
@@ -1231,6 +1247,7 @@ fn branches_stay_with_their_service_across_add_remove_and_change() {
     f.handle(new_service(2, "telemetry", ControlDoc::new("telemetry")), 0);
     f.handle(Input::RemoveService(1), 10);
     let change = ServiceChange {
+        targets: Vec::new(),
         id: 0,
         namespace: "Readyprobe".into(),
         policy: policy(),
@@ -1382,6 +1399,7 @@ fn tick_cost_at_a_thousand_services() {
         .iter()
         .zip(&docs)
         .map(|(n, doc)| ServiceSetup {
+            targets: &[],
             service: n,
             namespace: "Readyprobe",
             policy: &p,
@@ -1729,6 +1747,7 @@ fn wake_cost_at_ten_thousand_branches() {
         .iter()
         .zip(&docs)
         .map(|(n, doc)| ServiceSetup {
+            targets: &[],
             service: n,
             namespace: "Readyprobe",
             policy: &p,
@@ -1800,7 +1819,7 @@ fn failed_store_syncs_are_counted_per_class_at_the_next_tick() {
                 b.datums
                     .iter()
                     .filter(|d| d.metric == "StoreSyncFailures")
-                    .map(|d| (d.dimensions.clone(), d.value.clone(), b.sinks.clone()))
+                    .map(|d| (d.dimensions.clone(), d.value.clone(), names(&b.sinks)))
             })
             .collect()
     };
@@ -2109,5 +2128,110 @@ fn an_override_beyond_the_maximum_shows_its_bounded_end_from_the_first_line() {
         !logs(&e).iter().any(|l| l.message.contains("override")),
         "{:?}",
         logs(&e)
+    );
+}
+
+/// A service with two CloudWatch targets: each tick's batch goes to `emf` once and to each
+/// target's sink; a failure of one target is accounted to that target alone (its `publish`
+/// record names it, the run summary counts it as `cloudwatch[<target>]`), the other's batch
+/// is sent; a service without targets shares no batch with one that has them.
+#[test]
+fn each_target_is_its_own_sink_and_is_accounted_alone() {
+    let (branches, p) = (["primary".to_string()], policy());
+    let docs = [ControlDoc::new("orders-db"), ControlDoc::new("payments-db")];
+    let two: Targets = vec![
+        Some("eu-west-1".into()),
+        Some("us-east-1@111122223333/pub".into()),
+    ];
+    let services = [
+        ServiceSetup {
+            targets: &two,
+            service: "orders-db",
+            namespace: "Readyprobe",
+            policy: &p,
+            branches: &branches,
+            store_location: "memory",
+            doc: &docs[0],
+        },
+        ServiceSetup {
+            targets: &[],
+            service: "payments-db",
+            namespace: "Readyprobe",
+            policy: &p,
+            branches: &branches,
+            store_location: "memory",
+            doc: &docs[1],
+        },
+    ];
+    let setup = Setup {
+        prober: "p1",
+        services: &services,
+        unavailable: &[],
+        sinks: &SINKS,
+    };
+    let (mut f, _) = Fold::start(setup, 0);
+    let e = f.handle(Input::Tick { last: false }, 1000);
+    let bs = batches(&e);
+    assert_eq!(bs.len(), 2, "{bs:?}");
+    let of = |svc: &str| {
+        bs.iter()
+            .find(|b| b.datums.iter().any(|d| d.dimensions[0].1 == svc))
+            .copied()
+            .expect("a batch")
+    };
+    let (orders, payments) = (of("orders-db"), of("payments-db"));
+    let a = SinkId {
+        kind: "cloudwatch",
+        target: Some("eu-west-1".into()),
+    };
+    let b = SinkId {
+        kind: "cloudwatch",
+        target: Some("us-east-1@111122223333/pub".into()),
+    };
+    assert_eq!(orders.sinks, [a.clone(), b.clone(), SinkId::of("emf")]);
+    assert_eq!(names(&payments.sinks), SINKS);
+    assert!(
+        !payments
+            .datums
+            .iter()
+            .any(|d| d.dimensions[0].1 == "orders-db")
+    );
+    let failed = Input::SinkReport(SinkReport {
+        batch: orders.id,
+        sink: a.clone(),
+        datums: 3,
+        sent: 0,
+        tries: 3,
+        outcome: PublishOutcome::Failed,
+        class: Some(PublishFailureClass::PublishCredentials),
+        error: Some("no credentials for role".into()),
+    });
+    let e = f.handle(failed, 1100);
+    let p = of_kind(&e, "publish");
+    assert_eq!(p[0]["sink"], "cloudwatch");
+    assert_eq!(p[0]["target"], "eu-west-1");
+    assert_eq!(p[0]["class"], "publish_credentials");
+    let sent = Input::SinkReport(SinkReport {
+        batch: orders.id,
+        sink: b,
+        datums: 3,
+        sent: 3,
+        tries: 1,
+        outcome: PublishOutcome::Sent,
+        class: None,
+        error: None,
+    });
+    let p = of_kind(&f.handle(sent, 1200), "publish");
+    assert_eq!(
+        (&p[0]["target"], &p[0]["outcome"]),
+        (&"us-east-1@111122223333/pub".into(), &"sent".into())
+    );
+    // The default target's and emf's records carry no target.
+    let e = f.handle(report(payments.id, "cloudwatch", None), 1300);
+    assert_eq!(of_kind(&e, "publish")[0].get("target"), None);
+    let (s, _) = f.finish(2000, "duration", 0);
+    assert_eq!(
+        s.dropped_batches,
+        [("cloudwatch[eu-west-1]".to_string(), 1)].into()
     );
 }

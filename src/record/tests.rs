@@ -599,6 +599,33 @@ fn golden_transition_damped() {
     assert_eq!(t.transition.damping, None);
 }
 
+/// A batch sent to a target a service names carries the target's name; a record of the default
+/// target or of `emf` (above) has no `target` key.
+#[test]
+fn golden_publish_to_a_target() {
+    let failed = Publish::new(
+        "cloudwatch",
+        PublishReason::Tick,
+        3,
+        0,
+        1,
+        PublishOutcome::Failed,
+        Some(
+            "PutMetricData failed: no credentials for role arn:aws:iam::111122223333:role/pub"
+                .into(),
+        ),
+    )
+    .with_class(Some(PublishFailureClass::PublishCredentials))
+    .with_batch(9)
+    .with_target(Some("eu-west-1@111122223333/pub".into()));
+    check(
+        Record::Publish(failed),
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"publish","sink":"cloudwatch","reason":"tick","datums":3,"sent":0,"tries":1,"dropped":true,"outcome":"failed","error":"PutMetricData failed: no credentials for role arn:aws:iam::111122223333:role/pub","class":"publish_credentials","batch":9,"target":"eu-west-1@111122223333/pub"}"#
+        ]],
+    );
+}
+
 #[test]
 fn golden_publish() {
     check(
