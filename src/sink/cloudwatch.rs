@@ -217,20 +217,41 @@ impl CloudWatchClient {
             .await
     }
 
-    /// A credentials failure of a target with a role says which role could not be assumed.
-    fn with_role(&self, mut e: SinkError) -> SinkError {
-        if let (PublishFailureClass::PublishCredentials, Some(r)) = (e.class, &self.aws.role) {
-            let detail = e
-                .message
-                .strip_prefix("PutMetricData failed: ")
-                .unwrap_or(&e.message);
-            e.message = one_line(&format!(
-                "PutMetricData failed: no credentials for role {} (STS AssumeRole, session {}): {detail}",
-                r.role_arn, r.session_name
-            ));
-        }
+    /// A credentials failure of a target with a role says which role could not be assumed
+    /// and, when STS answered, what it said (its code and message, found in `source`'s chain).
+    fn with_role(
+        &self,
+        mut e: SinkError,
+        source: Option<&(dyn std::error::Error + 'static)>,
+    ) -> SinkError {
+        let (PublishFailureClass::PublishCredentials, Some(r)) = (e.class, &self.aws.role) else {
+            return e;
+        };
+        let detail = source.and_then(sts_answer).unwrap_or_else(|| {
+            let m = e.message.strip_prefix("PutMetricData failed: ");
+            m.unwrap_or(&e.message).to_string()
+        });
+        e.message = one_line(&format!(
+            "PutMetricData failed: could not assume role {} (session {}): {detail}",
+            r.role_arn, r.session_name
+        ));
         e
     }
+}
+
+/// What STS answered, `Code: message`, when `e`'s chain holds a service's error.
+fn sts_answer(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut link = Some(e);
+    while let Some(cur) = link {
+        if let Some(m) = cur.downcast_ref::<aws_smithy_types::error::ErrorMetadata>() {
+            return m.code().map(|code| match m.message() {
+                Some(msg) => format!("STS answered {code}: {msg}"),
+                None => format!("STS answered {code}"),
+            });
+        }
+        link = cur.source();
+    }
+    None
 }
 
 /// Where the sink publishes: target `t`'s region, endpoint and role (the session named after
@@ -460,10 +481,11 @@ impl Sink for CloudWatchSink {
                 class: PublishFailureClass::PublishTimeout,
             }
         } else {
-            self.client.with_role(SinkError {
+            let e = SinkError {
                 message: NO_CREDENTIALS_IN_TIME.into(),
                 class: PublishFailureClass::PublishCredentials,
-            })
+            };
+            self.client.with_role(e, None)
         }
     }
 
@@ -491,13 +513,15 @@ impl Sink for CloudWatchSink {
                     .send()
                     .await
                     .map_err(|e| match e {
-                        SdkError::TimeoutError(_) if !self.signed.get() => SinkError {
-                            message: NO_CREDENTIALS_IN_TIME.into(),
-                            class: PublishFailureClass::PublishCredentials,
-                        },
-                        e => classify_error(&e),
-                    })
-                    .map_err(|e| self.client.with_role(e))?;
+                        SdkError::TimeoutError(_) if !self.signed.get() => {
+                            let e = SinkError {
+                                message: NO_CREDENTIALS_IN_TIME.into(),
+                                class: PublishFailureClass::PublishCredentials,
+                            };
+                            self.client.with_role(e, None)
+                        }
+                        e => self.client.with_role(classify_error(&e), Some(&e)),
+                    })?;
                 sent += n;
             }
             Ok(sent)

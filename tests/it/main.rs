@@ -24,6 +24,7 @@ mod mysql_kind;
 mod otlp_kind;
 mod pipeline;
 mod publish_faults;
+mod publish_targets;
 mod rehearsed_deploy;
 mod reload;
 mod reload_poll;

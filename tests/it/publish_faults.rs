@@ -44,6 +44,7 @@ async fn sink_tried(
         endpoint_url: Some(url.into()),
         operation_timeout: timeout,
         max_attempts,
+        role: None,
     };
     CloudWatchSink::new(&cfg, "Faults", window).await
 }
@@ -468,7 +469,7 @@ async fn after_each_shape_the_newest_batch_goes_first() {
 }
 
 /// A TCP listener for the probe to connect to (the `tcp` kind, no TLS).
-async fn target() -> (u16, tokio::task::JoinHandle<()>) {
+pub(crate) async fn target() -> (u16, tokio::task::JoinHandle<()>) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = l.local_addr().unwrap().port();
     let task = tokio::spawn(async move {
@@ -479,10 +480,25 @@ async fn target() -> (u16, tokio::task::JoinHandle<()>) {
     (port, task)
 }
 
-const NAME: &str = "gw-primary.orders.internal.example";
+pub(crate) const NAME: &str = "gw-primary.orders.internal.example";
 
 /// A run's config: a 500 ms tcp probe, a 1 s publish tick to `emf` and the fake CloudWatch.
-fn config(dir: &std::path::Path, dns: &DnsServer, port: u16, cw: &str) -> std::path::PathBuf {
+pub(crate) fn config(
+    dir: &std::path::Path,
+    dns: &DnsServer,
+    port: u16,
+    cw: &str,
+) -> std::path::PathBuf {
+    config_builder(dir, dns, port, cw).write(&dir.join("run.toml"))
+}
+
+/// [`config`] before it is written.
+pub(crate) fn config_builder(
+    dir: &std::path::Path,
+    dns: &DnsServer,
+    port: u16,
+    cw: &str,
+) -> ConfigBuilder {
     ConfigBuilder::new(dir, "gateway", "gw.orders.internal.example")
         .nameserver(dns.addr())
         .kind("tcp")
@@ -502,18 +518,17 @@ fn config(dir: &std::path::Path, dns: &DnsServer, port: u16, cw: &str) -> std::p
         .set("publish.cloudwatch", "max_attempts", 3)
         .set("evidence", "path", path(&dir.join("evidence.jsonl")))
         .branch("primary", "PRIMARY", NAME, None)
-        .write(&dir.join("run.toml"))
 }
 
 /// What a run left: evidence records and EMF lines.
-struct Run {
-    evidence: Vec<Json>,
-    emf: Vec<Json>,
+pub(crate) struct Run {
+    pub(crate) evidence: Vec<Json>,
+    pub(crate) emf: Vec<Json>,
     started: i64,
 }
 
 impl Run {
-    fn publishes(&self, sink: &str) -> Vec<&Json> {
+    pub(crate) fn publishes(&self, sink: &str) -> Vec<&Json> {
         self.evidence
             .iter()
             .filter(|v| v["kind"] == "publish" && v["sink"] == sink)
@@ -523,7 +538,7 @@ impl Run {
 
 /// Run the binary for `secs` at most with `env`, calling `during(elapsed)` every 100 ms; once it
 /// returns true (the run has shown what the test needs), the run is stopped with SIGTERM.
-async fn run_binary(
+pub(crate) async fn run_binary(
     cfg: &std::path::Path,
     secs: u64,
     env: &[(&str, &str)],

@@ -13,6 +13,7 @@ pub mod fixture;
 pub mod mariadb;
 pub mod proxy;
 pub mod rcode_dns;
+pub mod sts_front;
 pub mod tls;
 
 use std::{io::Write, net::TcpListener, time::Duration};
