@@ -102,6 +102,7 @@ fn head(cw: &str, r53: &str, role: Option<&str>) -> String {
 
 [publish]
 namespace = "{NAMESPACE}"
+sinks = ["cloudwatch"]
 
 [publish.cloudwatch]
 region = "{region}"
