@@ -658,6 +658,58 @@ fn time(ms: Millis) -> String {
 mod tests {
     use super::*;
 
+    /// A service of the config is read through each of its publish targets (named when it has
+    /// several, with the role's session), two services on one target share it, and a service
+    /// the config lacks (or no config) through the default chain, unnamed.
+    #[test]
+    fn alarms_are_read_where_each_service_publishes() {
+        let text = r#"prober_id = "p1"
+[publish]
+sinks = ["cloudwatch"]
+[publish.cloudwatch]
+region = "eu-west-1"
+[probe]
+kind = "tcp"
+[probe.tcp]
+port = 5432
+[[service]]
+name = "two"
+stable_name = "two.example.internal"
+publish = [{ region = "eu-west-1" }, { region = "us-east-1", role_arn = "arn:aws:iam::123456789012:role/pub" }]
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "p.two.example.internal"
+[[service]]
+name = "one"
+stable_name = "one.example.internal"
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "p.one.example.internal"
+"#;
+        let cfg = crate::config::parse(std::path::Path::new("t.toml"), text).unwrap();
+        let two = sources(Some(&cfg), "two");
+        let names: Vec<Option<&str>> = two.iter().map(|s| s.name.as_deref()).collect();
+        assert_eq!(
+            names,
+            [Some("eu-west-1"), Some("us-east-1@123456789012/pub")]
+        );
+        assert_eq!(two[1].target.region.as_deref(), Some("us-east-1"));
+        let role = two[1].target.role.as_ref().map(|r| r.role_arn.as_str());
+        assert_eq!(role, Some("arn:aws:iam::123456789012:role/pub"));
+        assert_eq!(two[1].target.timeouts, Timeouts::per_call(CALL_TIMEOUT));
+        let one = sources(Some(&cfg), "one");
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].name, None);
+        assert!(one[0].same_target(&two[0]), "{one:?} {two:?}");
+        for chain in [sources(Some(&cfg), "elsewhere"), sources(None, "two")] {
+            assert_eq!(chain.len(), 1);
+            assert_eq!((chain[0].name.as_deref(), &chain[0].target.region), (None, &None));
+            assert!(chain[0].target.role.is_none());
+        }
+    }
+
     const FROM: Millis = 1_800_000_000_000;
     const UNTIL: Millis = FROM + 600_000;
 
