@@ -705,7 +705,10 @@ endpoint = "p.one.example.internal"
         assert!(one[0].same_target(&two[0]), "{one:?} {two:?}");
         for chain in [sources(Some(&cfg), "elsewhere"), sources(None, "two")] {
             assert_eq!(chain.len(), 1);
-            assert_eq!((chain[0].name.as_deref(), &chain[0].target.region), (None, &None));
+            assert_eq!(
+                (chain[0].name.as_deref(), &chain[0].target.region),
+                (None, &None)
+            );
             assert!(chain[0].target.role.is_none());
         }
     }

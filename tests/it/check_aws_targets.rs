@@ -1,4 +1,5 @@
-//! `readyprobe check --aws` through publish targets, the built binary against LocalStack:
+//! `readyprobe check --aws` and `drill report --alarms` through publish targets, the built
+//! binary against LocalStack:
 //! `alarm_in_branch_region` over health checks that follow alarms in two regions (a `CALCULATED`
 //! one over both, from the Route 53 fixture of `check_aws`), and the reads of a target with a
 //! role going to the role's account. LocalStack's STS hands out credentials of the role's
@@ -12,6 +13,7 @@ use crate::check_aws::{
 };
 use crate::support::{self, cloudwatch};
 use aws_sdk_cloudwatch::config::{Credentials, Region};
+use aws_sdk_cloudwatch::types::{ComparisonOperator, Dimension, Statistic};
 use serde_json::Value;
 use std::path::Path;
 
@@ -181,12 +183,19 @@ async fn alarm_in_branch_region_warns_only_where_every_alarm_is_in_the_branchs_r
     for (name, _) in &services {
         alarms_of(&cw, name).await;
         for b in ["primary", "secondary"] {
-            hcs.push(follower(&format!("hc-{name}-{b}"), &format!("{name}-{b}"), here));
+            hcs.push(follower(
+                &format!("hc-{name}-{b}"),
+                &format!("{name}-{b}"),
+                here,
+            ));
         }
     }
     let dual = &services[1].0;
     alarms_of(&cw_other, dual).await;
-    let (a, b) = (format!("hc-{dual}-primary-a"), format!("hc-{dual}-primary-b"));
+    let (a, b) = (
+        format!("hc-{dual}-primary-a"),
+        format!("hc-{dual}-primary-b"),
+    );
     let calc = hcs
         .iter_mut()
         .find(|h| h.id == format!("hc-{dual}-primary"))
@@ -218,10 +227,18 @@ async fn alarm_in_branch_region_warns_only_where_every_alarm_is_in_the_branchs_r
     );
     let f = &report["findings"][0];
     assert_eq!(f["branch"], "primary", "{report:#}");
-    assert_eq!(f["object"], format!("health check hc-{solo}-primary"), "{report:#}");
+    assert_eq!(
+        f["object"],
+        format!("health check hc-{solo}-primary"),
+        "{report:#}"
+    );
     assert_eq!(f["target"], here, "{report:#}");
     assert_eq!(
-        (&report["violations"], &report["warnings"], &report["not_checked"]),
+        (
+            &report["violations"],
+            &report["warnings"],
+            &report["not_checked"]
+        ),
         (&Value::from(0), &Value::from(1), &Value::from(0)),
         "{report:#}"
     );
@@ -229,7 +246,12 @@ async fn alarm_in_branch_region_warns_only_where_every_alarm_is_in_the_branchs_r
         .as_array()
         .into_iter()
         .flatten()
-        .map(|t| (t["name"].as_str().unwrap_or(""), t["region"].as_str().unwrap_or("")))
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap_or(""),
+                t["region"].as_str().unwrap_or(""),
+            )
+        })
         .collect();
     assert_eq!(targets, [(here, here), (OTHER, OTHER)], "{report:#}");
     assert_eq!(code, Some(0), "a warning alone exits 0: {report:#}");
@@ -285,4 +307,99 @@ async fn check_aws_reads_through_the_targets_role() {
         "the caller's account has neither alarm: {report:#}"
     );
     assert_eq!(code, Some(1), "{report:#}");
+}
+
+/// `drill report --alarms --config` reads each service's alarms through its publish target's
+/// role: the lane of the alarm in the role's account is drawn. Without `--config` the default
+/// chain reads the caller's account, which has no such alarm: no lane, and the report says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drill_report_reads_alarms_through_the_targets_role() {
+    if let Err(why) = cloudwatch::health().await {
+        support::skip_or_panic(&format!("LocalStack: {why}"));
+        return;
+    }
+    const ACCOUNT: &str = "333344445555";
+    let (here, ep) = (cloudwatch::REGION, cloudwatch::endpoint());
+    let name = format!("drillrole-{}", uniq());
+    let alarm = format!("{name}-primary");
+    let cw = cw_as(here, ACCOUNT).await;
+    cw.put_metric_alarm()
+        .alarm_name(&alarm)
+        .namespace(readyprobe::contract::DEFAULT_NAMESPACE)
+        .metric_name("Readiness")
+        .dimensions(Dimension::builder().name("Service").value(&name).build())
+        .dimensions(Dimension::builder().name("Branch").value("primary").build())
+        .statistic(Statistic::Minimum)
+        .period(60)
+        .evaluation_periods(1)
+        .threshold(1.0)
+        .comparison_operator(ComparisonOperator::LessThanThreshold)
+        .send()
+        .await
+        .expect("PutMetricAlarm");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or_default())
+        .unwrap_or_default();
+    let attempt = |seq: i64, at: i64| {
+        format!(
+            r#"{{"record_seq":{seq},"at":"2026-12-01T19:42:44.869Z","at_ms":{at},"service":"{name}","prober":"az-a","kind":"attempt","branch":"primary","seq":{seq},"marker":"55848ea23848a8e12f6566f038a4f4e5","started_at":{at},"finished_at":{at},"steps":[{{"step":"connect","duration_ms":0.1,"ok":true}}],"answers":[],"address":"127.0.0.1:17002","tls_verified":false,"result":"success"}}"#
+        )
+    };
+    let ev = dir.path().join("ev.jsonl");
+    let lines = [attempt(1, now - 60_000), attempt(2, now)];
+    std::fs::write(&ev, lines.join("\n") + "\n").expect("write evidence");
+    let role = format!("arn:aws:iam::{ACCOUNT}:role/readyprobe-report");
+    let config = dir.path().join("c.toml");
+    let text = head(&ep, &ep, Some(&role)) + &service(&name, "db.drillrole.internal", None, "");
+    std::fs::write(&config, text).expect("write config");
+    let report = |with_config: bool| {
+        let out = dir
+            .path()
+            .join(if with_config { "with" } else { "without" });
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"));
+        cmd.args(["drill", "report", "--alarms", "--evidence"])
+            .arg(&ev)
+            .arg("--out")
+            .arg(&out)
+            .env("AWS_REGION", here)
+            .env("AWS_ENDPOINT_URL", &ep);
+        if with_config {
+            cmd.arg("--config").arg(&config);
+        }
+        let done = cmd.output().expect("run readyprobe");
+        let json = std::fs::read_to_string(out.join("report.json")).unwrap_or_default();
+        let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
+        let drill: Value = serde_json::from_str(&json)
+            .unwrap_or_else(|e| panic!("report.json ({e}): {json}\nstderr: {stderr}"));
+        (done.status.code(), drill, stderr)
+    };
+    let lanes = |drill: &Value| -> Vec<String> {
+        drill["services"][0]["alarms"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| a["name"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let (code, drill, stderr) = tokio::task::block_in_place(|| report(true));
+    assert_eq!(
+        lanes(&drill),
+        [alarm.clone()],
+        "{drill:#}\nstderr: {stderr}"
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let (_, drill, stderr) = tokio::task::block_in_place(|| report(false));
+    assert_eq!(
+        lanes(&drill),
+        Vec::<String>::new(),
+        "{drill:#}\nstderr: {stderr}"
+    );
+    assert!(
+        drill
+            .to_string()
+            .contains("no alarm lane for branch primary"),
+        "{drill:#}"
+    );
 }
