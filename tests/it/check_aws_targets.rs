@@ -386,7 +386,7 @@ async fn drill_report_reads_alarms_through_the_targets_role() {
     let (code, drill, stderr) = tokio::task::block_in_place(|| report(true));
     assert_eq!(
         lanes(&drill),
-        [alarm.clone()],
+        [alarm],
         "{drill:#}\nstderr: {stderr}"
     );
     assert_eq!(code, Some(0), "{stderr}");
