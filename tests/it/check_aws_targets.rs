@@ -384,11 +384,7 @@ async fn drill_report_reads_alarms_through_the_targets_role() {
             .collect()
     };
     let (code, drill, stderr) = tokio::task::block_in_place(|| report(true));
-    assert_eq!(
-        lanes(&drill),
-        [alarm],
-        "{drill:#}\nstderr: {stderr}"
-    );
+    assert_eq!(lanes(&drill), [alarm], "{drill:#}\nstderr: {stderr}");
     assert_eq!(code, Some(0), "{stderr}");
     let (_, drill, stderr) = tokio::task::block_in_place(|| report(false));
     assert_eq!(
