@@ -253,8 +253,11 @@ fn branch_rules(
         for h in followers {
             out.extend(health_check_rules(at, expect, h));
         }
+        // Judged once per branch: by the read in the branch's region when the service has one.
         let region = svc.branches.iter().find(|b| b.name == branch);
-        let region = region.and_then(|b| b.region.as_deref());
+        let region = region
+            .and_then(|b| b.region.as_deref())
+            .filter(|r| *r == expect.region || !svc.other_regions.iter().any(|o| o == r));
         out.extend(alarm_in_branch_region(at, region, &mine, hcs));
     }
     out

@@ -574,6 +574,22 @@ fn an_alarm_only_in_the_branchs_region_is_a_warning() {
         Vec::<String>::new()
     );
     assert_eq!(in_region(&expect(), &clean()), Vec::<String>::new());
+    // A service that also publishes to the branch's region: that read warns, not this one.
+    let mut other = primary_in("us-east-1");
+    other.services[0].other_regions = vec!["us-east-1".into()];
+    let mut inv = clean();
+    for h in hcs(&mut inv) {
+        if let Some(a) = &mut h.alarm {
+            a.region = "us-east-1".into();
+        }
+        h.id.push_str("-us");
+    }
+    assert_eq!(in_region(&other, &inv), Vec::<String>::new());
+    other.services[0].other_regions.clear();
+    assert_eq!(
+        in_region(&other, &inv),
+        ["primary health check hc-primary-us"]
+    );
 }
 
 /// A CALCULATED health check over followers of the branch's alarm in its region and of a copy
