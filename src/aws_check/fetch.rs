@@ -121,13 +121,18 @@ pub struct Clients {
 }
 
 impl Clients {
-    /// Build both clients, once the chain has a region and usable credentials.
+    /// Build both clients of one place, once its chain has a region and usable credentials
+    /// (through its role, when it names one).
     ///
     /// # Errors
     /// The [`Failure`] when it has no region or no usable credentials, with the region the
     /// chain found (empty when none), for the report.
-    pub async fn new(cfg: &Config, deadline: &Deadline) -> Result<Clients, (String, Failure)> {
-        let session = target(cfg).session().await;
+    pub async fn new(
+        place: &Place,
+        route53_endpoint: Option<&str>,
+        deadline: &Deadline,
+    ) -> Result<Clients, (String, Failure)> {
+        let session = place.target.session().await;
         let region = session.region().unwrap_or_default().to_string();
         if region.is_empty() {
             return Err((
@@ -148,7 +153,7 @@ impl Clients {
             .interceptor(deadline.cloudwatch_answers())
             .build();
         let route53 = session
-            .at(cfg.route53.endpoint_url.as_deref())
+            .at(route53_endpoint)
             .route53()
             .interceptor(deadline.route53_answers())
             .build();
@@ -160,31 +165,87 @@ impl Clients {
     }
 }
 
-/// Where the check reads: `[publish.cloudwatch]`'s target (region, endpoint, and role: the
-/// alarms and health checks live in the account the metric is published into; Route 53's
-/// endpoint is set per client), each try cut at `operation_timeout` and a call at three tries'
-/// worth, [`MAX_TRIES`] tries, bodies of at most [`MAX_RESPONSE_BYTES`].
-fn target(cfg: &Config) -> AwsTarget {
+/// One place the check reads: a distinct publish target (region, endpoint, role) and the
+/// services that publish there.
+#[derive(Debug, Clone)]
+pub struct Place {
+    /// The target's name (the first service's name for it).
+    pub name: String,
+    /// Where and how its clients talk to AWS.
+    pub target: AwsTarget,
+    /// Indexes into the config's services.
+    pub services: Vec<usize>,
+}
+
+/// Every distinct target of the config's services, in config order, each read once: each try
+/// cut at `operation_timeout` and a call at three tries' worth, [`MAX_TRIES`] tries, bodies of
+/// at most [`MAX_RESPONSE_BYTES`] (Route 53's endpoint is set per client).
+pub fn places(cfg: &Config) -> Vec<Place> {
+    let mut out: Vec<Place> = Vec::new();
+    for (i, svc) in cfg.services.iter().enumerate() {
+        for (name, target) in targets_of(cfg, svc) {
+            match out.iter_mut().find(|p| p.target == target) {
+                Some(p) if !p.services.contains(&i) => p.services.push(i),
+                Some(_) => {}
+                None => out.push(Place {
+                    name,
+                    target,
+                    services: vec![i],
+                }),
+            }
+        }
+    }
+    out
+}
+
+/// A service's publish targets, named, mapped by [`crate::aws::target_for`] with the check's
+/// timeouts, tries and body cap.
+fn targets_of(cfg: &Config, svc: &ServiceConfig) -> Vec<(String, AwsTarget)> {
     let timeout = cfg.publish.cloudwatch.operation_timeout;
     let timeouts = Timeouts {
         operation: timeout * 3,
         ..Timeouts::per_call(timeout)
     };
-    crate::aws::target_for(
-        &cfg.publish.default_target(),
-        &cfg.prober_id,
-        timeouts,
-        Retries::Standard(MAX_TRIES),
-        MAX_RESPONSE_BYTES,
-    )
+    svc.publish_targets
+        .iter()
+        .map(|t| {
+            let target = crate::aws::target_for(
+                t,
+                &cfg.prober_id,
+                timeouts,
+                Retries::Standard(MAX_TRIES),
+                MAX_RESPONSE_BYTES,
+            );
+            (t.name.clone(), target)
+        })
+        .collect()
 }
 
-/// The expectations of the config, as plain data.
-pub fn expect(cfg: &Config, region: &str) -> Expect {
+/// The expectations of the config at one place, as plain data: its services, each knowing the
+/// regions of its other places (`regions[i]` is the region of place `i`).
+pub fn expect(cfg: &Config, places: &[Place], at: usize, regions: &[String]) -> Expect {
+    let region = regions[at].clone();
+    let services = places[at]
+        .services
+        .iter()
+        .map(|&i| {
+            let mut e = service_expect(&cfg.services[i]);
+            e.other_regions = places
+                .iter()
+                .enumerate()
+                .filter(|(k, p)| *k != at && p.services.contains(&i))
+                .map(|(k, _)| regions[k].clone())
+                .filter(|r| *r != region)
+                .collect();
+            e.other_regions.sort();
+            e.other_regions.dedup();
+            e
+        })
+        .collect();
     Expect {
-        region: region.to_string(),
+        region,
         insufficient_data: cfg.route53.insufficient_data_health_status,
-        services: cfg.services.iter().map(service_expect).collect(),
+        services,
     }
 }
 
@@ -193,6 +254,7 @@ fn service_expect(s: &ServiceConfig) -> super::model::ServiceExpect {
         name: s.service.name.clone(),
         namespace: s.namespace.clone(),
         stable_name: s.service.stable_name.clone(),
+        other_regions: Vec::new(),
         branches: s
             .branches
             .iter()
@@ -200,6 +262,7 @@ fn service_expect(s: &ServiceConfig) -> super::model::ServiceExpect {
                 name: b.name.clone(),
                 role: b.role.to_string(),
                 endpoint: b.endpoint.trim_end_matches('.').to_ascii_lowercase(),
+                region: b.region.clone(),
             })
             .collect(),
     }
@@ -212,6 +275,7 @@ fn service_expect(s: &ServiceConfig) -> super::model::ServiceExpect {
 pub async fn inventory(
     clients: &Clients,
     cfg: &Config,
+    place: &Place,
     expect: &Expect,
     deadline: &Deadline,
 ) -> Result<Inventory, Unreachable> {
@@ -228,7 +292,7 @@ pub async fn inventory(
     }
     let mut records = BTreeMap::new();
     let mut zones = BTreeMap::new();
-    for svc in &cfg.services {
+    for svc in place.services.iter().map(|&i| &cfg.services[i]) {
         let got = service_records(
             &clients.route53,
             cfg.route53.hosted_zone_id.as_deref(),
@@ -410,6 +474,7 @@ fn health_check(h: &aws_sdk_route53::types::HealthCheck) -> Result<HealthCheck, 
             .map(|s| Spelled::parse(s.as_str())),
         inverted: c.inverted().unwrap_or(false),
         disabled: c.disabled().unwrap_or(false),
+        children: c.child_health_checks().to_vec(),
     })
 }
 

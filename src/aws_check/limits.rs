@@ -174,6 +174,16 @@ impl Deadline {
         }
     }
 
+    /// The same deadline for another target's clients, which judge their endpoints by their
+    /// own answers.
+    #[must_use]
+    pub fn for_another_target(&self) -> Deadline {
+        Deadline {
+            heard: Arc::default(),
+            ..self.clone()
+        }
+    }
+
     /// The interceptor that records the answers of the CloudWatch endpoint.
     pub fn cloudwatch_answers(&self) -> Answered {
         Answered(self.heard.cloudwatch.clone())

@@ -15,7 +15,8 @@ use crate::config::{Config, escape_controls};
 use clap::ValueEnum;
 use std::time::Duration;
 
-/// Exit code of `check --aws` when everything was read and nothing is violated.
+/// Exit code of `check --aws` when everything was read and nothing is violated (warnings
+/// alone, such as `alarm_in_branch_region`, exit 0).
 pub const EXIT_OK: u8 = 0;
 
 /// Exit code of `check --aws` when it finds a violation (as `probe` when an attempt fails,
@@ -66,27 +67,52 @@ pub fn parse_timeout(s: &str) -> Result<Duration, String> {
 /// answered no call (then AWS cannot be reached, as when the SDK's timeout ends the call).
 pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> u8 {
     let deadline = limits::Deadline::after(timeout, cfg.publish.cloudwatch.operation_timeout);
-    let clients = match fetch::Clients::new(cfg, &deadline).await {
-        Ok(c) => c,
-        Err((region, f)) => return fail(format, &region, &f),
-    };
-    let expect = fetch::expect(cfg, &clients.region);
-    let inventory = match fetch::inventory(&clients, cfg, &expect, &deadline).await {
-        Ok(i) => i,
-        Err(e) => {
-            let f = model::Failure {
-                exit: EXIT_IO,
-                kind: "unreachable",
-                message: format!("cannot reach AWS: {e}"),
-                fix: "check the network path to AWS (or the configured endpoints) and the region"
-                    .into(),
-            };
-            return fail(format, &clients.region, &f);
+    let places = fetch::places(cfg);
+    // With one target the report is as it always was; with several each finding names its own.
+    let named = places.len() > 1;
+    let mut clients = Vec::new();
+    for p in &places {
+        // One overall deadline; each target's endpoints are judged by their own answers.
+        let d = deadline.for_another_target();
+        match fetch::Clients::new(p, cfg.route53.endpoint_url.as_deref(), &d).await {
+            Ok(c) => clients.push((c, d)),
+            Err((region, f)) => return fail(format, &region, &at_target(named, p, f)),
         }
-    };
-    let findings = rules::check(&expect, &inventory);
+    }
+    let regions: Vec<String> = clients.iter().map(|(c, _)| c.region.clone()).collect();
+    let targets: Vec<render::Where> = places
+        .iter()
+        .zip(&regions)
+        .map(|(p, r)| render::Where {
+            name: p.name.clone(),
+            region: r.clone(),
+        })
+        .collect();
+    let mut findings = Vec::new();
+    for (k, (p, (c, d))) in places.iter().zip(&clients).enumerate() {
+        let expect = fetch::expect(cfg, &places, k, &regions);
+        let inventory = match fetch::inventory(c, cfg, p, &expect, d).await {
+            Ok(i) => i,
+            Err(e) => {
+                let f = model::Failure {
+                    exit: EXIT_IO,
+                    kind: "unreachable",
+                    message: format!("cannot reach AWS: {e}"),
+                    fix:
+                        "check the network path to AWS (or the configured endpoints) and the region"
+                            .into(),
+                };
+                return fail(format, &c.region, &at_target(named, p, f));
+            }
+        };
+        findings.extend(rules::check(&expect, &inventory).into_iter().map(|mut f| {
+            f.target = named.then(|| p.name.clone());
+            f
+        }));
+    }
     for f in findings.iter().filter(|f| !f.is_violation()) {
         tracing::warn!(
+            publish_target = %escape_controls(f.target.as_deref().unwrap_or("-")),
             service = %escape_controls(&f.service),
             object = %escape_controls(&f.object),
             "{}",
@@ -94,17 +120,25 @@ pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> u8 {
         );
     }
     let out = match format {
-        Format::Table => render::table(&clients.region, &findings),
-        Format::Json => render::json(&clients.region, &findings),
+        Format::Table => render::table(&targets, &findings),
+        Format::Json => render::json(&targets, &findings),
     };
     print!("{out}");
     if findings.iter().any(model::Finding::is_violation) {
         EXIT_VIOLATIONS
-    } else if findings.is_empty() {
-        EXIT_OK
-    } else {
+    } else if findings.iter().any(|f| f.rule == model::Rule::NotChecked) {
         EXIT_NOT_CHECKED
+    } else {
+        EXIT_OK
     }
+}
+
+/// A failure at one of several targets names it.
+fn at_target(named: bool, p: &fetch::Place, mut f: model::Failure) -> model::Failure {
+    if named {
+        f.message = format!("target {}: {}", p.name, f.message);
+    }
+    f
 }
 
 /// End the check without findings: the message on stderr, and with `--format json` a JSON

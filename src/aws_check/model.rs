@@ -82,6 +82,9 @@ pub struct ServiceExpect {
     pub namespace: String,
     /// The failover record name (lower case, no root dot).
     pub stable_name: String,
+    /// The regions the service's other publish targets are read in: a health check following
+    /// an alarm there belongs to that target's check, not to this one's `region` rule.
+    pub other_regions: Vec<String>,
     /// The branches of the service.
     pub branches: Vec<BranchExpect>,
 }
@@ -96,6 +99,8 @@ pub struct BranchExpect {
     /// The branch-specific endpoint the prober probes (lower case, no root dot): the failover
     /// record of the role must answer with it.
     pub endpoint: String,
+    /// The region the branch runs in (`branch.region`), if the config names it.
+    pub region: Option<String>,
 }
 
 /// One metric an alarm watches (the alarm's own, or one `MetricStat` of its metric math).
@@ -179,6 +184,8 @@ pub struct HealthCheck {
     pub inverted: bool,
     /// `Disabled`: Route 53 considers the health check healthy whatever the alarm says.
     pub disabled: bool,
+    /// `ChildHealthChecks` of a `CALCULATED` health check (ids); empty for the others.
+    pub children: Vec<String>,
 }
 
 /// A record of a hosted zone.
@@ -275,11 +282,27 @@ pub enum Rule {
     HealthCheckInverted,
     /// A health check with `Disabled` set: Route 53 considers it healthy whatever the alarm says.
     HealthCheckDisabled,
+    /// A warning: every alarm the branch's health check follows (directly, or through the
+    /// children of a `CALCULATED` one) is in the branch's own region, so an impaired CloudWatch
+    /// or a dark region there leaves the branch's only health signal stale when it fails.
+    AlarmInBranchRegion,
+}
+
+impl Rule {
+    /// Whether a finding of this rule is a warning: reported, but neither a violation nor a
+    /// part not checked (it does not change the exit code).
+    pub fn is_warning(self) -> bool {
+        matches!(self, Rule::AlarmInBranchRegion)
+    }
 }
 
 /// One violation (or one thing not checked) and its fix.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
+    /// The publish target whose reads found it (its name), when the check read more than the
+    /// config's default target; set by the caller of the rules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     /// Service name.
     pub service: String,
     /// Branch name, when the finding is about one.
@@ -295,8 +318,13 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// Whether it is a violation (a `not_checked` row is not).
+    /// Whether it is a violation (a `not_checked` row and a warning are not).
     pub fn is_violation(&self) -> bool {
-        self.rule != Rule::NotChecked
+        self.rule != Rule::NotChecked && !self.rule.is_warning()
+    }
+
+    /// Whether it is a warning.
+    pub fn is_warning(&self) -> bool {
+        self.rule.is_warning()
     }
 }

@@ -4,11 +4,27 @@ use super::model::{Failure, Finding};
 use crate::config::escape_controls;
 use serde::Serialize;
 
+/// One place the check read: a publish target's name and the region its reads went to.
+#[derive(Debug, Clone, Serialize)]
+pub struct Where {
+    /// The target's name.
+    pub name: String,
+    /// Its region.
+    pub region: String,
+}
+
+/// The region of the report's header: the one target's, or the first of several.
+fn first_region(targets: &[Where]) -> &str {
+    targets.first().map_or("", |t| t.region.as_str())
+}
+
 /// The JSON document.
 #[derive(Serialize)]
 struct Report<'a> {
     region: &'a str,
+    targets: &'a [Where],
     violations: usize,
+    warnings: usize,
     not_checked: usize,
     findings: &'a [Finding],
 }
@@ -21,16 +37,27 @@ struct ErrorReport<'a> {
     error: &'a Failure,
 }
 
-/// One JSON document with every finding.
-pub fn json(region: &str, findings: &[Finding]) -> String {
-    let violations = findings.iter().filter(|f| f.is_violation()).count();
+/// One JSON document with every finding: `region` (the first target's), `targets` (each
+/// target's name and region), the counts, and the findings (with their `target` when there are
+/// several).
+pub fn json(targets: &[Where], findings: &[Finding]) -> String {
+    let (violations, warnings, not_checked) = counts(findings);
     let report = Report {
-        region,
+        region: first_region(targets),
+        targets,
         violations,
-        not_checked: findings.len() - violations,
+        warnings,
+        not_checked,
         findings,
     };
     to_json(&report)
+}
+
+/// Violations, warnings and `not_checked` rows.
+fn counts(findings: &[Finding]) -> (usize, usize, usize) {
+    let violations = findings.iter().filter(|f| f.is_violation()).count();
+    let warnings = findings.iter().filter(|f| f.is_warning()).count();
+    (violations, warnings, findings.len() - violations - warnings)
 }
 
 /// One JSON document with the error that ended the check: `region`, `exit` (the exit code) and
@@ -68,14 +95,19 @@ fn is_terminal_control(c: char) -> bool {
 }
 
 /// The table: a header, one line per finding (service, branch, object, rule, what is wrong, the
-/// fix), and a summary line. Names from AWS are escaped so they cannot drive the terminal.
-pub fn table(region: &str, findings: &[Finding]) -> String {
+/// fix; the object prefixed with its target when there are several), and a summary line. Names
+/// from AWS are escaped so they cannot drive the terminal.
+pub fn table(targets: &[Where], findings: &[Finding]) -> String {
     let rows: Vec<[String; 6]> = findings
         .iter()
         .map(|f| {
             let rule: &str = f.rule.into();
+            let service = match &f.target {
+                Some(t) => format!("{}@{t}", f.service),
+                None => f.service.clone(),
+            };
             [
-                f.service.clone(),
+                service,
                 f.branch.clone().unwrap_or_else(|| "-".into()),
                 f.object.clone(),
                 rule.to_string(),
@@ -105,12 +137,23 @@ pub fn table(region: &str, findings: &[Finding]) -> String {
         out.push_str(&line(&header));
         rows.iter().for_each(|r| out.push_str(&line(r)));
     }
-    let violations = findings.iter().filter(|f| f.is_violation()).count();
-    let not_checked = findings.len() - violations;
+    let (violations, warnings, not_checked) = counts(findings);
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    let place = match targets {
+        [one] => format!("region {}", one.region),
+        many => format!(
+            "targets {}",
+            many.iter()
+                .map(|t| format!("{} in {}", t.name, t.region))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     out.push_str(&format!(
-        "check --aws (region {}): {violations} violation{}, {not_checked} not checked\n",
-        escape_controls(region),
-        if violations == 1 { "" } else { "s" },
+        "check --aws ({}): {violations} violation{}, {warnings} warning{}, {not_checked} not checked\n",
+        escape_controls(&place),
+        plural(violations),
+        plural(warnings),
     ));
     out
 }
@@ -120,8 +163,55 @@ mod tests {
     use super::*;
     use crate::aws_check::model::Rule;
 
+    fn one(region: &str) -> Vec<Where> {
+        vec![Where {
+            name: region.into(),
+            region: region.into(),
+        }]
+    }
+
+    /// With several targets each row names its target, the summary names every target, and
+    /// the JSON lists them; a warning is counted apart from violations.
+    #[test]
+    fn several_targets_are_reported_per_target() {
+        let targets = vec![
+            Where {
+                name: "eu-west-1".into(),
+                region: "eu-west-1".into(),
+            },
+            Where {
+                name: "us-east-1@123456789012/pub".into(),
+                region: "us-east-1".into(),
+            },
+        ];
+        let mut a = finding(Rule::Period);
+        a.target = Some("eu-west-1".into());
+        let mut b = finding(Rule::AlarmInBranchRegion);
+        b.target = Some("us-east-1@123456789012/pub".into());
+        b.object = "health check hc-1".into();
+        let t = table(&targets, &[a.clone(), b.clone()]);
+        expect_test::expect![[r#"
+            SERVICE                               BRANCH   OBJECT                            RULE                    PROBLEM; FIX
+            orders-db@eu-west-1                   primary  alarm orders-db-primary\u{1b}[2J  period                  period 300 s; fix: set Period = 60
+            orders-db@us-east-1@123456789012/pub  primary  health check hc-1                 alarm_in_branch_region  period 300 s; fix: set Period = 60
+            check --aws (targets eu-west-1 in eu-west-1, us-east-1@123456789012/pub in us-east-1): 1 violation, 1 warning, 0 not checked
+        "#]]
+        .assert_eq(&t);
+        let j: serde_json::Value =
+            serde_json::from_str(&json(&targets, &[a, b])).unwrap_or_default();
+        assert_eq!(j["region"], "eu-west-1");
+        assert_eq!(j["targets"][1]["region"], "us-east-1");
+        assert_eq!(
+            (j["violations"].clone(), j["warnings"].clone()),
+            (1.into(), 1.into())
+        );
+        assert_eq!(j["findings"][1]["target"], "us-east-1@123456789012/pub");
+        assert_eq!(j["findings"][1]["rule"], "alarm_in_branch_region");
+    }
+
     fn finding(rule: Rule) -> Finding {
         Finding {
+            target: None,
             service: "orders-db".into(),
             branch: Some("primary".into()),
             object: "alarm orders-db-primary\x1b[2J".into(),
@@ -134,14 +224,14 @@ mod tests {
     #[test]
     fn table_has_one_line_per_finding_and_escapes_names() {
         let t = table(
-            "eu-west-1",
+            &one("eu-west-1"),
             &[finding(Rule::Period), finding(Rule::NotChecked)],
         );
         expect_test::expect![[r#"
             SERVICE    BRANCH   OBJECT                            RULE         PROBLEM; FIX
             orders-db  primary  alarm orders-db-primary\u{1b}[2J  period       period 300 s; fix: set Period = 60
             orders-db  primary  alarm orders-db-primary\u{1b}[2J  not_checked  period 300 s; fix: set Period = 60
-            check --aws (region eu-west-1): 1 violation, 1 not checked
+            check --aws (region eu-west-1): 1 violation, 0 warnings, 1 not checked
         "#]]
         .assert_eq(&t);
     }
@@ -149,7 +239,7 @@ mod tests {
     #[test]
     fn json_counts_violations_apart_from_not_checked() {
         let j: serde_json::Value = serde_json::from_str(&json(
-            "r",
+            &one("r"),
             &[finding(Rule::Unit), finding(Rule::NotChecked)],
         ))
         .unwrap_or_default();
@@ -168,8 +258,8 @@ mod tests {
         f.object = name.into();
         f.problem = format!("about {name}");
         for out in [
-            table("r", std::slice::from_ref(&f)),
-            json("r", &[f.clone()]),
+            table(&one("r"), std::slice::from_ref(&f)),
+            json(&one("r"), &[f.clone()]),
         ] {
             assert!(
                 !out.chars()
@@ -177,7 +267,7 @@ mod tests {
                 "{out:?}"
             );
         }
-        let j = json("r", &[f]);
+        let j = json(&one("r"), &[f]);
         assert!(j.contains("\\u202e") && j.contains("\\u009b"), "{j}");
         let v: serde_json::Value = serde_json::from_str(&j).unwrap_or_default();
         assert_eq!(v["findings"][0]["object"], name);

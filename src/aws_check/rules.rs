@@ -24,6 +24,40 @@ fn follows(hc: &HealthCheck, alarm: &str) -> bool {
         && hc.alarm.as_ref().is_some_and(|a| a.name == alarm)
 }
 
+/// The most health checks a walk through `CALCULATED` children visits: a loop or a deep
+/// chain in an answer ends there.
+const MAX_WALK: usize = 256;
+
+/// The `CLOUDWATCH_METRIC` health checks `root` stands on: itself, or the leaves under a
+/// `CALCULATED` one's children (each visited once; ids the listing lacks are skipped).
+fn leaves<'a>(root: &'a HealthCheck, hcs: &'a [HealthCheck]) -> Vec<&'a HealthCheck> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo = vec![root];
+    while let Some(h) = todo.pop() {
+        if seen.len() >= MAX_WALK || !seen.insert(h.id.as_str()) {
+            continue;
+        }
+        if h.kind.is(HealthCheckType::CloudwatchMetric) {
+            out.push(h);
+        } else if h.kind.is(HealthCheckType::Calculated) {
+            todo.extend(
+                h.children
+                    .iter()
+                    .filter_map(|c| hcs.iter().find(|x| x.id == *c)),
+            );
+        }
+    }
+    out
+}
+
+/// Whether a health check follows one of `alarms`, directly or through its children.
+fn reaches(h: &HealthCheck, alarms: &[&Alarm], hcs: &[HealthCheck]) -> bool {
+    leaves(h, hcs)
+        .iter()
+        .any(|l| alarms.iter().any(|a| follows(l, &a.name)))
+}
+
 /// Whether an alarm is one a health check may follow for the service: it watches a series of
 /// the service (its `Service` dimension) and either `Readiness` or is followed by a health
 /// check. Alarms on the other contract metrics (paging on `SuccessRate`, ...) are not.
@@ -110,6 +144,7 @@ struct At<'a> {
 impl At<'_> {
     fn finding(&self, object: &str, rule: Rule, problem: String, fix: &str) -> Finding {
         Finding {
+            target: None,
             service: self.service.to_string(),
             branch: self.branch.map(str::to_string),
             object: object.to_string(),
@@ -197,11 +232,17 @@ fn branch_rules(
         }
     }
     if matches!(inv.health_checks, Fetched::Got(_)) {
-        let followers: Vec<&HealthCheck> = hcs
+        let elsewhere = |h: &HealthCheck| {
+            h.alarm
+                .as_ref()
+                .is_some_and(|a| a.region != expect.region && svc.other_regions.contains(&a.region))
+        };
+        let (followers, theirs): (Vec<&HealthCheck>, Vec<&HealthCheck>) = hcs
             .iter()
             .filter(|h| mine.iter().any(|a| follows(h, &a.name)))
-            .collect();
-        if followers.is_empty() {
+            .partition(|h| !elsewhere(h));
+        // One that follows the branch's alarm in another target's region is that check's.
+        if followers.is_empty() && theirs.is_empty() {
             out.push(at.finding(
                 "health check",
                 Rule::NoHealthCheck,
@@ -212,8 +253,49 @@ fn branch_rules(
         for h in followers {
             out.extend(health_check_rules(at, expect, h));
         }
+        // Judged once per branch: by the read in the branch's region when the service has one.
+        let region = svc.branches.iter().find(|b| b.name == branch);
+        let region = region
+            .and_then(|b| b.region.as_deref())
+            .filter(|r| *r == expect.region || !svc.other_regions.iter().any(|o| o == r));
+        out.extend(alarm_in_branch_region(at, region, &mine, hcs));
     }
     out
+}
+
+/// `alarm_in_branch_region`: the branch's health checks are the ones that follow one of its
+/// alarms, directly or through children, and are no other health check's child. A warning when
+/// the branch names its region and every alarm they follow is in it; silent when any follows
+/// an alarm in another region, when the branch names no region, or when there is none.
+fn alarm_in_branch_region(
+    at: At<'_>,
+    region: Option<&str>,
+    mine: &[&Alarm],
+    hcs: &[HealthCheck],
+) -> Option<Finding> {
+    let region = region?;
+    let is_child = |h: &HealthCheck| hcs.iter().any(|p| p.children.contains(&h.id));
+    let roots: Vec<&HealthCheck> = hcs
+        .iter()
+        .filter(|h| !is_child(h) && reaches(h, mine, hcs))
+        .collect();
+    let regions: Vec<&str> = roots
+        .iter()
+        .flat_map(|r| leaves(r, hcs))
+        .filter_map(|l| l.alarm.as_ref().map(|a| a.region.as_str()))
+        .collect();
+    if regions.is_empty() || regions.iter().any(|r| *r != region) {
+        return None;
+    }
+    let ids: Vec<&str> = roots.iter().map(|r| r.id.as_str()).collect();
+    Some(at.finding(
+        &format!("health check {}", ids.join(", ")),
+        Rule::AlarmInBranchRegion,
+        format!(
+            "every alarm it follows is in {region}, the branch's own region: when CloudWatch or the region is impaired, the alarm goes stale exactly when the branch fails"
+        ),
+        "publish the branch's readiness to a second region too (a publish target), alarm there, and follow both alarms with a CALCULATED health check",
+    ))
 }
 
 /// The rules of one routing alarm.
@@ -600,9 +682,7 @@ fn record_health_rule(
     let (alarms, hcs) = known?;
     let branch = at.branch?;
     let mine = branch_alarms(svc, branch, alarms, hcs);
-    let ok = hcs
-        .iter()
-        .any(|h| h.id == *id && mine.iter().any(|a| follows(h, &a.name)));
+    let ok = hcs.iter().any(|h| h.id == *id && reaches(h, &mine, hcs));
     (!ok).then(|| {
         at.finding(
             object,

@@ -6,7 +6,7 @@
 //! `report.html` ([`crate::report`]); needs no config.
 
 use super::{EXIT_INVALID_CONFIG, EXIT_IO, EXIT_OK};
-use crate::config::{Config, ServiceConfig};
+use crate::config::{Config, ConfigSource, ServiceConfig};
 use crate::control::{Marker, MarkerKind};
 use crate::record::{Envelope, LineError, LineErrorReason, MarkerRecord, Record, read_lines};
 use crate::report::merge::Merger;
@@ -63,8 +63,9 @@ pub enum DrillCommand {
     /// record given twice (the same file twice, overlapping copies) counts once. Lines that
     /// cannot be used are listed as problems, with each gap in a prober's `record_seq`.
     /// `--alarms` reads CloudWatch through the default AWS chain (`AWS_REGION`,
-    /// `AWS_ENDPOINT_URL`, profile or role): the alarms on each branch's `Readiness` metric in the
-    /// namespace the evidence's `start` records name, at most 60 s per service. Exit 0 when
+    /// `AWS_ENDPOINT_URL`, profile or role), or with `--config` through each service's publish
+    /// targets (region, role, endpoint): the alarms on each branch's `Readiness` metric in the
+    /// namespace the evidence's `start` records name, at most 60 s per service and target. Exit 0 when
     /// written (also when some lines were bad), 64 invalid arguments or nothing to report (no
     /// evidence record at all, or none of `--service`),
     /// 74 an evidence file cannot be read, `--out` cannot be written, or `--alarms` could not
@@ -270,6 +271,11 @@ pub struct ReportArgs {
     /// Add a lane per branch alarm from CloudWatch's alarm history over the drill window.
     #[arg(long)]
     alarms: bool,
+    /// With --alarms: read each service of this config through its publish targets (region,
+    /// role, endpoint), as its prober publishes; a service the config lacks, and every service
+    /// without --config, through the default AWS chain.
+    #[arg(long, short, requires = "alarms", value_name = "FILE|s3://BUCKET/KEY")]
+    config: Option<ConfigSource>,
 }
 
 /// `drill report`: read every evidence file (streamed, a capped line at a time), merge, write
@@ -347,7 +353,10 @@ pub(super) async fn report(a: ReportArgs) -> ExitCode {
     // Alarm lanes go in before `finish`, so the phase table reads them too. A failed fetch
     // still writes the report (without the lanes, the failure listed) and exits 74.
     let alarms_failed = if a.alarms {
-        add_alarm_lanes(&mut m, &services).await
+        match alarms_config(a.config.as_ref()).await {
+            Ok(cfg) => add_alarm_lanes(&mut m, &services, cfg.as_ref()).await,
+            Err(code) => return code,
+        }
     } else {
         false
     };
@@ -467,39 +476,71 @@ fn open_evidence(path: &Path) -> std::io::Result<std::fs::File> {
 /// How long `--alarms` may take per service, every call included.
 const ALARMS_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Each service's branch alarms from CloudWatch (the default AWS chain: `AWS_REGION`,
-/// `AWS_ENDPOINT_URL`, ...), looked up on the `Readiness` metric in the namespace its `start`
-/// records name. True when a fetch failed (named on stderr and in the report).
-async fn add_alarm_lanes(m: &mut Merger, services: &[String]) -> bool {
+/// The config `--alarms` reads the publish targets of, if `--config` names one (exit 64 when it
+/// cannot be read or is invalid).
+async fn alarms_config(source: Option<&ConfigSource>) -> Result<Option<Config>, ExitCode> {
+    match source {
+        Some(source) => super::load(source, None).await.map(|(cfg, _, _)| Some(cfg)),
+        None => Ok(None),
+    }
+}
+
+/// Each service's branch alarms from CloudWatch, looked up on the `Readiness` metric in the
+/// namespace its `start` records name: through each of its publish targets in `cfg`, else
+/// through the default AWS chain (`AWS_REGION`, `AWS_ENDPOINT_URL`, ...). A target that fails
+/// is not asked again for later services. True when a fetch failed (named on stderr and in
+/// the report).
+async fn add_alarm_lanes(m: &mut Merger, services: &[String], cfg: Option<&Config>) -> bool {
     use crate::report::alarms;
-    let client = alarms::client_for(None, None, std::time::Duration::from_secs(10)).await;
     let window = m.window();
+    let mut clients = alarms::Clients::default();
     let mut failed = false;
-    for (k, s) in services.iter().enumerate() {
-        if failed {
-            // CloudWatch failed once: asking again per service would multiply the wait.
-            let rest = services.len() - k;
-            m.note_problem(format!(
-                "--alarms: the {rest} remaining service(s) not asked after that failure; no alarm lanes"
-            ));
-            break;
-        }
+    let todo: Vec<(&String, Vec<alarms::Source>)> = services
+        .iter()
+        .map(|s| (s, alarms::sources(cfg, s)))
+        .collect();
+    for (k, (s, sources)) in todo.iter().enumerate() {
         let (ns, branches) = m.metric_series(s);
         let ns = ns.unwrap_or(crate::contract::DEFAULT_NAMESPACE).to_string();
-        match alarms::fetch(&client, &ns, s, &branches, window, ALARMS_BUDGET).await {
-            Ok(got) => {
-                m.set_alarms(s, got.lanes);
-                for p in got.problems {
-                    m.note_problem(format!("--alarms: {p}"));
+        let mut lanes = Vec::new();
+        for source in sources {
+            let Some(client) = clients.get(source).await else {
+                continue;
+            };
+            let at = source
+                .name
+                .as_deref()
+                .map_or(String::new(), |n| format!(" at target {n}"));
+            match alarms::fetch(&client, &ns, s, &branches, window, ALARMS_BUDGET).await {
+                Ok(got) => {
+                    lanes.extend(got.lanes.into_iter().map(|mut l| {
+                        l.target.clone_from(&source.name);
+                        l
+                    }));
+                    for p in got.problems {
+                        m.note_problem(format!("--alarms{at}: {p}"));
+                    }
+                }
+                Err(e) => {
+                    let what = format!("--alarms: service {s}{at}: {e}; no alarm lanes");
+                    eprintln!("error: {}", crate::config::escape_controls(&what));
+                    m.note_problem(what);
+                    failed = true;
+                    // Asking the failed target again per service would multiply the wait.
+                    clients.give_up(source);
+                    let rest = todo[k + 1..]
+                        .iter()
+                        .filter(|(_, later)| later.iter().any(|x| x.same_target(source)))
+                        .count();
+                    if rest > 0 {
+                        m.note_problem(format!(
+                            "--alarms: the {rest} remaining service(s) not asked{at} after that failure; no alarm lanes"
+                        ));
+                    }
                 }
             }
-            Err(e) => {
-                let what = format!("--alarms: service {s}: {e}; no alarm lanes");
-                eprintln!("error: {}", crate::config::escape_controls(&what));
-                m.note_problem(what);
-                failed = true;
-            }
         }
+        m.set_alarms(s, lanes);
     }
     failed
 }

@@ -510,6 +510,7 @@ pub(super) struct RawBranch {
     pub role: Role,
     pub endpoint: String,
     pub port: Option<NonZeroU16>,
+    pub region: Option<String>,
 }
 
 #[cfg(test)]

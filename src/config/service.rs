@@ -37,6 +37,9 @@ pub struct Branch {
     pub endpoint: String,
     /// Server port.
     pub port: u16,
+    /// The AWS region the branch runs in, if named: `check --aws` warns when every alarm its
+    /// health check follows is in this region (`alarm_in_branch_region`).
+    pub region: Option<String>,
 }
 
 /// A DNS name as compared and resolved: trimmed, without the root dot, lower case.
@@ -139,6 +142,9 @@ pub(super) fn branches(
         if let Err(why) = check_endpoint(&endpoint, service) {
             issues.error(key("endpoint"), why);
         }
+        if let Some(why) = b.region.as_deref().and_then(region_problem) {
+            issues.error(key("region"), why);
+        }
         let port = b.port.map(|p| p.get()).or(default_port);
         match port {
             Some(port) => out.push(Branch {
@@ -146,6 +152,7 @@ pub(super) fn branches(
                 role: b.role,
                 endpoint,
                 port,
+                region: b.region,
             }),
             None if probe_ok => {
                 issues.error(key("port"), "no port: set it here or in [probe.tcp]");
@@ -154,6 +161,19 @@ pub(super) fn branches(
         }
     }
     Some(out)
+}
+
+/// What is wrong with an AWS region name, if anything: lower-case letters, digits and `-`,
+/// at most 32 characters (`eu-west-1`, `us-gov-west-1`).
+pub(super) fn region_problem(r: &str) -> Option<String> {
+    let shape = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    let ok = !r.is_empty()
+        && r.len() <= 32
+        && r.chars().all(shape)
+        && r.contains('-')
+        && !r.starts_with('-')
+        && !r.ends_with('-');
+    (!ok).then(|| format!("{r:?} is not an AWS region name (e.g. \"eu-west-1\")"))
 }
 
 fn check_endpoint(endpoint: &str, service: &Service) -> Result<(), String> {
@@ -210,4 +230,36 @@ pub fn check_hostname(name: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+    use std::path::Path;
+
+    fn config(region_line: &str) -> String {
+        format!(
+            "[service]\nname = \"s\"\nstable_name = \"s.internal.example\"\n[probe]\nkind = \"tcp\"\n[probe.tcp]\nport = 5432\n[[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"p.internal.example\"\n{region_line}\n[[branch]]\nname = \"secondary\"\nrole = \"SECONDARY\"\nendpoint = \"s.internal.example.net\"\n"
+        )
+    }
+
+    /// `region` is optional, kept as written, and a value that is no region name is an issue
+    /// naming the branch's key and line.
+    #[test]
+    fn a_branch_region_is_optional_and_checked() {
+        let c = parse(Path::new("t.toml"), &config("region = \"eu-west-1\"")).unwrap();
+        let regions: Vec<Option<&str>> = c.services[0]
+            .branches
+            .iter()
+            .map(|b| b.region.as_deref())
+            .collect();
+        assert_eq!(regions, [Some("eu-west-1"), None]);
+        for bad in ["EU-WEST-1", "", "eu west 1", "euwest", "-eu-west-1"] {
+            let e = parse(Path::new("t.toml"), &config(&format!("region = {bad:?}"))).unwrap_err();
+            let issue = &e.issues[0];
+            assert_eq!(issue.key, "branch[0].region", "{bad:?}: {e}");
+            assert_eq!(issue.line, Some(12), "{bad:?}: {e}");
+            assert!(issue.message.contains("not an AWS region name"), "{e}");
+        }
+    }
 }

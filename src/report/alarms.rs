@@ -9,6 +9,7 @@
 //! stamps an item with the time the *previous* state began.
 
 use super::model::{AlarmLane, Band, Span};
+use crate::aws::{AwsTarget, Retries, Timeouts};
 use crate::aws_vocab::{AlarmState, Spelled};
 use crate::readiness::Millis;
 use aws_sdk_cloudwatch::config::http::HttpResponse;
@@ -88,25 +89,93 @@ pub struct AlarmLanes {
     pub problems: Vec<String>,
 }
 
-/// A CloudWatch client for [`fetch`]: the default AWS chain (environment, including
-/// `AWS_REGION` and `AWS_ENDPOINT_URL`, profile, instance role), overridden by `region` and
-/// `endpoint_url` when given (a config's `[publish.cloudwatch]`). Each call attempt is cut at
-/// `timeout`; throttling and other retryable failures are retried (3 tries in all); response
-/// bodies are capped at 4 MiB.
-pub async fn client_for(
-    region: Option<&str>,
-    endpoint_url: Option<&str>,
-    timeout: Duration,
-) -> aws_sdk_cloudwatch::Client {
-    let target = crate::aws::AwsTarget {
-        region: region.map(str::to_string),
-        endpoint_url: endpoint_url.map(str::to_string),
-        timeouts: crate::aws::Timeouts::per_call(timeout),
-        retries: crate::aws::Retries::Standard(3),
-        max_response_bytes: MAX_RESPONSE_BYTES,
-        role: None,
-    };
+/// Each call attempt's timeout.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A CloudWatch client for [`fetch`] through `target` (its session: region, endpoint, role).
+async fn client(target: &AwsTarget) -> aws_sdk_cloudwatch::Client {
     aws_sdk_cloudwatch::Client::from_conf(target.session().await.cloudwatch().build())
+}
+
+/// Where one service's alarms are read: one of its publish targets, or the default chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    /// The target's name, when the service has several targets (its lanes carry it).
+    pub name: Option<String>,
+    target: AwsTarget,
+}
+
+impl Source {
+    /// Whether both read through the same target (one client serves both).
+    pub fn same_target(&self, other: &Source) -> bool {
+        self.target == other.target
+    }
+}
+
+/// Where `service`'s alarms are read: each of its publish targets in `cfg` (region, role,
+/// endpoint: where its prober publishes, mapped by [`crate::aws::target_for`]), else the
+/// default AWS chain. Each call attempt is cut at 10 s, 3 tries, bodies of at most 4 MiB.
+pub fn sources(cfg: Option<&crate::config::Config>, service: &str) -> Vec<Source> {
+    let found = cfg.and_then(|c| {
+        c.services
+            .iter()
+            .find(|s| s.service.name == service)
+            .map(|s| (c, s))
+    });
+    let Some((cfg, svc)) = found else {
+        return vec![Source {
+            name: None,
+            target: AwsTarget {
+                region: None,
+                endpoint_url: None,
+                timeouts: Timeouts::per_call(CALL_TIMEOUT),
+                retries: Retries::Standard(3),
+                max_response_bytes: MAX_RESPONSE_BYTES,
+                role: None,
+            },
+        }];
+    };
+    let named = svc.publish_targets.len() > 1;
+    svc.publish_targets
+        .iter()
+        .map(|t| Source {
+            name: named.then(|| t.name.clone()),
+            target: crate::aws::target_for(
+                t,
+                &cfg.prober_id,
+                Timeouts::per_call(CALL_TIMEOUT),
+                Retries::Standard(3),
+                MAX_RESPONSE_BYTES,
+            ),
+        })
+        .collect()
+}
+
+/// One client per distinct target, made when first asked; a target given up on gives none.
+#[derive(Debug, Default)]
+pub struct Clients {
+    made: Vec<(AwsTarget, aws_sdk_cloudwatch::Client)>,
+    given_up: Vec<AwsTarget>,
+}
+
+impl Clients {
+    /// The client of `source`'s target; `None` once [`Clients::give_up`] was called for it.
+    pub async fn get(&mut self, source: &Source) -> Option<aws_sdk_cloudwatch::Client> {
+        if self.given_up.contains(&source.target) {
+            return None;
+        }
+        if let Some((_, c)) = self.made.iter().find(|(t, _)| *t == source.target) {
+            return Some(c.clone());
+        }
+        let c = client(&source.target).await;
+        self.made.push((source.target.clone(), c.clone()));
+        Some(c)
+    }
+
+    /// Ask `source`'s target no more.
+    pub fn give_up(&mut self, source: &Source) {
+        self.given_up.push(source.target.clone());
+    }
 }
 
 /// The alarm lanes of `service`'s branches over `window`: the metric alarms on each branch's
@@ -441,6 +510,7 @@ fn lane(a: &AlarmFacts, window: Span, problems: &mut Vec<String>) -> AlarmLane {
     AlarmLane {
         name: a.name.clone(),
         branch: a.branch.clone(),
+        target: None,
         states,
     }
 }
@@ -464,6 +534,7 @@ fn no_history(
             return AlarmLane {
                 name: a.name.clone(),
                 branch: a.branch.clone(),
+                target: None,
                 states,
             };
         }
@@ -489,6 +560,7 @@ fn no_history(
     AlarmLane {
         name: a.name.clone(),
         branch: a.branch.clone(),
+        target: None,
         states,
     }
 }
@@ -585,6 +657,61 @@ fn time(ms: Millis) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A service of the config is read through each of its publish targets (named when it has
+    /// several, with the role's session), two services on one target share it, and a service
+    /// the config lacks (or no config) through the default chain, unnamed.
+    #[test]
+    fn alarms_are_read_where_each_service_publishes() {
+        let text = r#"prober_id = "p1"
+[publish]
+sinks = ["cloudwatch"]
+[publish.cloudwatch]
+region = "eu-west-1"
+[probe]
+kind = "tcp"
+[probe.tcp]
+port = 5432
+[[service]]
+name = "two"
+stable_name = "two.example.internal"
+publish = [{ region = "eu-west-1" }, { region = "us-east-1", role_arn = "arn:aws:iam::123456789012:role/pub" }]
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "p.two.example.internal"
+[[service]]
+name = "one"
+stable_name = "one.example.internal"
+[[service.branch]]
+name = "primary"
+role = "PRIMARY"
+endpoint = "p.one.example.internal"
+"#;
+        let cfg = crate::config::parse(std::path::Path::new("t.toml"), text).unwrap();
+        let two = sources(Some(&cfg), "two");
+        let names: Vec<Option<&str>> = two.iter().map(|s| s.name.as_deref()).collect();
+        assert_eq!(
+            names,
+            [Some("eu-west-1"), Some("us-east-1@123456789012/pub")]
+        );
+        assert_eq!(two[1].target.region.as_deref(), Some("us-east-1"));
+        let role = two[1].target.role.as_ref().map(|r| r.role_arn.as_str());
+        assert_eq!(role, Some("arn:aws:iam::123456789012:role/pub"));
+        assert_eq!(two[1].target.timeouts, Timeouts::per_call(CALL_TIMEOUT));
+        let one = sources(Some(&cfg), "one");
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].name, None);
+        assert!(one[0].same_target(&two[0]), "{one:?} {two:?}");
+        for chain in [sources(Some(&cfg), "elsewhere"), sources(None, "two")] {
+            assert_eq!(chain.len(), 1);
+            assert_eq!(
+                (chain[0].name.as_deref(), &chain[0].target.region),
+                (None, &None)
+            );
+            assert!(chain[0].target.role.is_none());
+        }
+    }
 
     const FROM: Millis = 1_800_000_000_000;
     const UNTIL: Millis = FROM + 600_000;

@@ -177,8 +177,22 @@ pub struct AlarmLane {
     pub name: String,
     /// The branch it watches.
     pub branch: String,
+    /// The publish target it was read through, when the service has several (the same alarm
+    /// name may then be in more than one region or account).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     /// `OK`, `ALARM`, `INSUFFICIENT_DATA`.
     pub states: Vec<Band<String>>,
+}
+
+impl AlarmLane {
+    /// The alarm as a reader names it: its name, and its target when it has one.
+    pub fn label(&self) -> String {
+        match &self.target {
+            Some(t) => format!("{} @ {t}", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 /// An operator's marker.

@@ -112,7 +112,7 @@ pub fn lanes(d: &ServiceDrill) -> Vec<LaneBox> {
     for a in &d.alarms {
         push(
             LaneKind::Alarm,
-            format!("alarm:{}", a.name),
+            format!("alarm:{}", a.label()),
             ALARM_LANE_HEIGHT,
         );
     }
@@ -534,8 +534,8 @@ fn alarm_lane(s: &mut String, d: &ServiceDrill, i: usize, lane: &LaneBox, axis: 
         s,
         r##"<text x="8" y="{}" fill="#222"><title>{}</title>{}</text>"##,
         lane.top + 13,
-        escape(&format!("alarm {} on branch {}", a.name, a.branch)),
-        escape(&truncate(&format!("alarm {}", a.name), 34))
+        escape(&format!("alarm {} on branch {}", a.label(), a.branch)),
+        escape(&truncate(&format!("alarm {}", a.label()), 34))
     );
     let states: Vec<(Span, String)> = a.states.iter().map(|x| (x.span, x.state.clone())).collect();
     bands(

@@ -32,6 +32,7 @@ pub fn drill(r: &Report, scenario: &str) -> Drill {
         .map(|b| AlarmLane {
             name: format!("{} {} (simulated)", r.service, b.name),
             branch: b.name.clone(),
+            target: None,
             states: bands(
                 b.alarm.start,
                 b.alarm.changes.iter().map(|c| (c.at, c.to)),

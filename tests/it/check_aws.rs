@@ -26,13 +26,13 @@ use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/route53");
-const NAMESPACE: &str = "ReadyprobeCheckAws";
+pub(crate) const NAMESPACE: &str = "ReadyprobeCheckAws";
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(Path::new(FIXTURES).join(name)).expect("read fixture")
 }
 
-fn fill(template: &str, vars: &[(&str, &str)]) -> String {
+pub(crate) fn fill(template: &str, vars: &[(&str, &str)]) -> String {
     let mut s = template.to_string();
     for (k, v) in vars {
         s = s.replace(&format!("{{{{{k}}}}}"), v);
@@ -50,6 +50,8 @@ pub(crate) struct Hc {
     pub(crate) insufficient_data: Option<&'static str>,
     pub(crate) inverted: bool,
     pub(crate) disabled: bool,
+    /// Non-empty: a `CALCULATED` health check over these ids (`alarm` and `region` unused).
+    pub(crate) children: Vec<String>,
 }
 
 /// What the Route 53 endpoint does with `ListHealthChecks`.
@@ -196,9 +198,18 @@ fn list_page(hcs: &[Hc], marker: Option<&str>) -> Response<Full<Bytes>> {
     };
     let end = (start + PAGE).min(hcs.len());
     let template = fixture("health-check.xml");
+    let calculated = fixture("calculated-health-check.xml");
     let items: String = hcs[start..end]
         .iter()
         .map(|h| {
+            if !h.children.is_empty() {
+                let children: String = h
+                    .children
+                    .iter()
+                    .map(|c| format!("               <ChildHealthCheck>{c}</ChildHealthCheck>\n"))
+                    .collect();
+                return fill(&calculated, &[("id", &h.id), ("children", &children)]);
+            }
             let insufficient = h
                 .insufficient_data
                 .map(|s| format!("            <InsufficientDataHealthStatus>{s}</InsufficientDataHealthStatus>"))
@@ -266,7 +277,7 @@ async fn forward(req: Request<Incoming>, upstream: &str) -> Response<Full<Bytes>
 
 /// The primary branch's deployment in one case (the secondary's is always the clean one).
 #[derive(Clone)]
-struct Primary {
+pub(crate) struct Primary {
     alarm: bool,
     namespace: &'static str,
     metric: &'static str,
@@ -294,7 +305,7 @@ struct Primary {
     primary_target: Option<&'static str>,
 }
 
-const CLEAN: Primary = Primary {
+pub(crate) const CLEAN: Primary = Primary {
     alarm: true,
     namespace: NAMESPACE,
     metric: "Readiness",
@@ -515,7 +526,7 @@ const CASES: &[Case] = &[
     ),
 ];
 
-fn dims(service: &str, branch: &str, extra: bool) -> Vec<Dimension> {
+pub(crate) fn dims(service: &str, branch: &str, extra: bool) -> Vec<Dimension> {
     let mut d = vec![
         Dimension::builder().name("Service").value(service).build(),
         Dimension::builder().name("Branch").value(branch).build(),
@@ -526,7 +537,7 @@ fn dims(service: &str, branch: &str, extra: bool) -> Vec<Dimension> {
     d
 }
 
-async fn put_alarm(
+pub(crate) async fn put_alarm(
     cw: &aws_sdk_cloudwatch::Client,
     name: &str,
     service: &str,
@@ -573,7 +584,7 @@ async fn put_alarm(
     a.send().await.expect("PutMetricAlarm");
 }
 
-async fn put_readiness(cw: &aws_sdk_cloudwatch::Client, service: &str, branch: &str) {
+pub(crate) async fn put_readiness(cw: &aws_sdk_cloudwatch::Client, service: &str, branch: &str) {
     cw.put_metric_data()
         .namespace(NAMESPACE)
         .metric_data(
@@ -603,7 +614,7 @@ pub(crate) fn route53_client(endpoint: &str) -> aws_sdk_route53::Client {
 }
 
 /// A failover CNAME record answering with `target`.
-fn record(
+pub(crate) fn record(
     name: &str,
     role: &str,
     ttl: i64,
@@ -709,7 +720,7 @@ fn check_aws(config: &Path) -> (Option<i32>, String, String) {
 }
 
 /// `check --aws` with more arguments, and environment variables set (`Some`) or removed.
-fn check_aws_with(
+pub(crate) fn check_aws_with(
     config: &Path,
     args: &[&str],
     env: &[(&str, Option<&str>)],
@@ -735,7 +746,7 @@ fn check_aws_with(
 }
 
 /// The rules found per service, sorted.
-fn rules_by_service(report: &Value) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn rules_by_service(report: &Value) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for f in report["findings"].as_array().into_iter().flatten() {
         out.entry(f["service"].as_str().unwrap_or_default().to_string())
@@ -785,6 +796,7 @@ async fn deploy(uniq: &str) -> Deployed {
                     insufficient_data: spec.insufficient_data,
                     inverted: spec.hc_inverted,
                     disabled: spec.hc_disabled,
+                    children: vec![],
                 });
             }
         }

@@ -1,6 +1,7 @@
 //! Integration tests.
 
 mod check_aws;
+mod check_aws_targets;
 mod cli;
 mod config_hostile;
 mod decisions;

@@ -217,6 +217,7 @@ fn example() -> Drill {
         AlarmLane {
             name: name.into(),
             branch: branch.into(),
+            target: None,
             states,
         }
     };

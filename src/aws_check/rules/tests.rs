@@ -14,16 +14,19 @@ fn expect() -> Expect {
             name: "orders-db".into(),
             namespace: "Readyprobe".into(),
             stable_name: "db.orders.internal".into(),
+            other_regions: vec![],
             branches: vec![
                 BranchExpect {
                     name: "primary".into(),
                     role: "PRIMARY".into(),
                     endpoint: "db-primary.orders.internal".into(),
+                    region: None,
                 },
                 BranchExpect {
                     name: "secondary".into(),
                     role: "SECONDARY".into(),
                     endpoint: "db-secondary.orders.internal".into(),
+                    region: None,
                 },
             ],
         }],
@@ -65,6 +68,7 @@ fn hc(branch: &str) -> HealthCheck {
         insufficient_data: Some("LastKnownStatus".into()),
         inverted: false,
         disabled: false,
+        children: vec![],
     }
 }
 
@@ -510,4 +514,157 @@ fn only_routing_alarms_of_the_config_are_sampled() {
         .map(|(a, _)| a.name.as_str())
         .collect();
     assert_eq!(names, ["orders-db-primary", "orders-db-secondary"]);
+}
+
+/// The config with the primary branch in `region`.
+fn primary_in(region: &str) -> Expect {
+    let mut e = expect();
+    e.services[0].branches[0].region = Some(region.into());
+    e
+}
+
+/// A health check following alarm `alarm` in `region`, with id `id`.
+fn follower(id: &str, alarm: &str, region: &str) -> HealthCheck {
+    let mut h = hc("primary");
+    h.id = id.into();
+    h.alarm = Some(AlarmRef {
+        name: alarm.into(),
+        region: region.into(),
+    });
+    h
+}
+
+/// A CALCULATED health check over `children`.
+fn calculated(id: &str, children: &[&str]) -> HealthCheck {
+    HealthCheck {
+        id: id.into(),
+        kind: "CALCULATED".into(),
+        alarm: None,
+        insufficient_data: None,
+        inverted: false,
+        disabled: false,
+        children: children.iter().map(|c| c.to_string()).collect(),
+    }
+}
+
+/// Only the primary branch's `alarm_in_branch_region` findings, by object.
+fn in_region(expect: &Expect, inv: &Inventory) -> Vec<String> {
+    check(expect, inv)
+        .into_iter()
+        .filter(|f| f.rule == Rule::AlarmInBranchRegion)
+        .map(|f| format!("{} {}", f.branch.unwrap_or_default(), f.object))
+        .collect()
+}
+
+/// A branch whose one health check follows an alarm in its own region is warned of (a warning,
+/// not a violation); in another region, or with no region named, it is not.
+#[test]
+fn an_alarm_only_in_the_branchs_region_is_a_warning() {
+    let found = check(&primary_in(REGION), &clean());
+    assert_eq!(
+        found.iter().map(|f| f.rule).collect::<Vec<_>>(),
+        [Rule::AlarmInBranchRegion]
+    );
+    assert_eq!(found[0].branch.as_deref(), Some("primary"));
+    assert_eq!(found[0].object, "health check hc-primary");
+    assert!(found[0].problem.contains(REGION), "{found:?}");
+    assert!(found[0].is_warning() && !found[0].is_violation());
+    assert_eq!(
+        in_region(&primary_in("us-east-1"), &clean()),
+        Vec::<String>::new()
+    );
+    assert_eq!(in_region(&expect(), &clean()), Vec::<String>::new());
+    // A service that also publishes to the branch's region: that read warns, not this one.
+    let mut other = primary_in("us-east-1");
+    other.services[0].other_regions = vec!["us-east-1".into()];
+    let mut inv = clean();
+    for h in hcs(&mut inv) {
+        if let Some(a) = &mut h.alarm {
+            a.region = "us-east-1".into();
+        }
+        h.id.push_str("-us");
+    }
+    assert_eq!(in_region(&other, &inv), Vec::<String>::new());
+    other.services[0].other_regions.clear();
+    assert_eq!(
+        in_region(&other, &inv),
+        ["primary health check hc-primary-us"]
+    );
+}
+
+/// A CALCULATED health check over followers of the branch's alarm in its region and of a copy
+/// in another region is silent; over followers in its region only it is warned of (once, as
+/// the CALCULATED one, which is also what the failover record follows).
+#[test]
+fn a_calculated_health_check_is_judged_by_its_childrens_alarms() {
+    let two_regions = |other: &str| {
+        let mut inv = clean();
+        let h = hcs(&mut inv);
+        h.retain(|h| h.id != "hc-primary");
+        h.push(follower("hc-primary-a", "orders-db-primary", REGION));
+        h.push(follower("hc-primary-b", "orders-db-primary", other));
+        h.push(calculated("hc-primary", &["hc-primary-a", "hc-primary-b"]));
+        inv
+    };
+    let mut e = primary_in(REGION);
+    e.services[0].other_regions = vec!["us-east-1".into()];
+    assert_eq!(
+        in_region(&e, &two_regions("us-east-1")),
+        Vec::<String>::new()
+    );
+    assert_eq!(check(&e, &two_regions("us-east-1")), vec![]);
+    assert_eq!(
+        in_region(&e, &two_regions(REGION)),
+        ["primary health check hc-primary"]
+    );
+    // Seen from the other region's read, with its own copy of the alarms: still silent; the
+    // followers of the alarms in the first region are not this read's `region` violations,
+    // and the secondary's health check there is its health check.
+    let mut other = e.clone();
+    other.region = "us-east-1".into();
+    other.services[0].other_regions = vec![REGION.into()];
+    other.services[0].branches[0].region = Some("us-east-1".into());
+    assert_eq!(check(&other, &two_regions("us-east-1")), vec![]);
+    // Without that other target, the first region's followers are `region` violations here.
+    other.services[0].other_regions = vec![];
+    assert!(
+        check(&other, &two_regions("us-east-1"))
+            .iter()
+            .any(|f| f.rule == Rule::Region),
+    );
+}
+
+/// A child the listing lacks, a loop of CALCULATED checks, and a child that is no alarm's
+/// follower (an endpoint check) neither hang nor count as an alarm in another region.
+#[test]
+fn a_calculated_walk_ends_on_loops_and_missing_children() {
+    let mut inv = clean();
+    let h = hcs(&mut inv);
+    h.retain(|h| h.id != "hc-primary");
+    h.push(follower("hc-primary-a", "orders-db-primary", REGION));
+    let mut https = calculated("hc-https", &[]);
+    https.kind = "HTTPS".into();
+    h.push(https);
+    h.push(calculated(
+        "hc-primary",
+        &["hc-primary-a", "hc-loop", "hc-gone", "hc-https"],
+    ));
+    h.push(calculated("hc-loop", &["hc-primary", "hc-loop"]));
+    // hc-primary and hc-loop are each other's children: no root, no finding; the record's
+    // health check still reaches the alarm.
+    assert_eq!(in_region(&primary_in(REGION), &inv), Vec::<String>::new());
+    assert_eq!(check(&expect(), &inv), vec![]);
+    hcs(&mut inv).retain(|h| h.id != "hc-loop");
+    assert_eq!(
+        in_region(&primary_in(REGION), &inv),
+        ["primary health check hc-primary"]
+    );
+}
+
+/// Without health checks read there is nothing to judge: no warning.
+#[test]
+fn no_warning_without_health_checks() {
+    let mut inv = clean();
+    inv.health_checks = Fetched::NotChecked(Unchecked::new("denied", "allow"));
+    assert_eq!(in_region(&primary_in(REGION), &inv), Vec::<String>::new());
 }

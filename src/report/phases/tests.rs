@@ -115,6 +115,7 @@ fn alarm(states: &[(Millis, &str)]) -> AlarmLane {
     AlarmLane {
         name: "orders-queue-primary".into(),
         branch: "primary".into(),
+        target: None,
         states: states
             .iter()
             .enumerate()
