@@ -23,6 +23,7 @@ mod mysql_kind;
 mod otlp_kind;
 mod pipeline;
 mod publish_faults;
+mod rds_iam;
 mod rehearsed_deploy;
 mod reload;
 mod reload_poll;
