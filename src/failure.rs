@@ -112,14 +112,18 @@ pub enum FailureClass {
     TlsProtocolVersion,
     /// The server rejected the probe identity or its privileges (MySQL 1044, 1045, 1698, 3159;
     /// a locked account: MySQL 3118, MariaDB 4151; 1142/1143 when a GRANT on the canary table is
-    /// missing).
+    /// missing; PostgreSQL `28000`, `28P01`, `42501`), or asked for a password method the kind
+    /// refuses on this session.
     AuthDenied,
     /// The server is read-only (MySQL 1290 `--read-only`, 1836 read-only mode, 1036 a table opened
-    /// read-only, e.g. under `innodb_read_only`).
+    /// read-only, e.g. under `innodb_read_only`; PostgreSQL `25006`, a hot standby or
+    /// `default_transaction_read_only`).
     ServerReadOnly,
-    /// The server refused the connection for lack of capacity (MySQL 1040, 1203).
+    /// The server refused the connection for lack of capacity (MySQL 1040, 1203; PostgreSQL
+    /// `53300`).
     TooManyConnections,
-    /// A lock wait timed out (MySQL 1205) or a deadlock was detected (1213).
+    /// A lock wait timed out (MySQL 1205) or a deadlock was detected (1213); PostgreSQL `55P03`
+    /// (`lock_timeout`), `40P01` deadlock, `40001` serialization failure.
     LockWaitTimeout,
     /// The server closed the connection (MySQL 2006/2013, unexpected EOF).
     ServerGoneAway,
@@ -142,6 +146,12 @@ pub enum FailureClass {
     /// readyprobe itself failed during the attempt (a bug, reported in the message); the attempt
     /// counts as failed so that nothing is silently lost.
     InternalError,
+    /// The server refused the session for now: starting up, shutting down, or in recovery
+    /// without hot standby (PostgreSQL `57P03`).
+    CannotConnectNow,
+    /// The canary's database, schema or table does not exist on the server (PostgreSQL `3D000`,
+    /// `3F000`, `42P01`): the canary was never installed there.
+    CanaryMissing,
 }
 
 impl FailureClass {
@@ -224,6 +234,11 @@ impl FailureClass {
             C::ProtocolError => false,
             // readyprobe's own failure says nothing certain about the branch.
             C::InternalError => false,
+            // A starting, stopping or recovering server: a restart or a promotion passes.
+            C::CannotConnectNow => false,
+            // The schema is the server's setup: every attempt finds it missing until someone
+            // installs the canary.
+            C::CanaryMissing => true,
         }
     }
 

@@ -155,6 +155,12 @@ pub fn references(cfg: &Config) -> Vec<SecretsManagerRef> {
                 }
                 continue;
             }
+            ProbeKind::Postgres(p) => {
+                if let SecretRef::SecretsManager(r) = &p.password {
+                    out.push(r.clone());
+                }
+                continue;
+            }
             ProbeKind::Http(h) => &h.headers,
             ProbeKind::Otlp(o) => &o.headers,
             ProbeKind::Tcp(_) => continue,

@@ -240,6 +240,10 @@ pub(super) fn probe_steps(kind: &ProbeKind) -> &'static str {
     match kind {
         ProbeKind::Mysql(m) if tls(m.ssl_mode) => "resolve → connect → tls → auth → write → verify",
         ProbeKind::Mysql(_) => "resolve → connect → auth → write → verify",
+        ProbeKind::Postgres(p) if tls(p.tls.ssl_mode) => {
+            "resolve → connect → tls → auth → write → verify"
+        }
+        ProbeKind::Postgres(_) => "resolve → connect → auth → write → verify",
         ProbeKind::Tcp(t) if tls(t.tls.ssl_mode) => "resolve → connect → tls",
         ProbeKind::Tcp(_) => "resolve → connect",
         ProbeKind::Http(h) => match (tls(h.tls.ssl_mode), h.verify.is_some()) {

@@ -137,10 +137,10 @@ pub enum Command {
     },
     /// Run one attempt against one branch now and print every step (a debugging aid).
     ///
-    /// The attempt is real: the mysql kind upserts this prober's canary row, the http kind sends its
-    /// marked request, the otlp kind exports its marked data point. Exit 0 when the
-    /// attempt succeeded, 1 when it failed, 64 invalid config or unknown branch, 78 secret, CA
-    /// bundle, client certificate or key, or resolv.conf unavailable.
+    /// The attempt is real: the mysql and postgres kinds upsert this prober's canary row, the
+    /// http kind sends its marked request, the otlp kind exports its marked data point. Exit 0
+    /// when the attempt succeeded, 1 when it failed, 64 invalid config or unknown branch, 78
+    /// secret, CA bundle, client certificate or key, or resolv.conf unavailable.
     Probe {
         /// Config: a TOML file, or an S3 object `s3://bucket/key`.
         #[arg(long, short, env = "READYPROBE_CONFIG")]

@@ -151,6 +151,25 @@ fn kind_settings(kind: &ProbeKind) -> String {
                 .map(|c| format!(", client certificate {}", c.cert.display()))
                 .unwrap_or_default()
         ),
+        ProbeKind::Postgres(p) => format!(
+            "postgres user {} (password from {}), canary {}.{}.{}, ssl_mode {}{}, TLS ≥ {}{}",
+            p.user,
+            p.password,
+            p.database,
+            p.schema,
+            p.table,
+            p.tls.ssl_mode.as_str(),
+            ca(&p.tls.ssl_ca),
+            match p.tls.tls_min_version {
+                crate::config::MinVersion::Tls12 => "1.2",
+                crate::config::MinVersion::Tls13 => "1.3",
+            },
+            p.tls
+                .client_identity
+                .as_ref()
+                .map(|c| format!(", client certificate {}", c.cert.display()))
+                .unwrap_or_default()
+        ),
         ProbeKind::Otlp(o) => format!(
             "otlp POST {} (one marked gauge data point, OTLP/HTTP protobuf), ssl_mode {}",
             o.path,

@@ -4,10 +4,11 @@ use super::http::HttpProbe;
 use super::issues::Issues;
 use super::mysql::MysqlProbe;
 use super::otlp::OtlpProbe;
+use super::postgres::PostgresProbe;
 use super::raw::{RawProbe, RawStepTimeouts};
 use super::tcp::TcpProbe;
 use super::values::KindName;
-use super::{http, mysql, otlp, tcp, tls};
+use super::{http, mysql, otlp, postgres, tcp, tls};
 use crate::clock::fmt_duration;
 use std::path::Path;
 use std::time::Duration;
@@ -55,6 +56,8 @@ pub struct StepTimeouts {
 pub enum ProbeKind {
     /// The MySQL/MariaDB writer probe.
     Mysql(MysqlProbe),
+    /// The PostgreSQL writer probe.
+    Postgres(PostgresProbe),
     /// Resolve, connect and optionally TLS: a liveness-level probe.
     Tcp(TcpProbe),
     /// A marked HTTP request on the branch's write path, with checks and an optional read-back.
@@ -76,6 +79,7 @@ impl ProbeKind {
     pub fn name(&self) -> &'static str {
         match self {
             ProbeKind::Mysql(_) => KindName::Mysql,
+            ProbeKind::Postgres(_) => KindName::Postgres,
             ProbeKind::Tcp(_) => KindName::Tcp,
             ProbeKind::Http(_) => KindName::Http,
             ProbeKind::Otlp(_) => KindName::Otlp,
@@ -87,6 +91,7 @@ impl ProbeKind {
     pub(super) fn default_port(&self) -> Option<u16> {
         match self {
             ProbeKind::Mysql(m) => Some(m.port),
+            ProbeKind::Postgres(p) => Some(p.port),
             ProbeKind::Tcp(t) => t.port,
             ProbeKind::Http(h) => Some(h.port),
             ProbeKind::Otlp(o) => Some(o.port),
@@ -229,6 +234,7 @@ pub(super) fn section(raw: RawProbe, base: &Path, issues: &mut Issues<'_>) -> Op
     let kind = raw.kind;
     for (name, present) in [
         (KindName::Mysql, raw.mysql.is_some()),
+        (KindName::Postgres, raw.postgres.is_some()),
         (KindName::Otlp, raw.otlp.is_some()),
         (KindName::Http, raw.http.is_some()),
         (KindName::Tcp, raw.tcp.is_some()),
@@ -251,6 +257,10 @@ pub(super) fn section(raw: RawProbe, base: &Path, issues: &mut Issues<'_>) -> Op
     let kind = match kind {
         KindName::Mysql => match raw.mysql {
             Some(m) => mysql::section(m, tls, base, issues).map(ProbeKind::Mysql),
+            None => missing(issues, " (user, password, ...)"),
+        },
+        KindName::Postgres => match raw.postgres {
+            Some(p) => postgres::section(p, tls, base, issues).map(ProbeKind::Postgres),
             None => missing(issues, " (user, password, ...)"),
         },
         KindName::Http => match raw.http {

@@ -322,6 +322,7 @@ pub(super) struct RawProbe {
     pub step_timeout: RawStepTimeouts,
     pub tls: Option<RawTls>,
     pub mysql: Option<RawMysql>,
+    pub postgres: Option<RawPostgres>,
     pub tcp: Option<RawTcp>,
     pub http: Option<RawHttp>,
     pub otlp: Option<RawOtlp>,
@@ -375,6 +376,18 @@ pub(super) struct RawMysql {
     pub user: String,
     pub password: SecretRef,
     pub database: Option<String>,
+    pub table: Option<String>,
+}
+
+/// `[probe.postgres]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPostgres {
+    pub port: Option<NonZeroU16>,
+    pub user: String,
+    pub password: SecretRef,
+    pub database: Option<String>,
+    pub schema: Option<String>,
     pub table: Option<String>,
 }
 

@@ -25,6 +25,8 @@ use serde::Deserialize;
 pub enum KindName {
     /// The MySQL/MariaDB writer probe.
     Mysql,
+    /// The PostgreSQL writer probe.
+    Postgres,
     /// A marked HTTP request.
     Http,
     /// An OTLP/HTTP export.

@@ -231,15 +231,18 @@ pub struct TlsInfo {
 /// Server identity read by the `verify` step.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct ServerIdentity {
-    /// `@@hostname`.
+    /// `@@hostname`; PostgreSQL: `cluster_name`, else the server's address.
     pub hostname: String,
-    /// `@@server_id`.
+    /// `@@server_id` (0 for PostgreSQL).
     pub server_id: u64,
-    /// `@@read_only`.
+    /// `@@read_only`; PostgreSQL: the session's `transaction_read_only`.
     pub read_only: bool,
     /// `@@innodb_read_only`.
     #[serde(default)]
     pub innodb_read_only: bool,
+    /// PostgreSQL's `pg_is_in_recovery()`: a standby (absent when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_recovery: bool,
     /// Server version from the greeting.
     pub version: String,
 }

@@ -1,9 +1,9 @@
 //! Probes: one attempt against one branch, step by step, ending in an [`Attempt`] record.
 //!
 //! A probe never publishes and never decides readiness: it measures and returns data. Each step
-//! (`resolve`, `connect`, `tls`) and each probe kind (`mysql`, `http`, `otlp`, `tcp`) lives in its
-//! own file with one `run(ctx: &mut StepCtx, ..)` of the same shape; [`run_attempt`] runs the
-//! common steps and dispatches on the kind with one `match`. Every step runs under the smaller of
+//! (`resolve`, `connect`, `tls`) and each probe kind (`mysql`, `postgres`, `http`, `otlp`, `tcp`)
+//! lives in its own file with one `run(ctx: &mut StepCtx, ..)` of the same shape; [`run_attempt`]
+//! runs the common steps and dispatches on the kind with one `match`. Every step runs under the smaller of
 //! its own timeout and what is left of the attempt deadline. Imports go one way: the kinds use the
 //! steps and `http_client`, never each other, and no child imports this module. The shared data
 //! lives in two leaves that import no sibling: [`attempt`] (what an attempt produces) and
@@ -16,6 +16,7 @@ pub mod http;
 pub mod http_client;
 pub mod mysql;
 pub mod otlp;
+pub mod postgres;
 mod prepare;
 pub mod resolve;
 pub mod stable_name;
@@ -101,6 +102,7 @@ async fn run_steps(ctx: &mut StepCtx<'_>) -> Result<(), StepFailure> {
     let connected = connect::run(ctx, &resolution.addresses).await?;
     match &ctx.probe.target {
         Target::Mysql(t) => mysql::run(ctx, t, connected).await,
+        Target::Postgres(t) => postgres::run(ctx, t, connected).await,
         Target::Tcp(t) => tcp::run(ctx, t, connected).await,
         Target::Http(t) => http::run(ctx, t, connected).await,
         Target::Otlp(t) => otlp::run(ctx, t, connected).await,

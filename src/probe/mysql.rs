@@ -184,6 +184,7 @@ async fn write_and_verify<S: AsyncRead + AsyncWrite + Unpin>(
         server_id,
         read_only: read_only != 0,
         innodb_read_only: innodb_read_only != 0,
+        in_recovery: false,
         version: shown(&version),
     });
     // A user with SUPER or READ_ONLY ADMIN writes through read_only; the application's users

@@ -6,7 +6,7 @@
 //! Each input is checked on its own, so one missing file never hides another.
 
 use super::target::{BranchProbe, Header, Redactor, Target};
-use super::{http, mysql, otlp, resolve, tcp, tls};
+use super::{http, mysql, otlp, postgres, resolve, tcp, tls};
 use crate::config::{
     Config, Dns, HeaderValueSource, ProbeKind, SecretRef, ServiceConfig, SslMode, TlsSettings,
 };
@@ -335,6 +335,7 @@ fn tls_settings(kind: &ProbeKind) -> TlsSettings {
             tls_min_version: m.tls_min_version,
             danger_send_secrets_unverified: false,
         },
+        ProbeKind::Postgres(p) => p.tls.clone(),
         ProbeKind::Tcp(t) => t.tls.clone(),
         ProbeKind::Http(h) => h.tls.clone(),
         ProbeKind::Otlp(o) => o.tls.clone(),
@@ -355,6 +356,15 @@ fn prepare_target(
             let tls = tls_config(tls_table, &tls_settings(kind), problems)?;
             Some(Target::Mysql(Box::new(mysql::MysqlTarget {
                 settings: m.clone(),
+                password: password?,
+                tls,
+            })))
+        }
+        ProbeKind::Postgres(p) => {
+            let password = secret(format!("{prefix}.password"), &p.password, secrets, problems);
+            let tls = tls_config(tls_table, &p.tls, problems)?;
+            Some(Target::Postgres(Box::new(postgres::PostgresTarget {
+                settings: p.clone(),
                 password: password?,
                 tls,
             })))

@@ -3,7 +3,7 @@
 //!
 //! A leaf: the step context and every kind read these types without importing each other.
 
-use crate::config::{Branch, HttpProbe, MysqlProbe, OtlpProbe, StepTimeouts};
+use crate::config::{Branch, HttpProbe, MysqlProbe, OtlpProbe, PostgresProbe, StepTimeouts};
 use crate::secrets::SecretCell;
 use std::collections::BTreeSet;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -37,7 +37,7 @@ impl BranchProbe {
     /// This branch's probe made the end-to-end attempt through the service's stable name: what
     /// a client does. The endpoint is the stable name (resolved, and what TLS certificates are
     /// checked against); kind, steps, port, TLS, credentials and templates stay the branch's
-    /// (`{{branch}}` still names it); the `mysql` canary row is keyed
+    /// (`{{branch}}` still names it); the `mysql` and `postgres` canary rows are keyed
     /// [`crate::config::END_TO_END_KEY`], never a branch's.
     pub fn through_stable_name(&self) -> BranchProbe {
         let mut p = self.clone();
@@ -46,7 +46,7 @@ impl BranchProbe {
         p
     }
 
-    /// The `branch` column of this probe's canary row (`mysql`): the branch name, or
+    /// The `branch` column of this probe's canary row (`mysql`, `postgres`): the branch name, or
     /// [`crate::config::END_TO_END_KEY`] for the end-to-end attempt.
     pub fn canary_key(&self) -> &str {
         if self.end_to_end {
@@ -325,6 +325,7 @@ impl std::fmt::Debug for Redactor {
 #[derive(Debug, Clone)]
 pub enum Target {
     Mysql(Box<MysqlTarget>),
+    Postgres(Box<PostgresTarget>),
     Tcp(TcpTarget),
     Http(Box<HttpTarget>),
     Otlp(Box<OtlpTarget>),
@@ -335,6 +336,7 @@ impl Target {
     pub fn secrets(&self) -> Vec<SecretCell> {
         match self {
             Target::Mysql(t) => vec![t.password.clone()],
+            Target::Postgres(t) => vec![t.password.clone()],
             Target::Tcp(_) => Vec::new(),
             Target::Http(t) => secret_values(&t.headers),
             Target::Otlp(t) => secret_values(&t.headers),
@@ -374,7 +376,10 @@ impl Target {
         };
         match self {
             Target::Mysql(t) if short(&t.password.get()) => vec!["probe.mysql.password".into()],
-            Target::Mysql(_) | Target::Tcp(_) => Vec::new(),
+            Target::Postgres(t) if short(&t.password.get()) => {
+                vec!["probe.postgres.password".into()]
+            }
+            Target::Mysql(_) | Target::Postgres(_) | Target::Tcp(_) => Vec::new(),
             Target::Http(t) => headers("http", &t.headers),
             Target::Otlp(t) => headers("otlp", &t.headers),
         }
@@ -384,6 +389,7 @@ impl Target {
     pub fn tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
         match self {
             Target::Mysql(t) => t.tls.as_ref(),
+            Target::Postgres(t) => t.tls.as_ref(),
             Target::Tcp(t) => t.tls.as_ref(),
             Target::Http(t) => t.tls.as_ref(),
             Target::Otlp(t) => t.tls.as_ref(),
@@ -434,6 +440,28 @@ pub struct MysqlTarget {
 impl std::fmt::Debug for MysqlTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MysqlTarget")
+            .field("settings", &self.settings)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// A prepared postgres probe for one branch: settings plus the secret and TLS config read at
+/// start.
+#[derive(Clone)]
+pub struct PostgresTarget {
+    /// Settings from the config.
+    pub settings: PostgresProbe,
+    /// The password, read at each attempt (never logged).
+    pub password: SecretCell,
+    /// rustls client configuration of the `tls` step, whose session then carries `auth`, `write`
+    /// and `verify` (`None` when ssl_mode is disabled).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for PostgresTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresTarget")
             .field("settings", &self.settings)
             .field("password", &"<redacted>")
             .finish()

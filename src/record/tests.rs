@@ -129,6 +129,7 @@ fn attempt_ok() -> Record {
             server_id: 7,
             read_only: false,
             innodb_read_only: false,
+            in_recovery: false,
             version: "11.4.2-MariaDB".into(),
         }),
         http: None,
