@@ -237,6 +237,12 @@ impl SecretCache {
         self.0.tokens.retain(cfg);
     }
 
+    /// Sign the RDS IAM tokens of `region` with `signer` rather than the default chain's
+    /// credentials (before [`SecretCache::read_missing`]).
+    pub async fn set_signer(&self, region: &str, signer: crate::aws::rds_token::Signer) {
+        self.0.tokens.set_signer(region, signer).await;
+    }
+
     /// The cell of the RDS IAM token `what`, or why it is unavailable (never the token).
     ///
     /// # Errors

@@ -112,6 +112,11 @@ impl Signer {
             .ok_or_else(|| "no AWS credentials provider is configured".into())
     }
 
+    /// A signer with these credentials (a tool that holds its own; a test's fixed ones).
+    pub fn fixed(creds: Credentials) -> Signer {
+        Signer(aws_credential_types::provider::SharedCredentialsProvider::new(creds))
+    }
+
     /// A fresh token for `what`, signed now.
     ///
     /// # Errors

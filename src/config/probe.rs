@@ -71,6 +71,7 @@ impl ProbeKind {
     pub fn database_login(&self) -> Option<(&str, &super::secret::SecretRef)> {
         match self {
             ProbeKind::Mysql(m) => Some((&m.user, &m.password)),
+            ProbeKind::Postgres(p) => Some((&p.user, &p.password)),
             ProbeKind::Tcp(_) | ProbeKind::Http(_) | ProbeKind::Otlp(_) => None,
         }
     }

@@ -352,6 +352,10 @@ impl Target {
                 password,
                 ..(**t).clone()
             })),
+            Target::Postgres(t) => Target::Postgres(Box::new(PostgresTarget {
+                password,
+                ..(**t).clone()
+            })),
             other => other.clone(),
         }
     }

@@ -108,6 +108,11 @@ impl Tokens {
         }
     }
 
+    /// Sign `region`'s tokens with `signer` instead of the default chain's credentials.
+    pub(super) async fn set_signer(&self, region: &str, signer: Signer) {
+        self.signers.lock().await.insert(region.to_string(), signer);
+    }
+
     /// A token for `what` signed now with the region's credentials.
     async fn sign(&self, what: &TokenFor) -> Result<String, String> {
         let signer = {

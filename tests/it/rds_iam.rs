@@ -95,8 +95,8 @@ async fn mysql_sends_the_token_by_clear_password_inside_tls_only_and_never_echoe
         .set("evidence", "path", path(&dir.path().join("evidence.jsonl")))
         .nameserver(dns.addr())
         .kind("mysql")
-        .set("probe", "timeout", "5s")
-        .set("probe", "interval", "10s")
+        .set("probe", "timeout", "4s")
+        .set("probe", "interval", "5s")
         .set("probe.mysql", "user", "readyprobe")
         .set("probe.mysql", "password", rds_iam())
         .tls("verify_identity", Some(ca.ca_pem_path()))
@@ -176,4 +176,63 @@ async fn without_credentials_the_token_is_an_unavailable_input() {
     assert_eq!(out.status.code(), Some(78), "{stderr}");
     assert!(stderr.contains("probe.mysql.password"), "{stderr}");
     assert!(stderr.contains("RDS IAM token"), "{stderr}");
+}
+
+/// A real PostgreSQL 15 whose probe role's password is the token (`ALTER ROLE … PASSWORD`,
+/// `pg_hba` method `password`, so the server asks for it in clear text) accepts it over the
+/// verified TLS session; the same reference without `verify_identity` is a config error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_accepts_the_token_as_its_password_over_verified_tls() {
+    use crate::support::postgres::{PgOptions, PgWorld};
+    use readyprobe::aws::rds_token::Signer;
+    use readyprobe::probe::{Outcome, prepare_service, run_attempt};
+    let opts = PgOptions {
+        method: "password".into(),
+        ..PgOptions::default()
+    };
+    let Some(w) = PgWorld::start_or_skip(opts).await else {
+        return;
+    };
+    let builder = w
+        .config(w.pg.port(), 4000, 3000)
+        .set("probe.postgres", "password", rds_iam());
+    let path = w.dir.path().join("pg.toml");
+    std::fs::write(&path, builder.build()).unwrap();
+    let cfg = readyprobe::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let secrets = readyprobe::secrets::SecretCache::default();
+    let creds = aws_credential_types::Credentials::new(KEY_ID, SECRET_KEY, None, None, "it");
+    secrets.set_signer("eu-west-1", Signer::fixed(creds)).await;
+    secrets.read_missing(&cfg).await;
+    let what = readyprobe::secrets::tokens::token_for(
+        "eu-west-1",
+        crate::support::postgres::PG_PRIMARY,
+        w.pg.port(),
+        "readyprobe",
+    );
+    let token = secrets.token_cell(&what).unwrap().get();
+    assert!(token.contains("%2Frds-db%2Faws4_request"), "{token}");
+    w.pg.psql(
+        "postgres",
+        &format!("ALTER ROLE readyprobe PASSWORD '{token}'"),
+    )
+    .await;
+    let (resolver, probes) =
+        prepare_service(&cfg, &cfg.services[0], &secrets).unwrap_or_else(|e| panic!("{e:?}"));
+    let a = run_attempt(&probes[0], &resolver, &readyprobe::clock::Clock::start(), 1).await;
+    assert_eq!(a.outcome, Outcome::Success, "{a:?}\n{}", w.pg.log());
+    assert!(a.tls_verified);
+    assert!(!w.pg.log().contains(&*token));
+    // Unverified TLS: refused by the config, whatever the danger key says.
+    let unverified = builder
+        .tls("required", None)
+        .set("probe.tls", "danger_send_secrets_unverified", true)
+        .build();
+    std::fs::write(&path, unverified).unwrap();
+    let e = readyprobe::config::load(&path).unwrap_err();
+    assert!(
+        e.issues
+            .iter()
+            .any(|i| i.key == "probe.postgres.password" && i.message.contains("verify_identity")),
+        "{e}"
+    );
 }
