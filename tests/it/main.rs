@@ -22,6 +22,7 @@ mod mysql_hostile;
 mod mysql_kind;
 mod otlp_kind;
 mod pipeline;
+mod postgres_hostile;
 mod postgres_kind;
 mod publish_faults;
 mod rds_iam;
