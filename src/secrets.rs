@@ -6,8 +6,12 @@
 //! `refresh`, and at once after an attempt the server denied ([`SecretCell::report_denied`]),
 //! at most once per [`FORCED_GAP`] per secret: a rotation costs at most one failed attempt per
 //! branch. A failed read keeps the last good value. Environment and file secrets are fixed cells,
-//! read at start-up and at a reload only. No value is ever logged or shown by `Debug`.
+//! read at start-up and at a reload only. RDS IAM tokens are live cells too, signed again
+//! every [`tokens::RESIGN`] ([`tokens`]). No value is ever logged or shown by `Debug`.
 
+pub mod tokens;
+
+use crate::aws::rds_token::TokenFor;
 use crate::aws::secrets_manager::SecretsClient;
 use crate::config::{Config, HeaderValueSource, ProbeKind, SecretRef, SecretsManagerRef};
 use std::collections::BTreeMap;
@@ -130,6 +134,8 @@ struct Inner {
     /// One client per region asked (`None`: the default chain's).
     clients: tokio::sync::Mutex<BTreeMap<Option<String>, SecretsClient>>,
     wake: Arc<Notify>,
+    /// The RDS IAM tokens.
+    tokens: tokens::Tokens,
 }
 
 impl std::fmt::Debug for SecretCache {
@@ -181,6 +187,7 @@ impl SecretCache {
     /// Read every Secrets Manager secret `cfg` names that the cache does not hold yet (or could
     /// not read before), side by side.
     pub async fn read_missing(&self, cfg: &Config) {
+        self.0.tokens.sign_missing(cfg).await;
         let missing: Vec<SecretsManagerRef> = {
             let entries = self.entries();
             references(cfg)
@@ -227,6 +234,21 @@ impl SecretCache {
     pub fn retain(&self, cfg: &Config) {
         let named = references(cfg);
         self.entries().retain(|r, _| named.contains(r));
+        self.0.tokens.retain(cfg);
+    }
+
+    /// Sign the RDS IAM tokens of `region` with `signer` rather than the default chain's
+    /// credentials (before [`SecretCache::read_missing`]).
+    pub async fn set_signer(&self, region: &str, signer: crate::aws::rds_token::Signer) {
+        self.0.tokens.set_signer(region, signer).await;
+    }
+
+    /// The cell of the RDS IAM token `what`, or why it is unavailable (never the token).
+    ///
+    /// # Errors
+    /// The reason when it could not be signed or was never signed.
+    pub fn token_cell(&self, what: &TokenFor) -> Result<SecretCell, String> {
+        self.0.tokens.cell(what)
     }
 
     /// The cell of `r`, or why it is unavailable (`is unavailable: …`, never the value).
@@ -267,13 +289,17 @@ impl SecretCache {
     /// with its class.
     pub async fn refresh(self, stop: CancellationToken) {
         loop {
-            let next = self.next_due();
+            let next = match (self.next_due(), self.0.tokens.next_due()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let far = Instant::now() + crate::config::MAX_REFRESH;
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = self.0.wake.notified() => {}
                 () = tokio::time::sleep_until(next.unwrap_or(far)) => {}
             }
+            self.0.tokens.resign_due(Instant::now()).await;
             for r in self.take_due(Instant::now()) {
                 let value = self.read(&r).await;
                 let Ok(cell) = self.cell(&r) else { continue };

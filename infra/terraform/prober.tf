@@ -175,6 +175,15 @@ data "aws_iam_policy_document" "task" {
       resources = [statement.value]
     }
   }
+  # password = { rds_iam = ... }: the prober signs its login token; RDS checks rds-db:connect on
+  # the named database users only.
+  dynamic "statement" {
+    for_each = length(var.rds_iam_db_users) == 0 ? [] : [var.rds_iam_db_users]
+    content {
+      actions   = ["rds-db:connect"]
+      resources = statement.value
+    }
+  }
   dynamic "statement" {
     for_each = var.probe_secret_kms_key_arn == null ? [] : [var.probe_secret_kms_key_arn]
     content {

@@ -306,6 +306,17 @@ variable "probe_secret" {
   }
 }
 
+variable "rds_iam_db_users" {
+  description = "The database users the config logs in as with password = { rds_iam = { region = ... } }, as rds-db ARNs (arn:aws:rds-db:REGION:ACCOUNT:dbuser:DbiResourceId/USER, a cluster's resource id starts with cluster-): the task role may rds-db:connect as those users only (empty - none)."
+  type        = list(string)
+  default     = []
+  nullable    = false
+  validation {
+    condition     = alltrue([for a in var.rds_iam_db_users : can(regex("^arn:aws[a-z-]*:rds-db:[a-z0-9-]+:[0-9]{12}:dbuser:(cluster|db)-[A-Z0-9]+/[A-Za-z0-9_.@-]{1,80}$", a))])
+    error_message = "rds_iam_db_users: each an rds-db ARN, arn:aws:rds-db:REGION:ACCOUNT:dbuser:DbiResourceId/USER (no wildcards)."
+  }
+}
+
 variable "probe_secret_json_key" {
   description = "The key of the secret's JSON value that holds the password (\"password\" for an RDS-managed secret; null - the whole SecretString). Goes into the password_config output."
   type        = string

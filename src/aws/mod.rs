@@ -2,7 +2,8 @@
 //! timeouts, tries, response body limit, the default credentials chain), and every AWS error
 //! code the prober reads is classified by one table ([`codes`]).
 //!
-//! [`secrets_manager`] reads one secret (the run's secret cache calls it).
+//! [`secrets_manager`] reads one secret (the run's secret cache calls it); [`rds_token`] signs
+//! RDS IAM database login tokens.
 //!
 //! Role-based publishing (STS AssumeRole) is done in [`AwsTarget::session`]: the one place
 //! that loads credentials for every client; [`target_for`] maps a configured publish target
@@ -12,6 +13,7 @@
 pub mod body_limit;
 pub mod client;
 pub mod codes;
+pub mod rds_token;
 pub mod secrets_manager;
 
 pub use body_limit::BodyLimit;

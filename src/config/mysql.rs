@@ -3,7 +3,7 @@
 use super::issues::Issues;
 use super::raw::RawMysql;
 use super::secret::SecretRef;
-use super::tls::{ClientIdentityFiles, TlsSettings, guard_secrets};
+use super::tls::{ClientIdentityFiles, TlsSettings, guard_rds_iam, guard_secrets};
 use super::values::{MinVersion, SslMode};
 use std::path::{Path, PathBuf};
 
@@ -77,6 +77,7 @@ pub(super) fn section(
         );
     }
     guard_secrets(&tls, &["probe.mysql.password".to_string()], issues);
+    guard_rds_iam(&tls, "probe.mysql.password", &m.password, issues);
     Some(MysqlProbe {
         port: m.port.map_or(3306, |p| p.get()),
         user: m.user,

@@ -3,7 +3,7 @@
 use super::issues::Issues;
 use super::raw::RawPostgres;
 use super::secret::SecretRef;
-use super::tls::{TlsSettings, guard_secrets};
+use super::tls::{TlsSettings, guard_rds_iam, guard_secrets};
 use std::path::Path;
 
 /// Settings of the `postgres` probe kind.
@@ -75,6 +75,7 @@ pub(super) fn section(
         );
     }
     guard_secrets(&tls, &["probe.postgres.password".to_string()], issues);
+    guard_rds_iam(&tls, "probe.postgres.password", &p.password, issues);
     Some(PostgresProbe {
         port: p.port.map_or(5432, |p| p.get()),
         user: p.user,

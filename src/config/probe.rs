@@ -67,6 +67,15 @@ pub enum ProbeKind {
 }
 
 impl ProbeKind {
+    /// The database user and password reference of a database kind; `None` for the others.
+    pub fn database_login(&self) -> Option<(&str, &super::secret::SecretRef)> {
+        match self {
+            ProbeKind::Mysql(m) => Some((&m.user, &m.password)),
+            ProbeKind::Postgres(p) => Some((&p.user, &p.password)),
+            ProbeKind::Tcp(_) | ProbeKind::Http(_) | ProbeKind::Otlp(_) => None,
+        }
+    }
+
     /// The kind's config name.
     pub fn name(&self) -> &'static str {
         match self {

@@ -1,5 +1,6 @@
 //! Secrets by reference: `{ env = "VAR" }`, `{ file = "/run/secrets/x" }` or
-//! `{ secrets_manager = "name-or-arn", json_key = "password", refresh = "5m" }`, never inline.
+//! `{ secrets_manager = "name-or-arn", json_key = "password", refresh = "5m" }`, never inline; a
+//! database password may instead be an RDS IAM token, `{ rds_iam = { region = "eu-west-1" } }`.
 //!
 //! Parsing refuses an inline value without echoing it, and checks a Secrets Manager reference's
 //! shape (name or ARN, key, refresh period, region). Reading a secret is the probe's start-up
@@ -21,6 +22,13 @@ pub enum SecretRef {
     /// Read from AWS Secrets Manager with the prober's credentials, and read again every
     /// `refresh` and after an attempt the server denied.
     SecretsManager(SecretsManagerRef),
+    /// No stored secret: an RDS IAM authentication token the prober signs for the branch's
+    /// endpoint, port and the database user with its own credentials (a database password only,
+    /// sent in clear text, so only over `verify_identity` sessions).
+    RdsIam {
+        /// The database's region (the token's signing scope).
+        region: String,
+    },
 }
 
 /// A secret in AWS Secrets Manager: its `SecretString` (AWSCURRENT), or one key of it as JSON.
@@ -110,12 +118,43 @@ struct RefTable {
     json_key: Option<String>,
     refresh: Option<String>,
     region: Option<String>,
+    rds_iam: Option<RdsIamTable>,
+}
+
+/// `rds_iam = { region = "…" }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RdsIamTable {
+    region: Option<String>,
+}
+
+/// Why `r` names no region; `None` when it has a region's shape.
+fn region_problem(r: &str) -> Option<String> {
+    let shape = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    (r.is_empty() || r.len() > 32 || !r.chars().all(shape))
+        .then(|| format!("region: {r:?} is not a region name (e.g. \"eu-west-1\")"))
 }
 
 impl RefTable {
     /// The reference, or why the table is none (never quoting a value: a table holds none).
     fn into_ref(self) -> Result<SecretRef, String> {
         let sm_only = self.json_key.is_some() || self.refresh.is_some() || self.region.is_some();
+        if let Some(iam) = self.rds_iam {
+            if self.env.is_some()
+                || self.file.is_some()
+                || self.secrets_manager.is_some()
+                || sm_only
+            {
+                return Err(REF_SHAPE.into());
+            }
+            let Some(region) = iam.region else {
+                return Err("rds_iam: needs the database's region: { rds_iam = { region = \"eu-west-1\" } }".into());
+            };
+            if let Some(p) = region_problem(&region) {
+                return Err(format!("rds_iam.{p}"));
+            }
+            return Ok(SecretRef::RdsIam { region });
+        }
         match (self.env, self.file, self.secrets_manager) {
             (Some(v), None, None) if !v.is_empty() && !sm_only => Ok(SecretRef::Env(v)),
             (None, Some(f), None) if !f.as_os_str().is_empty() && !sm_only => {
@@ -152,11 +191,8 @@ fn sm_ref(
         },
     };
     if let Some(r) = &region {
-        let shape = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
-        if r.is_empty() || r.len() > 32 || !r.chars().all(shape) {
-            return Err(format!(
-                "region: {r:?} is not a region name (e.g. \"eu-west-1\")"
-            ));
+        if let Some(p) = region_problem(r) {
+            return Err(p);
         }
         if let Some(a) = arn_region(&id).filter(|a| a != r) {
             return Err(format!("region: {r:?} is not the ARN's region {a:?}"));
@@ -170,7 +206,7 @@ fn sm_ref(
     }))
 }
 
-const REF_SHAPE: &str = "give exactly one reference: { env = \"VAR\" }, { file = \"/run/secrets/x\" } or { secrets_manager = \"name-or-arn\", json_key = \"password\", refresh = \"5m\" } (secrets are never written inline; the value is not shown)";
+const REF_SHAPE: &str = "give exactly one reference: { env = \"VAR\" }, { file = \"/run/secrets/x\" }, { secrets_manager = \"name-or-arn\", json_key = \"password\", refresh = \"5m\" } or, for a database password, { rds_iam = { region = \"eu-west-1\" } } (secrets are never written inline; the value is not shown)";
 
 impl<'de> Deserialize<'de> for SecretRef {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -205,7 +241,7 @@ impl SecretRef {
     /// [`SecretError`] naming the variable or file when it is unset, unreadable or empty.
     pub fn resolve(&self) -> Result<String, SecretError> {
         let value = match self {
-            SecretRef::SecretsManager(_) => {
+            SecretRef::SecretsManager(_) | SecretRef::RdsIam { .. } => {
                 return Err(SecretError {
                     reference: self.to_string(),
                     reason: "is read through the run's secret cache".into(),
@@ -266,6 +302,7 @@ impl fmt::Display for SecretRef {
             SecretRef::Env(v) => write!(f, "environment variable {v}"),
             SecretRef::File(p) => write!(f, "file {}", p.display()),
             SecretRef::SecretsManager(r) => write!(f, "{r}"),
+            SecretRef::RdsIam { region } => write!(f, "RDS IAM token ({region})"),
         }
     }
 }
@@ -310,7 +347,12 @@ impl<'de> Deserialize<'de> for HeaderValueSource {
         }
         match Any::deserialize(d)? {
             Any::Plain(p) => Ok(HeaderValueSource::Plain(p)),
-            Any::Ref(r) => r.into_ref().map(HeaderValueSource::Secret),
+            Any::Ref(r) => match r.into_ref() {
+                Ok(SecretRef::RdsIam { .. }) => Err(
+                    "rds_iam: an RDS IAM token is a database password, not a header value".into(),
+                ),
+                other => other.map(HeaderValueSource::Secret),
+            },
             Any::Other(_) => Err(
                 "a header value is a string, or a secret by reference: { env = \"VAR\" }, { file = \"/path\" } or { secrets_manager = \"name-or-arn\" }".into(),
             ),
@@ -361,6 +403,73 @@ mod tests {
         );
         let r = password(r#"{ secrets_manager = "db/orders", region = "us-east-2" }"#).unwrap();
         assert!(matches!(r, SecretRef::SecretsManager(ref s) if s.region() == Some("us-east-2")));
+    }
+
+    /// `rds_iam` is a database password signed per attempt: accepted over `verify_identity`
+    /// only (the danger key does not lift it), with a region; refused as a header value.
+    #[test]
+    fn an_rds_iam_password_needs_a_region_and_verify_identity() {
+        let verified = BASE.replace(
+            "ssl_mode = \"required\"\ndanger_send_secrets_unverified = true",
+            "ssl_mode = \"verify_identity\"\nssl_ca = \"/etc/ca.pem\"",
+        );
+        let parse_with = |base: &str, reference: &str| {
+            parse(Path::new("t.toml"), &base.replace("PASSWORD", reference))
+        };
+        let iam = r#"{ rds_iam = { region = "eu-west-1" } }"#;
+        let cfg = parse_with(&verified, iam).unwrap_or_else(|e| panic!("{e}"));
+        let ProbeKind::Mysql(m) = &cfg.services[0].probe.kind else {
+            unreachable!()
+        };
+        assert_eq!(
+            m.password,
+            SecretRef::RdsIam {
+                region: "eu-west-1".into()
+            }
+        );
+        assert_eq!(m.password.to_string(), "RDS IAM token (eu-west-1)");
+        let issues = parse_with(BASE, iam).unwrap_err().issues;
+        let errors: Vec<_> = issues
+            .iter()
+            .filter(|i| i.key == "probe.mysql.password")
+            .collect();
+        assert_eq!(errors.len(), 1, "{issues:?}");
+        assert_eq!(errors[0].line, Some(12));
+        assert!(errors[0].message.contains("verify_identity"), "{issues:?}");
+        for (reference, want) in [
+            (
+                r#"{ rds_iam = {} }"#,
+                "rds_iam: needs the database's region",
+            ),
+            (
+                r#"{ rds_iam = { region = "EU" } }"#,
+                "rds_iam.region: \"EU\" is not a region name",
+            ),
+            (
+                r#"{ rds_iam = { region = "eu-west-1", user = "x" } }"#,
+                "give exactly one reference",
+            ),
+            (
+                r#"{ rds_iam = { region = "eu-west-1" }, env = "PW" }"#,
+                "give exactly one reference",
+            ),
+        ] {
+            let issues = parse_with(&verified, reference).unwrap_err().issues;
+            assert_eq!(issues[0].key, "probe.mysql.password", "{reference}");
+            assert!(issues[0].message.contains(want), "{reference}: {issues:?}");
+        }
+        let header: Result<HeaderValueSource, _> =
+            toml::from_str::<toml::Table>(&format!("h = {iam}"))
+                .unwrap()
+                .remove("h")
+                .unwrap()
+                .try_into();
+        assert!(
+            header
+                .unwrap_err()
+                .to_string()
+                .contains("not a header value")
+        );
     }
 
     /// Each bad reference is refused on the key's line with what is wrong.

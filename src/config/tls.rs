@@ -75,6 +75,26 @@ pub(super) fn guard_secrets(tls: &TlsSettings, secret_keys: &[String], issues: &
     }
 }
 
+/// The rule for an RDS IAM token as a database password (`key`): it travels in clear text inside
+/// the session, so only a `verify_identity` session carries it; the danger key does not lift
+/// this (a captured token logs in for 15 minutes as the probe user from anywhere).
+pub(super) fn guard_rds_iam(
+    tls: &TlsSettings,
+    key: &str,
+    password: &super::secret::SecretRef,
+    issues: &mut Issues<'_>,
+) {
+    if matches!(password, super::secret::SecretRef::RdsIam { .. }) && !tls.verified() {
+        issues.error(
+            key,
+            format!(
+                "an RDS IAM token is sent as a clear-text password: only over ssl_mode = \"verify_identity\" (with ssl_ca), which [probe.tls] does not set (ssl_mode \"{}\"); {DANGER_KEY} does not allow it",
+                tls.ssl_mode
+            ),
+        );
+    }
+}
+
 const PREFIX: &str = "probe.tls";
 
 /// A path from the config: must not be empty; relative paths resolve against `base` (the

@@ -240,7 +240,7 @@ pub fn classify_mysql(e: &session::Error) -> StepError {
         },
         Error::Closed => FailureClass::ServerGoneAway,
         Error::Protocol(_) => FailureClass::ProtocolError,
-        Error::Plugin(_) => FailureClass::AuthDenied,
+        Error::Plugin(_) | Error::ClearWithoutTls => FailureClass::AuthDenied,
         Error::ManyRows => FailureClass::VerifyMismatch,
     };
     StepError {
@@ -321,6 +321,7 @@ mod tests {
                 Error::Plugin("client_ed25519".into()),
                 FailureClass::AuthDenied,
             ),
+            (Error::ClearWithoutTls, FailureClass::AuthDenied),
         ];
         for (e, want) in cases {
             assert_eq!(classify_mysql(&e).class, want, "{e}");

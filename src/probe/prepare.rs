@@ -221,31 +221,62 @@ pub fn branches_and_digest(
 ) -> Result<(Vec<BranchProbe>, InputsDigest), PrepareError> {
     let mut problems = Problems::default();
     let target = prepare_target(&svc.probe.kind, secrets, &mut problems);
-    let (Some(target), true) = (target, problems.0.is_empty()) else {
+    let targets: Vec<Option<Target>> = match &target {
+        Some(t) => svc
+            .branches
+            .iter()
+            .map(|b| branch_target(t, &svc.probe.kind, b, secrets, &mut problems))
+            .collect(),
+        None => Vec::new(),
+    };
+    if target.is_none() || !problems.0.is_empty() {
         return Err(PrepareError {
             problems: problems.0,
         });
-    };
+    }
     let tls_verified = tls_settings(&svc.probe.kind).verified();
-    let redactor = Redactor::of(target.secrets());
     let digest = problems.1.digest();
     let probes = svc
         .branches
         .iter()
-        .map(|b| BranchProbe {
+        .zip(targets.into_iter().flatten())
+        .map(|(b, target)| BranchProbe {
             branch: b.clone(),
             prober_id: cfg.prober_id.clone(),
             stable_name: svc.service.stable_name.clone(),
             address_family: cfg.dns.address_family,
             timeout: svc.probe.timeout,
             step_timeouts: svc.probe.step_timeouts,
-            target: target.clone(),
+            redactor: Redactor::of(target.secrets()),
+            target,
             tls_verified,
-            redactor: redactor.clone(),
             end_to_end: false,
         })
         .collect();
     Ok((probes, digest))
+}
+
+/// The service's target for branch `b`: the same, but with an RDS IAM password the token signed
+/// for the branch's endpoint and port; `None` (and a problem) when that token is unavailable.
+fn branch_target(
+    target: &Target,
+    kind: &ProbeKind,
+    b: &crate::config::Branch,
+    secrets: &SecretCache,
+    problems: &mut Problems,
+) -> Option<Target> {
+    let Some((user, r @ SecretRef::RdsIam { region })) = kind.database_login() else {
+        return Some(target.clone());
+    };
+    let what = crate::secrets::tokens::token_for(region, &b.endpoint, b.port, user);
+    match secrets.token_cell(&what) {
+        Ok(cell) => Some(target.with_database_password(cell)),
+        Err(reason) => {
+            let key = format!("probe.{}.password", kind.name());
+            problems.push(key, format!("{r} for {}:{}", b.endpoint, b.port), reason);
+            None
+        }
+    }
 }
 
 /// One line (for `check`) naming the secrets shorter than
@@ -371,6 +402,12 @@ fn secret(
     problems: &mut Problems,
 ) -> Option<SecretCell> {
     let value = match r {
+        // Signed per branch (its endpoint and port): [`branch_target`] puts the branch's token
+        // in place of this empty value, which is never sent.
+        SecretRef::RdsIam { .. } => {
+            problems.1.add(&key, r.to_string().as_bytes());
+            return Some(SecretCell::fixed(String::new()));
+        }
         SecretRef::SecretsManager(sm) => {
             return match secrets.cell(sm) {
                 // The reference, not the value: a rotation is no changed input for a reload.

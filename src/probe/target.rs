@@ -343,6 +343,23 @@ impl Target {
         }
     }
 
+    /// The same target with `password` as the database password (a branch's RDS IAM token);
+    /// kinds without one are returned as they are.
+    #[must_use]
+    pub fn with_database_password(&self, password: SecretCell) -> Target {
+        match self {
+            Target::Mysql(t) => Target::Mysql(Box::new(MysqlTarget {
+                password,
+                ..(**t).clone()
+            })),
+            Target::Postgres(t) => Target::Postgres(Box::new(PostgresTarget {
+                password,
+                ..(**t).clone()
+            })),
+            other => other.clone(),
+        }
+    }
+
     /// The server denied an attempt that sent this target's secrets: each one that can be read
     /// again is (at most once a minute).
     pub fn report_denied(&self) {

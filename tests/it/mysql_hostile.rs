@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-mod server;
+pub(crate) mod server;
 
 /// One attempt of `branch` of the config `b` (written into `dir`).
 async fn attempt(b: &ConfigBuilder, dir: &std::path::Path, branch: &str) -> Attempt {

@@ -42,10 +42,18 @@ variables {
 run "accepts_values_at_the_bounds" {
   command = plan
   variables {
-    image         = replace(format("%1024s", ""), " ", "i")
-    config_path   = "/${replace(format("%4095s", ""), " ", "c")}"
-    config_s3_uri = "s3://config-bucket/prober/readyprobe.toml"
-    probe_secret  = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds!cluster-0a1b-AbCdEf"
+    image            = replace(format("%1024s", ""), " ", "i")
+    config_path      = "/${replace(format("%4095s", ""), " ", "c")}"
+    config_s3_uri    = "s3://config-bucket/prober/readyprobe.toml"
+    probe_secret     = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds!cluster-0a1b-AbCdEf"
+    rds_iam_db_users = ["arn:aws:rds-db:eu-west-1:123456789012:dbuser:cluster-ABCDEFGHIJKL0123456789/readyprobe"]
+  }
+  assert {
+    condition = contains(jsondecode(output.task_role_policy).Statement, {
+      Effect   = "Allow", Action = "rds-db:connect",
+      Resource = "arn:aws:rds-db:eu-west-1:123456789012:dbuser:cluster-ABCDEFGHIJKL0123456789/readyprobe"
+    })
+    error_message = "rds-db:connect is not granted on exactly the named database user"
   }
   assert {
     condition     = output.password_config == "password = { secrets_manager = \"arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds!cluster-0a1b-AbCdEf\" }"
@@ -56,10 +64,11 @@ run "accepts_values_at_the_bounds" {
 run "refuses_values_past_the_bounds" {
   command = plan
   variables {
-    image         = replace(format("%1025s", ""), " ", "i")
-    config_path   = "/${replace(format("%4096s", ""), " ", "c")}"
-    config_s3_uri = "s3://config-bucket/prober/*.toml"
-    probe_secret  = "a secret name with spaces"
+    image            = replace(format("%1025s", ""), " ", "i")
+    config_path      = "/${replace(format("%4096s", ""), " ", "c")}"
+    config_s3_uri    = "s3://config-bucket/prober/*.toml"
+    probe_secret     = "a secret name with spaces"
+    rds_iam_db_users = ["arn:aws:rds-db:eu-west-1:123456789012:dbuser:*/readyprobe"]
   }
-  expect_failures = [var.image, var.config_path, var.config_s3_uri, var.probe_secret]
+  expect_failures = [var.image, var.config_path, var.config_s3_uri, var.probe_secret, var.rds_iam_db_users]
 }

@@ -67,6 +67,11 @@ pub enum Error {
         "the server asks for authentication plugin {0:?}, which readyprobe does not speak: give the probe user mysql_native_password or caching_sha2_password"
     )]
     Plugin(String),
+    /// The server asks for `mysql_clear_password` on a session without TLS.
+    #[error(
+        "the server asks for mysql_clear_password on a session without TLS: the password is not sent in clear text"
+    )]
+    ClearWithoutTls,
 }
 
 fn codec_error(e: PacketCodecError) -> Error {
@@ -241,6 +246,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     let request = ParseBuf(&p)
                         .parse::<AuthSwitchRequest>(())
                         .map_err(malformed("auth switch request"))?;
+                    if request.auth_plugin() == AuthPlugin::MysqlClearPassword {
+                        // RDS IAM: the token itself, so only inside TLS.
+                        plugin = AuthPlugin::MysqlClearPassword;
+                        self.clear_password(login).await?;
+                        continue;
+                    }
                     plugin = supported(request.auth_plugin())?;
                     nonce = request.plugin_data().to_vec();
                     let data = scramble(&plugin, login.password, &nonce);
@@ -256,6 +267,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Err(Error::Protocol(format!(
             "authentication not finished after {MAX_AUTH_PACKETS} packets"
         )))
+    }
+
+    /// `mysql_clear_password`: the password, NUL-terminated, as it is; refused on a session
+    /// without TLS (the server then sees no password at all).
+    async fn clear_password(&mut self, login: &Login<'_>) -> Result<(), Error> {
+        if !login.tls {
+            return Err(Error::ClearWithoutTls);
+        }
+        let mut password = login.password.as_bytes().to_vec();
+        password.push(0);
+        self.write_packet(&password).await
     }
 
     /// `caching_sha2_password`'s extra round: fast authentication succeeded (the server then
@@ -692,6 +714,39 @@ mod tests {
                     assert!(matches!(&e, Error::Plugin(p) if p == name), "{e:?}");
                     assert!(e.to_string().contains(name), "{e}");
                 }
+            }
+        }
+    }
+
+    /// RDS IAM's `mysql_clear_password`: the password as it is inside TLS; without TLS the
+    /// server gets nothing and the attempt fails.
+    #[tokio::test]
+    async fn mysql_clear_password_sends_the_password_only_over_tls() {
+        for tls in [true, false] {
+            let (c, mut s) = pair();
+            let server = async move {
+                s.write_packet(&greeting_packet("mysql_native_password"))
+                    .await
+                    .unwrap();
+                let response = s.read_packet().await.unwrap();
+                let r = ParseBuf(&response).parse::<HandshakeResponse>(()).unwrap();
+                assert!(!r.scramble_buf().windows(9).any(|w| w == b"s3cret-pw"));
+                s.write_packet(b"\xfemysql_clear_password\0").await.unwrap();
+                match s.read_packet().await {
+                    Ok(p) => {
+                        assert!(tls, "a password without TLS: {p:?}");
+                        assert_eq!(p, b"s3cret-pw\0");
+                        s.write_packet(OK).await.unwrap();
+                    }
+                    Err(e) => assert!(!tls, "{e}"),
+                }
+            };
+            let (got, ()) = tokio::join!(client(c, tls), server);
+            if tls {
+                got.unwrap();
+            } else {
+                let e = got.unwrap_err();
+                assert!(e.to_string().contains("without TLS"), "{e}");
             }
         }
     }
