@@ -103,6 +103,7 @@ impl Signer {
             timeouts: Timeouts::per_call(CREDENTIALS_TIMEOUT),
             retries: Retries::Standard(3),
             max_response_bytes: 64 * 1024,
+            role: None,
         };
         let session = target.session().await;
         session
