@@ -72,16 +72,16 @@ def start_cluster(d):
         shutil.chown(f"{data}/{dst}", "postgres", "postgres")
         os.chmod(f"{data}/{dst}", 0o600)
     with open(f"{data}/postgresql.conf", "a") as f:
-        f.write(f"\nlisten_addresses = '127.0.0.1'\nport = {PORT}\nunix_socket_directories = '{d}'\n"
+        f.write(f"\nlisten_addresses = '127.0.0.1'\nport = {PORT}\nunix_socket_directories = '{data}'\n"
                 "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n"
                 "password_encryption = scram-sha-256\n")
     with open(f"{data}/pg_hba.conf", "w") as f:
         f.write("local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\n")
-    as_postgres(f"{BINDIR}/pg_ctl", "-D", data, "-l", f"{d}/server.log", "-w", "start",
+    as_postgres(f"{BINDIR}/pg_ctl", "-D", data, "-l", f"{data}/server.log", "-w", "start",
                 stdout=subprocess.DEVNULL)
     with open(f"{HERE}/probes/postgres-canary.sql") as f:
         script = f.read().replace("@PASSWORD@", PASSWORD)
-    sh(f"{BINDIR}/psql", "-h", d, "-p", str(PORT), "-U", "postgres", "-d", "postgres", "-q",
+    sh(f"{BINDIR}/psql", "-h", data, "-p", str(PORT), "-U", "postgres", "-d", "postgres", "-q",
        "-v", "ON_ERROR_STOP=1", input=script, text=True, stdout=subprocess.DEVNULL)
     return data
 
