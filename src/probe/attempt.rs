@@ -270,6 +270,19 @@ pub struct OtlpObservation {
     pub message: Option<String>,
 }
 
+/// Longest text about the server kept in an attempt (version, host name): it goes into every
+/// evidence record.
+pub const MAX_IDENTITY_CHARS: usize = 255;
+
+/// Text a server sent, as kept in an attempt: control characters replaced, at most
+/// [`MAX_IDENTITY_CHARS`] characters.
+pub fn server_text(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .take(MAX_IDENTITY_CHARS)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

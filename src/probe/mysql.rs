@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 pub use super::attempt::ServerIdentity;
+use super::attempt::server_text as shown;
 use super::connect::Connected;
 use super::ctx::{StepCtx, StepError, StepFailure};
 pub use super::target::MysqlTarget;
@@ -34,10 +35,6 @@ type TlsSession = Session<tokio_rustls::client::TlsStream<TcpStream>>;
 /// The canary row as read back by `verify`: marker, seq (both NULL when something rewrote
 /// them), `@@hostname` (bytes: any encoding), `@@server_id`, `@@read_only`, `@@innodb_read_only`.
 type CanaryRow = (Option<Vec<u8>>, Option<u64>, Vec<u8>, u64, u8, u8);
-
-/// Longest text about the server kept in an attempt (version, host name): it goes into every
-/// evidence record.
-const MAX_IDENTITY_CHARS: usize = 255;
 
 /// Run `tls` (when enabled), `auth`, `write` and `verify` on the connection `connect` opened.
 ///
@@ -217,27 +214,12 @@ async fn write_and_verify<S: AsyncRead + AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// Text the server sent, as kept in an attempt: control characters replaced, at most
-/// [`MAX_IDENTITY_CHARS`].
-fn shown(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
-        .take(MAX_IDENTITY_CHARS)
-        .collect()
-}
-
 /// Map a session error to a failure class. The one place MySQL errors are classified.
 pub fn classify_mysql(e: &session::Error) -> StepError {
     use session::Error;
     let class = match e {
         Error::Server { code, .. } => classify_server_code(*code),
-        Error::Io(io) => match io
-            .get_ref()
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            Some(r) => super::tls::classify_tls(r),
-            None => super::connect::classify_io(io),
-        },
+        Error::Io(io) => super::tls::classify_stream_io(io),
         Error::Closed => FailureClass::ServerGoneAway,
         Error::Protocol(_) => FailureClass::ProtocolError,
         Error::Plugin(_) | Error::ClearWithoutTls => FailureClass::AuthDenied,

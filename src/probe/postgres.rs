@@ -27,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 pub use super::attempt::ServerIdentity;
+use super::attempt::server_text as shown;
 use super::connect::Connected;
 use super::ctx::{StepCtx, StepError, StepFailure};
 pub use super::target::PostgresTarget;
@@ -35,10 +36,6 @@ use session::{Login, Session, TextRow};
 /// Longest polite disconnect after the last step: it runs outside every step, within what is
 /// left of the attempt deadline.
 const DISCONNECT_WAIT: Duration = Duration::from_millis(500);
-
-/// Longest text about the server kept in an attempt (version, host name): it goes into every
-/// evidence record.
-const MAX_IDENTITY_CHARS: usize = 255;
 
 /// Run `tls` (when enabled), `auth`, `write` and `verify` on the connection `connect` opened.
 ///
@@ -273,27 +270,12 @@ async fn write_and_verify<S: AsyncRead + AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// Text the server sent, as kept in an attempt: control characters replaced, at most
-/// [`MAX_IDENTITY_CHARS`].
-fn shown(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
-        .take(MAX_IDENTITY_CHARS)
-        .collect()
-}
-
 /// Map a session error to a failure class. The one place PostgreSQL errors are classified.
 pub fn classify_postgres(e: &session::Error) -> StepError {
     use session::Error;
     let class = match e {
         Error::Server { code, .. } => classify_sqlstate(code),
-        Error::Io(io) => match io
-            .get_ref()
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            Some(r) => super::tls::classify_tls(r),
-            None => super::connect::classify_io(io),
-        },
+        Error::Io(io) => super::tls::classify_stream_io(io),
         Error::Closed => FailureClass::ServerGoneAway,
         Error::Protocol(_) => FailureClass::ProtocolError,
         Error::Method(_) => FailureClass::AuthDenied,

@@ -279,15 +279,9 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     let tls = TlsConnector::from(config)
         .connect(name, stream)
         .await
-        .map_err(|e| {
-            let class = match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-                Some(r) => classify_tls(r),
-                None => super::connect::classify_io(&e),
-            };
-            StepError {
-                class,
-                message: format!("TLS handshake with {endpoint}: {e}"),
-            }
+        .map_err(|e| StepError {
+            class: classify_stream_io(&e),
+            message: format!("TLS handshake with {endpoint}: {e}"),
         })?;
     let (_, conn) = tls.get_ref();
     let info = TlsInfo {
@@ -306,6 +300,15 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
             .and_then(|leaf| not_after_ms(leaf.as_ref())),
     };
     Ok((tls, info))
+}
+
+/// Classify an I/O error of a stream that may be a TLS session: rustls's own error by
+/// [`classify_tls`], anything else as the connection's ([`super::connect::classify_io`]).
+pub fn classify_stream_io(e: &std::io::Error) -> FailureClass {
+    match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        Some(r) => classify_tls(r),
+        None => super::connect::classify_io(e),
+    }
 }
 
 /// Map a rustls error to a failure class.
