@@ -235,13 +235,14 @@ fn branch_rules(
         let elsewhere = |h: &HealthCheck| {
             h.alarm
                 .as_ref()
-                .is_some_and(|a| a.region != expect.region && svc.other_regions.contains(&a.region))
+                .is_some_and(|a| read_elsewhere(expect, svc, &a.region))
         };
         let (followers, theirs): (Vec<&HealthCheck>, Vec<&HealthCheck>) = hcs
             .iter()
             .filter(|h| mine.iter().any(|a| follows(h, &a.name)))
             .partition(|h| !elsewhere(h));
-        // One that follows the branch's alarm in another target's region is that check's.
+        // One that follows the branch's alarm in another target's region is that check's; in
+        // a region a branch names, the other region's prober's (the cross-region layout).
         if followers.is_empty() && theirs.is_empty() {
             out.push(at.finding(
                 "health check",
@@ -253,12 +254,90 @@ fn branch_rules(
         for h in followers {
             out.extend(health_check_rules(at, expect, h));
         }
+        out.extend(calculated_rules(at, svc, alarms, &mine, hcs));
         // Judged once per branch: by the read in the branch's region when the service has one.
         let region = svc.branches.iter().find(|b| b.name == branch);
         let region = region
             .and_then(|b| b.region.as_deref())
             .filter(|r| *r == expect.region || !svc.other_regions.iter().any(|o| o == r));
         out.extend(alarm_in_branch_region(at, region, &mine, hcs));
+    }
+    out
+}
+
+/// Whether an alarm region is read by another check than this one: another publish target's
+/// region, or a region a branch of the service names (in the cross-region layout each region's
+/// prober publishes only there, and its own `check --aws` reads it).
+fn read_elsewhere(expect: &Expect, svc: &ServiceExpect, region: &str) -> bool {
+    region != expect.region
+        && (svc.other_regions.iter().any(|o| o == region)
+            || svc
+                .branches
+                .iter()
+                .any(|b| b.region.as_deref() == Some(region)))
+}
+
+/// The rules of the `CALCULATED` health checks over the branch's alarms: every leaf follows
+/// an alarm of this branch (one of another branch, read here by name, is flagged; alarm names
+/// are the same in both regions), and `HealthThreshold` counts every child, so that each
+/// region's child (healthy without data) can fail the branch.
+fn calculated_rules(
+    at: At<'_>,
+    svc: &ServiceExpect,
+    alarms: &[Alarm],
+    mine: &[&Alarm],
+    hcs: &[HealthCheck],
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    // Judged for the branch its first child follows (a check over two branches is one mistake).
+    let first_mine = |h: &HealthCheck| {
+        let first = h
+            .children
+            .first()
+            .and_then(|c| hcs.iter().find(|x| x.id == *c));
+        first.is_none_or(|f| reaches(f, mine, hcs))
+    };
+    let calculated = hcs.iter().filter(|h| {
+        h.kind.is(HealthCheckType::Calculated) && reaches(h, mine, hcs) && first_mine(h)
+    });
+    for h in calculated {
+        let object = format!("health check {}", h.id);
+        for leaf in leaves(h, hcs) {
+            let Some(alarm) = &leaf.alarm else { continue };
+            let other = svc.branches.iter().map(|b| b.name.as_str()).find(|b| {
+                Some(*b) != at.branch
+                    && branch_alarms(svc, b, alarms, hcs)
+                        .iter()
+                        .any(|a| a.name == alarm.name)
+            });
+            if let Some(other) = other {
+                out.push(at.finding(
+                    &object,
+                    Rule::CalculatedChild,
+                    format!(
+                        "its child {} follows alarm {} in {}, an alarm of branch {other}: the branch's health then follows another branch's readiness",
+                        leaf.id, alarm.name, alarm.region
+                    ),
+                    "make every child follow this branch's readiness alarm (one child per region)",
+                ));
+            }
+        }
+        let n = h.children.len();
+        if let Some(t) = h
+            .health_threshold
+            .filter(|t| usize::try_from(*t).is_ok_and(|t| t < n))
+        {
+            out.push(at.finding(
+                &object,
+                Rule::CalculatedThreshold,
+                format!(
+                    "HealthThreshold {t} of {n} children: one child's healthy answer keeps the branch healthy, so a region whose alarm goes stale or whose prober does not see the fault outvotes the one that does"
+                ),
+                &format!(
+                    "set HealthThreshold to {n}, with each child's InsufficientDataHealthStatus Healthy (a child without data abstains; docs/deploy.md)"
+                ),
+            ));
+        }
     }
     out
 }
@@ -683,14 +762,31 @@ fn record_health_rule(
     let branch = at.branch?;
     let mine = branch_alarms(svc, branch, alarms, hcs);
     let ok = hcs.iter().any(|h| h.id == *id && reaches(h, &mine, hcs));
-    (!ok).then(|| {
-        at.finding(
+    if !ok {
+        return Some(at.finding(
             object,
             Rule::RecordHealthCheck,
             format!("follows health check {id}, which follows no alarm of branch {branch}"),
             "set HealthCheckId to the health check that follows the branch's alarm",
-        )
-    })
+        ));
+    }
+    // A CALCULATED root over the record's check: the one the record should follow.
+    let is_child = |h: &HealthCheck| hcs.iter().any(|p| p.children.contains(&h.id));
+    let parent = hcs.iter().find(|p| {
+        p.kind.is(HealthCheckType::Calculated)
+            && p.children.contains(id)
+            && !is_child(p)
+            && reaches(p, &mine, hcs)
+    })?;
+    Some(at.finding(
+        object,
+        Rule::RecordHealthCheck,
+        format!(
+            "follows health check {id}, a child of CALCULATED health check {}: the record ignores the branch's other children (the other region's view)",
+            parent.id
+        ),
+        &format!("set HealthCheckId to {}", parent.id),
+    ))
 }
 
 #[cfg(test)]

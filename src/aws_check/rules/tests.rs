@@ -69,6 +69,7 @@ fn hc(branch: &str) -> HealthCheck {
         inverted: false,
         disabled: false,
         children: vec![],
+        health_threshold: None,
     }
 }
 
@@ -544,6 +545,7 @@ fn calculated(id: &str, children: &[&str]) -> HealthCheck {
         inverted: false,
         disabled: false,
         children: children.iter().map(|c| c.to_string()).collect(),
+        health_threshold: None,
     }
 }
 
@@ -631,6 +633,93 @@ fn a_calculated_health_check_is_judged_by_its_childrens_alarms() {
         check(&other, &two_regions("us-east-1"))
             .iter()
             .any(|f| f.rule == Rule::Region),
+    );
+}
+
+const REGION_B: &str = "us-east-1";
+
+/// The cross-region layout as its templates deploy it, read by the prober of `here`: primary
+/// in `REGION`, secondary in `REGION_B`, per branch a child per region's copy of its alarm
+/// (`Healthy` without data) under a CALCULATED check of threshold 2 that its record follows.
+fn cross_region(here: &str) -> (Expect, Inventory) {
+    let mut e = primary_in(REGION);
+    e.region = here.into();
+    e.insufficient_data = Some(crate::config::HealthStatus::Healthy);
+    e.services[0].branches[1].region = Some(REGION_B.into());
+    let mut inv = clean();
+    let h = hcs(&mut inv);
+    h.clear();
+    for b in ["primary", "secondary"] {
+        let mut kids = Vec::new();
+        for (suffix, region) in [("a", REGION), ("b", REGION_B)] {
+            let mut child = follower(
+                &format!("hc-{b}-{suffix}"),
+                &format!("orders-db-{b}"),
+                region,
+            );
+            child.insufficient_data = Some("Healthy".into());
+            kids.push(child.id.clone());
+            h.push(child);
+        }
+        let kids: Vec<&str> = kids.iter().map(String::as_str).collect();
+        let mut calc = calculated(&format!("hc-{b}"), &kids);
+        calc.health_threshold = Some(2);
+        h.push(calc);
+    }
+    (e, inv)
+}
+
+fn objects_of(e: &Expect, inv: &Inventory) -> Vec<(Rule, String)> {
+    check(e, inv)
+        .into_iter()
+        .map(|f| (f.rule, f.object))
+        .collect()
+}
+
+/// A correctly deployed cross-region layout is clean from either region's read (the child on
+/// the other region's alarm is that region's prober's view), and a wrong one is still flagged:
+/// threshold 1, a child on the other branch's alarm, a record on a plain child, a child in a
+/// region no branch names.
+#[test]
+fn the_cross_region_layout_is_clean_and_its_mistakes_are_flagged() {
+    for here in [REGION, REGION_B] {
+        let (e, inv) = cross_region(here);
+        assert_eq!(check(&e, &inv), vec![], "read in {here}");
+    }
+    let (e, mut inv) = cross_region(REGION);
+    hcs(&mut inv)[2].health_threshold = Some(1);
+    assert_eq!(
+        objects_of(&e, &inv),
+        [(Rule::CalculatedThreshold, "health check hc-primary".into())]
+    );
+    let (e, mut inv) = cross_region(REGION);
+    hcs(&mut inv)[1].alarm = Some(AlarmRef {
+        name: "orders-db-secondary".into(),
+        region: REGION_B.into(),
+    });
+    assert_eq!(
+        objects_of(&e, &inv),
+        [(Rule::CalculatedChild, "health check hc-primary".into())]
+    );
+    let (e, mut inv) = cross_region(REGION_B);
+    if let Some(Fetched::Got((_, records))) = inv.records.get_mut("orders-db") {
+        records[0].health_check_id = Some("hc-primary-b".into());
+    }
+    let found = check(&e, &inv);
+    assert_eq!(
+        found.iter().map(|f| f.rule).collect::<Vec<_>>(),
+        [Rule::RecordHealthCheck],
+        "{found:?}"
+    );
+    assert!(found[0].fix.contains("hc-primary"), "{found:?}");
+    let (e, mut inv) = cross_region(REGION);
+    hcs(&mut inv)[1].alarm = Some(AlarmRef {
+        name: "orders-db-primary".into(),
+        region: "ap-south-1".into(),
+    });
+    assert_eq!(
+        objects_of(&e, &inv),
+        [(Rule::Region, "health check hc-primary-b".into())]
     );
 }
 
