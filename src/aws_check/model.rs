@@ -297,6 +297,25 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// Whether a finding of this rule is about Route 53's objects alone (health checks,
+    /// records): Route 53 is global, so it is the same from every target in one account.
+    pub fn is_route53(self) -> bool {
+        matches!(
+            self,
+            Rule::HealthCheckInverted
+                | Rule::HealthCheckDisabled
+                | Rule::InsufficientDataHealthStatus
+                | Rule::CalculatedChild
+                | Rule::CalculatedThreshold
+                | Rule::NoRecord
+                | Rule::RecordTtl
+                | Rule::RecordHealthCheck
+                | Rule::SecondaryUnevaluated
+                | Rule::FailoverPair
+                | Rule::RecordTarget
+        )
+    }
+
     /// Whether a finding of this rule is a warning: reported, but neither a violation nor a
     /// part not checked (it does not change the exit code).
     pub fn is_warning(self) -> bool {

@@ -134,6 +134,29 @@ pub fn check(expect: &Expect, inv: &Inventory) -> Vec<Finding> {
     out
 }
 
+/// The findings of every target, each with the Route 53 it read (see `check_aws`): a Route 53
+/// finding (health checks, records, and their reads not checked) that an earlier target with
+/// the same Route 53 already has, apart from its target, is left out, so it appears once.
+pub fn once_per_route53(found: Vec<(String, Finding)>) -> Vec<Finding> {
+    let route53 = |f: &Finding| {
+        f.rule.is_route53()
+            || (f.rule == Rule::NotChecked
+                && matches!(f.object.as_str(), "health checks" | "records"))
+    };
+    let mut kept: Vec<(String, Finding)> = Vec::new();
+    for (view, f) in found {
+        let same = |(v, k): &(String, Finding)| {
+            *v == view
+                && (&k.service, &k.branch, &k.object, k.rule, &k.problem, &k.fix)
+                    == (&f.service, &f.branch, &f.object, f.rule, &f.problem, &f.fix)
+        };
+        if !(route53(&f) && kept.iter().any(same)) {
+            kept.push((view, f));
+        }
+    }
+    kept.into_iter().map(|(_, f)| f).collect()
+}
+
 /// Where a finding is.
 #[derive(Clone, Copy)]
 struct At<'a> {

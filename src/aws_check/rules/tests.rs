@@ -757,3 +757,54 @@ fn no_warning_without_health_checks() {
     inv.health_checks = Fetched::NotChecked(Unchecked::new("denied", "allow"));
     assert_eq!(in_region(&primary_in(REGION), &inv), Vec::<String>::new());
 }
+
+/// Two targets reading one Route 53 (one account): its findings appear once, the first
+/// target's; the alarms' findings, and any finding of a target in another account, stay.
+#[test]
+fn route53_findings_appear_once_per_account() {
+    let mut inv = clean();
+    hcs(&mut inv)[0].inverted = true;
+    alarms(&mut inv)[1].period = Some(10);
+    let per_target = |name: &str| -> Vec<Finding> {
+        let mut found = check(&expect(), &inv);
+        for f in &mut found {
+            f.target = Some(name.to_string());
+        }
+        found
+    };
+    let rows = |views: [&str; 3]| {
+        let found: Vec<(String, Finding)> = ["a", "b", "c"]
+            .iter()
+            .zip(views)
+            .flat_map(|(t, v)| per_target(t).into_iter().map(move |f| (v.to_string(), f)))
+            .collect();
+        once_per_route53(found)
+            .into_iter()
+            .map(|f| (f.target.unwrap_or_default(), f.rule))
+            .collect::<Vec<_>>()
+    };
+    let a_b_c = |t: &str, rules: &[Rule]| {
+        rules
+            .iter()
+            .map(|r| (t.to_string(), *r))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        rows(["", "", ""]),
+        [
+            a_b_c("a", &[Rule::HealthCheckInverted, Rule::Period]),
+            a_b_c("b", &[Rule::Period]),
+            a_b_c("c", &[Rule::Period]),
+        ]
+        .concat()
+    );
+    assert_eq!(
+        rows(["", "", "arn:aws:iam::111122223333:role/r|"]),
+        [
+            a_b_c("a", &[Rule::HealthCheckInverted, Rule::Period]),
+            a_b_c("b", &[Rule::Period]),
+            a_b_c("c", &[Rule::HealthCheckInverted, Rule::Period]),
+        ]
+        .concat()
+    );
+}
