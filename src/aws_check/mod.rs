@@ -121,10 +121,9 @@ pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> u8 {
             }
         }
     }
-    if failed.len() == places.len() {
-        if let Some((region, f)) = failed.first() {
-            return fail(format, region, f);
-        }
+    // No target could be read: the check ends as with one target.
+    if let Some((region, f)) = failed.first().filter(|_| failed.len() == places.len()) {
+        return fail(format, region, f);
     }
     let findings = rules::once_per_route53(findings);
     for f in findings.iter().filter(|f| !f.is_violation()) {

@@ -396,7 +396,7 @@ fn alarm_in_branch_region(
         format!(
             "every alarm it follows is in {region}, the branch's own region: when CloudWatch or the region is impaired, the alarm goes stale exactly when the branch fails"
         ),
-        "publish the branch's readiness to a second region too (a publish target), alarm there, and follow both alarms with a CALCULATED health check",
+        "deploy the cross-region layout (docs/deploy.md): a prober in a second region publishing there, the alarm there too, and a CALCULATED health check over both regions' alarms",
     ))
 }
 
