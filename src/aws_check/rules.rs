@@ -289,15 +289,17 @@ fn branch_rules(
 }
 
 /// Whether an alarm region is read by another check than this one: another publish target's
-/// region, or a region a branch of the service names (in the cross-region layout each region's
-/// prober publishes only there, and its own `check --aws` reads it).
+/// region, or, when the branches name two regions (the cross-region layout, where each
+/// region's prober publishes only there and its own `check --aws` reads it), one of those.
 fn read_elsewhere(expect: &Expect, svc: &ServiceExpect, region: &str) -> bool {
+    let named: std::collections::BTreeSet<&str> = svc
+        .branches
+        .iter()
+        .filter_map(|b| b.region.as_deref())
+        .collect();
     region != expect.region
         && (svc.other_regions.iter().any(|o| o == region)
-            || svc
-                .branches
-                .iter()
-                .any(|b| b.region.as_deref() == Some(region)))
+            || (named.len() > 1 && named.contains(region)))
 }
 
 /// The rules of the `CALCULATED` health checks over the branch's alarms: every leaf follows

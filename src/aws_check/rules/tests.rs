@@ -721,6 +721,14 @@ fn the_cross_region_layout_is_clean_and_its_mistakes_are_flagged() {
         objects_of(&e, &inv),
         [(Rule::Region, "health check hc-primary-b".into())]
     );
+    // Both branches in one region: a child on the alarm elsewhere is this read's `region` mistake.
+    let (mut e, inv) = cross_region(REGION);
+    e.services[0].branches[1].region = Some(REGION.into());
+    let found = objects_of(&e, &inv);
+    assert!(
+        found.contains(&(Rule::Region, "health check hc-secondary-b".into())),
+        "{found:?}"
+    );
 }
 
 /// A child the listing lacks, a loop of CALCULATED checks, and a child that is no alarm's
