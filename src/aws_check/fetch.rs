@@ -475,6 +475,7 @@ fn health_check(h: &aws_sdk_route53::types::HealthCheck) -> Result<HealthCheck, 
         inverted: c.inverted().unwrap_or(false),
         disabled: c.disabled().unwrap_or(false),
         children: c.child_health_checks().to_vec(),
+        health_threshold: c.health_threshold(),
     })
 }
 

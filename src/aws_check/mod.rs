@@ -74,12 +74,19 @@ pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> u8 {
     for p in &places {
         // One overall deadline; each target's endpoints are judged by their own answers.
         let d = deadline.for_another_target();
-        match fetch::Clients::new(p, cfg.route53.endpoint_url.as_deref(), &d).await {
-            Ok(c) => clients.push((c, d)),
-            Err((region, f)) => return fail(format, &region, &at_target(named, p, f)),
-        }
+        clients.push(
+            fetch::Clients::new(p, cfg.route53.endpoint_url.as_deref(), &d)
+                .await
+                .map(|c| (c, d)),
+        );
     }
-    let regions: Vec<String> = clients.iter().map(|(c, _)| c.region.clone()).collect();
+    let regions: Vec<String> = clients
+        .iter()
+        .map(|c| match c {
+            Ok((c, _)) => c.region.clone(),
+            Err((region, _)) => region.clone(),
+        })
+        .collect();
     let targets: Vec<render::Where> = places
         .iter()
         .zip(&regions)
@@ -89,27 +96,36 @@ pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> u8 {
         })
         .collect();
     let mut findings = Vec::new();
-    for (k, (p, (c, d))) in places.iter().zip(&clients).enumerate() {
+    // A target that cannot be read is a `not_checked` row; the check goes on with the others.
+    let mut failed = Vec::new();
+    for (k, (p, c)) in places.iter().zip(&clients).enumerate() {
         let expect = fetch::expect(cfg, &places, k, &regions);
-        let inventory = match fetch::inventory(c, cfg, p, &expect, d).await {
-            Ok(i) => i,
-            Err(e) => {
-                let f = model::Failure {
-                    exit: EXIT_IO,
-                    kind: "unreachable",
-                    message: format!("cannot reach AWS: {e}"),
-                    fix:
-                        "check the network path to AWS (or the configured endpoints) and the region"
-                            .into(),
-                };
-                return fail(format, &c.region, &at_target(named, p, f));
-            }
+        let read = match c {
+            Ok((c, d)) => fetch::inventory(c, cfg, p, &expect, d)
+                .await
+                .map_err(|e| (c.region.clone(), unreachable(&e))),
+            Err((region, f)) => Err((region.clone(), f.clone())),
         };
-        findings.extend(rules::check(&expect, &inventory).into_iter().map(|mut f| {
-            f.target = named.then(|| p.name.clone());
-            f
-        }));
+        let view = route53_view(p);
+        match read {
+            Ok(inventory) => {
+                findings.extend(rules::check(&expect, &inventory).into_iter().map(|mut f| {
+                    f.target = named.then(|| p.name.clone());
+                    (view.clone(), f)
+                }))
+            }
+            Err((region, f)) => {
+                let rows = unread(cfg, p, &f, named);
+                findings.extend(rows.into_iter().map(|f| (view.clone(), f)));
+                failed.push((region, at_target(named, p, f)));
+            }
+        }
     }
+    // No target could be read: the check ends as with one target.
+    if let Some((region, f)) = failed.first().filter(|_| failed.len() == places.len()) {
+        return fail(format, region, f);
+    }
+    let findings = rules::once_per_route53(findings);
     for f in findings.iter().filter(|f| !f.is_violation()) {
         tracing::warn!(
             publish_target = %escape_controls(f.target.as_deref().unwrap_or("-")),
@@ -131,6 +147,42 @@ pub async fn check_aws(cfg: &Config, format: Format, timeout: Duration) -> u8 {
     } else {
         EXIT_OK
     }
+}
+
+/// The failure of a target whose reads got no answer.
+fn unreachable(e: &fetch::Unreachable) -> model::Failure {
+    model::Failure {
+        exit: EXIT_IO,
+        kind: "unreachable",
+        message: format!("cannot reach AWS: {e}"),
+        fix: "check the network path to AWS (or the configured endpoints) and the region".into(),
+    }
+}
+
+/// Which Route 53 a target reads: Route 53 is global, so targets with the same credentials
+/// (the same role, or none) and endpoint read the same health checks and records.
+fn route53_view(p: &fetch::Place) -> String {
+    format!(
+        "{}|{}",
+        p.target.role.as_ref().map_or("", |r| r.role_arn.as_str()),
+        p.target.endpoint_url.as_deref().unwrap_or("")
+    )
+}
+
+/// The `not_checked` rows of a target that could not be read: one per service it holds.
+fn unread(cfg: &Config, p: &fetch::Place, f: &model::Failure, named: bool) -> Vec<model::Finding> {
+    p.services
+        .iter()
+        .map(|&i| model::Finding {
+            target: named.then(|| p.name.clone()),
+            service: cfg.services[i].service.name.clone(),
+            branch: None,
+            object: "publish target".into(),
+            rule: model::Rule::NotChecked,
+            problem: format!("not checked: {} ({})", f.message, f.kind),
+            fix: f.fix.clone(),
+        })
+        .collect()
 }
 
 /// A failure at one of several targets names it.

@@ -186,6 +186,8 @@ pub struct HealthCheck {
     pub disabled: bool,
     /// `ChildHealthChecks` of a `CALCULATED` health check (ids); empty for the others.
     pub children: Vec<String>,
+    /// `HealthThreshold` of a `CALCULATED` health check: how many children must be healthy.
+    pub health_threshold: Option<i32>,
 }
 
 /// A record of a hosted zone.
@@ -282,6 +284,12 @@ pub enum Rule {
     HealthCheckInverted,
     /// A health check with `Disabled` set: Route 53 considers it healthy whatever the alarm says.
     HealthCheckDisabled,
+    /// A `CALCULATED` health check of the branch with a child that follows another branch's
+    /// alarm: the branch's health then depends on another branch's readiness.
+    CalculatedChild,
+    /// A `CALCULATED` health check of the branch whose `HealthThreshold` is below its number of
+    /// children: one region's view alone keeps the branch healthy.
+    CalculatedThreshold,
     /// A warning: every alarm the branch's health check follows (directly, or through the
     /// children of a `CALCULATED` one) is in the branch's own region, so an impaired CloudWatch
     /// or a dark region there leaves the branch's only health signal stale when it fails.
@@ -289,6 +297,25 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// Whether a finding of this rule is about Route 53's objects alone (health checks,
+    /// records): Route 53 is global, so it is the same from every target in one account.
+    pub fn is_route53(self) -> bool {
+        matches!(
+            self,
+            Rule::HealthCheckInverted
+                | Rule::HealthCheckDisabled
+                | Rule::InsufficientDataHealthStatus
+                | Rule::CalculatedChild
+                | Rule::CalculatedThreshold
+                | Rule::NoRecord
+                | Rule::RecordTtl
+                | Rule::RecordHealthCheck
+                | Rule::SecondaryUnevaluated
+                | Rule::FailoverPair
+                | Rule::RecordTarget
+        )
+    }
+
     /// Whether a finding of this rule is a warning: reported, but neither a violation nor a
     /// part not checked (it does not change the exit code).
     pub fn is_warning(self) -> bool {

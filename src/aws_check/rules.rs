@@ -134,6 +134,29 @@ pub fn check(expect: &Expect, inv: &Inventory) -> Vec<Finding> {
     out
 }
 
+/// The findings of every target, each with the Route 53 it read (see `check_aws`): a Route 53
+/// finding (health checks, records, and their reads not checked) that an earlier target with
+/// the same Route 53 already has, apart from its target, is left out, so it appears once.
+pub fn once_per_route53(found: Vec<(String, Finding)>) -> Vec<Finding> {
+    let route53 = |f: &Finding| {
+        f.rule.is_route53()
+            || (f.rule == Rule::NotChecked
+                && matches!(f.object.as_str(), "health checks" | "records"))
+    };
+    let mut kept: Vec<(String, Finding)> = Vec::new();
+    for (view, f) in found {
+        let same = |(v, k): &(String, Finding)| {
+            *v == view
+                && (&k.service, &k.branch, &k.object, k.rule, &k.problem, &k.fix)
+                    == (&f.service, &f.branch, &f.object, f.rule, &f.problem, &f.fix)
+        };
+        if !(route53(&f) && kept.iter().any(same)) {
+            kept.push((view, f));
+        }
+    }
+    kept.into_iter().map(|(_, f)| f).collect()
+}
+
 /// Where a finding is.
 #[derive(Clone, Copy)]
 struct At<'a> {
@@ -235,13 +258,14 @@ fn branch_rules(
         let elsewhere = |h: &HealthCheck| {
             h.alarm
                 .as_ref()
-                .is_some_and(|a| a.region != expect.region && svc.other_regions.contains(&a.region))
+                .is_some_and(|a| read_elsewhere(expect, svc, &a.region))
         };
         let (followers, theirs): (Vec<&HealthCheck>, Vec<&HealthCheck>) = hcs
             .iter()
             .filter(|h| mine.iter().any(|a| follows(h, &a.name)))
             .partition(|h| !elsewhere(h));
-        // One that follows the branch's alarm in another target's region is that check's.
+        // One that follows the branch's alarm in another target's region is that check's; in
+        // a region a branch names, the other region's prober's (the cross-region layout).
         if followers.is_empty() && theirs.is_empty() {
             out.push(at.finding(
                 "health check",
@@ -253,12 +277,92 @@ fn branch_rules(
         for h in followers {
             out.extend(health_check_rules(at, expect, h));
         }
+        out.extend(calculated_rules(at, svc, alarms, &mine, hcs));
         // Judged once per branch: by the read in the branch's region when the service has one.
         let region = svc.branches.iter().find(|b| b.name == branch);
         let region = region
             .and_then(|b| b.region.as_deref())
             .filter(|r| *r == expect.region || !svc.other_regions.iter().any(|o| o == r));
         out.extend(alarm_in_branch_region(at, region, &mine, hcs));
+    }
+    out
+}
+
+/// Whether an alarm region is read by another check than this one: another publish target's
+/// region, or, when the branches name two regions (the cross-region layout, where each
+/// region's prober publishes only there and its own `check --aws` reads it), one of those.
+fn read_elsewhere(expect: &Expect, svc: &ServiceExpect, region: &str) -> bool {
+    let named: std::collections::BTreeSet<&str> = svc
+        .branches
+        .iter()
+        .filter_map(|b| b.region.as_deref())
+        .collect();
+    region != expect.region
+        && (svc.other_regions.iter().any(|o| o == region)
+            || (named.len() > 1 && named.contains(region)))
+}
+
+/// The rules of the `CALCULATED` health checks over the branch's alarms: every leaf follows
+/// an alarm of this branch (one of another branch, read here by name, is flagged; alarm names
+/// are the same in both regions), and `HealthThreshold` counts every child, so that each
+/// region's child (healthy without data) can fail the branch.
+fn calculated_rules(
+    at: At<'_>,
+    svc: &ServiceExpect,
+    alarms: &[Alarm],
+    mine: &[&Alarm],
+    hcs: &[HealthCheck],
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    // Judged for the branch its first child follows (a check over two branches is one mistake).
+    let first_mine = |h: &HealthCheck| {
+        let first = h
+            .children
+            .first()
+            .and_then(|c| hcs.iter().find(|x| x.id == *c));
+        first.is_none_or(|f| reaches(f, mine, hcs))
+    };
+    let calculated = hcs.iter().filter(|h| {
+        h.kind.is(HealthCheckType::Calculated) && reaches(h, mine, hcs) && first_mine(h)
+    });
+    for h in calculated {
+        let object = format!("health check {}", h.id);
+        for leaf in leaves(h, hcs) {
+            let Some(alarm) = &leaf.alarm else { continue };
+            let other = svc.branches.iter().map(|b| b.name.as_str()).find(|b| {
+                Some(*b) != at.branch
+                    && branch_alarms(svc, b, alarms, hcs)
+                        .iter()
+                        .any(|a| a.name == alarm.name)
+            });
+            if let Some(other) = other {
+                out.push(at.finding(
+                    &object,
+                    Rule::CalculatedChild,
+                    format!(
+                        "its child {} follows alarm {} in {}, an alarm of branch {other}: the branch's health then follows another branch's readiness",
+                        leaf.id, alarm.name, alarm.region
+                    ),
+                    "make every child follow this branch's readiness alarm (one child per region)",
+                ));
+            }
+        }
+        let n = h.children.len();
+        if let Some(t) = h
+            .health_threshold
+            .filter(|t| usize::try_from(*t).is_ok_and(|t| t < n))
+        {
+            out.push(at.finding(
+                &object,
+                Rule::CalculatedThreshold,
+                format!(
+                    "HealthThreshold {t} of {n} children: one child's healthy answer keeps the branch healthy, so a region whose alarm goes stale or whose prober does not see the fault outvotes the one that does"
+                ),
+                &format!(
+                    "set HealthThreshold to {n}, with each child's InsufficientDataHealthStatus Healthy (a child without data abstains; docs/deploy.md)"
+                ),
+            ));
+        }
     }
     out
 }
@@ -294,7 +398,7 @@ fn alarm_in_branch_region(
         format!(
             "every alarm it follows is in {region}, the branch's own region: when CloudWatch or the region is impaired, the alarm goes stale exactly when the branch fails"
         ),
-        "publish the branch's readiness to a second region too (a publish target), alarm there, and follow both alarms with a CALCULATED health check",
+        "deploy the cross-region layout (docs/deploy.md): a prober in a second region publishing there, the alarm there too, and a CALCULATED health check over both regions' alarms",
     ))
 }
 
@@ -683,14 +787,31 @@ fn record_health_rule(
     let branch = at.branch?;
     let mine = branch_alarms(svc, branch, alarms, hcs);
     let ok = hcs.iter().any(|h| h.id == *id && reaches(h, &mine, hcs));
-    (!ok).then(|| {
-        at.finding(
+    if !ok {
+        return Some(at.finding(
             object,
             Rule::RecordHealthCheck,
             format!("follows health check {id}, which follows no alarm of branch {branch}"),
             "set HealthCheckId to the health check that follows the branch's alarm",
-        )
-    })
+        ));
+    }
+    // A CALCULATED root over the record's check: the one the record should follow.
+    let is_child = |h: &HealthCheck| hcs.iter().any(|p| p.children.contains(&h.id));
+    let parent = hcs.iter().find(|p| {
+        p.kind.is(HealthCheckType::Calculated)
+            && p.children.contains(id)
+            && !is_child(p)
+            && reaches(p, &mine, hcs)
+    })?;
+    Some(at.finding(
+        object,
+        Rule::RecordHealthCheck,
+        format!(
+            "follows health check {id}, a child of CALCULATED health check {}: the record ignores the branch's other children (the other region's view)",
+            parent.id
+        ),
+        &format!("set HealthCheckId to {}", parent.id),
+    ))
 }
 
 #[cfg(test)]

@@ -36,7 +36,8 @@ pub mod price {
     pub const HIGH_RESOLUTION_ALARM: f64 = 0.30;
     /// CloudWatch Logs ingestion (standard log class), per GB.
     pub const LOGS_PER_GB: f64 = 0.50;
-    /// Route 53 health check of an AWS endpoint (the price of a `CLOUDWATCH_METRIC` check),
+    /// Route 53 health check of an AWS endpoint (the price of a `CLOUDWATCH_METRIC` check, and
+    /// the one used for a `CALCULATED` check, not checked against the pricing page),
     /// per health check-month, optional features extra.
     pub const AWS_ENDPOINT_HEALTH_CHECK: f64 = 0.50;
     /// Route 53 health check of a non-AWS endpoint (HTTPS/TCP), per health check-month.
@@ -105,10 +106,18 @@ pub struct Estimate {
     pub ticks_per_month: u64,
     /// EMF bytes per tick as CloudWatch Logs counts them (0 without the `emf` sink).
     pub log_bytes_per_tick: u64,
-    /// Standard-resolution alarms (one per branch plus [`ALARMS_PER_SERVICE`]).
+    /// Standard-resolution alarms (one per branch plus [`ALARMS_PER_SERVICE`]; in both regions
+    /// for a service in the cross-region layout).
     pub alarms: u64,
-    /// `CLOUDWATCH_METRIC` health checks (one per branch).
+    /// Route 53 health checks: one `CLOUDWATCH_METRIC` per branch; three per branch of a service
+    /// in the cross-region layout (one per region's alarm and a `CALCULATED` one over both).
     pub health_checks: u64,
+    /// How many of `health_checks` are `CALCULATED` (one per branch in the cross-region layout).
+    pub calculated_health_checks: u64,
+    /// The services priced in the cross-region layout ([`cross_region`]).
+    pub cross_region: Vec<String>,
+    /// Series the other region's prober adds for them (its CloudWatch bills its own).
+    pub other_region_metrics: u64,
     /// S3 PUTs per month of one prober's `[evidence.s3]` segments (one per `segment`; a
     /// segment closed early at `segment_max_mb` adds one), 0 without it.
     pub evidence_puts: u64,
@@ -262,7 +271,20 @@ pub fn estimate(cfg: &Config) -> Estimate {
                 .sum::<u64>();
         }
     }
+    let cross: Vec<&ServiceConfig> = cfg.services.iter().filter(|s| cross_region(s)).collect();
+    let other_region_metrics = cross
+        .iter()
+        .flat_map(|s| {
+            service_tick(cfg, s)
+                .into_iter()
+                .map(move |d| (s.namespace.as_str(), d))
+        })
+        .map(|(ns, d)| (ns, d.metric, d.dimensions))
+        .collect::<BTreeSet<_>>()
+        .len() as u64;
     let branches: u64 = cfg.services.iter().map(|s| s.branches.len() as u64).sum();
+    let cross_branches: u64 = cross.iter().map(|s| s.branches.len() as u64).sum();
+    let cross_alarms = cross_branches + ALARMS_PER_SERVICE * cross.len() as u64;
     let interval_ms = cfg.publish.interval.as_millis().max(1) as u64;
     let secrets = crate::secrets::references(cfg);
     let secret_reads = secrets
@@ -279,14 +301,21 @@ pub fn estimate(cfg: &Config) -> Estimate {
             })
         })
         .collect();
+    let mut metrics_by_target: Vec<u64> = per.values().map(|(s, _)| s.len() as u64).collect();
+    if other_region_metrics > 0 {
+        metrics_by_target.push(other_region_metrics);
+    }
     Estimate {
-        metrics: per.values().map(|(s, _)| s.len() as u64).sum(),
+        metrics: metrics_by_target.iter().sum(),
         datums_per_tick: datums,
         requests_per_tick: requests,
         ticks_per_month: MONTH_MS / interval_ms,
         log_bytes_per_tick: bytes,
-        alarms: branches + ALARMS_PER_SERVICE * cfg.services.len() as u64,
-        health_checks: branches,
+        alarms: branches + ALARMS_PER_SERVICE * cfg.services.len() as u64 + cross_alarms,
+        health_checks: branches + 2 * cross_branches,
+        calculated_health_checks: cross_branches,
+        cross_region: cross.iter().map(|s| s.service.name.clone()).collect(),
+        other_region_metrics,
         evidence_puts: cfg
             .evidence_s3
             .as_ref()
@@ -294,8 +323,20 @@ pub fn estimate(cfg: &Config) -> Estimate {
         secrets: secrets.len() as u64,
         secret_reads,
         targets,
-        metrics_by_target: per.values().map(|(s, _)| s.len() as u64).collect(),
+        metrics_by_target,
     }
+}
+
+/// Whether a service is priced in the cross-region layout (`docs/deploy.md`, "Branches in two
+/// regions"): its branches name two different `region`s. The prober cannot see the deployment,
+/// so the estimate says which layout it priced.
+pub fn cross_region(svc: &ServiceConfig) -> bool {
+    let regions: BTreeSet<&str> = svc
+        .branches
+        .iter()
+        .filter_map(|b| b.region.as_deref())
+        .collect();
+    regions.len() > 1
 }
 
 /// The steps one attempt of `kind` runs, in order.
@@ -472,11 +513,15 @@ pub fn section(e: &Estimate) -> String {
         ),
         e.alarms_usd(),
     );
+    let calculated = match e.calculated_health_checks {
+        0 => String::new(),
+        n => format!(" + {n} CALCULATED"),
+    };
     row(
         "Route 53 health checks",
         format!(
-            "{} CLOUDWATCH_METRIC, ${:.2} each",
-            e.health_checks,
+            "{} CLOUDWATCH_METRIC{calculated}, ${:.2} each",
+            e.health_checks - e.calculated_health_checks,
             price::AWS_ENDPOINT_HEALTH_CHECK
         ),
         e.health_checks_usd(),
@@ -486,8 +531,21 @@ pub fn section(e: &Estimate) -> String {
         "  each further prober (the prober stack runs one per subnet) adds {} (its requests, log bytes, evidence PUTs and GetSecretValue calls; series, alarms and health checks are shared)",
         usd(e.per_extra_prober_usd())
     ));
+    lines.push(layout_line(e));
     lines.push("  not counted: series published only while something fails (ServiceUnavailable, PublishFailures, StoreSyncFailures), transition datums, the prober's own logs, log storage, evidence storage, the tasks, the state store".into());
     lines.join("\n")
+}
+
+/// Which layout the alarms and health checks were priced for.
+fn layout_line(e: &Estimate) -> String {
+    if e.cross_region.is_empty() {
+        return "  layout priced: one region (the branches name no two regions): one alarm and one CLOUDWATCH_METRIC health check per branch".into();
+    }
+    format!(
+        "  layout priced for {} (branches in two regions): the cross-region layout, a prober in each region: alarms in both regions, per branch a CLOUDWATCH_METRIC health check per region and a CALCULATED one, the other region's {} series; the other prober's requests are a further prober's",
+        e.cross_region.join(", "),
+        grouped(e.other_region_metrics)
+    )
 }
 
 #[cfg(test)]
@@ -617,6 +675,33 @@ mod tests {
             cents(e.per_extra_prober_usd()),
             cents(e.requests_usd() + e.logs_usd())
         );
+    }
+
+    /// probes/orders-db-cross-region.toml: orders-db with its branches in two regions, priced
+    /// as the templates deploy the cross-region layout.
+    #[test]
+    fn branches_in_two_regions_are_priced_in_the_cross_region_layout() {
+        let e = estimate(&load("orders-db-cross-region.toml"));
+        // orders-db's 24 series in each region's CloudWatch, each fed by its region's prober.
+        assert_eq!(e.metrics, 48);
+        assert_eq!(cents(e.metrics_usd()), 1_440); // 48 × $0.30
+        // orders-db's 5 alarms in each region (the AlarmsOnly stack makes the same five).
+        assert_eq!((e.alarms, cents(e.alarms_usd())), (10, 100));
+        // Per branch a CLOUDWATCH_METRIC check per region and a CALCULATED one: 6 × $0.50.
+        assert_eq!((e.health_checks, cents(e.health_checks_usd())), (6, 300));
+        let text = section(&e);
+        assert!(
+            text.contains("4 CLOUDWATCH_METRIC + 2 CALCULATED"),
+            "{text}"
+        );
+        assert!(
+            text.contains("layout priced for orders-db (branches in two regions)"),
+            "{text}"
+        );
+        // One prober's requests, as in one region; the other prober's are a further prober's.
+        assert_eq!(e.requests(), estimate(&load("orders-db.toml")).requests());
+        let one = section(&estimate(&load("orders-db.toml")));
+        assert!(one.contains("layout priced: one region"), "{one}");
     }
 
     /// probes/fleet.toml: two mysql services (24 series each, as above) and an http one with

@@ -482,6 +482,7 @@ endpoint = "mysql-secondary.orders.internal.example"
               Route 53 health checks 2 CLOUDWATCH_METRIC, $0.50 each                                $1.00
               total                                                                                 $9.00
               each further prober (the prober stack runs one per subnet) adds $0.30 (its requests, log bytes, evidence PUTs and GetSecretValue calls; series, alarms and health checks are shared)
+              layout priced: one region (the branches name no two regions): one alarm and one CLOUDWATCH_METRIC health check per branch
               not counted: series published only while something fails (ServiceUnavailable, PublishFailures, StoreSyncFailures), transition datums, the prober's own logs, log storage, evidence storage, the tasks, the state store
             summary: 1 service, 2 branches, 1.0 attempts/s, up to 24 datums/min
             warning: probe.tls.danger_send_secrets_unverified is true: ssl_mode "required" does not verify the server's certificate, and probe.mysql.password is sent anyway; a server that is not the branch can capture it (evidence records tls_verified: false)

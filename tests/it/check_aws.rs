@@ -52,6 +52,8 @@ pub(crate) struct Hc {
     pub(crate) disabled: bool,
     /// Non-empty: a `CALCULATED` health check over these ids (`alarm` and `region` unused).
     pub(crate) children: Vec<String>,
+    /// A `CALCULATED` one's `HealthThreshold`.
+    pub(crate) threshold: u32,
 }
 
 /// What the Route 53 endpoint does with `ListHealthChecks`.
@@ -208,7 +210,11 @@ fn list_page(hcs: &[Hc], marker: Option<&str>) -> Response<Full<Bytes>> {
                     .iter()
                     .map(|c| format!("               <ChildHealthCheck>{c}</ChildHealthCheck>\n"))
                     .collect();
-                return fill(&calculated, &[("id", &h.id), ("children", &children)]);
+                let threshold = h.threshold.to_string();
+                return fill(
+                    &calculated,
+                    &[("id", &h.id), ("children", &children), ("threshold", &threshold)],
+                );
             }
             let insufficient = h
                 .insufficient_data
@@ -797,6 +803,7 @@ async fn deploy(uniq: &str) -> Deployed {
                     inverted: spec.hc_inverted,
                     disabled: spec.hc_disabled,
                     children: vec![],
+                    threshold: 2,
                 });
             }
         }

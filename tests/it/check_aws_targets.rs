@@ -62,6 +62,7 @@ fn follower(id: &str, alarm: &str, region: &str) -> Hc {
         inverted: false,
         disabled: false,
         children: vec![],
+        threshold: 2,
     }
 }
 
@@ -397,5 +398,146 @@ async fn drill_report_reads_alarms_through_the_targets_role() {
             .to_string()
             .contains("no alarm lane for branch primary"),
         "{drill:#}"
+    );
+}
+
+/// The cross-region layout of the templates: both branches' alarms in both regions, per branch
+/// a child per region (`Healthy` without data) under a CALCULATED check of threshold 2 that
+/// the record follows; each region's prober publishes to its own region only.
+fn cross_region_hcs(name: &str, here: &str, threshold: u32) -> Vec<Hc> {
+    let mut hcs = Vec::new();
+    for b in ["primary", "secondary"] {
+        let kids = [("a", here), ("b", OTHER)].map(|(s, region)| {
+            let mut h = follower(
+                &format!("hc-{name}-{b}-{s}"),
+                &format!("{name}-{b}"),
+                region,
+            );
+            h.insufficient_data = Some("Healthy");
+            h
+        });
+        let mut calc = follower(&format!("hc-{name}-{b}"), "", here);
+        calc.children = kids.iter().map(|k| k.id.clone()).collect();
+        calc.threshold = threshold;
+        hcs.push(calc);
+        hcs.extend(kids);
+    }
+    hcs
+}
+
+/// `check --aws` of each region's prober on a correctly deployed cross-region layout is clean
+/// (the child on the other region's alarm is that prober's view); with threshold 1 it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cross_region_layout_is_clean_from_each_region() {
+    if let Err(why) = cloudwatch::health().await {
+        support::skip_or_panic(&format!("LocalStack: {why}"));
+        return;
+    }
+    let uniq = uniq();
+    let (here, ep) = (cloudwatch::REGION, cloudwatch::endpoint());
+    let name = format!("xregion-{uniq}");
+    let zone_name = format!("xr{uniq}.internal");
+    let services = [(name.clone(), format!("db.{zone_name}"))];
+    alarms_of(&cw_as(here, "test").await, &name).await;
+    alarms_of(&cw_as(OTHER, "test").await, &name).await;
+    let r53 = r53_as("test").await;
+    let zone = create_zone(&r53, &zone_name).await;
+    records(&r53, &zone, &services).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = service(&name, &services[0].1, Some(here), "").replace(
+        "endpoint = \"secondary.",
+        &format!("region = \"{OTHER}\"\nendpoint = \"secondary."),
+    );
+    for (threshold, want) in [(2, vec![]), (1, vec!["calculated_threshold"; 2])] {
+        let hcs = cross_region_hcs(&name, here, threshold);
+        let fixture = Route53Fixture::start(hcs, Mode::Answer, ep.clone()).await;
+        for region in [here, OTHER] {
+            let head = head(&ep, &fixture.url, None)
+                .replace("\"LastKnownStatus\"", "\"Healthy\"")
+                .replace(
+                    &format!("region = \"{here}\""),
+                    &format!("region = \"{region}\""),
+                );
+            let config = dir.path().join(format!("{region}-{threshold}.toml"));
+            std::fs::write(&config, head + &svc).expect("write config");
+            let (code, report) = check(&config, vec![]).await;
+            let found = rules_by_service(&report).remove(&name).unwrap_or_default();
+            assert_eq!(
+                found, want,
+                "threshold {threshold}, read in {region}: {report:#}"
+            );
+            let exit = if want.is_empty() { 0 } else { 1 };
+            assert_eq!(code, Some(exit), "{report:#}");
+        }
+    }
+}
+
+/// One of three targets cannot be reached: a `not_checked` row for it, and the other two are
+/// checked. Both read one account's Route 53: its finding (a TTL) appears once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_cannot_be_read_is_not_checked_and_route53_findings_appear_once() {
+    if let Err(why) = cloudwatch::health().await {
+        support::skip_or_panic(&format!("LocalStack: {why}"));
+        return;
+    }
+    let uniq = uniq();
+    let (here, ep) = (cloudwatch::REGION, cloudwatch::endpoint());
+    let name = format!("threet-{uniq}");
+    let zone_name = format!("three{uniq}.internal");
+    let stable = format!("db.{zone_name}");
+    alarms_of(&cw_as(here, "test").await, &name).await;
+    alarms_of(&cw_as(OTHER, "test").await, &name).await;
+    let r53 = r53_as("test").await;
+    let zone = create_zone(&r53, &zone_name).await;
+    let changes = [("PRIMARY", "primary", 300), ("SECONDARY", "secondary", 30)]
+        .map(|(role, b, ttl)| {
+            let target = format!("{b}.{stable}");
+            crate::check_aws::record(&stable, role, ttl, Some(format!("hc-{name}-{b}")), &target)
+        })
+        .to_vec();
+    r53.change_resource_record_sets()
+        .hosted_zone_id(&zone)
+        .change_batch(
+            aws_sdk_route53::types::ChangeBatch::builder()
+                .set_changes(Some(changes))
+                .build()
+                .expect("batch"),
+        )
+        .send()
+        .await
+        .expect("ChangeResourceRecordSets");
+    let hcs = ["primary", "secondary"]
+        .map(|b| follower(&format!("hc-{name}-{b}"), &format!("{name}-{b}"), here))
+        .to_vec();
+    let fixture = Route53Fixture::start(hcs, Mode::Answer, ep.clone()).await;
+    // Nothing listens on port 1 of the loopback.
+    let publish = format!(
+        "publish = [{{ region = \"{here}\" }}, {{ region = \"{OTHER}\" }}, {{ name = \"dark\", region = \"eu-central-1\", endpoint_url = \"http://127.0.0.1:1\" }}]\n"
+    );
+    let text = head(&ep, &fixture.url, None) + &service(&name, &stable, None, &publish);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("three.toml");
+    std::fs::write(&config, text).expect("write config");
+    let (code, report) = check(&config, vec![]).await;
+    let rows: Vec<(&str, &str)> = report["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            (
+                f["target"].as_str().unwrap_or(""),
+                f["rule"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [(here, "record_ttl"), ("dark", "not_checked")],
+        "{report:#}"
+    );
+    assert_eq!(
+        code,
+        Some(1),
+        "a violation outranks not_checked: {report:#}"
     );
 }

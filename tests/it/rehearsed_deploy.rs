@@ -204,6 +204,7 @@ async fn health_checks(r53: &aws_sdk_route53::Client, doc: &Value, stack: &Stack
             inverted: cfg.inverted().unwrap_or(false),
             disabled: cfg.disabled().unwrap_or(false),
             children: vec![],
+            threshold: 2,
         });
     }
     out

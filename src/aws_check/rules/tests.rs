@@ -69,6 +69,7 @@ fn hc(branch: &str) -> HealthCheck {
         inverted: false,
         disabled: false,
         children: vec![],
+        health_threshold: None,
     }
 }
 
@@ -544,6 +545,7 @@ fn calculated(id: &str, children: &[&str]) -> HealthCheck {
         inverted: false,
         disabled: false,
         children: children.iter().map(|c| c.to_string()).collect(),
+        health_threshold: None,
     }
 }
 
@@ -634,6 +636,101 @@ fn a_calculated_health_check_is_judged_by_its_childrens_alarms() {
     );
 }
 
+const REGION_B: &str = "us-east-1";
+
+/// The cross-region layout as its templates deploy it, read by the prober of `here`: primary
+/// in `REGION`, secondary in `REGION_B`, per branch a child per region's copy of its alarm
+/// (`Healthy` without data) under a CALCULATED check of threshold 2 that its record follows.
+fn cross_region(here: &str) -> (Expect, Inventory) {
+    let mut e = primary_in(REGION);
+    e.region = here.into();
+    e.insufficient_data = Some(crate::config::HealthStatus::Healthy);
+    e.services[0].branches[1].region = Some(REGION_B.into());
+    let mut inv = clean();
+    let h = hcs(&mut inv);
+    h.clear();
+    for b in ["primary", "secondary"] {
+        let mut kids = Vec::new();
+        for (suffix, region) in [("a", REGION), ("b", REGION_B)] {
+            let mut child = follower(
+                &format!("hc-{b}-{suffix}"),
+                &format!("orders-db-{b}"),
+                region,
+            );
+            child.insufficient_data = Some("Healthy".into());
+            kids.push(child.id.clone());
+            h.push(child);
+        }
+        let kids: Vec<&str> = kids.iter().map(String::as_str).collect();
+        let mut calc = calculated(&format!("hc-{b}"), &kids);
+        calc.health_threshold = Some(2);
+        h.push(calc);
+    }
+    (e, inv)
+}
+
+fn objects_of(e: &Expect, inv: &Inventory) -> Vec<(Rule, String)> {
+    check(e, inv)
+        .into_iter()
+        .map(|f| (f.rule, f.object))
+        .collect()
+}
+
+/// A correctly deployed cross-region layout is clean from either region's read (the child on
+/// the other region's alarm is that region's prober's view), and a wrong one is still flagged:
+/// threshold 1, a child on the other branch's alarm, a record on a plain child, a child in a
+/// region no branch names.
+#[test]
+fn the_cross_region_layout_is_clean_and_its_mistakes_are_flagged() {
+    for here in [REGION, REGION_B] {
+        let (e, inv) = cross_region(here);
+        assert_eq!(check(&e, &inv), vec![], "read in {here}");
+    }
+    let (e, mut inv) = cross_region(REGION);
+    hcs(&mut inv)[2].health_threshold = Some(1);
+    assert_eq!(
+        objects_of(&e, &inv),
+        [(Rule::CalculatedThreshold, "health check hc-primary".into())]
+    );
+    let (e, mut inv) = cross_region(REGION);
+    hcs(&mut inv)[1].alarm = Some(AlarmRef {
+        name: "orders-db-secondary".into(),
+        region: REGION_B.into(),
+    });
+    assert_eq!(
+        objects_of(&e, &inv),
+        [(Rule::CalculatedChild, "health check hc-primary".into())]
+    );
+    let (e, mut inv) = cross_region(REGION_B);
+    if let Some(Fetched::Got((_, records))) = inv.records.get_mut("orders-db") {
+        records[0].health_check_id = Some("hc-primary-b".into());
+    }
+    let found = check(&e, &inv);
+    assert_eq!(
+        found.iter().map(|f| f.rule).collect::<Vec<_>>(),
+        [Rule::RecordHealthCheck],
+        "{found:?}"
+    );
+    assert!(found[0].fix.contains("hc-primary"), "{found:?}");
+    let (e, mut inv) = cross_region(REGION);
+    hcs(&mut inv)[1].alarm = Some(AlarmRef {
+        name: "orders-db-primary".into(),
+        region: "ap-south-1".into(),
+    });
+    assert_eq!(
+        objects_of(&e, &inv),
+        [(Rule::Region, "health check hc-primary-b".into())]
+    );
+    // Both branches in one region: a child on the alarm elsewhere is this read's `region` mistake.
+    let (mut e, inv) = cross_region(REGION);
+    e.services[0].branches[1].region = Some(REGION.into());
+    let found = objects_of(&e, &inv);
+    assert!(
+        found.contains(&(Rule::Region, "health check hc-secondary-b".into())),
+        "{found:?}"
+    );
+}
+
 /// A child the listing lacks, a loop of CALCULATED checks, and a child that is no alarm's
 /// follower (an endpoint check) neither hang nor count as an alarm in another region.
 #[test]
@@ -667,4 +764,55 @@ fn no_warning_without_health_checks() {
     let mut inv = clean();
     inv.health_checks = Fetched::NotChecked(Unchecked::new("denied", "allow"));
     assert_eq!(in_region(&primary_in(REGION), &inv), Vec::<String>::new());
+}
+
+/// Two targets reading one Route 53 (one account): its findings appear once, the first
+/// target's; the alarms' findings, and any finding of a target in another account, stay.
+#[test]
+fn route53_findings_appear_once_per_account() {
+    let mut inv = clean();
+    hcs(&mut inv)[0].inverted = true;
+    alarms(&mut inv)[1].period = Some(10);
+    let per_target = |name: &str| -> Vec<Finding> {
+        let mut found = check(&expect(), &inv);
+        for f in &mut found {
+            f.target = Some(name.to_string());
+        }
+        found
+    };
+    let rows = |views: [&str; 3]| {
+        let found: Vec<(String, Finding)> = ["a", "b", "c"]
+            .iter()
+            .zip(views)
+            .flat_map(|(t, v)| per_target(t).into_iter().map(move |f| (v.to_string(), f)))
+            .collect();
+        once_per_route53(found)
+            .into_iter()
+            .map(|f| (f.target.unwrap_or_default(), f.rule))
+            .collect::<Vec<_>>()
+    };
+    let a_b_c = |t: &str, rules: &[Rule]| {
+        rules
+            .iter()
+            .map(|r| (t.to_string(), *r))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        rows(["", "", ""]),
+        [
+            a_b_c("a", &[Rule::HealthCheckInverted, Rule::Period]),
+            a_b_c("b", &[Rule::Period]),
+            a_b_c("c", &[Rule::Period]),
+        ]
+        .concat()
+    );
+    assert_eq!(
+        rows(["", "", "arn:aws:iam::111122223333:role/r|"]),
+        [
+            a_b_c("a", &[Rule::HealthCheckInverted, Rule::Period]),
+            a_b_c("b", &[Rule::Period]),
+            a_b_c("c", &[Rule::HealthCheckInverted, Rule::Period]),
+        ]
+        .concat()
+    );
 }
