@@ -124,6 +124,9 @@ pub fn session_name(prober_id: &str) -> String {
         .collect()
 }
 
+/// Most publish targets of one service.
+pub const MAX_TARGETS: usize = 10;
+
 /// Longest target name, characters.
 const MAX_TARGET_NAME: usize = 128;
 
@@ -256,6 +259,16 @@ pub(super) fn targets(
         issues.error(
             key,
             "lists no target; remove it to publish to [publish.cloudwatch]'s",
+        );
+        return None;
+    }
+    if list.len() > MAX_TARGETS {
+        issues.error(
+            key,
+            format!(
+                "lists {} targets; at most {MAX_TARGETS} (each is a sink of its own: a queue, a client and a PutMetricData call per tick, its series billed)",
+                list.len()
+            ),
         );
         return None;
     }

@@ -534,3 +534,31 @@ async fn probe_escapes_what_the_peer_sent() {
         "{text}"
     );
 }
+
+/// Each publish target is a sink of its own (a queue, a task, a client, a `PutMetricData` per
+/// tick, its series billed): a service lists at most ten; 10,000 is one error on the key's
+/// line, and ten are fine.
+#[test]
+fn publish_targets_are_bounded_per_service() {
+    let list = |n: usize| {
+        let t: Vec<String> = (0..n)
+            .map(|i| format!("{{ name = \"t{i}\", region = \"eu-west-1\" }}"))
+            .collect();
+        with(
+            "[service]\n",
+            &format!(
+                "[publish]\nsinks = [\"cloudwatch\"]\n\n[service]\npublish = [{}]\n",
+                t.join(", ")
+            ),
+        )
+    };
+    assert_eq!(issues(&list(10)), vec![]);
+    for n in [11, 10_000] {
+        one_error(
+            &list(n),
+            "service.publish",
+            "publish = [",
+            &format!("lists {n} targets; at most 10"),
+        );
+    }
+}
