@@ -90,6 +90,14 @@ impl PublishTarget {
         }
         name
     }
+
+    /// Whether both targets send to one place: the same region, endpoint and role (the
+    /// external id aside), whatever their names.
+    pub fn same_destination(&self, other: &PublishTarget) -> bool {
+        self.region == other.region
+            && self.endpoint_url == other.endpoint_url
+            && self.role.as_ref().map(|r| &r.role_arn) == other.role.as_ref().map(|r| &r.role_arn)
+    }
 }
 
 impl Publish {
@@ -296,7 +304,16 @@ pub(super) fn targets(
                 );
                 ok = false;
             }
-            Some(t) => out.push(t),
+            Some(t) => match out.iter().find(|o| o.same_destination(&t)) {
+                Some(o) => {
+                    issues.error(
+                        name_key,
+                        format!("is the same destination as target {:?} (region, endpoint and role): every datum would be sent and billed twice; remove one", o.name),
+                    );
+                    ok = false;
+                }
+                None => out.push(t),
+            },
             None => ok = false,
         }
     }

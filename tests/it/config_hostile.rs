@@ -542,7 +542,12 @@ async fn probe_escapes_what_the_peer_sent() {
 fn publish_targets_are_bounded_per_service() {
     let list = |n: usize| {
         let t: Vec<String> = (0..n)
-            .map(|i| format!("{{ name = \"t{i}\", region = \"eu-west-1\" }}"))
+            .map(|i| {
+                format!(
+                    "{{ name = \"t{i}\", endpoint_url = \"http://10.0.0.1:{}\" }}",
+                    1000 + i
+                )
+            })
             .collect();
         with(
             "[service]\n",
@@ -561,4 +566,25 @@ fn publish_targets_are_bounded_per_service() {
             &format!("lists {n} targets; at most 10"),
         );
     }
+}
+
+/// Two targets of one service that differ only by name are one destination: every datum would
+/// be sent and billed twice. The second is an error on its own line.
+#[test]
+fn one_destination_is_one_target() {
+    let text = with(
+        "[service]\n",
+        "[publish]\nsinks = [\"cloudwatch\"]\n\n[service]\npublish = [\n  { name = \"a\", region = \"eu-west-1\" },\n  { name = \"b\", region = \"eu-west-1\" },\n]\n",
+    );
+    one_error(
+        &text,
+        "service.publish[1].name",
+        "name = \"b\"",
+        "the same destination as target \"a\"",
+    );
+    let other = text.replace(
+        "name = \"b\", region = \"eu-west-1\"",
+        "name = \"b\", region = \"eu-west-1\", role_arn = \"arn:aws:iam::111122223333:role/pub\"",
+    );
+    assert_eq!(issues(&other), vec![]);
 }
