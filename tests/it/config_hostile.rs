@@ -588,3 +588,33 @@ fn one_destination_is_one_target() {
     );
     assert_eq!(issues(&other), vec![]);
 }
+
+/// A region name of 100,000 characters, as a branch's region or an RDS IAM token's, is one
+/// error that quotes a bounded part of it.
+#[test]
+fn a_huge_region_name_is_quoted_bounded() {
+    let huge = "a".repeat(100_000);
+    let branch = with(
+        "name = \"primary\"\n",
+        &format!("name = \"primary\"\nregion = \"{huge}\"\n"),
+    );
+    let iam = BASE
+        .replace("kind = \"tcp\"", "kind = \"postgres\"")
+        .replace(
+            "[probe.tcp]\nport = 3306\n",
+            &format!("[probe.tls]\nssl_mode = \"verify_identity\"\nssl_ca = \"/ca.pem\"\n\n[probe.postgres]\nuser = \"readyprobe\"\npassword = {{ rds_iam = {{ region = \"{huge}\" }} }}\n"),
+        );
+    for (text, key) in [
+        (branch, "branch[0].region"),
+        (iam, "probe.postgres.password"),
+    ] {
+        let got = issues(&text);
+        assert_eq!(got.len(), 1, "{key}: {} issues", got.len());
+        assert_eq!(got[0].key, key, "{}", got[0].message.len());
+        assert!(
+            got[0].message.len() < 300,
+            "{key}: {} bytes",
+            got[0].message.len()
+        );
+    }
+}
