@@ -108,9 +108,9 @@ pub struct Session {
 impl AwsTarget {
     /// Load the default chain with the target's region, timeouts and tries. Credentials are
     /// resolved lazily, by the first call (or [`Session::sdk_config`]'s provider). With a
-    /// role, the credentials are the role's: aws-config's STS `AssumeRoleProvider` over the
-    /// default chain (STS in the target's region, at the chain's STS endpoint), cached by each
-    /// client's identity cache and assumed again before they expire.
+    /// role, the credentials are the role's ([`RoleCredentials`], STS `AssumeRole` over the
+    /// default chain), cached by each client's identity cache and assumed again before they
+    /// expire.
     pub async fn session(&self) -> Session {
         let t = self.timeouts;
         let retry = match self.retries {
@@ -136,13 +136,7 @@ impl AwsTarget {
         }
         let mut shared = loader.load().await;
         if let Some(role) = &self.role {
-            let mut b = aws_config::sts::AssumeRoleProvider::builder(role.role_arn.clone())
-                .session_name(role.session_name.clone())
-                .configure(&shared);
-            if let Some(id) = &role.external_id {
-                b = b.external_id(id.clone());
-            }
-            let provider = b.build().await;
+            let provider = RoleCredentials::new(&shared, role.clone(), self.max_response_bytes);
             shared = shared
                 .into_builder()
                 .credentials_provider(
@@ -154,6 +148,82 @@ impl AwsTarget {
             shared,
             target: self.clone(),
         }
+    }
+}
+
+/// The credentials of a role, from STS `AssumeRole` called with the chain's credentials (STS in
+/// the target's region, at the chain's STS endpoint). aws-config's `AssumeRoleProvider` builds
+/// its STS client without interceptors, so it would read an answer of any length: this one
+/// carries the target's [`super::BodyLimit`] like every other client. Caching and renewal
+/// before expiry are each client's identity cache's.
+struct RoleCredentials {
+    sts: aws_sdk_sts::Client,
+    role: AssumeRoleSpec,
+}
+
+impl std::fmt::Debug for RoleCredentials {
+    /// The role and session; never the external id.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoleCredentials")
+            .field("role_arn", &self.role.role_arn)
+            .field("session_name", &self.role.session_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RoleCredentials {
+    fn new(chain: &aws_config::SdkConfig, role: AssumeRoleSpec, max_body: usize) -> Self {
+        // The chain's credentials are cached by the STS client's own identity cache only when
+        // asked: as aws-config does, none here (each client caches the role's).
+        let conf = chain
+            .clone()
+            .into_builder()
+            .identity_cache(aws_config::identity::IdentityCache::no_cache())
+            .build();
+        let sts = aws_sdk_sts::config::Builder::from(&conf)
+            .interceptor(super::BodyLimit(max_body))
+            .build();
+        RoleCredentials {
+            sts: aws_sdk_sts::Client::from_conf(sts),
+            role,
+        }
+    }
+
+    async fn assume(&self) -> aws_credential_types::provider::Result {
+        use aws_credential_types::provider::error::CredentialsError;
+        let out = self
+            .sts
+            .assume_role()
+            .role_arn(&self.role.role_arn)
+            .role_session_name(&self.role.session_name)
+            .set_external_id(self.role.external_id.clone())
+            .send()
+            .await
+            .map_err(CredentialsError::provider_error)?;
+        let c = out.credentials.ok_or_else(|| {
+            CredentialsError::unhandled("STS answered AssumeRole without credentials")
+        })?;
+        let expiry = std::time::SystemTime::try_from(c.expiration).map_err(|_| {
+            CredentialsError::unhandled("STS answered an expiration time out of range")
+        })?;
+        Ok(aws_credential_types::Credentials::new(
+            c.access_key_id,
+            c.secret_access_key,
+            Some(c.session_token),
+            Some(expiry),
+            "readyprobe-assume-role",
+        ))
+    }
+}
+
+impl aws_credential_types::provider::ProvideCredentials for RoleCredentials {
+    fn provide_credentials<'a>(
+        &'a self,
+    ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        aws_credential_types::provider::future::ProvideCredentials::new(self.assume())
     }
 }
 

@@ -90,6 +90,14 @@ impl PublishTarget {
         }
         name
     }
+
+    /// Whether both targets send to one place: the same region, endpoint and role (the
+    /// external id aside), whatever their names.
+    pub fn same_destination(&self, other: &PublishTarget) -> bool {
+        self.region == other.region
+            && self.endpoint_url == other.endpoint_url
+            && self.role.as_ref().map(|r| &r.role_arn) == other.role.as_ref().map(|r| &r.role_arn)
+    }
 }
 
 impl Publish {
@@ -123,6 +131,9 @@ pub fn session_name(prober_id: &str) -> String {
         .take(MAX_SESSION_NAME)
         .collect()
 }
+
+/// Most publish targets of one service.
+pub const MAX_TARGETS: usize = 10;
 
 /// Longest target name, characters.
 const MAX_TARGET_NAME: usize = 128;
@@ -259,6 +270,16 @@ pub(super) fn targets(
         );
         return None;
     }
+    if list.len() > MAX_TARGETS {
+        issues.error(
+            key,
+            format!(
+                "lists {} targets; at most {MAX_TARGETS} (each is a sink of its own: a queue, a client and a PutMetricData call per tick, its series billed)",
+                list.len()
+            ),
+        );
+        return None;
+    }
     if !publish.sinks.contains(&SinkKind::CloudWatch) {
         issues.error(
             key,
@@ -283,7 +304,16 @@ pub(super) fn targets(
                 );
                 ok = false;
             }
-            Some(t) => out.push(t),
+            Some(t) => match out.iter().find(|o| o.same_destination(&t)) {
+                Some(o) => {
+                    issues.error(
+                        name_key,
+                        format!("is the same destination as target {:?} (region, endpoint and role): every datum would be sent and billed twice; remove one", o.name),
+                    );
+                    ok = false;
+                }
+                None => out.push(t),
+            },
             None => ok = false,
         }
     }

@@ -131,8 +131,10 @@ struct RdsIamTable {
 /// Why `r` names no region; `None` when it has a region's shape.
 fn region_problem(r: &str) -> Option<String> {
     let shape = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
-    (r.is_empty() || r.len() > 32 || !r.chars().all(shape))
-        .then(|| format!("region: {r:?} is not a region name (e.g. \"eu-west-1\")"))
+    (r.is_empty() || r.len() > 32 || !r.chars().all(shape)).then(|| {
+        let shown: String = r.chars().take(60).collect();
+        format!("region: {shown:?} is not a region name (e.g. \"eu-west-1\")")
+    })
 }
 
 impl RefTable {

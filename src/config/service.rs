@@ -173,7 +173,10 @@ pub(super) fn region_problem(r: &str) -> Option<String> {
         && r.contains('-')
         && !r.starts_with('-')
         && !r.ends_with('-');
-    (!ok).then(|| format!("{r:?} is not an AWS region name (e.g. \"eu-west-1\")"))
+    (!ok).then(|| {
+        let shown: String = r.chars().take(60).collect();
+        format!("{shown:?} is not an AWS region name (e.g. \"eu-west-1\")")
+    })
 }
 
 fn check_endpoint(endpoint: &str, service: &Service) -> Result<(), String> {

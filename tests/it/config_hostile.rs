@@ -534,3 +534,87 @@ async fn probe_escapes_what_the_peer_sent() {
         "{text}"
     );
 }
+
+/// Each publish target is a sink of its own (a queue, a task, a client, a `PutMetricData` per
+/// tick, its series billed): a service lists at most ten; 10,000 is one error on the key's
+/// line, and ten are fine.
+#[test]
+fn publish_targets_are_bounded_per_service() {
+    let list = |n: usize| {
+        let t: Vec<String> = (0..n)
+            .map(|i| {
+                format!(
+                    "{{ name = \"t{i}\", endpoint_url = \"http://10.0.0.1:{}\" }}",
+                    1000 + i
+                )
+            })
+            .collect();
+        with(
+            "[service]\n",
+            &format!(
+                "[publish]\nsinks = [\"cloudwatch\"]\n\n[service]\npublish = [{}]\n",
+                t.join(", ")
+            ),
+        )
+    };
+    assert_eq!(issues(&list(10)), vec![]);
+    for n in [11, 10_000] {
+        one_error(
+            &list(n),
+            "service.publish",
+            "publish = [",
+            &format!("lists {n} targets; at most 10"),
+        );
+    }
+}
+
+/// Two targets of one service that differ only by name are one destination: every datum would
+/// be sent and billed twice. The second is an error on its own line.
+#[test]
+fn one_destination_is_one_target() {
+    let text = with(
+        "[service]\n",
+        "[publish]\nsinks = [\"cloudwatch\"]\n\n[service]\npublish = [\n  { name = \"a\", region = \"eu-west-1\" },\n  { name = \"b\", region = \"eu-west-1\" },\n]\n",
+    );
+    one_error(
+        &text,
+        "service.publish[1].name",
+        "name = \"b\"",
+        "the same destination as target \"a\"",
+    );
+    let other = text.replace(
+        "name = \"b\", region = \"eu-west-1\"",
+        "name = \"b\", region = \"eu-west-1\", role_arn = \"arn:aws:iam::111122223333:role/pub\"",
+    );
+    assert_eq!(issues(&other), vec![]);
+}
+
+/// A region name of 100,000 characters, as a branch's region or an RDS IAM token's, is one
+/// error that quotes a bounded part of it.
+#[test]
+fn a_huge_region_name_is_quoted_bounded() {
+    let huge = "a".repeat(100_000);
+    let branch = with(
+        "name = \"primary\"\n",
+        &format!("name = \"primary\"\nregion = \"{huge}\"\n"),
+    );
+    let iam = BASE
+        .replace("kind = \"tcp\"", "kind = \"postgres\"")
+        .replace(
+            "[probe.tcp]\nport = 3306\n",
+            &format!("[probe.tls]\nssl_mode = \"verify_identity\"\nssl_ca = \"/ca.pem\"\n\n[probe.postgres]\nuser = \"readyprobe\"\npassword = {{ rds_iam = {{ region = \"{huge}\" }} }}\n"),
+        );
+    for (text, key) in [
+        (branch, "branch[0].region"),
+        (iam, "probe.postgres.password"),
+    ] {
+        let got = issues(&text);
+        assert_eq!(got.len(), 1, "{key}: {} issues", got.len());
+        assert_eq!(got[0].key, key, "{}", got[0].message.len());
+        assert!(
+            got[0].message.len() < 300,
+            "{key}: {} bytes",
+            got[0].message.len()
+        );
+    }
+}

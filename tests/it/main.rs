@@ -40,6 +40,7 @@ mod secrets_rotation;
 mod simulate;
 mod stable_name;
 mod state_dir;
+mod sts_hostile;
 mod support;
 mod tcp_kind;
 mod tls_step;

@@ -150,7 +150,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 Message::AuthenticationSasl(body) => {
                     let mut mechanisms = Vec::new();
                     let mut it = body.mechanisms();
-                    while let Some(m) = it.next()? {
+                    while let Some(m) = it.next().map_err(malformed)? {
                         mechanisms.push(m.to_string());
                     }
                     scram = Some(self.sasl_start(login, &mechanisms).await?);
@@ -244,8 +244,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             match self.read().await? {
                 Message::ReadyForQuery(_) => return Ok(()),
                 Message::ParameterStatus(p) => {
-                    if p.name()? == "server_version" {
-                        self.version = p.value()?.to_string();
+                    if p.name().map_err(malformed)? == "server_version" {
+                        self.version = p.value().map_err(malformed)?.to_string();
                     }
                 }
                 Message::BackendKeyData(_) | Message::NoticeResponse(_) => {}
@@ -287,7 +287,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     let values = row
                         .ranges()
                         .map(|r| Ok(r.map(|r| String::from_utf8_lossy(&buf[r]).into_owned())))
-                        .collect()?;
+                        .collect()
+                        .map_err(malformed)?;
                     rows.push(values);
                 }
                 Message::ErrorResponse(e) => {
@@ -337,7 +338,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// The next message, read up to [`MAX_MESSAGE`] bytes.
     async fn read(&mut self) -> Result<Message, Error> {
         loop {
-            if let Some(h) = Header::parse(&self.buf)? {
+            if let Some(h) = Header::parse(&self.buf).map_err(malformed)? {
                 let len = usize::try_from(h.len()).unwrap_or(usize::MAX);
                 if len > MAX_MESSAGE {
                     return Err(Error::Protocol(format!(
@@ -346,7 +347,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     )));
                 }
             }
-            if let Some(m) = Message::parse(&mut self.buf)? {
+            if let Some(m) = Message::parse(&mut self.buf).map_err(malformed)? {
                 return Ok(m);
             }
             self.buf.reserve(4096);
@@ -366,6 +367,13 @@ fn refuse_unverified(login: &Login<'_>, method: &str) -> Result<(), Error> {
     Err(Error::Method(format!(
         "the server asks for {method} authentication, which readyprobe sends only over TLS with ssl_mode \"verify_identity\"; the password was not sent (give the probe role a scram-sha-256 password, or verify the server)"
     )))
+}
+
+/// A message the parser could not read (a field running past the message's own length, an
+/// unknown type): the server broke the protocol, whatever `io::ErrorKind` the parser chose
+/// (an `UnexpectedEof` here is no end of the stream).
+fn malformed(e: std::io::Error) -> Error {
+    Error::Protocol(format!("a malformed message from the server: {e}"))
 }
 
 fn sasl_error(e: std::io::Error) -> Error {
@@ -517,5 +525,28 @@ mod tests {
         };
         assert_eq!(code, "53300");
         assert_eq!(message, "sorry, too many clients already");
+    }
+
+    /// A message cut short inside its own length (a DataRow whose column overruns it, an
+    /// AuthenticationSASL without its terminator) is a broken protocol, not a server that went
+    /// away: the connection is still open.
+    #[tokio::test]
+    async fn a_malformed_message_body_is_a_protocol_error() {
+        let mut row = 5i16.to_be_bytes().to_vec();
+        row.extend_from_slice(&1000i32.to_be_bytes());
+        row.extend_from_slice(b"ab");
+        let (client, mut server) = duplex(4096);
+        server.write_all(&message(b'D', &row)).await.unwrap();
+        server.write_all(&message(b'Z', b"I")).await.unwrap();
+        let mut session = Session::new(client);
+        let e = session.query("SELECT 1").await.unwrap_err();
+        assert!(matches!(e, Error::Protocol(_)), "{e:?}");
+        let (client, mut server) = duplex(4096);
+        let sasl = message(b'R', &[0, 0, 0, 10, b'S', b'C']);
+        server.write_all(&sasl).await.unwrap();
+        let mut session = Session::new(client);
+        let e = session.authenticate(&login(true)).await.unwrap_err();
+        assert!(matches!(e, Error::Protocol(_)), "{e:?}");
+        drop(server);
     }
 }
