@@ -25,7 +25,7 @@ HTTP_PORT=${HTTP_PORT:-11800}     # the http target
 BB_PORT=${BB_PORT:-20116}         # blackbox_exporter's HTTP port
 DB_PORT=${DB_PORT:-23081}         # mysql: the two MariaDB servers on DB_PORT and DB_PORT + 1 (below
                                   # the ephemeral port range, where a connection may hold it)
-BIN=${BIN:-target/release/readyprobe}
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/readyprobe}
 BASELINE=${BASELINE:-}            # another readyprobe binary run beside BIN in the same run
 
 command -v python3 >/dev/null || { echo "attempt_cost: python3 is required" >&2; exit 1; }

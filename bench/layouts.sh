@@ -16,7 +16,7 @@ SERVICE=${SERVICE:-}
 SCENARIOS=${SCENARIOS:-$(ls probes/scenario-region-dark.toml probes/scenario-region-dark-stale.toml \
   probes/scenario-cloudwatch-impaired.toml probes/scenario-path-cut.toml \
   probes/scenario-path-cut-both-ways.toml probes/scenario-readonly-primary.toml)}
-BIN=${BIN:-target/release/readyprobe}
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/readyprobe}
 [ -x "$BIN" ] || { echo "layouts: building $BIN" >&2; cargo build --release --locked; }
 command -v jq >/dev/null || { echo "layouts: jq is required" >&2; exit 1; }
 rows=$(mktemp); trap 'rm -f "$rows"' EXIT

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-500}; CYCLES=${CYCLES:-20}; PAUSE=${PAUSE:-15}
 BASE_PORT=${BASE_PORT:-30000}     # targets: BASE_PORT .. BASE_PORT + 4N - 1
-BIN=${BIN:-target/release/readyprobe}
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/readyprobe}
 OUT=${OUT:-/tmp/readyprobe-bench/reload}
 HERE=$(pwd)
 [ -x "$BIN" ] || { echo "reload: building $BIN" >&2; cargo build --release --locked; }

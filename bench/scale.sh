@@ -23,7 +23,7 @@ OUT=${OUT:-/tmp/readyprobe-bench}
 BASE_PORT=${BASE_PORT:-10000}     # tcp targets: BASE_PORT .. BASE_PORT + N - 1
 BB_PORT=${BB_PORT:-20115}         # blackbox_exporter's HTTP port
 DB_PORT=${DB_PORT:-23071}         # mysql: the two MariaDB servers on DB_PORT and DB_PORT + 1
-BIN=${BIN:-target/release/readyprobe}
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/readyprobe}
 HERE=$(pwd)
 
 command -v python3 >/dev/null || { echo "scale: python3 is required" >&2; exit 1; }

@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-BIN=${BIN:-target/release/readyprobe}
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/readyprobe}
 TAG=${TAG:-localhost/readyprobe:local}
 # vfs: works on any file system and kernel, no overlay mounts; docker format: OCI has no HEALTHCHECK.
 export BUILDAH_FORMAT=docker

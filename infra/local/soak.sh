@@ -21,7 +21,7 @@ PROCS=${PROCS:-10}
 SAMPLE=${SAMPLE:-5}             # seconds between /proc samples
 OUT=${OUT:-/tmp/readyprobe-soak}
 BASE_PORT=${BASE_PORT:-41000}
-BIN=${BIN:-target/release/readyprobe}
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/readyprobe}
 
 if [ ! -x "$BIN" ]; then
   echo "soak: building $BIN" >&2

@@ -11,6 +11,7 @@
 //! leaf beside it ([`crate::aws_vocab`]), so `simulate` and `config` use it without the SDK.
 
 pub mod body_limit;
+pub mod cause;
 pub mod client;
 pub mod codes;
 pub mod rds_token;

@@ -16,6 +16,9 @@ use std::time::{Duration, SystemTime};
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(900);
 /// The SigV4 service name of database logins.
 const SERVICE: &str = "rds-db";
+/// How to give the prober credentials, for the message that says it has none.
+const PROVIDE: &str = "the default chain takes them from the ECS task role (or EC2 instance role), \
+    AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY";
 /// Bound of getting the credentials (the instance or task metadata endpoint, STS).
 const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(10);
 /// SigV4's unreserved characters stay as they are in the canonical query; the rest is encoded.
@@ -126,7 +129,12 @@ impl Signer {
         let creds = tokio::time::timeout(CREDENTIALS_TIMEOUT, self.0.provide_credentials())
             .await
             .map_err(|_| format!("no AWS credentials within {CREDENTIALS_TIMEOUT:?} to sign with"))?
-            .map_err(|e| format!("no AWS credentials to sign with: {e}"))?;
+            .map_err(|e| {
+                format!(
+                    "no AWS credentials to sign with ({}): {PROVIDE}",
+                    super::cause::cause(&e)
+                )
+            })?;
         sign(what, creds, SystemTime::now())
     }
 }

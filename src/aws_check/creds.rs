@@ -83,7 +83,7 @@ pub fn classify(
         }
         Err(e) => e,
     };
-    let cause = super::cause::cause(&e);
+    let cause = crate::aws::cause::cause(&e);
     match e {
         CredentialsError::CredentialsNotLoaded(_) => fail(
             EXIT_NOT_CHECKED,

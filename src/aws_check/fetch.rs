@@ -6,7 +6,6 @@
 //! call left unanswered at an endpoint that answered no call, ends the check, whichever timer
 //! (the SDK's or the deadline) gave up on it ([`super::limits::Cut`]).
 
-use super::cause::cause;
 use super::limits::{
     self, Call, Cut, DESCRIBE_ALARMS, Deadline, GET_METRIC_STATISTICS, HEALTH_CHECKS_SHAPE,
     LIST_HEALTH_CHECKS, LIST_HOSTED_ZONES_BY_NAME, LIST_RESOURCE_RECORD_SETS, Pages, RECORDS_SHAPE,
@@ -17,6 +16,7 @@ use super::model::{
     Series, Unchecked,
 };
 use super::rules::{self, RECENT_SECS};
+use crate::aws::cause::cause;
 use crate::aws::{AwsTarget, Retries, Timeouts};
 use crate::aws_vocab::Spelled;
 use crate::config::{Config, ServiceConfig};

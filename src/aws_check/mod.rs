@@ -3,7 +3,6 @@
 //! fix. The rules are pure (`rules`, over the plain data of `model`); `fetch` does the reads,
 //! `render` the output. The rule list for operators: docs/check-aws.md.
 
-mod cause;
 mod creds;
 mod fetch;
 mod limits;

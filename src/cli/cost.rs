@@ -413,21 +413,30 @@ pub(super) fn grouped(n: u64) -> String {
     out
 }
 
-/// The rows of each named target: what, detail, dollars.
+/// The rows of each named target, then the rest (the default target and the `emf` sink's
+/// series, in the prober's own account) when some target is named: what, detail, dollars.
 fn target_rows(e: &Estimate) -> Vec<(String, String, f64)> {
+    if e.targets.is_empty() {
+        return Vec::new();
+    }
+    let own = TargetCost {
+        name: "the prober's account (default target, emf)".into(),
+        metrics: e.metrics - e.targets.iter().map(|t| t.metrics).sum::<u64>(),
+        requests_per_tick: e.requests_per_tick
+            - e.targets.iter().map(|t| t.requests_per_tick).sum::<u64>(),
+    };
     e.targets
         .iter()
-        .map(|t| {
+        .map(|t| (format!("  of which to {}", t.name), t))
+        .chain((own.metrics > 0).then(|| (format!("  of which in {}", own.name), &own)))
+        .map(|(what, t)| {
             let detail = format!(
-                "{} series, {} requests per tick (in the rows above; that account bills them)",
+                "{} series, {} request{} per tick (in the rows above; that account bills them)",
                 grouped(t.metrics),
-                t.requests_per_tick
+                t.requests_per_tick,
+                if t.requests_per_tick == 1 { "" } else { "s" }
             );
-            (
-                format!("  of which to {}", t.name),
-                detail,
-                t.usd(e.ticks_per_month),
-            )
+            (what, detail, t.usd(e.ticks_per_month))
         })
         .collect()
 }
@@ -791,6 +800,13 @@ mod tests {
         let text = section(&e);
         assert!(
             text.contains("of which to us-east-1@111122223333/p"),
+            "{text}"
+        );
+        // The rest of the series, service b's, is named too: the rows add up to the total.
+        assert!(
+            text.contains(&format!(
+                "of which in the prober's account (default target, emf) {one} series, 1 request per tick"
+            )),
             "{text}"
         );
     }

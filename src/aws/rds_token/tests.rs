@@ -124,3 +124,27 @@ fn a_token_names_its_expiry_and_never_the_secret_key() {
         "RDS IAM token for user readyprobe at db.internal.example:3306 (us-east-2)"
     );
 }
+
+#[tokio::test]
+async fn no_credentials_names_the_cause_and_how_to_provide_them() {
+    use aws_credential_types::provider::error::CredentialsError;
+    let none = aws_credential_types::credential_fn::provide_credentials_fn(|| async {
+        Err(CredentialsError::not_loaded(
+            "no providers in chain provided credentials",
+        ))
+    });
+    let signer = Signer(aws_credential_types::provider::SharedCredentialsProvider::new(none));
+    let what = TokenFor {
+        region: "eu-west-1".into(),
+        host: "db.internal.example".into(),
+        port: 5432,
+        user: "readyprobe".into(),
+    };
+    let err = signer.token(&what).await.unwrap_err();
+    assert!(
+        err.contains("no providers in chain provided credentials"),
+        "{err}"
+    );
+    assert!(err.contains("AWS_ACCESS_KEY_ID"), "{err}");
+    assert!(err.contains("task role"), "{err}");
+}

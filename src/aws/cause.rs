@@ -1,11 +1,12 @@
-//! An AWS SDK error as one bounded line, for `check --aws`'s findings and `creds`'s verdict.
+//! An AWS SDK error as one bounded line: `check --aws`'s findings and credentials verdict, an
+//! RDS IAM token that cannot be signed.
 
 /// Longest cause kept from a failed call, characters.
 const MAX_CAUSE_CHARS: usize = 300;
 
 /// An error and its sources on one line (`dispatch failure: ...: no credentials found`), each
 /// message once, without the SDK's debug dump.
-pub(super) fn cause(e: &(dyn std::error::Error + 'static)) -> String {
+pub fn cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut next = Some(e);
     while let Some(err) = next {
