@@ -6,13 +6,19 @@
 #   - Chromium (Debian package) for the drill report's headless screenshot test;
 #   - the CloudWatch emulator (LocalStack, in a Python 3.13 venv under /var/cache/readyprobe),
 #     started on 127.0.0.1:4566 and left running for the next run;
-#   - then `cargo test` (unit, property and integration tests) and the container image's final
-#     stage run as a plain root file system (infra/image/rootfs-test.sh).
+#   - then every test (unit, property and integration) with cargo-nextest, several at once
+#     (.config/nextest.toml), and the container image's final stage run as a plain root file
+#     system (infra/image/rootfs-test.sh).
 # With CI=true a missing component fails the tests instead of skipping them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 say() { printf 'test.sh: %s\n' "$*" >&2; }
+# The test runner (.config/nextest.toml); checked first, before anything is installed or started.
+if ! cargo nextest --version >/dev/null 2>&1; then
+  say "cargo-nextest not found: the tests run with it (install it with: cargo install --locked cargo-nextest)"
+  exit 1
+fi
 
 say "1/4 MariaDB and PostgreSQL server binaries, nftables and Chromium (installed with apt-get if absent; the tests start their own instances and network namespaces)"
 infra/local/mariadb.sh install
@@ -59,12 +65,12 @@ report_skips() {
 }
 
 if [ -d "$TARGET/debug/deps" ]; then
-  say "3/4 cargo test (unit, property and integration tests; a few minutes)"
+  say "3/4 cargo nextest run (unit, property and integration tests; a few minutes)"
 else
-  say "3/4 cargo test; the first build compiles every dependency and takes several minutes (about 3 min on 2 cores), then the tests run for a few minutes"
+  say "3/4 cargo nextest run; the first build compiles every dependency and takes several minutes (about 3 min on 2 cores), then the tests run for a few minutes"
 fi
 status=0
-cargo test --locked --all-targets "$@" || status=$?
+cargo nextest run --locked --all-targets "$@" || status=$?
 if [ "$status" != 0 ]; then
   report_skips
   exit "$status"

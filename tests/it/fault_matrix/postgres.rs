@@ -107,15 +107,35 @@ async fn postgres_too_many_connections() {
     let Some(w) = PgWorld::start_or_skip(opts).await else {
         return;
     };
-    let _held = hold(&w.pg, "readyprobe", "SELECT pg_sleep(60)", 2);
-    wait_count(
-        &w.pg,
-        "SELECT count(*) FROM pg_stat_activity WHERE usename = 'readyprobe'",
-        2,
-    )
-    .await;
+    let _held = fill_slots(&w.pg, 2).await;
     let got = w.run(&w.row_config(w.pg.port()), THREE_TICKS).await;
     all_fail(&got, "auth", "too_many_connections");
+}
+
+/// `n` sessions of the probe role, held until every one is connected. Connections count against
+/// the limit whoever makes them, so a session that arrived while this function's own count query
+/// (a superuser's) took a slot was refused and exited: it is started again.
+async fn fill_slots(pg: &Postgres, n: usize) -> Held {
+    const COUNT: &str = "SELECT count(*) FROM pg_stat_activity WHERE usename = 'readyprobe'";
+    const SQL: &str = "SELECT pg_sleep(60)";
+    let mut held = hold(pg, "readyprobe", SQL, n);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        for c in &mut held.0 {
+            if c.try_wait().expect("psql").is_some() {
+                *c = std::mem::take(&mut hold(pg, "readyprobe", SQL, 1).0).remove(0);
+            }
+        }
+        let count = pg.psql("readyprobe", COUNT).await.parse::<usize>();
+        if count.as_ref().is_ok_and(|&c| c >= n) {
+            return held;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{n} sessions of the probe role not connected within 20 s: {count:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Sessions waiting for the canary row's lock, by the probe role.
