@@ -16,8 +16,8 @@ cd "$(dirname "$0")/../.."
 say() { printf 'test.sh: %s\n' "$*" >&2; }
 # The test runner (.config/nextest.toml); checked first, before anything is installed or started.
 if ! cargo nextest --version >/dev/null 2>&1; then
-  say "cargo-nextest not found: the tests run with it (install it with: cargo install --locked cargo-nextest)"
-  exit 1
+  say "cargo-nextest not found; installing it (cargo install --locked cargo-nextest, a few minutes once)"
+  cargo install --locked cargo-nextest
 fi
 
 say "1/4 MariaDB and PostgreSQL server binaries, nftables and Chromium (installed with apt-get if absent; the tests start their own instances and network namespaces)"
