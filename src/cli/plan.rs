@@ -243,14 +243,30 @@ fn plan_branches(s: &mut String, svc: &ServiceConfig) -> std::fmt::Result {
     for b in &svc.branches {
         writeln!(
             s,
-            "  {:<12} {:<9} {}:{}",
+            "  {:<12} {:<9} {}:{}{}",
             b.name,
             b.role.as_str(),
             b.endpoint,
-            b.port
+            b.port,
+            token_region(svc, b)
         )?;
     }
     Ok(())
+}
+
+/// With an RDS IAM password, the region the branch's token is signed for, and when the branch's
+/// `region` overrides `rds_iam.region`, that it does.
+fn token_region(svc: &ServiceConfig, b: &config::Branch) -> String {
+    let Some((_, config::SecretRef::RdsIam { region })) = svc.probe.kind.database_login() else {
+        return String::new();
+    };
+    match (b.token_region(region.as_deref()), region) {
+        (Some(r), Some(default)) if r != default => {
+            format!(", RDS IAM token for {r} (the branch's region, not rds_iam.region {default})")
+        }
+        (Some(r), _) => format!(", RDS IAM token for {r}"),
+        (None, _) => String::new(),
+    }
 }
 
 /// The readiness policy, with what one failed attempt does to each condition.
@@ -564,6 +580,40 @@ endpoint = "mysql-secondary.orders.internal.example"
         assert_eq!(
             summary,
             ["summary: 3 services, 6 branches, 3.0 attempts/s, up to 68 datums/min"]
+        );
+    }
+
+    /// With an RDS IAM password each branch line names its token's region, and says so when
+    /// the branch's `region` overrides `rds_iam.region`.
+    #[test]
+    fn plan_shows_each_branchs_rds_iam_token_region() {
+        let text = MYSQL
+            .replace(
+                "{ env = \"READYPROBE_MYSQL_PASSWORD\" }",
+                "{ rds_iam = { region = \"eu-west-1\" } }",
+            )
+            .replace(
+                "ssl_mode = \"required\"\ndanger_send_secrets_unverified = true",
+                "ssl_mode = \"verify_identity\"\nssl_ca = \"/etc/ca.pem\"",
+            )
+            .replace(
+                "endpoint = \"mysql-secondary.orders.internal.example\"",
+                "endpoint = \"mysql-secondary.orders.internal.example\"\nregion = \"us-east-1\"",
+            );
+        let plan = plan_of(&text);
+        let branches: Vec<&str> = plan
+            .lines()
+            .skip_while(|l| *l != "branches:")
+            .skip(1)
+            .take(2)
+            .collect();
+        assert_eq!(
+            branches,
+            [
+                "  primary      PRIMARY   mysql-primary.orders.internal.example:3306, RDS IAM token for eu-west-1",
+                "  secondary    SECONDARY mysql-secondary.orders.internal.example:3306, RDS IAM token for us-east-1 (the branch's region, not rds_iam.region eu-west-1)",
+            ],
+            "{plan}"
         );
     }
 

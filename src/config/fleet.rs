@@ -263,6 +263,14 @@ fn one(
         probe.is_some(),
         issues,
     )?;
+    if let Some(p) = &probe {
+        issues.scope = Some(Scope {
+            prefix: key.clone(),
+            name: service.name.clone(),
+        });
+        service::rds_iam_regions(p, &branches, &format!("{key}.branch"), issues);
+        issues.scope = None;
+    }
     Some(ServiceConfig {
         namespace: s.namespace.or(publish.map(|p| p.namespace.clone()))?,
         service,
@@ -395,6 +403,49 @@ endpoint = "api-primary.orders.internal.example"
             r#"probe = { interval = "5s", mysql = { table = "canary_payments" }, "#,
         );
         assert!(issues(&own_table).is_empty(), "{:?}", issues(&own_table));
+    }
+
+    /// An `rds_iam` password without a region in the shared `[probe]`: each branch naming no
+    /// region of its own is an error on the password's line naming the service and the branch.
+    #[test]
+    fn a_fleet_branch_without_a_region_for_its_rds_iam_token_is_named() {
+        let text = FLEET
+            .replace(
+                r#"password = { env = "PW" }"#,
+                "password = { rds_iam = {} }",
+            )
+            .replace(
+                "endpoint = \"mysql-secondary.orders.internal.example\"",
+                "endpoint = \"mysql-secondary.orders.internal.example\"\nregion = \"us-east-1\"",
+            );
+        let got = issues(&text);
+        let password = line_of(&text, "rds_iam");
+        let branch = |needle| line_of(&text, needle).map(|l| l - 3);
+        let want = [
+            ("service[0]", "orders-db", branch("mysql-primary.orders")),
+            (
+                "service[1]",
+                "payments-db",
+                branch("mysql-primary.payments"),
+            ),
+        ];
+        assert_eq!(got.len(), want.len(), "{got:?}");
+        for (issue, (service, name, line)) in got.iter().zip(want) {
+            assert_eq!(
+                (issue.key.as_str(), issue.line),
+                ("probe.mysql.password", password)
+            );
+            let branch = format!("{service}.branch[0]");
+            assert!(
+                issue.message.contains(&format!(
+                    "{branch} (\"primary\", line {}) names none: set rds_iam.region or {branch}.region",
+                    line.unwrap()
+                )) && issue.message.contains(&format!("in {service} \"{name}\"")),
+                "{issue:?}"
+            );
+        }
+        let with_default = text.replace("rds_iam = {}", "rds_iam = { region = \"eu-west-1\" }");
+        assert!(issues(&with_default).is_empty());
     }
 
     /// One finding shared by many services is one warning naming the first three and counting

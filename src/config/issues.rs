@@ -150,7 +150,7 @@ impl<'a> Issues<'a> {
 
     /// Line of a dotted key path in the document: the line of its last key (or array element);
     /// `None` when the key is not written in the file.
-    fn line_of_key(&self, key: &str) -> Option<usize> {
+    pub(super) fn line_of_key(&self, key: &str) -> Option<usize> {
         self.find_key(key).map(|(line, _)| line)
     }
 

@@ -343,6 +343,9 @@ fn validate(
         probe.is_some(),
         issues,
     )?;
+    if let Some(p) = &probe {
+        service::rds_iam_regions(p, &branches, "branch", issues);
+    }
     let policy = readiness::section(&raw.readiness, interval, issues);
     if let (Some(p), Some(policy)) = (&probe, &policy) {
         readiness::suspect_fits(policy, (p.interval, p.suspect_interval), issues);

@@ -1,6 +1,7 @@
 //! Secrets by reference: `{ env = "VAR" }`, `{ file = "/run/secrets/x" }` or
 //! `{ secrets_manager = "name-or-arn", json_key = "password", refresh = "5m" }`, never inline; a
-//! database password may instead be an RDS IAM token, `{ rds_iam = { region = "eu-west-1" } }`.
+//! database password may instead be an RDS IAM token, `{ rds_iam = { region = "eu-west-1" } }`
+//! (`rds_iam = {}` when every branch names its `region`).
 //!
 //! Parsing refuses an inline value without echoing it, and checks a Secrets Manager reference's
 //! shape (name or ARN, key, refresh period, region). Reading a secret is the probe's start-up
@@ -26,8 +27,9 @@ pub enum SecretRef {
     /// endpoint, port and the database user with its own credentials (a database password only,
     /// sent in clear text, so only over `verify_identity` sessions).
     RdsIam {
-        /// The database's region (the token's signing scope).
-        region: String,
+        /// The database's region (the token's signing scope) for a branch that names none
+        /// (`Branch::token_region`); `None`: every branch names its own (config checks).
+        region: Option<String>,
     },
 }
 
@@ -149,13 +151,10 @@ impl RefTable {
             {
                 return Err(REF_SHAPE.into());
             }
-            let Some(region) = iam.region else {
-                return Err("rds_iam: needs the database's region: { rds_iam = { region = \"eu-west-1\" } }".into());
-            };
-            if let Some(p) = region_problem(&region) {
+            if let Some(p) = iam.region.as_deref().and_then(region_problem) {
                 return Err(format!("rds_iam.{p}"));
             }
-            return Ok(SecretRef::RdsIam { region });
+            return Ok(SecretRef::RdsIam { region: iam.region });
         }
         match (self.env, self.file, self.secrets_manager) {
             (Some(v), None, None) if !v.is_empty() && !sm_only => Ok(SecretRef::Env(v)),
@@ -304,7 +303,8 @@ impl fmt::Display for SecretRef {
             SecretRef::Env(v) => write!(f, "environment variable {v}"),
             SecretRef::File(p) => write!(f, "file {}", p.display()),
             SecretRef::SecretsManager(r) => write!(f, "{r}"),
-            SecretRef::RdsIam { region } => write!(f, "RDS IAM token ({region})"),
+            SecretRef::RdsIam { region: Some(r) } => write!(f, "RDS IAM token ({r})"),
+            SecretRef::RdsIam { region: None } => write!(f, "RDS IAM token (each branch's region)"),
         }
     }
 }
@@ -408,7 +408,8 @@ mod tests {
     }
 
     /// `rds_iam` is a database password signed per attempt: accepted over `verify_identity`
-    /// only (the danger key does not lift it), with a region; refused as a header value.
+    /// only (the danger key does not lift it), with a region (its own or every branch's);
+    /// refused as a header value.
     #[test]
     fn an_rds_iam_password_needs_a_region_and_verify_identity() {
         let verified = BASE.replace(
@@ -426,7 +427,7 @@ mod tests {
         assert_eq!(
             m.password,
             SecretRef::RdsIam {
-                region: "eu-west-1".into()
+                region: Some("eu-west-1".into())
             }
         );
         assert_eq!(m.password.to_string(), "RDS IAM token (eu-west-1)");
@@ -441,7 +442,7 @@ mod tests {
         for (reference, want) in [
             (
                 r#"{ rds_iam = {} }"#,
-                "rds_iam: needs the database's region",
+                "rds_iam names no region and branch[0] (\"primary\", line 14) names none: set rds_iam.region or branch[0].region",
             ),
             (
                 r#"{ rds_iam = { region = "EU" } }"#,

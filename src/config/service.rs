@@ -1,7 +1,9 @@
 //! `[service]` and `[[branch]]`: what is failed over, and the branches probed by their own names.
 
 use super::issues::Issues;
+use super::probe::ProbeConfig;
 use super::raw::{RawBranch, RawService};
+use super::secret::SecretRef;
 use super::values::Role;
 use std::collections::BTreeSet;
 
@@ -38,8 +40,48 @@ pub struct Branch {
     /// Server port.
     pub port: u16,
     /// The AWS region the branch runs in, if named: `check --aws` warns when every alarm its
-    /// health check follows is in this region (`alarm_in_branch_region`).
+    /// health check follows is in this region (`alarm_in_branch_region`), and an RDS IAM token
+    /// for the branch is signed for it ([`Branch::token_region`]).
     pub region: Option<String>,
+}
+
+impl Branch {
+    /// The region the branch's RDS IAM token is signed for (a token is valid only in the
+    /// database's region): the branch's `region`, else `rds_iam.region` (`default`); `None`
+    /// when neither is named, which config refuses ([`rds_iam_regions`]).
+    pub fn token_region<'a>(&'a self, default: Option<&'a str>) -> Option<&'a str> {
+        self.region.as_deref().or(default)
+    }
+}
+
+/// With an RDS IAM password, each branch must have a region to sign its token for: its own
+/// `region` or `rds_iam.region`. `key` is the branch list's (`branch`).
+pub(super) fn rds_iam_regions(
+    probe: &ProbeConfig,
+    branches: &[Branch],
+    key: &str,
+    issues: &mut Issues<'_>,
+) {
+    let Some((_, SecretRef::RdsIam { region: None })) = probe.kind.database_login() else {
+        return;
+    };
+    let password_key = format!("probe.{}.password", probe.kind.name());
+    for (i, b) in branches.iter().enumerate() {
+        if b.region.is_none() {
+            let branch = format!("{key}[{i}]");
+            let at = issues
+                .line_of_key(&branch)
+                .map(|l| format!(", line {l}"))
+                .unwrap_or_default();
+            issues.error(
+                &password_key,
+                format!(
+                    "rds_iam names no region and {branch} ({:?}{at}) names none: set rds_iam.region or {branch}.region (an RDS IAM token is valid only in the database's region)",
+                    b.name
+                ),
+            );
+        }
+    }
 }
 
 /// A DNS name as compared and resolved: trimmed, without the root dot, lower case.
@@ -244,6 +286,55 @@ mod tests {
         format!(
             "[service]\nname = \"s\"\nstable_name = \"s.internal.example\"\n[probe]\nkind = \"tcp\"\n[probe.tcp]\nport = 5432\n[[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"p.internal.example\"\n{region_line}\n[[branch]]\nname = \"secondary\"\nrole = \"SECONDARY\"\nendpoint = \"s.internal.example.net\"\n"
         )
+    }
+
+    fn rds_iam(password_region: &str, primary_region: &str) -> String {
+        format!(
+            "[service]\nname = \"s\"\nstable_name = \"s.internal.example\"\n[probe]\nkind = \"postgres\"\n[probe.tls]\nssl_mode = \"verify_identity\"\nssl_ca = \"/etc/ca.pem\"\n[probe.postgres]\nuser = \"probe\"\npassword = {{ rds_iam = {{ {password_region} }} }}\n[[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"p.internal.example\"\n{primary_region}\n[[branch]]\nname = \"secondary\"\nrole = \"SECONDARY\"\nendpoint = \"s.internal.example.net\"\nregion = \"us-east-1\"\n"
+        )
+    }
+
+    /// A branch's RDS IAM token is signed for its own `region`, else `rds_iam.region`; a branch
+    /// with neither is an error on the password's key and line naming the branch's key and line.
+    #[test]
+    fn each_branch_needs_a_region_to_sign_its_rds_iam_token_for() {
+        let regions = |text: &str| {
+            let c = parse(Path::new("t.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+            let Some((_, crate::config::SecretRef::RdsIam { region })) =
+                c.services[0].probe.kind.database_login()
+            else {
+                panic!("no rds_iam password")
+            };
+            let default = region.as_deref();
+            c.services[0]
+                .branches
+                .iter()
+                .map(|b| b.token_region(default).map(str::to_string))
+                .collect::<Vec<_>>()
+        };
+        let some = |r: &str| Some(r.to_string());
+        assert_eq!(
+            regions(&rds_iam("", "region = \"eu-west-1\"")),
+            [some("eu-west-1"), some("us-east-1")]
+        );
+        assert_eq!(
+            regions(&rds_iam("region = \"eu-west-1\"", "")),
+            [some("eu-west-1"), some("us-east-1")]
+        );
+        let e = parse(Path::new("t.toml"), &rds_iam("", "")).unwrap_err();
+        assert_eq!(e.issues.len(), 1, "{e}");
+        let issue = &e.issues[0];
+        assert_eq!(
+            (issue.key.as_str(), issue.line),
+            ("probe.postgres.password", Some(11)),
+            "{e}"
+        );
+        assert!(
+            issue.message.contains(
+                "rds_iam names no region and branch[0] (\"primary\", line 12) names none: set rds_iam.region or branch[0].region"
+            ),
+            "{e}"
+        );
     }
 
     /// `region` is optional, kept as written, and a value that is no region name is an issue

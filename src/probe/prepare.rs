@@ -257,7 +257,8 @@ pub fn branches_and_digest(
 }
 
 /// The service's target for branch `b`: the same, but with an RDS IAM password the token signed
-/// for the branch's endpoint and port; `None` (and a problem) when that token is unavailable.
+/// for the branch's endpoint, port and region; `None` (and a problem) when that token is
+/// unavailable.
 fn branch_target(
     target: &Target,
     kind: &ProbeKind,
@@ -268,12 +269,21 @@ fn branch_target(
     let Some((user, r @ SecretRef::RdsIam { region })) = kind.database_login() else {
         return Some(target.clone());
     };
+    let key = format!("probe.{}.password", kind.name());
+    let Some(region) = b.token_region(region.as_deref()) else {
+        // Config refuses this; a problem, not a panic, all the same.
+        problems.push(
+            key,
+            r.to_string(),
+            format!("branch {:?} has no region to sign for", b.name),
+        );
+        return None;
+    };
     let what = crate::secrets::tokens::token_for(region, &b.endpoint, b.port, user);
     match secrets.token_cell(&what) {
         Ok(cell) => Some(target.with_database_password(cell)),
         Err(reason) => {
-            let key = format!("probe.{}.password", kind.name());
-            problems.push(key, format!("{r} for {}:{}", b.endpoint, b.port), reason);
+            problems.push(key, what.to_string(), reason);
             None
         }
     }

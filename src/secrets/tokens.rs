@@ -1,5 +1,5 @@
 //! RDS IAM tokens as secret cells: one per region, endpoint, port and database user the config
-//! names (`password = { rds_iam = … }`), signed at start-up (and when a reload names a new one)
+//! names (`password = { rds_iam = … }`; the region is the branch's, else `rds_iam.region`), signed at start-up (and when a reload names a new one)
 //! and again every [`RESIGN`], well within the token's 15 minutes. A failed signing keeps the
 //! last token and is tried again after [`RETRY`]. A token is never logged.
 
@@ -34,7 +34,7 @@ pub(super) struct Tokens {
 }
 
 /// Every token `cfg` needs, each once: one per branch of a service whose database password is
-/// `rds_iam` (host: the branch endpoint; port: the branch's).
+/// `rds_iam` (host: the branch endpoint; port: the branch's; region: `Branch::token_region`).
 pub fn wanted(cfg: &Config) -> Vec<TokenFor> {
     let mut out = Vec::new();
     for svc in &cfg.services {
@@ -42,7 +42,10 @@ pub fn wanted(cfg: &Config) -> Vec<TokenFor> {
             continue;
         };
         for b in &svc.branches {
-            out.push(token_for(region, &b.endpoint, b.port, user));
+            // Config refuses a branch with no region to sign for.
+            if let Some(region) = b.token_region(region.as_deref()) {
+                out.push(token_for(region, &b.endpoint, b.port, user));
+            }
         }
     }
     out.sort();
@@ -175,6 +178,43 @@ impl Tokens {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cross-region service: the primary takes `rds_iam.region`, the secondary names its own;
+    /// each branch's cell holds a token signed for its region (the SigV4 credential scope).
+    #[tokio::test]
+    async fn each_branch_token_cell_is_signed_for_its_region() {
+        let text = "[service]\nname = \"orders-db\"\nstable_name = \"db.orders.internal.example\"\n[probe]\nkind = \"mysql\"\n[probe.tls]\nssl_ca = \"/etc/ca.pem\"\n[probe.mysql]\nuser = \"probe\"\npassword = { rds_iam = { region = \"eu-west-1\" } }\n[[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"a.internal.example\"\n[[branch]]\nname = \"secondary\"\nrole = \"SECONDARY\"\nendpoint = \"b.internal.example\"\nregion = \"us-east-1\"\n";
+        let cfg = crate::config::parse(std::path::Path::new("/etc/db.toml"), text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (a, b) = (
+            token_for("eu-west-1", "a.internal.example", 3306, "probe"),
+            token_for("us-east-1", "b.internal.example", 3306, "probe"),
+        );
+        assert_eq!(wanted(&cfg), [a.clone(), b.clone()]);
+        let tokens = Tokens::default();
+        for region in ["eu-west-1", "us-east-1"] {
+            let creds =
+                aws_credential_types::Credentials::new("AKIDTEST", "secret", None, None, "t");
+            tokens.set_signer(region, Signer::fixed(creds)).await;
+        }
+        tokens.sign_missing(&cfg).await;
+        for (what, scope) in [
+            (&a, "%2Feu-west-1%2Frds-db%2F"),
+            (&b, "%2Fus-east-1%2Frds-db%2F"),
+        ] {
+            let token = tokens
+                .cell(what)
+                .unwrap_or_else(|e| panic!("{what}: {e}"))
+                .get();
+            assert!(
+                token.starts_with(&format!("{}:3306/", what.host)),
+                "{token}"
+            );
+            assert!(token.contains(scope), "{what}: {token}");
+        }
+        let wrong = token_for("eu-west-1", "b.internal.example", 3306, "probe");
+        assert!(tokens.cell(&wrong).is_err());
+    }
 
     /// One token per branch endpoint and port, for the kind's user; other kinds need none.
     #[test]
