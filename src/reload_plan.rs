@@ -307,6 +307,7 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         ),
         ("publish.interval", p.interval == q.interval),
         ("publish.sinks", p.sinks == q.sinks),
+        ("publish.metrics", p.metrics == q.metrics),
         ("publish.cloudwatch.region", c.region == d.region),
         (
             "publish.cloudwatch.endpoint_url",
