@@ -569,6 +569,13 @@ port = 5432
             keys("state_dir = \"/var/a\"", "state_dir = \"/var/b\""),
             ["state_dir"]
         );
+        assert_eq!(
+            keys(
+                "[publish]\nmetrics = \"full\"",
+                "[publish]\nmetrics = \"control\""
+            ),
+            ["publish.metrics"]
+        );
         // The operator's own value changed too: named.
         assert_eq!(
             keys(
