@@ -2,7 +2,7 @@
 //! resolution). The sinks build every datum from these entries, and the deployment templates
 //! and `check --aws` are checked against them, so a change here is a change of the contract.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The namespace when the config sets none.
 pub const DEFAULT_NAMESPACE: &str = "Readyprobe";
@@ -159,6 +159,46 @@ pub const METRICS: &[Metric] = &[
     STABLE_NAME_SUCCESS,
 ];
 
+/// Which metrics of the contract a run sends (`publish.metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsProfile {
+    /// Every metric of [`METRICS`].
+    #[default]
+    Full,
+    /// Only [`CONTROL`]: the series the deployment templates' alarms read.
+    Control,
+}
+
+impl MetricsProfile {
+    /// Its config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricsProfile::Full => "full",
+            MetricsProfile::Control => "control",
+        }
+    }
+
+    /// Whether a run with this profile sends metric `name` to a metric sink.
+    pub fn sends(self, name: &str) -> bool {
+        match self {
+            MetricsProfile::Full => true,
+            MetricsProfile::Control => CONTROL.iter().any(|m| m.name == name),
+        }
+    }
+}
+
+/// The metrics alarms read, the `control` profile: readiness per branch, and per service the
+/// prober's heartbeat, the fail-open signal and an unprepared service. Failure counts
+/// (`PublishFailures`, `StoreSyncFailures`) are left out: no alarm reads them, and each failure
+/// is in the evidence and the log anyway.
+pub const CONTROL: &[Metric] = &[
+    READINESS,
+    HEARTBEAT,
+    BOTH_BRANCHES_UNREADY,
+    SERVICE_UNAVAILABLE,
+];
+
 /// The statistics a Route 53 `CLOUDWATCH_METRIC` health check can follow (no extended
 /// statistics, no metric math).
 pub const ROUTE53_STATISTICS: &[&str] = &["Average", "Minimum", "Maximum", "Sum", "SampleCount"];
@@ -179,5 +219,28 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), METRICS.len());
+    }
+
+    #[test]
+    fn control_profile_sends_only_control_metrics() {
+        for m in METRICS {
+            assert!(MetricsProfile::Full.sends(m.name), "{}", m.name);
+            let control = CONTROL.contains(m);
+            assert_eq!(MetricsProfile::Control.sends(m.name), control, "{}", m.name);
+        }
+        let sent: Vec<_> = METRICS
+            .iter()
+            .filter(|m| MetricsProfile::Control.sends(m.name))
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(
+            sent,
+            [
+                "Readiness",
+                "Heartbeat",
+                "BothBranchesUnready",
+                "ServiceUnavailable"
+            ]
+        );
     }
 }

@@ -137,6 +137,18 @@ pub fn tick_datums(service: &str, branches: &[BranchTick], now: Millis) -> Vec<D
     out
 }
 
+/// The datums of `datums` that `profile` sends to a metric sink, in order (pure). The others
+/// never were for a sink: they are not drops.
+pub fn for_profile(datums: Vec<Datum>, profile: contract::MetricsProfile) -> Vec<Datum> {
+    match profile {
+        contract::MetricsProfile::Full => datums,
+        contract::MetricsProfile::Control => datums
+            .into_iter()
+            .filter(|d| profile.sends(d.metric))
+            .collect(),
+    }
+}
+
 /// The `ServiceUnavailable` datum of a service `run` could not prepare: 1, every tick (pure).
 pub fn service_unavailable_datum(service: &str, now: Millis) -> Datum {
     datum(
@@ -315,6 +327,41 @@ mod tests {
         assert_eq!(d[4].value, Value::Single(1.5));
         assert_eq!(d[5].dimensions[2], ("Step", "resolve".to_string()));
         assert_eq!(d[7].value, Value::Single(0.0));
+    }
+
+    #[test]
+    fn control_profile_keeps_only_what_alarms_read() {
+        let b = BranchTick {
+            branch: "primary".into(),
+            readiness: Some(0.0),
+            is_known: true,
+            success_rate: Some(0.0),
+            attempts: 3,
+            failed: 3,
+            step_durations: vec![("connect", vec![5.0])],
+            cert_not_after: Some(86_400_000),
+            ..Default::default()
+        };
+        let mut d = tick_datums("s", &[b], 0);
+        d.push(service_unavailable_datum("t", 0));
+        d.extend(store_sync_failure_datums(
+            "s",
+            &BTreeMap::from([(StoreSyncFailureClass::Io, 1)]),
+            0,
+        ));
+        let full = for_profile(d.clone(), contract::MetricsProfile::Full);
+        assert_eq!(full, d);
+        let control = for_profile(d, contract::MetricsProfile::Control);
+        let names: Vec<_> = control.iter().map(|d| d.metric).collect();
+        assert_eq!(
+            names,
+            [
+                "Readiness",
+                "Heartbeat",
+                "BothBranchesUnready",
+                "ServiceUnavailable"
+            ]
+        );
     }
 
     #[test]

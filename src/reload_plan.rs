@@ -307,6 +307,7 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         ),
         ("publish.interval", p.interval == q.interval),
         ("publish.sinks", p.sinks == q.sinks),
+        ("publish.metrics", p.metrics == q.metrics),
         ("publish.cloudwatch.region", c.region == d.region),
         (
             "publish.cloudwatch.endpoint_url",
@@ -567,6 +568,13 @@ port = 5432
         assert_eq!(
             keys("state_dir = \"/var/a\"", "state_dir = \"/var/b\""),
             ["state_dir"]
+        );
+        assert_eq!(
+            keys(
+                "[publish]\nmetrics = \"full\"",
+                "[publish]\nmetrics = \"control\""
+            ),
+            ["publish.metrics"]
         );
         // The operator's own value changed too: named.
         assert_eq!(

@@ -9,7 +9,7 @@
 //! code that publishes.
 
 use crate::clock::Millis;
-use crate::config::{self, Config, ProbeKind, ServiceConfig, SinkKind};
+use crate::config::{self, Config, MetricsProfile, ProbeKind, ServiceConfig, SinkKind};
 use crate::sink::{self, BranchTick, Datum, cloudwatch, emf};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -227,8 +227,13 @@ type PerTarget<'a> = BTreeMap<
     ),
 >;
 
-/// The estimate of `cfg` (pure).
+/// The estimate of `cfg` with the metrics its `publish.metrics` sends (pure).
 pub fn estimate(cfg: &Config) -> Estimate {
+    estimate_profile(cfg, cfg.publish.metrics)
+}
+
+/// The estimate of `cfg` had it set `publish.metrics = profile` (pure).
+pub fn estimate_profile(cfg: &Config, profile: MetricsProfile) -> Estimate {
     let sinks = &cfg.publish.sinks;
     let default = cfg.publish.default_target();
     let mut per: PerTarget<'_> = BTreeMap::new();
@@ -244,7 +249,10 @@ pub fn estimate(cfg: &Config) -> Estimate {
             targets = vec![None];
         }
         let key = (s.namespace.as_str(), targets);
-        routes.entry(key).or_default().extend(service_tick(cfg, s));
+        routes
+            .entry(key)
+            .or_default()
+            .extend(service_tick(cfg, s, profile));
     }
     for ((ns, targets), tick) in &routes {
         datums += tick.len() as u64;
@@ -275,7 +283,7 @@ pub fn estimate(cfg: &Config) -> Estimate {
     let other_region_metrics = cross
         .iter()
         .flat_map(|s| {
-            service_tick(cfg, s)
+            service_tick(cfg, s, profile)
                 .into_iter()
                 .map(move |d| (s.namespace.as_str(), d))
         })
@@ -364,7 +372,8 @@ pub(super) fn probe_steps(kind: &ProbeKind) -> &'static str {
 
 /// The datums of one service's tick at steady state: every branch known and ready, every step
 /// of every attempt since the previous tick succeeded, a stable-name round made.
-fn service_tick(cfg: &Config, svc: &ServiceConfig) -> Vec<Datum> {
+/// Only the metrics `profile` sends.
+fn service_tick(cfg: &Config, svc: &ServiceConfig, profile: MetricsProfile) -> Vec<Datum> {
     let steps: Vec<&'static str> = probe_steps(&svc.probe.kind).split(" → ").collect();
     let tls = steps.contains(&"tls");
     let tick_ms = cfg.publish.interval.as_millis();
@@ -397,7 +406,43 @@ fn service_tick(cfg: &Config, svc: &ServiceConfig) -> Vec<Datum> {
             out.push(sink::stable_name_success_datum(name, 1.0, AT));
         }
     }
+    out.retain(|d| profile.sends(d.metric));
     out
+}
+
+/// Synthetics canary runs per month at one run a minute.
+pub const CANARY_RUNS_PER_MONTH: u64 = MONTH_MS / 60_000;
+
+/// Dollars per month of one CloudWatch Synthetics canary per branch of `cfg`, one run a minute,
+/// each with the alarm and `CLOUDWATCH_METRIC` health check a failover record needs (its
+/// Lambda, storage, logs and network interfaces left out: a floor).
+pub fn canaries_usd(cfg: &Config) -> f64 {
+    let branches: usize = cfg.services.iter().map(|s| s.branches.len()).sum();
+    let each = CANARY_RUNS_PER_MONTH as f64 * price::CANARY_RUN
+        + price::STANDARD_ALARM
+        + price::AWS_ENDPOINT_HEALTH_CHECK;
+    branches as f64 * each
+}
+
+/// The `check` line comparing both `publish.metrics` profiles of `cfg` (one prober each) with
+/// one Synthetics canary per branch.
+pub fn profiles_line(cfg: &Config) -> String {
+    let canaries = canaries_usd(cfg);
+    let part = |p: MetricsProfile| {
+        let usd = estimate_profile(cfg, p).total_usd();
+        let ratio = if usd > 0.0 { canaries / usd } else { 0.0 };
+        let mark = if p == cfg.publish.metrics {
+            " (this config)"
+        } else {
+            ""
+        };
+        format!("{} ${usd:.2}{mark}, 1/{ratio:.1}", p.as_str())
+    };
+    format!(
+        "  publish.metrics profiles vs one Synthetics canary per branch (${canaries:.2}, a run a minute, its alarm and health check): {}; {}",
+        part(MetricsProfile::Full),
+        part(MetricsProfile::Control)
+    )
 }
 
 /// `n` with a comma between groups of three digits: `43,200`.
@@ -755,6 +800,33 @@ mod tests {
             (e.metrics, e.requests_per_tick, e.ticks_per_month),
             (14, 1, 86_400)
         );
+    }
+
+    /// probes/orders-db.toml under both profiles: `control` keeps the 4 series alarms read
+    /// and costs at most 1/20 of one canary per branch.
+    #[test]
+    fn control_profile_of_orders_db() {
+        let cfg = load("orders-db.toml");
+        assert_eq!(cfg.publish.metrics, MetricsProfile::Full);
+        let full = estimate_profile(&cfg, MetricsProfile::Full);
+        assert_eq!(full, estimate(&cfg));
+        let control = estimate_profile(&cfg, MetricsProfile::Control);
+        // 2 × Readiness + Heartbeat + BothBranchesUnready.
+        assert_eq!((control.metrics, control.datums_per_tick), (4, 4));
+        assert_eq!(cents(control.metrics_usd()), 120);
+        assert_eq!(control.requests(), full.requests());
+        assert!(control.log_bytes_per_tick < full.log_bytes_per_tick / 5);
+        assert_eq!((control.alarms, control.health_checks), (full.alarms, 2));
+        // 2 × (43,200 × $0.0012 + $0.10 + $0.50).
+        assert_eq!(cents(canaries_usd(&cfg)), 10_488);
+        assert!(
+            control.total_usd() * 20.0 <= canaries_usd(&cfg),
+            "{control:?}"
+        );
+        let line = profiles_line(&cfg);
+        assert!(line.contains("($104.88"), "{line}");
+        assert!(line.contains("full $9.43 (this config), 1/11.1"), "{line}");
+        assert!(line.contains("control $"), "{line}");
     }
 
     #[test]

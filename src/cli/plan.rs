@@ -35,6 +35,7 @@ fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
     plan_publish(s, cfg)?;
     plan_evidence_and_state(s, cfg)?;
     writeln!(s, "{}", super::cost::section(&super::cost::estimate(cfg)))?;
+    writeln!(s, "{}", super::cost::profiles_line(cfg))?;
     writeln!(s, "{}", summary(cfg))?;
     for w in &cfg.warnings {
         writeln!(s, "warning: {w}")?;
@@ -500,6 +501,7 @@ endpoint = "mysql-secondary.orders.internal.example"
               each further prober (the prober stack runs one per subnet) adds $0.30 (its requests, log bytes, evidence PUTs and GetSecretValue calls; series, alarms and health checks are shared)
               layout priced: one region (the branches name no two regions): one alarm and one CLOUDWATCH_METRIC health check per branch
               not counted: series published only while something fails (ServiceUnavailable, PublishFailures, StoreSyncFailures), transition datums, the prober's own logs, log storage, evidence storage, the tasks, the state store
+              publish.metrics profiles vs one Synthetics canary per branch ($104.88, a run a minute, its alarm and health check): full $9.00 (this config), 1/11.7; control $2.72, 1/38.5
             summary: 1 service, 2 branches, 1.0 attempts/s, up to 24 datums/min
             warning: probe.tls.danger_send_secrets_unverified is true: ssl_mode "required" does not verify the server's certificate, and probe.mysql.password is sent anyway; a server that is not the branch can capture it (evidence records tls_verified: false)
         "#]]

@@ -40,7 +40,7 @@ pub use mysql::MysqlProbe;
 pub use otlp::OtlpProbe;
 pub use postgres::PostgresProbe;
 pub use probe::{ProbeConfig, ProbeKind, StepTimeouts};
-pub use publish::{AssumeRole, CloudWatch, Publish, PublishTarget, session_name};
+pub use publish::{AssumeRole, CloudWatch, MetricsProfile, Publish, PublishTarget, session_name};
 pub use raw::MAX_DURATION;
 pub use readiness::{MAX_WINDOW, MAX_WINDOW_ATTEMPTS, attempts_in, one_failure_effect};
 pub use reload::MIN_POLL;

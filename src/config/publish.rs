@@ -4,6 +4,7 @@ use super::issues::Issues;
 use super::raw::{RawPublish, RawTarget, RawTargets};
 use super::values::SinkKind;
 use crate::clock::fmt_duration;
+pub use crate::contract::MetricsProfile;
 use std::time::Duration;
 
 /// The shortest `PutMetricData` try timeout: a TLS handshake and a request to a regional
@@ -22,6 +23,8 @@ pub struct Publish {
     pub namespace: String,
     /// Metric sinks, without duplicates. Default `[emf]` (EMF JSON on stdout).
     pub sinks: Vec<SinkKind>,
+    /// Which metrics every metric sink gets. Default `full`.
+    pub metrics: MetricsProfile,
     /// CloudWatch sink settings.
     pub cloudwatch: CloudWatch,
 }
@@ -527,6 +530,7 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
         interval,
         namespace,
         sinks,
+        metrics: raw.metrics.unwrap_or_default(),
         cloudwatch: CloudWatch {
             region: cw.region,
             endpoint_url: cw.endpoint_url,
@@ -628,6 +632,20 @@ port = 3306
     }
 
     const ARN: &str = "arn:aws:iam::111122223333:role/net/readyprobe-publish";
+
+    #[test]
+    fn metrics_profile_defaults_to_full_and_names_a_bad_value() {
+        assert_eq!(parse(ONE).unwrap().publish.metrics, MetricsProfile::Full);
+        let c = parse(&with("[publish]", r#"metrics = "control""#)).unwrap();
+        assert_eq!(c.publish.metrics, MetricsProfile::Control);
+        let issues = parse(&with("[publish]", r#"metrics = "lean""#)).unwrap_err();
+        let text = format!("{issues:?}");
+        assert!(text.contains("lean") && text.contains("control"), "{text}");
+        assert!(
+            text.contains("line: 4") || text.contains("line: Some(4)"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn targets_default_to_publish_cloudwatch_and_inherit_its_keys() {

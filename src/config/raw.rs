@@ -258,6 +258,7 @@ pub(super) struct RawPublish {
     pub interval: Option<Duration>,
     pub namespace: Option<String>,
     pub sinks: Option<Vec<SinkKind>>,
+    pub metrics: Option<crate::contract::MetricsProfile>,
     #[serde(default)]
     pub cloudwatch: RawCloudWatch,
 }

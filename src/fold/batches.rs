@@ -3,8 +3,9 @@
 
 use super::*;
 use crate::datum::{
-    BranchTick, Datum, Refusal, SinkId, SinkReport, publish_failure_datums, selected_branch_datum,
-    service_unavailable_datum, stable_name_success_datum, store_sync_failure_datums, tick_datums,
+    BranchTick, Datum, Refusal, SinkId, SinkReport, for_profile, publish_failure_datums,
+    selected_branch_datum, service_unavailable_datum, stable_name_success_datum,
+    store_sync_failure_datums, tick_datums,
 };
 use crate::readiness::{Millis, fails_open};
 use crate::record::{BothBranchesUnready, Publish, PublishOutcome, PublishReason, Record};
@@ -162,7 +163,8 @@ impl Fold {
         self.publish_to(datums, reason, sinks, namespace);
     }
 
-    /// Hand a batch for `namespace` to `sinks`.
+    /// Hand a batch for `namespace` to `sinks`: the datums `publish.metrics` sends; none, no
+    /// batch (what it leaves out never was for a sink, so it is no drop).
     fn publish_to(
         &mut self,
         datums: Vec<Datum>,
@@ -170,6 +172,10 @@ impl Fold {
         sinks: Vec<SinkId>,
         namespace: String,
     ) {
+        let datums = for_profile(datums, self.metrics);
+        if datums.is_empty() {
+            return;
+        }
         self.next_batch += 1;
         let id = self.next_batch;
         for sink in &sinks {

@@ -465,6 +465,8 @@ pub struct Setup<'a> {
     pub unavailable: &'a [Unavailable],
     /// Sink names, in config order.
     pub sinks: &'a [&'static str],
+    /// Which metrics the sinks get (`publish.metrics`).
+    pub metrics: crate::contract::MetricsProfile,
 }
 
 /// One service at start.
@@ -564,6 +566,8 @@ pub struct Fold {
     /// attempt) touches its own branches only, never every branch of the run.
     branches: BTreeMap<ServiceId, Vec<Branch>>,
     sinks: Vec<&'static str>,
+    /// Which metrics the sinks get: every batch is filtered by it before it is handed out.
+    metrics: crate::contract::MetricsProfile,
     /// Batches handed to a sink and not yet reported, per (sink, batch id).
     outstanding: BTreeMap<(SinkId, u64), Outstanding>,
     /// Batches handed per sink.

@@ -16,6 +16,7 @@ impl Fold {
             unavailable: setup.unavailable.to_vec(),
             branches: BTreeMap::new(),
             sinks: setup.sinks.to_vec(),
+            metrics: setup.metrics,
             outstanding: BTreeMap::new(),
             handed: BTreeMap::new(),
             failures: BTreeMap::new(),

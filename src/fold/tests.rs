@@ -58,6 +58,7 @@ fn start_at(doc: &ControlDoc, policy: &Policy, now: Millis) -> (Fold, Vec<Effect
         services: &services,
         unavailable: &[],
         sinks: &SINKS,
+        metrics: crate::contract::MetricsProfile::Full,
     };
     Fold::start(setup, now)
 }
@@ -843,6 +844,7 @@ fn a_tick_packs_every_service_of_a_namespace_into_one_batch() {
         services: &services,
         unavailable: &unavailable,
         sinks: &SINKS,
+        metrics: crate::contract::MetricsProfile::Full,
     };
     let (mut f, _) = Fold::start(setup, 0);
     let mut a = Attempt::internal_failure("primary", 1, 0, 10, "x".into());
@@ -1413,6 +1415,7 @@ fn tick_cost_at_a_thousand_services() {
         services: &services,
         unavailable: &[],
         sinks: &SINKS,
+        metrics: crate::contract::MetricsProfile::Full,
     };
     let (mut f, _) = Fold::start(setup, 0);
     let ticks = 20;
@@ -1761,6 +1764,7 @@ fn wake_cost_at_ten_thousand_branches() {
         services: &services,
         unavailable: &[],
         sinks: &SINKS,
+        metrics: crate::contract::MetricsProfile::Full,
     };
     let (mut f, _) = Fold::start(setup, 0);
     // Two failures per branch, 500 ms apart, each branch 0.1 ms after the one before (by
@@ -2168,6 +2172,7 @@ fn each_target_is_its_own_sink_and_is_accounted_alone() {
         services: &services,
         unavailable: &[],
         sinks: &SINKS,
+        metrics: crate::contract::MetricsProfile::Full,
     };
     let (mut f, _) = Fold::start(setup, 0);
     let e = f.handle(Input::Tick { last: false }, 1000);
@@ -2234,4 +2239,68 @@ fn each_target_is_its_own_sink_and_is_accounted_alone() {
         s.dropped_batches,
         [("cloudwatch[eu-west-1]".to_string(), 1)].into()
     );
+}
+
+#[test]
+fn the_control_profile_hands_sinks_only_what_alarms_read() {
+    let doc = ControlDoc::new("orders-db");
+    let (p, branches) = (policy(), ["primary".to_string(), "secondary".to_string()]);
+    let services = [ServiceSetup {
+        targets: &[],
+        service: "orders-db",
+        namespace: "Readyprobe",
+        policy: &p,
+        branches: &branches,
+        store_location: "memory",
+        doc: &doc,
+    }];
+    let setup = Setup {
+        prober: "p1",
+        services: &services,
+        unavailable: &[],
+        sinks: &SINKS,
+        metrics: crate::contract::MetricsProfile::Control,
+    };
+    let (mut f, _) = Fold::start(setup, 0);
+    let mut records = 0;
+    for (i, at) in [100, 200, 300].into_iter().enumerate() {
+        let e = f.handle(attempt("primary", i as u64 + 1, at, i != 1), at);
+        records += of_kind(&e, "attempt").len();
+    }
+    // Every attempt is in the evidence whatever the profile.
+    assert_eq!(records, 3);
+    let e = f.handle(Input::Tick { last: false }, 1000);
+    let b = batches(&e);
+    assert!(!b.is_empty());
+    for batch in &b {
+        for d in &batch.datums {
+            let sent = [
+                "Readiness",
+                "Heartbeat",
+                "BothBranchesUnready",
+                "ServiceUnavailable",
+            ];
+            assert!(sent.contains(&d.metric), "{}", d.metric);
+        }
+    }
+    assert!(
+        b.iter()
+            .flat_map(|b| &b.datums)
+            .any(|d| d.metric == "Heartbeat")
+    );
+    // Each handed datum is accounted: the publish record counts what the batch held.
+    let id = b[0].id;
+    let n = b[0].datums.len();
+    let report = SinkReport {
+        sink: SinkId::of("cloudwatch"),
+        batch: id,
+        datums: n,
+        sent: n,
+        tries: 1,
+        outcome: PublishOutcome::Sent,
+        class: None,
+        error: None,
+    };
+    let e = f.handle(Input::SinkReport(report), 1100);
+    assert_eq!(of_kind(&e, "publish")[0]["datums"], n);
 }

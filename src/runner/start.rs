@@ -131,6 +131,7 @@ pub(super) fn start(
         services: &[],
         unavailable: &unavailable,
         sinks: &sink_names,
+        metrics: cfg.publish.metrics,
     };
     let (fold, effects) = Fold::start(setup, now);
     let mut shell = Shell {

@@ -966,3 +966,47 @@ async fn run_starts_the_services_it_can_and_reports_the_others() {
     assert!(!dir.path().join("evidence.jsonl").exists());
     accept.abort();
 }
+
+/// `check` on probes/orders-db.toml as shipped (`full`) and with `publish.metrics = "control"`:
+/// each prices its own profile in the table and both on the comparison line.
+#[test]
+fn check_prices_both_metrics_profiles() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/orders-db.toml");
+    let text = std::fs::read_to_string(&src).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("orders-db.toml");
+    let edited = text.replacen("[publish]\n", "[publish]\nmetrics = \"control\"\n", 1);
+    assert_ne!(edited, text);
+    std::fs::write(&control, edited).unwrap();
+    let check = |path: &std::path::Path| {
+        let out = bin()
+            .args(["check", "--config"])
+            .arg(path)
+            .env("READYPROBE_MYSQL_PASSWORD", "x")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let line = |text: &str, start: &str| {
+        let l = text.lines().find(|l| l.trim_start().starts_with(start));
+        l.unwrap_or_else(|| panic!("no {start:?} line in\n{text}"))
+            .to_string()
+    };
+    let (full, lean) = (check(&src), check(&control));
+    assert!(
+        line(&full, "custom metrics").contains("24 series"),
+        "{full}"
+    );
+    assert!(line(&lean, "custom metrics").contains("4 series"), "{lean}");
+    assert!(line(&full, "total").ends_with("$9.43"), "{full}");
+    assert!(line(&lean, "total").ends_with("$3.15"), "{lean}");
+    let profiles = "publish.metrics profiles vs one Synthetics canary per branch ($104.88";
+    assert!(
+        line(&full, profiles).ends_with("full $9.43 (this config), 1/11.1; control $3.15, 1/33.2"),
+        "{full}"
+    );
+    assert!(
+        line(&lean, profiles).ends_with("full $9.43, 1/11.1; control $3.15 (this config), 1/33.2"),
+        "{lean}"
+    );
+}

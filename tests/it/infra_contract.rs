@@ -2179,3 +2179,22 @@ fn prober_containers_agree_across_templates() {
         "/var/lib/readyprobe/heartbeat"
     );
 }
+
+/// `publish.metrics = "control"` must still feed every alarm the templates create: each watches
+/// a metric of the control profile.
+#[test]
+fn template_alarms_watch_only_control_profile_metrics() {
+    for t in [cloudformation(), terraform()] {
+        assert!(!t.alarms.is_empty(), "{}", t.file);
+        for a in &t.alarms {
+            let m = metric_of(a).unwrap_or_else(|e| panic!("{}: {e}", t.file));
+            assert!(
+                readyprobe::contract::MetricsProfile::Control.sends(m.name),
+                "{}: {} watches {}, which publish.metrics = \"control\" does not send",
+                t.file,
+                a.id,
+                m.name
+            );
+        }
+    }
+}

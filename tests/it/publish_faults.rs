@@ -911,3 +911,62 @@ async fn an_endless_error_body_is_cut_off() {
     }
     eprintln!("peak resident memory {peak} kB");
 }
+
+/// `publish.metrics = "control"` end to end: the real binary sends CloudWatch (and EMF) only the
+/// series alarms read, every handed datum is accounted in a `publish` record, and the evidence
+/// still has every attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_profile_sends_only_what_alarms_read() {
+    const CONTROL: [&str; 4] = [
+        "Readiness",
+        "Heartbeat",
+        "BothBranchesUnready",
+        "ServiceUnavailable",
+    ];
+    let fake = FakeCloudWatch::start().await;
+    let (port, _t) = target().await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_builder(dir.path(), &dns, port, &fake.url)
+        .set("publish", "metrics", "control")
+        .write(&dir.path().join("run.toml"));
+    // Until three batches were accepted: attempts have finished by then (500 ms apart).
+    let run = run_binary(&cfg, 20, &[], &[], |_| {
+        fake.seen().iter().filter(|s| s.accepted()).count() >= 3
+    })
+    .await;
+    let seen = fake.seen();
+    let datums: Vec<_> = seen.iter().flat_map(|s| &s.datums).collect();
+    assert!(datums.iter().any(|d| d.metric == "Heartbeat"), "{seen:?}");
+    for d in &datums {
+        assert!(CONTROL.contains(&d.metric.as_str()), "sent {d:?}");
+    }
+    for s in &seen {
+        assert_eq!(s.refused, None, "{s:?}");
+    }
+    for l in &run.emf {
+        let metric = l["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"]
+            .as_str()
+            .unwrap();
+        assert!(CONTROL.contains(&metric), "EMF {l}");
+    }
+    // Every accepted datum is one a `publish` record counts as sent, and no batch was dropped.
+    let cw = run.publishes("cloudwatch");
+    assert!(cw.iter().all(|p| p["outcome"] == "sent"), "{cw:?}");
+    let sent: u64 = cw.iter().map(|p| p["sent"].as_u64().unwrap()).sum();
+    let accepted = seen.iter().filter(|s| s.accepted()).map(|s| s.datums.len());
+    assert_eq!(sent, accepted.sum::<usize>() as u64);
+    // The detail stays in the evidence: every attempt is there, with its steps.
+    let attempts: Vec<_> = run
+        .evidence
+        .iter()
+        .filter(|v| v["kind"] == "attempt")
+        .collect();
+    assert!(attempts.len() >= 2, "{} attempts", attempts.len());
+    let seqs: Vec<u64> = attempts
+        .iter()
+        .map(|a| a["seq"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+}
