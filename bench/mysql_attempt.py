@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+from attempt_lib import certs, line, sh
+
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/release/readyprobe")
 ITER = int(sys.argv[2]) if len(sys.argv) > 2 else 200
 BEFORE = os.path.abspath(sys.argv[3]) if len(sys.argv) > 3 else None
@@ -38,22 +40,6 @@ PASSWORD = os.urandom(12).hex()
 ENDPOINT = "mysql-primary.localhost"
 
 
-def sh(*args, **kw):
-    return subprocess.run(args, check=True, **kw)
-
-
-def certs(d):
-    sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-       "-nodes", "-days", "2", "-subj", "/CN=readyprobe bench CA", "-keyout", f"{d}/ca.key",
-       "-out", f"{d}/ca.pem", capture_output=True)
-    sh("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-       "-subj", f"/CN={ENDPOINT}", "-keyout", f"{d}/db.key", "-out", f"{d}/db.csr",
-       capture_output=True)
-    with open(f"{d}/db.ext", "w") as f:
-        f.write(f"subjectAltName=DNS:{ENDPOINT},IP:127.0.0.1\n")
-    sh("openssl", "x509", "-req", "-in", f"{d}/db.csr", "-CA", f"{d}/ca.pem", "-CAkey",
-       f"{d}/ca.key", "-CAcreateserial", "-days", "2", "-extfile", f"{d}/db.ext", "-out",
-       f"{d}/db.pem", capture_output=True)
 
 
 CONFIG = """prober_id = "bench"
@@ -98,15 +84,6 @@ endpoint = "mysql-secondary.localhost"
 port = {closed}
 """
 
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
-
-
-def line(name, xs):
-    print(f"{name:<44} n={len(xs):<4} p50 {pct(xs, 50):7.2f} ms  p90 {pct(xs, 90):7.2f} ms")
-    return pct(xs, 50), pct(xs, 90)
 
 
 def readyprobe_run(binary, d, env, duration):
@@ -197,7 +174,7 @@ def main():
     d = tempfile.mkdtemp(prefix="readyprobe-mysql-attempt-")
     db = f"{d}/db"
     try:
-        certs(d)
+        certs(d, ENDPOINT)
         sh(f"{HERE}/infra/local/mariadb.sh", "install")
         sh(f"{HERE}/infra/local/mariadb.sh", "start", "primary", str(PORT), db, f"{d}/db.pem",
            f"{d}/db.key", f"{d}/ca.pem", PASSWORD)

@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from attempt_lib import certs, line, sh
+
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/release/readyprobe")
 ITER = int(sys.argv[2]) if len(sys.argv) > 2 else 200
 BLOCKS = int(os.environ.get("BLOCKS", "10"))
@@ -38,26 +40,10 @@ BINDIR = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=Tru
                         check=True).stdout.strip()
 
 
-def sh(*args, **kw):
-    return subprocess.run(args, check=True, **kw)
-
 
 def as_postgres(*args, **kw):
     return sh("runuser", "-u", "postgres", "--", *args, cwd="/", **kw)
 
-
-def certs(d):
-    sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-       "-nodes", "-days", "2", "-subj", "/CN=readyprobe bench CA", "-keyout", f"{d}/ca.key",
-       "-out", f"{d}/ca.pem", capture_output=True)
-    sh("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-       "-subj", f"/CN={ENDPOINT}", "-keyout", f"{d}/db.key", "-out", f"{d}/db.csr",
-       capture_output=True)
-    with open(f"{d}/db.ext", "w") as f:
-        f.write(f"subjectAltName=DNS:{ENDPOINT},IP:127.0.0.1\n")
-    sh("openssl", "x509", "-req", "-in", f"{d}/db.csr", "-CA", f"{d}/ca.pem", "-CAkey",
-       f"{d}/ca.key", "-CAcreateserial", "-days", "2", "-extfile", f"{d}/db.ext", "-out",
-       f"{d}/db.pem", capture_output=True)
 
 
 def start_cluster(d):
@@ -135,15 +121,6 @@ SELECT = ("SELECT marker, seq::text, current_setting('transaction_read_only'), "
           "pg_is_in_recovery(), COALESCE(NULLIF(current_setting('cluster_name'), ''), "
           "host(inet_server_addr()), '') FROM public.canary WHERE prober_id = {p} AND branch = {b}")
 
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
-
-
-def line(name, xs):
-    print(f"{name:<44} n={len(xs):<4} p50 {pct(xs, 50):7.2f} ms  p90 {pct(xs, 90):7.2f} ms")
-    return pct(xs, 50), pct(xs, 90)
 
 
 def readyprobe_run(d, env, duration):
@@ -223,7 +200,7 @@ def main():
     d = tempfile.mkdtemp(prefix="readyprobe-pg-attempt-")
     data = None
     try:
-        certs(d)
+        certs(d, ENDPOINT)
         data = start_cluster(d)
         with open(f"{d}/bench.toml", "w") as f:
             f.write(CONFIG.format(d=d, endpoint=ENDPOINT, port=PORT, closed=PORT + 1))
