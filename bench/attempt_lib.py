@@ -1,5 +1,7 @@
 """What bench/mysql_attempt.py and bench/postgres_attempt.py share: running a command, a test CA
-and a server certificate for one name, and the percentile lines they print."""
+and a server certificate for one name, a timed `readyprobe run`, and the percentile lines."""
+import json
+import shutil
 import subprocess
 
 
@@ -30,3 +32,25 @@ def pct(xs, p):
 def line(name, xs):
     print(f"{name:<44} n={len(xs):<4} p50 {pct(xs, 50):7.2f} ms  p90 {pct(xs, 90):7.2f} ms")
     return pct(xs, 50), pct(xs, 90)
+
+
+def readyprobe_run(binary, d, env, duration):
+    """One `run` of `duration` with `d/bench.toml`: its attempts' step sums, and each step's
+    durations, of branch `primary`; the first attempt of the process first."""
+    state = f"{d}/state"
+    shutil.rmtree(state, ignore_errors=True)
+    sh(binary, "run", "--config", f"{d}/bench.toml", "--duration", duration, env=env,
+       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sums, steps = [], {}
+    with open(f"{state}/evidence.jsonl") as f:
+        for raw in f:
+            r = json.loads(raw)
+            if r.get("kind") != "attempt" or r.get("branch") != "primary":
+                continue
+            if r.get("result") != "success":
+                # Kept, with the time it took until it failed (a lower bound): counted.
+                print(f"    a failed attempt: {r.get('step')} {r.get('class')}")
+            sums.append(sum(s["duration_ms"] for s in r["steps"]))
+            for s in r["steps"]:
+                steps.setdefault(s["step"], []).append(s["duration_ms"])
+    return sums, steps

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from attempt_lib import certs, line, sh
+from attempt_lib import certs, line, readyprobe_run, sh
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/release/readyprobe")
 ITER = int(sys.argv[2]) if len(sys.argv) > 2 else 200
@@ -85,27 +85,6 @@ port = {closed}
 """
 
 
-
-def readyprobe_run(binary, d, env, duration):
-    """One `run` of `duration`: its attempts' step sums, and each step's durations; the first
-    attempt of the process first."""
-    state = f"{d}/state"
-    shutil.rmtree(state, ignore_errors=True)
-    sh(binary, "run", "--config", f"{d}/bench.toml", "--duration", duration, env=env,
-       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    sums, steps = [], {}
-    with open(f"{state}/evidence.jsonl") as f:
-        for raw in f:
-            r = json.loads(raw)
-            if r.get("kind") != "attempt" or r.get("branch") != "primary":
-                continue
-            if r.get("result") != "success":
-                # Kept, with the time it took until it failed (a lower bound): counted below.
-                print(f"    a failed attempt: {r.get('step')} {r.get('class')}")
-            sums.append(sum(s["duration_ms"] for s in r["steps"]))
-            for s in r["steps"]:
-                steps.setdefault(s["step"], []).append(s["duration_ms"])
-    return sums, steps
 
 
 def first_tls(binary, d, env):

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from attempt_lib import certs, line, sh
+from attempt_lib import certs, line, readyprobe_run, sh
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/release/readyprobe")
 ITER = int(sys.argv[2]) if len(sys.argv) > 2 else 200
@@ -123,24 +123,6 @@ SELECT = ("SELECT marker, seq::text, current_setting('transaction_read_only'), "
 
 
 
-def readyprobe_run(d, env, duration):
-    state = f"{d}/state"
-    shutil.rmtree(state, ignore_errors=True)
-    sh(BIN, "run", "--config", f"{d}/bench.toml", "--duration", duration, env=env,
-       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    sums, steps = [], {}
-    with open(f"{state}/evidence.jsonl") as f:
-        for raw in f:
-            r = json.loads(raw)
-            if r.get("kind") != "attempt" or r.get("branch") != "primary":
-                continue
-            if r.get("result") != "success":
-                print(f"    a failed attempt: {r.get('step')} {r.get('class')}")
-            sums.append(sum(s["duration_ms"] for s in r["steps"]))
-            for s in r["steps"]:
-                steps.setdefault(s["step"], []).append(s["duration_ms"])
-    return sums, steps
-
 
 def psycopg_loop(d, n):
     """n psycopg attempts 100 ms apart (readyprobe's pace), after one unmeasured, then n pings."""
@@ -210,7 +192,7 @@ def main():
         sums, steps, times, pings = [], {}, [], []
         per = ITER // BLOCKS
         for _ in range(BLOCKS):
-            s, st = readyprobe_run(d, env, f"{per * 100 + 250}ms")
+            s, st = readyprobe_run(BIN, d, env, f"{per * 100 + 250}ms")
             sums += s[1:]
             for step, xs in st.items():
                 steps.setdefault(step, []).extend(xs[1:])

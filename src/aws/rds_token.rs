@@ -3,7 +3,8 @@
 //!
 //! A token is the presigned URL `https://HOST:PORT/?Action=connect&DBUser=USER` (service
 //! `rds-db`, query-string signing, valid [`TOKEN_LIFETIME`]) without its scheme. Signing is
-//! local; only the credentials may need a call (the default chain's, cached by the SDK).
+//! local; only the credentials may need a call: the default chain's provider is asked at each
+//! signing (no cache sits in front of it; a token is signed every few minutes, not per attempt).
 
 use super::{AwsTarget, Retries, Timeouts};
 use aws_credential_types::Credentials;
@@ -90,7 +91,7 @@ pub fn sign(what: &TokenFor, creds: Credentials, at: SystemTime) -> Result<Strin
 }
 
 /// The prober's credentials for signing in `region`: the default chain's (environment, profile,
-/// web identity, the task's or instance's role), cached by the SDK until they near expiry.
+/// web identity, the task's or instance's role), asked at each signing.
 #[derive(Debug, Clone)]
 pub struct Signer(aws_credential_types::provider::SharedCredentialsProvider);
 

@@ -158,14 +158,14 @@ fn unreachable(e: &fetch::Unreachable) -> model::Failure {
     }
 }
 
-/// Which Route 53 a target reads: Route 53 is global, so targets with the same credentials
-/// (the same role, or none) and endpoint read the same health checks and records.
+/// Which Route 53 a target reads: Route 53 is global and every target reads it at
+/// `[route53] endpoint_url`, so targets with the same credentials (the same role, or none) read
+/// the same health checks and records, whatever their CloudWatch endpoint.
 fn route53_view(p: &fetch::Place) -> String {
-    format!(
-        "{}|{}",
-        p.target.role.as_ref().map_or("", |r| r.role_arn.as_str()),
-        p.target.endpoint_url.as_deref().unwrap_or("")
-    )
+    p.target
+        .role
+        .as_ref()
+        .map_or_else(String::new, |r| r.role_arn.clone())
 }
 
 /// The `not_checked` rows of a target that could not be read: one per service it holds.

@@ -406,8 +406,7 @@ fn service_tick(cfg: &Config, svc: &ServiceConfig, profile: MetricsProfile) -> V
             out.push(sink::stable_name_success_datum(name, 1.0, AT));
         }
     }
-    out.retain(|d| profile.sends(d.metric));
-    out
+    sink::for_profile(out, profile)
 }
 
 /// Synthetics canary runs per month at one run a minute.

@@ -236,6 +236,13 @@ pub fn branches_and_digest(
     }
     let tls_verified = tls_settings(&svc.probe.kind).verified();
     let digest = problems.1.digest();
+    // One redactor for the service's secrets, built once; a branch with its own RDS IAM token
+    // gets one that knows that token too.
+    let shared = target.as_ref().map(|t| Redactor::of(t.secrets()));
+    let per_branch = matches!(
+        svc.probe.kind.database_login(),
+        Some((_, SecretRef::RdsIam { .. }))
+    );
     let probes = svc
         .branches
         .iter()
@@ -247,7 +254,10 @@ pub fn branches_and_digest(
             address_family: cfg.dns.address_family,
             timeout: svc.probe.timeout,
             step_timeouts: svc.probe.step_timeouts,
-            redactor: Redactor::of(target.secrets()),
+            redactor: match (&shared, per_branch) {
+                (Some(r), false) => r.clone(),
+                _ => Redactor::of(target.secrets()),
+            },
             target,
             tls_verified,
             end_to_end: false,

@@ -12,9 +12,9 @@ pub mod evidence_s3;
 pub mod segments;
 
 pub use crate::datum::{
-    BranchTick, Datum, Refusal, SinkId, SinkReport, Unit, Value, publish_failure_datums,
-    selected_branch_datum, service_unavailable_datum, stable_name_success_datum, tick_datums,
-    transition_datum,
+    BranchTick, Datum, Refusal, SinkId, SinkReport, Unit, Value, for_profile,
+    publish_failure_datums, selected_branch_datum, service_unavailable_datum,
+    stable_name_success_datum, tick_datums, transition_datum,
 };
 
 use crate::record::{PublishFailureClass, PublishOutcome};

@@ -3,7 +3,7 @@
 //! across a renewal of the assumed credentials; a refused AssumeRole is `publish_credentials`
 //! naming the role; a target that never answers delays no other target's `Readiness` tick.
 
-use crate::publish_faults::{NAME, Run, config_builder, run_binary, target};
+use crate::publish_faults::{Run, config_builder, run_binary, target};
 use crate::support::cloudwatch::{self as ls, cloudwatch_or_skip, unique_namespace};
 use crate::support::dns::DnsServer;
 use crate::support::fake_cloudwatch::{FakeCloudWatch, now_ms};
@@ -251,5 +251,5 @@ async fn a_silent_target_never_delays_another() {
     assert!(live_times.len() >= timed_out.len());
     // The default target is not used: the service names its own.
     assert!(to_target(&run, None).is_empty());
-    assert!(!seen.is_empty() && NAME.contains("gw-primary"));
+    assert!(!seen.is_empty());
 }
