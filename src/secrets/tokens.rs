@@ -1,7 +1,9 @@
 //! RDS IAM tokens as secret cells: one per region, endpoint, port and database user the config
-//! names (`password = { rds_iam = … }`; the region is the branch's, else `rds_iam.region`), signed at start-up (and when a reload names a new one)
-//! and again every [`RESIGN`], well within the token's 15 minutes. A failed signing keeps the
-//! last token and is tried again after [`RETRY`]. A token is never logged.
+//! names (`password = { rds_iam = … }`; the region is the branch's, else `rds_iam.region`),
+//! signed at start-up (and when a reload names a new one) and again every [`RESIGN`], well
+//! within the token's 15 minutes. A failed re-signing keeps the last token and is tried again
+//! after [`RETRY`]; a token that could not be signed at all leaves its service unavailable
+//! until a reload signs it. A token is never logged.
 
 use super::SecretCell;
 use crate::aws::rds_token::{Signer, TokenFor};
