@@ -24,6 +24,7 @@ pub mod report;
 pub mod runner;
 pub mod scheduler;
 pub mod secrets;
+pub mod serve;
 pub mod simulate;
 pub mod sink;
 pub mod state;
