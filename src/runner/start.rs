@@ -110,6 +110,7 @@ pub(super) fn start(
     loaded: Loaded<'_>,
     (evidence, sinks): (EvidenceWriter, Vec<(String, SinkQueue)>),
     (resolver, secrets): (hickory_resolver::TokioResolver, SecretCache),
+    served: Option<std::sync::Arc<crate::serve::Feed>>,
 ) -> (Shell, Fleet, mpsc::Receiver<(Tag, BranchEvent)>) {
     let now = clock.now_ms();
     let unavailable: Vec<crate::fold::Unavailable> = loaded
@@ -143,6 +144,7 @@ pub(super) fn start(
         instances: BTreeMap::new(),
         instance: format!("{:016x}", rand::random::<u64>()),
         paces: BTreeMap::new(),
+        served,
         prober: cfg.prober_id.clone(),
         publish_window: cfg.publish.interval,
         sync_bound: cfg.state.poll_interval.max(Duration::from_secs(5)),

@@ -52,6 +52,8 @@ pub(super) struct Wiring {
     pub(super) fleet: Fleet,
     /// With `[evidence.s3]`: the task that uploads the evidence's closed segments.
     pub(super) uploader: Option<crate::sink::evidence_s3::Uploader>,
+    /// With `[serve]`: the endpoint, stopped at the end of the shutdown.
+    pub(super) serving: Option<crate::serve::Serving>,
 }
 
 /// What runs: the config in force, each running service's branch loops, and how to start more.
