@@ -37,6 +37,7 @@ mod report_view;
 mod resolve_step;
 mod secret_leak;
 mod secrets_rotation;
+mod serve;
 mod simulate;
 mod stable_name;
 mod state_dir;
