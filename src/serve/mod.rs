@@ -383,3 +383,6 @@ fn with_type(
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
+
+#[cfg(test)]
+mod tests;
