@@ -46,7 +46,7 @@ const MAX_BUF_BYTES: usize = 16 * 1024;
 pub const HEALTHY_TICKS: u32 = 3;
 /// The pending-connection queue of the listening socket.
 const BACKLOG: u32 = 1024;
-/// How often, at most, refused connections are logged.
+/// How often, at most, refused connections (and, apart, accept errors) are logged.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Why the endpoint could not start: a start-up error of `run`.
@@ -264,7 +264,15 @@ impl Server {
     /// Accept until the stop: a connection over `max_connections` is closed at once.
     async fn accept_loop(self, listener: TcpListener) {
         let slots = Arc::new(Semaphore::new(self.max_connections));
-        let mut logged: Option<tokio::time::Instant> = None;
+        // When a refusal and an accept error were last logged.
+        let (mut refusal_logged, mut error_logged) = (None, None);
+        let due = |last: &mut Option<tokio::time::Instant>| {
+            let due = last.is_none_or(|t| t.elapsed() >= REFUSAL_LOG_EVERY);
+            if due {
+                *last = Some(tokio::time::Instant::now());
+            }
+            due
+        };
         loop {
             let stream = tokio::select! {
                 () = self.stop.cancelled() => return,
@@ -272,7 +280,9 @@ impl Server {
                     Ok((s, _)) => s,
                     Err(e) => {
                         // Out of descriptors, most likely: wait rather than spin.
-                        tracing::warn!(error = %e, "serve: cannot accept a connection");
+                        if due(&mut error_logged) {
+                            tracing::warn!(error = %e, "serve: cannot accept a connection");
+                        }
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }
@@ -281,8 +291,7 @@ impl Server {
             let Ok(slot) = slots.clone().try_acquire_owned() else {
                 drop(stream);
                 let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
-                if logged.is_none_or(|t| t.elapsed() >= REFUSAL_LOG_EVERY) {
-                    logged = Some(tokio::time::Instant::now());
+                if due(&mut refusal_logged) {
                     tracing::warn!(
                         refused = n,
                         max_connections = self.max_connections,
