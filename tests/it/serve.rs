@@ -289,6 +289,8 @@ async fn big_body(addr: SocketAddr) -> usize {
 /// connections are refused (logged), and a scrape answers once they are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_clients_delay_no_attempt() {
+    // 1,000 sockets on each side: room for them under a low soft limit (the child inherits it).
+    raise_open_files(4_096);
     let dir = tempfile::tempdir().unwrap();
     let f = fleet(&["alpha"]).await;
     let path = dir.path().join("serve.toml");
@@ -357,6 +359,22 @@ async fn hostile_clients_delay_no_attempt() {
         "start gaps (ms) under hostile clients: {gaps:?}"
     );
     stop(&mut child).await;
+}
+
+/// Raise this process's soft limit of open files to `want` (at most the hard limit).
+fn raise_open_files(want: libc::rlim_t) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit with a valid resource and a pointer to a live rlimit.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        if lim.rlim_cur < want {
+            lim.rlim_cur = want.min(lim.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+    }
 }
 
 fn now_ms() -> i64 {
