@@ -218,6 +218,10 @@ pub(super) fn launch(
 ) {
     let store_location = store.location();
     let start = start_record(cfg, svc, store_location.clone(), duration_ms);
+    if let Some(f) = &shell.served {
+        // `/status` shows the document as loaded until the service's first sync.
+        f.synced(id, &doc);
+    }
     shell.feed(Input::AddService(Box::new(NewService {
         id,
         service: svc.service.name.clone(),

@@ -99,7 +99,7 @@ impl Feed {
         self.last_tick.store(now, Ordering::Relaxed);
     }
 
-    /// A sync of service `service` returned `doc`.
+    /// Service `service`'s document as a sync returned it (or as loaded when it started).
     pub fn synced(&self, service: ServiceId, doc: &ControlDoc) {
         let doc = Arc::new(doc.clone());
         self.docs().insert(service, doc);
