@@ -10,8 +10,9 @@
 
 use crate::clock::Millis;
 use crate::config::{self, Config, MetricsProfile, ProbeKind, ServiceConfig, SinkKind};
-use crate::sink::{self, BranchTick, Datum, cloudwatch, emf};
+use crate::sink::{self, BranchTick, Datum, SinkId, cloudwatch, emf};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// List prices, us-east-1, US dollars, as of 2026-12-01: custom metrics ($0.30, then $0.10
 /// beyond 10,000) and endpoint health checks ($0.50 AWS, $0.75 non-AWS) agree with public
@@ -219,90 +220,84 @@ pub fn metrics_usd(n: u64) -> f64 {
 /// A series: namespace, metric name and dimensions.
 type Series<'a> = (&'a str, &'static str, Vec<(&'static str, String)>);
 
-/// The series per billing target: `None` for `[publish.cloudwatch]`'s own target and the `emf`
-/// sink (the prober's account), else the target's name.
-type PerTarget<'a> = BTreeMap<Option<&'a str>, BTreeSet<Series<'a>>>;
+/// Where a sink's series are billed: `None` for the prober's account (the `emf` sink and
+/// `[publish.cloudwatch]`'s own target), else a named target.
+type Place = Option<Arc<str>>;
+
+/// The series per billing place.
+type PerTarget<'a> = BTreeMap<Place, BTreeSet<Series<'a>>>;
 
 /// One publish tick of this prober: the series and `PutMetricData` requests per billing
-/// target, the datums, and the EMF bytes. Services of one namespace with the same targets
-/// share a batch, as the fold packs them.
+/// place, the datums, and the EMF bytes.
 #[derive(Default)]
 struct Tick<'a> {
     series: PerTarget<'a>,
-    requests: BTreeMap<Option<&'a str>, u64>,
+    requests: BTreeMap<Place, u64>,
     datums: u64,
     bytes: u64,
 }
 
-/// Where `svc`'s datums are billed: a billing target per CloudWatch target (`None` for
-/// `[publish.cloudwatch]`'s own), with the target; none without the `cloudwatch` sink.
-fn cloudwatch_targets<'a>(
-    cfg: &'a Config,
-    svc: &'a ServiceConfig,
-) -> Vec<(Option<&'a str>, &'a config::PublishTarget)> {
-    if !cfg.publish.sinks.contains(&SinkKind::CloudWatch) {
-        return Vec::new();
-    }
-    let default = cfg.publish.default_target();
-    svc.publish_targets
-        .iter()
-        .map(|t| ((*t != default).then_some(t.name.as_str()), t))
-        .collect()
-}
-
-/// This prober's tick of `cfg` with the metrics `profile` sends.
+/// This prober's tick of `cfg` with the metrics `profile` sends: services of one namespace
+/// with the same sinks ([`sink::sinks_of`]) share a batch, as the fold packs them.
 fn this_prober(cfg: &Config, profile: MetricsProfile) -> Tick<'_> {
-    let sinks = &cfg.publish.sinks;
-    let mut routes: BTreeMap<(&str, Vec<Option<&str>>), Vec<Datum>> = BTreeMap::new();
+    type Batch = (Vec<SinkKind>, Vec<Datum>);
+    let mut batches: BTreeMap<(&str, Vec<SinkId>), Batch> = BTreeMap::new();
     for s in &cfg.services {
-        let targets = cloudwatch_targets(cfg, s).into_iter().map(|(n, _)| n);
-        routes
-            .entry((s.namespace.as_str(), targets.collect()))
-            .or_default()
-            .extend(service_tick(cfg, s, profile));
+        let sinks = sink::sinks_of(&cfg.publish, &s.publish_targets);
+        let kinds = sinks.iter().map(|r| r.kind).collect();
+        let ids = sinks.into_iter().map(|r| r.id).collect();
+        let (_, datums) = batches
+            .entry((s.namespace.as_str(), ids))
+            .or_insert_with(|| (kinds, Vec::new()));
+        datums.extend(service_tick(cfg, s, profile));
     }
     let mut tick = Tick::default();
-    for ((ns, targets), datums) in &routes {
+    for ((ns, ids), (kinds, datums)) in &batches {
         tick.datums += datums.len() as u64;
-        let series = || datums.iter().map(|d| (*ns, d.metric, d.dimensions.clone()));
-        for t in targets {
-            tick.series.entry(*t).or_default().extend(series());
-            *tick.requests.entry(*t).or_default() += cloudwatch::batches(datums, AT).0.len() as u64;
-        }
-        if sinks.contains(&SinkKind::Emf) {
-            tick.series.entry(None).or_default().extend(series());
-            tick.bytes += datums
-                .iter()
-                .filter_map(|d| emf::encode(ns, d))
-                .map(|line| line.len() as u64 + LOG_EVENT_OVERHEAD)
-                .sum::<u64>();
+        for (id, kind) in ids.iter().zip(kinds) {
+            let series = datums.iter().map(|d| (*ns, d.metric, d.dimensions.clone()));
+            tick.series
+                .entry(id.target.clone())
+                .or_default()
+                .extend(series);
+            match kind {
+                SinkKind::CloudWatch => {
+                    let n = cloudwatch::batches(datums, AT).0.len() as u64;
+                    *tick.requests.entry(id.target.clone()).or_default() += n;
+                }
+                SinkKind::Emf => {
+                    tick.bytes += datums
+                        .iter()
+                        .filter_map(|d| emf::encode(ns, d))
+                        .map(|line| line.len() as u64 + LOG_EVENT_OVERHEAD)
+                        .sum::<u64>();
+                }
+            }
         }
     }
     tick
 }
 
 /// The series the other region's prober adds for the services in the cross-region layout, per
-/// billing target. It runs the same file but for `[publish.cloudwatch] region`, so a service's
-/// series go where this prober sends them, in the other region: the prober's account (the
-/// `emf` sink, the default target) and each named target whose region is
+/// billing place. It runs the same file but for `[publish.cloudwatch] region`, so a service's
+/// series go where this prober sends them ([`sink::sinks_of`]), in the other region: the
+/// prober's account (the `emf` sink, the default target) and each named target whose region is
 /// `[publish.cloudwatch]`'s; a target of another region gets the same series from both probers.
 fn other_region(cfg: &Config, profile: MetricsProfile) -> PerTarget<'_> {
     let mut per = PerTarget::new();
     for s in cfg.services.iter().filter(|s| cross_region(s)) {
-        let mut places: Vec<Option<&str>> = cloudwatch_targets(cfg, s)
-            .into_iter()
-            .filter(|(_, t)| t.region == cfg.publish.cloudwatch.region)
-            .map(|(n, _)| n)
-            .collect();
-        if cfg.publish.sinks.contains(&SinkKind::Emf) {
-            places.push(None);
-        }
         let tick = service_tick(cfg, s, profile);
-        for p in places {
+        for route in sink::sinks_of(&cfg.publish, &s.publish_targets) {
+            if route
+                .target
+                .is_some_and(|t| t.region != cfg.publish.cloudwatch.region)
+            {
+                continue;
+            }
             let series = tick
                 .iter()
                 .map(|d| (s.namespace.as_str(), d.metric, d.dimensions.clone()));
-            per.entry(p).or_default().extend(series);
+            per.entry(route.id.target).or_default().extend(series);
         }
     }
     per
@@ -317,7 +312,7 @@ pub fn estimate(cfg: &Config) -> Estimate {
 pub fn estimate_profile(cfg: &Config, profile: MetricsProfile) -> Estimate {
     let tick = this_prober(cfg, profile);
     let other = other_region(cfg, profile);
-    let count = |per: &PerTarget<'_>, t: &Option<&str>| per.get(t).map_or(0, |s| s.len() as u64);
+    let count = |per: &PerTarget<'_>, t: &Place| per.get(t).map_or(0, |s| s.len() as u64);
     let cross: Vec<&ServiceConfig> = cfg.services.iter().filter(|s| cross_region(s)).collect();
     let branches: u64 = cfg.services.iter().map(|s| s.branches.len() as u64).sum();
     let cross_branches: u64 = cross.iter().map(|s| s.branches.len() as u64).sum();
@@ -333,7 +328,7 @@ pub fn estimate_profile(cfg: &Config, profile: MetricsProfile) -> Estimate {
         .keys()
         .filter_map(|t| {
             Some(TargetCost {
-                name: (*t)?.to_string(),
+                name: t.as_deref()?.to_string(),
                 metrics: count(&tick.series, t) + count(&other, t),
                 requests_per_tick: tick.requests.get(t).copied().unwrap_or(0),
             })
