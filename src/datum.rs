@@ -187,18 +187,8 @@ pub fn publish_failure_datums(
     counts: &[(PublishFailureClass, u64)],
     now: Millis,
 ) -> Vec<Datum> {
-    counts
-        .iter()
-        .map(|(class, n)| {
-            let v = Value::Single(*n as f64);
-            datum(
-                &contract::PUBLISH_FAILURES,
-                &[service, class.as_str()],
-                v,
-                now,
-            )
-        })
-        .collect()
+    let counts = counts.iter().map(|(c, n)| (c.as_str(), *n));
+    per_class(&contract::PUBLISH_FAILURES, service, counts, now)
 }
 
 /// The `StoreSyncFailures` datums of a service: failed store syncs per class since the previous
@@ -208,13 +198,19 @@ pub fn store_sync_failure_datums(
     counts: &BTreeMap<StoreSyncFailureClass, u64>,
     now: Millis,
 ) -> Vec<Datum> {
+    let counts = counts.iter().map(|(c, n)| (c.as_str(), *n));
+    per_class(&contract::STORE_SYNC_FAILURES, service, counts, now)
+}
+
+/// A datum of `metric` (dimensions `Service`, `Class`) per class and count of `counts`.
+fn per_class(
+    metric: &Metric,
+    service: &str,
+    counts: impl Iterator<Item = (&'static str, u64)>,
+    now: Millis,
+) -> Vec<Datum> {
     counts
-        .iter()
-        .map(|(class, n)| {
-            let v = Value::Single(*n as f64);
-            let dims = [service, class.as_str()];
-            datum(&contract::STORE_SYNC_FAILURES, &dims, v, now)
-        })
+        .map(|(class, n)| datum(metric, &[service, class], Value::Single(n as f64), now))
         .collect()
 }
 
