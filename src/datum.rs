@@ -254,7 +254,7 @@ impl std::fmt::Display for SinkId {
 /// One sink a service's datums go to ([`sinks_of`]): its kind, its id, and for a CloudWatch
 /// sink the target it sends to.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Route<'a> {
+pub struct SinkRoute<'a> {
     /// The sink's kind.
     pub kind: SinkKind,
     /// Its id: batches, queues and `publish` records name it.
@@ -268,12 +268,12 @@ pub struct Route<'a> {
 /// `[publish.cloudwatch]`'s own has no name in its id, so every service of a namespace that
 /// names no target shares one sink. The one rule the fold's batches, the sink tasks a run
 /// starts and `check`'s cost estimate follow.
-pub fn sinks_of<'a>(publish: &Publish, targets: &'a [PublishTarget]) -> Vec<Route<'a>> {
+pub fn sinks_of<'a>(publish: &Publish, targets: &'a [PublishTarget]) -> Vec<SinkRoute<'a>> {
     let default = publish.default_target();
     let mut out = Vec::new();
     for &kind in &publish.sinks {
         match kind {
-            SinkKind::CloudWatch => out.extend(targets.iter().map(|t| Route {
+            SinkKind::CloudWatch => out.extend(targets.iter().map(|t| SinkRoute {
                 kind,
                 id: SinkId {
                     kind: kind.into(),
@@ -281,7 +281,7 @@ pub fn sinks_of<'a>(publish: &Publish, targets: &'a [PublishTarget]) -> Vec<Rout
                 },
                 target: Some(t),
             })),
-            SinkKind::Emf => out.push(Route {
+            SinkKind::Emf => out.push(SinkRoute {
                 kind,
                 id: SinkId::of(kind.into()),
                 target: None,
