@@ -334,7 +334,7 @@ pub fn estimate_profile(cfg: &Config, profile: MetricsProfile) -> Estimate {
             })
         })
         .collect();
-    // Each region's series per account are tiered apart, as before: a bound on the high side.
+    // Tiered per billing place and region: places of one account tiered apart err high.
     let metrics_by_target: Vec<u64> = (tick.series.values().chain(other.values()))
         .map(|s| s.len() as u64)
         .collect();
