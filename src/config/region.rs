@@ -1,5 +1,6 @@
 //! AWS region names: the one rule every `region` key of the config follows (a branch's, a
-//! publish target's, `[publish.cloudwatch]`'s, a secret reference's, `rds_iam`'s).
+//! publish target's, `[publish.cloudwatch]`'s, `[state.s3]`'s, `[evidence.s3]`'s, a secret
+//! reference's, `rds_iam`'s).
 
 /// Most characters of a rejected name an error quotes.
 const SHOWN_CHARS: usize = 60;
@@ -96,15 +97,17 @@ mod tests {
         );
     }
 
-    /// A config with `region` at a branch's, `[publish.cloudwatch]`'s and a publish target's
-    /// key, and `password` as the database password.
+    /// A config with `region` at a branch's, `[publish.cloudwatch]`'s, a publish target's,
+    /// `[state.s3]`'s and `[evidence.s3]`'s key, and `password` as the database password.
     fn config_with(region: &str, password: &str) -> String {
         format!(
             "[publish]\nsinks = [\"cloudwatch\"]\n[publish.cloudwatch]\nregion = \"{region}\"\n\
              [probe]\nkind = \"postgres\"\n[probe.tls]\nssl_mode = \"verify_identity\"\nssl_ca = \"/ca.pem\"\n\
              [probe.postgres]\nuser = \"probe\"\npassword = {password}\n\
              [service]\nname = \"a\"\nstable_name = \"a.internal.example\"\npublish = {{ region = \"{region}\" }}\n\
-             [[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"a1.internal.example\"\nregion = \"{region}\"\n"
+             [[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"a1.internal.example\"\nregion = \"{region}\"\n\
+             [state]\nstore = \"s3\"\n[state.s3]\nbucket = \"bkt\"\nregion = \"{region}\"\n\
+             [evidence.s3]\nbucket = \"bkt\"\nregion = \"{region}\"\n"
         )
     }
 
@@ -134,6 +137,8 @@ mod tests {
                 "publish.cloudwatch.region",
                 "service.publish.region",
                 "branch[0].region",
+                "state.s3.region",
+                "evidence.s3.region",
             ]
             .map(|key| (config_with(bad, env), key))
             .into();
