@@ -21,6 +21,7 @@ mod probe;
 mod publish;
 mod raw;
 mod readiness;
+mod region;
 mod reload;
 mod route53;
 mod secret;

@@ -117,8 +117,8 @@ pub(super) fn start(
         .unavailable
         .iter()
         .map(|(svc, _)| {
-            let targets = super::wiring::fold_targets(cfg, svc);
-            (svc.service.name.clone(), svc.namespace.clone(), targets)
+            let sinks = super::wiring::fold_sinks(cfg, svc);
+            (svc.service.name.clone(), svc.namespace.clone(), sinks)
         })
         .collect();
     let mut sink_names: Vec<&'static str> = Vec::new();
@@ -226,7 +226,7 @@ pub(super) fn launch(
         id,
         service: svc.service.name.clone(),
         namespace: svc.namespace.clone(),
-        targets: super::wiring::fold_targets(cfg, svc),
+        sinks: super::wiring::fold_sinks(cfg, svc),
         policy: svc.policy.clone(),
         branches: svc.branches.iter().map(|b| b.name.clone()).collect(),
         store_location,

@@ -3,14 +3,14 @@
 //! and the sink tasks per namespace and target ([`Sinks`]).
 
 use crate::clock::Clock;
-use crate::config::{Config, PublishTarget, ServiceConfig, SinkKind};
+use crate::config::{Config, PublishTarget, ServiceConfig};
 use crate::fold::ServiceId;
 use crate::probe::stable_name::BranchEndpoint;
 use crate::probe::{BranchProbe, InputsDigest};
 use crate::scheduler::{BranchEvent, Schedule, StableNameTarget, branch_loop, stable_name_loop};
 use crate::sink::cloudwatch::{CloudWatchClient, CloudWatchSink};
 use crate::sink::emf::{EmfBuffer, EmfSink};
-use crate::sink::{Sink, SinkId, SinkQueue, SinkReport};
+use crate::sink::{Sink, SinkId, SinkQueue, SinkReport, sinks_of};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -275,43 +275,10 @@ impl Fleet {
 /// A service's branch probes and the digest of the inputs they were prepared from.
 pub(super) type Probes = (Vec<BranchProbe>, InputsDigest);
 
-/// A service's CloudWatch targets as its sinks know them: `None` for `[publish.cloudwatch]`'s
-/// own target, else the target's name; with its settings.
-pub(super) fn targets_of<'a>(
-    cfg: &Config,
-    svc: &'a ServiceConfig,
-) -> Vec<(Option<Arc<str>>, &'a PublishTarget)> {
-    let default = cfg.publish.default_target();
-    svc.publish_targets
-        .iter()
-        .map(|t| ((*t != default).then(|| Arc::from(t.name.as_str())), t))
-        .collect()
-}
-
-/// A service's targets as the fold routes them ([`crate::fold::Targets`]).
-pub(super) fn fold_targets(cfg: &Config, svc: &ServiceConfig) -> crate::fold::Targets {
-    targets_of(cfg, svc).into_iter().map(|(n, _)| n).collect()
-}
-
-/// The sinks a service's datums go to, each with its namespace: a sink per configured kind,
-/// the CloudWatch one per target.
-fn sinks_of(cfg: &Config, svc: &ServiceConfig) -> Vec<(SinkId, Option<PublishTarget>)> {
-    let mut out = Vec::new();
-    for kind in &cfg.publish.sinks {
-        match kind {
-            SinkKind::Emf => out.push((SinkId::of("emf"), None)),
-            SinkKind::CloudWatch => {
-                for (name, t) in targets_of(cfg, svc) {
-                    let id = SinkId {
-                        kind: "cloudwatch",
-                        target: name,
-                    };
-                    out.push((id, Some(t.clone())));
-                }
-            }
-        }
-    }
-    out
+/// The sinks a service's datums go to ([`sinks_of`]), as the fold routes them.
+pub(super) fn fold_sinks(cfg: &Config, svc: &ServiceConfig) -> crate::fold::Sinks {
+    let routes = sinks_of(&cfg.publish, &svc.publish_targets);
+    routes.into_iter().map(|r| r.id).collect()
 }
 
 /// The sink queues of every namespace and target, and what starting one more needs: the sink
@@ -377,7 +344,8 @@ impl Sinks {
         svc: &ServiceConfig,
     ) {
         let ns = &svc.namespace;
-        for (id, target) in sinks_of(cfg, svc) {
+        for route in sinks_of(&cfg.publish, &svc.publish_targets) {
+            let (id, target) = (route.id, route.target.cloned());
             let key = (ns.clone(), id.clone());
             if let Some(was) = self.running.get(&key) {
                 if *was == target {
@@ -413,9 +381,9 @@ impl Sinks {
             .services
             .iter()
             .flat_map(|s| {
-                sinks_of(cfg, s)
+                sinks_of(&cfg.publish, &s.publish_targets)
                     .into_iter()
-                    .map(|(id, _)| (s.namespace.clone(), id))
+                    .map(|r| (s.namespace.clone(), r.id))
             })
             .collect();
         let before: BTreeSet<String> = self.running.keys().map(|(ns, _)| ns.clone()).collect();
