@@ -9,6 +9,7 @@ mod drill;
 mod drill_acceptance;
 mod drill_hostile;
 mod evidence_s3;
+mod exposition_promtool;
 mod failback;
 mod fault_matrix;
 mod fleet;
