@@ -259,3 +259,48 @@ fn promtool_flags_a_broken_exposition() {
     let (code, said) = promtool_check(&promtool, &broken);
     assert_ne!(code, Some(0), "{said}");
 }
+
+/// The text between the first "```<lang>" fence after `heading` in `doc` and its closing fence.
+fn fenced<'a>(doc: &'a str, heading: &str, lang: &str) -> &'a str {
+    let after = &doc[doc.find(heading).expect("heading")..];
+    let open = format!("```{lang}\n");
+    let body = &after[after.find(&open).expect("fence") + open.len()..];
+    &body[..body.find("```").expect("closing fence")]
+}
+
+#[test]
+fn the_guides_alert_rules_and_queries_pass_promtool() {
+    let Some(promtool) = promtool() else { return };
+    let doc = include_str!("../../docs/prometheus.md");
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("alerts.yml");
+    std::fs::write(&rules, fenced(doc, "## Alert rules", "yaml")).unwrap();
+    // Each query of the guide (comment lines apart) as a recording rule, so promtool parses it.
+    let mut queries = String::from("groups:\n  - name: queries\n    rules:\n");
+    let text = fenced(doc, "Queries worth a dashboard", "promql");
+    let mut exprs: Vec<String> = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        match exprs.last_mut() {
+            // A line that starts with a space continues the query above it.
+            Some(last) if line.starts_with(' ') => last.push_str(line),
+            _ => exprs.push(line.to_string()),
+        }
+    }
+    assert_eq!(exprs.len(), 2, "{exprs:?}");
+    for (i, e) in exprs.iter().enumerate() {
+        let e = serde_json::to_string(e).unwrap();
+        queries.push_str(&format!("      - record: query:{i}\n        expr: {e}\n"));
+    }
+    let recorded = dir.path().join("queries.yml");
+    std::fs::write(&recorded, queries).unwrap();
+    for file in [&rules, &recorded] {
+        let out = Command::new(&promtool)
+            .args(["check", "rules"])
+            .arg(file)
+            .output()
+            .expect("promtool runs");
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{}: {said}", file.display());
+    }
+}
