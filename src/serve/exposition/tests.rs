@@ -441,3 +441,65 @@ fn every_family_has_help_and_the_text_ends_in_eof() {
     let plain = x.encode_prometheus_text();
     assert!(!plain.contains("# EOF") && plain.contains("readyprobe_attempts_total{"));
 }
+
+#[test]
+fn no_message_or_error_text_reaches_the_exposition() {
+    let x = Exposition::new();
+    let secret = "hunter2-s3cr3t";
+    let mut a = attempt(
+        "primary",
+        &[(Step::Auth, 5.0, false)],
+        Some(FailureClass::AuthDenied),
+    );
+    if let Record::Attempt(a) = &mut a {
+        a.outcome = Outcome::Failure {
+            step: Step::Auth,
+            class: FailureClass::AuthDenied,
+            message: format!("denied for password {secret}"),
+        };
+    }
+    let p = Publish::new(
+        "emf",
+        PublishReason::Tick,
+        1,
+        0,
+        1,
+        PublishOutcome::Failed,
+        Some(secret.into()),
+    );
+    let sync = Record::StateSyncFailed(StateSyncFailed {
+        error: secret.into(),
+        class: Some(StoreSyncFailureClass::Io),
+        started_at: None,
+    });
+    feed(
+        &x,
+        &[
+            rec("orders", a),
+            rec("*", Record::Publish(p)),
+            rec("orders", sync),
+        ],
+    );
+    let text = x.encode();
+    assert!(text.contains(r#"class="auth_denied""#), "{text}");
+    assert!(!text.contains(secret), "{text}");
+}
+
+#[test]
+fn a_refused_reload_removes_nothing() {
+    let x = Exposition::new();
+    two_services(&x);
+    let before = sorted(&x.encode());
+    let mut refused = reload(&["a"], &[]);
+    if let Record::Reload(r) = &mut refused {
+        r.applied = false;
+    }
+    feed(&x, &[rec("*", refused)]);
+    assert_eq!(sorted(&x.encode()), before);
+}
+
+#[test]
+fn an_exposition_is_shared_between_threads() {
+    fn shared<T: Send + Sync + std::fmt::Debug + Default>() {}
+    shared::<Exposition>();
+}
