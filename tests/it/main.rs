@@ -27,6 +27,7 @@ mod otlp_kind;
 mod pipeline;
 mod postgres_hostile;
 mod postgres_kind;
+mod prometheus_scrape;
 mod publish_faults;
 mod publish_targets;
 mod rds_iam;

@@ -31,7 +31,7 @@ fn serve_config(dir: &Path, f: &crate::reload::Fleet, serve: &str) -> String {
 }
 
 /// The address `run` logged (`serving /metrics on <addr>`), polled from its stderr.
-async fn served_addr(log: &Path) -> SocketAddr {
+pub(crate) async fn served_addr(log: &Path) -> SocketAddr {
     let end = tokio::time::Instant::now() + DEADLINE;
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
