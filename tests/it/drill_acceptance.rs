@@ -7,7 +7,7 @@
 //! restores it and approves the failback; then `drill report --alarms` must place each phase
 //! within one probe interval of the instant the test saw it happen.
 
-use crate::support::cloudwatch::{MetricQuery, endpoint, unique_namespace};
+use crate::support::cloudwatch::{MetricQuery, PutAlarms, endpoint, unique_namespace};
 use crate::support::config::{ConfigBuilder, path, secret_file};
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{PASSWORD, Running};
@@ -310,8 +310,10 @@ async fn a_recorded_drill_reports_each_phase_within_one_probe_interval() {
     // alarm when it is put, then once per period): OK at once rather than a period later.
     wait_evidence(&evidence, wait, serving("primary")).await;
     published_ready(&cw, &ns, &["primary", "secondary"]).await;
+    let put = PutAlarms::new(&cw);
     let alarm_p = put_alarm(&cw, &ns, "primary").await;
-    let _alarm_s = put_alarm(&cw, &ns, "secondary").await;
+    put.add(&alarm_p);
+    put.add(&put_alarm(&cw, &ns, "secondary").await);
     wait_alarm(&cw, &alarm_p, StateValue::Ok).await;
 
     // Failover.

@@ -8,7 +8,9 @@
 //! test takes well under a minute on a loaded machine. Everything else is the template's.
 
 use crate::infra_contract::{cfn_doc, cfn_resources, cfn_val};
-use crate::support::cloudwatch::{MetricQuery, cloudwatch_or_skip, endpoint, unique_namespace};
+use crate::support::cloudwatch::{
+    MetricQuery, PutAlarms, cloudwatch_or_skip, endpoint, unique_namespace,
+};
 use crate::support::config::{ConfigBuilder, path};
 use crate::support::fixture::{FAST_POLICY, Running};
 use crate::support::free_tcp_port;
@@ -161,6 +163,8 @@ async fn template_alarm_follows_the_published_readiness() {
     let service = "infra-alarm";
     let ns = unique_namespace("infra_alarm");
     let alarm = format!("readyprobe-it-{}", ns.replace('/', "-"));
+    let put = PutAlarms::new(&cw);
+    put.add(&alarm);
 
     // Nothing listens on the branch's port yet: every attempt is refused, the branch goes
     // unready and publishes 0.
@@ -217,5 +221,4 @@ async fn template_alarm_follows_the_published_readiness() {
 
     run.stop().await;
     server.abort();
-    let _ = cw.delete_alarms().alarm_names(&alarm).send().await;
 }
