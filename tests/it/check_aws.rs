@@ -768,6 +768,8 @@ struct Deployed {
     services: Vec<(String, String)>,
     expected: BTreeMap<String, Vec<String>>,
     hcs: Vec<Hc>,
+    /// Deleted when the test ends.
+    alarms: cloudwatch::PutAlarms,
 }
 
 async fn deploy(uniq: &str) -> Deployed {
@@ -781,6 +783,7 @@ async fn deploy(uniq: &str) -> Deployed {
         services: Vec::new(),
         expected: BTreeMap::new(),
         hcs: Vec::new(),
+        alarms: cloudwatch::PutAlarms::new(&cw),
     };
     let mut changes = Vec::new();
     for (case, p, rules) in CASES {
@@ -789,6 +792,7 @@ async fn deploy(uniq: &str) -> Deployed {
         for (branch, spec) in [("primary", p.clone()), ("secondary", CLEAN)] {
             let alarm = format!("{service}-{branch}");
             if spec.alarm {
+                d.alarms.add(&alarm);
                 put_alarm(&cw, &alarm, &service, branch, &spec).await;
             }
             if spec.datum {
@@ -1158,6 +1162,8 @@ async fn controls_in_alarm_names_are_escaped_in_table_and_json() {
         .expect("cloudwatch client");
     let service = format!("bidi-{uniq}");
     let alarm = format!("{service}-\u{202e}yramirp\u{9b}2J");
+    let put = cloudwatch::PutAlarms::new(&cw);
+    put.add(&alarm);
     put_alarm(&cw, &alarm, &service, "tertiary", &CLEAN).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("bidi.toml");

@@ -66,12 +66,18 @@ fn follower(id: &str, alarm: &str, region: &str) -> Hc {
     }
 }
 
-/// Both branches' alarms and datums of `service` in `cw`'s region and account.
-async fn alarms_of(cw: &aws_sdk_cloudwatch::Client, service: &str) {
+/// Both branches' alarms and datums of `service` in `cw`'s region and account; the alarms are
+/// deleted when the returned value drops.
+#[must_use = "the alarms are deleted when this drops"]
+async fn alarms_of(cw: &aws_sdk_cloudwatch::Client, service: &str) -> cloudwatch::PutAlarms {
+    let put = cloudwatch::PutAlarms::new(cw);
     for branch in ["primary", "secondary"] {
-        put_alarm(cw, &format!("{service}-{branch}"), service, branch, &CLEAN).await;
+        let alarm = format!("{service}-{branch}");
+        put.add(&alarm);
+        put_alarm(cw, &alarm, service, branch, &CLEAN).await;
         put_readiness(cw, service, branch).await;
     }
+    put
 }
 
 /// The PRIMARY and SECONDARY records of `stable`, following `hc-{service}-{branch}`, in `zone`.
@@ -181,8 +187,9 @@ async fn alarm_in_branch_region_warns_only_where_every_alarm_is_in_the_branchs_r
         .map(|c| (format!("{c}-{uniq}"), format!("{c}.{zone_name}")))
         .collect();
     let mut hcs = Vec::new();
+    let mut put = Vec::new();
     for (name, _) in &services {
-        alarms_of(&cw, name).await;
+        put.push(alarms_of(&cw, name).await);
         for b in ["primary", "secondary"] {
             hcs.push(follower(
                 &format!("hc-{name}-{b}"),
@@ -192,7 +199,7 @@ async fn alarm_in_branch_region_warns_only_where_every_alarm_is_in_the_branchs_r
         }
     }
     let dual = &services[1].0;
-    alarms_of(&cw_other, dual).await;
+    let _other = alarms_of(&cw_other, dual).await;
     let (a, b) = (
         format!("hc-{dual}-primary-a"),
         format!("hc-{dual}-primary-b"),
@@ -272,7 +279,7 @@ async fn check_aws_reads_through_the_targets_role() {
     let name = format!("viarole-{uniq}");
     let zone_name = format!("role{uniq}.internal");
     let services = [(name.clone(), format!("db.{zone_name}"))];
-    alarms_of(&cw_as(here, ROLE_ACCOUNT).await, &name).await;
+    let _put = alarms_of(&cw_as(here, ROLE_ACCOUNT).await, &name).await;
     let r53 = r53_as(ROLE_ACCOUNT).await;
     let zone = create_zone(&r53, &zone_name).await;
     records(&r53, &zone, &services).await;
@@ -324,6 +331,8 @@ async fn drill_report_reads_alarms_through_the_targets_role() {
     let name = format!("drillrole-{}", uniq());
     let alarm = format!("{name}-primary");
     let cw = cw_as(here, ACCOUNT).await;
+    let put = cloudwatch::PutAlarms::new(&cw);
+    put.add(&alarm);
     cw.put_metric_alarm()
         .alarm_name(&alarm)
         .namespace(readyprobe::contract::DEFAULT_NAMESPACE)
@@ -438,8 +447,8 @@ async fn the_cross_region_layout_is_clean_from_each_region() {
     let name = format!("xregion-{uniq}");
     let zone_name = format!("xr{uniq}.internal");
     let services = [(name.clone(), format!("db.{zone_name}"))];
-    alarms_of(&cw_as(here, "test").await, &name).await;
-    alarms_of(&cw_as(OTHER, "test").await, &name).await;
+    let _here = alarms_of(&cw_as(here, "test").await, &name).await;
+    let _other = alarms_of(&cw_as(OTHER, "test").await, &name).await;
     let r53 = r53_as("test").await;
     let zone = create_zone(&r53, &zone_name).await;
     records(&r53, &zone, &services).await;
@@ -485,8 +494,8 @@ async fn a_target_that_cannot_be_read_is_not_checked_and_route53_findings_appear
     let name = format!("threet-{uniq}");
     let zone_name = format!("three{uniq}.internal");
     let stable = format!("db.{zone_name}");
-    alarms_of(&cw_as(here, "test").await, &name).await;
-    alarms_of(&cw_as(OTHER, "test").await, &name).await;
+    let _here = alarms_of(&cw_as(here, "test").await, &name).await;
+    let _other = alarms_of(&cw_as(OTHER, "test").await, &name).await;
     let r53 = r53_as("test").await;
     let zone = create_zone(&r53, &zone_name).await;
     let changes = [("PRIMARY", "primary", 300), ("SECONDARY", "secondary", 30)]

@@ -7,7 +7,7 @@
 //! restores it and approves the failback; then `drill report --alarms` must place each phase
 //! within one probe interval of the instant the test saw it happen.
 
-use crate::support::cloudwatch::{endpoint, unique_namespace};
+use crate::support::cloudwatch::{MetricQuery, PutAlarms, endpoint, unique_namespace};
 use crate::support::config::{ConfigBuilder, path, secret_file};
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{PASSWORD, Running};
@@ -29,6 +29,10 @@ const INTERVAL_MS: i64 = 1000;
 /// The TTL the failover CNAME is served with, s.
 const TTL: u32 = 2;
 const SECONDARY_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+/// From a flip of the CNAME until every answer given before it has expired, with a margin: the
+/// test moves on only then, so that the report sees each cache expiry. (The alarm's wait
+/// between a flip and the next step is usually longer already.)
+const CACHE_EXPIRY: Duration = Duration::from_secs(TTL as u64 + 2);
 
 const POLICY: &str = r#"
 [readiness]
@@ -84,6 +88,25 @@ async fn put_alarm(cw: &Client, ns: &str, branch: &str) -> String {
         .await
         .expect("PutMetricAlarm");
     name
+}
+
+/// Poll CloudWatch until each of `branches` has a `Readiness` 1 there.
+async fn published_ready(cw: &Client, ns: &str, branches: &[&str]) {
+    for branch in branches {
+        let q = MetricQuery::new(ns, "Readiness")
+            .dims(&[("Service", SERVICE), ("Branch", branch)])
+            .period(10)
+            .stat("Maximum");
+        let got = q
+            .poll(cw, Duration::from_secs(30), |v| {
+                v.iter().any(|(_, x)| *x == 1.0)
+            })
+            .await;
+        assert!(
+            got.iter().any(|(_, x)| *x == 1.0),
+            "no Readiness 1 of {branch} in CloudWatch: {got:?}"
+        );
+    }
 }
 
 /// Poll the alarm until it is in `want`; the instant the test saw it.
@@ -278,14 +301,19 @@ async fn a_recorded_drill_reports_each_phase_within_one_probe_interval() {
         (&p_name, primary.port()),
         (&s_name, secondary.port()),
     );
-    let alarm_p = put_alarm(&cw, &ns, "primary").await;
-    let _alarm_s = put_alarm(&cw, &ns, "secondary").await;
     let cfg = readyprobe::config::load(&config).unwrap_or_else(|e| panic!("{e}"));
     let run = Running::start(cfg, None);
     let wait = Duration::from_secs(30);
 
     // Steady: the stable name serves the primary and a client gets through; the alarm is OK.
+    // The alarms are put once both branches' 1s are there to see (the emulator evaluates an
+    // alarm when it is put, then once per period): OK at once rather than a period later.
     wait_evidence(&evidence, wait, serving("primary")).await;
+    published_ready(&cw, &ns, &["primary", "secondary"]).await;
+    let put = PutAlarms::new(&cw);
+    let alarm_p = put_alarm(&cw, &ns, "primary").await;
+    put.add(&alarm_p);
+    put.add(&put_alarm(&cw, &ns, "secondary").await);
     wait_alarm(&cw, &alarm_p, StateValue::Ok).await;
 
     // Failover.
@@ -298,9 +326,10 @@ async fn a_recorded_drill_reports_each_phase_within_one_probe_interval() {
     let unready_seen = now_ms();
     dns.set_cname("mysql", "mysql-secondary", TTL).await;
     let flipped = now_ms();
+    let answers_expire = tokio::time::Instant::now() + CACHE_EXPIRY;
     let alarm_seen = wait_alarm(&cw, &alarm_p, StateValue::Alarm).await;
     wait_evidence(&evidence, wait, serving("secondary")).await;
-    tokio::time::sleep(Duration::from_secs(u64::from(TTL) + 2)).await;
+    tokio::time::sleep_until(answers_expire).await;
 
     // Failback, with the operator's approval.
     let restore = mark(&config, "restore", "primary writable again");
@@ -316,9 +345,10 @@ async fn a_recorded_drill_reports_each_phase_within_one_probe_interval() {
     let ready_seen = now_ms();
     dns.set_cname("mysql", "mysql-primary", TTL).await;
     let flipped_back = now_ms();
+    let answers_expire = tokio::time::Instant::now() + CACHE_EXPIRY;
     let ok_seen = wait_alarm(&cw, &alarm_p, StateValue::Ok).await;
     wait_evidence(&evidence, wait, serving("primary")).await;
-    tokio::time::sleep(Duration::from_secs(u64::from(TTL) + 2)).await;
+    tokio::time::sleep_until(answers_expire).await;
     run.stop().await;
 
     let seen = Seen {

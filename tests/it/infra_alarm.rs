@@ -8,7 +8,9 @@
 //! test takes well under a minute on a loaded machine. Everything else is the template's.
 
 use crate::infra_contract::{cfn_doc, cfn_resources, cfn_val};
-use crate::support::cloudwatch::{cloudwatch_or_skip, endpoint, unique_namespace};
+use crate::support::cloudwatch::{
+    MetricQuery, PutAlarms, cloudwatch_or_skip, endpoint, unique_namespace,
+};
 use crate::support::config::{ConfigBuilder, path};
 use crate::support::fixture::{FAST_POLICY, Running};
 use crate::support::free_tcp_port;
@@ -161,14 +163,8 @@ async fn template_alarm_follows_the_published_readiness() {
     let service = "infra-alarm";
     let ns = unique_namespace("infra_alarm");
     let alarm = format!("readyprobe-it-{}", ns.replace('/', "-"));
-    put_alarm(
-        &cw,
-        &alarm,
-        &ns,
-        &def,
-        &[("Service", service), ("Branch", &branch)],
-    )
-    .await;
+    let put = PutAlarms::new(&cw);
+    put.add(&alarm);
 
     // Nothing listens on the branch's port yet: every attempt is refused, the branch goes
     // unready and publishes 0.
@@ -194,6 +190,29 @@ async fn template_alarm_follows_the_published_readiness() {
         .branch(&branch, "PRIMARY", "primary.localhost", Some(port))
         .load(&dir.path().join("alarm.toml"));
     let run = Running::start(cfg, None);
+    // The alarm is put once a 0 is there to see: the emulator evaluates an alarm when it is put
+    // and then once per period from then on, and goes back to OK only when no datum of its last
+    // three periods breaches; an alarm put before the prober starts would see its first 0 a
+    // period later, and the OK would wait a period more.
+    let zero = MetricQuery::new(&ns, &def.metric)
+        .dims(&[("Service", service), ("Branch", &branch)])
+        .period(TEST_PERIOD)
+        .stat("Minimum");
+    let seen = zero
+        .poll(&cw, STATE_WAIT, |v| v.iter().any(|(_, x)| *x == 0.0))
+        .await;
+    assert!(
+        seen.iter().any(|(_, x)| *x == 0.0),
+        "the refused branch never published 0: {seen:?}"
+    );
+    put_alarm(
+        &cw,
+        &alarm,
+        &ns,
+        &def,
+        &[("Service", service), ("Branch", &branch)],
+    )
+    .await;
     wait_state(&cw, &alarm, StateValue::Alarm).await;
 
     // The branch answers: ready after the ready condition's `for`, publishing 1.
@@ -202,5 +221,4 @@ async fn template_alarm_follows_the_published_readiness() {
 
     run.stop().await;
     server.abort();
-    let _ = cw.delete_alarms().alarm_names(&alarm).send().await;
 }

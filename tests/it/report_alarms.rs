@@ -4,7 +4,7 @@
 //!
 //! `Period` 10 (the contract's is 60) so the emulator evaluates every 10 s: see infra_alarm.rs.
 
-use crate::support::cloudwatch::{cloudwatch_or_skip, unique_namespace};
+use crate::support::cloudwatch::{PutAlarms, cloudwatch_or_skip, unique_namespace};
 use aws_sdk_cloudwatch::Client;
 use aws_sdk_cloudwatch::primitives::DateTime;
 use aws_sdk_cloudwatch::types::{
@@ -89,6 +89,8 @@ async fn lane_shows_the_alarm_going_to_alarm_within_the_window() {
     let ns = unique_namespace("report_alarms");
     let (service, branch) = ("report-alarms", "primary");
     let alarm = format!("readyprobe-it-{}", ns.replace('/', "-"));
+    let put = PutAlarms::new(&cw);
+    put.add(&alarm);
     let from = now_ms();
     cw.put_metric_alarm()
         .alarm_name(&alarm)
@@ -130,7 +132,6 @@ async fn lane_shows_the_alarm_going_to_alarm_within_the_window() {
         Duration::from_secs(30),
     )
     .await;
-    let _ = cw.delete_alarms().alarm_names(&alarm).send().await;
     let got = got.expect("fetch");
 
     assert_eq!(got.lanes.len(), 1, "{got:#?}");

@@ -329,3 +329,64 @@ pub async fn get_metric_values(
         .fetch(client)
         .await
 }
+
+/// The alarms a test puts, deleted when it ends, passed or failed (on drop). The emulator keeps
+/// evaluating every alarm it holds, each once per period, for as long as it runs (and
+/// `infra/local/test.sh` leaves it running for the next run): alarms left behind pile up run
+/// after run and slow every later alarm evaluation and request.
+pub struct PutAlarms {
+    client: Client,
+    names: std::sync::Mutex<Vec<String>>,
+}
+
+impl PutAlarms {
+    /// Alarms put through `client` (its account and region).
+    pub fn new(client: &Client) -> PutAlarms {
+        PutAlarms {
+            client: client.clone(),
+            names: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Deletes `name` too when this drops.
+    pub fn add(&self, name: &str) {
+        self.names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(name.to_string());
+    }
+}
+
+impl Drop for PutAlarms {
+    fn drop(&mut self) {
+        let names = std::mem::take(
+            self.names
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if names.is_empty() {
+            return;
+        }
+        let client = self.client.clone();
+        // Drop cannot await: the deletion runs on a runtime of its own, on a thread of its own
+        // (this one may be inside the test's runtime), bounded, and its outcome ignored.
+        let deleting = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                for chunk in names.chunks(100) {
+                    let delete = client
+                        .delete_alarms()
+                        .set_alarm_names(Some(chunk.to_vec()))
+                        .send();
+                    let _ = tokio::time::timeout(Duration::from_secs(10), delete).await;
+                }
+            });
+        });
+        let _ = deleting.join();
+    }
+}
