@@ -9,7 +9,8 @@
 //! accepted and closed at once, and counted), the request line and headers within
 //! `request_timeout` and [`MAX_HEADER_BYTES`], one request per connection and each connection
 //! closed after twice `request_timeout` (the headers' time and the response's), GET and HEAD
-//! only, and a request with a body answered 413 without its body being read.
+//! only, and a request with a body answered 413 without its body being read. `/metrics` is
+//! OpenMetrics for a scraper whose `Accept` asks for it, else the Prometheus text 0.0.4.
 
 pub mod exposition;
 
@@ -20,7 +21,7 @@ use crate::config::Serve;
 use crate::control::ControlDoc;
 use crate::fold::ServiceId;
 use bytes::Bytes;
-use http::header::{ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, HeaderValue};
+use http::header::{ACCEPT, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, HeaderValue, VARY};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Body;
@@ -34,8 +35,10 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-/// The content type of `/metrics`: the OpenMetrics text format.
+/// The content type of `/metrics` for a scraper that accepts OpenMetrics ([`wants_openmetrics`]).
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of `/metrics` for any other client: the Prometheus text format 0.0.4.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The most bytes of request line and headers a request may have (431 above).
 pub const MAX_HEADER_BYTES: usize = 8 * 1024;
 /// The most header fields a request may have (431 above).
@@ -363,7 +366,7 @@ fn respond<B: Body>(req: &Request<B>, feed: &Feed) -> Response<Full<Bytes>> {
         return r;
     }
     match req.uri().path() {
-        "/metrics" => with_type(StatusCode::OK, feed.exposition.encode(), OPENMETRICS),
+        "/metrics" => metrics(req, &feed.exposition),
         "/healthz" => match feed.health() {
             (true, line) => plain(StatusCode::OK, line),
             (false, line) => plain(StatusCode::SERVICE_UNAVAILABLE, line),
@@ -374,6 +377,47 @@ fn respond<B: Body>(req: &Request<B>, feed: &Feed) -> Response<Full<Bytes>> {
             "not found; this endpoint serves /metrics, /healthz and /status\n",
         ),
     }
+}
+
+/// `/metrics` in the format the request's `Accept` asks for; `Vary: Accept` tells a cache so.
+fn metrics<B>(req: &Request<B>, exposition: &Exposition) -> Response<Full<Bytes>> {
+    let accept = req.headers().get_all(ACCEPT).iter();
+    // A value that is not text names no media type this endpoint knows.
+    let accept: Vec<&str> = accept.filter_map(|v| v.to_str().ok()).collect();
+    let mut r = if wants_openmetrics(&accept.join(",")) {
+        with_type(StatusCode::OK, exposition.encode(), OPENMETRICS)
+    } else {
+        let text = exposition.encode_prometheus_text();
+        with_type(StatusCode::OK, text, PROMETHEUS_TEXT)
+    };
+    r.headers_mut()
+        .insert(VARY, HeaderValue::from_static("accept"));
+    r
+}
+
+/// Whether an `Accept` value (the request's `Accept` fields joined by commas; empty when it has
+/// none) asks for OpenMetrics: it names `application/openmetrics-text` with a q-value above 0,
+/// and no higher than it gives `text/plain`. Wildcards name neither (`*/*`, curl's, gets the
+/// Prometheus text 0.0.4, which every scraper reads); a q-value that is not a number counts as
+/// 0. Prometheus asks for OpenMetrics first.
+pub fn wants_openmetrics(accept: &str) -> bool {
+    let (mut openmetrics, mut text) = (0.0_f32, 0.0_f32);
+    for range in accept.split(',') {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or_default().trim();
+        let q = parts
+            .filter_map(|p| p.split_once('='))
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+            .map_or(Some(1.0), |(_, v)| v.trim().parse::<f32>().ok())
+            .filter(|q| q.is_finite())
+            .unwrap_or(0.0);
+        if media.eq_ignore_ascii_case("application/openmetrics-text") {
+            openmetrics = openmetrics.max(q);
+        } else if media.eq_ignore_ascii_case("text/plain") {
+            text = text.max(q);
+        }
+    }
+    openmetrics > 0.0 && openmetrics >= text
 }
 
 fn plain(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {

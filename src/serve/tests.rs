@@ -63,8 +63,15 @@ async fn routes_methods_and_bodies() {
     let status = |r: Response<Full<Bytes>>| r.status().as_u16();
     let empty = || Empty::<Bytes>::new();
     let m = respond(&request(Method::GET, "/metrics?x=1", empty()), &f);
-    assert_eq!(m.headers()[CONTENT_TYPE], OPENMETRICS);
-    assert!(text(m).await.ends_with("# EOF\n"));
+    assert_eq!(m.headers()[CONTENT_TYPE], PROMETHEUS_TEXT);
+    assert_eq!(m.headers()[VARY], "accept");
+    let mut om = request(Method::GET, "/metrics", empty());
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    om.headers_mut()
+        .insert(ACCEPT, HeaderValue::from_static(prometheus));
+    let om = respond(&om, &f);
+    assert_eq!(om.headers()[CONTENT_TYPE], OPENMETRICS);
+    assert!(text(om).await.ends_with("# EOF\n"));
     assert_eq!(
         status(respond(&request(Method::HEAD, "/metrics", empty()), &f)),
         200
@@ -82,5 +89,64 @@ async fn routes_methods_and_bodies() {
         let r = respond(&request(method, path, body()), &f);
         assert_eq!(r.headers()[CONNECTION], "close");
         assert_eq!(status(r), 413);
+    }
+}
+
+#[tokio::test]
+async fn metrics_follows_accept_across_several_fields() {
+    let f = feed();
+    let mut r = request(Method::GET, "/metrics", Empty::<Bytes>::new());
+    for v in ["text/plain;q=0.5", "application/openmetrics-text"] {
+        r.headers_mut().append(ACCEPT, HeaderValue::from_static(v));
+    }
+    assert_eq!(respond(&r, &f).headers()[CONTENT_TYPE], OPENMETRICS);
+    // A field that is not text is passed over, not a reason to fail the scrape.
+    let mut r = request(Method::GET, "/metrics", Empty::<Bytes>::new());
+    let bytes = HeaderValue::from_bytes(b"application/openmetrics-text\xff").unwrap();
+    r.headers_mut().append(ACCEPT, bytes);
+    let m = respond(&r, &f);
+    assert_eq!(m.status(), StatusCode::OK);
+    assert_eq!(m.headers()[CONTENT_TYPE], PROMETHEUS_TEXT);
+}
+
+#[test]
+fn accept_names_openmetrics_with_a_q_above_zero_and_not_below_text_plain() {
+    let cases = [
+        // Prometheus 2.x, with and without its OpenMetrics scrape protocol.
+        (
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+            true,
+        ),
+        ("text/plain;version=0.0.4;q=1,*/*;q=0.1", false),
+        ("application/openmetrics-text", true),
+        ("Application/OpenMetrics-Text; Version=1.0.0", true),
+        (
+            " application/openmetrics-text ; q = 0.2 , text/plain ; q=0.1",
+            true,
+        ),
+        // curl, a browser, no Accept at all.
+        ("*/*", false),
+        (
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+            false,
+        ),
+        ("", false),
+        // An explicit q=0 means "not this"; a bad q counts as 0.
+        ("application/openmetrics-text;q=0", false),
+        ("application/openmetrics-text;q=0.000,text/plain", false),
+        ("application/openmetrics-text;q=high", false),
+        ("application/openmetrics-text;q=NaN", false),
+        (
+            "application/openmetrics-text;q=0,application/openmetrics-text;q=0.3",
+            true,
+        ),
+        // A client preferring the Prometheus text gets it; a tie goes to OpenMetrics.
+        ("text/plain;q=0.9,application/openmetrics-text;q=0.5", false),
+        ("text/plain,application/openmetrics-text", true),
+        ("application/openmetrics-textual", false),
+        (";;,,;q=1", false),
+    ];
+    for (accept, want) in cases {
+        assert_eq!(wants_openmetrics(accept), want, "{accept:?}");
     }
 }

@@ -1,11 +1,13 @@
-//! A real Prometheus (the Debian package's `/usr/bin/prometheus`) scrapes the built binary's
-//! `/metrics` every second: one readiness series per branch, and the scrape after a transition
-//! already shows it. Two `tcp` branches on loopback listeners, real DNS; the primary's listener
-//! closes, so its attempts fail `tcp_refused` and it turns unready.
+//! The issue's acceptance: a real Prometheus (the Debian package's `/usr/bin/prometheus`) scrapes
+//! the built binary's `/metrics` every second, one readiness series per branch, and follows a
+//! transition within one scrape. Two throwaway MariaDB servers with TLS behind real DNS, probed
+//! by the `mysql` kind; the primary is made read-only, so the canary's write fails
+//! `server_read_only` and the branch turns unready, with a publish interval (2 minutes) far longer
+//! than the scrape interval, so only the transition itself can move the gauge in time.
 
-use crate::reload::{DEADLINE, config, fleet, service, signal, spawn_graced};
+use crate::reload::{DEADLINE, signal, spawn_graced};
 use crate::serve::served_addr;
-use crate::support::fixture::wait_evidence;
+use crate::support::fixture::{ConfigOpts, Pipeline, has_transition, read_evidence, wait_evidence};
 use crate::support::{free_tcp_port, skip_or_panic};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
@@ -17,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";
+const SERVICE: &str = "orders-db";
 
 /// Prometheus scraping `target` every second, its API on `api`.
 fn prometheus(dir: &Path, target: SocketAddr, api: SocketAddr) -> tokio::process::Child {
@@ -58,9 +61,9 @@ async fn query(api: SocketAddr, promql: &str) -> Option<Vec<Value>> {
     v["data"]["result"].as_array().cloned()
 }
 
-/// The samples (ms, value) Prometheus holds for alpha's `branch` readiness.
+/// The samples (ms, value) Prometheus holds for the service's `branch` readiness.
 async fn samples(api: SocketAddr, branch: &str) -> Vec<(i64, String)> {
-    let promql = format!(r#"readyprobe_readiness{{service="alpha",branch="{branch}"}}[10m]"#);
+    let promql = format!(r#"readyprobe_readiness{{service="{SERVICE}",branch="{branch}"}}[10m]"#);
     let series = query(api, &promql).await.unwrap_or_default();
     let values = series.first().map(|s| s["values"].clone());
     let values = values
@@ -75,6 +78,23 @@ async fn samples(api: SocketAddr, branch: &str) -> Vec<(i64, String)> {
         .collect()
 }
 
+/// The `branch` label of every readiness series Prometheus ever stored for the service, sorted.
+async fn readiness_series(api: SocketAddr) -> Vec<String> {
+    let promql = format!(r#"readyprobe_readiness{{service="{SERVICE}"}}[10m]"#);
+    let series = query(api, &promql).await.unwrap_or_default();
+    let mut branches: Vec<String> = series
+        .iter()
+        .map(|s| {
+            s["metric"]["branch"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    branches.sort_unstable();
+    branches
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -82,55 +102,66 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-fn transition_to(ev: &[Value], branch: &str, to: &str) -> bool {
-    ev.iter()
-        .any(|v| v["kind"] == "transition" && v["branch"] == branch && v["transition"]["to"] == to)
+/// Polls until Prometheus holds a sample of 1 for `branch`.
+async fn wait_sample_of_1(api: SocketAddr, dir: &Path, branch: &str) {
+    let end = tokio::time::Instant::now() + DEADLINE;
+    while !samples(api, branch).await.iter().any(|s| s.1 == "1") {
+        let log = std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no sample of 1 for {branch}: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prometheus_follows_a_transition_within_one_scrape() {
+async fn prometheus_follows_a_read_only_primary_within_one_scrape() {
     if !Path::new(PROMETHEUS).is_file() {
         skip_or_panic("prometheus (Debian package prometheus) is not installed");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let mut f = fleet(&["alpha"]).await;
-    let svc = service("alpha", f.ports[0].port, f.ports[1].port);
-    let serve = "\n[serve]\nlisten = \"127.0.0.1:0\"\n";
-    let path = dir.path().join("scrape.toml");
-    std::fs::write(
-        &path,
-        config(dir.path(), &f.dns, "1s", &format!("{serve}{svc}")),
-    )
-    .unwrap();
-    let evidence = dir.path().join("evidence.jsonl");
-    let stdout = dir.path().join("stdout.jsonl");
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let dir = p.dir.path();
+    let opts = ConfigOpts {
+        interval_ms: 500,
+        timeout_ms: 450,
+        publish_ms: 120_000,
+        ..ConfigOpts::default()
+    };
+    let path = p
+        .builder(&opts)
+        .set("serve", "listen", "127.0.0.1:0")
+        .write(&dir.join("scrape.toml"));
+    let evidence = p.evidence();
+    let stdout = dir.join("stdout.jsonl");
     let mut child = spawn_graced(&path, &stdout, "1s");
     let target = served_addr(&stdout.with_extension("log")).await;
     let api = SocketAddr::from(([127, 0, 0, 1], free_tcp_port()));
-    let mut prom = prometheus(dir.path(), target, api);
+    let mut prom = prometheus(dir, target, api);
 
-    // Both branches ready, and Prometheus has scraped the primary's 1.
+    // Both branches ready, Prometheus has scraped both 1s, and holds one series per branch.
     wait_evidence(&evidence, DEADLINE, |ev| {
-        transition_to(ev, "primary", "ready") && transition_to(ev, "secondary", "ready")
+        has_transition(ev, "primary", "ready") && has_transition(ev, "secondary", "ready")
     })
     .await;
-    let end = tokio::time::Instant::now() + DEADLINE;
-    while !samples(api, "primary").await.iter().any(|s| s.1 == "1") {
-        let log = std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
-        assert!(tokio::time::Instant::now() < end, "no sample of 1: {log}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_sample_of_1(api, dir, "primary").await;
+    wait_sample_of_1(api, dir, "secondary").await;
+    assert_eq!(readiness_series(api).await, ["primary", "secondary"]);
 
-    // The primary's listener closes: its attempts are refused and it turns unready.
-    drop(f.ports.remove(0));
+    // The primary turns read-only: the canary's write is refused and the branch turns unready.
+    let from = read_evidence(&evidence).len();
+    p.primary.set_read_only(true).await;
     wait_evidence(&evidence, DEADLINE, |ev| {
-        transition_to(ev, "primary", "unready")
+        has_transition(&ev[from.min(ev.len())..], "primary", "unready")
     })
     .await;
     // The transition's record exists: the exposition took the effect before it was written, so
-    // every scrape that started from now on carries the 0.
+    // every scrape that started from now on carries the 0 (no publish tick is due for 2 minutes).
     let seen = now_ms();
+    let end = tokio::time::Instant::now() + DEADLINE;
     let after = loop {
         let all = samples(api, "primary").await;
         let after: Vec<_> = all.into_iter().filter(|s| s.0 > seen).collect();
@@ -138,23 +169,49 @@ async fn prometheus_follows_a_transition_within_one_scrape() {
             break after;
         }
         assert!(
-            tokio::time::Instant::now() < end + DEADLINE,
+            tokio::time::Instant::now() < end,
             "no scrape since the transition"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert!(after.iter().all(|s| s.1 == "0"), "{after:?}");
-
-    // One readiness series per branch, each with the prober's labels only.
-    let series = query(api, r#"readyprobe_readiness{service="alpha"}"#)
-        .await
-        .unwrap();
-    let mut branches: Vec<&str> = series
+    // No publish tick moved the gauge in between: the transition did.
+    let ev = read_evidence(&evidence);
+    let at = ev[from..]
         .iter()
-        .map(|s| s["metric"]["branch"].as_str().unwrap_or_default())
+        .find(|v| v["kind"] == "transition" && v["branch"] == "primary")
+        .and_then(|t| t["at_ms"].as_i64())
+        .unwrap();
+    let last = after.last().map_or(seen, |s| s.0);
+    let ticks: Vec<&Value> = ev
+        .iter()
+        .filter(|v| v["kind"] == "publish" && v["reason"] == "tick")
+        .filter(|v| {
+            v["at_ms"]
+                .as_i64()
+                .is_some_and(|t| (at..=last).contains(&t))
+        })
         .collect();
-    branches.sort_unstable();
-    assert_eq!(branches, ["primary", "secondary"], "{series:?}");
+    assert!(
+        ticks.is_empty(),
+        "a tick between transition and scrape: {ticks:?}"
+    );
+
+    // The failures are counted with their class; still one readiness series per branch.
+    let promql = format!(
+        r#"readyprobe_attempts_total{{service="{SERVICE}",branch="primary",result="failure"}}"#
+    );
+    let failures = query(api, &promql).await.unwrap_or_default();
+    let read_only = failures
+        .iter()
+        .find(|s| s["metric"]["class"] == "server_read_only");
+    let count = read_only.and_then(|s| s["value"][1].as_str()?.parse::<f64>().ok());
+    assert!(count.is_some_and(|n| n >= 1.0), "{failures:?}");
+    assert!(
+        failures.iter().all(|s| s["metric"]["class"] != ""),
+        "a failure without its class: {failures:?}"
+    );
+    assert_eq!(readiness_series(api).await, ["primary", "secondary"]);
 
     signal(&child, libc::SIGTERM);
     let status = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;

@@ -1,14 +1,17 @@
 //! No configured secret leaves readyprobe: a distinctive secret, used as the MySQL password and as
 //! an http header secret, appears in no output, log line (text or JSON), evidence record or state
-//! file of `check`, `check --strict`, `probe`, `run` and `status`, nor in the `Debug` of the
-//! loaded config and the prepared targets. The peers include a failure path (a server that
+//! file of `check`, `check --strict`, `probe`, `run` and `status`, in no answer of `run`'s
+//! `[serve]` endpoint (`/metrics` in both formats, `/status`, `/healthz`, scraped while it runs),
+//! nor in the `Debug` of the loaded config and the prepared targets. The peers include a failure path (a server that
 //! expects another password) and an HTTPS server that reflects the header into its answer.
 
 use crate::http_kind::{Echo, EchoServer};
 use crate::support::config::{ConfigBuilder, path, secret_env, secret_file};
 use crate::support::fixture::*;
+use std::io::{Read, Write};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const API: &str = "api-primary.orders.internal.example";
 const TOKEN_VAR: &str = "READYPROBE_LEAK_TEST_TOKEN";
@@ -49,6 +52,7 @@ fn http_config(
         .set("probe", "timeout", "250ms")
         .set("probe", "jitter", "0s")
         .tls("verify_identity", Some(ca))
+        .set("serve", "listen", "127.0.0.1:0")
         .set("probe.http", "port", i64::from(port))
         .set("probe.http", "path", "/orders")
         .set("probe.http", "body", r#"{"canary": "{{marker}}"}"#)
@@ -77,8 +81,93 @@ fn readyprobe(args: &[&str], config: &Path, token: &str) -> (Option<i32>, String
     (out.status.code(), text)
 }
 
+/// The `Accept` of a Prometheus 2 scrape (OpenMetrics first).
+const OPENMETRICS_ACCEPT: &str =
+    "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// One GET of `path` on `addr` (`accept` as the Accept field, when given): the whole answer,
+/// head and body, or `None` when the endpoint does not answer (the run has ended).
+fn scrape(addr: &str, path: &str, accept: Option<&str>) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: prober\r\n{accept}\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    Some(String::from_utf8_lossy(&raw).into_owned())
+}
+
+/// The address `run` logged it serves on (text or JSON log line), once it has.
+fn served_addr(log: &str) -> Option<String> {
+    let (_, rest) = log.split_once("serving /metrics on ")?;
+    let addr: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit() || ".:[]".contains(*c))
+        .collect();
+    (!addr.is_empty()).then_some(addr)
+}
+
+/// Like [`readyprobe`] for a `run` whose config has `[serve]`: while it runs, its `/metrics`
+/// (OpenMetrics and text 0.0.4), `/status` and `/healthz` are scraped again and again; the
+/// answers follow its output in the text returned. Panics unless a `/metrics` answer held an
+/// attempt and `/status` and `/healthz` answered 200.
+fn run_scraped(args: &[&str], config: &Path, token: &str) -> (Option<i32>, String) {
+    let out = tempfile::tempdir().unwrap();
+    let (stdout, stderr) = (out.path().join("stdout"), out.path().join("stderr"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_readyprobe"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env(TOKEN_VAR, token)
+        .stdout(Stdio::from(std::fs::File::create(&stdout).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&stderr).unwrap()))
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(60);
+    let mut answers = Vec::new();
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(Instant::now() < end, "{args:?} did not end");
+        let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+        if let Some(addr) = served_addr(&log) {
+            let routes = [
+                ("/metrics", Some(OPENMETRICS_ACCEPT)),
+                ("/metrics", None),
+                ("/status", None),
+                ("/healthz", None),
+            ];
+            for (path, accept) in routes {
+                answers.extend(scrape(&addr, path, accept).map(|a| (path, a)));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let got = |path: &str, what: &str| {
+        answers
+            .iter()
+            .any(|(p, a)| *p == path && a.starts_with("HTTP/1.1 200 ") && a.contains(what))
+    };
+    let seen: Vec<&str> = answers.iter().map(|(p, _)| *p).collect();
+    assert!(
+        got("/metrics", "readyprobe_attempts_total{")
+            && got("/metrics", "# EOF")
+            && got("/status", "\"services\"")
+            && got("/healthz", "ok: "),
+        "{args:?}: not every route was scraped while it ran: {seen:?}"
+    );
+    let mut text = std::fs::read_to_string(&stdout).unwrap();
+    text.push_str(&std::fs::read_to_string(&stderr).unwrap());
+    for (path, answer) in &answers {
+        text.push_str(&format!("\n--- {path}\n{answer}"));
+    }
+    (code, text)
+}
+
 /// Every command an operator runs against `config` (the two runs with text and JSON logs at debug
-/// level), each output checked; `during(i)` runs before the `i`th command.
+/// level, their `[serve]` endpoint scraped), each output checked; `during(i)` runs before the `i`th command.
 fn every_command(config: &Path, branch: &str, s: &(String, String), mut during: impl FnMut(usize)) {
     let runs: [&[&str]; 7] = [
         &["check"],
@@ -107,7 +196,11 @@ fn every_command(config: &Path, branch: &str, s: &(String, String), mut during: 
     ];
     for (i, args) in runs.iter().enumerate() {
         during(i);
-        let (code, text) = readyprobe(args, config, &s.0);
+        let (code, text) = if args.contains(&"run") {
+            run_scraped(args, config, &s.0)
+        } else {
+            readyprobe(args, config, &s.0)
+        };
         assert!(matches!(code, Some(0 | 1)), "{args:?}: {code:?}\n{text}");
         assert_clean(&format!("{args:?}"), &text, s);
     }
@@ -152,7 +245,10 @@ async fn the_secret_appears_in_no_output_log_evidence_or_state_file() {
         .set_a("api-primary", std::net::Ipv4Addr::LOCALHOST, 5)
         .await;
 
-    let mysql = p.write_config("mysql.toml", &ConfigOpts::default());
+    let mysql = p
+        .builder(&ConfigOpts::default())
+        .set("serve", "listen", "127.0.0.1:0")
+        .write(&dir.join("mysql.toml"));
     let token = secret_env(TOKEN_VAR);
     let http = http_config(dir, p.dns.addr(), echo.port, p.ca.ca_pem_path(), token)
         .write(&dir.join("http.toml"));

@@ -15,6 +15,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The `Accept` of a Prometheus 2 scrape.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 
 /// `alpha` probed every second without jitter (the schedule the gap check reads), with
 /// `[serve]` on a port the kernel picks and `serve` extra keys.
@@ -128,10 +131,29 @@ async fn serve_answers_its_three_routes_and_refuses_the_rest() {
     let addr = served_addr(&stdout.with_extension("log")).await;
     assert!(addr.ip().is_loopback(), "{addr}");
 
-    let m = get(addr, "/metrics").await;
+    // Prometheus asks for OpenMetrics and gets it; curl (`*/*`, or no Accept) the text 0.0.4,
+    // the same series without `# EOF`.
+    let om =
+        format!("GET /metrics HTTP/1.1\r\nHost: prober\r\nAccept: {PROMETHEUS_ACCEPT}\r\n\r\n");
+    let m = exchange(addr, om.as_bytes()).await.unwrap();
     assert_eq!(m.status, 200);
     assert_eq!(m.header("content-type"), Some(OPENMETRICS));
+    assert_eq!(m.header("vary"), Some("accept"));
     assert!(m.text().ends_with("# EOF\n"), "{}", m.text());
+    let curl =
+        b"GET /metrics HTTP/1.1\r\nHost: prober\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\n\r\n";
+    for req in [&curl[..], b"GET /metrics HTTP/1.1\r\nHost: prober\r\n\r\n"] {
+        let t = exchange(addr, req).await.unwrap();
+        assert_eq!(t.status, 200);
+        assert_eq!(t.header("content-type"), Some(PROMETHEUS_TEXT));
+        assert!(
+            t.text()
+                .contains("# TYPE readyprobe_attempts_total counter")
+                && !t.text().contains("# EOF"),
+            "{}",
+            t.text()
+        );
+    }
     let h = get(addr, "/healthz").await;
     assert_eq!(
         (h.status, h.header("content-type")),
@@ -327,8 +349,9 @@ async fn hostile_clients_delay_no_attempt() {
     // seen every close: retried).
     let end = tokio::time::Instant::now() + DEADLINE;
     loop {
-        let req = b"GET /metrics HTTP/1.1\r\nHost: prober\r\n\r\n";
-        match exchange(addr, req).await {
+        let req =
+            format!("GET /metrics HTTP/1.1\r\nHost: prober\r\nAccept: {PROMETHEUS_ACCEPT}\r\n\r\n");
+        match exchange(addr, req.as_bytes()).await {
             Ok(a) if a.status == 200 && a.text().ends_with("# EOF\n") => break,
             other => assert!(
                 tokio::time::Instant::now() < end,
