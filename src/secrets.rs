@@ -171,6 +171,12 @@ pub fn references(cfg: &Config) -> Vec<SecretsManagerRef> {
             }
         }
     }
+    // The OTLP sink's header secrets are read with the probes' (restart-only: `publish.otlp`).
+    for (_, v) in cfg.publish.otlp.iter().flat_map(|o| &o.headers) {
+        if let HeaderValueSource::Secret(SecretRef::SecretsManager(r)) = v {
+            out.push(r.clone());
+        }
+    }
     out.sort();
     out.dedup();
     out

@@ -1,10 +1,12 @@
 //! `[publish]`: the publish tick, the CloudWatch namespace and the metric sinks.
 
 use super::issues::Issues;
+use super::otlp_sink::OtlpSink;
 use super::raw::{RawPublish, RawTarget, RawTargets};
 use super::values::SinkKind;
 use crate::clock::fmt_duration;
 pub use crate::contract::MetricsProfile;
+use std::path::Path;
 use std::time::Duration;
 
 /// The shortest `PutMetricData` try timeout: a TLS handshake and a request to a regional
@@ -23,10 +25,13 @@ pub struct Publish {
     pub namespace: String,
     /// Metric sinks, without duplicates. Default `[emf]` (EMF JSON on stdout).
     pub sinks: Vec<SinkKind>,
-    /// Which metrics every metric sink gets. Default `full`.
+    /// Which metrics the `cloudwatch` and `emf` sinks get (`otlp` gets every one). Default
+    /// `full`.
     pub metrics: MetricsProfile,
     /// CloudWatch sink settings.
     pub cloudwatch: CloudWatch,
+    /// OTLP sink settings, when `sinks` lists `otlp`.
+    pub otlp: Option<OtlpSink>,
 }
 
 /// Settings of the CloudWatch sink.
@@ -390,7 +395,7 @@ pub(super) fn namespace_ok(ns: &str) -> bool {
 
 /// Check an endpoint URL's authority (user info already refused): a DNS host name or an IP
 /// literal (`[…]` for IPv6), and a port of 1–65535 if one is given.
-fn check_authority(authority: &str) -> Result<(), String> {
+pub(super) fn check_authority(authority: &str) -> Result<(), String> {
     let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
         let (v6, after) = rest
             .split_once(']')
@@ -463,7 +468,7 @@ pub(super) fn check_endpoint_url(url: &str) -> Result<(), String> {
 }
 
 /// Validate `[publish]`.
-pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publish> {
+pub(super) fn section(raw: RawPublish, base: &Path, issues: &mut Issues<'_>) -> Option<Publish> {
     let interval = raw.interval.unwrap_or(Duration::from_secs(60));
     if interval < Duration::from_secs(1) {
         issues.error("publish.interval", "must be at least 1s");
@@ -486,9 +491,11 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
     if sinks.is_empty() {
         issues.error(
             "publish.sinks",
-            "lists no sink; readiness would be published nowhere (use \"emf\" and/or \"cloudwatch\")",
+            "lists no sink; readiness would be published nowhere (use \"emf\", \"cloudwatch\" and/or \"otlp\")",
         );
     }
+    let listed = sinks.contains(&SinkKind::Otlp);
+    let otlp = super::otlp_sink::section(raw.otlp, listed, interval, base, issues);
     let cw = raw.cloudwatch;
     let operation_timeout = cw.operation_timeout.unwrap_or(Duration::from_secs(10));
     if operation_timeout < MIN_OPERATION_TIMEOUT {
@@ -538,6 +545,7 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
             max_attempts,
             role,
         },
+        otlp,
     })
 }
 
