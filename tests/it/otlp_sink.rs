@@ -1,0 +1,350 @@
+//! The `otlp` sink on the real binary, against the local OTLP/HTTP receiver (it decodes the real
+//! protobuf) and CloudWatch (LocalStack): the datums arrive with their names, units and
+//! attributes; `publish.metrics = "control"` limits CloudWatch while OTLP gets every metric; a
+//! 503 is retried, a 400 is not; a silent collector delays no other sink.
+//!
+//! No real OpenTelemetry Collector binary is available here (it is no Debian, PyPI or npm
+//! package), so the receiver stands in for one.
+
+use crate::publish_faults::{Run, config_builder, run_binary, target};
+use crate::support::cloudwatch::{self as ls, cloudwatch_or_skip, unique_namespace};
+use crate::support::config::secret_env;
+use crate::support::dns::DnsServer;
+use crate::support::fixture::{ConfigOpts, Pipeline};
+use crate::support::otlp_receiver::{Mode, Received, Receiver};
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{AggregationTemporality, Metric, metric};
+use serde_json::Value as Json;
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Duration;
+
+const TOKEN: &str = "Bearer otlp-T0ken-5e7a-91b2";
+
+fn string_attr(attrs: &[KeyValue], key: &str) -> Option<String> {
+    let a = attrs.iter().find(|a| a.key == key)?;
+    match a.value.as_ref()?.value.as_ref()? {
+        any_value::Value::StringValue(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Every metric the receiver got, each with its resource's attributes.
+fn metrics(received: &[Received]) -> Vec<(Vec<KeyValue>, Metric)> {
+    received
+        .iter()
+        .flat_map(|r| &r.request.resource_metrics)
+        .flat_map(|rm| {
+            let res = rm.resource.clone().unwrap_or_default().attributes;
+            rm.scope_metrics
+                .iter()
+                .flat_map(|s| s.metrics.clone())
+                .map(move |m| (res.clone(), m))
+        })
+        .collect()
+}
+
+fn names(received: &[Received]) -> BTreeSet<String> {
+    metrics(received).into_iter().map(|(_, m)| m.name).collect()
+}
+
+/// The CloudWatch metric names of namespace `ns` in LocalStack.
+async fn cloudwatch_names(client: &aws_sdk_cloudwatch::Client, ns: &str) -> BTreeSet<String> {
+    let out = client
+        .list_metrics()
+        .namespace(ns)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("ListMetrics: {e:?}"));
+    out.metrics()
+        .iter()
+        .filter_map(|m| m.metric_name().map(str::to_string))
+        .collect()
+}
+
+/// Poll LocalStack (every 500 ms, 30 s at most) until namespace `ns` holds `metric`.
+async fn wait_for_metric(client: &aws_sdk_cloudwatch::Client, ns: &str, metric: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if cloudwatch_names(client, ns).await.contains(metric) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{metric} never reached CloudWatch in {ns}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn evidence_text(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("evidence.jsonl")).unwrap_or_default()
+}
+
+/// Two real MariaDB branches over TLS, sinks `cloudwatch` (LocalStack) and `otlp`, `metrics =
+/// "control"`: the receiver gets every metric (step durations as delta histograms, attempts as
+/// delta sums, readiness as a gauge) with the contract's attributes and the prober's resource,
+/// and the header secret; CloudWatch gets only the control series; each sink's batches are its
+/// own, and the token is nowhere in the evidence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_gets_every_metric_while_control_limits_cloudwatch() {
+    let Some(cw) = cloudwatch_or_skip().await else {
+        return;
+    };
+    let Some(p) = Pipeline::start_or_skip().await else {
+        return;
+    };
+    let receiver = Receiver::start().await;
+    let ns = unique_namespace("otlp_gets_every_metric");
+    let opts = ConfigOpts {
+        namespace: &ns,
+        sinks: &["cloudwatch", "otlp"],
+        endpoint: Some(ls::endpoint()),
+        ..ConfigOpts::default()
+    };
+    let mut headers = toml::Table::new();
+    headers.insert("authorization".into(), secret_env("OTLP_TOKEN"));
+    headers.insert("x-tenant".into(), "orders".into());
+    let text = p
+        .builder(&opts)
+        .top("prober_id", "az-a")
+        .set("publish", "metrics", "control")
+        .set("publish.otlp", "endpoint", receiver.url())
+        .set("publish.otlp", "headers", toml::Value::Table(headers))
+        .build();
+    let cfg = p.dir.path().join("run.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let wanted = [
+        "readyprobe.readiness",
+        "readyprobe.step_duration",
+        "readyprobe.attempts",
+        "readyprobe.heartbeat",
+    ];
+    let dir = p.dir.path().to_path_buf();
+    let run = run_binary(&cfg, 40, &[("OTLP_TOKEN", TOKEN)], &[], |_| {
+        let got = names(&receiver.received());
+        let sent = evidence_text(&dir)
+            .matches("\"sink\":\"cloudwatch\"")
+            .count();
+        wanted.iter().all(|w| got.contains(*w)) && sent >= 2
+    })
+    .await;
+    let received = receiver.received();
+    assert!(!received.is_empty());
+    for r in &received {
+        assert_eq!(r.headers["authorization"], TOKEN);
+        assert_eq!(r.headers["x-tenant"], "orders");
+    }
+    let all = metrics(&received);
+    for (res, _) in &all {
+        assert_eq!(
+            string_attr(res, "service.name").as_deref(),
+            Some("readyprobe")
+        );
+        assert_eq!(
+            string_attr(res, "service.instance.id").as_deref(),
+            Some("az-a")
+        );
+        assert_eq!(string_attr(res, "readyprobe.namespace"), Some(ns.clone()));
+    }
+    let got = names(&received);
+    for w in wanted {
+        assert!(got.contains(w), "{w} missing from {got:?}");
+    }
+    let delta = AggregationTemporality::Delta as i32;
+    let mut steps = BTreeSet::new();
+    let mut branches = BTreeSet::new();
+    for (_, m) in &all {
+        match (m.name.as_str(), m.data.as_ref().unwrap()) {
+            ("readyprobe.readiness", metric::Data::Gauge(g)) => {
+                assert_eq!(m.unit, "1");
+                for pt in &g.data_points {
+                    assert_eq!(
+                        string_attr(&pt.attributes, "service").as_deref(),
+                        Some("orders-db")
+                    );
+                    branches.extend(string_attr(&pt.attributes, "branch"));
+                }
+            }
+            ("readyprobe.step_duration", metric::Data::Histogram(h)) => {
+                assert_eq!((m.unit.as_str(), h.aggregation_temporality), ("ms", delta));
+                for pt in &h.data_points {
+                    assert!(pt.count > 0 && pt.bucket_counts.iter().sum::<u64>() == pt.count);
+                    assert_eq!(pt.bucket_counts.len(), pt.explicit_bounds.len() + 1);
+                    steps.extend(string_attr(&pt.attributes, "step"));
+                }
+            }
+            ("readyprobe.attempts", metric::Data::Sum(s)) => {
+                assert_eq!(m.unit, "{attempt}");
+                assert!(s.is_monotonic && s.aggregation_temporality == delta);
+            }
+            ("readyprobe.readiness" | "readyprobe.step_duration" | "readyprobe.attempts", d) => {
+                panic!("{}: wrong kind {d:?}", m.name)
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(branches, ["primary", "secondary"].map(String::from).into());
+    for s in ["connect", "tls", "auth"] {
+        assert!(steps.contains(s), "no {s} step duration: {steps:?}");
+    }
+    // CloudWatch: the control series only.
+    wait_for_metric(&cw, &ns, "Readiness").await;
+    let on_cw = cloudwatch_names(&cw, &ns).await;
+    for m in &on_cw {
+        let control = [
+            "Readiness",
+            "Heartbeat",
+            "BothBranchesUnready",
+            "ServiceUnavailable",
+        ];
+        assert!(
+            control.contains(&m.as_str()),
+            "{m} reached CloudWatch under control"
+        );
+    }
+    // Every batch is accounted per sink: an otlp batch is never a cloudwatch one.
+    let batches = |sink: &str| -> BTreeSet<u64> {
+        run.publishes(sink)
+            .iter()
+            .filter(|p| p["reason"] == "tick")
+            .filter_map(|p| p["batch"].as_u64())
+            .collect()
+    };
+    let (o, c) = (batches("otlp"), batches("cloudwatch"));
+    assert!(!o.is_empty() && !c.is_empty());
+    assert!(o.is_disjoint(&c), "{o:?} {c:?}");
+    assert!(
+        run.publishes("otlp")
+            .iter()
+            .all(|p| p["outcome"] == "sent" || p["outcome"] == "abandoned_at_shutdown"),
+        "{:?}",
+        run.publishes("otlp")
+    );
+    let all_evidence = evidence_text(p.dir.path());
+    assert!(!all_evidence.contains("otlp-T0ken"), "the token leaked");
+}
+
+/// The tcp rig of the publish tests with sinks `emf` and `otlp` to `endpoint`.
+fn otlp_run(dir: &Path, dns: &DnsServer, port: u16, endpoint: &str) -> std::path::PathBuf {
+    config_builder(dir, dns, port, "http://127.0.0.1:9")
+        .set("readiness", "initial", "ready")
+        .set(
+            "publish",
+            "sinks",
+            toml::Value::Array(vec!["emf".into(), "otlp".into()]),
+        )
+        .set("publish.otlp", "endpoint", endpoint)
+        .write(&dir.join("run.toml"))
+}
+
+/// The `otlp` publish records of a run.
+fn otlp_records(run: &Run) -> Vec<&Json> {
+    run.publishes("otlp")
+}
+
+/// A 503 then a 200: one batch, two tries, sent. Then a 400 with a `google.rpc.Status`: failed
+/// at once as `publish_rejected`, its message carried, never retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_503_is_retried_and_a_400_is_not() {
+    let receiver = Receiver::start().await;
+    receiver.script(&[Mode::Unavailable]);
+    let (port, _t) = target().await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = otlp_run(dir.path(), &dns, port, &receiver.url());
+    let ev = dir.path().join("evidence.jsonl");
+    let mut switched = false;
+    let run = run_binary(&cfg, 30, &[], &[], |_| {
+        let text = std::fs::read_to_string(&ev).unwrap_or_default();
+        if !switched && text.contains("\"sink\":\"otlp\"") && text.contains("\"tries\":2") {
+            receiver.set(Mode::BadRequest);
+            switched = true;
+        }
+        switched && text.matches("\"class\":\"publish_rejected\"").count() >= 2
+    })
+    .await;
+    let recs = otlp_records(&run);
+    let first = recs
+        .iter()
+        .find(|p| p["outcome"] != "abandoned_at_shutdown")
+        .unwrap();
+    assert_eq!(
+        (&first["outcome"], &first["tries"]),
+        (&"sent".into(), &2.into()),
+        "{first}"
+    );
+    assert_eq!(first["sent"], first["datums"]);
+    let statuses: Vec<Option<u16>> = receiver.received().iter().map(|r| r.status).collect();
+    assert_eq!(&statuses[..2], [Some(503), Some(200)], "{statuses:?}");
+    let rejected: Vec<_> = recs
+        .iter()
+        .filter(|p| p["class"] == "publish_rejected")
+        .collect();
+    assert!(rejected.len() >= 2);
+    for p in rejected {
+        assert_eq!(
+            (&p["outcome"], &p["tries"]),
+            (&"failed".into(), &1.into()),
+            "{p}"
+        );
+        let e = p["error"].as_str().unwrap();
+        assert!(e.contains("400 Bad Request: bad resource"), "{e}");
+    }
+}
+
+/// A collector that accepts connections and never answers: each otlp batch ends as
+/// `publish_timeout`, and CloudWatch (LocalStack) gets the very same tick batches, sent, its
+/// `Readiness` datum arriving as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_collector_delays_no_other_sink() {
+    let Some(cw) = cloudwatch_or_skip().await else {
+        return;
+    };
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    let _hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s); // accepted, never read, never answered
+        }
+    });
+    let (port, _t) = target().await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ns = unique_namespace("a_silent_collector");
+    let cfg = config_builder(dir.path(), &dns, port, &ls::endpoint())
+        .set("readiness", "initial", "ready")
+        .set("publish", "namespace", ns.as_str())
+        .set(
+            "publish",
+            "sinks",
+            toml::Value::Array(vec!["emf".into(), "cloudwatch".into(), "otlp".into()]),
+        )
+        .set("publish.otlp", "endpoint", silent_url.as_str())
+        .write(&dir.path().join("run.toml"));
+    let ev = dir.path().join("evidence.jsonl");
+    let run = run_binary(&cfg, 30, &[], &[], |_| {
+        let text = std::fs::read_to_string(&ev).unwrap_or_default();
+        text.matches("\"class\":\"publish_timeout\"").count() >= 3
+    })
+    .await;
+    let timed_out: Vec<u64> = otlp_records(&run)
+        .iter()
+        .filter(|p| p["reason"] == "tick" && p["class"] == "publish_timeout")
+        .map(|p| p["batch"].as_u64().unwrap())
+        .collect();
+    assert!(timed_out.len() >= 3, "{:?}", otlp_records(&run));
+    let cw_recs = run.publishes("cloudwatch");
+    for b in &timed_out {
+        let p = cw_recs
+            .iter()
+            .find(|p| p["batch"].as_u64() == Some(*b))
+            .unwrap_or_else(|| panic!("batch {b} never reached CloudWatch: {cw_recs:?}"));
+        assert_eq!(p["outcome"], "sent", "{p}");
+    }
+    wait_for_metric(&cw, &ns, "Readiness").await;
+}
