@@ -82,6 +82,63 @@ fn evidence_text(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("evidence.jsonl")).unwrap_or_default()
 }
 
+/// Wait for `Readiness` in namespace `ns`, then check it holds the control series only.
+async fn assert_control_only(cw: &aws_sdk_cloudwatch::Client, ns: &str) {
+    wait_for_metric(cw, ns, "Readiness").await;
+    let on_cw = cloudwatch_names(cw, ns).await;
+    for m in &on_cw {
+        let control = [
+            "Readiness",
+            "Heartbeat",
+            "BothBranchesUnready",
+            "ServiceUnavailable",
+        ];
+        assert!(
+            control.contains(&m.as_str()),
+            "{m} reached CloudWatch under control"
+        );
+    }
+}
+
+/// Check the kind, unit and temporality of the readiness, step duration and attempts metrics;
+/// the branches readiness names and the steps step durations name.
+fn shapes(all: &[(Vec<KeyValue>, Metric)]) -> (BTreeSet<String>, BTreeSet<String>) {
+    let delta = AggregationTemporality::Delta as i32;
+    let mut steps = BTreeSet::new();
+    let mut branches = BTreeSet::new();
+    for (_, m) in all {
+        match (m.name.as_str(), m.data.as_ref().unwrap()) {
+            ("readyprobe.readiness", metric::Data::Gauge(g)) => {
+                assert_eq!(m.unit, "1");
+                for pt in &g.data_points {
+                    assert_eq!(
+                        string_attr(&pt.attributes, "service").as_deref(),
+                        Some("orders-db")
+                    );
+                    branches.extend(string_attr(&pt.attributes, "branch"));
+                }
+            }
+            ("readyprobe.step_duration", metric::Data::Histogram(h)) => {
+                assert_eq!((m.unit.as_str(), h.aggregation_temporality), ("ms", delta));
+                for pt in &h.data_points {
+                    assert!(pt.count > 0 && pt.bucket_counts.iter().sum::<u64>() == pt.count);
+                    assert_eq!(pt.bucket_counts.len(), pt.explicit_bounds.len() + 1);
+                    steps.extend(string_attr(&pt.attributes, "step"));
+                }
+            }
+            ("readyprobe.attempts", metric::Data::Sum(s)) => {
+                assert_eq!(m.unit, "{attempt}");
+                assert!(s.is_monotonic && s.aggregation_temporality == delta);
+            }
+            ("readyprobe.readiness" | "readyprobe.step_duration" | "readyprobe.attempts", d) => {
+                panic!("{}: wrong kind {d:?}", m.name)
+            }
+            _ => {}
+        }
+    }
+    (branches, steps)
+}
+
 /// Two real MariaDB branches over TLS, sinks `cloudwatch` (LocalStack) and `otlp`, `metrics =
 /// "control"`: the receiver gets every metric (step durations as delta histograms, attempts as
 /// delta sums, readiness as a gauge) with the contract's attributes and the prober's resource,
@@ -152,58 +209,13 @@ async fn otlp_gets_every_metric_while_control_limits_cloudwatch() {
     for w in wanted {
         assert!(got.contains(w), "{w} missing from {got:?}");
     }
-    let delta = AggregationTemporality::Delta as i32;
-    let mut steps = BTreeSet::new();
-    let mut branches = BTreeSet::new();
-    for (_, m) in &all {
-        match (m.name.as_str(), m.data.as_ref().unwrap()) {
-            ("readyprobe.readiness", metric::Data::Gauge(g)) => {
-                assert_eq!(m.unit, "1");
-                for pt in &g.data_points {
-                    assert_eq!(
-                        string_attr(&pt.attributes, "service").as_deref(),
-                        Some("orders-db")
-                    );
-                    branches.extend(string_attr(&pt.attributes, "branch"));
-                }
-            }
-            ("readyprobe.step_duration", metric::Data::Histogram(h)) => {
-                assert_eq!((m.unit.as_str(), h.aggregation_temporality), ("ms", delta));
-                for pt in &h.data_points {
-                    assert!(pt.count > 0 && pt.bucket_counts.iter().sum::<u64>() == pt.count);
-                    assert_eq!(pt.bucket_counts.len(), pt.explicit_bounds.len() + 1);
-                    steps.extend(string_attr(&pt.attributes, "step"));
-                }
-            }
-            ("readyprobe.attempts", metric::Data::Sum(s)) => {
-                assert_eq!(m.unit, "{attempt}");
-                assert!(s.is_monotonic && s.aggregation_temporality == delta);
-            }
-            ("readyprobe.readiness" | "readyprobe.step_duration" | "readyprobe.attempts", d) => {
-                panic!("{}: wrong kind {d:?}", m.name)
-            }
-            _ => {}
-        }
-    }
+    let (branches, steps) = shapes(&all);
     assert_eq!(branches, ["primary", "secondary"].map(String::from).into());
     for s in ["connect", "tls", "auth"] {
         assert!(steps.contains(s), "no {s} step duration: {steps:?}");
     }
     // CloudWatch: the control series only.
-    wait_for_metric(&cw, &ns, "Readiness").await;
-    let on_cw = cloudwatch_names(&cw, &ns).await;
-    for m in &on_cw {
-        let control = [
-            "Readiness",
-            "Heartbeat",
-            "BothBranchesUnready",
-            "ServiceUnavailable",
-        ];
-        assert!(
-            control.contains(&m.as_str()),
-            "{m} reached CloudWatch under control"
-        );
-    }
+    assert_control_only(&cw, &ns).await;
     // Every batch is accounted per sink: an otlp batch is never a cloudwatch one.
     let batches = |sink: &str| -> BTreeSet<u64> {
         run.publishes(sink)
