@@ -589,6 +589,14 @@ pub fn section(e: &Estimate) -> String {
     lines.join("\n")
 }
 
+/// With the `otlp` sink: the line saying it costs nothing on AWS's bill (what its collector's
+/// backend bills is not known here); `None` without it.
+pub fn otlp_line(cfg: &Config) -> Option<String> {
+    cfg.publish.otlp.as_ref().map(|_| {
+        "  otlp sink: no CloudWatch cost (every metric goes to the collector, whatever publish.metrics; what its backend bills is not counted)".to_string()
+    })
+}
+
 /// Which layout the alarms and health checks were priced for.
 fn layout_line(e: &Estimate) -> String {
     if e.cross_region.is_empty() {
@@ -880,5 +888,38 @@ mod tests {
             )),
             "{text}"
         );
+    }
+
+    /// The otlp sink adds no row and no dollar: the same estimate with it as without, and one
+    /// line saying so.
+    #[test]
+    fn the_otlp_sink_has_no_cloudwatch_cost() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("probes")
+            .join("orders-db.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let without = config::parse(&path, &text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(otlp_line(&without), None);
+        let with = text.replacen(
+            "[publish]",
+            "[publish.otlp]\nendpoint = \"http://127.0.0.1:4318\"\n\n[publish]",
+            1,
+        );
+        let sinks = with
+            .lines()
+            .find(|l| l.starts_with("sinks"))
+            .unwrap()
+            .to_string();
+        let with = with.replacen(&sinks, &sinks.replacen('[', "[\"otlp\", ", 1), 1);
+        let with = config::parse(&path, &with).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(estimate(&with), estimate(&without));
+        assert!(otlp_line(&with).unwrap().contains("no CloudWatch cost"));
+        let plan = crate::cli::plan::plan(&with);
+        assert!(
+            plan.contains("to otlp, cloudwatch, emf (stdout) in namespace"),
+            "{plan}"
+        );
+        assert!(plan.contains("  otlp: POST http://127.0.0.1:4318/v1/metrics (OTLP/HTTP protobuf, every metric whatever publish.metrics; 10s a try, 3 tries)"), "{plan}");
+        assert!(plan.contains("otlp sink: no CloudWatch cost"), "{plan}");
     }
 }

@@ -36,6 +36,9 @@ fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
     plan_evidence_and_state(s, cfg)?;
     writeln!(s, "{}", super::cost::section(&super::cost::estimate(cfg)))?;
     writeln!(s, "{}", super::cost::profiles_line(cfg))?;
+    if let Some(line) = super::cost::otlp_line(cfg) {
+        writeln!(s, "{line}")?;
+    }
     writeln!(s, "{}", summary(cfg))?;
     for w in &cfg.warnings {
         writeln!(s, "warning: {w}")?;
@@ -308,7 +311,7 @@ fn plan_otlp(s: &mut String, o: &crate::config::OtlpSink) -> std::fmt::Result {
     };
     writeln!(
         s,
-        "  otlp: POST {url} (OTLP/HTTP protobuf, every metric whatever publish.metrics; {} a try, {} tries{headers}; no CloudWatch cost)",
+        "  otlp: POST {url} (OTLP/HTTP protobuf, every metric whatever publish.metrics; {} a try, {} tries{headers})",
         crate::clock::fmt_duration(o.timeout),
         o.max_tries,
     )
