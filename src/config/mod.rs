@@ -10,6 +10,7 @@
 //! environment variable; those are the probe's start-up business (`probe::prepare`).
 
 mod dns;
+mod endpoint;
 mod evidence;
 mod fleet;
 mod http;

@@ -71,7 +71,7 @@ fn endpoint(url: &str) -> Result<String, String> {
             ));
         }
         Some(a) if !a.host().is_empty() => {
-            super::publish::check_authority(a.as_str()).map_err(|why| format!("{shown}: {why}"))?
+            super::endpoint::check_authority(a.as_str()).map_err(|why| format!("{shown}: {why}"))?
         }
         _ => return Err(format!("{shown} has no host")),
     }

@@ -393,45 +393,6 @@ pub(super) fn namespace_ok(ns: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || ".-_/#: ".contains(c))
 }
 
-/// Check an endpoint URL's authority (user info already refused): a DNS host name or an IP
-/// literal (`[…]` for IPv6), and a port of 1–65535 if one is given.
-pub(super) fn check_authority(authority: &str) -> Result<(), String> {
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let (v6, after) = rest
-            .split_once(']')
-            .ok_or("its IPv6 address has no closing ']'")?;
-        v6.parse::<std::net::Ipv6Addr>()
-            .map_err(|_| format!("[{v6}] is not an IPv6 address"))?;
-        match after.strip_prefix(':') {
-            Some(p) => ("", Some(p)),
-            None if after.is_empty() => ("", None),
-            None => return Err(format!("unexpected {after:?} after the IPv6 address")),
-        }
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (authority, None),
-        }
-    };
-    if let Some(p) = port
-        && !(p.bytes().all(|b| b.is_ascii_digit()) && matches!(p.parse::<u16>(), Ok(1..)))
-    {
-        return Err(format!("port {p:?} is not 1–65535"));
-    }
-    if host.is_empty() {
-        return Ok(()); // an IPv6 literal, checked above
-    }
-    let last = host.trim_end_matches('.').rsplit('.').next().unwrap_or("");
-    if !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()) {
-        // A name whose last label is a number is an IPv4 address to a URL parser.
-        return host
-            .parse::<std::net::Ipv4Addr>()
-            .map(|_| ())
-            .map_err(|_| format!("{host:?} is not an IPv4 address"));
-    }
-    super::service::check_hostname(host.strip_suffix('.').unwrap_or(host))
-}
-
 /// Check an AWS endpoint override: an absolute `http` or `https` URL with a host, and no user
 /// name or password in it (the SDK signs requests; credentials never belong in a URL).
 ///
@@ -460,9 +421,8 @@ pub(super) fn check_endpoint_url(url: &str) -> Result<(), String> {
             "{} carries a user name or password; the SDK signs requests, remove them",
             shown()
         )),
-        Some(a) if !a.host().is_empty() => {
-            check_authority(a.as_str()).map_err(|why| format!("{}: {why}", shown()))
-        }
+        Some(a) if !a.host().is_empty() => super::endpoint::check_authority(a.as_str())
+            .map_err(|why| format!("{}: {why}", shown())),
         _ => Err(format!("{} has no host", shown())),
     }
 }
