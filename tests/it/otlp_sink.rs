@@ -12,6 +12,7 @@ use crate::support::config::secret_env;
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{ConfigOpts, Pipeline};
 use crate::support::otlp_receiver::{Mode, Received, Receiver};
+use crate::support::tls::TestCa;
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{AggregationTemporality, Metric, metric};
 use serde_json::Value as Json;
@@ -359,4 +360,75 @@ async fn a_silent_collector_delays_no_other_sink() {
         assert_eq!(p["outcome"], "sent", "{p}");
     }
     wait_for_metric(&cw, &ns, "Readiness").await;
+}
+
+/// An `https` collector: with `ssl_ca` its CA, the exports arrive over TLS (the secret header
+/// with them); with another CA's, the chain is refused, every batch is `publish_unreachable`
+/// naming the certificate problem, and nothing reaches the collector.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_collector_is_verified() {
+    let ca = TestCa::new();
+    let cert = ca.server_cert(&["localhost"], &[Ipv4Addr::LOCALHOST.into()]);
+    let receiver = Receiver::start_tls(cert.rustls_server_config()).await;
+    let other = TestCa::named("another CA");
+    let (port, _t) = target().await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let endpoint = format!("https://127.0.0.1:{}", receiver.port);
+    for (ca_path, trusted) in [(ca.ca_pem_path(), true), (other.ca_pem_path(), false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config_builder(dir.path(), &dns, port, "http://127.0.0.1:9")
+            .set(
+                "publish",
+                "sinks",
+                toml::Value::Array(vec!["emf".into(), "otlp".into()]),
+            )
+            .set("publish.otlp", "endpoint", endpoint.as_str())
+            .set(
+                "publish.otlp",
+                "ssl_ca",
+                crate::support::config::path(ca_path),
+            )
+            .set("publish.otlp", "headers", {
+                let mut h = toml::Table::new();
+                h.insert("authorization".into(), secret_env("OTLP_TOKEN"));
+                toml::Value::Table(h)
+            })
+            .write(&dir.path().join("run.toml"));
+        let ev = dir.path().join("evidence.jsonl");
+        let before = receiver.received().len();
+        let run = run_binary(&cfg, 30, &[("OTLP_TOKEN", TOKEN)], &[], |_| {
+            let text = std::fs::read_to_string(&ev).unwrap_or_default();
+            let done = if trusted {
+                "\"outcome\":\"sent\""
+            } else {
+                "\"class\":\"publish_unreachable\""
+            };
+            text.lines()
+                .filter(|l| l.contains("\"sink\":\"otlp\"") && l.contains(done))
+                .count()
+                >= 2
+        })
+        .await;
+        let recs = otlp_records(&run);
+        let got = &receiver.received()[before..];
+        if trusted {
+            assert!(recs.iter().any(|p| p["outcome"] == "sent"), "{recs:?}");
+            assert!(!got.is_empty());
+            assert!(got.iter().all(|r| r.headers["authorization"] == TOKEN));
+        } else {
+            assert!(got.is_empty(), "an export crossed an unverified session");
+            let failed: Vec<_> = recs.iter().filter(|p| p["outcome"] == "failed").collect();
+            assert!(failed.len() >= 2, "{recs:?}");
+            for p in failed {
+                assert_eq!(p["class"], "publish_unreachable", "{p}");
+                let e = p["error"].as_str().unwrap();
+                assert!(
+                    e.contains("TLS handshake") && e.contains("certificate"),
+                    "{e}"
+                );
+            }
+        }
+        assert!(!evidence_text(dir.path()).contains("otlp-T0ken"));
+    }
 }

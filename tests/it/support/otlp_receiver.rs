@@ -59,7 +59,17 @@ pub struct Received {
 }
 
 impl Receiver {
+    /// A receiver of plain OTLP/HTTP on 127.0.0.1.
     pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// A receiver of OTLP/HTTP over TLS with `tls` on 127.0.0.1.
+    pub async fn start_tls(tls: Arc<rustls::ServerConfig>) -> Self {
+        Self::start_with(Some(tokio_rustls::TlsAcceptor::from(tls))).await
+    }
+
+    async fn start_with(tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let mode = Arc::new(Mutex::new(Mode::Accept));
@@ -69,18 +79,16 @@ impl Receiver {
         let task = tokio::spawn(async move {
             while let Ok((s, _)) = listener.accept().await {
                 let (m, seen, sh) = (m.clone(), seen.clone(), sh.clone());
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(
-                        move |req: hyper::Request<hyper::body::Incoming>| {
-                            let (m, seen, sh) = (m.clone(), seen.clone(), sh.clone());
-                            async move {
-                                Ok::<_, std::convert::Infallible>(answer(req, &m, &seen, &sh).await)
+                    match tls {
+                        None => serve(s, m, seen, sh).await,
+                        Some(acceptor) => {
+                            if let Ok(s) = acceptor.accept(s).await {
+                                serve(s, m, seen, sh).await;
                             }
-                        },
-                    );
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(s), svc)
-                        .await;
+                        }
+                    }
                 });
             }
         });
@@ -112,6 +120,20 @@ impl Receiver {
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
+}
+
+/// Serve one connection's requests.
+async fn serve<S>(s: S, m: Arc<Mutex<Mode>>, seen: Arc<Mutex<Vec<String>>>, sh: Arc<Shared>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let (m, seen, sh) = (m.clone(), seen.clone(), sh.clone());
+        async move { Ok::<_, std::convert::Infallible>(answer(req, &m, &seen, &sh).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(s), svc)
+        .await;
 }
 
 type Reply = hyper::Response<Full<Bytes>>;
