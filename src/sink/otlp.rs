@@ -399,8 +399,10 @@ async fn export(s: &OtlpSettings, body: Bytes) -> Result<Answer, SinkError> {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| unreachable("HTTP handshake", e))?;
-    let conn = tokio::spawn(conn);
-    let result = async {
+    // Aborted however the exchange ends, a timeout dropping this future included: a silent
+    // collector keeps no task and no socket.
+    let _conn = AbortOnDrop(tokio::spawn(conn));
+    async {
         let authority = s.endpoint.authority().map_or("", |a| a.as_str());
         let path = s.endpoint.path_and_query().map_or("/", |p| p.as_str());
         let mut req = http::Request::builder()
@@ -438,9 +440,16 @@ async fn export(s: &OtlpSettings, body: Bytes) -> Result<Answer, SinkError> {
             .to_bytes();
         Ok((parts.status, parts.headers, body))
     }
-    .await;
-    conn.abort();
-    result
+    .await
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The body of a failed OTLP/HTTP export (`google.rpc.Status`), as far as it is read here.

@@ -309,7 +309,7 @@ async fn a_503_is_retried_and_a_400_is_not() {
 }
 
 /// A collector that accepts connections and never answers: each otlp batch ends as
-/// `publish_timeout`, and CloudWatch (LocalStack) gets the very same tick batches, sent, its
+/// `publish_timeout` (its connection closed, nothing left hanging), and CloudWatch (LocalStack) gets the very same tick batches, sent, its
 /// `Readiness` datum arriving as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_collector_delays_no_other_sink() {
@@ -318,10 +318,18 @@ async fn a_silent_collector_delays_no_other_sink() {
     };
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    // Accepted, read, never answered; each connection the sink closes is counted.
+    let closed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = closed.clone();
     let _hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = silent.accept().await {
-            held.push(s); // accepted, never read, never answered
+        while let Ok((mut s, _)) = silent.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut buf = vec![0u8; 64 * 1024];
+                while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
         }
     });
     let (port, _t) = target().await;
@@ -340,11 +348,16 @@ async fn a_silent_collector_delays_no_other_sink() {
         .set("publish.otlp", "endpoint", silent_url.as_str())
         .write(&dir.path().join("run.toml"));
     let ev = dir.path().join("evidence.jsonl");
+    // A timed-out try closes its connection at once (no task or socket is left to the silent
+    // peer): by the third timeout, at least two were closed while the run went on.
+    let mut closed_while_running = 0;
     let run = run_binary(&cfg, 30, &[], &[], |_| {
         let text = std::fs::read_to_string(&ev).unwrap_or_default();
-        text.matches("\"class\":\"publish_timeout\"").count() >= 3
+        closed_while_running = closed.load(std::sync::atomic::Ordering::SeqCst);
+        text.matches("\"class\":\"publish_timeout\"").count() >= 3 && closed_while_running >= 2
     })
     .await;
+    assert!(closed_while_running >= 2, "{closed_while_running} closed");
     let timed_out: Vec<u64> = otlp_records(&run)
         .iter()
         .filter(|p| p["reason"] == "tick" && p["class"] == "publish_timeout")
