@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
+mod status_json;
+
+pub use status_json::with_freshness;
+
 /// Format version of the control document.
 pub const CONTROL_VERSION: u32 = 2;
 /// Approvals kept in the document: beyond this many, the oldest are dropped.

@@ -2,6 +2,7 @@
 //! sink's account of a batch ([`SinkReport`]): plain data, no I/O, nothing async, so the fold
 //! builds and accounts batches without knowing how sinks send them.
 
+use crate::config::{Publish, PublishTarget, SinkKind};
 use crate::contract::{self, Metric};
 use crate::readiness::{Millis, fails_open};
 use crate::record::{PublishFailureClass, PublishOutcome, StoreSyncFailureClass};
@@ -186,18 +187,8 @@ pub fn publish_failure_datums(
     counts: &[(PublishFailureClass, u64)],
     now: Millis,
 ) -> Vec<Datum> {
-    counts
-        .iter()
-        .map(|(class, n)| {
-            let v = Value::Single(*n as f64);
-            datum(
-                &contract::PUBLISH_FAILURES,
-                &[service, class.as_str()],
-                v,
-                now,
-            )
-        })
-        .collect()
+    let counts = counts.iter().map(|(c, n)| (c.as_str(), *n));
+    per_class(&contract::PUBLISH_FAILURES, service, counts, now)
 }
 
 /// The `StoreSyncFailures` datums of a service: failed store syncs per class since the previous
@@ -207,13 +198,19 @@ pub fn store_sync_failure_datums(
     counts: &BTreeMap<StoreSyncFailureClass, u64>,
     now: Millis,
 ) -> Vec<Datum> {
+    let counts = counts.iter().map(|(c, n)| (c.as_str(), *n));
+    per_class(&contract::STORE_SYNC_FAILURES, service, counts, now)
+}
+
+/// A datum of `metric` (dimensions `Service`, `Class`) per class and count of `counts`.
+fn per_class(
+    metric: &Metric,
+    service: &str,
+    counts: impl Iterator<Item = (&'static str, u64)>,
+    now: Millis,
+) -> Vec<Datum> {
     counts
-        .iter()
-        .map(|(class, n)| {
-            let v = Value::Single(*n as f64);
-            let dims = [service, class.as_str()];
-            datum(&contract::STORE_SYNC_FAILURES, &dims, v, now)
-        })
+        .map(|(class, n)| datum(metric, &[service, class], Value::Single(n as f64), now))
         .collect()
 }
 
@@ -252,6 +249,46 @@ impl std::fmt::Display for SinkId {
             Some(t) => write!(f, "{}[{t}]", self.kind),
         }
     }
+}
+
+/// One sink a service's datums go to ([`sinks_of`]): its kind, its id, and for a CloudWatch
+/// sink the target it sends to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkRoute<'a> {
+    /// The sink's kind.
+    pub kind: SinkKind,
+    /// Its id: batches, queues and `publish` records name it.
+    pub id: SinkId,
+    /// The CloudWatch target; `None` for any other kind.
+    pub target: Option<&'a PublishTarget>,
+}
+
+/// The sinks the datums of a service publishing to `targets` (its `publish_targets`) go to:
+/// each of `publish.sinks` in order, the `cloudwatch` sink once per target. A target equal to
+/// `[publish.cloudwatch]`'s own has no name in its id, so every service of a namespace that
+/// names no target shares one sink. The one rule the fold's batches, the sink tasks a run
+/// starts and `check`'s cost estimate follow.
+pub fn sinks_of<'a>(publish: &Publish, targets: &'a [PublishTarget]) -> Vec<SinkRoute<'a>> {
+    let default = publish.default_target();
+    let mut out = Vec::new();
+    for &kind in &publish.sinks {
+        match kind {
+            SinkKind::CloudWatch => out.extend(targets.iter().map(|t| SinkRoute {
+                kind,
+                id: SinkId {
+                    kind: kind.into(),
+                    target: (*t != default).then(|| std::sync::Arc::from(t.name.as_str())),
+                },
+                target: Some(t),
+            })),
+            SinkKind::Emf | SinkKind::Otlp => out.push(SinkRoute {
+                kind,
+                id: SinkId::of(kind.into()),
+                target: None,
+            }),
+        }
+    }
+    out
 }
 
 /// A sink's account of one batch it took, or dropped from, its queue.
@@ -389,5 +426,51 @@ mod tests {
             .find(|d| d.metric == "BothBranchesUnready")
             .unwrap();
         assert_eq!(f.value, Value::Single(1.0));
+    }
+
+    /// A fleet of three services: `a` names no target, `b` two (one equal to the default
+    /// target, one in another region), `c` one in another account.
+    fn fleet() -> crate::config::Config {
+        let text = "[publish]\nsinks = [\"emf\", \"cloudwatch\"]\n[publish.cloudwatch]\nregion = \"eu-west-1\"\n[probe]\nkind = \"tcp\"\n[probe.tcp]\nport = 1\n\
+             [[service]]\nname = \"a\"\nstable_name = \"a.internal.example\"\n\
+             [[service.branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"a1.internal.example\"\n\
+             [[service]]\nname = \"b\"\nstable_name = \"b.internal.example\"\n\
+             publish = [{ region = \"eu-west-1\" }, { region = \"us-east-1\" }]\n\
+             [[service.branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"b1.internal.example\"\n\
+             [[service]]\nname = \"c\"\nstable_name = \"c.internal.example\"\n\
+             publish = { name = \"zone\", role_arn = \"arn:aws:iam::111122223333:role/p\" }\n\
+             [[service.branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"c1.internal.example\"\n";
+        crate::config::parse(std::path::Path::new("t.toml"), text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The one rule: each sink of `publish.sinks` in order, `cloudwatch` once per target, a
+    /// target equal to the default one unnamed (shared with every service naming none).
+    #[test]
+    fn sinks_of_a_service_follow_its_targets() {
+        let cfg = fleet();
+        let ids = |i: usize| -> Vec<String> {
+            let s = &cfg.services[i];
+            let routes = sinks_of(&cfg.publish, &s.publish_targets);
+            for r in &routes {
+                assert_eq!(r.kind == SinkKind::CloudWatch, r.target.is_some(), "{r:?}");
+                assert_eq!(<&str>::from(r.kind), r.id.kind);
+            }
+            routes.iter().map(|r| r.id.to_string()).collect()
+        };
+        assert_eq!(ids(0), ["emf", "cloudwatch"]);
+        assert_eq!(ids(1), ["emf", "cloudwatch", "cloudwatch[us-east-1]"]);
+        assert_eq!(ids(2), ["emf", "cloudwatch[zone]"]);
+        let s = &cfg.services[2];
+        let zone = sinks_of(&cfg.publish, &s.publish_targets)[1].target;
+        assert_eq!(zone, Some(&s.publish_targets[0]));
+        // Without the cloudwatch sink a service's datums go to emf alone, targets or not.
+        let mut publish = cfg.publish.clone();
+        publish.sinks = vec![SinkKind::Emf];
+        let routes = sinks_of(&publish, &cfg.services[1].publish_targets);
+        assert_eq!(routes.len(), 1);
+        assert_eq!(
+            (routes[0].id.clone(), routes[0].target),
+            (SinkId::of("emf"), None)
+        );
     }
 }

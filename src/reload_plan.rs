@@ -286,7 +286,7 @@ fn renames(old: &Config, removed: &[String], new: &Config, started: &[String]) -
 }
 
 /// The settings a running process cannot take without a restart (the state store, the evidence
-/// file, the sinks and publish tick, the prober id, the resolver, the reload poll), by config
+/// file, the sinks and publish tick, the prober id, the resolver, the reload poll, `[serve]`), by config
 /// key: each key whose effective value changed, except a value that only follows another named
 /// key (a `poll_interval` or `operation_timeout` capped at the publish interval, a default
 /// evidence path under `state_dir`), so a refusal names what the operator edited.
@@ -351,6 +351,21 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
             ("state.s3.endpoint_url", a.endpoint_url == b.endpoint_url),
         ]),
         _ => checks.push(("state.store", false)),
+    }
+    match (&old.serve, &new.serve) {
+        (None, None) => {}
+        (Some(a), Some(b)) => checks.extend([
+            ("serve.listen", a.listen == b.listen),
+            (
+                "serve.max_connections",
+                a.max_connections == b.max_connections,
+            ),
+            (
+                "serve.request_timeout",
+                a.request_timeout == b.request_timeout,
+            ),
+        ]),
+        _ => checks.push(("serve", false)),
     }
     checks
         .into_iter()
@@ -596,6 +611,16 @@ port = 5432
         assert_eq!(
             keys("[reload]\npoll = \"5s\"", "[reload]\npoll = \"9s\""),
             ["reload.poll"]
+        );
+        assert_eq!(keys("", "[serve]"), ["serve"]);
+        assert_eq!(keys("[serve]", ""), ["serve"]);
+        assert!(keys("[serve]", "[serve]\nlisten = \"127.0.0.1:9464\"").is_empty());
+        assert_eq!(
+            keys(
+                "[serve]",
+                "[serve]\nlisten = \"127.0.0.1:9465\"\nrequest_timeout = \"2s\""
+            ),
+            ["serve.listen", "serve.request_timeout"]
         );
         assert_eq!(
             keys("", "[evidence.s3]\nbucket = \"drills\""),

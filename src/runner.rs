@@ -27,6 +27,7 @@ use crate::config::{Config, ConfigError};
 use crate::fold::{Input, ServiceId, Started};
 use crate::probe::{self, PrepareError};
 use crate::scheduler::BranchEvent;
+use crate::serve::{Feed, Serving};
 use crate::sink::evidence::{EvidenceWriter, SegmentOutput};
 use crate::sink::evidence_s3::Uploader;
 use crate::sink::segments;
@@ -35,6 +36,7 @@ use shell::Shell;
 use start::{load_all, prepare_all, start};
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use syncs::Syncs;
 use tokio::sync::mpsc;
@@ -56,6 +58,9 @@ pub enum RunError {
     /// The state store failed.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The `[serve]` endpoint could not start (its address in use, most likely).
+    #[error(transparent)]
+    Serve(#[from] crate::serve::ServeError),
     /// The evidence file could not be opened or written.
     #[error("evidence file {path}: {source}")]
     Evidence {
@@ -71,7 +76,7 @@ pub enum RunError {
 /// # Errors
 /// [`RunError`] when start-up fails (nothing is published then): no service could be prepared
 /// (secrets, CA bundle or resolver unavailable) or none has a readable control document, the
-/// evidence file not openable.
+/// evidence file not openable, the `[serve]` address not bindable.
 pub async fn run<S>(cfg: Config, opts: RunOptions, stop: S) -> Result<RunSummary, RunError>
 where
     S: Future<Output = &'static str>,
@@ -95,6 +100,8 @@ where
     S: Future<Output = &'static str>,
 {
     let clock = Clock::start();
+    // First: an address in use stops the run before anything is probed or written.
+    let (serving, served) = start_serving(&cfg, clock)?;
     let secrets = crate::secrets::SecretCache::default();
     secrets.read_missing(&cfg).await;
     let prepared = prepare_all(&cfg, &secrets);
@@ -134,6 +141,7 @@ where
         loaded,
         (evidence, queues),
         (resolver, secrets),
+        served,
     );
     let mut shell = shell;
     log_started(&mut shell, &fleet, &label);
@@ -143,9 +151,23 @@ where
         sinks,
         fleet,
         uploader,
+        serving,
     };
     let (stop_reason, syncing) = serve(&mut shell, &mut wiring, &opts, stop, reloads).await;
     Ok(shutdown(shell, wiring, syncing, stop_reason, opts.grace).await)
+}
+
+/// With `[serve]`: the endpoint, started, and the feed the shell keeps it up to date through.
+fn start_serving(
+    cfg: &Config,
+    clock: Clock,
+) -> Result<(Option<Serving>, Option<Arc<Feed>>), RunError> {
+    let Some(settings) = &cfg.serve else {
+        return Ok((None, None));
+    };
+    let feed = Arc::new(Feed::new(&cfg.prober_id, cfg.publish.interval, clock));
+    let serving = Serving::start(settings, feed.clone())?;
+    Ok((Some(serving), Some(feed)))
 }
 
 /// The evidence writer, and with `[evidence.s3]` its segments and their uploader (which
@@ -397,6 +419,10 @@ async fn shutdown(
     if let Some(up) = w.uploader.take() {
         // The segment the writer closed last goes up in what is left before `hard_end`.
         up.finish(hard_end).await;
+    }
+    // Served up to here: a scrape during the grace period sees the final state.
+    if let Some(s) = w.serving.take() {
+        s.stop();
     }
     summary
 }

@@ -4,6 +4,7 @@
 #   - PostgreSQL 15 server binaries (Debian package) for the postgres kind's throwaway clusters;
 #   - nftables (Debian package) for the fault-matrix tests' network namespaces;
 #   - Chromium (Debian package) for the drill report's headless screenshot test;
+#   - Prometheus (Debian package `prometheus`: promtool, prometheus) for the /metrics tests;
 #   - the CloudWatch emulator (LocalStack, in a Python 3.13 venv under /var/cache/readyprobe),
 #     started on 127.0.0.1:4566 and left running for the next run;
 #   - then every test (unit, property and integration) with cargo-nextest, several at once
@@ -20,7 +21,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
-say "1/4 MariaDB and PostgreSQL server binaries, nftables and Chromium (installed with apt-get if absent; the tests start their own instances and network namespaces)"
+say "1/4 MariaDB and PostgreSQL server binaries, nftables, Prometheus and Chromium (installed with apt-get if absent; the tests start their own instances and network namespaces)"
 infra/local/mariadb.sh install
 if ! command -v nft >/dev/null 2>&1 && [ ! -x /usr/sbin/nft ]; then
   say "nft not found; installing nftables (Debian package) for the fault-matrix tests"
@@ -34,6 +35,11 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.conf
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
+fi
+if ! command -v promtool >/dev/null 2>&1; then
+  say "promtool not found; installing prometheus (Debian package: promtool and prometheus) for the /metrics exposition tests"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
 fi
 if ! command -v chromium >/dev/null 2>&1; then
   say "chromium not found; installing chromium (Debian package) for the report screenshot test"

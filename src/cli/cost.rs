@@ -10,8 +10,9 @@
 
 use crate::clock::Millis;
 use crate::config::{self, Config, MetricsProfile, ProbeKind, ServiceConfig, SinkKind};
-use crate::sink::{self, BranchTick, Datum, cloudwatch, emf};
+use crate::sink::{self, BranchTick, Datum, SinkId, cloudwatch, emf};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// List prices, us-east-1, US dollars, as of 2026-12-01: custom metrics ($0.30, then $0.10
 /// beyond 10,000) and endpoint health checks ($0.50 AWS, $0.75 non-AWS) agree with public
@@ -116,7 +117,8 @@ pub struct Estimate {
     pub calculated_health_checks: u64,
     /// The services priced in the cross-region layout ([`cross_region`]).
     pub cross_region: Vec<String>,
-    /// Series the other region's prober adds for them (its CloudWatch bills its own).
+    /// Series the other region's prober adds for them, in the accounts its datums go to
+    /// (`other_region`): in `targets` for a named target's, else the prober's account's.
     pub other_region_metrics: u64,
     /// S3 PUTs per month of one prober's `[evidence.s3]` segments (one per `segment`; a
     /// segment closed early at `segment_max_mb` adds one), 0 without it.
@@ -139,7 +141,7 @@ pub struct Estimate {
 pub struct TargetCost {
     /// The target's name.
     pub name: String,
-    /// Series it holds.
+    /// Series it holds, the other region's ([`Estimate::other_region_metrics`]) included.
     pub metrics: u64,
     /// `PutMetricData` requests per tick to it.
     pub requests_per_tick: u64,
@@ -215,17 +217,96 @@ pub fn metrics_usd(n: u64) -> f64 {
     usd
 }
 
-/// The series and `PutMetricData` requests of one publish tick, per billing target: `None`
-/// for `[publish.cloudwatch]`'s own target and the `emf` sink (the prober's account), else the
-/// target's name. Services of one namespace with the same targets share a batch, as the fold
-/// packs them.
-type PerTarget<'a> = BTreeMap<
-    Option<&'a str>,
-    (
-        BTreeSet<(&'a str, &'static str, Vec<(&'static str, String)>)>,
-        u64,
-    ),
->;
+/// A series: namespace, metric name and dimensions.
+type Series<'a> = (&'a str, &'static str, Vec<(&'static str, String)>);
+
+/// Where a sink's series are billed: `None` for the prober's account (the `emf` sink and
+/// `[publish.cloudwatch]`'s own target), else a named target.
+type Place = Option<Arc<str>>;
+
+/// The series per billing place.
+type PerTarget<'a> = BTreeMap<Place, BTreeSet<Series<'a>>>;
+
+/// One publish tick of this prober: the series and `PutMetricData` requests per billing
+/// place, the datums, and the EMF bytes.
+#[derive(Default)]
+struct Tick<'a> {
+    series: PerTarget<'a>,
+    requests: BTreeMap<Place, u64>,
+    datums: u64,
+    bytes: u64,
+}
+
+/// This prober's tick of `cfg` with the metrics `profile` sends: services of one namespace
+/// with the same sinks ([`sink::sinks_of`]) share a batch, as the fold packs them.
+fn this_prober(cfg: &Config, profile: MetricsProfile) -> Tick<'_> {
+    type Batch = (Vec<SinkKind>, Vec<Datum>);
+    let mut batches: BTreeMap<(&str, Vec<SinkId>), Batch> = BTreeMap::new();
+    for s in &cfg.services {
+        let sinks = sink::sinks_of(&cfg.publish, &s.publish_targets);
+        let kinds = sinks.iter().map(|r| r.kind).collect();
+        let ids = sinks.into_iter().map(|r| r.id).collect();
+        let (_, datums) = batches
+            .entry((s.namespace.as_str(), ids))
+            .or_insert_with(|| (kinds, Vec::new()));
+        datums.extend(service_tick(cfg, s, profile));
+    }
+    let mut tick = Tick::default();
+    for ((ns, ids), (kinds, datums)) in &batches {
+        tick.datums += datums.len() as u64;
+        for (id, kind) in ids.iter().zip(kinds) {
+            if *kind == SinkKind::Otlp {
+                continue; // no CloudWatch cost: its collector is no AWS bill
+            }
+            let series = datums.iter().map(|d| (*ns, d.metric, d.dimensions.clone()));
+            tick.series
+                .entry(id.target.clone())
+                .or_default()
+                .extend(series);
+            match kind {
+                SinkKind::CloudWatch => {
+                    let n = cloudwatch::batches(datums, AT).0.len() as u64;
+                    *tick.requests.entry(id.target.clone()).or_default() += n;
+                }
+                SinkKind::Otlp => {}
+                SinkKind::Emf => {
+                    tick.bytes += datums
+                        .iter()
+                        .filter_map(|d| emf::encode(ns, d))
+                        .map(|line| line.len() as u64 + LOG_EVENT_OVERHEAD)
+                        .sum::<u64>();
+                }
+            }
+        }
+    }
+    tick
+}
+
+/// The series the other region's prober adds for the services in the cross-region layout, per
+/// billing place. It runs the same file but for `[publish.cloudwatch] region`, so a service's
+/// series go where this prober sends them ([`sink::sinks_of`]), in the other region: the
+/// prober's account (the `emf` sink, the default target) and each named target whose region is
+/// `[publish.cloudwatch]`'s; a target of another region gets the same series from both probers.
+fn other_region(cfg: &Config, profile: MetricsProfile) -> PerTarget<'_> {
+    let mut per = PerTarget::new();
+    for s in cfg.services.iter().filter(|s| cross_region(s)) {
+        let tick = service_tick(cfg, s, profile);
+        for route in sink::sinks_of(&cfg.publish, &s.publish_targets) {
+            if route.kind == SinkKind::Otlp
+                || route
+                    .target
+                    .is_some_and(|t| t.region != cfg.publish.cloudwatch.region)
+            {
+                continue;
+            }
+            let series = tick
+                .iter()
+                .map(|d| (s.namespace.as_str(), d.metric, d.dimensions.clone()));
+            per.entry(route.id.target).or_default().extend(series);
+        }
+    }
+    per
+}
 
 /// The estimate of `cfg` with the metrics its `publish.metrics` sends (pure).
 pub fn estimate(cfg: &Config) -> Estimate {
@@ -234,62 +315,10 @@ pub fn estimate(cfg: &Config) -> Estimate {
 
 /// The estimate of `cfg` had it set `publish.metrics = profile` (pure).
 pub fn estimate_profile(cfg: &Config, profile: MetricsProfile) -> Estimate {
-    let sinks = &cfg.publish.sinks;
-    let default = cfg.publish.default_target();
-    let mut per: PerTarget<'_> = BTreeMap::new();
-    let (mut datums, mut requests, mut bytes) = (0, 0, 0);
-    let mut routes: BTreeMap<(&str, Vec<Option<&str>>), Vec<Datum>> = BTreeMap::new();
-    for s in &cfg.services {
-        let mut targets: Vec<Option<&str>> = s
-            .publish_targets
-            .iter()
-            .map(|t| (*t != default).then_some(t.name.as_str()))
-            .collect();
-        if !sinks.contains(&SinkKind::CloudWatch) {
-            targets = vec![None];
-        }
-        let key = (s.namespace.as_str(), targets);
-        routes
-            .entry(key)
-            .or_default()
-            .extend(service_tick(cfg, s, profile));
-    }
-    for ((ns, targets), tick) in &routes {
-        datums += tick.len() as u64;
-        for t in targets {
-            let (series, reqs) = per.entry(*t).or_default();
-            for d in tick {
-                series.insert((ns, d.metric, d.dimensions.clone()));
-            }
-            if sinks.contains(&SinkKind::CloudWatch) {
-                let n = cloudwatch::batches(tick, AT).0.len() as u64;
-                *reqs += n;
-                requests += n;
-            }
-        }
-        if sinks.contains(&SinkKind::Emf) {
-            let (series, _) = per.entry(None).or_default();
-            for d in tick {
-                series.insert((ns, d.metric, d.dimensions.clone()));
-            }
-            bytes += tick
-                .iter()
-                .filter_map(|d| emf::encode(ns, d))
-                .map(|line| line.len() as u64 + LOG_EVENT_OVERHEAD)
-                .sum::<u64>();
-        }
-    }
+    let tick = this_prober(cfg, profile);
+    let other = other_region(cfg, profile);
+    let count = |per: &PerTarget<'_>, t: &Place| per.get(t).map_or(0, |s| s.len() as u64);
     let cross: Vec<&ServiceConfig> = cfg.services.iter().filter(|s| cross_region(s)).collect();
-    let other_region_metrics = cross
-        .iter()
-        .flat_map(|s| {
-            service_tick(cfg, s, profile)
-                .into_iter()
-                .map(move |d| (s.namespace.as_str(), d))
-        })
-        .map(|(ns, d)| (ns, d.metric, d.dimensions))
-        .collect::<BTreeSet<_>>()
-        .len() as u64;
     let branches: u64 = cfg.services.iter().map(|s| s.branches.len() as u64).sum();
     let cross_branches: u64 = cross.iter().map(|s| s.branches.len() as u64).sum();
     let cross_alarms = cross_branches + ALARMS_PER_SERVICE * cross.len() as u64;
@@ -299,31 +328,32 @@ pub fn estimate_profile(cfg: &Config, profile: MetricsProfile) -> Estimate {
         .iter()
         .map(|r| MONTH_MS / r.refresh.as_millis().max(1) as u64)
         .sum();
-    let targets = per
-        .iter()
-        .filter_map(|(name, (series, reqs))| {
+    let targets = tick
+        .series
+        .keys()
+        .filter_map(|t| {
             Some(TargetCost {
-                name: (*name)?.to_string(),
-                metrics: series.len() as u64,
-                requests_per_tick: *reqs,
+                name: t.as_deref()?.to_string(),
+                metrics: count(&tick.series, t) + count(&other, t),
+                requests_per_tick: tick.requests.get(t).copied().unwrap_or(0),
             })
         })
         .collect();
-    let mut metrics_by_target: Vec<u64> = per.values().map(|(s, _)| s.len() as u64).collect();
-    if other_region_metrics > 0 {
-        metrics_by_target.push(other_region_metrics);
-    }
+    // Tiered per billing place and region: places of one account tiered apart err high.
+    let metrics_by_target: Vec<u64> = (tick.series.values().chain(other.values()))
+        .map(|s| s.len() as u64)
+        .collect();
     Estimate {
         metrics: metrics_by_target.iter().sum(),
-        datums_per_tick: datums,
-        requests_per_tick: requests,
+        datums_per_tick: tick.datums,
+        requests_per_tick: tick.requests.values().sum(),
         ticks_per_month: MONTH_MS / interval_ms,
-        log_bytes_per_tick: bytes,
+        log_bytes_per_tick: tick.bytes,
         alarms: branches + ALARMS_PER_SERVICE * cfg.services.len() as u64 + cross_alarms,
         health_checks: branches + 2 * cross_branches,
         calculated_health_checks: cross_branches,
         cross_region: cross.iter().map(|s| s.service.name.clone()).collect(),
-        other_region_metrics,
+        other_region_metrics: other.values().map(|s| s.len() as u64).sum(),
         evidence_puts: cfg
             .evidence_s3
             .as_ref()
@@ -858,6 +888,87 @@ mod tests {
             "{text}"
         );
         assert!(lines[6].starts_with("  total"), "{text}");
+    }
+
+    /// probes/orders-db-cross-region.toml with `sinks` and orders-db's `publish` set to `publish`.
+    fn cross_region_with(sinks: &str, publish: &str) -> Estimate {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/probes/orders-db-cross-region.toml"
+        ))
+        .unwrap();
+        let stable = "stable_name = \"mysql.orders.internal.example\"";
+        let text = text
+            .replacen(stable, &format!("{stable}\n{publish}"), 1)
+            .replacen(
+                "sinks = [\"cloudwatch\", \"emf\"]",
+                &format!("sinks = {sinks}"),
+                1,
+            );
+        let cfg = config::parse(Path::new("/etc/readyprobe/orders.toml"), &text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cfg.services[0].branches.len(), 2);
+        estimate(&cfg)
+    }
+
+    /// The row of named target `name`, or of the prober's account for `None`, in `e`'s section.
+    fn row_of(e: &Estimate, name: Option<&str>) -> Option<String> {
+        let head = match name {
+            Some(n) => format!("of which to {n} "),
+            None => "of which in the prober's account".into(),
+        };
+        section(e)
+            .lines()
+            .find(|l| l.contains(&head))
+            .map(str::to_string)
+    }
+
+    /// The cross-region layout with a target in another account: the other region's prober
+    /// runs the same file, so its series go where this prober's go (a target that follows
+    /// `[publish.cloudwatch] region` gets them in the other region), never to the prober's
+    /// account unless the datums go there (the default target or `emf`).
+    #[test]
+    fn the_other_regions_series_go_where_the_services_datums_go() {
+        let zone = "{ name = \"zone\", role_arn = \"arn:aws:iam::111122223333:role/p\" }";
+        // Only the target in another account: the prober's account gets no series at all.
+        let e = cross_region_with("[\"cloudwatch\"]", &format!("publish = {zone}"));
+        assert_eq!((e.metrics, e.other_region_metrics), (48, 24), "{e:?}");
+        assert_eq!(e.targets.len(), 1);
+        assert_eq!(
+            (e.targets[0].metrics, e.targets[0].requests_per_tick),
+            (48, 1)
+        );
+        assert_eq!(row_of(&e, None), None, "{}", section(&e));
+        let zone_row = row_of(&e, Some("zone")).unwrap_or_default();
+        assert!(
+            zone_row.contains(" 48 series, 1 request per tick"),
+            "{zone_row}"
+        );
+        // With emf too: 24 series in each region of each account.
+        let e = cross_region_with("[\"cloudwatch\", \"emf\"]", &format!("publish = {zone}"));
+        assert_eq!((e.metrics, e.other_region_metrics), (96, 48), "{e:?}");
+        assert_eq!(e.targets[0].metrics, 48);
+        let own = row_of(&e, None).unwrap_or_default();
+        assert!(
+            own.contains(" 48 series, 0 requests per tick"),
+            "{}",
+            section(&e)
+        );
+        // The default target and the other account's: each gets both regions' 24.
+        let both = format!("publish = [{zone}, {{ region = \"eu-west-1\" }}]");
+        let e = cross_region_with("[\"cloudwatch\"]", &both);
+        assert_eq!((e.metrics, e.other_region_metrics), (96, 48), "{e:?}");
+        let own = row_of(&e, None).unwrap_or_default();
+        assert!(
+            own.contains(" 48 series, 1 request per tick"),
+            "{}",
+            section(&e)
+        );
+        // A target pinned to another region gets the same series from both probers.
+        let pinned = "publish = { name = \"zone\", region = \"us-east-1\", role_arn = \"arn:aws:iam::111122223333:role/p\" }";
+        let e = cross_region_with("[\"cloudwatch\"]", pinned);
+        assert_eq!((e.metrics, e.other_region_metrics), (24, 0), "{e:?}");
+        assert_eq!(row_of(&e, None), None, "{}", section(&e));
     }
 
     /// A service publishing to two targets: each bills its own series and requests, the

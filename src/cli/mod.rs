@@ -31,7 +31,8 @@ pub const EXIT_IO: u8 = 74;
 /// Exit code: the runtime could not start (sysexits EX_SOFTWARE).
 pub const EXIT_INTERNAL: u8 = 70;
 /// Exit code: a secret, CA bundle, client certificate or key, or resolv.conf is unavailable at
-/// start-up (sysexits EX_CONFIG); also `check --strict` when it finds one.
+/// start-up, or the `[serve] listen` address cannot be bound (sysexits EX_CONFIG); also `check
+/// --strict` when it finds one.
 pub const EXIT_UNAVAILABLE_INPUT: u8 = 78;
 
 /// readyprobe — tells Route 53 the truth about whether each failover branch can do its job.
@@ -735,6 +736,10 @@ async fn run(cfg: Config, opts: RunOptions, reloads: Option<runner::Reloads>) ->
                 "error: cannot prepare probes ({n} input{} unavailable); nothing was probed or published",
                 if n == 1 { "" } else { "s" }
             );
+            ExitCode::from(EXIT_UNAVAILABLE_INPUT)
+        }
+        runner::RunError::Serve(_) => {
+            eprintln!("error: {e}; nothing was probed or published");
             ExitCode::from(EXIT_UNAVAILABLE_INPUT)
         }
         runner::RunError::State(_) | runner::RunError::Evidence { .. } => {

@@ -294,7 +294,7 @@ pub(super) async fn status(cfg: &Config, svc: &ServiceConfig, json: bool) -> Exi
         Err(e) => return store_error(e),
     };
     if json {
-        match serde_json::to_string_pretty(&with_freshness(&doc, now_ms())) {
+        match serde_json::to_string_pretty(&crate::control::with_freshness(&doc, now_ms())) {
             Ok(text) => println!("{text}"),
             Err(e) => {
                 eprintln!("error: cannot encode the control document: {e}");
@@ -319,31 +319,6 @@ pub(super) async fn status(cfg: &Config, svc: &ServiceConfig, json: bool) -> Exi
         print!("{}", crate::config::escape_controls_by_line(&text));
     }
     ExitCode::from(EXIT_OK)
-}
-
-/// `status --json`: the document, plus `freshness`: when it was read (`read_at`, ms since the
-/// epoch) and per prober id its `age_ms` (since its last save, negative when saved ahead of this
-/// clock) and whether it is `stale` ([`crate::control::ProberState::is_fresh`]).
-fn with_freshness(doc: &crate::control::ControlDoc, now: i64) -> serde_json::Value {
-    let probers: serde_json::Map<String, serde_json::Value> = doc
-        .probers
-        .iter()
-        .map(|(id, p)| {
-            let v = serde_json::json!({
-                "age_ms": now.saturating_sub(p.saved_at),
-                "stale": !p.is_fresh(now),
-            });
-            (id.clone(), v)
-        })
-        .collect();
-    let mut v = serde_json::to_value(doc).unwrap_or_default();
-    if let Some(top) = v.as_object_mut() {
-        top.insert(
-            "freshness".into(),
-            serde_json::json!({"read_at": now, "probers": probers}),
-        );
-    }
-    v
 }
 
 /// `doc` with every free-text field escaped for a terminal ([`crate::config::escape_controls`]).

@@ -34,6 +34,15 @@ fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
     }
     plan_publish(s, cfg)?;
     plan_evidence_and_state(s, cfg)?;
+    if let Some(serve) = &cfg.serve {
+        writeln!(
+            s,
+            "serve: /metrics, /healthz and /status on http://{} (at most {} connections, request timeout {})",
+            serve.listen,
+            serve.max_connections,
+            crate::clock::fmt_duration(serve.request_timeout)
+        )?;
+    }
     writeln!(s, "{}", super::cost::section(&super::cost::estimate(cfg)))?;
     writeln!(s, "{}", super::cost::profiles_line(cfg))?;
     if let Some(line) = super::cost::otlp_line(cfg) {
@@ -539,6 +548,17 @@ endpoint = "mysql-secondary.orders.internal.example"
             warning: probe.tls.danger_send_secrets_unverified is true: ssl_mode "required" does not verify the server's certificate, and probe.mysql.password is sent anyway; a server that is not the branch can capture it (evidence records tls_verified: false)
         "#]]
         .assert_eq(&plan_of(MYSQL));
+    }
+
+    #[test]
+    fn plan_shows_where_serve_listens_when_set() {
+        assert!(!plan_of(MYSQL).contains("serve:"));
+        let plan = plan_of(&format!("{MYSQL}\n[serve]\n"));
+        let line = "serve: /metrics, /healthz and /status on http://127.0.0.1:9464 (at most 64 connections, request timeout 5s)\n";
+        assert!(
+            plan.contains(&format!("(synced every 10s)\n{line}")),
+            "{plan}"
+        );
     }
 
     #[test]

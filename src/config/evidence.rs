@@ -3,6 +3,7 @@
 
 use super::issues::Issues;
 use super::raw::RawEvidenceS3;
+use super::region::region_problem;
 use std::time::Duration;
 
 /// Default `segment`: how long a segment stays open.
@@ -61,6 +62,9 @@ pub(super) fn section(raw: RawEvidenceS3, issues: &mut Issues<'_>) -> Option<Evi
         && let Err(why) = super::publish::check_endpoint_url(url)
     {
         issues.error("evidence.s3.endpoint_url", why);
+    }
+    if let Some(why) = raw.region.as_deref().and_then(region_problem) {
+        issues.error("evidence.s3.region", why);
     }
     let segment = raw.segment.unwrap_or(DEFAULT_SEGMENT);
     if !(MIN_SEGMENT..=MAX_SEGMENT).contains(&segment) {

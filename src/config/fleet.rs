@@ -97,6 +97,7 @@ pub(super) fn validate(
         route53: raw.route53,
         stable_name_probe: raw.stable_name_probe,
         reload: raw.reload,
+        serve: raw.serve,
     };
     let config = shared_sections(path, shared, host, issues);
     let publish = config.as_ref().map(|c| c.publish.clone());

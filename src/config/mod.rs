@@ -23,9 +23,11 @@ mod probe;
 mod publish;
 mod raw;
 mod readiness;
+mod region;
 mod reload;
 mod route53;
 mod secret;
+mod serve;
 mod service;
 mod source;
 mod stable_name;
@@ -52,6 +54,7 @@ pub use secret::{
     DEFAULT_REFRESH, HeaderValueSource, MAX_REFRESH, MIN_REFRESH, SecretError, SecretRef,
     SecretsManagerRef,
 };
+pub use serve::{DEFAULT_LISTEN, Serve};
 pub use service::{Branch, Service, check_hostname};
 pub use source::ConfigSource;
 pub use stable_name::{END_TO_END_KEY, StableNameProbe};
@@ -104,6 +107,8 @@ pub struct Config {
     /// `[reload] poll`: how often the config's source is read again for a change; `None`
     /// when not set (a local file is then not polled; an S3 config is, every 30 s).
     pub reload_poll: Option<std::time::Duration>,
+    /// `[serve]`: the HTTP endpoint (`/metrics`, `/healthz`, `/status`); `None`: not served.
+    pub serve: Option<Serve>,
     /// The services, in config order (one for a config with a single `[service]` table).
     pub services: Vec<ServiceConfig>,
     /// Non-fatal findings (e.g. a policy where one failure crosses a threshold).
@@ -303,6 +308,7 @@ pub(super) struct RawShared {
     route53: raw::RawRoute53,
     stable_name_probe: raw::RawStableNameProbe,
     reload: raw::RawReload,
+    serve: Option<raw::RawServe>,
 }
 
 /// The checked stage of the single-service form: every section in turn, all errors collected.
@@ -327,6 +333,7 @@ fn validate(
         route53: raw.route53,
         stable_name_probe: raw.stable_name_probe,
         reload: raw.reload,
+        serve: raw.serve,
     };
     let config = shared_sections(path, shared, host, issues);
     let publish_targets = publish::targets(
@@ -404,6 +411,7 @@ pub(super) fn shared_sections(
     let route53 = route53::section(raw.route53, issues);
     let stable_name_probe = stable_name::section(raw.stable_name_probe, issues);
     let reload_poll = reload::section(raw.reload, issues);
+    let serve = raw.serve.map(|s| serve::section(s, issues));
     Some(Config {
         source: path.to_owned(),
         prober_id,
@@ -417,6 +425,7 @@ pub(super) fn shared_sections(
         route53,
         stable_name_probe,
         reload_poll,
+        serve,
         services: Vec::new(),
         warnings: Vec::new(),
     })

@@ -3,6 +3,7 @@
 use super::issues::Issues;
 use super::otlp_sink::OtlpSink;
 use super::raw::{RawPublish, RawTarget, RawTargets};
+use super::region::region_problem;
 use super::values::SinkKind;
 use crate::clock::fmt_duration;
 pub use crate::contract::MetricsProfile;
@@ -200,24 +201,6 @@ fn check_external_id(id: &str) -> Result<(), String> {
     }
 }
 
-/// A region name as AWS spells them: lower-case letters, digits and `-`, e.g. `eu-west-1`.
-fn check_region(region: &str) -> Result<(), String> {
-    let ok = (1..=50).contains(&region.len())
-        && region
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !region.starts_with('-')
-        && !region.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{:?} is not a region name; write e.g. \"eu-west-1\"",
-            region.chars().take(60).collect::<String>()
-        ))
-    }
-}
-
 /// The role of a table with `role_arn` and `external_id` (each possibly inherited), checked;
 /// errors on `<key>.role_arn` and `<key>.external_id`.
 fn role_of(
@@ -336,9 +319,7 @@ fn one_target(
     issues: &mut Issues<'_>,
 ) -> Option<PublishTarget> {
     let mut ok = true;
-    if let Some(r) = &t.region
-        && let Err(why) = check_region(r)
-    {
+    if let Some(why) = t.region.as_deref().and_then(region_problem) {
         issues.error(format!("{key}.region"), why);
         ok = false;
     }
@@ -472,9 +453,7 @@ pub(super) fn section(raw: RawPublish, base: &Path, issues: &mut Issues<'_>) -> 
     {
         issues.error("publish.cloudwatch.endpoint_url", why);
     }
-    if let Some(r) = &cw.region
-        && let Err(why) = check_region(r)
-    {
+    if let Some(why) = cw.region.as_deref().and_then(region_problem) {
         issues.error("publish.cloudwatch.region", why);
     }
     let role = role_of(

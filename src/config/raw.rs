@@ -92,6 +92,7 @@ pub(super) struct RawConfig {
     pub stable_name_probe: RawStableNameProbe,
     #[serde(default)]
     pub reload: RawReload,
+    pub serve: Option<RawServe>,
     pub probe: RawProbe,
     #[serde(default)]
     pub branch: Vec<RawBranch>,
@@ -121,6 +122,7 @@ pub(super) struct RawFleetConfig {
     pub stable_name_probe: RawStableNameProbe,
     #[serde(default)]
     pub reload: RawReload,
+    pub serve: Option<RawServe>,
     pub probe: Option<toml::Table>,
     /// Refused: in this form each service lists its own `[[service.branch]]`.
     pub branch: Option<toml::Value>,
@@ -358,6 +360,16 @@ pub(super) struct RawStableNameProbe {
 pub(super) struct RawReload {
     #[serde(default, deserialize_with = "bounded_duration")]
     pub poll: Option<Duration>,
+}
+
+/// `[serve]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServe {
+    pub listen: Option<String>,
+    pub max_connections: Option<u64>,
+    #[serde(default, deserialize_with = "bounded_duration")]
+    pub request_timeout: Option<Duration>,
 }
 
 /// `[dns]`.

@@ -7,6 +7,7 @@
 //! shape (name or ARN, key, refresh period, region). Reading a secret is the probe's start-up
 //! business ([`SecretRef::resolve`], `secrets`); validation never reads one.
 
+use super::region::region_problem;
 use serde::Deserialize;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -130,15 +131,6 @@ struct RdsIamTable {
     region: Option<String>,
 }
 
-/// Why `r` names no region; `None` when it has a region's shape.
-fn region_problem(r: &str) -> Option<String> {
-    let shape = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
-    (r.is_empty() || r.len() > 32 || !r.chars().all(shape)).then(|| {
-        let shown: String = r.chars().take(60).collect();
-        format!("region: {shown:?} is not a region name (e.g. \"eu-west-1\")")
-    })
-}
-
 impl RefTable {
     /// The reference, or why the table is none (never quoting a value: a table holds none).
     fn into_ref(self) -> Result<SecretRef, String> {
@@ -152,7 +144,7 @@ impl RefTable {
                 return Err(REF_SHAPE.into());
             }
             if let Some(p) = iam.region.as_deref().and_then(region_problem) {
-                return Err(format!("rds_iam.{p}"));
+                return Err(format!("rds_iam.region: {p}"));
             }
             return Ok(SecretRef::RdsIam { region: iam.region });
         }
@@ -193,7 +185,7 @@ fn sm_ref(
     };
     if let Some(r) = &region {
         if let Some(p) = region_problem(r) {
-            return Err(p);
+            return Err(format!("region: {p}"));
         }
         if let Some(a) = arn_region(&id).filter(|a| a != r) {
             return Err(format!("region: {r:?} is not the ARN's region {a:?}"));
@@ -446,7 +438,7 @@ mod tests {
             ),
             (
                 r#"{ rds_iam = { region = "EU" } }"#,
-                "rds_iam.region: \"EU\" is not a region name",
+                "rds_iam.region: \"EU\" is not an AWS region name",
             ),
             (
                 r#"{ rds_iam = { region = "eu-west-1", user = "x" } }"#,
@@ -509,7 +501,7 @@ mod tests {
             ),
             (
                 r#"{ secrets_manager = "db", region = "EU" }"#,
-                "is not a region name",
+                "region: \"EU\" is not an AWS region name",
             ),
             (
                 r#"{ secrets_manager = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:x", region = "us-east-1" }"#,

@@ -3,6 +3,7 @@
 use super::issues::Issues;
 use super::probe::ProbeConfig;
 use super::raw::{RawBranch, RawService};
+use super::region::region_problem;
 use super::secret::SecretRef;
 use super::values::Role;
 use std::collections::BTreeSet;
@@ -203,22 +204,6 @@ pub(super) fn branches(
         }
     }
     Some(out)
-}
-
-/// What is wrong with an AWS region name, if anything: lower-case letters, digits and `-`,
-/// at most 32 characters (`eu-west-1`, `us-gov-west-1`).
-pub(super) fn region_problem(r: &str) -> Option<String> {
-    let shape = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
-    let ok = !r.is_empty()
-        && r.len() <= 32
-        && r.chars().all(shape)
-        && r.contains('-')
-        && !r.starts_with('-')
-        && !r.ends_with('-');
-    (!ok).then(|| {
-        let shown: String = r.chars().take(60).collect();
-        format!("{shown:?} is not an AWS region name (e.g. \"eu-west-1\")")
-    })
 }
 
 fn check_endpoint(endpoint: &str, service: &Service) -> Result<(), String> {

@@ -2,6 +2,7 @@
 
 use super::issues::Issues;
 use super::raw::RawState;
+use super::region::region_problem;
 use super::values::StoreName;
 use std::time::Duration;
 
@@ -68,6 +69,9 @@ pub(super) fn section(
                 && let Err(why) = super::publish::check_endpoint_url(url)
             {
                 issues.error("state.s3.endpoint_url", why);
+            }
+            if let Some(why) = s3.region.as_deref().and_then(region_problem) {
+                issues.error("state.s3.region", why);
             }
             Some(StoreKind::S3(S3State {
                 bucket: s3.bucket,

@@ -42,7 +42,7 @@ impl Fold {
 
     /// Evaluate every branch at `now`, then publish the tick's datums (each service's heartbeat
     /// included), one batch per namespace and set of sinks: services of one namespace with the
-    /// same targets share a batch; the `emf` sink gets each of them.
+    /// same sinks share a batch; the `emf` sink gets each of them.
     pub(super) fn tick(&mut self, reason: PublishReason, now: Millis) {
         self.expire_overrides(now);
         let mut by_route: BTreeMap<(String, Vec<SinkId>), Vec<Datum>> = BTreeMap::new();
@@ -50,14 +50,16 @@ impl Fold {
         for svc in ids {
             let datums = self.tick_service(svc, now);
             let ns = self.namespace(svc);
-            let targets = self.services.get(&svc).map(|s| s.targets.clone());
-            let sinks = self.sinks_of(&targets.unwrap_or_default());
+            let sinks = self.services.get(&svc).map(|s| s.sinks.clone());
+            let sinks = sinks.unwrap_or_default();
             by_route.entry((ns, sinks)).or_default().extend(datums);
         }
-        for (name, ns, targets) in &self.unavailable {
+        for (name, ns, sinks) in &self.unavailable {
             let d = service_unavailable_datum(name, now);
-            let sinks = self.sinks_of(targets);
-            by_route.entry((ns.clone(), sinks)).or_default().push(d);
+            by_route
+                .entry((ns.clone(), sinks.clone()))
+                .or_default()
+                .push(d);
         }
         for ((ns, sinks), datums) in by_route {
             self.publish_to(datums, reason, sinks, ns);
@@ -158,8 +160,7 @@ impl Fold {
         let Some(s) = self.services.get(&svc) else {
             return;
         };
-        let (namespace, targets) = (s.namespace.clone(), s.targets.clone());
-        let sinks = self.sinks_of(&targets);
+        let (namespace, sinks) = (s.namespace.clone(), s.sinks.clone());
         self.publish_to(datums, reason, sinks, namespace);
     }
 

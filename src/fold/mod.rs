@@ -16,15 +16,13 @@ use crate::record::{
     Reload, Restored, ServiceUnavailable, StableNameRecord, Start, StoreSyncFailureClass,
 };
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
-/// A service's CloudWatch targets by name, `None` for `[publish.cloudwatch]`'s own; empty
-/// means the default one alone.
-pub type Targets = Vec<Option<Arc<str>>>;
+/// The sinks a service's datums go to, as [`crate::datum::sinks_of`] gives them.
+pub type Sinks = Vec<SinkId>;
 
-/// A service that could not be prepared: its name, namespace and CloudWatch targets, to which
-/// its `ServiceUnavailable` datum goes at every tick.
-pub type Unavailable = (String, String, Targets);
+/// A service that could not be prepared: its name, namespace and sinks, to which its
+/// `ServiceUnavailable` datum goes at every tick.
+pub type Unavailable = (String, String, Sinks);
 
 mod batches;
 mod branches;
@@ -299,8 +297,8 @@ pub struct NewService {
     pub service: String,
     /// The CloudWatch namespace of its datums.
     pub namespace: String,
-    /// Its CloudWatch targets.
-    pub targets: Targets,
+    /// Its sinks.
+    pub sinks: Sinks,
     /// The readiness policy of its branches.
     pub policy: Policy,
     /// Branch names, in config order.
@@ -323,8 +321,8 @@ pub struct ServiceChange {
     pub id: ServiceId,
     /// The CloudWatch namespace of its datums from now on.
     pub namespace: String,
-    /// Its CloudWatch targets from now on.
-    pub targets: Targets,
+    /// Its sinks from now on.
+    pub sinks: Sinks,
     /// The readiness policy of its branches from now on.
     pub policy: Policy,
     /// Its branches from now on, in config order; a running branch not named here is removed.
@@ -476,8 +474,8 @@ pub struct ServiceSetup<'a> {
     pub service: &'a str,
     /// The CloudWatch namespace of its datums.
     pub namespace: &'a str,
-    /// Its CloudWatch targets.
-    pub targets: &'a [Option<Arc<str>>],
+    /// Its sinks.
+    pub sinks: &'a [SinkId],
     /// The readiness policy of its branches.
     pub policy: &'a Policy,
     /// Branch names, in config order (the order of each tick's datums).
@@ -535,7 +533,7 @@ struct Outstanding {
 struct Svc {
     name: String,
     namespace: String,
-    targets: Targets,
+    sinks: Sinks,
     restored: Vec<Restored>,
     /// Approval ids whose decision this run has recorded.
     recorded: BTreeSet<String>,
@@ -827,29 +825,6 @@ impl Fold {
             .get(&svc)
             .map(|s| s.namespace.clone())
             .unwrap_or_default()
-    }
-
-    /// The sinks a service's datums go to: each configured sink, the CloudWatch one once per
-    /// target.
-    fn sinks_of(&self, targets: &[Option<Arc<str>>]) -> Vec<SinkId> {
-        let default = [None];
-        let targets = if targets.is_empty() {
-            &default[..]
-        } else {
-            targets
-        };
-        let mut out = Vec::new();
-        for &kind in &self.sinks {
-            if kind == "cloudwatch" {
-                out.extend(targets.iter().map(|t| SinkId {
-                    kind,
-                    target: t.clone(),
-                }));
-            } else {
-                out.push(SinkId::of(kind));
-            }
-        }
-        out
     }
 
     fn set_unready_logged(&mut self, svc: ServiceId, logged: bool) {

@@ -78,7 +78,7 @@ impl Fold {
             Svc {
                 name: service.to_string(),
                 namespace: setup.namespace.to_string(),
-                targets: setup.targets.to_vec(),
+                sinks: setup.sinks.to_vec(),
                 restored,
                 // Decisions this prober id already has in the document were taken (and recorded)
                 // by an earlier run: a restart must not record them again as news.
@@ -134,7 +134,7 @@ impl Fold {
         let setup = ServiceSetup {
             service: &n.service,
             namespace: &n.namespace,
-            targets: &n.targets,
+            sinks: &n.sinks,
             policy: &n.policy,
             branches: &n.branches,
             store_location: &n.store_location,
@@ -177,7 +177,7 @@ impl Fold {
             return;
         };
         s.namespace = c.namespace;
-        s.targets = c.targets;
+        s.sinks = c.sinks;
         let name = s.name.clone();
         let mut old: BTreeMap<String, Branch> = self
             .branches

@@ -10,6 +10,18 @@ use std::time::Duration;
 
 const SINKS: [&str; 2] = ["cloudwatch", "emf"];
 
+/// The sinks of a service without `publish`: [`SINKS`], the default target's.
+static DEFAULT_SINKS: [SinkId; 2] = [
+    SinkId {
+        kind: "cloudwatch",
+        target: None,
+    },
+    SinkId {
+        kind: "emf",
+        target: None,
+    },
+];
+
 /// The kinds of `sinks` (all at the default target in these tests).
 fn names(sinks: &[SinkId]) -> Vec<&'static str> {
     assert!(sinks.iter().all(|s| s.target.is_none()), "{sinks:?}");
@@ -45,7 +57,7 @@ fn start_with(doc: &ControlDoc, policy: &Policy) -> (Fold, Vec<Effect>) {
 fn start_at(doc: &ControlDoc, policy: &Policy, now: Millis) -> (Fold, Vec<Effect>) {
     let branches = ["primary".to_string(), "secondary".to_string()];
     let services = [ServiceSetup {
-        targets: &[],
+        sinks: &DEFAULT_SINKS,
         service: "orders-db",
         namespace: "Readyprobe",
         policy,
@@ -821,7 +833,7 @@ fn a_tick_packs_every_service_of_a_namespace_into_one_batch() {
     ];
     let p = policy();
     let svc = |i: usize, service, namespace| ServiceSetup {
-        targets: &[],
+        sinks: &DEFAULT_SINKS,
         service,
         namespace,
         policy: &p,
@@ -837,7 +849,7 @@ fn a_tick_packs_every_service_of_a_namespace_into_one_batch() {
     let unavailable = [(
         "broken-db".to_string(),
         "Readyprobe".to_string(),
-        Vec::new(),
+        DEFAULT_SINKS.to_vec(),
     )];
     let setup = Setup {
         prober: "p1",
@@ -895,7 +907,7 @@ fn a_tick_packs_every_service_of_a_namespace_into_one_batch() {
 
 fn new_service(id: ServiceId, name: &str, doc: ControlDoc) -> Input {
     Input::AddService(Box::new(NewService {
-        targets: Vec::new(),
+        sinks: DEFAULT_SINKS.to_vec(),
         id,
         service: name.into(),
         namespace: "Readyprobe".into(),
@@ -996,7 +1008,7 @@ fn a_changed_service_keeps_untouched_branches_and_resets_changed_ones_windows() 
     drive(&mut f, "secondary", 500, 5000, false);
     let before = f.sync_request(0).readiness;
     let change = ServiceChange {
-        targets: Vec::new(),
+        sinks: DEFAULT_SINKS.to_vec(),
         id: 0,
         namespace: "Other".into(),
         policy: policy(),
@@ -1040,7 +1052,7 @@ fn an_untouched_branch_of_a_changed_service_keeps_its_window_and_clocks() {
     drive(&mut f, "primary", 500, 2000, true);
     let before = f.sync_request(0).readiness["primary"].clone();
     let change = ServiceChange {
-        targets: Vec::new(),
+        sinks: DEFAULT_SINKS.to_vec(),
         id: 0,
         namespace: "Readyprobe".into(),
         policy: policy(),
@@ -1072,7 +1084,7 @@ fn a_carried_branch_keeps_its_window_under_the_new_policy() {
     let mut stricter = policy();
     stricter.min_attempts += 1;
     let change = ServiceChange {
-        targets: Vec::new(),
+        sinks: DEFAULT_SINKS.to_vec(),
         id: 0,
         namespace: "Readyprobe".into(),
         policy: stricter.clone(),
@@ -1249,7 +1261,7 @@ fn branches_stay_with_their_service_across_add_remove_and_change() {
     f.handle(new_service(2, "telemetry", ControlDoc::new("telemetry")), 0);
     f.handle(Input::RemoveService(1), 10);
     let change = ServiceChange {
-        targets: Vec::new(),
+        sinks: DEFAULT_SINKS.to_vec(),
         id: 0,
         namespace: "Readyprobe".into(),
         policy: policy(),
@@ -1401,7 +1413,7 @@ fn tick_cost_at_a_thousand_services() {
         .iter()
         .zip(&docs)
         .map(|(n, doc)| ServiceSetup {
-            targets: &[],
+            sinks: &DEFAULT_SINKS,
             service: n,
             namespace: "Readyprobe",
             policy: &p,
@@ -1750,7 +1762,7 @@ fn wake_cost_at_ten_thousand_branches() {
         .iter()
         .zip(&docs)
         .map(|(n, doc)| ServiceSetup {
-            targets: &[],
+            sinks: &DEFAULT_SINKS,
             service: n,
             namespace: "Readyprobe",
             policy: &p,
@@ -2135,21 +2147,26 @@ fn an_override_beyond_the_maximum_shows_its_bounded_end_from_the_first_line() {
     );
 }
 
-/// A service with two CloudWatch targets: each tick's batch goes to `emf` once and to each
-/// target's sink; a failure of one target is accounted to that target alone (its `publish`
+/// A service with two CloudWatch targets: each tick's batch goes to its sinks, `emf` once and
+/// each target's; a failure of one target is accounted to that target alone (its `publish`
 /// record names it, the run summary counts it as `cloudwatch[<target>]`), the other's batch
 /// is sent; a service without targets shares no batch with one that has them.
 #[test]
 fn each_target_is_its_own_sink_and_is_accounted_alone() {
     let (branches, p) = (["primary".to_string()], policy());
     let docs = [ControlDoc::new("orders-db"), ControlDoc::new("payments-db")];
-    let two: Targets = vec![
-        Some("eu-west-1".into()),
-        Some("us-east-1@111122223333/pub".into()),
-    ];
+    let a = SinkId {
+        kind: "cloudwatch",
+        target: Some("eu-west-1".into()),
+    };
+    let b = SinkId {
+        kind: "cloudwatch",
+        target: Some("us-east-1@111122223333/pub".into()),
+    };
+    let two = [a.clone(), b.clone(), SinkId::of("emf")];
     let services = [
         ServiceSetup {
-            targets: &two,
+            sinks: &two,
             service: "orders-db",
             namespace: "Readyprobe",
             policy: &p,
@@ -2158,7 +2175,7 @@ fn each_target_is_its_own_sink_and_is_accounted_alone() {
             doc: &docs[0],
         },
         ServiceSetup {
-            targets: &[],
+            sinks: &DEFAULT_SINKS,
             service: "payments-db",
             namespace: "Readyprobe",
             policy: &p,
@@ -2185,15 +2202,7 @@ fn each_target_is_its_own_sink_and_is_accounted_alone() {
             .expect("a batch")
     };
     let (orders, payments) = (of("orders-db"), of("payments-db"));
-    let a = SinkId {
-        kind: "cloudwatch",
-        target: Some("eu-west-1".into()),
-    };
-    let b = SinkId {
-        kind: "cloudwatch",
-        target: Some("us-east-1@111122223333/pub".into()),
-    };
-    assert_eq!(orders.sinks, [a.clone(), b.clone(), SinkId::of("emf")]);
+    assert_eq!(orders.sinks, two);
     assert_eq!(names(&payments.sinks), SINKS);
     assert!(
         !payments
@@ -2246,7 +2255,7 @@ fn the_control_profile_hands_sinks_only_what_alarms_read() {
     let doc = ControlDoc::new("orders-db");
     let (p, branches) = (policy(), ["primary".to_string(), "secondary".to_string()]);
     let services = [ServiceSetup {
-        targets: &[],
+        sinks: &DEFAULT_SINKS,
         service: "orders-db",
         namespace: "Readyprobe",
         policy: &p,
@@ -2312,8 +2321,10 @@ fn the_control_profile_hands_sinks_only_what_alarms_read() {
 fn the_control_profile_leaves_otlp_the_full_set_in_a_batch_of_its_own() {
     let doc = ControlDoc::new("orders-db");
     let (p, branches) = (policy(), ["primary".to_string(), "secondary".to_string()]);
+    let sinks = ["cloudwatch", "otlp", "emf"];
+    let ids = sinks.map(SinkId::of);
     let services = [ServiceSetup {
-        targets: &[],
+        sinks: &ids,
         service: "orders-db",
         namespace: "Readyprobe",
         policy: &p,
@@ -2321,7 +2332,6 @@ fn the_control_profile_leaves_otlp_the_full_set_in_a_batch_of_its_own() {
         store_location: "memory",
         doc: &doc,
     }];
-    let sinks = ["cloudwatch", "otlp", "emf"];
     let setup = |metrics| Setup {
         prober: "p1",
         services: &services,

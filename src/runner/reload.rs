@@ -325,8 +325,8 @@ fn applied(
         .iter()
         .filter(|s| unavailable.iter().any(|(n, _)| *n == s.service.name))
         .map(|s| {
-            let targets = super::wiring::fold_targets(&new, s);
-            (s.service.name.clone(), s.namespace.clone(), targets)
+            let sinks = super::wiring::fold_sinks(&new, s);
+            (s.service.name.clone(), s.namespace.clone(), sinks)
         })
         .collect();
     shell.feed(Input::SetUnavailable(down));
@@ -436,7 +436,7 @@ fn change(
     shell.feed(Input::ChangeService(Box::new(ServiceChange {
         id: c.id,
         namespace: svc.namespace.clone(),
-        targets: super::wiring::fold_targets(new, svc),
+        sinks: super::wiring::fold_sinks(new, svc),
         policy: svc.policy.clone(),
         branches: c
             .branches

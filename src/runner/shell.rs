@@ -62,6 +62,8 @@ pub(super) struct Shell {
     pub(super) instance: String,
     /// The pace of each running branch loop with adaptive probing, by service and branch.
     pub(super) paces: BTreeMap<(ServiceId, String), Pace>,
+    /// With `[serve]`: what the endpoint shows, kept up to date here (plain data handed over).
+    pub(super) served: Option<Arc<crate::serve::Feed>>,
 }
 
 /// What sets a branch loop's pace: the `watch` it reads (true: suspect, at its suspect
@@ -90,6 +92,9 @@ impl Shell {
         self.stores.remove(&id);
         self.instances.remove(&id);
         self.paces.retain(|(s, _), _| *s != id);
+        if let Some(f) = &self.served {
+            f.forget(id);
+        }
     }
 
     /// Keep the pace of the branch loops just started for service `id` (with `probe`'s
@@ -128,7 +133,11 @@ impl Shell {
     }
 
     pub(super) fn execute(&mut self, effects: Vec<Effect>) {
+        let now = self.clock.now_ms();
         for e in effects {
+            if let Some(f) = &self.served {
+                f.exposition.observe(&e, now);
+            }
             match e {
                 Effect::Publish(b) => self.hand(b),
                 Effect::Record(at, service, r) => self.evidence.record_for(at, &service, &r),
@@ -219,7 +228,11 @@ impl Shell {
     }
 
     pub(super) fn tick(&mut self, last: bool) {
-        self.evidence.reopen_if_replaced(self.clock.now_ms());
+        let now = self.clock.now_ms();
+        self.evidence.reopen_if_replaced(now);
+        if let Some(f) = &self.served {
+            f.ticked(now);
+        }
         self.feed(Input::Tick { last });
     }
 
@@ -322,6 +335,9 @@ impl Shell {
         let duplicate = watch.after_sync(outcome.result.is_ok(), outcome.found);
         if let Some(other) = duplicate {
             self.duplicate(service, other);
+        }
+        if let (Some(f), Ok((doc, _))) = (&self.served, &outcome.result) {
+            f.synced(service, doc);
         }
         self.feed(match outcome.result {
             Ok((doc, (decided, markers, dropped))) => Input::SyncDone {

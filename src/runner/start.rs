@@ -110,14 +110,15 @@ pub(super) fn start(
     loaded: Loaded<'_>,
     (evidence, sinks): (EvidenceWriter, Vec<(String, SinkQueue)>),
     (resolver, secrets): (hickory_resolver::TokioResolver, SecretCache),
+    served: Option<std::sync::Arc<crate::serve::Feed>>,
 ) -> (Shell, Fleet, mpsc::Receiver<(Tag, BranchEvent)>) {
     let now = clock.now_ms();
     let unavailable: Vec<crate::fold::Unavailable> = loaded
         .unavailable
         .iter()
         .map(|(svc, _)| {
-            let targets = super::wiring::fold_targets(cfg, svc);
-            (svc.service.name.clone(), svc.namespace.clone(), targets)
+            let sinks = super::wiring::fold_sinks(cfg, svc);
+            (svc.service.name.clone(), svc.namespace.clone(), sinks)
         })
         .collect();
     let mut sink_names: Vec<&'static str> = Vec::new();
@@ -143,6 +144,7 @@ pub(super) fn start(
         instances: BTreeMap::new(),
         instance: format!("{:016x}", rand::random::<u64>()),
         paces: BTreeMap::new(),
+        served,
         prober: cfg.prober_id.clone(),
         publish_window: cfg.publish.interval,
         sync_bound: cfg.state.poll_interval.max(Duration::from_secs(5)),
@@ -216,11 +218,15 @@ pub(super) fn launch(
 ) {
     let store_location = store.location();
     let start = start_record(cfg, svc, store_location.clone(), duration_ms);
+    if let Some(f) = &shell.served {
+        // `/status` shows the document as loaded until the service's first sync.
+        f.synced(id, &doc);
+    }
     shell.feed(Input::AddService(Box::new(NewService {
         id,
         service: svc.service.name.clone(),
         namespace: svc.namespace.clone(),
-        targets: super::wiring::fold_targets(cfg, svc),
+        sinks: super::wiring::fold_sinks(cfg, svc),
         policy: svc.policy.clone(),
         branches: svc.branches.iter().map(|b| b.name.clone()).collect(),
         store_location,

@@ -12,7 +12,7 @@ use crate::scheduler::{BranchEvent, Schedule, StableNameTarget, branch_loop, sta
 use crate::sink::cloudwatch::{CloudWatchClient, CloudWatchSink};
 use crate::sink::emf::{EmfBuffer, EmfSink};
 use crate::sink::otlp::{Origin, OtlpSettings, OtlpSink, SinkHeader};
-use crate::sink::{Sink, SinkError, SinkId, SinkQueue, SinkReport};
+use crate::sink::{Sink, SinkError, SinkId, SinkQueue, SinkReport, sinks_of};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -54,6 +54,8 @@ pub(super) struct Wiring {
     pub(super) fleet: Fleet,
     /// With `[evidence.s3]`: the task that uploads the evidence's closed segments.
     pub(super) uploader: Option<crate::sink::evidence_s3::Uploader>,
+    /// With `[serve]`: the endpoint, stopped at the end of the shutdown.
+    pub(super) serving: Option<crate::serve::Serving>,
 }
 
 /// What runs: the config in force, each running service's branch loops, and how to start more.
@@ -275,44 +277,10 @@ impl Fleet {
 /// A service's branch probes and the digest of the inputs they were prepared from.
 pub(super) type Probes = (Vec<BranchProbe>, InputsDigest);
 
-/// A service's CloudWatch targets as its sinks know them: `None` for `[publish.cloudwatch]`'s
-/// own target, else the target's name; with its settings.
-pub(super) fn targets_of<'a>(
-    cfg: &Config,
-    svc: &'a ServiceConfig,
-) -> Vec<(Option<Arc<str>>, &'a PublishTarget)> {
-    let default = cfg.publish.default_target();
-    svc.publish_targets
-        .iter()
-        .map(|t| ((*t != default).then(|| Arc::from(t.name.as_str())), t))
-        .collect()
-}
-
-/// A service's targets as the fold routes them ([`crate::fold::Targets`]).
-pub(super) fn fold_targets(cfg: &Config, svc: &ServiceConfig) -> crate::fold::Targets {
-    targets_of(cfg, svc).into_iter().map(|(n, _)| n).collect()
-}
-
-/// The sinks a service's datums go to, each with its namespace: a sink per configured kind,
-/// the CloudWatch one per target.
-fn sinks_of(cfg: &Config, svc: &ServiceConfig) -> Vec<(SinkId, Option<PublishTarget>)> {
-    let mut out = Vec::new();
-    for kind in &cfg.publish.sinks {
-        match kind {
-            SinkKind::Emf => out.push((SinkId::of("emf"), None)),
-            SinkKind::Otlp => out.push((SinkId::of("otlp"), None)),
-            SinkKind::CloudWatch => {
-                for (name, t) in targets_of(cfg, svc) {
-                    let id = SinkId {
-                        kind: "cloudwatch",
-                        target: name,
-                    };
-                    out.push((id, Some(t.clone())));
-                }
-            }
-        }
-    }
-    out
+/// The sinks a service's datums go to ([`sinks_of`]), as the fold routes them.
+pub(super) fn fold_sinks(cfg: &Config, svc: &ServiceConfig) -> crate::fold::Sinks {
+    let routes = sinks_of(&cfg.publish, &svc.publish_targets);
+    routes.into_iter().map(|r| r.id).collect()
 }
 
 /// The sink queues of every namespace and target, and what starting one more needs: the sink
@@ -459,7 +427,8 @@ impl Sinks {
         svc: &ServiceConfig,
     ) {
         let ns = &svc.namespace;
-        for (id, target) in sinks_of(cfg, svc) {
+        for route in sinks_of(&cfg.publish, &svc.publish_targets) {
+            let (id, target) = (route.id, route.target.cloned());
             let key = (ns.clone(), id.clone());
             if let Some(was) = self.running.get(&key) {
                 if *was == target {
@@ -468,7 +437,7 @@ impl Sinks {
                 queues.retain(|(n, q)| !(n == ns && *q.id() == id));
             }
             let sink: Box<dyn Sink> = match &target {
-                None if id.kind == "otlp" => {
+                None if route.kind == SinkKind::Otlp => {
                     let settings = self
                         .otlp
                         .clone()
@@ -506,9 +475,9 @@ impl Sinks {
             .services
             .iter()
             .flat_map(|s| {
-                sinks_of(cfg, s)
+                sinks_of(&cfg.publish, &s.publish_targets)
                     .into_iter()
-                    .map(|(id, _)| (s.namespace.clone(), id))
+                    .map(|r| (s.namespace.clone(), r.id))
             })
             .collect();
         let before: BTreeSet<String> = self.running.keys().map(|(ns, _)| ns.clone()).collect();

@@ -13,8 +13,8 @@ pub mod otlp;
 pub mod segments;
 
 pub use crate::datum::{
-    BranchTick, Datum, Refusal, SinkId, SinkReport, Unit, Value, for_profile,
-    publish_failure_datums, selected_branch_datum, service_unavailable_datum,
+    BranchTick, Datum, Refusal, SinkId, SinkReport, SinkRoute, Unit, Value, for_profile,
+    publish_failure_datums, selected_branch_datum, service_unavailable_datum, sinks_of,
     stable_name_success_datum, tick_datums, transition_datum,
 };
 

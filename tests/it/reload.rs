@@ -159,7 +159,7 @@ fn spawn(cfg: &Path, stdout: &Path) -> tokio::process::Child {
 }
 
 /// `run` with `--grace grace`, stdout to `stdout` and stderr beside it (`.log`).
-fn spawn_graced(cfg: &Path, stdout: &Path, grace: &str) -> tokio::process::Child {
+pub(crate) fn spawn_graced(cfg: &Path, stdout: &Path, grace: &str) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
         .args(["run", "--grace", grace, "--config"])
         .arg(cfg)
@@ -1058,7 +1058,7 @@ async fn a_reload_adding_many_services_on_a_dead_store_applies_within_its_bound(
 }
 
 /// Start gaps (ms) of `service`'s primary attempts that started after `after_ms`.
-fn start_gaps(ev: &[Value], service: &str, after_ms: i64) -> Vec<i64> {
+pub(crate) fn start_gaps(ev: &[Value], service: &str, after_ms: i64) -> Vec<i64> {
     let starts: Vec<i64> = of(ev, "attempt", service, Some("primary"))
         .iter()
         .map(|a| a["started_at"].as_i64().unwrap())
