@@ -179,6 +179,13 @@ impl MetricsProfile {
         }
     }
 
+    /// Whether a sink of kind `sink` (`cloudwatch`, `emf`, `otlp`) takes this profile: the one
+    /// rule of which sinks `publish.metrics` limits. `cloudwatch` and `emf` (billed per series
+    /// and read by alarms) do; `otlp` always gets the full set, as `/metrics` and the evidence do.
+    pub fn limits(self, sink: &str) -> bool {
+        self != MetricsProfile::Full && matches!(sink, "cloudwatch" | "emf")
+    }
+
     /// Whether a run with this profile sends metric `name` to a metric sink.
     pub fn sends(self, name: &str) -> bool {
         match self {
@@ -233,6 +240,10 @@ mod tests {
             .filter(|m| MetricsProfile::Control.sends(m.name))
             .map(|m| m.name)
             .collect();
+        assert!(MetricsProfile::Control.limits("cloudwatch"));
+        assert!(MetricsProfile::Control.limits("emf"));
+        assert!(!MetricsProfile::Control.limits("otlp"));
+        assert!(!MetricsProfile::Full.limits("cloudwatch"));
         assert_eq!(
             sent,
             [

@@ -281,7 +281,7 @@ pub fn sinks_of<'a>(publish: &Publish, targets: &'a [PublishTarget]) -> Vec<Sink
                 },
                 target: Some(t),
             })),
-            SinkKind::Emf => out.push(SinkRoute {
+            SinkKind::Emf | SinkKind::Otlp => out.push(SinkRoute {
                 kind,
                 id: SinkId::of(kind.into()),
                 target: None,

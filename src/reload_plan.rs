@@ -329,6 +329,7 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
             "publish.cloudwatch.max_attempts",
             c.max_attempts == d.max_attempts,
         ),
+        ("publish.otlp", p.otlp == q.otlp),
         ("evidence.path", evidence),
         (
             "evidence.max_size_mb",

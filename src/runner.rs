@@ -129,6 +129,7 @@ where
     };
     let (evidence, uploader) = open_evidence(&cfg, &label).await?;
     let (mut sinks, reports) = Sinks::new(&opts);
+    sinks.prepare_otlp(&cfg, &secrets);
     let mut queues = Vec::new();
     for s in &cfg.services {
         sinks.add(&mut queues, &cfg, s);

@@ -171,6 +171,12 @@ pub fn references(cfg: &Config) -> Vec<SecretsManagerRef> {
             }
         }
     }
+    // The OTLP sink's header secrets are read with the probes' (restart-only: `publish.otlp`).
+    for (_, v) in cfg.publish.otlp.iter().flat_map(|o| &o.headers) {
+        if let HeaderValueSource::Secret(SecretRef::SecretsManager(r)) = v {
+            out.push(r.clone());
+        }
+    }
     out.sort();
     out.dedup();
     out
@@ -460,6 +466,25 @@ mod tests {
         cache.retain(&cfg);
         assert!(cache.cell(&named[0]).is_ok());
         assert!(cache.cell(&gone).is_err());
+    }
+
+    /// The OTLP sink's Secrets Manager header is read with the probes' secrets (once, however
+    /// many name it); its env one is not the cache's.
+    #[test]
+    fn the_otlp_sinks_header_secrets_are_referenced() {
+        let text = "[publish]\nsinks = [\"otlp\"]\n[publish.otlp]\nendpoint = \"https://otel.internal.example\"\nssl_ca = \"/etc/otel-ca.pem\"\nheaders = { authorization = { secrets_manager = \"otel/token\" }, x-tenant = { env = \"TENANT\" } }\n[service]\nname = \"api\"\nstable_name = \"api.internal.example\"\n[probe]\nkind = \"http\"\n[probe.tls]\nssl_ca = \"/etc/ca.pem\"\n[probe.http]\npath = \"/\"\nheaders = { authorization = { secrets_manager = \"otel/token\" } }\n[[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"p.internal.example\"\n";
+        let cfg = crate::config::parse(std::path::Path::new("/etc/api.toml"), text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ids =
+            |cfg: &Config| -> Vec<String> { references(cfg).into_iter().map(|r| r.id).collect() };
+        assert_eq!(ids(&cfg), ["otel/token"]);
+        let text = text.replace(
+            "headers = { authorization = { secrets_manager = \"otel/token\" } }\n[[",
+            "[[",
+        );
+        let cfg = crate::config::parse(std::path::Path::new("/etc/api.toml"), &text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ids(&cfg), ["otel/token"], "named by the sink alone");
     }
 
     /// Due every `refresh`; a denial makes it due at once, then not again within the gap.

@@ -255,6 +255,9 @@ fn this_prober(cfg: &Config, profile: MetricsProfile) -> Tick<'_> {
     for ((ns, ids), (kinds, datums)) in &batches {
         tick.datums += datums.len() as u64;
         for (id, kind) in ids.iter().zip(kinds) {
+            if *kind == SinkKind::Otlp {
+                continue; // no CloudWatch cost: its collector is no AWS bill
+            }
             let series = datums.iter().map(|d| (*ns, d.metric, d.dimensions.clone()));
             tick.series
                 .entry(id.target.clone())
@@ -265,6 +268,7 @@ fn this_prober(cfg: &Config, profile: MetricsProfile) -> Tick<'_> {
                     let n = cloudwatch::batches(datums, AT).0.len() as u64;
                     *tick.requests.entry(id.target.clone()).or_default() += n;
                 }
+                SinkKind::Otlp => {}
                 SinkKind::Emf => {
                     tick.bytes += datums
                         .iter()
@@ -288,9 +292,10 @@ fn other_region(cfg: &Config, profile: MetricsProfile) -> PerTarget<'_> {
     for s in cfg.services.iter().filter(|s| cross_region(s)) {
         let tick = service_tick(cfg, s, profile);
         for route in sink::sinks_of(&cfg.publish, &s.publish_targets) {
-            if route
-                .target
-                .is_some_and(|t| t.region != cfg.publish.cloudwatch.region)
+            if route.kind == SinkKind::Otlp
+                || route
+                    .target
+                    .is_some_and(|t| t.region != cfg.publish.cloudwatch.region)
             {
                 continue;
             }
@@ -612,6 +617,14 @@ pub fn section(e: &Estimate) -> String {
     lines.push(layout_line(e));
     lines.push("  not counted: series published only while something fails (ServiceUnavailable, PublishFailures, StoreSyncFailures), transition datums, the prober's own logs, log storage, evidence storage, the tasks, the state store".into());
     lines.join("\n")
+}
+
+/// With the `otlp` sink: the line saying it costs nothing on AWS's bill (what its collector's
+/// backend bills is not known here); `None` without it.
+pub fn otlp_line(cfg: &Config) -> Option<String> {
+    cfg.publish.otlp.as_ref().map(|_| {
+        "  otlp sink: no CloudWatch cost (every metric goes to the collector, whatever publish.metrics; what its backend bills is not counted)".to_string()
+    })
 }
 
 /// Which layout the alarms and health checks were priced for.
@@ -986,5 +999,38 @@ mod tests {
             )),
             "{text}"
         );
+    }
+
+    /// The otlp sink adds no row and no dollar: the same estimate with it as without, and one
+    /// line saying so.
+    #[test]
+    fn the_otlp_sink_has_no_cloudwatch_cost() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("probes")
+            .join("orders-db.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let without = config::parse(&path, &text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(otlp_line(&without), None);
+        let with = text.replacen(
+            "[publish]",
+            "[publish.otlp]\nendpoint = \"http://127.0.0.1:4318\"\n\n[publish]",
+            1,
+        );
+        let sinks = with
+            .lines()
+            .find(|l| l.starts_with("sinks"))
+            .unwrap()
+            .to_string();
+        let with = with.replacen(&sinks, &sinks.replacen('[', "[\"otlp\", ", 1), 1);
+        let with = config::parse(&path, &with).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(estimate(&with), estimate(&without));
+        assert!(otlp_line(&with).unwrap().contains("no CloudWatch cost"));
+        let plan = crate::cli::plan::plan(&with);
+        assert!(
+            plan.contains("to otlp, cloudwatch, emf (stdout) in namespace"),
+            "{plan}"
+        );
+        assert!(plan.contains("  otlp: POST http://127.0.0.1:4318/v1/metrics (OTLP/HTTP protobuf, every metric whatever publish.metrics; 10s a try, 3 tries)"), "{plan}");
+        assert!(plan.contains("otlp sink: no CloudWatch cost"), "{plan}");
     }
 }

@@ -45,6 +45,9 @@ fn write_plan(s: &mut String, cfg: &Config) -> std::fmt::Result {
     }
     writeln!(s, "{}", super::cost::section(&super::cost::estimate(cfg)))?;
     writeln!(s, "{}", super::cost::profiles_line(cfg))?;
+    if let Some(line) = super::cost::otlp_line(cfg) {
+        writeln!(s, "{line}")?;
+    }
     writeln!(s, "{}", summary(cfg))?;
     for w in &cfg.warnings {
         writeln!(s, "warning: {w}")?;
@@ -297,6 +300,32 @@ fn plan_readiness(s: &mut String, svc: &ServiceConfig) -> std::fmt::Result {
     Ok(())
 }
 
+/// Where the `otlp` sink sends: the URL without its query, the try's limits, the headers by
+/// name (never a value).
+fn plan_otlp(s: &mut String, o: &crate::config::OtlpSink) -> std::fmt::Result {
+    use std::fmt::Write;
+    let url = o.endpoint.split('?').next().unwrap_or_default();
+    let names: Vec<String> = o
+        .headers
+        .iter()
+        .map(|(n, v)| match v {
+            crate::config::HeaderValueSource::Secret(_) => format!("{n} (secret)"),
+            crate::config::HeaderValueSource::Plain(_) => n.to_string(),
+        })
+        .collect();
+    let headers = if names.is_empty() {
+        String::new()
+    } else {
+        format!(", headers {}", names.join(", "))
+    };
+    writeln!(
+        s,
+        "  otlp: POST {url} (OTLP/HTTP protobuf, every metric whatever publish.metrics; {} a try, {} tries{headers})",
+        crate::clock::fmt_duration(o.timeout),
+        o.max_tries,
+    )
+}
+
 /// Where and how often metrics go, and the metric contract (names, units, dimensions).
 fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
     use std::fmt::Write;
@@ -307,6 +336,7 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
         .map(|k| match k {
             SinkKind::CloudWatch => "cloudwatch",
             SinkKind::Emf => "emf (stdout)",
+            SinkKind::Otlp => "otlp",
         })
         .collect();
     writeln!(
@@ -317,6 +347,9 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
         cfg.publish.namespace,
         contract::STORAGE_RESOLUTION
     )?;
+    if let Some(o) = &cfg.publish.otlp {
+        plan_otlp(s, o)?;
+    }
     let failures = if cfg.publish.sinks.contains(&SinkKind::Emf) {
         " (emf only)"
     } else {

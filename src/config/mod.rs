@@ -10,12 +10,14 @@
 //! environment variable; those are the probe's start-up business (`probe::prepare`).
 
 mod dns;
+mod endpoint;
 mod evidence;
 mod fleet;
 mod http;
 mod issues;
 mod mysql;
 mod otlp;
+mod otlp_sink;
 mod postgres;
 mod probe;
 mod publish;
@@ -40,6 +42,7 @@ pub use http::{HttpProbe, HttpRequestSpec};
 pub use issues::{Issue, escape_controls, escape_controls_by_line};
 pub use mysql::MysqlProbe;
 pub use otlp::OtlpProbe;
+pub use otlp_sink::OtlpSink;
 pub use postgres::PostgresProbe;
 pub use probe::{ProbeConfig, ProbeKind, StepTimeouts};
 pub use publish::{AssumeRole, CloudWatch, MetricsProfile, Publish, PublishTarget, session_name};
@@ -401,7 +404,7 @@ pub(super) fn shared_sections(
         None => state_dir.join("evidence.jsonl"),
     };
     let evidence_s3 = raw.evidence.s3.and_then(|s3| evidence::section(s3, issues));
-    let publish = publish::section(raw.publish, issues);
+    let publish = publish::section(raw.publish, base, issues);
     let publish_interval = publish.as_ref().map(|p| p.interval);
     let state = publish_interval.and_then(|i| state::section(raw.state, i, issues));
     let dns = dns::section(raw.dns, issues);

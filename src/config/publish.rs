@@ -1,11 +1,13 @@
 //! `[publish]`: the publish tick, the CloudWatch namespace and the metric sinks.
 
 use super::issues::Issues;
+use super::otlp_sink::OtlpSink;
 use super::raw::{RawPublish, RawTarget, RawTargets};
 use super::region::region_problem;
 use super::values::SinkKind;
 use crate::clock::fmt_duration;
 pub use crate::contract::MetricsProfile;
+use std::path::Path;
 use std::time::Duration;
 
 /// The shortest `PutMetricData` try timeout: a TLS handshake and a request to a regional
@@ -24,10 +26,13 @@ pub struct Publish {
     pub namespace: String,
     /// Metric sinks, without duplicates. Default `[emf]` (EMF JSON on stdout).
     pub sinks: Vec<SinkKind>,
-    /// Which metrics every metric sink gets. Default `full`.
+    /// Which metrics the `cloudwatch` and `emf` sinks get (`otlp` gets every one). Default
+    /// `full`.
     pub metrics: MetricsProfile,
     /// CloudWatch sink settings.
     pub cloudwatch: CloudWatch,
+    /// OTLP sink settings, when `sinks` lists `otlp`.
+    pub otlp: Option<OtlpSink>,
 }
 
 /// Settings of the CloudWatch sink.
@@ -369,45 +374,6 @@ pub(super) fn namespace_ok(ns: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || ".-_/#: ".contains(c))
 }
 
-/// Check an endpoint URL's authority (user info already refused): a DNS host name or an IP
-/// literal (`[…]` for IPv6), and a port of 1–65535 if one is given.
-fn check_authority(authority: &str) -> Result<(), String> {
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let (v6, after) = rest
-            .split_once(']')
-            .ok_or("its IPv6 address has no closing ']'")?;
-        v6.parse::<std::net::Ipv6Addr>()
-            .map_err(|_| format!("[{v6}] is not an IPv6 address"))?;
-        match after.strip_prefix(':') {
-            Some(p) => ("", Some(p)),
-            None if after.is_empty() => ("", None),
-            None => return Err(format!("unexpected {after:?} after the IPv6 address")),
-        }
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (authority, None),
-        }
-    };
-    if let Some(p) = port
-        && !(p.bytes().all(|b| b.is_ascii_digit()) && matches!(p.parse::<u16>(), Ok(1..)))
-    {
-        return Err(format!("port {p:?} is not 1–65535"));
-    }
-    if host.is_empty() {
-        return Ok(()); // an IPv6 literal, checked above
-    }
-    let last = host.trim_end_matches('.').rsplit('.').next().unwrap_or("");
-    if !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()) {
-        // A name whose last label is a number is an IPv4 address to a URL parser.
-        return host
-            .parse::<std::net::Ipv4Addr>()
-            .map(|_| ())
-            .map_err(|_| format!("{host:?} is not an IPv4 address"));
-    }
-    super::service::check_hostname(host.strip_suffix('.').unwrap_or(host))
-}
-
 /// Check an AWS endpoint override: an absolute `http` or `https` URL with a host, and no user
 /// name or password in it (the SDK signs requests; credentials never belong in a URL).
 ///
@@ -436,15 +402,14 @@ pub(super) fn check_endpoint_url(url: &str) -> Result<(), String> {
             "{} carries a user name or password; the SDK signs requests, remove them",
             shown()
         )),
-        Some(a) if !a.host().is_empty() => {
-            check_authority(a.as_str()).map_err(|why| format!("{}: {why}", shown()))
-        }
+        Some(a) if !a.host().is_empty() => super::endpoint::check_authority(a.as_str())
+            .map_err(|why| format!("{}: {why}", shown())),
         _ => Err(format!("{} has no host", shown())),
     }
 }
 
 /// Validate `[publish]`.
-pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publish> {
+pub(super) fn section(raw: RawPublish, base: &Path, issues: &mut Issues<'_>) -> Option<Publish> {
     let interval = raw.interval.unwrap_or(Duration::from_secs(60));
     if interval < Duration::from_secs(1) {
         issues.error("publish.interval", "must be at least 1s");
@@ -467,9 +432,11 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
     if sinks.is_empty() {
         issues.error(
             "publish.sinks",
-            "lists no sink; readiness would be published nowhere (use \"emf\" and/or \"cloudwatch\")",
+            "lists no sink; readiness would be published nowhere (use \"emf\", \"cloudwatch\" and/or \"otlp\")",
         );
     }
+    let listed = sinks.contains(&SinkKind::Otlp);
+    let otlp = super::otlp_sink::section(raw.otlp, listed, interval, base, issues);
     let cw = raw.cloudwatch;
     let operation_timeout = cw.operation_timeout.unwrap_or(Duration::from_secs(10));
     if operation_timeout < MIN_OPERATION_TIMEOUT {
@@ -517,6 +484,7 @@ pub(super) fn section(raw: RawPublish, issues: &mut Issues<'_>) -> Option<Publis
             max_attempts,
             role,
         },
+        otlp,
     })
 }
 

@@ -263,6 +263,20 @@ pub(super) struct RawPublish {
     pub metrics: Option<crate::contract::MetricsProfile>,
     #[serde(default)]
     pub cloudwatch: RawCloudWatch,
+    pub otlp: Option<RawOtlpSink>,
+}
+
+/// `[publish.otlp]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOtlpSink {
+    pub endpoint: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, HeaderValueSource>,
+    #[serde(default, deserialize_with = "bounded_duration")]
+    pub timeout: Option<Duration>,
+    pub max_tries: Option<u32>,
+    pub ssl_ca: Option<PathBuf>,
 }
 
 /// `[publish.cloudwatch]`.

@@ -187,6 +187,8 @@ pub enum SinkKind {
     CloudWatch,
     /// CloudWatch Embedded Metric Format JSON lines on stdout.
     Emf,
+    /// OTLP/HTTP protobuf export to an OpenTelemetry collector (`[publish.otlp]`).
+    Otlp,
 }
 
 /// `route53.insufficient_data_health_status`: the vocabulary's, spelled as the API does.

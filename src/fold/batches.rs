@@ -164,8 +164,13 @@ impl Fold {
         self.publish_to(datums, reason, sinks, namespace);
     }
 
-    /// Hand a batch for `namespace` to `sinks`: the datums `publish.metrics` sends; none, no
-    /// batch (what it leaves out never was for a sink, so it is no drop).
+    /// Hand a batch for `namespace` to `sinks`. The sinks `publish.metrics` limits
+    /// ([`MetricsProfile::limits`]) get only the datums it sends; the others get them all. With
+    /// both kinds of sinks and a limiting profile that is two batches, one per group, each
+    /// accounted on its own. A group left with no datum gets no batch (what the profile leaves
+    /// out never was for a sink, so it is no drop).
+    ///
+    /// [`MetricsProfile::limits`]: crate::contract::MetricsProfile::limits
     fn publish_to(
         &mut self,
         datums: Vec<Datum>,
@@ -173,7 +178,30 @@ impl Fold {
         sinks: Vec<SinkId>,
         namespace: String,
     ) {
-        let datums = for_profile(datums, self.metrics);
+        let profile = self.metrics;
+        let (limited, full): (Vec<SinkId>, Vec<SinkId>) =
+            sinks.into_iter().partition(|s| profile.limits(s.kind));
+        if !full.is_empty() && !limited.is_empty() {
+            let some = for_profile(datums.clone(), profile);
+            self.hand_batch(some, reason, limited, namespace.clone());
+            self.hand_batch(datums, reason, full, namespace);
+        } else if limited.is_empty() {
+            self.hand_batch(datums, reason, full, namespace);
+        } else {
+            let some = for_profile(datums, profile);
+            self.hand_batch(some, reason, limited, namespace);
+        }
+    }
+
+    /// Hand one batch to `sinks`; each stays outstanding until the sink reports it or its
+    /// queue refuses it. No datum, no batch.
+    fn hand_batch(
+        &mut self,
+        datums: Vec<Datum>,
+        reason: PublishReason,
+        sinks: Vec<SinkId>,
+        namespace: String,
+    ) {
         if datums.is_empty() {
             return;
         }

@@ -2313,3 +2313,99 @@ fn the_control_profile_hands_sinks_only_what_alarms_read() {
     let e = f.handle(Input::SinkReport(report), 1100);
     assert_eq!(of_kind(&e, "publish")[0]["datums"], n);
 }
+
+/// With `control` and both kinds of sinks, a tick is two batches: `cloudwatch` and `emf` get the
+/// control series, `otlp` every datum; each sink gets exactly one `publish` record per batch it
+/// was handed, and only for it.
+#[test]
+fn the_control_profile_leaves_otlp_the_full_set_in_a_batch_of_its_own() {
+    let doc = ControlDoc::new("orders-db");
+    let (p, branches) = (policy(), ["primary".to_string(), "secondary".to_string()]);
+    let sinks = ["cloudwatch", "otlp", "emf"];
+    let ids = sinks.map(SinkId::of);
+    let services = [ServiceSetup {
+        sinks: &ids,
+        service: "orders-db",
+        namespace: "Readyprobe",
+        policy: &p,
+        branches: &branches,
+        store_location: "memory",
+        doc: &doc,
+    }];
+    let setup = |metrics| Setup {
+        prober: "p1",
+        services: &services,
+        unavailable: &[],
+        sinks: &sinks,
+        metrics,
+    };
+    // Full: one batch for all three, as before.
+    let (mut f, _) = Fold::start(setup(crate::contract::MetricsProfile::Full), 0);
+    let b = batches(&f.handle(Input::Tick { last: false }, 1000))
+        .into_iter()
+        .cloned()
+        .collect::<Vec<_>>();
+    assert_eq!(b.len(), 1);
+    assert_eq!(names(&b[0].sinks), sinks);
+
+    let (mut f, _) = Fold::start(setup(crate::contract::MetricsProfile::Control), 0);
+    for (i, at) in [100, 200].into_iter().enumerate() {
+        f.handle(attempt("primary", i as u64 + 1, at, true), at);
+    }
+    let b: Vec<Batch> = batches(&f.handle(Input::Tick { last: false }, 1000))
+        .into_iter()
+        .cloned()
+        .collect();
+    assert_eq!(b.len(), 2, "{b:?}");
+    let (limited, full) = (&b[0], &b[1]);
+    assert_eq!(names(&limited.sinks), ["cloudwatch", "emf"]);
+    assert_eq!(names(&full.sinks), ["otlp"]);
+    assert_ne!(limited.id, full.id);
+    let metrics = |b: &Batch| {
+        let mut m: Vec<&str> = b.datums.iter().map(|d| d.metric).collect();
+        m.dedup();
+        m
+    };
+    assert!(
+        limited
+            .datums
+            .iter()
+            .all(|d| crate::contract::MetricsProfile::Control.sends(d.metric)),
+        "{:?}",
+        metrics(limited)
+    );
+    for m in [
+        "Attempts",
+        "FailedAttempts",
+        "SuccessRate",
+        "Readiness",
+        "Heartbeat",
+    ] {
+        assert!(metrics(full).contains(&m), "{m}: {:?}", metrics(full));
+    }
+    // Every (sink, batch) is accounted once: a report of a batch to a sink it was not handed
+    // to records nothing.
+    let mut records = Vec::new();
+    for (batch, sink) in [
+        (limited.id, "cloudwatch"),
+        (limited.id, "emf"),
+        (full.id, "otlp"),
+        (full.id, "cloudwatch"),
+        (limited.id, "otlp"),
+    ] {
+        let e = f.handle(report(batch, sink, None), 1100);
+        for r in of_kind(&e, "publish") {
+            records.push((r["sink"].as_str().unwrap().to_string(), r["batch"].clone()));
+        }
+    }
+    assert_eq!(
+        records,
+        [
+            ("cloudwatch".to_string(), limited.id.into()),
+            ("emf".to_string(), limited.id.into()),
+            ("otlp".to_string(), full.id.into()),
+        ]
+    );
+    let (s, _) = f.finish(2000, "test", 0);
+    assert!(s.dropped_batches.is_empty(), "{:?}", s.dropped_batches);
+}

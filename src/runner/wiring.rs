@@ -3,14 +3,16 @@
 //! and the sink tasks per namespace and target ([`Sinks`]).
 
 use crate::clock::Clock;
-use crate::config::{Config, PublishTarget, ServiceConfig};
+use crate::config::{Config, PublishTarget, ServiceConfig, SinkKind};
 use crate::fold::ServiceId;
 use crate::probe::stable_name::BranchEndpoint;
 use crate::probe::{BranchProbe, InputsDigest};
+use crate::record::PublishFailureClass;
 use crate::scheduler::{BranchEvent, Schedule, StableNameTarget, branch_loop, stable_name_loop};
 use crate::sink::cloudwatch::{CloudWatchClient, CloudWatchSink};
 use crate::sink::emf::{EmfBuffer, EmfSink};
-use crate::sink::{Sink, SinkId, SinkQueue, SinkReport, sinks_of};
+use crate::sink::otlp::{Origin, OtlpSettings, OtlpSink, SinkHeader};
+use crate::sink::{Sink, SinkError, SinkId, SinkQueue, SinkReport, sinks_of};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -295,6 +297,75 @@ pub(super) struct Sinks {
     pub(super) stop: CancellationToken,
     /// The sinks running, per namespace, with the target each was started for.
     running: BTreeMap<(String, SinkId), Option<PublishTarget>>,
+    /// The `otlp` sink's settings, prepared once ([`Sinks::prepare_otlp`]; `publish.otlp` is
+    /// restart-only), or why every one of its sends fails.
+    otlp: Result<Arc<OtlpSettings>, (PublishFailureClass, String)>,
+}
+
+/// The `otlp` sink's settings: its header secrets read (a Secrets Manager one from the run's
+/// cache, following refreshes) and, for `https`, its TLS client configuration; or why not,
+/// naming the key, never a value.
+fn otlp_settings(
+    cfg: &Config,
+    secrets: &crate::secrets::SecretCache,
+) -> Result<Arc<OtlpSettings>, (PublishFailureClass, String)> {
+    use crate::config::{HeaderValueSource, MinVersion, SecretRef, SslMode};
+    let rejected = |why: String| (PublishFailureClass::PublishRejected, why);
+    let Some(o) = &cfg.publish.otlp else {
+        return Err(rejected("[publish.otlp] is not set".into()));
+    };
+    let endpoint: http::Uri = o
+        .endpoint
+        .parse()
+        .map_err(|e| rejected(format!("publish.otlp.endpoint: {e}")))?;
+    let mut headers = Vec::with_capacity(o.headers.len());
+    for (name, v) in &o.headers {
+        let (value, secret) = match v {
+            HeaderValueSource::Plain(p) => {
+                (Ok(crate::secrets::SecretCell::fixed(p.clone())), false)
+            }
+            HeaderValueSource::Secret(SecretRef::SecretsManager(r)) => (secrets.cell(r), true),
+            HeaderValueSource::Secret(r) => (
+                r.resolve()
+                    .map(crate::secrets::SecretCell::fixed)
+                    .map_err(|e| e.reason),
+                true,
+            ),
+        };
+        let value = value.map_err(|why| {
+            let reference = match v {
+                HeaderValueSource::Secret(r) => r.to_string(),
+                HeaderValueSource::Plain(_) => String::new(),
+            };
+            (
+                PublishFailureClass::PublishCredentials,
+                format!("publish.otlp.headers.{name} ({reference}) is unavailable: {why}"),
+            )
+        })?;
+        headers.push(SinkHeader {
+            name: name.clone(),
+            value,
+            secret,
+        });
+    }
+    let tls = match &o.ssl_ca {
+        Some(ca) if o.is_https() => crate::probe::tls::client_config(
+            SslMode::VerifyIdentity,
+            Some(ca),
+            MinVersion::Tls12,
+            None,
+        )
+        .map_err(|e| rejected(format!("publish.otlp.ssl_ca: {}", e.0)))?,
+        _ => None,
+    };
+    Ok(Arc::new(OtlpSettings {
+        endpoint,
+        headers,
+        timeout: o.timeout,
+        max_tries: o.max_tries,
+        tls,
+        interval: cfg.publish.interval,
+    }))
 }
 
 impl Sinks {
@@ -312,8 +383,20 @@ impl Sinks {
             tasks,
             stop: CancellationToken::new(),
             running: BTreeMap::new(),
+            otlp: Err((
+                PublishFailureClass::PublishRejected,
+                "the otlp sink was not prepared".into(),
+            )),
         };
         (sinks, reports)
+    }
+
+    /// Prepare the `otlp` sink's settings once, before its first [`Sinks::add`]: header secrets
+    /// (Secrets Manager ones read into `secrets` already) and the CA bundle.
+    pub(super) fn prepare_otlp(&mut self, cfg: &Config, secrets: &crate::secrets::SecretCache) {
+        if cfg.publish.otlp.is_some() {
+            self.otlp = otlp_settings(cfg, secrets);
+        }
     }
 
     /// The client of target `t` known as `name`: the one built before while `t` is unchanged.
@@ -354,6 +437,17 @@ impl Sinks {
                 queues.retain(|(n, q)| !(n == ns && *q.id() == id));
             }
             let sink: Box<dyn Sink> = match &target {
+                None if route.kind == SinkKind::Otlp => {
+                    let settings = self
+                        .otlp
+                        .clone()
+                        .map_err(|(class, message)| SinkError { message, class });
+                    let origin = Origin {
+                        prober_id: cfg.prober_id.clone(),
+                        namespace: ns.clone(),
+                    };
+                    Box::new(OtlpSink::new(settings, origin))
+                }
                 None => Box::new(match &self.emf_out {
                     Some(buf) => EmfSink::with_writer(ns, Box::new(buf.clone())),
                     None => EmfSink::new(ns),

@@ -9,6 +9,7 @@ pub mod cloudwatch;
 pub mod emf;
 pub mod evidence;
 pub mod evidence_s3;
+pub mod otlp;
 pub mod segments;
 
 pub use crate::datum::{
@@ -50,7 +51,7 @@ pub type SendFuture<'a> = Pin<Box<dyn Future<Output = Result<usize, SinkError>> 
 
 /// The one interface of metric sinks.
 pub trait Sink: Send {
-    /// Stable sink name for logs and evidence (`cloudwatch`, `emf`).
+    /// Stable sink name for logs and evidence (`cloudwatch`, `emf`, `otlp`).
     fn name(&self) -> &'static str;
     /// The CloudWatch target it sends to, when a service named it (`None`: the default one,
     /// and every sink without targets).

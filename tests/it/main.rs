@@ -24,6 +24,7 @@ mod infra_cross_account;
 mod mysql_hostile;
 mod mysql_kind;
 mod otlp_kind;
+mod otlp_sink;
 mod pipeline;
 mod postgres_hostile;
 mod postgres_kind;

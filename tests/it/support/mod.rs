@@ -11,6 +11,7 @@ pub mod fake_cloudwatch;
 pub mod faults;
 pub mod fixture;
 pub mod mariadb;
+pub mod otlp_receiver;
 pub mod postgres;
 pub mod proxy;
 pub mod rcode_dns;
