@@ -385,9 +385,27 @@ fn plan_publish(s: &mut String, cfg: &Config) -> std::fmt::Result {
         };
         let unit = format!("{}{value}", m.unit.as_str());
         let dims = m.dimensions.join(", ");
-        writeln!(s, "  {:<22} {unit:<14} [{dims}{when}]", m.name)?;
+        let kept = kept_from_metric_sinks(cfg, m.name);
+        writeln!(s, "  {:<22} {unit:<14} [{dims}{when}]{kept}", m.name)?;
     }
     Ok(())
+}
+
+/// For a metric `publish.metrics` keeps from `cloudwatch` and `emf`, where it still goes: the
+/// `otlp` sink (`PublishFailures` apart, published on `emf` only), else nowhere. Empty when
+/// the profile sends it.
+fn kept_from_metric_sinks(cfg: &Config, name: &str) -> String {
+    let profile = cfg.publish.metrics;
+    if profile.sends(name) {
+        return String::new();
+    }
+    let otlp = cfg.publish.sinks.contains(&SinkKind::Otlp);
+    let goes = if otlp && name != contract::PUBLISH_FAILURES.name {
+        "otlp only"
+    } else {
+        "not published"
+    };
+    format!(" {goes} (publish.metrics = \"{}\")", profile.as_str())
 }
 
 /// The evidence file, then this prober's id and the state store it syncs with.
@@ -601,6 +619,59 @@ endpoint = "mysql-secondary.orders.internal.example"
         "#]].assert_eq(&probe_lines_of(
             "[probe]\nkind = \"otlp\"\ninterval = \"2s\"\n[probe.otlp]\n[probe.tls]\nssl_mode = \"disabled\"\n",
         ));
+    }
+
+    /// With `publish.metrics = "control"` the metric list says which rows `cloudwatch` and `emf`
+    /// do not get, and where they still go: the `otlp` sink, or nowhere without it.
+    #[test]
+    fn plan_marks_the_metrics_control_keeps_from_cloudwatch_and_emf() {
+        let rows = |plan: &str| -> Vec<String> {
+            plan.lines()
+                .skip_while(|l| !l.starts_with("publish every"))
+                .skip(1)
+                .take_while(|l| l.starts_with("  "))
+                .filter(|l| !l.starts_with("  otlp:"))
+                .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                .collect()
+        };
+        let control = MYSQL.replace(
+            "[probe]\nkind",
+            "[publish]\nmetrics = \"control\"\n[probe]\nkind",
+        );
+        assert_ne!(control, MYSQL);
+        expect![[r#"
+            [
+                "Readiness None (0/1) [Service, Branch]",
+                "SuccessRate Percent [Service, Branch] not published (publish.metrics = \"control\")",
+                "Attempts Count [Service, Branch] not published (publish.metrics = \"control\")",
+                "FailedAttempts Count [Service, Branch] not published (publish.metrics = \"control\")",
+                "StepDuration Milliseconds [Service, Branch, Step] not published (publish.metrics = \"control\")",
+                "CertificateExpiryDays None (days) [Service, Branch (TLS)] not published (publish.metrics = \"control\")",
+                "Heartbeat Count [Service]",
+                "BothBranchesUnready None (0/1) [Service]",
+                "PublishFailures Count [Service, Class (emf only)] not published (publish.metrics = \"control\")",
+                "StoreSyncFailures Count [Service, Class] not published (publish.metrics = \"control\")",
+            ]
+        "#]]
+        .assert_debug_eq(&rows(&plan_of(&control)));
+        let otlp = control.replace(
+            "metrics = \"control\"\n",
+            "metrics = \"control\"\nsinks = [\"emf\", \"otlp\"]\n[publish.otlp]\nendpoint = \"http://127.0.0.1:4318\"\n",
+        );
+        let with_otlp = rows(&plan_of(&otlp));
+        assert!(
+            with_otlp.contains(
+                &"SuccessRate Percent [Service, Branch] otlp only (publish.metrics = \"control\")"
+                    .to_string()
+            ),
+            "{with_otlp:?}"
+        );
+        assert!(with_otlp.contains(&"PublishFailures Count [Service, Class (emf only)] not published (publish.metrics = \"control\")".to_string()), "{with_otlp:?}");
+        assert!(
+            rows(&plan_of(MYSQL))
+                .iter()
+                .all(|r| !r.contains("publish.metrics"))
+        );
     }
 
     /// The stable-name datums are listed and counted only when they are published:

@@ -269,12 +269,15 @@ fn fenced<'a>(doc: &'a str, heading: &str, lang: &str) -> &'a str {
 }
 
 #[test]
-fn the_guides_alert_rules_and_queries_pass_promtool() {
+fn the_guides_scrape_config_alert_rules_and_queries_pass_promtool() {
     let Some(promtool) = promtool() else { return };
     let doc = include_str!("../../docs/prometheus.md");
     let dir = tempfile::tempdir().unwrap();
-    let rules = dir.path().join("alerts.yml");
+    // The name the guide's scrape config loads its rules from, beside it.
+    let rules = dir.path().join("readyprobe-alerts.yml");
     std::fs::write(&rules, fenced(doc, "## Alert rules", "yaml")).unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(&config, fenced(doc, "# Prometheus:", "yaml")).unwrap();
     // Each query of the guide (comment lines apart) as a recording rule, so promtool parses it.
     let mut queries = String::from("groups:\n  - name: queries\n    rules:\n");
     let text = fenced(doc, "Queries worth a dashboard", "promql");
@@ -293,9 +296,9 @@ fn the_guides_alert_rules_and_queries_pass_promtool() {
     }
     let recorded = dir.path().join("queries.yml");
     std::fs::write(&recorded, queries).unwrap();
-    for file in [&rules, &recorded] {
+    for (what, file) in [("rules", &rules), ("rules", &recorded), ("config", &config)] {
         let out = Command::new(&promtool)
-            .args(["check", "rules"])
+            .args(["check", what])
             .arg(file)
             .output()
             .expect("promtool runs");
