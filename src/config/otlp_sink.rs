@@ -261,33 +261,19 @@ mod tests {
         }
     }
 
-    const BASE: &str = r#"
-prober_id = "az-a"
-[publish]
-sinks = ["cloudwatch", "otlp"]
-[publish.cloudwatch]
-region = "eu-west-1"
-[publish.otlp]
-endpoint = "http://127.0.0.1:4318"
-[probe]
-kind = "tcp"
-[service]
-name = "orders-db"
-stable_name = "db.orders.internal.example"
-[[branch]]
-name = "primary"
-role = "PRIMARY"
-endpoint = "db-a.orders.internal.example"
-port = 3306
-"#;
+    use crate::config::publish::tests::{ONE, parse};
 
-    fn parse(text: &str) -> Result<crate::config::Config, Vec<crate::config::Issue>> {
-        crate::config::parse(std::path::Path::new("/etc/rp/t.toml"), text).map_err(|e| e.issues)
-    }
+    /// [`ONE`] with `otlp` in place of `emf` and its table.
+    static BASE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        ONE.replace("\"emf\"]", "\"otlp\"]").replace(
+            "[probe]",
+            "[publish.otlp]\nendpoint = \"http://127.0.0.1:4318\"\n[probe]",
+        )
+    });
 
     #[test]
     fn the_table_parses_with_its_defaults() {
-        let c = parse(BASE).unwrap();
+        let c = parse(&BASE).unwrap();
         let o = c.publish.otlp.unwrap();
         assert_eq!(o.endpoint, "http://127.0.0.1:4318/v1/metrics");
         assert_eq!((o.timeout, o.max_tries), (DEFAULT_TIMEOUT, 3));

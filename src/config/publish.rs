@@ -489,7 +489,7 @@ pub(super) fn section(raw: RawPublish, base: &Path, issues: &mut Issues<'_>) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     #[test]
@@ -551,7 +551,9 @@ mod tests {
         assert_eq!(session_name("a b/c"), "readyprobe-a-b-c");
     }
 
-    const ONE: &str = r#"
+    /// One `tcp` service publishing to CloudWatch and EMF: the config the tests of the
+    /// `[publish]` tables (here and in `otlp_sink.rs`) edit.
+    pub(in crate::config) const ONE: &str = r#"
 prober_id = "az-a"
 [publish]
 sinks = ["cloudwatch", "emf"]
@@ -569,8 +571,11 @@ endpoint = "db-primary.orders.internal.example"
 port = 3306
 "#;
 
-    fn parse(text: &str) -> Result<crate::config::Config, Vec<crate::config::Issue>> {
-        crate::config::parse(std::path::Path::new("t.toml"), text).map_err(|e| e.issues)
+    /// `text` parsed as the file `/etc/rp/t.toml` (relative paths resolve to `/etc/rp/`).
+    pub(in crate::config) fn parse(
+        text: &str,
+    ) -> Result<crate::config::Config, Vec<crate::config::Issue>> {
+        crate::config::parse(std::path::Path::new("/etc/rp/t.toml"), text).map_err(|e| e.issues)
     }
 
     /// `text` with `line` added after `after`.
