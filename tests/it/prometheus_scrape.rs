@@ -5,9 +5,8 @@
 //! `server_read_only` and the branch turns unready, with a publish interval (2 minutes) far longer
 //! than the scrape interval, so only the transition itself can move the gauge in time.
 
-use crate::reload::{DEADLINE, signal, spawn_graced};
-use crate::serve::served_addr;
 use crate::support::fixture::{ConfigOpts, Pipeline, has_transition, read_evidence, wait_evidence};
+use crate::support::run::{DEADLINE, served_addr, spawn_graced, stop};
 use crate::support::{free_tcp_port, skip_or_panic};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
@@ -213,8 +212,6 @@ async fn prometheus_follows_a_read_only_primary_within_one_scrape() {
     );
     assert_eq!(readiness_series(api).await, ["primary", "secondary"]);
 
-    signal(&child, libc::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;
-    assert_eq!(status.expect("exit after SIGTERM").unwrap().code(), Some(0));
+    stop(&mut child).await;
     prom.kill().await.unwrap();
 }

@@ -15,6 +15,7 @@
 
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{fleet_header, read_evidence, wait_evidence};
+pub(crate) use crate::support::run::{DEADLINE, signal, spawn_graced, stop, write_config};
 use serde_json::Value;
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -74,19 +75,6 @@ pub(crate) fn config(dir: &Path, dns: &DnsServer, publish_interval: &str, extra:
     let shared = ("Reload", publish_interval);
     let header = fleet_header("reload-test", dir, &evidence, dns.addr(), shared, "tcp");
     format!("{header}{extra}")
-}
-
-/// Replace the config file in one step, as an editor or a config management tool does.
-pub(crate) fn write_config(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
-
-pub(crate) fn signal(child: &tokio::process::Child, sig: libc::c_int) {
-    let pid = child.id().expect("running") as libc::pid_t;
-    // SAFETY: kill(2) with the pid of a child this test started and has not reaped.
-    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
 }
 
 /// Records of `kind` for `service` (and `branch`, when given).
@@ -157,22 +145,6 @@ pub(crate) async fn fleet(services: &[&str]) -> Fleet {
 fn spawn(cfg: &Path, stdout: &Path) -> tokio::process::Child {
     spawn_graced(cfg, stdout, "1s")
 }
-
-/// `run` with `--grace grace`, stdout to `stdout` and stderr beside it (`.log`).
-pub(crate) fn spawn_graced(cfg: &Path, stdout: &Path, grace: &str) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
-        .args(["run", "--grace", grace, "--config"])
-        .arg(cfg)
-        .stdout(Stdio::from(std::fs::File::create(stdout).unwrap()))
-        .stderr(Stdio::from(
-            std::fs::File::create(stdout.with_extension("log")).unwrap(),
-        ))
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
-}
-
-pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_adds_removes_and_changes_services_and_refuses_a_bad_config() {
@@ -806,12 +778,7 @@ async fn a_removed_services_attempt_in_flight_is_recorded_abandoned() {
         all.sort_unstable();
         assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>(), "alpha/{b}");
     }
-    signal(&child, libc::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
-        .await
-        .expect("exit after SIGTERM")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    stop(&mut child).await;
     hold.abort();
     // alpha's final save ran once, through the sync queue, after any sync of it in flight.
     let log = std::fs::read_to_string(stdout.with_extension("log")).unwrap();
@@ -939,12 +906,7 @@ async fn sighup_reads_a_replaced_ca_bundle_of_an_unchanged_service() {
     assert!(seqs(&ev[r..], "alpha", "primary")[0] > 1, "alpha restarted");
     let log = std::fs::read_to_string(stdout.with_extension("log")).unwrap();
     assert!(!log.contains("BEGIN CERTIFICATE"), "{log}");
-    signal(&child, libc::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
-        .await
-        .expect("exit after SIGTERM")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    stop(&mut child).await;
 }
 
 /// A CA path with an escape character and a right-to-left override, in a service a reload
@@ -981,12 +943,7 @@ async fn control_characters_of_a_reloaded_path_reach_stderr_escaped() {
     assert_eq!(ev[reload_at(&ev, 0).unwrap()]["applied"], false);
     let added = &ev[reload_at(&ev, 1).unwrap()];
     assert_eq!(added["unavailable"], serde_json::json!(["beta"]), "{added}");
-    signal(&child, libc::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
-        .await
-        .expect("exit after SIGTERM")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    stop(&mut child).await;
     let log = std::fs::read_to_string(stdout.with_extension("log")).unwrap();
     assert!(log.contains("reload refused"), "{log}");
     assert!(log.contains("this service cannot start"), "{log}");
@@ -1049,12 +1006,7 @@ async fn a_reload_adding_many_services_on_a_dead_store_applies_within_its_bound(
         problems.contains("was not loaded within the reload's 20s"),
         "{problems}"
     );
-    signal(&child, libc::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
-        .await
-        .expect("exit after SIGTERM")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    stop(&mut child).await;
 }
 
 /// Start gaps (ms) of `service`'s primary attempts that started after `after_ms`.
@@ -1230,12 +1182,7 @@ async fn reloads_keep_a_failing_branchs_evidence() {
     assert_eq!(ev[first]["applied"], true, "{}", ev[first]);
     assert_eq!(ev[first]["changed"], serde_json::json!(["alpha"]));
     assert!(first < unready_at(&ev).unwrap());
-    signal(&child, libc::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
-        .await
-        .expect("exit after SIGTERM")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    stop(&mut child).await;
 }
 
 /// Whether process `pid` ignores SIGPIPE, which the Rust runtime sets up just before `main`:
@@ -1280,12 +1227,7 @@ async fn a_sighup_right_after_spawn_does_not_kill_run() {
         of(ev, "attempt", "alpha", Some("primary")).len() >= 2
     })
     .await;
-    signal(&child, libc::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
-        .await
-        .expect("exit after SIGTERM")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    stop(&mut child).await;
 }
 
 /// A stop while the store hangs (its lock file held by someone else: the final save waits for

@@ -5,7 +5,9 @@
 //! with its reason, a deleted object and an unreachable endpoint are logged and the running
 //! config kept; the next readable edit applies. SIGHUP reads an S3 config again too.
 
-use crate::reload::{DEADLINE, config, fleet, of, reached_ready, reload_at, seqs, service, signal};
+use crate::reload::{
+    DEADLINE, config, fleet, of, reached_ready, reload_at, seqs, service, signal, stop,
+};
 use crate::support::fixture::wait_evidence;
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -322,12 +324,7 @@ async fn a_polled_local_config_applies_an_edit_without_a_signal() {
         "{refused}"
     );
 
-    signal(&child, libc::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
-        .await
-        .expect("exit after SIGTERM")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    stop(&mut child).await;
 }
 
 /// SIGHUP reads an S3 config again too (here with a poll too long to fire during the test).
@@ -361,12 +358,7 @@ async fn sighup_reads_an_s3_config_again() {
     let r = &ev[reload_at(&ev, 0).unwrap()];
     assert_eq!(r["applied"], true, "{r}");
     assert_eq!(r["added"], serde_json::json!(["beta"]), "{r}");
-    signal(&child, libc::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
-        .await
-        .expect("exit after SIGTERM")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    stop(&mut child).await;
 }
 
 /// `check` of an `s3://` config prices its poll (the 30 s default: 86,400 GETs a month); the

@@ -4,10 +4,9 @@
 //! start-up. Hostile clients (a slowloris, 1,000 connections held open, a 10 MB body) are cut
 //! or refused while the attempts keep their schedule, and a scrape gets its answer after.
 
-use crate::reload::{
-    DEADLINE, config, fleet, of, service, signal, spawn_graced, start_gaps, write_config,
-};
+use crate::reload::{DEADLINE, config, fleet, of, service, spawn_graced, start_gaps, write_config};
 use crate::support::fixture::wait_evidence;
+use crate::support::run::{served_addr, stop};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -31,25 +30,6 @@ fn serve_config(dir: &Path, f: &crate::reload::Fleet, serve: &str) -> String {
     let serve = format!("\n[serve]\nlisten = \"127.0.0.1:0\"\n{serve}\n");
     // `[serve]` goes before the services: a table after them would be read as theirs.
     config(dir, &f.dns, "1s", &format!("{serve}{svc}"))
-}
-
-/// The address `run` logged (`serving /metrics on <addr>`), polled from its stderr.
-pub(crate) async fn served_addr(log: &Path) -> SocketAddr {
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some((_, rest)) = text.split_once("serving /metrics on ") {
-            let addr = rest.split_whitespace().next().unwrap_or_default();
-            return addr
-                .parse()
-                .unwrap_or_else(|_| panic!("{addr:?} in {text}"));
-        }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "no address logged: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// An answer: status code, header block (lower case), body.
@@ -109,15 +89,6 @@ async fn get(addr: SocketAddr, path: &str) -> Answer {
     exchange(addr, req.as_bytes())
         .await
         .unwrap_or_else(|e| panic!("GET {path}: {e}"))
-}
-
-async fn stop(child: &mut tokio::process::Child) {
-    signal(child, libc::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
-        .await
-        .expect("exit after SIGTERM")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,7 @@ pub mod otlp_receiver;
 pub mod postgres;
 pub mod proxy;
 pub mod rcode_dns;
+pub mod run;
 pub mod sts_front;
 pub mod tls;
 
