@@ -15,11 +15,11 @@
 
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{fleet_header, read_evidence, wait_evidence};
+use crate::support::run::run_command;
 pub(crate) use crate::support::run::{DEADLINE, signal, spawn_graced, stop, write_config};
 use serde_json::Value;
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -564,9 +564,7 @@ async fn s3_bucket_or_skip() -> Option<String> {
 }
 
 fn spawn_with_aws(cfg: &Path, stdout: &Path) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
-        .args(["run", "--grace", "1s", "--config"])
-        .arg(cfg)
+    run_command(cfg, stdout, "1s")
         .envs([
             ("AWS_ACCESS_KEY_ID", "test"),
             ("AWS_SECRET_ACCESS_KEY", "test"),
@@ -574,11 +572,6 @@ fn spawn_with_aws(cfg: &Path, stdout: &Path) -> tokio::process::Child {
         ])
         .env_remove("AWS_SESSION_TOKEN")
         .env_remove("AWS_PROFILE")
-        .stdout(Stdio::from(std::fs::File::create(stdout).unwrap()))
-        .stderr(Stdio::from(
-            std::fs::File::create(stdout.with_extension("log")).unwrap(),
-        ))
-        .kill_on_drop(true)
         .spawn()
         .unwrap()
 }

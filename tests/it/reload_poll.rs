@@ -9,10 +9,10 @@ use crate::reload::{
     DEADLINE, config, fleet, of, reached_ready, reload_at, seqs, service, signal, stop,
 };
 use crate::support::fixture::wait_evidence;
+use crate::support::run::run_command;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -94,8 +94,7 @@ async fn put(s3: &aws_sdk_s3::Client, bucket: &str, key: &str, text: &str) {
 
 /// `run --config <source>`, with the emulator at `endpoint` through the SDK's default chain.
 fn spawn_run(source: &str, endpoint: &str, stdout: &Path) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
-        .args(["run", "--grace", "1s", "--config", source])
+    run_command(source, stdout, "1s")
         .envs([
             ("AWS_ACCESS_KEY_ID", "test"),
             ("AWS_SECRET_ACCESS_KEY", "test"),
@@ -106,11 +105,6 @@ fn spawn_run(source: &str, endpoint: &str, stdout: &Path) -> tokio::process::Chi
         .env_remove("AWS_SESSION_TOKEN")
         .env_remove("AWS_PROFILE")
         .env_remove("AWS_ENDPOINT_URL_S3")
-        .stdout(Stdio::from(std::fs::File::create(stdout).unwrap()))
-        .stderr(Stdio::from(
-            std::fs::File::create(stdout.with_extension("log")).unwrap(),
-        ))
-        .kill_on_drop(true)
         .spawn()
         .unwrap()
 }

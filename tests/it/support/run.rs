@@ -1,10 +1,12 @@
 //! The built binary's `run` as a child process: start it, signal it, stop it, read the address
 //! its `[serve]` listens on, and replace its config file the way an operator does.
 
+use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
+use tokio::process::Command;
 
 /// How long a test waits for a record, a log line or an address before failing.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -23,20 +25,24 @@ pub fn signal(child: &tokio::process::Child, sig: libc::c_int) {
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
 }
 
-/// `run` with `--grace grace`, stdout to `stdout` and stderr beside it (`.log`).
-pub fn spawn_graced(cfg: &Path, stdout: &Path, grace: &str) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"))
-        .args(["run", "--grace", grace, "--config"])
-        .arg(cfg)
+/// `run --grace grace --config source` (a path or an `s3://` URL), stdout to `stdout` and
+/// stderr beside it (`.log`), killed on drop: a caller may add to its environment, then spawn.
+pub fn run_command(source: impl AsRef<OsStr>, stdout: &Path, grace: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_readyprobe"));
+    c.args(["run", "--grace", grace, "--config"])
+        .arg(source)
         .stdout(Stdio::from(std::fs::File::create(stdout).unwrap()))
         .stderr(Stdio::from(
             std::fs::File::create(stdout.with_extension("log")).unwrap(),
         ))
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+        .kill_on_drop(true);
+    c
 }
 
+/// `run` with `--grace grace`, stdout to `stdout` and stderr beside it (`.log`).
+pub fn spawn_graced(cfg: &Path, stdout: &Path, grace: &str) -> tokio::process::Child {
+    run_command(cfg, stdout, grace).spawn().unwrap()
+}
 /// SIGTERM to `child`; it must exit 0 within 15 s.
 pub async fn stop(child: &mut tokio::process::Child) {
     signal(child, libc::SIGTERM);
