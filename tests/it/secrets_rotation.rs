@@ -7,6 +7,7 @@
 
 use crate::support::cloudwatch::{REGION, cloudwatch_or_skip, endpoint};
 use crate::support::fixture::*;
+use crate::support::run::unavailable_input;
 use aws_sdk_secretsmanager::config::Credentials;
 use serde_json::Value;
 use std::path::Path;
@@ -250,12 +251,7 @@ async fn unavailable(reference: toml::Value, want: &str, value: &str) {
         .output()
         .await
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{stderr}");
-    assert!(
-        stderr.contains(&format!("probe.mysql.password: {want}")),
-        "{stderr}"
-    );
+    let stderr = unavailable_input(&out, &format!("probe.mysql.password: {want}"));
     assert!(!stderr.contains(value), "{stderr}");
 }
 

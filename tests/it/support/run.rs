@@ -4,7 +4,7 @@
 use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::time::Duration;
 use tokio::process::Command;
 
@@ -51,6 +51,15 @@ pub async fn stop(child: &mut tokio::process::Child) {
         .expect("exit after SIGTERM")
         .unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+/// The stderr of a command that stopped at start-up on an unavailable input (a secret, a CA
+/// bundle, the listen address: exit 78), which it must name in `why`.
+pub fn unavailable_input(out: &Output, why: &str) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains(why), "{why:?} not in {stderr}");
+    stderr
 }
 
 /// The address `run` logged (`serving /metrics on <addr>`), polled from its stderr `log`.
