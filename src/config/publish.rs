@@ -552,7 +552,7 @@ pub(super) mod tests {
     }
 
     /// One `tcp` service publishing to CloudWatch and EMF: the config the tests of the
-    /// `[publish]` tables (here and in `otlp_sink.rs`) edit.
+    /// `[publish]` tables (here and in `otlp_sink.rs`) and of `[serve]` edit.
     pub(in crate::config) const ONE: &str = r#"
 prober_id = "az-a"
 [publish]

@@ -83,31 +83,11 @@ pub(super) fn section(raw: RawServe, issues: &mut Issues<'_>) -> Serve {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Issue, parse};
-    use std::path::Path;
-
-    const TCP: &str = r#"
-[service]
-name = "queue"
-stable_name = "queue.internal.example"
-[probe]
-kind = "tcp"
-[[branch]]
-name = "primary"
-role = "PRIMARY"
-endpoint = "queue-a.internal.example"
-port = 5672
-[[branch]]
-name = "secondary"
-role = "SECONDARY"
-endpoint = "queue-b.internal.example"
-port = 5672
-"#;
+    use crate::config::Issue;
+    use crate::config::publish::tests::{ONE, parse};
 
     fn serve_of(table: &str) -> Result<Option<Serve>, Vec<Issue>> {
-        parse(Path::new("s.toml"), &format!("{TCP}{table}"))
-            .map(|c| c.serve)
-            .map_err(|e| e.issues)
+        parse(&format!("{ONE}{table}")).map(|c| c.serve)
     }
 
     #[test]
@@ -129,7 +109,7 @@ port = 5672
 
     #[test]
     fn bad_values_name_their_key_and_line() {
-        let lines = TCP.lines().count();
+        let lines = ONE.lines().count();
         let issues = serve_of(
             "[serve]\nlisten = \"localhost:9464\"\nmax_connections = 0\nrequest_timeout = \"10m\"\n",
         )
