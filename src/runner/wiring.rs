@@ -360,6 +360,7 @@ fn otlp_settings(
     };
     Ok(Arc::new(OtlpSettings {
         endpoint,
+        redactor: OtlpSettings::redactor_of(&headers),
         headers,
         timeout: o.timeout,
         max_tries: o.max_tries,

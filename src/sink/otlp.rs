@@ -11,6 +11,7 @@ use crate::contract::{self, Unit};
 use crate::readiness::Millis;
 use crate::record::PublishFailureClass;
 use crate::secrets::SecretCell;
+use crate::secrets::redactor::Redactor;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
@@ -278,6 +279,22 @@ pub struct OtlpSettings {
     pub tls: Option<Arc<ClientConfig>>,
     /// The publish interval, the span of a delta count.
     pub interval: Duration,
+    /// Removes the secret header values (parts, encodings, splits, refreshed values) from what
+    /// the collector sends back: see [`OtlpSettings::redactor_of`].
+    pub redactor: Redactor,
+}
+
+impl OtlpSettings {
+    /// The redactor of `headers`' secret values.
+    pub fn redactor_of(headers: &[SinkHeader]) -> Redactor {
+        Redactor::of(
+            headers
+                .iter()
+                .filter(|h| h.secret)
+                .map(|h| h.value.clone())
+                .collect(),
+        )
+    }
 }
 
 /// The `otlp` sink of one namespace. Built broken (every send fails with its reason) when its
@@ -334,20 +351,15 @@ impl Sink for OtlpSink {
             });
             answer
                 .and_then(|(status, headers, body)| judge(status, &headers, &body, points))
-                .map_err(|e| redact(e, &s.headers))
+                .map_err(|e| redact(e, &s.redactor))
         })
     }
 }
 
-/// `e` with every secret header value in its message replaced: a collector may quote a request.
-fn redact(mut e: SinkError, headers: &[SinkHeader]) -> SinkError {
-    for h in headers.iter().filter(|h| h.secret) {
-        for v in h.value.values() {
-            if v.len() >= 4 {
-                e.message = e.message.replace(&*v, "<redacted>");
-            }
-        }
-    }
+/// `e` with every secret header value in its message redacted: a collector may quote a
+/// request's header whole, its token alone, or split.
+fn redact(mut e: SinkError, redactor: &Redactor) -> SinkError {
+    redactor.redact_in_place(&mut e.message);
     e
 }
 

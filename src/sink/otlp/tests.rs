@@ -267,7 +267,40 @@ fn secret_header_values_are_redacted_from_errors() {
         message: "the collector answered 400: token Bearer s3cr3t-token is not allowed".into(),
         class: PublishFailureClass::PublishRejected,
     };
-    let e = redact(e, &[h]);
+    let r = OtlpSettings::redactor_of(&[h]);
+    let e = redact(e, &r);
     assert!(!e.message.contains("s3cr3t"), "{}", e.message);
     assert!(e.message.contains("<redacted>"));
+}
+
+/// A collector quoting the token without its scheme, in another case, or split by a newline:
+/// no part of it is left.
+#[test]
+fn parts_of_a_secret_header_value_are_redacted_from_errors() {
+    let token = "otlp-T0ken-5e7a-91b2-LongerPart-0d1e";
+    let h = SinkHeader {
+        name: http::HeaderName::from_static("authorization"),
+        value: SecretCell::fixed(format!("Bearer {token}")),
+        secret: true,
+    };
+    let r = OtlpSettings::redactor_of(&[h]);
+    let (a, b) = token.split_at(token.len() / 2);
+    for said in [
+        format!("token {token} is not allowed"),
+        format!("token {} is not allowed", token.to_uppercase()),
+        format!("token {a}\n{b} is not allowed"),
+    ] {
+        let e = SinkError {
+            message: said.clone(),
+            class: PublishFailureClass::PublishRejected,
+        };
+        let out = redact(e, &r).message;
+        for part in [a, b, "T0ken-5e7a", "LongerPart"] {
+            assert!(
+                !out.to_lowercase().contains(&part.to_lowercase()),
+                "{said} -> {out}"
+            );
+        }
+        assert!(out.contains("<redacted>"), "{out}");
+    }
 }
