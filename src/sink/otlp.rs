@@ -30,11 +30,18 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-/// The bucket bounds of the `readyprobe.step_duration` histogram, ms: a DNS answer or a local
-/// connect (1 ms) up to a step at its timeout (10 s).
-pub const STEP_DURATION_BOUNDS_MS: [f64; 13] = [
-    1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1_000.0, 2_500.0, 5_000.0, 10_000.0,
-];
+/// The bucket bounds of the `readyprobe.step_duration` histogram, ms: the contract's
+/// [`contract::STEP_DURATION_BUCKETS`] (seconds), converted.
+pub fn step_duration_bounds_ms() -> Vec<f64> {
+    contract::STEP_DURATION_BUCKETS
+        .iter()
+        .map(|s| (s * 1000.0 * 1000.0).round() / 1000.0)
+        .collect()
+}
+
+/// Most data points in one export request: a batch of more (10,000 branches make 17.5 MB)
+/// is sent as several requests, each answered on its own, their points added up.
+pub const MAX_POINTS_PER_REQUEST: usize = 2_000;
 
 /// Largest answer body read from the collector, bytes (a real one is empty or a few hundred).
 pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
@@ -102,15 +109,12 @@ pub struct Origin {
     pub namespace: String,
 }
 
-/// The bucket counts of `samples` over [`STEP_DURATION_BOUNDS_MS`] (a value equal to a bound
-/// falls in that bound's bucket, as OTLP says: upper bounds are inclusive).
-fn bucket_counts(samples: &[f64]) -> Vec<u64> {
-    let mut counts = vec![0u64; STEP_DURATION_BOUNDS_MS.len() + 1];
+/// The bucket counts of `samples` over `bounds` (a value equal to a bound falls in that bound's
+/// bucket, as OTLP says: upper bounds are inclusive).
+fn bucket_counts(samples: &[f64], bounds: &[f64]) -> Vec<u64> {
+    let mut counts = vec![0u64; bounds.len() + 1];
     for s in samples {
-        let i = STEP_DURATION_BOUNDS_MS
-            .iter()
-            .position(|b| s <= b)
-            .unwrap_or(STEP_DURATION_BOUNDS_MS.len());
+        let i = bounds.iter().position(|b| s <= b).unwrap_or(bounds.len());
         counts[i] += 1;
     }
     counts
@@ -129,18 +133,21 @@ fn data_of(d: &Datum, interval_ms: Millis) -> metric::Data {
         .map(|(k, v)| kv(&k.to_ascii_lowercase(), v))
         .collect();
     let time_unix_nano = nanos(d.timestamp);
-    let start_time_unix_nano = nanos(d.timestamp - interval_ms);
+    // A count's span starts at the previous tick (the fold's `since`); a datum built elsewhere
+    // is taken to span one publish interval.
+    let start_time_unix_nano = nanos(d.since.unwrap_or(d.timestamp - interval_ms));
     let delta = AggregationTemporality::Delta as i32;
     match &d.value {
         Value::Samples(s) => {
+            let bounds = step_duration_bounds_ms();
             let point = HistogramDataPoint {
                 attributes,
                 start_time_unix_nano,
                 time_unix_nano,
                 count: s.len() as u64,
                 sum: Some(s.iter().sum()),
-                bucket_counts: bucket_counts(s),
-                explicit_bounds: STEP_DURATION_BOUNDS_MS.to_vec(),
+                bucket_counts: bucket_counts(s, &bounds),
+                explicit_bounds: bounds,
                 min: s.iter().copied().reduce(f64::min),
                 max: s.iter().copied().reduce(f64::max),
                 ..Default::default()
@@ -303,12 +310,21 @@ impl OtlpSettings {
 pub struct OtlpSink {
     settings: Result<Arc<OtlpSettings>, SinkError>,
     origin: Origin,
+    /// The latest try met a status OTLP/HTTP says not to retry (whatever its class).
+    final_status: bool,
+    /// The batch in hand, while it is.
+    progress: Option<Progress>,
 }
 
 impl OtlpSink {
     /// The sink of `origin`'s namespace, or one whose every send fails with `broken`.
     pub fn new(settings: Result<Arc<OtlpSettings>, SinkError>, origin: Origin) -> Self {
-        OtlpSink { settings, origin }
+        OtlpSink {
+            settings,
+            origin,
+            final_status: false,
+            progress: None,
+        }
     }
 }
 
@@ -319,6 +335,10 @@ impl Sink for OtlpSink {
 
     fn max_tries(&self) -> u32 {
         self.settings.as_ref().map_or(1, |s| s.max_tries)
+    }
+
+    fn retryable(&self, e: &SinkError) -> bool {
+        e.retryable() && !self.final_status
     }
 
     fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a> {
@@ -332,26 +352,75 @@ impl Sink for OtlpSink {
                     });
                 }
             };
-            let interval_ms = Millis::try_from(s.interval.as_millis()).unwrap_or(Millis::MAX);
-            let (request, points) = encode(&self.origin, interval_ms, datums);
-            if points == 0 {
-                return Ok(0);
+            // A retry of this batch resumes after the requests already taken (kept in place:
+            // a try the publish window cuts short keeps what it got).
+            let key = (datums.as_ptr() as usize, datums.len());
+            if self.progress.as_ref().is_none_or(|p| p.key != key) {
+                self.progress = Some(Progress {
+                    key,
+                    ..Progress::default()
+                });
             }
-            let body = Bytes::from(request.encode_to_vec());
-            let answer = tokio::time::timeout(s.timeout, export(&s, body)).await;
-            let answer = answer.unwrap_or_else(|_| {
-                Err(SinkError {
-                    message: format!(
-                        "POST {}: no answer within {}",
-                        s.endpoint,
-                        humantime::format_duration(s.timeout)
-                    ),
-                    class: PublishFailureClass::PublishTimeout,
-                })
-            });
-            answer
-                .and_then(|(status, headers, body)| judge(status, &headers, &body, points))
-                .map_err(|e| redact(e, &s.redactor))
+            let done = self.progress.as_ref().map_or(0, |p| p.requests);
+            for chunk in datums.chunks(MAX_POINTS_PER_REQUEST).skip(done) {
+                let (taken, note) = self
+                    .export_chunk(&s, chunk)
+                    .await
+                    .map_err(|e| redact(e, &s.redactor))?;
+                let p = self.progress.get_or_insert_with(Progress::default);
+                p.requests += 1;
+                p.sent += taken;
+                p.notes.extend(note.map(|n| s.redactor.redact(&n)));
+            }
+            Ok(self.progress.as_ref().map_or(0, |p| p.sent))
+        })
+    }
+
+    fn settle(&mut self) -> Option<String> {
+        let notes = self.progress.take()?.notes;
+        (!notes.is_empty()).then(|| notes.join("; "))
+    }
+}
+
+/// How far the sink got with the batch in hand: the requests the collector took, the points
+/// they carried, what partial successes said.
+#[derive(Debug, Default)]
+struct Progress {
+    /// The batch's datums (address, length) while it is in hand.
+    key: (usize, usize),
+    requests: usize,
+    sent: usize,
+    notes: Vec<String>,
+}
+
+impl OtlpSink {
+    /// Export one request's `datums`: the points taken and what a partial success said.
+    async fn export_chunk(
+        &mut self,
+        s: &OtlpSettings,
+        datums: &[Datum],
+    ) -> Result<(usize, Option<String>), SinkError> {
+        let interval_ms = Millis::try_from(s.interval.as_millis()).unwrap_or(Millis::MAX);
+        let (request, points) = encode(&self.origin, interval_ms, datums);
+        if points == 0 {
+            return Ok((0, None));
+        }
+        let body = Bytes::from(request.encode_to_vec());
+        let answer = tokio::time::timeout(s.timeout, export(s, body)).await;
+        let answer = answer.unwrap_or_else(|_| {
+            Err(SinkError {
+                message: format!(
+                    "POST {}: no answer within {}",
+                    s.endpoint,
+                    humantime::format_duration(s.timeout)
+                ),
+                class: PublishFailureClass::PublishTimeout,
+            })
+        });
+        self.final_status = false;
+        answer.and_then(|(status, headers, body)| {
+            self.final_status = !status.is_success() && !retry_status(status);
+            judge(status, &headers, &body, points)
         })
     }
 }
@@ -439,17 +508,22 @@ async fn export(s: &OtlpSettings, body: Bytes) -> Result<Answer, SinkError> {
             .send_request(req)
             .await
             .map_err(|e| unreachable(&format!("POST {}", s.endpoint), e))?;
-        let (parts, body) = resp.into_parts();
-        let body = Limited::new(body, MAX_RESPONSE_BYTES)
-            .collect()
-            .await
-            .map_err(|e| {
-                unreachable(
+        let (mut parts, body) = resp.into_parts();
+        let body = match Limited::new(body, MAX_RESPONSE_BYTES).collect().await {
+            Ok(b) => b.to_bytes(),
+            // Over the cap: the status decides alone (a 2xx is an accepted export whatever
+            // else it says, a 503's large page is still a 503), judged as an empty answer.
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                parts.headers.remove(http::header::CONTENT_TYPE);
+                Bytes::new()
+            }
+            Err(e) => {
+                return Err(unreachable(
                     &format!("reading the answer (at most {MAX_RESPONSE_BYTES} bytes)"),
                     e,
-                )
-            })?
-            .to_bytes();
+                ));
+            }
+        };
         Ok((parts.status, parts.headers, body))
     }
     .await
@@ -473,21 +547,27 @@ struct RpcStatus {
     message: String,
 }
 
-/// The class of a refused export by its status, as OTLP/HTTP says: 429, 502, 503 and 504 are
-/// worth a retry (as is 408, a proxy's); 401 and 403 are credentials; anything else the same
-/// request would meet again.
+/// The class of a refused export by its status, the rule every sink follows: 408, 429, any
+/// 5xx, 401 and 403 have their own classes; anything else is `publish_rejected`.
 fn class_of_status(status: http::StatusCode) -> PublishFailureClass {
     use PublishFailureClass as C;
     match status.as_u16() {
         408 => C::PublishHttp408,
         429 => C::PublishThrottled,
-        502..=504 => C::Publish5xx,
+        500..=599 => C::Publish5xx,
         401 | 403 => C::PublishCredentials,
         _ => C::PublishRejected,
     }
 }
 
-/// Judge the collector's answer to an export of `points` data points (pure): how many it took.
+/// Whether OTLP/HTTP says a refused export is worth another try, apart from its class: 408,
+/// 429, 502, 503 and 504 only (a 500, 501 or 505 would meet the same answer again).
+pub fn retry_status(status: http::StatusCode) -> bool {
+    matches!(status.as_u16(), 408 | 429 | 502..=504)
+}
+
+/// Judge the collector's answer to an export of `points` data points (pure): how many it took,
+/// and what a partial success that rejected some said.
 ///
 /// # Errors
 /// A non-2xx (its class by status, its message from the `google.rpc.Status` body); a 2xx that
@@ -497,7 +577,7 @@ pub fn judge(
     headers: &http::HeaderMap,
     body: &[u8],
     points: usize,
-) -> Result<usize, SinkError> {
+) -> Result<(usize, Option<String>), SinkError> {
     if !status.is_success() {
         let said = RpcStatus::decode(body)
             .ok()
@@ -526,11 +606,11 @@ pub fn judge(
     let resp = ExportMetricsServiceResponse::decode(body)
         .map_err(|e| not_otlp(format!("with a body that is not an export response ({e})")))?;
     let Some(p) = resp.partial_success else {
-        return Ok(points);
+        return Ok((points, None));
     };
     let rejected = usize::try_from(p.rejected_data_points).unwrap_or(0);
     if rejected == 0 {
-        return Ok(points);
+        return Ok((points, None));
     }
     if rejected >= points {
         let message = if p.error_message.is_empty() {
@@ -545,7 +625,13 @@ pub fn judge(
             class: PublishFailureClass::PublishRejected,
         });
     }
-    Ok(points - rejected)
+    let said = if p.error_message.is_empty() {
+        "(no message)"
+    } else {
+        &p.error_message
+    };
+    let note = format!("the collector rejected {rejected} of {points} data points: {said}");
+    Ok((points - rejected, Some(note)))
 }
 
 #[cfg(test)]

@@ -113,6 +113,9 @@ fn a_tick_encodes_to_the_expected_otlp_metrics() {
         &[(PublishFailureClass::PublishTimeout, 2)],
         120_000,
     ));
+    // The previous tick was at 75 s (this one is late): the counts' span starts there, not one
+    // interval (60 s) back.
+    crate::datum::counted_since(&mut datums, 75_000);
     let (req, points) = encode(&origin(), 60_000, &datums);
     assert_eq!(points, datums.len() - 1, "the NaN success rate is skipped");
     expect![[r#"
@@ -121,20 +124,20 @@ fn a_tick_encodes_to_the_expected_otlp_metrics() {
         readyprobe.readiness [1] gauge
           {service=orders-db,branch=primary} start=0 time=120000000000 1
         readyprobe.attempts [{attempt}] sum Ok(Delta) monotonic=true
-          {service=orders-db,branch=primary} start=60000000000 time=120000000000 3
+          {service=orders-db,branch=primary} start=75000000000 time=120000000000 3
         readyprobe.failed_attempts [{attempt}] sum Ok(Delta) monotonic=true
-          {service=orders-db,branch=primary} start=60000000000 time=120000000000 1
+          {service=orders-db,branch=primary} start=75000000000 time=120000000000 1
         readyprobe.certificate_expiry_days [d] gauge
           {service=orders-db,branch=primary} start=0 time=120000000000 10
         readyprobe.step_duration [ms] histogram Ok(Delta)
-          {service=orders-db,branch=primary,step=connect} start=60000000000 time=120000000000 count=3 sum=Some(24.5) min=Some(0.5) max=Some(12.0) buckets=[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0] bounds=13
-          {service=orders-db,branch=primary,step=tls} start=60000000000 time=120000000000 count=1 sum=Some(30.0) min=Some(30.0) max=Some(30.0) buckets=[0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0] bounds=13
+          {service=orders-db,branch=primary,step=connect} start=75000000000 time=120000000000 count=3 sum=Some(24.5) min=Some(0.5) max=Some(12.0) buckets=[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] bounds=14
+          {service=orders-db,branch=primary,step=tls} start=75000000000 time=120000000000 count=1 sum=Some(30.0) min=Some(30.0) max=Some(30.0) buckets=[0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0] bounds=14
         readyprobe.heartbeat [1] gauge
           {service=orders-db} start=0 time=120000000000 1
         readyprobe.both_branches_unready [1] gauge
           {service=orders-db} start=0 time=120000000000 0
         readyprobe.publish_failures [{batch}] sum Ok(Delta) monotonic=true
-          {service=orders-db,class=publish_timeout} start=60000000000 time=120000000000 2
+          {service=orders-db,class=publish_timeout} start=75000000000 time=120000000000 2
     "#]]
     .assert_eq(&render(&req));
     // What goes on the wire decodes back to the same request.
@@ -208,9 +211,15 @@ fn answers_are_judged_by_status_and_partial_success() {
         )
     };
     let none = http::HeaderMap::new();
-    assert_eq!(ok(200, b"", &none).unwrap(), 10);
-    assert_eq!(ok(200, &partial(0), &protobuf()).unwrap(), 10);
-    assert_eq!(ok(200, &partial(3), &protobuf()).unwrap(), 7);
+    assert_eq!(ok(200, b"", &none).unwrap(), (10, None));
+    assert_eq!(ok(200, &partial(0), &protobuf()).unwrap(), (10, None));
+    // Some rejected: the rest counts as sent, and what the collector said is kept.
+    let (taken, note) = ok(200, &partial(3), &protobuf()).unwrap();
+    assert_eq!(taken, 7);
+    assert_eq!(
+        note.as_deref(),
+        Some("the collector rejected 3 of 10 data points: metric name not allowed")
+    );
     let all = ok(200, &partial(10), &protobuf()).unwrap_err();
     assert_eq!(all.class, C::PublishRejected);
     assert!(
@@ -238,20 +247,25 @@ fn answers_are_judged_by_status_and_partial_success() {
         "{}",
         e.message
     );
+    // One class rule for every sink (any 5xx is `publish_5xx`); the retry is OTLP's own.
     for (s, class, retry) in [
         (429, C::PublishThrottled, true),
         (502, C::Publish5xx, true),
         (503, C::Publish5xx, true),
         (504, C::Publish5xx, true),
         (408, C::PublishHttp408, true),
-        (500, C::PublishRejected, false),
+        (500, C::Publish5xx, false),
+        (501, C::Publish5xx, false),
+        (505, C::Publish5xx, false),
         (404, C::PublishRejected, false),
         (413, C::PublishRejected, false),
         (401, C::PublishCredentials, false),
         (403, C::PublishCredentials, false),
     ] {
+        let status = http::StatusCode::from_u16(s).unwrap();
         let e = ok(s, b"", &none).unwrap_err();
-        assert_eq!((e.class, e.retryable()), (class, retry), "{s}");
+        assert_eq!(e.class, class, "{s}");
+        assert_eq!(e.retryable() && retry_status(status), retry, "{s}");
     }
 }
 
@@ -303,4 +317,13 @@ fn parts_of_a_secret_header_value_are_redacted_from_errors() {
         }
         assert!(out.contains("<redacted>"), "{out}");
     }
+}
+
+/// The histogram's bounds are the contract's buckets (the `/metrics` ones), in ms.
+#[test]
+fn step_duration_bounds_are_the_contracts_in_ms() {
+    let ms = step_duration_bounds_ms();
+    assert_eq!(ms.len(), crate::contract::STEP_DURATION_BUCKETS.len());
+    assert_eq!((ms[0], ms[1], ms[ms.len() - 1]), (1.0, 2.5, 30_000.0));
+    assert!(ms.windows(2).all(|w| w[0] < w[1]));
 }
