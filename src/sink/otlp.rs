@@ -8,6 +8,8 @@
 
 use super::{Datum, SendFuture, Sink, SinkError, Value};
 use crate::contract::{self, Unit};
+use crate::otlp_wire::{Verdict, kv, verdict};
+use crate::probe::http_client::{Io, USER_AGENT};
 use crate::readiness::Millis;
 use crate::record::PublishFailureClass;
 use crate::secrets::SecretCell;
@@ -15,10 +17,8 @@ use crate::secrets::redactor::Redactor;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
     ResourceMetrics, ScopeMetrics, Sum, metric, number_data_point,
@@ -28,7 +28,6 @@ use prost::Message;
 use rustls::ClientConfig;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite};
 
 /// The bucket bounds of the `readyprobe.step_duration` histogram, ms: the contract's
 /// [`contract::STEP_DURATION_BUCKETS`] (seconds), converted.
@@ -45,9 +44,6 @@ pub const MAX_POINTS_PER_REQUEST: usize = 2_000;
 
 /// Largest answer body read from the collector, bytes (a real one is empty or a few hundred).
 pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
-
-/// The `User-Agent` of every export.
-const USER_AGENT: &str = concat!("readyprobe/", env!("CARGO_PKG_VERSION"));
 
 /// The metric names of the contract sent as per-tick counts: a monotonic `Sum` with delta
 /// temporality (each datum counts what happened since the previous tick).
@@ -87,16 +83,6 @@ pub fn unit_of(contract_name: &str, unit: Unit) -> &'static str {
         (n, _) if n == contract::PUBLISH_FAILURES.name => "{batch}",
         (n, _) if n == contract::STORE_SYNC_FAILURES.name => "{sync}",
         _ => "1",
-    }
-}
-
-fn kv(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.to_string(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.to_string())),
-        }),
-        ..Default::default()
     }
 }
 
@@ -440,10 +426,6 @@ fn unreachable(what: &str, e: impl std::fmt::Display) -> SinkError {
     }
 }
 
-/// A byte stream hyper speaks HTTP/1.1 over: plain TCP or TLS.
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-
 /// One connection to the collector: TCP, then TLS for `https`.
 async fn connect(s: &OtlpSettings) -> Result<Box<dyn Io>, SinkError> {
     let host = s.endpoint.host().unwrap_or_default();
@@ -538,15 +520,6 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// The body of a failed OTLP/HTTP export (`google.rpc.Status`), as far as it is read here.
-#[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
-}
-
 /// The class of a refused export by its status, the rule every sink follows: 408, 429, any
 /// 5xx, 401 and 403 have their own classes; anything else is `publish_rejected`.
 fn class_of_status(status: http::StatusCode) -> PublishFailureClass {
@@ -578,60 +551,34 @@ pub fn judge(
     body: &[u8],
     points: usize,
 ) -> Result<(usize, Option<String>), SinkError> {
-    if !status.is_success() {
-        let said = RpcStatus::decode(body)
-            .ok()
-            .filter(|s| !s.message.is_empty())
-            .map(|s| format!(": {}", s.message))
-            .unwrap_or_default();
-        return Err(SinkError {
-            message: format!("the collector answered {status}{said}"),
-            class: class_of_status(status),
-        });
-    }
-    let content_type = headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let not_otlp = |why: String| SinkError {
-        message: format!(
-            "the collector answered {status} {why}; nothing says the points were taken"
-        ),
+    let rejected_all = |message: String| SinkError {
+        message,
         class: PublishFailureClass::PublishRejected,
     };
-    if !body.is_empty() && !content_type.is_none_or(|v| v.starts_with("application/x-protobuf")) {
-        return Err(not_otlp(format!(
-            "with content-type {content_type:?}, not an OTLP protobuf answer"
-        )));
-    }
-    let resp = ExportMetricsServiceResponse::decode(body)
-        .map_err(|e| not_otlp(format!("with a body that is not an export response ({e})")))?;
-    let Some(p) = resp.partial_success else {
-        return Ok((points, None));
-    };
-    let rejected = usize::try_from(p.rejected_data_points).unwrap_or(0);
-    if rejected == 0 {
-        return Ok((points, None));
-    }
-    if rejected >= points {
-        let message = if p.error_message.is_empty() {
-            "(no message)"
-        } else {
-            &p.error_message
-        };
-        return Err(SinkError {
+    match verdict(status, headers, body) {
+        Verdict::Refused { message, .. } => Err(SinkError {
             message: format!(
-                "the collector rejected every data point ({rejected} of {points}): {message}"
+                "the collector answered {status}{}",
+                message.map(|m| format!(": {m}")).unwrap_or_default()
             ),
-            class: PublishFailureClass::PublishRejected,
-        });
+            class: class_of_status(status),
+        }),
+        Verdict::NotOtlp { why, .. } => Err(rejected_all(format!(
+            "the collector answered {status} {why}; nothing says the points were taken"
+        ))),
+        Verdict::Accepted { rejected: 0, .. } => Ok((points, None)),
+        Verdict::Accepted { rejected, message } => {
+            let rejected = usize::try_from(rejected).unwrap_or(usize::MAX);
+            let said = message.as_deref().unwrap_or("(no message)");
+            if rejected >= points {
+                return Err(rejected_all(format!(
+                    "the collector rejected every data point ({rejected} of {points}): {said}"
+                )));
+            }
+            let note = format!("the collector rejected {rejected} of {points} data points: {said}");
+            Ok((points - rejected, Some(note)))
+        }
     }
-    let said = if p.error_message.is_empty() {
-        "(no message)"
-    } else {
-        &p.error_message
-    };
-    let note = format!("the collector rejected {rejected} of {points} data points: {said}");
-    Ok((points - rejected, Some(note)))
 }
 
 #[cfg(test)]

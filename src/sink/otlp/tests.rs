@@ -3,7 +3,10 @@
 use super::*;
 use crate::datum::{BranchTick, publish_failure_datums, tick_datums};
 use expect_test::expect;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsPartialSuccess;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value;
 use std::fmt::Write;
 
 fn origin() -> Origin {
@@ -219,6 +222,14 @@ fn answers_are_judged_by_status_and_partial_success() {
     assert_eq!(
         note.as_deref(),
         Some("the collector rejected 3 of 10 data points: metric name not allowed")
+    );
+    // A negative rejected count is no collector's answer (the probe kind says so too).
+    let negative = ok(200, &partial(-1), &protobuf()).unwrap_err();
+    assert_eq!(negative.class, C::PublishRejected);
+    assert!(
+        negative.message.contains("negative"),
+        "{}",
+        negative.message
     );
     let all = ok(200, &partial(10), &protobuf()).unwrap_err();
     assert_eq!(all.class, C::PublishRejected);
