@@ -193,6 +193,7 @@ async fn otlp_gets_every_metric_while_control_limits_cloudwatch() {
     for r in &received {
         assert_eq!(r.headers["authorization"], TOKEN);
         assert_eq!(r.headers["x-tenant"], "orders");
+        assert_eq!(r.headers["content-encoding"], "gzip");
     }
     let all = metrics(&received);
     for (res, _) in &all {

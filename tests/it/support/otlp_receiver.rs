@@ -169,6 +169,20 @@ async fn answer(
         .to_string();
     let headers = req.headers().clone();
     let body = req.into_body().collect().await.unwrap().to_bytes();
+    // The sink gzips (`Content-Encoding: gzip`), the probe kind does not.
+    let body = if headers.get("content-encoding").is_some_and(|v| v == "gzip") {
+        let mut plain = Vec::new();
+        let unzipped = std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(body.as_ref()),
+            &mut plain,
+        );
+        if unzipped.is_err() {
+            return reply(400, Default::default());
+        }
+        Bytes::from(plain)
+    } else {
+        body
+    };
     let decoded = ExportMetricsServiceRequest::decode(body.as_ref()).ok();
     let (true, Some(request)) = (ok_type, decoded) else {
         return reply(400, Default::default());
