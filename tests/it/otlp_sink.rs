@@ -259,7 +259,7 @@ fn otlp_records(run: &Run) -> Vec<&Json> {
 }
 
 /// A 503 then a 200 whose partial success rejected one point: one batch, two tries, sent, one
-/// point short. Then a 400 with a `google.rpc.Status`: failed
+/// point short, the collector's message in its record and a warning in the log. Then a 400 with a `google.rpc.Status`: failed
 /// at once as `publish_rejected`, its message carried, never retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_503_is_retried_and_a_400_is_not() {
@@ -294,6 +294,17 @@ async fn a_503_is_retried_and_a_400_is_not() {
     // The retry met a partial success rejecting one point: counted, the rest sent.
     let datums = first["datums"].as_u64().unwrap();
     assert_eq!(first["sent"].as_u64(), Some(datums - 1), "{first}");
+    // What the collector said of the point it refused is kept, the batch still sent.
+    assert_eq!(
+        first["error"].as_str(),
+        Some(format!("the collector rejected 1 of {datums} data points: metric name readyprobe.canary not allowed").as_str()),
+        "{first}"
+    );
+    assert!(
+        run.log.contains("published in part") && run.log.contains("readyprobe.canary not allowed"),
+        "{}",
+        run.log
+    );
     let statuses: Vec<Option<u16>> = receiver.received().iter().map(|r| r.status).collect();
     assert_eq!(&statuses[..2], [Some(503), Some(200)], "{statuses:?}");
     let rejected: Vec<_> = recs
