@@ -34,6 +34,28 @@ pub struct Datum {
     pub unit: Unit,
     /// Observation time, ms since the epoch.
     pub timestamp: Millis,
+    /// For a count over the span since the previous tick ([`COUNTED`]): when that span began
+    /// (the service's previous tick, or when it started), set by the fold ([`counted_since`]).
+    /// `None` elsewhere. CloudWatch and EMF ignore it; OTLP sends it as a delta's start time.
+    #[serde(skip)]
+    pub since: Option<Millis>,
+}
+
+/// The metrics whose datums count what happened since the previous tick: attempts, failed
+/// attempts, step durations, failed publishes and store syncs.
+pub const COUNTED: [&str; 5] = [
+    contract::ATTEMPTS.name,
+    contract::FAILED_ATTEMPTS.name,
+    contract::STEP_DURATION.name,
+    contract::PUBLISH_FAILURES.name,
+    contract::STORE_SYNC_FAILURES.name,
+];
+
+/// Mark the [`COUNTED`] datums of `datums` as counting since `since` (pure).
+pub fn counted_since(datums: &mut [Datum], since: Millis) {
+    for d in datums.iter_mut().filter(|d| COUNTED.contains(&d.metric)) {
+        d.since = Some(since);
+    }
 }
 
 impl Datum {
@@ -92,6 +114,7 @@ fn datum(m: &Metric, values: &[&str], value: Value, timestamp: Millis) -> Datum 
         value,
         unit: m.unit,
         timestamp,
+        since: None,
     }
 }
 

@@ -15,6 +15,7 @@ pub mod datum;
 pub mod failure;
 pub mod fold;
 pub mod heartbeat;
+pub mod otlp_wire;
 pub mod probe;
 pub mod readiness;
 pub mod record;

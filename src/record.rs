@@ -375,7 +375,8 @@ pub struct Publish {
     pub dropped: bool,
     /// What became of it.
     pub outcome: PublishOutcome,
-    /// One-line cause when it was not sent.
+    /// One-line cause when it was not sent; for a sent batch, what the destination said of the
+    /// datums it refused (an OTLP partial success), if anything.
     pub error: Option<String>,
     /// Why the last try failed, when it was tried and failed (`outcome` = `failed`).
     pub class: Option<PublishFailureClass>,

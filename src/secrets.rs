@@ -9,6 +9,7 @@
 //! read at start-up and at a reload only. RDS IAM tokens are live cells too, signed again
 //! every [`tokens::RESIGN`] ([`tokens`]). No value is ever logged or shown by `Debug`.
 
+pub mod redactor;
 pub mod tokens;
 
 use crate::aws::rds_token::TokenFor;

@@ -3,7 +3,7 @@
 
 use super::issues::Issues;
 use super::raw::RawEvidenceS3;
-use super::region::region_problem;
+use super::region::s3_region_problem;
 use std::time::Duration;
 
 /// Default `segment`: how long a segment stays open.
@@ -63,7 +63,12 @@ pub(super) fn section(raw: RawEvidenceS3, issues: &mut Issues<'_>) -> Option<Evi
     {
         issues.error("evidence.s3.endpoint_url", why);
     }
-    if let Some(why) = raw.region.as_deref().and_then(region_problem) {
+    let with_endpoint = raw.endpoint_url.is_some();
+    if let Some(why) = raw
+        .region
+        .as_deref()
+        .and_then(|r| s3_region_problem(r, with_endpoint))
+    {
         issues.error("evidence.s3.region", why);
     }
     let segment = raw.segment.unwrap_or(DEFAULT_SEGMENT);

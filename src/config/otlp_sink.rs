@@ -53,11 +53,17 @@ fn is_loopback(host: &str) -> bool {
 
 /// The endpoint checked, with [`DEFAULT_PATH`] when it names no path.
 fn endpoint(url: &str) -> Result<String, String> {
-    let shown = if url.contains('@') {
+    // A user name, a password or a query string may hold a credential: never shown.
+    let shown = if url.contains(['@', '?', '#']) {
         "the URL".to_string()
     } else {
         format!("{:?}", url.chars().take(100).collect::<String>())
     };
+    if url.contains(['?', '#']) {
+        return Err(format!(
+            "{shown} carries a query string or fragment (`?…`, `#…`): it would be in every error that names the endpoint; give a token as a header by reference (headers.authorization = {{ env = \"VAR\" }})"
+        ));
+    }
     let uri: http::Uri = url.parse().map_err(|e| {
         format!("{shown} is not a URL ({e}); write e.g. \"http://127.0.0.1:4318/v1/metrics\"")
     })?;
@@ -75,7 +81,7 @@ fn endpoint(url: &str) -> Result<String, String> {
         }
         _ => return Err(format!("{shown} has no host")),
     }
-    if matches!(uri.path(), "" | "/") && uri.query().is_none() {
+    if matches!(uri.path(), "" | "/") {
         return Ok(format!("{}{DEFAULT_PATH}", url.trim_end_matches('/')));
     }
     Ok(url.to_string())
@@ -239,6 +245,10 @@ mod tests {
         for (bad, why) in [
             ("ftp://x.example", "http://"),
             ("http://u:secretpw@x.example", "user name or password"),
+            ("http://x.example/v1/metrics?token=secretpw", "query string"),
+            ("http://x.example?secretpw", "query string"),
+            ("http://x.example:4318/?api_key=secretpw", "query string"),
+            ("http://x.example/v1/metrics#secretpw", "query string"),
             ("http://x.example:0", "1–65535"),
             ("not a url", "URL"),
         ] {
@@ -316,6 +326,11 @@ mod tests {
                 "headers",
             ),
             (BASE.replace(ep, &format!("{ep}\nbogus = 1")), "publish.otlp.bogus", "bogus"),
+            (
+                BASE.replace(ep, "endpoint = \"http://127.0.0.1:4318/v1/metrics?key=s3cr3t\""),
+                "publish.otlp.endpoint",
+                "endpoint =",
+            ),
             (BASE.replace("sinks = [\"cloudwatch\", \"otlp\"]", "sinks = [\"cloudwatch\"]"), "publish.otlp", "[publish.otlp]"),
             (
                 BASE.replace("[publish.otlp]\n", "").replace(ep, ""),

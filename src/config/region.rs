@@ -31,6 +31,28 @@ pub(super) fn region_problem(r: &str) -> Option<String> {
     })
 }
 
+/// Longest region name an S3-compatible store's endpoint may be given.
+const MAX_STORE_REGION_CHARS: usize = 64;
+
+/// Why `r` is not a region for an S3 bucket, `None` when it is: an AWS name
+/// ([`region_problem`]), or, when `endpoint_url` is set (an S3-compatible store: MinIO,
+/// Garage, Ceph...), any name of 1–64 lower-case letters, digits and `-` (`garage`,
+/// `default`, `us-east-1`): such stores name their regions as they like.
+pub(super) fn s3_region_problem(r: &str, endpoint_url: bool) -> Option<String> {
+    if !endpoint_url {
+        return region_problem(r);
+    }
+    let ok = (1..=MAX_STORE_REGION_CHARS).contains(&r.len())
+        && r.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    (!ok).then(|| {
+        let shown: String = r.chars().take(SHOWN_CHARS).collect();
+        format!(
+            "{shown:?} is not a region name: with endpoint_url, 1–{MAX_STORE_REGION_CHARS} lower-case letters, digits and \"-\" (e.g. \"garage\", \"us-east-1\")"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +176,52 @@ mod tests {
                 assert!(
                     hit.is_some_and(|i| i.message.contains("is not an AWS region name")),
                     "{bad:?} at {key}: {issues:?}"
+                );
+            }
+        }
+    }
+
+    /// With `endpoint_url` (an S3-compatible store), `[state.s3]` and `[evidence.s3]` take the
+    /// store's own region names; without it, AWS names only.
+    #[test]
+    fn an_s3_compatible_store_takes_its_own_region_names() {
+        let path = std::path::Path::new("t.toml");
+        let parse = |text: &str| crate::config::parse(path, text).map_err(|e| e.issues);
+        let text = |region: &str, endpoint: bool| {
+            let url = if endpoint {
+                "endpoint_url = \"http://127.0.0.1:3900\"\n"
+            } else {
+                ""
+            };
+            format!(
+                "[probe]\nkind = \"tcp\"\n\
+                 [service]\nname = \"a\"\nstable_name = \"a.internal.example\"\n\
+                 [[branch]]\nname = \"primary\"\nrole = \"PRIMARY\"\nendpoint = \"a1.internal.example\"\nport = 5432\n\
+                 [state]\nstore = \"s3\"\n[state.s3]\nbucket = \"bkt\"\nregion = \"{region}\"\n{url}\
+                 [evidence.s3]\nbucket = \"bkt\"\nregion = \"{region}\"\n{url}"
+            )
+        };
+        for region in ["garage", "default", "us-east-1", "minio-1"] {
+            let t = text(region, true);
+            assert!(parse(&t).is_ok(), "{region}: {:?}\n{t}", parse(&t));
+        }
+        for region in ["garage", "default"] {
+            let issues = parse(&text(region, false)).expect_err(region);
+            for key in ["state.s3.region", "evidence.s3.region"] {
+                let hit = issues.iter().find(|i| i.key == key);
+                assert!(
+                    hit.is_some_and(|i| i.message.contains("is not an AWS region name")),
+                    "{region} at {key}: {issues:?}"
+                );
+            }
+        }
+        for region in ["Garage", "my_store", "", &"a".repeat(65)] {
+            let issues = parse(&text(region, true)).expect_err(region);
+            for key in ["state.s3.region", "evidence.s3.region"] {
+                let hit = issues.iter().find(|i| i.key == key);
+                assert!(
+                    hit.is_some_and(|i| i.message.contains("with endpoint_url")),
+                    "{region:?} at {key}: {issues:?}"
                 );
             }
         }

@@ -2,7 +2,7 @@
 
 use super::issues::Issues;
 use super::raw::RawState;
-use super::region::region_problem;
+use super::region::s3_region_problem;
 use super::values::StoreName;
 use std::time::Duration;
 
@@ -70,7 +70,12 @@ pub(super) fn section(
             {
                 issues.error("state.s3.endpoint_url", why);
             }
-            if let Some(why) = s3.region.as_deref().and_then(region_problem) {
+            let with_endpoint = s3.endpoint_url.is_some();
+            if let Some(why) = s3
+                .region
+                .as_deref()
+                .and_then(|r| s3_region_problem(r, with_endpoint))
+            {
                 issues.error("state.s3.region", why);
             }
             Some(StoreKind::S3(S3State {

@@ -3,9 +3,9 @@
 
 use super::*;
 use crate::datum::{
-    BranchTick, Datum, Refusal, SinkId, SinkReport, for_profile, publish_failure_datums,
-    selected_branch_datum, service_unavailable_datum, stable_name_success_datum,
-    store_sync_failure_datums, tick_datums,
+    BranchTick, Datum, Refusal, SinkId, SinkReport, counted_since, for_profile,
+    publish_failure_datums, selected_branch_datum, service_unavailable_datum,
+    stable_name_success_datum, store_sync_failure_datums, tick_datums,
 };
 use crate::readiness::{Millis, fails_open};
 use crate::record::{BothBranchesUnready, Publish, PublishOutcome, PublishReason, Record};
@@ -131,21 +131,29 @@ impl Fold {
             // For every sink, unlike `PublishFailures`: a store failure does not depend on one.
             let failed = std::mem::take(&mut s.sync_failures);
             datums.extend(store_sync_failure_datums(&name, &failed, now));
+            // The counts cover the span since the previous tick, whenever that was (late,
+            // skipped or final ticks make spans of any length).
+            counted_since(&mut datums, s.counted_since);
+            s.counted_since = now;
         }
         datums
     }
 
     /// The failed batches counted since the last tick, as `PublishFailures` datums for the
-    /// `emf` sink only: the count must not depend on the sink that is failing. With several
+    /// `emf` sink only: the count must not depend on the sink that is failing. Not for `otlp`
+    /// either: a batch of its own each tick, newer than the tick's, would be what a failing
+    /// collector's queue works on first, and the tick batches would expire behind it. With several
     /// services each one's datum carries the run's count (their batches are shared).
     fn publish_failures(&mut self, now: Millis) {
         let counts: Vec<_> = std::mem::take(&mut self.failures).into_iter().collect();
+        let since = std::mem::replace(&mut self.failures_since, now);
         if counts.is_empty() || !self.sinks.contains(&EMF) {
             return;
         }
         let mut by_ns: BTreeMap<String, Vec<Datum>> = BTreeMap::new();
         for s in self.services.values() {
-            let datums = publish_failure_datums(&s.name, &counts, now);
+            let mut datums = publish_failure_datums(&s.name, &counts, now);
+            counted_since(&mut datums, since);
             by_ns.entry(s.namespace.clone()).or_default().extend(datums);
         }
         for (ns, datums) in by_ns {
@@ -308,6 +316,18 @@ impl Fold {
                     class: r.class.map(|c| c.as_str().into()),
                     error: r.error.clone(),
                     reason: Some(<&str>::from(o.reason).into()),
+                    ..fields
+                },
+            ));
+        } else if r.error.is_some() {
+            // Sent, but the destination refused part of it and said why (an OTLP partial
+            // success): worth a warning, not a drop.
+            self.effects.push(log(
+                Level::Warn,
+                "published in part: the destination refused some datums",
+                Fields {
+                    datums: Some(r.sent as u64),
+                    error: r.error.clone(),
                     ..fields
                 },
             ));

@@ -548,6 +548,8 @@ struct Svc {
     stable_name_success: Option<f64>,
     /// Failed store syncs per class since the last tick, for the `StoreSyncFailures` datums.
     sync_failures: BTreeMap<StoreSyncFailureClass, u64>,
+    /// When the span its next tick's counts cover began: its previous tick, or when it started.
+    counted_since: Millis,
     /// The periods of each branch loop with adaptive probing, by branch ([`Input::Paced`]):
     /// what a pace change of the branch says.
     pacing: BTreeMap<String, Pacing>,
@@ -572,6 +574,8 @@ pub struct Fold {
     handed: BTreeMap<SinkId, u64>,
     /// Failed batches per class since the last tick, for the `PublishFailures` datums.
     failures: BTreeMap<PublishFailureClass, u64>,
+    /// When the span `failures` covers began: the previous tick, or the start.
+    failures_since: Millis,
     next_batch: u64,
     summary: RunSummary,
     effects: Vec<Effect>,

@@ -20,6 +20,7 @@ impl Fold {
             outstanding: BTreeMap::new(),
             handed: BTreeMap::new(),
             failures: BTreeMap::new(),
+            failures_since: now,
             next_batch: 0,
             summary: RunSummary::default(),
             effects: Vec::new(),
@@ -101,6 +102,7 @@ impl Fold {
                 selected_branch: None,
                 stable_name_success: None,
                 sync_failures: BTreeMap::new(),
+                counted_since: now,
                 pacing: BTreeMap::new(),
             },
         );

@@ -2409,3 +2409,38 @@ fn the_control_profile_leaves_otlp_the_full_set_in_a_batch_of_its_own() {
     let (s, _) = f.finish(2000, "test", 0);
     assert!(s.dropped_batches.is_empty(), "{:?}", s.dropped_batches);
 }
+
+/// A late tick's counts cover the span since the previous tick, however long: the attempts and
+/// failed attempts (and step durations, by the same rule) carry `since` (the previous tick, or the start for the
+/// first), the gauges none.
+#[test]
+fn a_late_tick_counts_since_the_previous_tick() {
+    let (mut f, _) = start_at(&ControlDoc::new("orders-db"), &policy(), 500);
+    let since = |f: &mut Fold, at: Millis| -> Vec<(&'static str, Option<Millis>)> {
+        let e = f.handle(Input::Tick { last: false }, at);
+        let tick = batches(&e)
+            .into_iter()
+            .find(|b| b.reason == PublishReason::Tick)
+            .unwrap();
+        let mut got: Vec<_> = tick
+            .datums
+            .iter()
+            .filter(|d| d.dimensions.get(1).is_some_and(|b| b.1 == "primary"))
+            .map(|d| (d.metric, d.since))
+            .collect();
+        got.dedup();
+        got
+    };
+    f.handle(attempt("primary", 1, 700, true), 700);
+    let first = since(&mut f, 1000);
+    assert!(first.contains(&("Attempts", Some(500))), "{first:?}");
+    assert!(first.contains(&("FailedAttempts", Some(500))), "{first:?}");
+    assert!(first.contains(&("Readiness", None)), "{first:?}");
+    f.handle(attempt("primary", 2, 1500, true), 1500);
+    // Late: the next tick comes at 4500, not 2000.
+    let late = since(&mut f, 4500);
+    for m in ["Attempts", "FailedAttempts"] {
+        assert!(late.contains(&(m, Some(1000))), "{m}: {late:?}");
+    }
+    assert!(late.contains(&("Readiness", None)), "{late:?}");
+}

@@ -3,12 +3,10 @@
 //! **and** no partial-success rejection in the response body.
 
 use crate::failure::{FailureClass, Step};
+use crate::otlp_wire::{Verdict, kv, verdict};
 use http_body_util::Full;
 use hyper::body::Bytes;
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::{
     Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
 };
@@ -25,25 +23,6 @@ pub use super::target::OtlpTarget;
 pub const CANARY_METRIC: &str = "readyprobe.canary";
 /// Attribute carrying the attempt's marker.
 pub const MARKER_ATTRIBUTE: &str = "readyprobe.marker";
-
-/// The body of a failed OTLP/HTTP export (`google.rpc.Status`), as far as it is read here.
-#[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
-}
-
-fn kv(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.to_string(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.to_string())),
-        }),
-        ..Default::default()
-    }
-}
 
 /// The export request for one attempt (pure): one gauge data point, value = the sequence
 /// number, carrying the marker, branch and prober as attributes.
@@ -134,77 +113,46 @@ fn check_answer(
     observed: &mut OtlpObservation,
 ) -> Result<(), StepError> {
     observed.status = Some(status.as_u16());
-    if !status.is_success() {
-        // A failed export answers a google.rpc.Status, whose message says why.
-        if let Ok(st) = RpcStatus::decode(body)
-            && !st.message.is_empty()
-        {
-            observed.message = Some(st.message);
+    match verdict(status, headers, body) {
+        Verdict::Refused { message, .. } => {
+            let said = message
+                .as_ref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default();
+            observed.message = message;
+            Err(fail(
+                FailureClass::HttpStatus,
+                format!("POST {path} answered {status}{said}"),
+            ))
         }
-        return Err(fail(
-            FailureClass::HttpStatus,
-            format!(
-                "POST {path} answered {status}{}",
-                observed
-                    .message
-                    .as_ref()
-                    .map(|m| format!(": {m}"))
-                    .unwrap_or_default()
-            ),
-        ));
-    }
-    // A 2xx must carry an export response (an empty body is an empty response); anything else
-    // (an HTML page, JSON, garbage) is not an OTLP gateway's answer.
-    let content_type = headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    if !body.is_empty() && !content_type.is_none_or(|v| v.starts_with("application/x-protobuf")) {
-        return Err(fail(
+        // A 2xx must carry an export response (an empty body is an empty response); anything
+        // else (an HTML page, JSON, garbage, a negative rejected count) is not an OTLP
+        // gateway's answer.
+        Verdict::NotOtlp { why, .. } => Err(fail(
             FailureClass::ProtocolError,
-            format!(
-                "answered {status} with content-type {content_type:?}, not an OTLP protobuf response"
-            ),
-        ));
+            format!("answered {status} {why}"),
+        )),
+        Verdict::Accepted { rejected, message } => {
+            observed.message.clone_from(&message);
+            if rejected == 0 {
+                return Ok(());
+            }
+            observed.rejected = Some(i64::try_from(rejected).unwrap_or(i64::MAX));
+            Err(fail(
+                FailureClass::OtlpRejected,
+                format!(
+                    "the gateway accepted the request but rejected {rejected} data point(s): {}",
+                    message.as_deref().unwrap_or("(no message)")
+                ),
+            ))
+        }
     }
-    let resp = ExportMetricsServiceResponse::decode(body).map_err(|e| {
-        fail(
-            FailureClass::ProtocolError,
-            format!("answered {status} with a body that is not an export response: {e}"),
-        )
-    })?;
-    let Some(p) = resp.partial_success else {
-        return Ok(());
-    };
-    if p.rejected_data_points < 0 {
-        return Err(fail(
-            FailureClass::ProtocolError,
-            "the gateway reported a negative rejected count".into(),
-        ));
-    }
-    if !p.error_message.is_empty() {
-        observed.message = Some(p.error_message.clone());
-    }
-    observed.rejected = Some(p.rejected_data_points);
-    if p.rejected_data_points > 0 {
-        return Err(fail(
-            FailureClass::OtlpRejected,
-            format!(
-                "the gateway accepted the request but rejected {} data point(s): {}",
-                p.rejected_data_points,
-                if p.error_message.is_empty() {
-                    "(no message)"
-                } else {
-                    &p.error_message
-                }
-            ),
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry_proto::tonic::common::v1::any_value;
 
     #[test]
     fn export_carries_the_marker() {

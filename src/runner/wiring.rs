@@ -360,6 +360,7 @@ fn otlp_settings(
     };
     Ok(Arc::new(OtlpSettings {
         endpoint,
+        redactor: OtlpSettings::redactor_of(&headers),
         headers,
         timeout: o.timeout,
         max_tries: o.max_tries,
@@ -436,8 +437,8 @@ impl Sinks {
                 }
                 queues.retain(|(n, q)| !(n == ns && *q.id() == id));
             }
-            let sink: Box<dyn Sink> = match &target {
-                None if route.kind == SinkKind::Otlp => {
+            let sink: Box<dyn Sink> = match route.kind {
+                SinkKind::Otlp => {
                     let settings = self
                         .otlp
                         .clone()
@@ -448,12 +449,16 @@ impl Sinks {
                     };
                     Box::new(OtlpSink::new(settings, origin))
                 }
-                None => Box::new(match &self.emf_out {
+                SinkKind::Emf => Box::new(match &self.emf_out {
                     Some(buf) => EmfSink::with_writer(ns, Box::new(buf.clone())),
                     None => EmfSink::new(ns),
                 }),
-                Some(t) => {
-                    let client = self.client(cfg, &id.target, t);
+                SinkKind::CloudWatch => {
+                    // `sinks_of` gives every CloudWatch route its target.
+                    let t = target
+                        .clone()
+                        .unwrap_or_else(|| cfg.publish.default_target());
+                    let client = self.client(cfg, &id.target, &t);
                     Box::new(CloudWatchSink::with_client(&client, ns))
                 }
             };

@@ -542,6 +542,7 @@ mod tests {
             value: Value::Single(i as f64),
             unit: Unit::Count,
             timestamp: 1_700_000_000_000,
+            since: None,
         }
     }
 
@@ -567,6 +568,7 @@ mod tests {
             value: Value::Samples(vec![2.0, 4.0, 3.0]),
             unit: Unit::Milliseconds,
             timestamp: 1_700_000_000_123,
+            since: None,
         })
         .unwrap();
         assert_eq!(m.metric_name(), Some("StepDuration"));

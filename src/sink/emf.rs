@@ -178,6 +178,7 @@ mod tests {
             value: Value::Single(1.0),
             unit: Unit::None,
             timestamp: 1_700_000_000_000,
+            since: None,
         };
         // Key order depends on serde_json's preserve_order feature; compare as JSON values.
         let got: serde_json::Value =
@@ -199,6 +200,7 @@ mod tests {
             value: Value::Single(v),
             unit: Unit::Count,
             timestamp: 0,
+            since: None,
         };
         let sent = sink.send(&[d(1.0), d(f64::NAN), d(2.0)]).await.unwrap();
         assert_eq!(sent, 2);
@@ -215,6 +217,7 @@ mod tests {
             value: Value::Single(f64::NAN),
             unit: Unit::Percent,
             timestamp: 0,
+            since: None,
         };
         assert!(encode("N", &d).is_none());
         d.value = Value::Samples(vec![1.0, f64::INFINITY]);

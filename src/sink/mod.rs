@@ -66,6 +66,17 @@ pub trait Sink: Send {
     fn max_tries(&self) -> u32 {
         1
     }
+    /// Whether `e`, what the latest try met, is worth another try. Default: its class says
+    /// ([`SinkError::retryable`]); a sink whose protocol says more (OTLP/HTTP's retryable
+    /// statuses) decides apart from the class.
+    fn retryable(&self, e: &SinkError) -> bool {
+        e.retryable()
+    }
+    /// The batch in hand ended (sent, or given up): forget it; for a sent one, a line for its
+    /// record (what a partial success said). Default: nothing.
+    fn settle(&mut self) -> Option<String> {
+        None
+    }
     /// Why a send that the publish window cut short failed. Default: a timeout.
     fn cut_short(&self) -> SinkError {
         SinkError {
@@ -291,6 +302,7 @@ async fn send_batch(sink: &mut dyn Sink, batch: &Queued) -> SinkReport {
             .unwrap_or_else(|_| Err(sink.cut_short()));
         let e = match sent {
             Ok(sent) => {
+                let note = sink.settle();
                 return SinkReport {
                     batch: batch.id,
                     sink: id_of(sink),
@@ -299,17 +311,19 @@ async fn send_batch(sink: &mut dyn Sink, batch: &Queued) -> SinkReport {
                     tries,
                     outcome: PublishOutcome::Sent,
                     class: None,
-                    error: None,
+                    error: note.as_deref().map(bounded_line),
                 };
             }
             Err(e) => e,
         };
         let pause = backoff(window, tries);
-        if e.retryable() && tries < sink.max_tries() && Instant::now() + pause < batch.deadline {
+        if sink.retryable(&e) && tries < sink.max_tries() && Instant::now() + pause < batch.deadline
+        {
             tracing::debug!(sink = sink.name(), error = %e, "publish failed, retrying");
             tokio::time::sleep(pause).await;
             continue;
         }
+        sink.settle();
         return SinkReport {
             batch: batch.id,
             sink: id_of(sink),

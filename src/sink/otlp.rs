@@ -2,22 +2,24 @@
 //! collector, with the pure encoder ([`encode`]) kept apart from sending ([`OtlpSink`]).
 //!
 //! It always gets the full set of datums (`publish.metrics` limits `cloudwatch` and `emf`
-//! only). One connection per try (a batch a tick), the try bounded by `[publish.otlp] timeout`,
+//! only). A batch is a request per [`MAX_POINTS_PER_REQUEST`] points, gzipped, each on a
+//! connection of its own, the try bounded by `[publish.otlp] timeout`,
 //! the answer read up to [`MAX_RESPONSE_BYTES`]; retries, queueing and `publish` records are the
 //! sink queue's ([`super::SinkQueue`]).
 
 use super::{Datum, SendFuture, Sink, SinkError, Value};
 use crate::contract::{self, Unit};
+use crate::otlp_wire::{Verdict, kv, verdict};
+use crate::probe::http_client::{Io, USER_AGENT};
 use crate::readiness::Millis;
 use crate::record::PublishFailureClass;
 use crate::secrets::SecretCell;
+use crate::secrets::redactor::Redactor;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
     ResourceMetrics, ScopeMetrics, Sum, metric, number_data_point,
@@ -27,19 +29,22 @@ use prost::Message;
 use rustls::ClientConfig;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite};
 
-/// The bucket bounds of the `readyprobe.step_duration` histogram, ms: a DNS answer or a local
-/// connect (1 ms) up to a step at its timeout (10 s).
-pub const STEP_DURATION_BOUNDS_MS: [f64; 13] = [
-    1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1_000.0, 2_500.0, 5_000.0, 10_000.0,
-];
+/// The bucket bounds of the `readyprobe.step_duration` histogram, ms: the contract's
+/// [`contract::STEP_DURATION_BUCKETS`] (seconds), converted.
+pub fn step_duration_bounds_ms() -> Vec<f64> {
+    contract::STEP_DURATION_BUCKETS
+        .iter()
+        .map(|s| (s * 1000.0 * 1000.0).round() / 1000.0)
+        .collect()
+}
+
+/// Most data points in one export request: a batch of more (10,000 branches make 17.5 MB)
+/// is sent as several requests, each answered on its own, their points added up.
+pub const MAX_POINTS_PER_REQUEST: usize = 2_000;
 
 /// Largest answer body read from the collector, bytes (a real one is empty or a few hundred).
 pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
-
-/// The `User-Agent` of every export.
-const USER_AGENT: &str = concat!("readyprobe/", env!("CARGO_PKG_VERSION"));
 
 /// The metric names of the contract sent as per-tick counts: a monotonic `Sum` with delta
 /// temporality (each datum counts what happened since the previous tick).
@@ -82,16 +87,6 @@ pub fn unit_of(contract_name: &str, unit: Unit) -> &'static str {
     }
 }
 
-fn kv(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.to_string(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.to_string())),
-        }),
-        ..Default::default()
-    }
-}
-
 /// Who sends: the resource of every export.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
@@ -101,15 +96,12 @@ pub struct Origin {
     pub namespace: String,
 }
 
-/// The bucket counts of `samples` over [`STEP_DURATION_BOUNDS_MS`] (a value equal to a bound
-/// falls in that bound's bucket, as OTLP says: upper bounds are inclusive).
-fn bucket_counts(samples: &[f64]) -> Vec<u64> {
-    let mut counts = vec![0u64; STEP_DURATION_BOUNDS_MS.len() + 1];
+/// The bucket counts of `samples` over `bounds` (a value equal to a bound falls in that bound's
+/// bucket, as OTLP says: upper bounds are inclusive).
+fn bucket_counts(samples: &[f64], bounds: &[f64]) -> Vec<u64> {
+    let mut counts = vec![0u64; bounds.len() + 1];
     for s in samples {
-        let i = STEP_DURATION_BOUNDS_MS
-            .iter()
-            .position(|b| s <= b)
-            .unwrap_or(STEP_DURATION_BOUNDS_MS.len());
+        let i = bounds.iter().position(|b| s <= b).unwrap_or(bounds.len());
         counts[i] += 1;
     }
     counts
@@ -128,18 +120,21 @@ fn data_of(d: &Datum, interval_ms: Millis) -> metric::Data {
         .map(|(k, v)| kv(&k.to_ascii_lowercase(), v))
         .collect();
     let time_unix_nano = nanos(d.timestamp);
-    let start_time_unix_nano = nanos(d.timestamp - interval_ms);
+    // A count's span starts at the previous tick (the fold's `since`); a datum built elsewhere
+    // is taken to span one publish interval.
+    let start_time_unix_nano = nanos(d.since.unwrap_or(d.timestamp - interval_ms));
     let delta = AggregationTemporality::Delta as i32;
     match &d.value {
         Value::Samples(s) => {
+            let bounds = step_duration_bounds_ms();
             let point = HistogramDataPoint {
                 attributes,
                 start_time_unix_nano,
                 time_unix_nano,
                 count: s.len() as u64,
                 sum: Some(s.iter().sum()),
-                bucket_counts: bucket_counts(s),
-                explicit_bounds: STEP_DURATION_BOUNDS_MS.to_vec(),
+                bucket_counts: bucket_counts(s, &bounds),
+                explicit_bounds: bounds,
                 min: s.iter().copied().reduce(f64::min),
                 max: s.iter().copied().reduce(f64::max),
                 ..Default::default()
@@ -278,6 +273,22 @@ pub struct OtlpSettings {
     pub tls: Option<Arc<ClientConfig>>,
     /// The publish interval, the span of a delta count.
     pub interval: Duration,
+    /// Removes the secret header values (parts, encodings, splits, refreshed values) from what
+    /// the collector sends back: see [`OtlpSettings::redactor_of`].
+    pub redactor: Redactor,
+}
+
+impl OtlpSettings {
+    /// The redactor of `headers`' secret values.
+    pub fn redactor_of(headers: &[SinkHeader]) -> Redactor {
+        Redactor::of(
+            headers
+                .iter()
+                .filter(|h| h.secret)
+                .map(|h| h.value.clone())
+                .collect(),
+        )
+    }
 }
 
 /// The `otlp` sink of one namespace. Built broken (every send fails with its reason) when its
@@ -286,12 +297,21 @@ pub struct OtlpSettings {
 pub struct OtlpSink {
     settings: Result<Arc<OtlpSettings>, SinkError>,
     origin: Origin,
+    /// The latest try met a status OTLP/HTTP says not to retry (whatever its class).
+    final_status: bool,
+    /// The batch in hand, while it is.
+    progress: Option<Progress>,
 }
 
 impl OtlpSink {
     /// The sink of `origin`'s namespace, or one whose every send fails with `broken`.
     pub fn new(settings: Result<Arc<OtlpSettings>, SinkError>, origin: Origin) -> Self {
-        OtlpSink { settings, origin }
+        OtlpSink {
+            settings,
+            origin,
+            final_status: false,
+            progress: None,
+        }
     }
 }
 
@@ -302,6 +322,10 @@ impl Sink for OtlpSink {
 
     fn max_tries(&self) -> u32 {
         self.settings.as_ref().map_or(1, |s| s.max_tries)
+    }
+
+    fn retryable(&self, e: &SinkError) -> bool {
+        e.retryable() && !self.final_status
     }
 
     fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a> {
@@ -315,39 +339,100 @@ impl Sink for OtlpSink {
                     });
                 }
             };
-            let interval_ms = Millis::try_from(s.interval.as_millis()).unwrap_or(Millis::MAX);
-            let (request, points) = encode(&self.origin, interval_ms, datums);
-            if points == 0 {
-                return Ok(0);
+            // A retry of this batch resumes after the requests already taken (kept in place:
+            // a try the publish window cuts short keeps what it got).
+            let key = (datums.as_ptr() as usize, datums.len());
+            if self.progress.as_ref().is_none_or(|p| p.key != key) {
+                self.progress = Some(Progress {
+                    key,
+                    ..Progress::default()
+                });
             }
-            let body = Bytes::from(request.encode_to_vec());
-            let answer = tokio::time::timeout(s.timeout, export(&s, body)).await;
-            let answer = answer.unwrap_or_else(|_| {
-                Err(SinkError {
-                    message: format!(
-                        "POST {}: no answer within {}",
-                        s.endpoint,
-                        humantime::format_duration(s.timeout)
-                    ),
-                    class: PublishFailureClass::PublishTimeout,
-                })
-            });
-            answer
-                .and_then(|(status, headers, body)| judge(status, &headers, &body, points))
-                .map_err(|e| redact(e, &s.headers))
+            let done = self.progress.as_ref().map_or(0, |p| p.requests);
+            for chunk in datums.chunks(MAX_POINTS_PER_REQUEST).skip(done) {
+                let (taken, note) = self
+                    .export_chunk(&s, chunk)
+                    .await
+                    .map_err(|e| redact(e, &s.redactor))?;
+                let p = self.progress.get_or_insert_with(Progress::default);
+                p.requests += 1;
+                p.sent += taken;
+                p.notes.extend(note.map(|n| s.redactor.redact(&n)));
+            }
+            Ok(self.progress.as_ref().map_or(0, |p| p.sent))
+        })
+    }
+
+    fn settle(&mut self) -> Option<String> {
+        let notes = self.progress.take()?.notes;
+        (!notes.is_empty()).then(|| notes.join("; "))
+    }
+}
+
+/// How far the sink got with the batch in hand: the requests the collector took, the points
+/// they carried, what partial successes said.
+#[derive(Debug, Default)]
+struct Progress {
+    /// The batch's datums (address, length) while it is in hand.
+    key: (usize, usize),
+    requests: usize,
+    sent: usize,
+    notes: Vec<String>,
+}
+
+impl OtlpSink {
+    /// Export one request's `datums`: the points taken and what a partial success said.
+    async fn export_chunk(
+        &mut self,
+        s: &OtlpSettings,
+        datums: &[Datum],
+    ) -> Result<(usize, Option<String>), SinkError> {
+        let interval_ms = Millis::try_from(s.interval.as_millis()).unwrap_or(Millis::MAX);
+        let (request, points) = encode(&self.origin, interval_ms, datums);
+        if points == 0 {
+            return Ok((0, None));
+        }
+        let body = gzip(&request.encode_to_vec())?;
+        let answer = tokio::time::timeout(s.timeout, export(s, body)).await;
+        let answer = answer.unwrap_or_else(|_| {
+            Err(SinkError {
+                message: format!(
+                    "POST {}: no answer within {}",
+                    s.endpoint,
+                    humantime::format_duration(s.timeout)
+                ),
+                class: PublishFailureClass::PublishTimeout,
+            })
+        });
+        self.final_status = false;
+        answer.and_then(|(status, headers, body)| {
+            self.final_status = !status.is_success() && !retry_status(status);
+            judge(status, &headers, &body, points)
         })
     }
 }
 
-/// `e` with every secret header value in its message replaced: a collector may quote a request.
-fn redact(mut e: SinkError, headers: &[SinkHeader]) -> SinkError {
-    for h in headers.iter().filter(|h| h.secret) {
-        for v in h.value.values() {
-            if v.len() >= 4 {
-                e.message = e.message.replace(&*v, "<redacted>");
-            }
-        }
-    }
+/// `bytes` gzipped (every export is sent `Content-Encoding: gzip`, which OTLP/HTTP collectors
+/// accept: protobuf metrics shrink several times over).
+fn gzip(bytes: &[u8]) -> Result<Bytes, SinkError> {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(
+        Vec::with_capacity(bytes.len() / 4),
+        flate2::Compression::fast(),
+    );
+    gz.write_all(bytes)
+        .and_then(|()| gz.finish())
+        .map(Bytes::from)
+        .map_err(|e| SinkError {
+            message: format!("cannot gzip the export: {e}"),
+            class: PublishFailureClass::PublishRejected,
+        })
+}
+
+/// `e` with every secret header value in its message redacted: a collector may quote a
+/// request's header whole, its token alone, or split.
+fn redact(mut e: SinkError, redactor: &Redactor) -> SinkError {
+    redactor.redact_in_place(&mut e.message);
     e
 }
 
@@ -358,10 +443,6 @@ fn unreachable(what: &str, e: impl std::fmt::Display) -> SinkError {
         class: PublishFailureClass::PublishUnreachable,
     }
 }
-
-/// A byte stream hyper speaks HTTP/1.1 over: plain TCP or TLS.
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// One connection to the collector: TCP, then TLS for `https`.
 async fn connect(s: &OtlpSettings) -> Result<Box<dyn Io>, SinkError> {
@@ -410,6 +491,7 @@ async fn export(s: &OtlpSettings, body: Bytes) -> Result<Answer, SinkError> {
             .uri(path)
             .header(http::header::HOST, authority)
             .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+            .header(http::header::CONTENT_ENCODING, "gzip")
             .header(http::header::USER_AGENT, USER_AGENT)
             .body(Full::new(body))
             .map_err(|e| SinkError {
@@ -427,17 +509,22 @@ async fn export(s: &OtlpSettings, body: Bytes) -> Result<Answer, SinkError> {
             .send_request(req)
             .await
             .map_err(|e| unreachable(&format!("POST {}", s.endpoint), e))?;
-        let (parts, body) = resp.into_parts();
-        let body = Limited::new(body, MAX_RESPONSE_BYTES)
-            .collect()
-            .await
-            .map_err(|e| {
-                unreachable(
+        let (mut parts, body) = resp.into_parts();
+        let body = match Limited::new(body, MAX_RESPONSE_BYTES).collect().await {
+            Ok(b) => b.to_bytes(),
+            // Over the cap: the status decides alone (a 2xx is an accepted export whatever
+            // else it says, a 503's large page is still a 503), judged as an empty answer.
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                parts.headers.remove(http::header::CONTENT_TYPE);
+                Bytes::new()
+            }
+            Err(e) => {
+                return Err(unreachable(
                     &format!("reading the answer (at most {MAX_RESPONSE_BYTES} bytes)"),
                     e,
-                )
-            })?
-            .to_bytes();
+                ));
+            }
+        };
         Ok((parts.status, parts.headers, body))
     }
     .await
@@ -452,30 +539,27 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// The body of a failed OTLP/HTTP export (`google.rpc.Status`), as far as it is read here.
-#[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
-}
-
-/// The class of a refused export by its status, as OTLP/HTTP says: 429, 502, 503 and 504 are
-/// worth a retry (as is 408, a proxy's); 401 and 403 are credentials; anything else the same
-/// request would meet again.
+/// The class of a refused export by its status, the rule every sink follows: 408, 429, any
+/// 5xx, 401 and 403 have their own classes; anything else is `publish_rejected`.
 fn class_of_status(status: http::StatusCode) -> PublishFailureClass {
     use PublishFailureClass as C;
     match status.as_u16() {
         408 => C::PublishHttp408,
         429 => C::PublishThrottled,
-        502..=504 => C::Publish5xx,
+        500..=599 => C::Publish5xx,
         401 | 403 => C::PublishCredentials,
         _ => C::PublishRejected,
     }
 }
 
-/// Judge the collector's answer to an export of `points` data points (pure): how many it took.
+/// Whether OTLP/HTTP says a refused export is worth another try, apart from its class: 408,
+/// 429, 502, 503 and 504 only (a 500, 501 or 505 would meet the same answer again).
+pub fn retry_status(status: http::StatusCode) -> bool {
+    matches!(status.as_u16(), 408 | 429 | 502..=504)
+}
+
+/// Judge the collector's answer to an export of `points` data points (pure): how many it took,
+/// and what a partial success that rejected some said.
 ///
 /// # Errors
 /// A non-2xx (its class by status, its message from the `google.rpc.Status` body); a 2xx that
@@ -485,55 +569,35 @@ pub fn judge(
     headers: &http::HeaderMap,
     body: &[u8],
     points: usize,
-) -> Result<usize, SinkError> {
-    if !status.is_success() {
-        let said = RpcStatus::decode(body)
-            .ok()
-            .filter(|s| !s.message.is_empty())
-            .map(|s| format!(": {}", s.message))
-            .unwrap_or_default();
-        return Err(SinkError {
-            message: format!("the collector answered {status}{said}"),
-            class: class_of_status(status),
-        });
-    }
-    let content_type = headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let not_otlp = |why: String| SinkError {
-        message: format!(
-            "the collector answered {status} {why}; nothing says the points were taken"
-        ),
+) -> Result<(usize, Option<String>), SinkError> {
+    let rejected_all = |message: String| SinkError {
+        message,
         class: PublishFailureClass::PublishRejected,
     };
-    if !body.is_empty() && !content_type.is_none_or(|v| v.starts_with("application/x-protobuf")) {
-        return Err(not_otlp(format!(
-            "with content-type {content_type:?}, not an OTLP protobuf answer"
-        )));
-    }
-    let resp = ExportMetricsServiceResponse::decode(body)
-        .map_err(|e| not_otlp(format!("with a body that is not an export response ({e})")))?;
-    let Some(p) = resp.partial_success else {
-        return Ok(points);
-    };
-    let rejected = usize::try_from(p.rejected_data_points).unwrap_or(0);
-    if rejected == 0 {
-        return Ok(points);
-    }
-    if rejected >= points {
-        let message = if p.error_message.is_empty() {
-            "(no message)"
-        } else {
-            &p.error_message
-        };
-        return Err(SinkError {
+    match verdict(status, headers, body) {
+        Verdict::Refused { message, .. } => Err(SinkError {
             message: format!(
-                "the collector rejected every data point ({rejected} of {points}): {message}"
+                "the collector answered {status}{}",
+                message.map(|m| format!(": {m}")).unwrap_or_default()
             ),
-            class: PublishFailureClass::PublishRejected,
-        });
+            class: class_of_status(status),
+        }),
+        Verdict::NotOtlp { why, .. } => Err(rejected_all(format!(
+            "the collector answered {status} {why}; nothing says the points were taken"
+        ))),
+        Verdict::Accepted { rejected: 0, .. } => Ok((points, None)),
+        Verdict::Accepted { rejected, message } => {
+            let rejected = usize::try_from(rejected).unwrap_or(usize::MAX);
+            let said = message.as_deref().unwrap_or("(no message)");
+            if rejected >= points {
+                return Err(rejected_all(format!(
+                    "the collector rejected every data point ({rejected} of {points}): {said}"
+                )));
+            }
+            let note = format!("the collector rejected {rejected} of {points} data points: {said}");
+            Ok((points - rejected, Some(note)))
+        }
     }
-    Ok(points - rejected)
 }
 
 #[cfg(test)]

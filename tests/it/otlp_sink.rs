@@ -193,6 +193,7 @@ async fn otlp_gets_every_metric_while_control_limits_cloudwatch() {
     for r in &received {
         assert_eq!(r.headers["authorization"], TOKEN);
         assert_eq!(r.headers["x-tenant"], "orders");
+        assert_eq!(r.headers["content-encoding"], "gzip");
     }
     let all = metrics(&received);
     for (res, _) in &all {
@@ -258,7 +259,7 @@ fn otlp_records(run: &Run) -> Vec<&Json> {
 }
 
 /// A 503 then a 200 whose partial success rejected one point: one batch, two tries, sent, one
-/// point short. Then a 400 with a `google.rpc.Status`: failed
+/// point short, the collector's message in its record and a warning in the log. Then a 400 with a `google.rpc.Status`: failed
 /// at once as `publish_rejected`, its message carried, never retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_503_is_retried_and_a_400_is_not() {
@@ -293,6 +294,17 @@ async fn a_503_is_retried_and_a_400_is_not() {
     // The retry met a partial success rejecting one point: counted, the rest sent.
     let datums = first["datums"].as_u64().unwrap();
     assert_eq!(first["sent"].as_u64(), Some(datums - 1), "{first}");
+    // What the collector said of the point it refused is kept, the batch still sent.
+    assert_eq!(
+        first["error"].as_str(),
+        Some(format!("the collector rejected 1 of {datums} data points: metric name readyprobe.canary not allowed").as_str()),
+        "{first}"
+    );
+    assert!(
+        run.log.contains("published in part") && run.log.contains("readyprobe.canary not allowed"),
+        "{}",
+        run.log
+    );
     let statuses: Vec<Option<u16>> = receiver.received().iter().map(|r| r.status).collect();
     assert_eq!(&statuses[..2], [Some(503), Some(200)], "{statuses:?}");
     let rejected: Vec<_> = recs
@@ -357,7 +369,16 @@ async fn a_silent_collector_delays_no_other_sink() {
     let run = run_binary(&cfg, 30, &[], &[], |_| {
         let text = std::fs::read_to_string(&ev).unwrap_or_default();
         closed_while_running = closed.load(std::sync::atomic::Ordering::SeqCst);
-        text.matches("\"class\":\"publish_timeout\"").count() >= 3 && closed_while_running >= 2
+        // Tick batches of the otlp sink.
+        let timed_out = text
+            .lines()
+            .filter(|l| {
+                l.contains("\"sink\":\"otlp\"")
+                    && l.contains("\"reason\":\"tick\"")
+                    && l.contains("\"class\":\"publish_timeout\"")
+            })
+            .count();
+        timed_out >= 3 && closed_while_running >= 2
     })
     .await;
     assert!(closed_while_running >= 2, "{closed_while_running} closed");
@@ -447,4 +468,166 @@ async fn an_https_collector_is_verified() {
         }
         assert!(!evidence_text(dir.path()).contains("otlp-T0ken"));
     }
+}
+
+/// A long token the collector echoes whole, or without `Bearer ` and split by a newline.
+const LONG_TOKEN: &str = "Bearer otlp-T0ken-5e7a-91b2-LongerPart-0d1e";
+
+/// A collector quoting the Authorization value, then just the token split by a newline, in the
+/// answer that refuses the export: the `publish` records and the log carry `<redacted>` and no
+/// part of the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_echoing_the_token_leaks_no_part_of_it() {
+    let receiver = Receiver::start().await;
+    receiver.script(&[Mode::EchoAuth]);
+    receiver.set(Mode::EchoTokenSplit);
+    let (port, _t) = target().await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_builder(dir.path(), &dns, port, "http://127.0.0.1:9")
+        .set("readiness", "initial", "ready")
+        .set(
+            "publish",
+            "sinks",
+            toml::Value::Array(vec!["emf".into(), "otlp".into()]),
+        )
+        .set("publish.otlp", "endpoint", receiver.url())
+        .set("publish.otlp", "headers", {
+            let mut h = toml::Table::new();
+            h.insert("authorization".into(), secret_env("OTLP_TOKEN"));
+            toml::Value::Table(h)
+        })
+        .write(&dir.path().join("run.toml"));
+    let ev = dir.path().join("evidence.jsonl");
+    let run = run_binary(&cfg, 30, &[("OTLP_TOKEN", LONG_TOKEN)], &[], |_| {
+        let text = std::fs::read_to_string(&ev).unwrap_or_default();
+        text.lines()
+            .filter(|l| l.contains("\"sink\":\"otlp\"") && l.contains("publish_rejected"))
+            .count()
+            >= 2
+    })
+    .await;
+    let refused: Vec<_> = otlp_records(&run)
+        .into_iter()
+        .filter(|p| p["class"] == "publish_rejected")
+        .collect();
+    assert!(refused.len() >= 2, "{:?}", otlp_records(&run));
+    for p in &refused[..2] {
+        let e = p["error"].as_str().unwrap();
+        assert!(e.contains("<redacted>") && e.contains("not allowed"), "{e}");
+    }
+    let token = LONG_TOKEN.strip_prefix("Bearer ").unwrap();
+    let (a, b) = token.split_at(token.len() / 2);
+    let evidence = evidence_text(dir.path());
+    assert!(run.log.contains("publish_rejected"), "{}", run.log);
+    for part in [token, a, b, "T0ken-5e7a", "LongerPart"] {
+        assert!(!evidence.contains(part), "{part} in the evidence");
+        assert!(!run.log.contains(part), "{part} in the log");
+    }
+}
+
+/// `count` `Attempts` datums of distinct branches, at now.
+fn many_datums(count: usize) -> Vec<readyprobe::sink::Datum> {
+    let now = crate::support::fake_cloudwatch::now_ms();
+    (0..count)
+        .map(|i| readyprobe::sink::Datum {
+            metric: "Attempts",
+            dimensions: vec![("Service", "s".into()), ("Branch", format!("b{i}"))],
+            value: readyprobe::sink::Value::Single(1.0),
+            unit: readyprobe::sink::Unit::Count,
+            timestamp: now,
+            since: Some(now - 60_000),
+        })
+        .collect()
+}
+
+/// The sink itself against the receiver, plain HTTP, 3 tries.
+fn sink_to(receiver: &Receiver) -> readyprobe::sink::otlp::OtlpSink {
+    use readyprobe::sink::otlp::{Origin, OtlpSettings, OtlpSink};
+    let settings = OtlpSettings {
+        endpoint: format!("{}/v1/metrics", receiver.url()).parse().unwrap(),
+        headers: Vec::new(),
+        timeout: Duration::from_secs(10),
+        max_tries: 3,
+        tls: None,
+        interval: Duration::from_secs(60),
+        redactor: OtlpSettings::redactor_of(&[]),
+    };
+    let origin = Origin {
+        prober_id: "p1".into(),
+        namespace: "Readyprobe".into(),
+    };
+    OtlpSink::new(Ok(std::sync::Arc::new(settings)), origin)
+}
+
+/// 5,000 datums go as three requests of at most 2,000 points; the second one meets a 503, and
+/// the retry of the batch resumes there: every point arrives once, and `sent` adds them up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_batch_is_split_and_a_retry_resumes() {
+    use readyprobe::sink::Sink;
+    use readyprobe::sink::otlp::MAX_POINTS_PER_REQUEST;
+    let receiver = Receiver::start().await;
+    receiver.script(&[Mode::Accept, Mode::Unavailable]);
+    let mut sink = sink_to(&receiver);
+    let datums = many_datums(5_000);
+    let e = sink.send(&datums).await.unwrap_err();
+    assert_eq!(e.class, readyprobe::record::PublishFailureClass::Publish5xx);
+    assert!(sink.retryable(&e));
+    assert_eq!(sink.send(&datums).await.unwrap(), 5_000);
+    assert_eq!(sink.settle(), None);
+    let got = receiver.received();
+    let points = |r: &Received| -> usize {
+        metrics(std::slice::from_ref(r))
+            .iter()
+            .map(|(_, m)| match m.data.as_ref().unwrap() {
+                metric::Data::Sum(s) => s.data_points.len(),
+                other => panic!("{other:?}"),
+            })
+            .sum()
+    };
+    let shape: Vec<(Option<u16>, usize)> = got.iter().map(|r| (r.status, points(r))).collect();
+    assert_eq!(
+        shape,
+        [
+            (Some(200), MAX_POINTS_PER_REQUEST),
+            (Some(503), MAX_POINTS_PER_REQUEST),
+            (Some(200), MAX_POINTS_PER_REQUEST),
+            (Some(200), 5_000 - 2 * MAX_POINTS_PER_REQUEST),
+        ]
+    );
+}
+
+/// An answer over the 64 KiB cap is judged by its status: a 200 is an accepted export (sent,
+/// never retried), a 503 with a large page is `publish_5xx` (retried), neither is
+/// `publish_unreachable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_answer_is_judged_by_its_status() {
+    use readyprobe::record::PublishFailureClass as C;
+    use readyprobe::sink::Sink;
+    let receiver = Receiver::start().await;
+    let mut sink = sink_to(&receiver);
+    let datums = many_datums(3);
+    receiver.set(Mode::HugeUnavailable);
+    let e = sink.send(&datums).await.unwrap_err();
+    assert_eq!(e.class, C::Publish5xx, "{}", e.message);
+    assert!(sink.retryable(&e));
+    sink.settle();
+    receiver.set(Mode::HugeAccept);
+    assert_eq!(sink.send(&datums).await.unwrap(), 3);
+    let statuses: Vec<_> = receiver.received().iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [Some(503), Some(200)]);
+}
+
+/// A 500 is `publish_5xx` like any 5xx (one class rule for every sink), but OTLP/HTTP says not
+/// to retry it: one try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_500_is_classed_5xx_and_not_retried() {
+    use readyprobe::sink::Sink;
+    let receiver = Receiver::start().await;
+    receiver.set(Mode::InternalError);
+    let mut sink = sink_to(&receiver);
+    let e = sink.send(&many_datums(3)).await.unwrap_err();
+    assert_eq!(e.class, readyprobe::record::PublishFailureClass::Publish5xx);
+    assert!(!sink.retryable(&e), "{}", e.message);
 }

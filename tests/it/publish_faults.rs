@@ -25,6 +25,7 @@ fn datum(metric: &'static str, value: f64, timestamp: i64) -> Datum {
         value: Value::Single(value),
         unit: Unit::None,
         timestamp,
+        since: None,
     }
 }
 
@@ -524,6 +525,8 @@ pub(crate) fn config_builder(
 pub(crate) struct Run {
     pub(crate) evidence: Vec<Json>,
     pub(crate) emf: Vec<Json>,
+    /// The run's log (stderr).
+    pub(crate) log: String,
     started: i64,
 }
 
@@ -552,7 +555,7 @@ pub(crate) async fn run_binary(
         .arg("--config")
         .arg(cfg)
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     for (k, v) in env {
         cmd.env(k, v);
@@ -588,6 +591,7 @@ pub(crate) async fn run_binary(
     Run {
         evidence: read(&std::fs::read_to_string(ev_path).unwrap()),
         emf: read(&String::from_utf8_lossy(&out.stdout)),
+        log: String::from_utf8_lossy(&out.stderr).into_owned(),
         started,
     }
 }

@@ -12,11 +12,8 @@ use std::sync::atomic::AtomicU64;
 /// The prefix of every series name.
 pub const PREFIX: &str = "readyprobe";
 
-/// Upper bounds of `readyprobe_step_duration_seconds`'s buckets, seconds: 1 ms (a resolve from
-/// a local cache) to 30 s (past any step timeout a config allows would still land in `+Inf`).
-pub const STEP_DURATION_BUCKETS: [f64; 14] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-];
+/// Upper bounds of `readyprobe_step_duration_seconds`'s buckets: the contract's, in seconds.
+pub use crate::contract::STEP_DURATION_BUCKETS;
 
 /// A service.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -3,7 +3,10 @@
 use super::*;
 use crate::datum::{BranchTick, publish_failure_datums, tick_datums};
 use expect_test::expect;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsPartialSuccess;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value;
 use std::fmt::Write;
 
 fn origin() -> Origin {
@@ -113,6 +116,9 @@ fn a_tick_encodes_to_the_expected_otlp_metrics() {
         &[(PublishFailureClass::PublishTimeout, 2)],
         120_000,
     ));
+    // The previous tick was at 75 s (this one is late): the counts' span starts there, not one
+    // interval (60 s) back.
+    crate::datum::counted_since(&mut datums, 75_000);
     let (req, points) = encode(&origin(), 60_000, &datums);
     assert_eq!(points, datums.len() - 1, "the NaN success rate is skipped");
     expect![[r#"
@@ -121,20 +127,20 @@ fn a_tick_encodes_to_the_expected_otlp_metrics() {
         readyprobe.readiness [1] gauge
           {service=orders-db,branch=primary} start=0 time=120000000000 1
         readyprobe.attempts [{attempt}] sum Ok(Delta) monotonic=true
-          {service=orders-db,branch=primary} start=60000000000 time=120000000000 3
+          {service=orders-db,branch=primary} start=75000000000 time=120000000000 3
         readyprobe.failed_attempts [{attempt}] sum Ok(Delta) monotonic=true
-          {service=orders-db,branch=primary} start=60000000000 time=120000000000 1
+          {service=orders-db,branch=primary} start=75000000000 time=120000000000 1
         readyprobe.certificate_expiry_days [d] gauge
           {service=orders-db,branch=primary} start=0 time=120000000000 10
         readyprobe.step_duration [ms] histogram Ok(Delta)
-          {service=orders-db,branch=primary,step=connect} start=60000000000 time=120000000000 count=3 sum=Some(24.5) min=Some(0.5) max=Some(12.0) buckets=[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0] bounds=13
-          {service=orders-db,branch=primary,step=tls} start=60000000000 time=120000000000 count=1 sum=Some(30.0) min=Some(30.0) max=Some(30.0) buckets=[0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0] bounds=13
+          {service=orders-db,branch=primary,step=connect} start=75000000000 time=120000000000 count=3 sum=Some(24.5) min=Some(0.5) max=Some(12.0) buckets=[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] bounds=14
+          {service=orders-db,branch=primary,step=tls} start=75000000000 time=120000000000 count=1 sum=Some(30.0) min=Some(30.0) max=Some(30.0) buckets=[0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0] bounds=14
         readyprobe.heartbeat [1] gauge
           {service=orders-db} start=0 time=120000000000 1
         readyprobe.both_branches_unready [1] gauge
           {service=orders-db} start=0 time=120000000000 0
         readyprobe.publish_failures [{batch}] sum Ok(Delta) monotonic=true
-          {service=orders-db,class=publish_timeout} start=60000000000 time=120000000000 2
+          {service=orders-db,class=publish_timeout} start=75000000000 time=120000000000 2
     "#]]
     .assert_eq(&render(&req));
     // What goes on the wire decodes back to the same request.
@@ -208,9 +214,23 @@ fn answers_are_judged_by_status_and_partial_success() {
         )
     };
     let none = http::HeaderMap::new();
-    assert_eq!(ok(200, b"", &none).unwrap(), 10);
-    assert_eq!(ok(200, &partial(0), &protobuf()).unwrap(), 10);
-    assert_eq!(ok(200, &partial(3), &protobuf()).unwrap(), 7);
+    assert_eq!(ok(200, b"", &none).unwrap(), (10, None));
+    assert_eq!(ok(200, &partial(0), &protobuf()).unwrap(), (10, None));
+    // Some rejected: the rest counts as sent, and what the collector said is kept.
+    let (taken, note) = ok(200, &partial(3), &protobuf()).unwrap();
+    assert_eq!(taken, 7);
+    assert_eq!(
+        note.as_deref(),
+        Some("the collector rejected 3 of 10 data points: metric name not allowed")
+    );
+    // A negative rejected count is no collector's answer (the probe kind says so too).
+    let negative = ok(200, &partial(-1), &protobuf()).unwrap_err();
+    assert_eq!(negative.class, C::PublishRejected);
+    assert!(
+        negative.message.contains("negative"),
+        "{}",
+        negative.message
+    );
     let all = ok(200, &partial(10), &protobuf()).unwrap_err();
     assert_eq!(all.class, C::PublishRejected);
     assert!(
@@ -238,20 +258,25 @@ fn answers_are_judged_by_status_and_partial_success() {
         "{}",
         e.message
     );
+    // One class rule for every sink (any 5xx is `publish_5xx`); the retry is OTLP's own.
     for (s, class, retry) in [
         (429, C::PublishThrottled, true),
         (502, C::Publish5xx, true),
         (503, C::Publish5xx, true),
         (504, C::Publish5xx, true),
         (408, C::PublishHttp408, true),
-        (500, C::PublishRejected, false),
+        (500, C::Publish5xx, false),
+        (501, C::Publish5xx, false),
+        (505, C::Publish5xx, false),
         (404, C::PublishRejected, false),
         (413, C::PublishRejected, false),
         (401, C::PublishCredentials, false),
         (403, C::PublishCredentials, false),
     ] {
+        let status = http::StatusCode::from_u16(s).unwrap();
         let e = ok(s, b"", &none).unwrap_err();
-        assert_eq!((e.class, e.retryable()), (class, retry), "{s}");
+        assert_eq!(e.class, class, "{s}");
+        assert_eq!(e.retryable() && retry_status(status), retry, "{s}");
     }
 }
 
@@ -267,7 +292,49 @@ fn secret_header_values_are_redacted_from_errors() {
         message: "the collector answered 400: token Bearer s3cr3t-token is not allowed".into(),
         class: PublishFailureClass::PublishRejected,
     };
-    let e = redact(e, &[h]);
+    let r = OtlpSettings::redactor_of(&[h]);
+    let e = redact(e, &r);
     assert!(!e.message.contains("s3cr3t"), "{}", e.message);
     assert!(e.message.contains("<redacted>"));
+}
+
+/// A collector quoting the token without its scheme, in another case, or split by a newline:
+/// no part of it is left.
+#[test]
+fn parts_of_a_secret_header_value_are_redacted_from_errors() {
+    let token = "otlp-T0ken-5e7a-91b2-LongerPart-0d1e";
+    let h = SinkHeader {
+        name: http::HeaderName::from_static("authorization"),
+        value: SecretCell::fixed(format!("Bearer {token}")),
+        secret: true,
+    };
+    let r = OtlpSettings::redactor_of(&[h]);
+    let (a, b) = token.split_at(token.len() / 2);
+    for said in [
+        format!("token {token} is not allowed"),
+        format!("token {} is not allowed", token.to_uppercase()),
+        format!("token {a}\n{b} is not allowed"),
+    ] {
+        let e = SinkError {
+            message: said.clone(),
+            class: PublishFailureClass::PublishRejected,
+        };
+        let out = redact(e, &r).message;
+        for part in [a, b, "T0ken-5e7a", "LongerPart"] {
+            assert!(
+                !out.to_lowercase().contains(&part.to_lowercase()),
+                "{said} -> {out}"
+            );
+        }
+        assert!(out.contains("<redacted>"), "{out}");
+    }
+}
+
+/// The histogram's bounds are the contract's buckets (the `/metrics` ones), in ms.
+#[test]
+fn step_duration_bounds_are_the_contracts_in_ms() {
+    let ms = step_duration_bounds_ms();
+    assert_eq!(ms.len(), crate::contract::STEP_DURATION_BUCKETS.len());
+    assert_eq!((ms[0], ms[1], ms[ms.len() - 1]), (1.0, 2.5, 30_000.0));
+    assert!(ms.windows(2).all(|w| w[0] < w[1]));
 }

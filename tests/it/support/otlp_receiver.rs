@@ -22,13 +22,20 @@ pub enum Mode {
     Unavailable,
     /// 200 with an HTML page (a login portal, a proxy error page).
     Html,
-    /// A partial success whose message quotes the request's Authorization value twice.
+    /// A partial success rejecting every point ([`ECHO_REJECTED`]) whose message quotes the
+    /// request's Authorization value twice.
     EchoAuth,
-    /// A partial success whose message quotes the token after `Bearer `, split in the middle by
-    /// a newline.
+    /// A partial success rejecting every point whose message quotes the token after `Bearer `,
+    /// split in the middle by a newline.
     EchoTokenSplit,
     /// Accept the connection and the request, never answer.
     Silent,
+    /// 200 with a 100 KiB body (over the sink's answer cap).
+    HugeAccept,
+    /// 500, empty.
+    InternalError,
+    /// 503 with a 100 KiB HTML page (over the sink's answer cap).
+    HugeUnavailable,
 }
 
 /// A local OTLP/HTTP receiver: answers as `mode` says (after the modes queued in `script`, one
@@ -138,6 +145,10 @@ where
 
 type Reply = hyper::Response<Full<Bytes>>;
 
+/// The rejected count of the echo modes: more than any export holds, so the whole export is
+/// refused and the message reaches the error.
+pub const ECHO_REJECTED: i64 = 1_000_000;
+
 /// Decode the export, keep it (and its marker, if the probe's), answer as the script or the
 /// current mode says (400 for a request that is not a protobuf export).
 async fn answer(
@@ -158,6 +169,20 @@ async fn answer(
         .to_string();
     let headers = req.headers().clone();
     let body = req.into_body().collect().await.unwrap().to_bytes();
+    // The sink gzips (`Content-Encoding: gzip`), the probe kind does not.
+    let body = if headers.get("content-encoding").is_some_and(|v| v == "gzip") {
+        let mut plain = Vec::new();
+        let unzipped = std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(body.as_ref()),
+            &mut plain,
+        );
+        if unzipped.is_err() {
+            return reply(400, Default::default());
+        }
+        Bytes::from(plain)
+    } else {
+        body
+    };
     let decoded = ExportMetricsServiceRequest::decode(body.as_ref()).ok();
     let (true, Some(request)) = (ok_type, decoded) else {
         return reply(400, Default::default());
@@ -208,11 +233,12 @@ fn reply_for(mode: Mode, auth: &str) -> Reply {
                 .unwrap()
         }
         Mode::Unavailable => reply(503, Default::default()),
+        Mode::InternalError => reply(500, Default::default()),
         Mode::EchoAuth => reply(
             200,
             ExportMetricsServiceResponse {
                 partial_success: Some(ExportMetricsPartialSuccess {
-                    rejected_data_points: 1,
+                    rejected_data_points: ECHO_REJECTED,
                     error_message: format!("token {auth} is not allowed here ({auth})"),
                 }),
             },
@@ -224,7 +250,7 @@ fn reply_for(mode: Mode, auth: &str) -> Reply {
                 200,
                 ExportMetricsServiceResponse {
                     partial_success: Some(ExportMetricsPartialSuccess {
-                        rejected_data_points: 1,
+                        rejected_data_points: ECHO_REJECTED,
                         error_message: format!("token {a}\n{b} is not allowed"),
                     }),
                 },
@@ -235,6 +261,18 @@ fn reply_for(mode: Mode, auth: &str) -> Reply {
             .header("content-type", "text/html")
             .body(Full::new(Bytes::from("<html>sign in</html>")))
             .unwrap(),
+        Mode::HugeAccept | Mode::HugeUnavailable => {
+            let (status, content_type) = if mode == Mode::HugeAccept {
+                (200, "application/x-protobuf")
+            } else {
+                (503, "text/html")
+            };
+            hyper::Response::builder()
+                .status(status)
+                .header("content-type", content_type)
+                .body(Full::new(Bytes::from(vec![b'x'; 100 * 1024])))
+                .unwrap()
+        }
         Mode::Silent => unreachable!("answered above"),
     }
 }
