@@ -1147,6 +1147,7 @@ fn unavailable_services_and_reloads_are_recorded_and_logged() {
         changed: Vec::new(),
         unavailable: Vec::new(),
         problems: Vec::new(),
+        removed_branches: Vec::new(),
     };
     let record = Box::new(applied);
     let e = f.handle(
@@ -1171,6 +1172,7 @@ fn unavailable_services_and_reloads_are_recorded_and_logged() {
         changed: Vec::new(),
         unavailable: Vec::new(),
         problems: vec!["dns.timeout changed".into()],
+        removed_branches: Vec::new(),
     };
     let record = Box::new(refused);
     let e = f.handle(
@@ -2409,3 +2411,6 @@ fn the_control_profile_leaves_otlp_the_full_set_in_a_batch_of_its_own() {
     let (s, _) = f.finish(2000, "test", 0);
     assert!(s.dropped_batches.is_empty(), "{:?}", s.dropped_batches);
 }
+
+/// The exposition (`/metrics`) fed the real fold's effects.
+mod exposition;

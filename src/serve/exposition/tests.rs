@@ -327,6 +327,7 @@ fn reload(removed: &[&str], unavailable: &[&str]) -> Record {
         changed: vec![],
         unavailable: unavailable.iter().map(|s| s.to_string()).collect(),
         problems: vec![],
+        removed_branches: Vec::new(),
     })
 }
 
