@@ -19,7 +19,9 @@ use crate::datum::{Datum, Value};
 use crate::failure::{FailureClass, Step};
 use crate::fold::Effect;
 use crate::readiness::Millis;
-use crate::record::{PublishOutcome, Record, Reload, RemovedBranch, StoreSyncFailureClass};
+use crate::record::{
+    OverrideAction, PublishOutcome, Record, Reload, RemovedBranch, StoreSyncFailureClass,
+};
 use families::{
     AttemptLabels, BranchLabels, Families, ServiceClassLabels, ServiceLabels, SinkLabels,
     StepLabels,
@@ -75,7 +77,10 @@ impl Exposition {
     /// Take in one effect the shell is about to execute, observed at `now`.
     pub fn observe(&self, effect: &Effect, _now: Millis) {
         match effect {
-            Effect::Publish(batch) => batch.datums.iter().for_each(|d| self.datum(d)),
+            Effect::Publish(batch) => {
+                batch.datums.iter().for_each(|d| self.datum(d));
+                self.ticked(&batch.datums);
+            }
             Effect::Record(_, service, record) => self.record(service, record),
             Effect::Log(_) | Effect::Pace { .. } => {}
         }
@@ -168,6 +173,43 @@ impl Exposition {
         }
     }
 
+    /// A batch's datums: for each service whose Heartbeat it carries (its tick; a control
+    /// profile keeps every datum read here, so each batch of a tick carries them all), what
+    /// the tick does not say any more is removed: the readiness of a branch without a
+    /// Readiness datum (unknown) and BothBranchesUnready when absent (it cannot be told).
+    fn ticked(&self, datums: &[Datum]) {
+        let dim = |d: &Datum, name: &str| {
+            let found = d.dimensions.iter().find(|(k, _)| *k == name);
+            found.map(|(_, v)| v.clone())
+        };
+        let of = |metric: &str| -> BTreeSet<String> {
+            let found = datums.iter().filter(|d| d.metric == metric);
+            found.filter_map(|d| dim(d, contract::SERVICE)).collect()
+        };
+        let ticked = of(contract::HEARTBEAT.name);
+        if ticked.is_empty() {
+            return;
+        }
+        let told = of(contract::BOTH_BRANCHES_UNREADY.name);
+        let known: BTreeSet<(String, String)> = datums
+            .iter()
+            .filter(|d| d.metric == contract::READINESS.name)
+            .filter_map(|d| Some((dim(d, contract::SERVICE)?, dim(d, contract::BRANCH)?)))
+            .collect();
+        let f = &self.families;
+        for service in &ticked {
+            if !told.contains(service) {
+                f.both_branches_unready.remove(&service_labels(service));
+            }
+            let branches = self.services().branches.get(service).cloned();
+            for branch in branches.into_iter().flatten() {
+                if !known.contains(&(service.clone(), branch.clone())) {
+                    f.readiness.remove(&branch_labels(service, &branch));
+                }
+            }
+        }
+    }
+
     /// The 0/1 family per service that datums of `metric` set, if any.
     fn service_flag(&self, metric: &str) -> Option<&Family<ServiceLabels, Gauge>> {
         let f = &self.families;
@@ -213,6 +255,14 @@ impl Exposition {
                     class: f.class.map_or("", StoreSyncFailureClass::as_str),
                 };
                 self.families.store_sync_failures.get_or_create(&l).inc();
+            }
+            // The forced value ends: the publish that follows (none while the branch is
+            // unknown) sets the computed one.
+            Record::Override(o)
+                if matches!(o.action, OverrideAction::Cleared | OverrideAction::Expired) =>
+            {
+                let l = branch_labels(service, &o.branch);
+                self.families.readiness.remove(&l);
             }
             Record::Start(_) => self.started(service),
             Record::Reload(r) if r.applied => self.reloaded(r),
