@@ -33,6 +33,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
 use strum::{IntoEnumIterator, VariantArray};
 
+/// The contract metrics whose datums set gauges here; every other datum is passed over. Each is
+/// in [`contract::CONTROL`] (a test holds it), so no metrics profile can starve `/metrics`.
+pub(crate) const FROM_DATUMS: [contract::Metric; 4] = [
+    contract::READINESS,
+    contract::HEARTBEAT,
+    contract::BOTH_BRANCHES_UNREADY,
+    contract::SERVICE_UNAVAILABLE,
+];
+
 /// The series `/metrics` serves. Updated by the shell from each effect it executes; read by the
 /// endpoint at each scrape. Both take `&self`: the families lock per series, never the fold.
 #[derive(Debug)]
@@ -145,6 +154,9 @@ impl Exposition {
     /// A datum of a batch: the gauges it sets (counters never come from datums).
     fn datum(&self, d: &Datum) {
         let Value::Single(v) = d.value else { return };
+        if !FROM_DATUMS.iter().any(|m| m.name == d.metric) {
+            return;
+        }
         let dim = |name: &str| {
             let found = d.dimensions.iter().find(|(k, _)| *k == name);
             found.map(|(_, v)| v.as_str())

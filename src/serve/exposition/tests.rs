@@ -504,3 +504,33 @@ fn an_exposition_is_shared_between_threads() {
     fn shared<T: Send + Sync + std::fmt::Debug + Default>() {}
     shared::<Exposition>();
 }
+
+/// Every metric whose datums set a series here is one the `control` profile keeps, so no
+/// metrics profile can starve `/metrics`; a datum of any other contract metric moves nothing.
+#[test]
+fn every_metric_read_from_datums_is_in_the_control_profile() {
+    for m in FROM_DATUMS {
+        assert!(contract::CONTROL.contains(&m), "{}", m.name);
+    }
+    let empty = Exposition::new().encode();
+    for m in contract::METRICS {
+        let names = [
+            contract::SERVICE,
+            contract::BRANCH,
+            contract::STEP,
+            contract::CLASS,
+        ];
+        let d = Datum {
+            metric: m.name,
+            dimensions: names.iter().map(|n| (*n, "x".to_string())).collect(),
+            value: Value::Single(1.0),
+            unit: m.unit,
+            timestamp: T,
+        };
+        let x = Exposition::new();
+        feed(&x, &[batch(vec![d])]);
+        let moved = x.encode() != empty;
+        let read = FROM_DATUMS.contains(m);
+        assert_eq!(moved, read, "{}", m.name);
+    }
+}
