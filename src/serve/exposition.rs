@@ -23,10 +23,9 @@ use crate::record::{
     OverrideAction, PublishOutcome, Record, Reload, RemovedBranch, StoreSyncFailureClass,
 };
 use families::{
-    AttemptLabels, BranchLabels, Families, ServiceClassLabels, ServiceLabels, SinkLabels,
+    AttemptLabels, BranchLabels, Families, Ordered, ServiceClassLabels, ServiceLabels, SinkLabels,
     StepLabels,
 };
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -223,7 +222,7 @@ impl Exposition {
     }
 
     /// The 0/1 family per service that datums of `metric` set, if any.
-    fn service_flag(&self, metric: &str) -> Option<&Family<ServiceLabels, Gauge>> {
+    fn service_flag(&self, metric: &str) -> Option<&Ordered<ServiceLabels, Gauge>> {
         let f = &self.families;
         if metric == contract::BOTH_BRANCHES_UNREADY.name {
             Some(&f.both_branches_unready)
