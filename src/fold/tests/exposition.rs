@@ -49,6 +49,40 @@ fn a_cleared_override_on_an_unknown_branch_leaves_no_readiness() {
     );
 }
 
+/// Likewise an override that expires on an unknown branch: its forced value leaves /metrics.
+#[test]
+fn an_expired_override_on_an_unknown_branch_leaves_no_readiness() {
+    let p = Policy {
+        initial: ReadinessState::Unknown,
+        ..policy()
+    };
+    let x = Exposition::new();
+    let (mut f, e) = start_with(&ControlDoc::new("orders-db"), &p);
+    show(&x, &e);
+    let mut doc = ControlDoc::new("orders-db");
+    doc.overrides
+        .insert("primary".into(), forced(Forced::Unready, 10_000));
+    show(&x, &sync(&mut f, &mut doc, 1000));
+    show(&x, &f.handle(Input::Tick { last: false }, 2000));
+    let r = series(&x, "readyprobe_readiness{");
+    assert_eq!(
+        r,
+        ["readyprobe_readiness{service=\"orders-db\",branch=\"primary\"} 0"]
+    );
+    let e = f.handle(Input::Tick { last: false }, 11_000);
+    assert_eq!(of_kind(&e, "override")[0]["action"], "expired");
+    // Gone with the override record already, not only at the tick's batch after it.
+    let at = e
+        .iter()
+        .position(|e| matches!(e, Effect::Record(_, _, Record::Override(_))))
+        .unwrap();
+    show(&x, &e[..=at]);
+    let r = series(&x, "readyprobe_readiness{");
+    assert!(r.is_empty(), "{r:?}");
+    show(&x, &e[at + 1..]);
+    assert!(series(&x, "readyprobe_readiness{").is_empty());
+}
+
 #[test]
 fn a_branch_a_reload_removes_loses_its_series() {
     let x = Exposition::new();
