@@ -581,6 +581,20 @@ pub struct Reload {
     /// Why it was refused: each config problem with file, line and key, or each setting that
     /// needs a restart.
     pub problems: Vec<String>,
+    /// Branches it removed from running services (of `changed`), as the fold dropped them;
+    /// absent when none, and in records written before it was recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_branches: Vec<RemovedBranch>,
+}
+
+/// A branch a reload removed from a service that runs on ([`Reload::removed_branches`]): its
+/// datums stop, and an attempt of its stopped loop is evidence only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovedBranch {
+    /// Service name.
+    pub service: String,
+    /// Branch name.
+    pub branch: String,
 }
 
 /// `marker`: an operator's drill marker. The envelope's `at` is when this prober recorded it

@@ -294,7 +294,8 @@ pub(super) async fn status(cfg: &Config, svc: &ServiceConfig, json: bool) -> Exi
         Err(e) => return store_error(e),
     };
     if json {
-        match serde_json::to_string_pretty(&crate::control::with_freshness(&doc, now_ms())) {
+        let now = now_ms();
+        match serde_json::to_string_pretty(&crate::control::with_freshness(&doc, now, now)) {
             Ok(text) => println!("{text}"),
             Err(e) => {
                 eprintln!("error: cannot encode the control document: {e}");

@@ -492,6 +492,23 @@ pub(super) fn section(raw: RawPublish, base: &Path, issues: &mut Issues<'_>) -> 
 pub(super) mod tests {
     use super::*;
 
+    /// Every sink kind the config accepts gets its own answer from the one rule of which sinks
+    /// `publish.metrics` limits: a new kind must be decided here, never limited or left full
+    /// by a default.
+    #[test]
+    fn every_sink_kind_has_an_explicit_metrics_profile_answer() {
+        use strum::IntoEnumIterator;
+        for kind in SinkKind::iter() {
+            let limited = match kind {
+                SinkKind::CloudWatch | SinkKind::Emf => true,
+                SinkKind::Otlp => false,
+            };
+            let name: &str = kind.into();
+            assert_eq!(MetricsProfile::Control.limits(name), limited, "{name}");
+            assert!(!MetricsProfile::Full.limits(name), "{name}");
+        }
+    }
+
     #[test]
     fn namespaces_follow_cloudwatch_rules() {
         for ok in ["Readyprobe", "Team/Orders db_1.x-y#2:z", &"a".repeat(255)] {

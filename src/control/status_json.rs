@@ -4,10 +4,11 @@
 use super::ControlDoc;
 use crate::readiness::Millis;
 
-/// `doc`, plus `freshness`: when it was read (`read_at`, ms since the epoch) and per prober id
-/// its `age_ms` (since its last save, negative when saved ahead of this clock) and whether it
-/// is `stale` ([`super::ProberState::is_fresh`]).
-pub fn with_freshness(doc: &ControlDoc, now: Millis) -> serde_json::Value {
+/// `doc`, plus `freshness`: when it was read (`read_at`, ms since the epoch: now for `status
+/// --json`, the last sync for `/status`) and per prober id its `age_ms` at `now` (since its last
+/// save, negative when saved ahead of this clock) and whether it is `stale` at `now`
+/// ([`super::ProberState::is_fresh`]).
+pub fn with_freshness(doc: &ControlDoc, read_at: Millis, now: Millis) -> serde_json::Value {
     let probers: serde_json::Map<String, serde_json::Value> = doc
         .probers
         .iter()
@@ -23,7 +24,7 @@ pub fn with_freshness(doc: &ControlDoc, now: Millis) -> serde_json::Value {
     if let Some(top) = v.as_object_mut() {
         top.insert(
             "freshness".into(),
-            serde_json::json!({"read_at": now, "probers": probers}),
+            serde_json::json!({"read_at": read_at, "probers": probers}),
         );
     }
     v

@@ -585,6 +585,8 @@ pub struct Fold {
     /// brings its own branch's deadline in, so a run of attempts never scans every branch. It may
     /// be early (a deadline an attempt moved on): that wake-up finds nothing and rescans.
     wakeup: Option<Option<Millis>>,
+    /// Branches a reload's changes dropped from running services, for its `reload` record.
+    removed_branches: Vec<crate::record::RemovedBranch>,
 }
 
 /// The fold's view of its branches at the start of a sync with the store.

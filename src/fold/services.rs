@@ -3,7 +3,7 @@
 use super::*;
 use crate::config::escape_controls;
 use crate::readiness::{Millis, Readiness, Snapshot};
-use crate::record::Restored;
+use crate::record::{RemovedBranch, Restored};
 use std::collections::BTreeMap;
 
 impl Fold {
@@ -26,6 +26,7 @@ impl Fold {
             effects: Vec::new(),
             prober: String::new(),
             wakeup: None,
+            removed_branches: Vec::new(),
         };
         fold.prober = setup.prober.to_string();
         for (i, s) in setup.services.iter().enumerate() {
@@ -243,6 +244,10 @@ impl Fold {
                 "branch removed by a reload: its datums stop",
                 branch_fields(&name, b),
             ));
+            self.removed_branches.push(RemovedBranch {
+                service: name.clone(),
+                branch: b.clone(),
+            });
         }
     }
 }
@@ -269,8 +274,9 @@ impl Fold {
     }
 
     /// A reload applied (INFO, a few names per list: the record keeps every name) or refused
-    /// (ERROR, every problem), then its `reload` record.
-    pub(super) fn reloaded(&mut self, r: Reload, services: usize, now: Millis) {
+    /// (ERROR, every problem), then its `reload` record, with the branches its changes removed.
+    pub(super) fn reloaded(&mut self, mut r: Reload, services: usize, now: Millis) {
+        r.removed_branches = std::mem::take(&mut self.removed_branches);
         let line = if r.applied {
             log(
                 Level::Info,

@@ -1147,6 +1147,7 @@ fn unavailable_services_and_reloads_are_recorded_and_logged() {
         changed: Vec::new(),
         unavailable: Vec::new(),
         problems: Vec::new(),
+        removed_branches: Vec::new(),
     };
     let record = Box::new(applied);
     let e = f.handle(
@@ -1171,6 +1172,7 @@ fn unavailable_services_and_reloads_are_recorded_and_logged() {
         changed: Vec::new(),
         unavailable: Vec::new(),
         problems: vec!["dns.timeout changed".into()],
+        removed_branches: Vec::new(),
     };
     let record = Box::new(refused);
     let e = f.handle(
@@ -2444,3 +2446,6 @@ fn a_late_tick_counts_since_the_previous_tick() {
     }
     assert!(late.contains(&("Readiness", None)), "{late:?}");
 }
+
+/// The exposition (`/metrics`) fed the real fold's effects.
+mod exposition;

@@ -489,6 +489,7 @@ fn reload() -> Record {
         changed: vec![],
         unavailable: vec![],
         problems: vec![],
+        removed_branches: Vec::new(),
     })
 }
 
@@ -498,6 +499,26 @@ fn golden_reload() {
         reload(),
         expect![[
             r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"reload","applied":true,"added":["payments-db"],"removed":["orders-api"],"changed":[],"unavailable":[],"problems":[]}"#
+        ]],
+    );
+}
+
+/// A reload that removed a branch of a service that runs on names it (older lines, without
+/// the field, read as above).
+#[test]
+fn golden_reload_removing_a_branch() {
+    let Record::Reload(mut r) = reload() else {
+        unreachable!()
+    };
+    r.removed_branches = vec![RemovedBranch {
+        service: "orders-db".into(),
+        branch: "secondary".into(),
+    }];
+    r.changed = vec!["orders-db".into()];
+    check(
+        Record::Reload(r),
+        expect![[
+            r#"{"at":"2026-01-02T03:04:05.678Z","at_ms":1767323045678,"service":"orders-db","prober":"az-a","kind":"reload","applied":true,"added":["payments-db"],"removed":["orders-api"],"changed":["orders-db"],"unavailable":[],"problems":[],"removed_branches":[{"service":"orders-db","branch":"secondary"}]}"#
         ]],
     );
 }

@@ -337,6 +337,7 @@ fn applied(
         changed: plan.changed.into_iter().map(|c| c.name).collect(),
         unavailable: unavailable.into_iter().map(|(n, _)| n).collect(),
         problems: Vec::new(),
+        removed_branches: Vec::new(),
     };
     let services = w.fleet.live.len();
     w.fleet.cfg = new;
@@ -377,6 +378,7 @@ fn refuse(shell: &mut Shell, problems: Vec<String>) {
         changed: Vec::new(),
         unavailable: Vec::new(),
         problems,
+        removed_branches: Vec::new(),
     };
     let services = shell.stores.len();
     shell.feed(Input::Reloaded {

@@ -6,7 +6,7 @@
 //! may receive as a second batch. Gauges come from the datums every batch carries (Readiness,
 //! Heartbeat, BothBranchesUnready, ServiceUnavailable) and from `transition` records. Labels are
 //! names from the config and closed sets (service, branch, step, class, sink, target), so the
-//! series are bounded by the config; a service a reload removes loses its series.
+//! series are bounded by the config; a service or branch a reload removes loses its series.
 
 mod families;
 #[cfg(test)]
@@ -19,17 +19,27 @@ use crate::datum::{Datum, Value};
 use crate::failure::{FailureClass, Step};
 use crate::fold::Effect;
 use crate::readiness::Millis;
-use crate::record::{PublishOutcome, Record, Reload, StoreSyncFailureClass};
+use crate::record::{
+    OverrideAction, PublishOutcome, Record, Reload, RemovedBranch, StoreSyncFailureClass,
+};
 use families::{
-    AttemptLabels, BranchLabels, Families, ServiceClassLabels, ServiceLabels, SinkLabels,
+    AttemptLabels, BranchLabels, Families, Ordered, ServiceClassLabels, ServiceLabels, SinkLabels,
     StepLabels,
 };
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
 use strum::{IntoEnumIterator, VariantArray};
+
+/// The contract metrics whose datums set gauges here; every other datum is passed over. Each is
+/// in [`contract::CONTROL`] (a test holds it), so no metrics profile can starve `/metrics`.
+pub(crate) const FROM_DATUMS: [contract::Metric; 4] = [
+    contract::READINESS,
+    contract::HEARTBEAT,
+    contract::BOTH_BRANCHES_UNREADY,
+    contract::SERVICE_UNAVAILABLE,
+];
 
 /// The series `/metrics` serves. Updated by the shell from each effect it executes; read by the
 /// endpoint at each scrape. Both take `&self`: the families lock per series, never the fold.
@@ -48,6 +58,10 @@ struct Services {
     /// Services a reload removed and that have not started again: a late record of theirs (an
     /// attempt that finished as its loop stopped) brings no series back.
     removed: BTreeSet<String>,
+    /// Likewise branches a reload removed from services that run on, (service, branch): until
+    /// the fold names the branch again (a counted attempt, a transition, a Readiness datum:
+    /// only a branch it has), a late attempt of its stopped loop brings no series back.
+    removed_branches: BTreeSet<(String, String)>,
 }
 
 impl Default for Exposition {
@@ -71,7 +85,10 @@ impl Exposition {
     /// Take in one effect the shell is about to execute, observed at `now`.
     pub fn observe(&self, effect: &Effect, _now: Millis) {
         match effect {
-            Effect::Publish(batch) => batch.datums.iter().for_each(|d| self.datum(d)),
+            Effect::Publish(batch) => {
+                batch.datums.iter().for_each(|d| self.datum(d));
+                self.ticked(&batch.datums);
+            }
             Effect::Record(_, service, record) => self.record(service, record),
             Effect::Log(_) | Effect::Pace { .. } => {}
         }
@@ -103,14 +120,23 @@ impl Exposition {
         self.services.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether `service` may have series (it was not removed by a reload); notes `branch` as
-    /// one of its branches. No allocation once the branch is known.
-    fn live(&self, service: &str, branch: Option<&str>) -> bool {
+    /// Whether `service` may have series (it was not removed by a reload), and `branch` too
+    /// (not removed by a reload, unless `back`: the fold has it again); notes `branch` as one
+    /// of the service's branches. No allocation once the branch is known.
+    fn live(&self, service: &str, branch: Option<&str>, back: bool) -> bool {
         let mut s = self.services();
         if s.removed.contains(service) {
             return false;
         }
         let Some(branch) = branch else { return true };
+        if !s.removed_branches.is_empty() {
+            let key = (service.to_string(), branch.to_string());
+            if back {
+                s.removed_branches.remove(&key);
+            } else if s.removed_branches.contains(&key) {
+                return false;
+            }
+        }
         match s.branches.get_mut(service) {
             Some(b) if b.contains(branch) => {}
             Some(b) => {
@@ -127,6 +153,9 @@ impl Exposition {
     /// A datum of a batch: the gauges it sets (counters never come from datums).
     fn datum(&self, d: &Datum) {
         let Value::Single(v) = d.value else { return };
+        if !FROM_DATUMS.iter().any(|m| m.name == d.metric) {
+            return;
+        }
         let dim = |name: &str| {
             let found = d.dimensions.iter().find(|(k, _)| *k == name);
             found.map(|(_, v)| v.as_str())
@@ -138,25 +167,62 @@ impl Exposition {
         let flag = i64::from(v != 0.0);
         if d.metric == contract::READINESS.name {
             if let Some(branch) = dim(contract::BRANCH)
-                && self.live(service, Some(branch))
+                && self.live(service, Some(branch), true)
             {
                 let l = branch_labels(service, branch);
                 f.readiness.get_or_create(&l).set(flag);
             }
         } else if d.metric == contract::HEARTBEAT.name {
-            if self.live(service, None) {
+            if self.live(service, None, false) {
                 let at = d.timestamp as f64 / 1000.0;
                 f.heartbeat.get_or_create(&service_labels(service)).set(at);
             }
         } else if let Some(family) = self.service_flag(d.metric)
-            && self.live(service, None)
+            && self.live(service, None, false)
         {
             family.get_or_create(&service_labels(service)).set(flag);
         }
     }
 
+    /// A batch's datums: for each service whose Heartbeat it carries (its tick; a control
+    /// profile keeps every datum read here, so each batch of a tick carries them all), what
+    /// the tick does not say any more is removed: the readiness of a branch without a
+    /// Readiness datum (unknown) and BothBranchesUnready when absent (it cannot be told).
+    fn ticked(&self, datums: &[Datum]) {
+        let dim = |d: &Datum, name: &str| {
+            let found = d.dimensions.iter().find(|(k, _)| *k == name);
+            found.map(|(_, v)| v.clone())
+        };
+        let of = |metric: &str| -> BTreeSet<String> {
+            let found = datums.iter().filter(|d| d.metric == metric);
+            found.filter_map(|d| dim(d, contract::SERVICE)).collect()
+        };
+        let ticked = of(contract::HEARTBEAT.name);
+        if ticked.is_empty() {
+            return;
+        }
+        let told = of(contract::BOTH_BRANCHES_UNREADY.name);
+        let known: BTreeSet<(String, String)> = datums
+            .iter()
+            .filter(|d| d.metric == contract::READINESS.name)
+            .filter_map(|d| Some((dim(d, contract::SERVICE)?, dim(d, contract::BRANCH)?)))
+            .collect();
+        let f = &self.families;
+        for service in &ticked {
+            if !told.contains(service) {
+                f.both_branches_unready.remove(&service_labels(service));
+            }
+            let branches = self.services().branches.get(service).cloned();
+            for branch in branches.into_iter().flatten() {
+                if !known.contains(&(service.clone(), branch.clone())) {
+                    f.readiness.remove(&branch_labels(service, &branch));
+                }
+            }
+        }
+    }
+
     /// The 0/1 family per service that datums of `metric` set, if any.
-    fn service_flag(&self, metric: &str) -> Option<&Family<ServiceLabels, Gauge>> {
+    fn service_flag(&self, metric: &str) -> Option<&Ordered<ServiceLabels, Gauge>> {
         let f = &self.families;
         if metric == contract::BOTH_BRANCHES_UNREADY.name {
             Some(&f.both_branches_unready)
@@ -172,7 +238,7 @@ impl Exposition {
         match record {
             Record::Attempt(_) => self.attempt(service, record),
             Record::Transition(t) => {
-                if !self.live(service, Some(&t.branch)) {
+                if !self.live(service, Some(&t.branch), true) {
                     return;
                 }
                 let l = branch_labels(service, &t.branch);
@@ -194,12 +260,20 @@ impl Exposition {
                 };
                 self.families.publish_failures.get_or_create(&l).inc();
             }
-            Record::StateSyncFailed(f) if self.live(service, None) => {
+            Record::StateSyncFailed(f) if self.live(service, None, false) => {
                 let l = ServiceClassLabels {
                     service: service.to_string(),
                     class: f.class.map_or("", StoreSyncFailureClass::as_str),
                 };
                 self.families.store_sync_failures.get_or_create(&l).inc();
+            }
+            // The forced value ends: the publish that follows (none while the branch is
+            // unknown) sets the computed one.
+            Record::Override(o)
+                if matches!(o.action, OverrideAction::Cleared | OverrideAction::Expired) =>
+            {
+                let l = branch_labels(service, &o.branch);
+                self.families.readiness.remove(&l);
             }
             Record::Start(_) => self.started(service),
             Record::Reload(r) if r.applied => self.reloaded(r),
@@ -210,7 +284,8 @@ impl Exposition {
     /// An `attempt` record: its count, its steps' durations, its certificate's expiry.
     fn attempt(&self, service: &str, record: &Record) {
         let Record::Attempt(a) = record else { return };
-        if !self.live(service, Some(&a.branch)) {
+        // A counted attempt is of a branch the fold has; one of a stopped loop may not be.
+        if !self.live(service, Some(&a.branch), !a.not_counted) {
             return;
         }
         let r = a.record();
@@ -249,16 +324,28 @@ impl Exposition {
     /// A service started (at the start of the run or by a reload): it runs, so it is no
     /// longer unavailable, and its series may come back if a reload had removed it.
     fn started(&self, service: &str) {
-        self.services().removed.remove(service);
+        let mut s = self.services();
+        s.removed.remove(service);
+        s.removed_branches.retain(|(name, _)| name != service);
+        drop(s);
         let l = service_labels(service);
         self.families.service_unavailable.remove(&l);
     }
 
-    /// An applied reload: the services it removed lose their series; those it left
-    /// unavailable may have series again (their `ServiceUnavailable`).
+    /// An applied reload: the services and branches it removed lose their series; services
+    /// it left unavailable may have series again (their `ServiceUnavailable`).
     fn reloaded(&self, r: &Reload) {
         for name in &r.removed {
             self.remove_service(name);
+        }
+        for RemovedBranch { service, branch } in &r.removed_branches {
+            let mut s = self.services();
+            if let Some(b) = s.branches.get_mut(service) {
+                b.remove(branch);
+            }
+            s.removed_branches.insert((service.clone(), branch.clone()));
+            drop(s);
+            self.remove_branch(service, branch);
         }
         let mut s = self.services();
         for name in &r.unavailable {
@@ -273,32 +360,10 @@ impl Exposition {
             s.removed.insert(service.to_string());
             s.branches.remove(service).unwrap_or_default()
         };
-        let f = &self.families;
         for branch in &branches {
-            let l = branch_labels(service, branch);
-            f.readiness.remove(&l);
-            f.certificate_expiry.remove(&l);
-            let results = std::iter::once(("success", ""))
-                .chain(FailureClass::iter().map(|c| ("failure", c.as_str())));
-            for (result, class) in results {
-                let (service, branch) = (service.to_string(), branch.clone());
-                f.attempts.remove(&AttemptLabels {
-                    service,
-                    branch,
-                    result,
-                    class,
-                });
-            }
-            for step in Step::iter() {
-                let (service, branch) = (service.to_string(), branch.clone());
-                let step = step.as_str();
-                f.step_duration.remove(&StepLabels {
-                    service,
-                    branch,
-                    step,
-                });
-            }
+            self.remove_branch(service, branch);
         }
+        let f = &self.families;
         let classes = StoreSyncFailureClass::VARIANTS.iter().map(|c| c.as_str());
         for class in std::iter::once("").chain(classes) {
             let service = service.to_string();
@@ -309,6 +374,34 @@ impl Exposition {
         f.heartbeat.remove(&l);
         f.both_branches_unready.remove(&l);
         f.service_unavailable.remove(&l);
+    }
+
+    /// Remove every series of `service`'s `branch`.
+    fn remove_branch(&self, service: &str, branch: &str) {
+        let f = &self.families;
+        let l = branch_labels(service, branch);
+        f.readiness.remove(&l);
+        f.certificate_expiry.remove(&l);
+        let results = std::iter::once(("success", ""))
+            .chain(FailureClass::iter().map(|c| ("failure", c.as_str())));
+        for (result, class) in results {
+            let (service, branch) = (service.to_string(), branch.to_string());
+            f.attempts.remove(&AttemptLabels {
+                service,
+                branch,
+                result,
+                class,
+            });
+        }
+        for step in Step::iter() {
+            let (service, branch) = (service.to_string(), branch.to_string());
+            let step = step.as_str();
+            f.step_duration.remove(&StepLabels {
+                service,
+                branch,
+                step,
+            });
+        }
     }
 }
 

@@ -68,6 +68,9 @@ pub enum ServeError {
     Thread(std::io::Error),
 }
 
+/// A service's control document as its last sync returned it, and when.
+type Synced = (Millis, Arc<ControlDoc>);
+
 /// What the shell hands the endpoint, as plain data; the endpoint only reads it. The shell
 /// never blocks on it beyond a short lock that no reader holds while encoding.
 #[derive(Debug)]
@@ -79,8 +82,9 @@ pub struct Feed {
     clock: Clock,
     /// When the run loop last ticked (ms since the epoch, on `clock`).
     last_tick: AtomicI64,
-    /// Each running service's control document as of its last sync.
-    status: Mutex<BTreeMap<ServiceId, Arc<ControlDoc>>>,
+    /// Each running service's control document as of its last sync, and when it was handed
+    /// here (ms since the epoch, on `clock`): `/status`'s `read_at`.
+    status: Mutex<BTreeMap<ServiceId, Synced>>,
 }
 
 impl Feed {
@@ -102,10 +106,12 @@ impl Feed {
         self.last_tick.store(now, Ordering::Relaxed);
     }
 
-    /// Service `service`'s document as a sync returned it (or as loaded when it started).
+    /// Service `service`'s document as a sync returned it (or as loaded when it started),
+    /// read now.
     pub fn synced(&self, service: ServiceId, doc: &ControlDoc) {
         let doc = Arc::new(doc.clone());
-        self.docs().insert(service, doc);
+        let at = self.clock.now_ms();
+        self.docs().insert(service, (at, doc));
     }
 
     /// Service `service` stopped running (a reload removed it).
@@ -113,7 +119,7 @@ impl Feed {
         self.docs().remove(&service);
     }
 
-    fn docs(&self) -> std::sync::MutexGuard<'_, BTreeMap<ServiceId, Arc<ControlDoc>>> {
+    fn docs(&self) -> std::sync::MutexGuard<'_, BTreeMap<ServiceId, Synced>> {
         self.status.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -139,13 +145,17 @@ impl Feed {
     }
 
     /// `/status`: this prober's id and, per running service, its control document as
-    /// `status --json` prints it, as of the service's last sync.
+    /// `status --json` prints it, as of the service's last sync (`read_at`), its probers' ages
+    /// as of now.
     fn status_json(&self) -> String {
-        let docs: Vec<Arc<ControlDoc>> = self.docs().values().cloned().collect();
+        let docs: Vec<Synced> = self.docs().values().cloned().collect();
         let now = self.clock.now_ms();
         let services: serde_json::Map<String, serde_json::Value> = docs
             .iter()
-            .map(|d| (d.service.clone(), crate::control::with_freshness(d, now)))
+            .map(|(read_at, d)| {
+                let v = crate::control::with_freshness(d, *read_at, now);
+                (d.service.clone(), v)
+            })
             .collect();
         let v = serde_json::json!({ "prober": self.prober, "services": services });
         let mut text = serde_json::to_string_pretty(&v).unwrap_or_else(|_| "{}".into());

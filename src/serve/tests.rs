@@ -57,6 +57,27 @@ async fn status_holds_each_running_service_as_of_its_last_sync() {
     assert_eq!(names, ["billing"]);
 }
 
+/// `read_at` is when the sync read the document, not the scrape's time; the probers' ages are
+/// as of the scrape.
+#[tokio::test(start_paused = true)]
+async fn status_read_at_is_the_sync_time_and_ages_run_on() {
+    let f = feed();
+    let get = |f: &Feed| respond(&request(Method::GET, "/status", Empty::<Bytes>::new()), f);
+    let mut doc = ControlDoc::new("orders");
+    let synced_at = f.clock.now_ms();
+    let saved = crate::control::ProberState {
+        saved_at: synced_at,
+        branches: Default::default(),
+    };
+    doc.probers.insert("az-a".into(), saved);
+    f.synced(0, &doc);
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let v: serde_json::Value = serde_json::from_str(&text(get(&f)).await).unwrap();
+    let fresh = &v["services"]["orders"]["freshness"];
+    assert_eq!(fresh["read_at"], synced_at, "{v}");
+    assert_eq!(fresh["probers"]["az-a"]["age_ms"], 30_000, "{v}");
+}
+
 #[tokio::test]
 async fn routes_methods_and_bodies() {
     let f = feed();

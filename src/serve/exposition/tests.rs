@@ -140,7 +140,7 @@ fn lines(x: &Exposition, name: &str) -> Vec<String> {
     v
 }
 
-/// One series per family, so that the text is exact (a family's series come in no set order).
+/// One series per family: the text, exact.
 #[test]
 fn golden_small_exposition() {
     let x = Exposition::new();
@@ -327,6 +327,7 @@ fn reload(removed: &[&str], unavailable: &[&str]) -> Record {
         changed: vec![],
         unavailable: unavailable.iter().map(|s| s.to_string()).collect(),
         problems: vec![],
+        removed_branches: Vec::new(),
     })
 }
 
@@ -502,4 +503,77 @@ fn a_refused_reload_removes_nothing() {
 fn an_exposition_is_shared_between_threads() {
     fn shared<T: Send + Sync + std::fmt::Debug + Default>() {}
     shared::<Exposition>();
+}
+
+/// Every metric whose datums set a series here is one the `control` profile keeps, so no
+/// metrics profile can starve `/metrics`; a datum of any other contract metric moves nothing.
+#[test]
+fn every_metric_read_from_datums_is_in_the_control_profile() {
+    for m in FROM_DATUMS {
+        assert!(contract::CONTROL.contains(&m), "{}", m.name);
+    }
+    let empty = Exposition::new().encode();
+    for m in contract::METRICS {
+        let names = [
+            contract::SERVICE,
+            contract::BRANCH,
+            contract::STEP,
+            contract::CLASS,
+        ];
+        let d = Datum {
+            metric: m.name,
+            dimensions: names.iter().map(|n| (*n, "x".to_string())).collect(),
+            value: Value::Single(1.0),
+            unit: m.unit,
+            timestamp: T,
+            since: None,
+        };
+        let x = Exposition::new();
+        feed(&x, &[batch(vec![d])]);
+        let moved = x.encode() != empty;
+        let read = FROM_DATUMS.contains(m);
+        assert_eq!(moved, read, "{}", m.name);
+    }
+}
+
+/// Two scrapes list a family's series alike, in the order of their labels (service, branch,
+/// then step or result and class), whatever order the effects came in; a histogram's lines
+/// stay together.
+#[test]
+fn series_come_in_the_order_of_their_labels() {
+    let x = Exposition::new();
+    let branches: Vec<String> = (0..24).rev().map(|i| format!("b{i:02}")).collect();
+    let ticks: Vec<BranchTick> = branches.iter().map(|b| tick(b, Some(1.0))).collect();
+    feed(&x, &[batch(tick_datums("orders-db", &ticks, T))]);
+    let steps = [Step::Verify, Step::Connect, Step::Resolve, Step::Auth];
+    for b in &branches {
+        let steps: Vec<_> = steps.iter().map(|s| (*s, 2.0, true)).collect();
+        feed(&x, &[rec("orders-db", attempt(b, &steps, None))]);
+    }
+    let text = x.encode();
+    assert_eq!(text, x.encode());
+    let only = |prefix: &str| -> Vec<String> {
+        let found = text.lines().filter(|l| l.starts_with(prefix));
+        found.map(str::to_string).collect()
+    };
+    let readiness = only("readyprobe_readiness{");
+    let mut sorted = readiness.clone();
+    sorted.sort();
+    assert_eq!(readiness.len(), 24);
+    assert_eq!(readiness, sorted);
+    let counts = only("readyprobe_step_duration_seconds_count{");
+    let mut sorted = counts.clone();
+    sorted.sort();
+    assert_eq!(counts.len(), 24 * 4);
+    assert_eq!(counts, sorted);
+    // Each series' buckets, sum and count in one run of lines.
+    let series: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("readyprobe_step_duration_seconds"))
+        .map(|l| l.split_once('{').unwrap().1.split('}').next().unwrap())
+        .map(|l| l.split(',').filter(|p| !p.starts_with("le=")).collect())
+        .collect();
+    let mut runs = series.clone();
+    runs.dedup();
+    assert_eq!(runs.len(), 24 * 4, "{runs:?}");
 }
