@@ -11,7 +11,7 @@ use crate::contract::{self, Unit};
 use crate::readiness::Millis;
 use crate::record::PublishFailureClass;
 use crate::secrets::SecretCell;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use opentelemetry_proto::tonic::collector::metrics::v1::{
@@ -390,7 +390,8 @@ async fn connect(s: &OtlpSettings) -> Result<Box<dyn Io>, SinkError> {
     Ok(Box::new(tls))
 }
 
-/// What the collector answered: status, headers, body (at most [`MAX_RESPONSE_BYTES`]).
+/// What the collector answered: status, headers, body (at most [`MAX_RESPONSE_BYTES`]; empty for
+/// a refusal whose body could not be read whole, which its status judges).
 type Answer = (http::StatusCode, http::HeaderMap, Bytes);
 
 /// POST `body` to the endpoint on a connection of its own; the collector's answer.
@@ -428,16 +429,24 @@ async fn export(s: &OtlpSettings, body: Bytes) -> Result<Answer, SinkError> {
             .await
             .map_err(|e| unreachable(&format!("POST {}", s.endpoint), e))?;
         let (parts, body) = resp.into_parts();
-        let body = Limited::new(body, MAX_RESPONSE_BYTES)
-            .collect()
-            .await
-            .map_err(|e| {
-                unreachable(
-                    &format!("reading the answer (at most {MAX_RESPONSE_BYTES} bytes)"),
-                    e,
-                )
-            })?
-            .to_bytes();
+        let body = match Limited::new(body, MAX_RESPONSE_BYTES).collect().await {
+            Ok(body) => body.to_bytes(),
+            // A refusal is judged by its status whatever its body (a proxy's long error page).
+            Err(_) if !parts.status.is_success() => Bytes::new(),
+            Err(e) if e.is::<LengthLimitError>() => {
+                return Err(SinkError {
+                    message: format!(
+                        "the collector answered {} with a body over {MAX_RESPONSE_BYTES} bytes, not an OTLP answer; nothing says the points were taken",
+                        parts.status
+                    ),
+                    class: PublishFailureClass::PublishRejected,
+                });
+            }
+            Err(e) => {
+                let what = format!("reading the answer (at most {MAX_RESPONSE_BYTES} bytes)");
+                return Err(unreachable(&what, e));
+            }
+        };
         Ok((parts.status, parts.headers, body))
     }
     .await

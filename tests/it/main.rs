@@ -23,6 +23,7 @@ mod infra_contract;
 mod infra_cross_account;
 mod mysql_hostile;
 mod mysql_kind;
+mod otlp_hostile;
 mod otlp_kind;
 mod otlp_sink;
 mod pipeline;
