@@ -28,6 +28,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use strum::{IntoEnumIterator, VariantArray};
 
@@ -38,6 +39,8 @@ pub struct Exposition {
     registry: Registry,
     families: Families,
     services: Mutex<Services>,
+    /// Effects taken in that may change what readiness shows ([`Self::changes`]).
+    changes: AtomicU64,
 }
 
 /// Which services have series, to remove them all when a reload removes the service.
@@ -58,6 +61,7 @@ impl Default for Exposition {
             registry,
             families,
             services: Mutex::default(),
+            changes: AtomicU64::new(0),
         }
     }
 }
@@ -70,11 +74,20 @@ impl Exposition {
 
     /// Take in one effect the shell is about to execute, observed at `now`.
     pub fn observe(&self, effect: &Effect, _now: Millis) {
+        if !matches!(effect, Effect::Record(_, _, Record::Attempt(_))) {
+            self.changes.fetch_add(1, Ordering::Relaxed);
+        }
         match effect {
             Effect::Publish(batch) => batch.datums.iter().for_each(|d| self.datum(d)),
             Effect::Record(_, service, record) => self.record(service, record),
             Effect::Log(_) | Effect::Pace { .. } => {}
         }
+    }
+
+    /// How many effects that may change a gauge (every one but `attempt` records, which only
+    /// count) were taken in so far: an encoding made at the same count shows the same readiness.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
     }
 
     /// The text a scrape gets (OpenMetrics, ending in `# EOF`).

@@ -10,7 +10,10 @@
 //! `request_timeout` and [`MAX_HEADER_BYTES`], one request per connection and each connection
 //! closed after twice `request_timeout` (the headers' time and the response's), GET and HEAD
 //! only, and a request with a body answered 413 without its body being read. `/metrics` is
-//! OpenMetrics for a scraper whose `Accept` asks for it, else the Prometheus text 0.0.4.
+//! OpenMetrics for a scraper whose `Accept` asks for it, else the Prometheus text 0.0.4; scrapes
+//! share an encoding for up to [`REUSE_FOR`] while no gauge may have moved, and at most
+//! [`MAX_ENCODINGS`] distinct ones are alive (a large fleet's text times a flood of slow readers
+//! would otherwise be the endpoint's memory).
 
 pub mod exposition;
 
@@ -21,7 +24,9 @@ use crate::config::Serve;
 use crate::control::ControlDoc;
 use crate::fold::ServiceId;
 use bytes::Bytes;
-use http::header::{ACCEPT, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, HeaderValue, VARY};
+use http::header::{
+    ACCEPT, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, VARY,
+};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Body;
@@ -49,6 +54,13 @@ const MAX_BUF_BYTES: usize = 16 * 1024;
 pub const HEALTHY_TICKS: u32 = 3;
 /// The pending-connection queue of the listening socket.
 const BACKLOG: u32 = 1024;
+/// How long one encoding of `/metrics` answers further scrapes while no effect that readiness
+/// shows has arrived: counters lag by at most this much, readiness by nothing.
+pub const REUSE_FOR: Duration = Duration::from_secs(1);
+/// The most distinct encodings of `/metrics` alive at once (each held until every connection
+/// writing it is done): a flood of slow readers holds at most this many copies of a large
+/// fleet's series, and the endpoint's thread encodes no more; a scrape beyond gets 503.
+pub const MAX_ENCODINGS: usize = 4;
 /// How often, at most, refused connections (and, apart, accept errors) are logged.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
 
@@ -81,6 +93,32 @@ pub struct Feed {
     last_tick: AtomicI64,
     /// Each running service's control document as of its last sync.
     status: Mutex<BTreeMap<ServiceId, Arc<ControlDoc>>>,
+    /// The last encoding of `/metrics` per format (Prometheus text, OpenMetrics).
+    last: Mutex<[Option<Last>; 2]>,
+    /// A permit per distinct encoding alive, [`MAX_ENCODINGS`] in all.
+    encodings: Arc<Semaphore>,
+}
+
+/// The last encoding of `/metrics` in one format.
+#[derive(Debug)]
+struct Last {
+    /// [`Exposition::changes`] when it was made.
+    changes: u64,
+    at: tokio::time::Instant,
+    text: Bytes,
+}
+
+/// One encoding's text, holding one of the [`MAX_ENCODINGS`] permits until its last reader is
+/// done with it.
+struct Encoding {
+    text: String,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Encoding {
+    fn as_ref(&self) -> &[u8] {
+        self.text.as_bytes()
+    }
 }
 
 impl Feed {
@@ -94,6 +132,8 @@ impl Feed {
             clock,
             last_tick: AtomicI64::new(clock.now_ms()),
             status: Mutex::default(),
+            last: Mutex::default(),
+            encodings: Arc::new(Semaphore::new(MAX_ENCODINGS)),
         }
     }
 
@@ -115,6 +155,40 @@ impl Feed {
 
     fn docs(&self) -> std::sync::MutexGuard<'_, BTreeMap<ServiceId, Arc<ControlDoc>>> {
         self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `/metrics` in OpenMetrics or the Prometheus text: the last encoding while it is younger
+    /// than [`REUSE_FOR`] and no effect that may change a gauge came since, else a new one;
+    /// `None` when [`MAX_ENCODINGS`] are alive.
+    fn encoded(&self, openmetrics: bool) -> Option<Bytes> {
+        let changes = self.exposition.changes();
+        let now = tokio::time::Instant::now();
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let last = &mut last[usize::from(openmetrics)];
+        if let Some(l) = last.as_ref()
+            && l.changes == changes
+            && now.duration_since(l.at) < REUSE_FOR
+        {
+            return Some(l.text.clone());
+        }
+        // Its permit comes back once no connection is writing it.
+        *last = None;
+        let permit = self.encodings.clone().try_acquire_owned().ok()?;
+        let text = if openmetrics {
+            self.exposition.encode()
+        } else {
+            self.exposition.encode_prometheus_text()
+        };
+        let text = Bytes::from_owner(Encoding {
+            text,
+            _permit: permit,
+        });
+        *last = Some(Last {
+            changes,
+            at: now,
+            text: text.clone(),
+        });
+        Some(text)
     }
 
     /// `/healthz`: whether the loop ticked within [`HEALTHY_TICKS`] publish intervals, and a
@@ -366,7 +440,7 @@ fn respond<B: Body>(req: &Request<B>, feed: &Feed) -> Response<Full<Bytes>> {
         return r;
     }
     match req.uri().path() {
-        "/metrics" => metrics(req, &feed.exposition),
+        "/metrics" => metrics(req, feed),
         "/healthz" => match feed.health() {
             (true, line) => plain(StatusCode::OK, line),
             (false, line) => plain(StatusCode::SERVICE_UNAVAILABLE, line),
@@ -380,16 +454,27 @@ fn respond<B: Body>(req: &Request<B>, feed: &Feed) -> Response<Full<Bytes>> {
 }
 
 /// `/metrics` in the format the request's `Accept` asks for; `Vary: Accept` tells a cache so.
-fn metrics<B>(req: &Request<B>, exposition: &Exposition) -> Response<Full<Bytes>> {
+/// 503 (retry after a second) while [`MAX_ENCODINGS`] are being written.
+fn metrics<B>(req: &Request<B>, feed: &Feed) -> Response<Full<Bytes>> {
     let accept = req.headers().get_all(ACCEPT).iter();
     // A value that is not text names no media type this endpoint knows.
     let accept: Vec<&str> = accept.filter_map(|v| v.to_str().ok()).collect();
-    let mut r = if wants_openmetrics(&accept.join(",")) {
-        with_type(StatusCode::OK, exposition.encode(), OPENMETRICS)
-    } else {
-        let text = exposition.encode_prometheus_text();
-        with_type(StatusCode::OK, text, PROMETHEUS_TEXT)
+    let openmetrics = wants_openmetrics(&accept.join(","));
+    let Some(text) = feed.encoded(openmetrics) else {
+        let mut r = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{MAX_ENCODINGS} answers of /metrics are being written; retry\n"),
+        );
+        r.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
     };
+    let content_type = if openmetrics {
+        OPENMETRICS
+    } else {
+        PROMETHEUS_TEXT
+    };
+    let mut r = with_type(StatusCode::OK, text, content_type);
     r.headers_mut()
         .insert(VARY, HeaderValue::from_static("accept"));
     r
@@ -426,10 +511,10 @@ fn plain(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
 
 fn with_type(
     status: StatusCode,
-    body: String,
+    body: impl Into<Bytes>,
     content_type: &'static str,
 ) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
