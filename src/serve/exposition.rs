@@ -39,7 +39,7 @@ pub struct Exposition {
     registry: Registry,
     families: Families,
     services: Mutex<Services>,
-    /// Effects taken in that may change what readiness shows ([`Self::changes`]).
+    /// How often a readiness or fail-open gauge moved ([`Self::changes`]).
     changes: AtomicU64,
 }
 
@@ -74,9 +74,6 @@ impl Exposition {
 
     /// Take in one effect the shell is about to execute, observed at `now`.
     pub fn observe(&self, effect: &Effect, _now: Millis) {
-        if !matches!(effect, Effect::Record(_, _, Record::Attempt(_))) {
-            self.changes.fetch_add(1, Ordering::Relaxed);
-        }
         match effect {
             Effect::Publish(batch) => batch.datums.iter().for_each(|d| self.datum(d)),
             Effect::Record(_, service, record) => self.record(service, record),
@@ -84,10 +81,33 @@ impl Exposition {
         }
     }
 
-    /// How many effects that may change a gauge (every one but `attempt` records, which only
-    /// count) were taken in so far: an encoding made at the same count shows the same readiness.
+    /// How often a readiness or fail-open gauge took another value, appeared or went so far: an
+    /// encoding made at the same count shows the same readiness (counters may have moved).
     pub fn changes(&self) -> u64 {
         self.changes.load(Ordering::Relaxed)
+    }
+
+    /// Set the 0/1 gauge `l` of `family` to `flag`, counting a change when it moves or appears.
+    fn set_flag<L>(&self, family: &Family<L, Gauge>, l: &L, flag: i64)
+    where
+        L: Clone + std::hash::Hash + Eq + prometheus_client::encoding::EncodeLabelSet,
+    {
+        // The read guard of `get` ends before `get_or_create` may take the write lock.
+        let moved = family.get(l).is_none_or(|g| g.get() != flag);
+        family.get_or_create(l).set(flag);
+        if moved {
+            self.changes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Remove gauge `l` of `family`, counting a change when it was there.
+    fn remove_flag<L>(&self, family: &Family<L, Gauge>, l: &L)
+    where
+        L: Clone + std::hash::Hash + Eq + prometheus_client::encoding::EncodeLabelSet,
+    {
+        if family.remove(l) {
+            self.changes.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The text a scrape gets (OpenMetrics, ending in `# EOF`).
@@ -154,7 +174,7 @@ impl Exposition {
                 && self.live(service, Some(branch))
             {
                 let l = branch_labels(service, branch);
-                f.readiness.get_or_create(&l).set(flag);
+                self.set_flag(&f.readiness, &l, flag);
             }
         } else if d.metric == contract::HEARTBEAT.name {
             if self.live(service, None) {
@@ -164,7 +184,7 @@ impl Exposition {
         } else if let Some(family) = self.service_flag(d.metric)
             && self.live(service, None)
         {
-            family.get_or_create(&service_labels(service)).set(flag);
+            self.set_flag(family, &service_labels(service), flag);
         }
     }
 
@@ -192,11 +212,9 @@ impl Exposition {
                 match t.published {
                     Some(v) => {
                         let flag = i64::from(v != 0.0);
-                        self.families.readiness.get_or_create(&l).set(flag);
+                        self.set_flag(&self.families.readiness, &l, flag);
                     }
-                    None => {
-                        self.families.readiness.remove(&l);
-                    }
+                    None => self.remove_flag(&self.families.readiness, &l),
                 }
             }
             Record::Publish(p) if p.outcome == PublishOutcome::Failed => {
@@ -264,7 +282,7 @@ impl Exposition {
     fn started(&self, service: &str) {
         self.services().removed.remove(service);
         let l = service_labels(service);
-        self.families.service_unavailable.remove(&l);
+        self.remove_flag(&self.families.service_unavailable, &l);
     }
 
     /// An applied reload: the services it removed lose their series; those it left
@@ -289,7 +307,7 @@ impl Exposition {
         let f = &self.families;
         for branch in &branches {
             let l = branch_labels(service, branch);
-            f.readiness.remove(&l);
+            self.remove_flag(&f.readiness, &l);
             f.certificate_expiry.remove(&l);
             let results = std::iter::once(("success", ""))
                 .chain(FailureClass::iter().map(|c| ("failure", c.as_str())));
@@ -320,8 +338,8 @@ impl Exposition {
         }
         let l = service_labels(service);
         f.heartbeat.remove(&l);
-        f.both_branches_unready.remove(&l);
-        f.service_unavailable.remove(&l);
+        self.remove_flag(&f.both_branches_unready, &l);
+        self.remove_flag(&f.service_unavailable, &l);
     }
 }
 

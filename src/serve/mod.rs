@@ -11,7 +11,7 @@
 //! closed after twice `request_timeout` (the headers' time and the response's), GET and HEAD
 //! only, and a request with a body answered 413 without its body being read. `/metrics` is
 //! OpenMetrics for a scraper whose `Accept` asks for it, else the Prometheus text 0.0.4; scrapes
-//! share an encoding for up to [`REUSE_FOR`] while no gauge may have moved, and at most
+//! share an encoding for up to [`REUSE_FOR`] while no readiness gauge moved, and at most
 //! [`MAX_ENCODINGS`] distinct ones are alive (a large fleet's text times a flood of slow readers
 //! would otherwise be the endpoint's memory).
 
@@ -54,8 +54,8 @@ const MAX_BUF_BYTES: usize = 16 * 1024;
 pub const HEALTHY_TICKS: u32 = 3;
 /// The pending-connection queue of the listening socket.
 const BACKLOG: u32 = 1024;
-/// How long one encoding of `/metrics` answers further scrapes while no effect that readiness
-/// shows has arrived: counters lag by at most this much, readiness by nothing.
+/// How long one encoding of `/metrics` answers further scrapes while no readiness or fail-open
+/// gauge moved ([`Exposition::changes`]): counters lag by at most this much, readiness by nothing.
 pub const REUSE_FOR: Duration = Duration::from_secs(1);
 /// The most distinct encodings of `/metrics` alive at once (each held until every connection
 /// writing it is done): a flood of slow readers holds at most this many copies of a large
@@ -158,7 +158,7 @@ impl Feed {
     }
 
     /// `/metrics` in OpenMetrics or the Prometheus text: the last encoding while it is younger
-    /// than [`REUSE_FOR`] and no effect that may change a gauge came since, else a new one;
+    /// than [`REUSE_FOR`] and no readiness or fail-open gauge moved since, else a new one;
     /// `None` when [`MAX_ENCODINGS`] are alive.
     fn encoded(&self, openmetrics: bool) -> Option<Bytes> {
         let changes = self.exposition.changes();

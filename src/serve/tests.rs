@@ -180,9 +180,9 @@ async fn body_of(r: Response<Full<Bytes>>) -> Bytes {
 }
 
 /// Concurrent scrapes share one encoding (a flood of slow readers of a large fleet's /metrics
-/// held one copy each: 64 readers of 3.7 MB took 200 MB), until `REUSE_FOR` passes or an effect
-/// that readiness shows arrives; at most `MAX_ENCODINGS` distinct ones are alive at once, and a
-/// scrape beyond them gets 503 until one is done.
+/// held one copy each: 64 readers of 3.7 MB took 200 MB), until `REUSE_FOR` passes or a
+/// readiness gauge moves; at most `MAX_ENCODINGS` distinct ones are alive at once, and a scrape
+/// beyond them gets 503 until one is done.
 #[tokio::test(start_paused = true)]
 async fn scrapes_share_an_encoding_and_bound_the_distinct_ones_alive() {
     let f = feed();
@@ -196,6 +196,14 @@ async fn scrapes_share_an_encoding_and_bound_the_distinct_ones_alive() {
         "two scrapes in a row share the text"
     );
     assert!(String::from_utf8_lossy(&a).contains("branch=\"primary\"} 1"));
+    // The same readiness published again (each tick does) moves nothing.
+    f.exposition.observe(&readiness(1.0), 0);
+    let b = body_of(get(&f)).await;
+    assert_eq!(
+        a.as_ptr(),
+        b.as_ptr(),
+        "a tick that moved no gauge keeps the text"
+    );
     // A readiness change is in the very next scrape, however recent the last encoding.
     f.exposition.observe(&readiness(0.0), 0);
     let c = body_of(get(&f)).await;
