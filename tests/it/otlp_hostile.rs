@@ -291,3 +291,70 @@ async fn every_hostile_answer_ends_in_a_classed_record() {
         );
     }
 }
+
+/// `check` tries the `otlp` sink's inputs as `run` prepares them: a header secret that is unset
+/// or a CA bundle that cannot be read is a warning naming the key and the reference (never a
+/// value), saying every otlp batch would fail; `--strict` makes it an error (exit 78). Before,
+/// `check` said nothing and `run` then failed every otlp batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_tries_the_otlp_sinks_secret_and_ca() {
+    let (port, _t) = target().await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    let dir = tempfile::tempdir().unwrap();
+    let check = |cfg: std::path::PathBuf, strict: bool| async move {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_readyprobe"));
+        cmd.arg("check").arg("--config").arg(&cfg);
+        if strict {
+            cmd.arg("--strict");
+        }
+        cmd.env_remove("HOSTILE_OTLP_TOKEN");
+        let out = cmd.output().await.unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let secret = config_builder(dir.path(), &dns, port, "http://127.0.0.1:9")
+        .set(
+            "publish",
+            "sinks",
+            toml::Value::Array(vec!["emf".into(), "otlp".into()]),
+        )
+        .set("publish.otlp", "endpoint", "http://127.0.0.1:4318")
+        .set_raw(
+            "publish.otlp",
+            "headers",
+            "{ authorization = { env = \"HOSTILE_OTLP_TOKEN\" } }",
+        )
+        .write(&dir.path().join("secret.toml"));
+    let (code, out, err) = check(secret.clone(), false).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("warning: publish.otlp.headers.authorization"))
+        .unwrap_or_else(|| panic!("no warning about the otlp header: {out}"));
+    assert!(line.contains("HOSTILE_OTLP_TOKEN"), "{line}");
+    assert!(line.contains("every otlp batch would fail"), "{line}");
+    let (code, _, err) = check(secret, true).await;
+    assert_eq!(code, Some(78), "{err}");
+    assert!(
+        err.contains("error: publish.otlp.headers.authorization"),
+        "{err}"
+    );
+
+    let ca = config_builder(dir.path(), &dns, port, "http://127.0.0.1:9")
+        .set(
+            "publish",
+            "sinks",
+            toml::Value::Array(vec!["emf".into(), "otlp".into()]),
+        )
+        .set("publish.otlp", "endpoint", "https://127.0.0.1:4318")
+        .set("publish.otlp", "ssl_ca", "no-such-ca.pem")
+        .write(&dir.path().join("ca.toml"));
+    let (code, out, err) = check(ca, false).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("warning: publish.otlp.ssl_ca")
+                && l.contains("every otlp batch would fail")),
+        "{out}"
+    );
+}
