@@ -66,6 +66,12 @@ pub trait Sink: Send {
     fn max_tries(&self) -> u32 {
         1
     }
+    /// How long the destination asked to be left alone after the last failed send (an HTTP
+    /// `Retry-After`), if it said so: no retry comes sooner, nor after the batch's window.
+    /// Default: never said.
+    fn retry_after(&self) -> Option<Duration> {
+        None
+    }
     /// Why a send that the publish window cut short failed. Default: a timeout.
     fn cut_short(&self) -> SinkError {
         SinkError {
@@ -306,7 +312,7 @@ async fn send_batch(sink: &mut dyn Sink, batch: &Queued) -> SinkReport {
             }
             Err(e) => e,
         };
-        let pause = backoff(window, tries);
+        let pause = backoff(window, tries).max(sink.retry_after().unwrap_or_default());
         if e.retryable() && tries < sink.max_tries() && Instant::now() + pause < batch.deadline {
             tracing::debug!(sink = sink.name(), error = %bounded_line(&e.message), "publish failed, retrying");
             tokio::time::sleep(pause).await;

@@ -286,12 +286,18 @@ pub struct OtlpSettings {
 pub struct OtlpSink {
     settings: Result<Arc<OtlpSettings>, SinkError>,
     origin: Origin,
+    /// The `Retry-After` of the last answer, if a refusal carried one.
+    retry_after: Option<Duration>,
 }
 
 impl OtlpSink {
     /// The sink of `origin`'s namespace, or one whose every send fails with `broken`.
     pub fn new(settings: Result<Arc<OtlpSettings>, SinkError>, origin: Origin) -> Self {
-        OtlpSink { settings, origin }
+        OtlpSink {
+            settings,
+            origin,
+            retry_after: None,
+        }
     }
 }
 
@@ -302,6 +308,10 @@ impl Sink for OtlpSink {
 
     fn max_tries(&self) -> u32 {
         self.settings.as_ref().map_or(1, |s| s.max_tries)
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
     }
 
     fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a> {
@@ -332,9 +342,10 @@ impl Sink for OtlpSink {
                     class: PublishFailureClass::PublishTimeout,
                 })
             });
-            answer
-                .and_then(|(status, headers, body)| judge(status, &headers, &body, points))
-                .map_err(|e| redact(e, &s.headers))
+            self.retry_after = None;
+            let (status, headers, body) = answer.map_err(|e| redact(e, &s.headers))?;
+            self.retry_after = retry_after(status, &headers);
+            judge(status, &headers, &body, points).map_err(|e| redact(e, &s.headers))
         })
     }
 }
@@ -459,6 +470,20 @@ impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// The longest `Retry-After` taken as said: longer is as good as "not within this window".
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// How long a refusal (429, 503, any non-2xx) asks the sink to wait by its `Retry-After` in
+/// seconds (pure); `None` for a 2xx, without the header, or with an HTTP date (not read here).
+pub fn retry_after(status: http::StatusCode, headers: &http::HeaderMap) -> Option<Duration> {
+    if status.is_success() {
+        return None;
+    }
+    let v = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
+    let secs = v.trim().parse::<u64>().ok()?;
+    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
 }
 
 /// The body of a failed OTLP/HTTP export (`google.rpc.Status`), as far as it is read here.

@@ -358,3 +358,35 @@ async fn check_tries_the_otlp_sinks_secret_and_ca() {
         "{out}"
     );
 }
+
+/// A 429 whose `Retry-After` (30 s) is beyond the batch's window (1 s) is not retried within it:
+/// one try, `publish_throttled`, where the sink used to try twice more at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_beyond_the_window_is_honoured() {
+    let (url, _served) = raw_collector(vec![Answer::Throttled]).await;
+    let (port, _t) = target().await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = otlp_run(dir.path(), &dns, port, &url, 3);
+    let ev = dir.path().join("evidence.jsonl");
+    let run = run_binary(&cfg, 30, &[], &[], |_| {
+        let text = std::fs::read_to_string(&ev).unwrap_or_default();
+        let recs = otlp_records(&text);
+        recs.iter().filter(|p| p["outcome"] == "failed").count() >= 3
+    })
+    .await;
+    let failed: Vec<_> = run
+        .publishes("otlp")
+        .into_iter()
+        .filter(|p| p["outcome"] == "failed")
+        .collect();
+    assert!(failed.len() >= 3, "{failed:?}");
+    for p in &failed {
+        assert_eq!(
+            (&p["class"], &p["tries"]),
+            (&"publish_throttled".into(), &1.into()),
+            "{p}"
+        );
+    }
+}

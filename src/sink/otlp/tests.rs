@@ -271,3 +271,31 @@ fn secret_header_values_are_redacted_from_errors() {
     assert!(!e.message.contains("s3cr3t"), "{}", e.message);
     assert!(e.message.contains("<redacted>"));
 }
+
+#[test]
+fn a_refusals_retry_after_in_seconds_is_read() {
+    use http::StatusCode as S;
+    let with = |v: &str| {
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_str(v).unwrap(),
+        );
+        h
+    };
+    let secs = |s| Some(std::time::Duration::from_secs(s));
+    assert_eq!(retry_after(S::TOO_MANY_REQUESTS, &with("30")), secs(30));
+    assert_eq!(retry_after(S::SERVICE_UNAVAILABLE, &with(" 2 ")), secs(2));
+    assert_eq!(
+        retry_after(S::TOO_MANY_REQUESTS, &with("99999999")),
+        secs(3600)
+    );
+    assert_eq!(retry_after(S::OK, &with("30")), None);
+    let date = with("Wed, 21 Oct 2026 07:28:00 GMT");
+    assert_eq!(retry_after(S::TOO_MANY_REQUESTS, &date), None);
+    assert_eq!(retry_after(S::TOO_MANY_REQUESTS, &with("-1")), None);
+    assert_eq!(
+        retry_after(S::TOO_MANY_REQUESTS, &http::HeaderMap::new()),
+        None
+    );
+}
