@@ -42,6 +42,7 @@ mod resolve_step;
 mod secret_leak;
 mod secrets_rotation;
 mod serve;
+mod serve_hostile;
 mod simulate;
 mod stable_name;
 mod state_dir;
