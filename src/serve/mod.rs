@@ -11,9 +11,9 @@
 //! closed after twice `request_timeout` (the headers' time and the response's), GET and HEAD
 //! only, and a request with a body answered 413 without its body being read. `/metrics` is
 //! OpenMetrics for a scraper whose `Accept` asks for it, else the Prometheus text 0.0.4; scrapes
-//! share an encoding for up to [`REUSE_FOR`] while no readiness gauge moved, and at most
-//! [`MAX_ENCODINGS`] distinct ones are alive (a large fleet's text times a flood of slow readers
-//! would otherwise be the endpoint's memory).
+//! share an encoding for up to [`REUSE_FOR`] while no readiness gauge moved (`/status` while no
+//! document was synced), and at most [`MAX_ENCODINGS`] distinct texts are alive (a large fleet's
+//! text times a flood of slow readers would otherwise be the endpoint's memory).
 
 pub mod exposition;
 
@@ -57,9 +57,10 @@ const BACKLOG: u32 = 1024;
 /// How long one encoding of `/metrics` answers further scrapes while no readiness or fail-open
 /// gauge moved ([`Exposition::changes`]): counters lag by at most this much, readiness by nothing.
 pub const REUSE_FOR: Duration = Duration::from_secs(1);
-/// The most distinct encodings of `/metrics` alive at once (each held until every connection
-/// writing it is done): a flood of slow readers holds at most this many copies of a large
-/// fleet's series, and the endpoint's thread encodes no more; a scrape beyond gets 503.
+/// The most distinct texts of `/metrics` and `/status` alive at once (each held until every
+/// connection writing it is done): a flood of slow readers holds at most this many copies of a
+/// large fleet's series or documents, and the endpoint's thread encodes no more; a request
+/// beyond gets 503.
 pub const MAX_ENCODINGS: usize = 4;
 /// How often, at most, refused connections (and, apart, accept errors) are logged.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -93,8 +94,10 @@ pub struct Feed {
     last_tick: AtomicI64,
     /// Each running service's control document as of its last sync.
     status: Mutex<BTreeMap<ServiceId, Arc<ControlDoc>>>,
-    /// The last encoding of `/metrics` per format (Prometheus text, OpenMetrics).
-    last: Mutex<[Option<Last>; 2]>,
+    /// The last text of `/metrics` per format (Prometheus text, OpenMetrics) and of `/status`.
+    last: Mutex<[Option<Last>; 3]>,
+    /// Documents synced or forgotten so far: a `/status` text made at the same count is current.
+    syncs: AtomicU64,
     /// A permit per distinct encoding alive, [`MAX_ENCODINGS`] in all.
     encodings: Arc<Semaphore>,
 }
@@ -133,6 +136,7 @@ impl Feed {
             last_tick: AtomicI64::new(clock.now_ms()),
             status: Mutex::default(),
             last: Mutex::default(),
+            syncs: AtomicU64::new(0),
             encodings: Arc::new(Semaphore::new(MAX_ENCODINGS)),
         }
     }
@@ -146,11 +150,13 @@ impl Feed {
     pub fn synced(&self, service: ServiceId, doc: &ControlDoc) {
         let doc = Arc::new(doc.clone());
         self.docs().insert(service, doc);
+        self.syncs.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Service `service` stopped running (a reload removed it).
     pub fn forget(&self, service: ServiceId) {
         self.docs().remove(&service);
+        self.syncs.fetch_add(1, Ordering::Relaxed);
     }
 
     fn docs(&self) -> std::sync::MutexGuard<'_, BTreeMap<ServiceId, Arc<ControlDoc>>> {
@@ -160,11 +166,32 @@ impl Feed {
     /// `/metrics` in OpenMetrics or the Prometheus text: the last encoding while it is younger
     /// than [`REUSE_FOR`] and no readiness or fail-open gauge moved since, else a new one;
     /// `None` when [`MAX_ENCODINGS`] are alive.
-    fn encoded(&self, openmetrics: bool) -> Option<Bytes> {
-        let changes = self.exposition.changes();
+    fn metrics_text(&self, openmetrics: bool) -> Option<Bytes> {
+        let slot = usize::from(openmetrics);
+        self.encoded(slot, self.exposition.changes(), || {
+            if openmetrics {
+                self.exposition.encode()
+            } else {
+                self.exposition.encode_prometheus_text()
+            }
+        })
+    }
+
+    /// `/status` ([`Self::status_json`]): the last one while it is younger than [`REUSE_FOR`]
+    /// and no document was synced since (its freshness ages then lag by that much at most),
+    /// else a new one; `None` when [`MAX_ENCODINGS`] are alive.
+    fn status_text(&self) -> Option<Bytes> {
+        let syncs = self.syncs.load(Ordering::Relaxed);
+        self.encoded(2, syncs, || self.status_json())
+    }
+
+    /// The text of answer `slot` made by `make`, or the last one while it is younger than
+    /// [`REUSE_FOR`] and was made at the same `changes`; `None` when [`MAX_ENCODINGS`] distinct
+    /// texts are alive.
+    fn encoded(&self, slot: usize, changes: u64, make: impl FnOnce() -> String) -> Option<Bytes> {
         let now = tokio::time::Instant::now();
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        let last = &mut last[usize::from(openmetrics)];
+        let last = &mut last[slot];
         if let Some(l) = last.as_ref()
             && l.changes == changes
             && now.duration_since(l.at) < REUSE_FOR
@@ -174,13 +201,8 @@ impl Feed {
         // Its permit comes back once no connection is writing it.
         *last = None;
         let permit = self.encodings.clone().try_acquire_owned().ok()?;
-        let text = if openmetrics {
-            self.exposition.encode()
-        } else {
-            self.exposition.encode_prometheus_text()
-        };
         let text = Bytes::from_owner(Encoding {
-            text,
+            text: make(),
             _permit: permit,
         });
         *last = Some(Last {
@@ -445,7 +467,10 @@ fn respond<B: Body>(req: &Request<B>, feed: &Feed) -> Response<Full<Bytes>> {
             (true, line) => plain(StatusCode::OK, line),
             (false, line) => plain(StatusCode::SERVICE_UNAVAILABLE, line),
         },
-        "/status" => with_type(StatusCode::OK, feed.status_json(), "application/json"),
+        "/status" => match feed.status_text() {
+            Some(text) => with_type(StatusCode::OK, text, "application/json"),
+            None => busy(),
+        },
         _ => plain(
             StatusCode::NOT_FOUND,
             "not found; this endpoint serves /metrics, /healthz and /status\n",
@@ -460,14 +485,8 @@ fn metrics<B>(req: &Request<B>, feed: &Feed) -> Response<Full<Bytes>> {
     // A value that is not text names no media type this endpoint knows.
     let accept: Vec<&str> = accept.filter_map(|v| v.to_str().ok()).collect();
     let openmetrics = wants_openmetrics(&accept.join(","));
-    let Some(text) = feed.encoded(openmetrics) else {
-        let mut r = plain(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{MAX_ENCODINGS} answers of /metrics are being written; retry\n"),
-        );
-        r.headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-        return r;
+    let Some(text) = feed.metrics_text(openmetrics) else {
+        return busy();
     };
     let content_type = if openmetrics {
         OPENMETRICS
@@ -503,6 +522,17 @@ pub fn wants_openmetrics(accept: &str) -> bool {
         }
     }
     openmetrics > 0.0 && openmetrics >= text
+}
+
+/// 503 while [`MAX_ENCODINGS`] texts are being written: retry in a second.
+fn busy() -> Response<Full<Bytes>> {
+    let mut r = plain(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("{MAX_ENCODINGS} answers of /metrics or /status are being written; retry\n"),
+    );
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    r
 }
 
 fn plain(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {

@@ -226,7 +226,19 @@ async fn scrapes_share_an_encoding_and_bound_the_distinct_ones_alive() {
     let mut distinct: Vec<*const u8> = alive.iter().map(|b| b.as_ptr()).collect();
     distinct.dedup();
     assert_eq!(distinct.len(), MAX_ENCODINGS, "{distinct:?}");
+    // /status draws on the same bound.
+    let status = |f: &Feed| respond(&request(Method::GET, "/status", Empty::<Bytes>::new()), f);
+    assert_eq!(status(&f).status(), StatusCode::SERVICE_UNAVAILABLE);
     // Once the readers are done, scrapes are answered again.
     drop(alive);
     assert_eq!(get(&f).status(), StatusCode::OK);
+    let s1 = body_of(status(&f)).await;
+    let s2 = body_of(status(&f)).await;
+    assert_eq!(s1.as_ptr(), s2.as_ptr(), "/status shares its text too");
+    f.synced(0, &ControlDoc::new("orders"));
+    let s3 = body_of(status(&f)).await;
+    assert!(
+        String::from_utf8_lossy(&s3).contains("\"orders\""),
+        "a sync is in the next one"
+    );
 }
