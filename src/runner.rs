@@ -47,7 +47,7 @@ use wiring::{Fleet, Route, Sinks, Tag, Wiring};
 pub use crate::fold::RunSummary;
 pub use start::open_store;
 pub use watch::{Reloads, Watched, watch};
-pub use wiring::RunOptions;
+pub use wiring::{RunOptions, otlp_unavailable};
 
 /// Why a run could not start or finish cleanly.
 #[derive(Debug, thiserror::Error)]

@@ -106,7 +106,8 @@ pub enum Command {
     /// Validate the config and print the plan (branches, steps, metrics, what one failure does).
     ///
     /// Then try what `run` prepares at start-up (secrets, CA bundles, client certificates and
-    /// keys, resolv.conf) and print one warning per unavailable file or secret. Validation never
+    /// keys, resolv.conf, the otlp sink's header secrets and CA bundle) and print one warning
+    /// per unavailable file or secret. Validation never
     /// reads those files, so a config checks on any machine; run `check --strict` where the
     /// prober runs (e.g. first in the task) to fail early instead. Exit 0 when valid (warnings
     /// included), 64 with every error (file, line, key) when not; with `--strict`, 78 when a file
@@ -710,11 +711,28 @@ fn check(cfg: &Config, strict: bool, secrets: &crate::secrets::SecretCache) -> E
             }
         }
     }
-    ExitCode::from(if strict && !problems.is_empty() {
+    let sink_unavailable = check_otlp_sink(cfg, strict, secrets);
+    ExitCode::from(if strict && (!problems.is_empty() || sink_unavailable) {
         EXIT_UNAVAILABLE_INPUT
     } else {
         EXIT_OK
     })
+}
+
+/// `check`'s line about the `otlp` sink's inputs (header secrets, CA bundle) when one is
+/// unavailable: `run` starts all the same and fails every otlp batch. Whether there was one.
+fn check_otlp_sink(cfg: &Config, strict: bool, secrets: &crate::secrets::SecretCache) -> bool {
+    let Some((class, why)) = runner::otlp_unavailable(cfg, secrets) else {
+        return false;
+    };
+    let why = config::escape_controls(&why).into_owned();
+    if strict {
+        eprintln!("error: {why}");
+    } else {
+        let class = class.as_str();
+        println!("warning: {why} (run would start, and every otlp batch would fail as {class})");
+    }
+    true
 }
 
 async fn run(cfg: Config, opts: RunOptions, reloads: Option<runner::Reloads>) -> ExitCode {

@@ -369,6 +369,17 @@ fn otlp_settings(
     }))
 }
 
+/// Why every batch of the `otlp` sink would fail, as [`otlp_settings`] finds it: its class and
+/// the reason, naming the key and the secret's reference (never a value); `None` when the sink
+/// is not set or its inputs are available. For `check`, which reads what `run` prepares.
+pub fn otlp_unavailable(
+    cfg: &Config,
+    secrets: &crate::secrets::SecretCache,
+) -> Option<(PublishFailureClass, String)> {
+    cfg.publish.otlp.as_ref()?;
+    otlp_settings(cfg, secrets).err()
+}
+
 impl Sinks {
     /// No sink yet: [`Sinks::add`] starts each service's.
     pub(super) fn new(opts: &RunOptions) -> (Sinks, mpsc::UnboundedReceiver<SinkReport>) {

@@ -29,6 +29,7 @@ use families::{
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use strum::{IntoEnumIterator, VariantArray};
 
@@ -48,6 +49,8 @@ pub struct Exposition {
     registry: Registry,
     families: Families,
     services: Mutex<Services>,
+    /// How often a readiness or fail-open gauge moved ([`Self::changes`]).
+    changes: AtomicU64,
 }
 
 /// Which services have series, to remove them all when a reload removes the service.
@@ -72,6 +75,7 @@ impl Default for Exposition {
             registry,
             families,
             services: Mutex::default(),
+            changes: AtomicU64::new(0),
         }
     }
 }
@@ -91,6 +95,35 @@ impl Exposition {
             }
             Effect::Record(_, service, record) => self.record(service, record),
             Effect::Log(_) | Effect::Pace { .. } => {}
+        }
+    }
+
+    /// How often a readiness or fail-open gauge took another value, appeared or went so far: an
+    /// encoding made at the same count shows the same readiness (counters may have moved).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
+    }
+
+    /// Set the 0/1 gauge `l` of `family` to `flag`, counting a change when it moves or appears.
+    fn set_flag<L>(&self, family: &families::Ordered<L, Gauge>, l: &L, flag: i64)
+    where
+        L: Clone + std::hash::Hash + Ord + prometheus_client::encoding::EncodeLabelSet,
+    {
+        // The read guard of `get` ends before `get_or_create` may take the write lock.
+        let moved = family.get(l).is_none_or(|g| g.get() != flag);
+        family.get_or_create(l).set(flag);
+        if moved {
+            self.changes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Remove gauge `l` of `family`, counting a change when it was there.
+    fn remove_flag<L>(&self, family: &families::Ordered<L, Gauge>, l: &L)
+    where
+        L: Clone + std::hash::Hash + Ord + prometheus_client::encoding::EncodeLabelSet,
+    {
+        if family.remove(l) {
+            self.changes.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -170,7 +203,7 @@ impl Exposition {
                 && self.live(service, Some(branch), true)
             {
                 let l = branch_labels(service, branch);
-                f.readiness.get_or_create(&l).set(flag);
+                self.set_flag(&f.readiness, &l, flag);
             }
         } else if d.metric == contract::HEARTBEAT.name {
             if self.live(service, None, false) {
@@ -180,7 +213,7 @@ impl Exposition {
         } else if let Some(family) = self.service_flag(d.metric)
             && self.live(service, None, false)
         {
-            family.get_or_create(&service_labels(service)).set(flag);
+            self.set_flag(family, &service_labels(service), flag);
         }
     }
 
@@ -245,11 +278,9 @@ impl Exposition {
                 match t.published {
                     Some(v) => {
                         let flag = i64::from(v != 0.0);
-                        self.families.readiness.get_or_create(&l).set(flag);
+                        self.set_flag(&self.families.readiness, &l, flag);
                     }
-                    None => {
-                        self.families.readiness.remove(&l);
-                    }
+                    None => self.remove_flag(&self.families.readiness, &l),
                 }
             }
             Record::Publish(p) if p.outcome == PublishOutcome::Failed => {
@@ -329,7 +360,7 @@ impl Exposition {
         s.removed_branches.retain(|(name, _)| name != service);
         drop(s);
         let l = service_labels(service);
-        self.families.service_unavailable.remove(&l);
+        self.remove_flag(&self.families.service_unavailable, &l);
     }
 
     /// An applied reload: the services and branches it removed lose their series; services
@@ -372,15 +403,15 @@ impl Exposition {
         }
         let l = service_labels(service);
         f.heartbeat.remove(&l);
-        f.both_branches_unready.remove(&l);
-        f.service_unavailable.remove(&l);
+        self.remove_flag(&f.both_branches_unready, &l);
+        self.remove_flag(&f.service_unavailable, &l);
     }
 
     /// Remove every series of `service`'s `branch`.
     fn remove_branch(&self, service: &str, branch: &str) {
         let f = &self.families;
         let l = branch_labels(service, branch);
-        f.readiness.remove(&l);
+        self.remove_flag(&f.readiness, &l);
         f.certificate_expiry.remove(&l);
         let results = std::iter::once(("success", ""))
             .chain(FailureClass::iter().map(|c| ("failure", c.as_str())));

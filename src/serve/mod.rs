@@ -10,7 +10,10 @@
 //! `request_timeout` and [`MAX_HEADER_BYTES`], one request per connection and each connection
 //! closed after twice `request_timeout` (the headers' time and the response's), GET and HEAD
 //! only, and a request with a body answered 413 without its body being read. `/metrics` is
-//! OpenMetrics for a scraper whose `Accept` asks for it, else the Prometheus text 0.0.4.
+//! OpenMetrics for a scraper whose `Accept` asks for it, else the Prometheus text 0.0.4; scrapes
+//! share an encoding for up to [`REUSE_FOR`] while no readiness gauge moved (`/status` while no
+//! document was synced), and at most [`MAX_ENCODINGS`] distinct texts are alive (a large fleet's
+//! text times a flood of slow readers would otherwise be the endpoint's memory).
 
 pub mod exposition;
 
@@ -21,7 +24,9 @@ use crate::config::Serve;
 use crate::control::ControlDoc;
 use crate::fold::ServiceId;
 use bytes::Bytes;
-use http::header::{ACCEPT, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, HeaderValue, VARY};
+use http::header::{
+    ACCEPT, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, VARY,
+};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Body;
@@ -49,6 +54,14 @@ const MAX_BUF_BYTES: usize = 16 * 1024;
 pub const HEALTHY_TICKS: u32 = 3;
 /// The pending-connection queue of the listening socket.
 const BACKLOG: u32 = 1024;
+/// How long one encoding of `/metrics` answers further scrapes while no readiness or fail-open
+/// gauge moved ([`Exposition::changes`]): counters lag by at most this much, readiness by nothing.
+pub const REUSE_FOR: Duration = Duration::from_secs(1);
+/// The most distinct texts of `/metrics` and `/status` alive at once (each held until every
+/// connection writing it is done): a flood of slow readers holds at most this many copies of a
+/// large fleet's series or documents, and the endpoint's thread encodes no more; a request
+/// beyond gets 503.
+pub const MAX_ENCODINGS: usize = 4;
 /// How often, at most, refused connections (and, apart, accept errors) are logged.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
 
@@ -85,6 +98,34 @@ pub struct Feed {
     /// Each running service's control document as of its last sync, and when it was handed
     /// here (ms since the epoch, on `clock`): `/status`'s `read_at`.
     status: Mutex<BTreeMap<ServiceId, Synced>>,
+    /// The last text of `/metrics` per format (Prometheus text, OpenMetrics) and of `/status`.
+    last: Mutex<[Option<Last>; 3]>,
+    /// Documents synced or forgotten so far: a `/status` text made at the same count is current.
+    syncs: AtomicU64,
+    /// A permit per distinct encoding alive, [`MAX_ENCODINGS`] in all.
+    encodings: Arc<Semaphore>,
+}
+
+/// The last encoding of `/metrics` in one format.
+#[derive(Debug)]
+struct Last {
+    /// [`Exposition::changes`] when it was made.
+    changes: u64,
+    at: tokio::time::Instant,
+    text: Bytes,
+}
+
+/// One encoding's text, holding one of the [`MAX_ENCODINGS`] permits until its last reader is
+/// done with it.
+struct Encoding {
+    text: String,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Encoding {
+    fn as_ref(&self) -> &[u8] {
+        self.text.as_bytes()
+    }
 }
 
 impl Feed {
@@ -98,6 +139,9 @@ impl Feed {
             clock,
             last_tick: AtomicI64::new(clock.now_ms()),
             status: Mutex::default(),
+            last: Mutex::default(),
+            syncs: AtomicU64::new(0),
+            encodings: Arc::new(Semaphore::new(MAX_ENCODINGS)),
         }
     }
 
@@ -112,15 +156,67 @@ impl Feed {
         let doc = Arc::new(doc.clone());
         let at = self.clock.now_ms();
         self.docs().insert(service, (at, doc));
+        self.syncs.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Service `service` stopped running (a reload removed it).
     pub fn forget(&self, service: ServiceId) {
         self.docs().remove(&service);
+        self.syncs.fetch_add(1, Ordering::Relaxed);
     }
 
     fn docs(&self) -> std::sync::MutexGuard<'_, BTreeMap<ServiceId, Synced>> {
         self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `/metrics` in OpenMetrics or the Prometheus text: the last encoding while it is younger
+    /// than [`REUSE_FOR`] and no readiness or fail-open gauge moved since, else a new one;
+    /// `None` when [`MAX_ENCODINGS`] are alive.
+    fn metrics_text(&self, openmetrics: bool) -> Option<Bytes> {
+        let slot = usize::from(openmetrics);
+        self.encoded(slot, self.exposition.changes(), || {
+            if openmetrics {
+                self.exposition.encode()
+            } else {
+                self.exposition.encode_prometheus_text()
+            }
+        })
+    }
+
+    /// `/status` ([`Self::status_json`]): the last one while it is younger than [`REUSE_FOR`]
+    /// and no document was synced since (its freshness ages then lag by that much at most),
+    /// else a new one; `None` when [`MAX_ENCODINGS`] are alive.
+    fn status_text(&self) -> Option<Bytes> {
+        let syncs = self.syncs.load(Ordering::Relaxed);
+        self.encoded(2, syncs, || self.status_json())
+    }
+
+    /// The text of answer `slot` made by `make`, or the last one while it is younger than
+    /// [`REUSE_FOR`] and was made at the same `changes`; `None` when [`MAX_ENCODINGS`] distinct
+    /// texts are alive.
+    fn encoded(&self, slot: usize, changes: u64, make: impl FnOnce() -> String) -> Option<Bytes> {
+        let now = tokio::time::Instant::now();
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let last = &mut last[slot];
+        if let Some(l) = last.as_ref()
+            && l.changes == changes
+            && now.duration_since(l.at) < REUSE_FOR
+        {
+            return Some(l.text.clone());
+        }
+        // Its permit comes back once no connection is writing it.
+        *last = None;
+        let permit = self.encodings.clone().try_acquire_owned().ok()?;
+        let text = Bytes::from_owner(Encoding {
+            text: make(),
+            _permit: permit,
+        });
+        *last = Some(Last {
+            changes,
+            at: now,
+            text: text.clone(),
+        });
+        Some(text)
     }
 
     /// `/healthz`: whether the loop ticked within [`HEALTHY_TICKS`] publish intervals, and a
@@ -376,12 +472,15 @@ fn respond<B: Body>(req: &Request<B>, feed: &Feed) -> Response<Full<Bytes>> {
         return r;
     }
     match req.uri().path() {
-        "/metrics" => metrics(req, &feed.exposition),
+        "/metrics" => metrics(req, feed),
         "/healthz" => match feed.health() {
             (true, line) => plain(StatusCode::OK, line),
             (false, line) => plain(StatusCode::SERVICE_UNAVAILABLE, line),
         },
-        "/status" => with_type(StatusCode::OK, feed.status_json(), "application/json"),
+        "/status" => match feed.status_text() {
+            Some(text) => with_type(StatusCode::OK, text, "application/json"),
+            None => busy(),
+        },
         _ => plain(
             StatusCode::NOT_FOUND,
             "not found; this endpoint serves /metrics, /healthz and /status\n",
@@ -390,16 +489,21 @@ fn respond<B: Body>(req: &Request<B>, feed: &Feed) -> Response<Full<Bytes>> {
 }
 
 /// `/metrics` in the format the request's `Accept` asks for; `Vary: Accept` tells a cache so.
-fn metrics<B>(req: &Request<B>, exposition: &Exposition) -> Response<Full<Bytes>> {
+/// 503 (retry after a second) while [`MAX_ENCODINGS`] are being written.
+fn metrics<B>(req: &Request<B>, feed: &Feed) -> Response<Full<Bytes>> {
     let accept = req.headers().get_all(ACCEPT).iter();
     // A value that is not text names no media type this endpoint knows.
     let accept: Vec<&str> = accept.filter_map(|v| v.to_str().ok()).collect();
-    let mut r = if wants_openmetrics(&accept.join(",")) {
-        with_type(StatusCode::OK, exposition.encode(), OPENMETRICS)
-    } else {
-        let text = exposition.encode_prometheus_text();
-        with_type(StatusCode::OK, text, PROMETHEUS_TEXT)
+    let openmetrics = wants_openmetrics(&accept.join(","));
+    let Some(text) = feed.metrics_text(openmetrics) else {
+        return busy();
     };
+    let content_type = if openmetrics {
+        OPENMETRICS
+    } else {
+        PROMETHEUS_TEXT
+    };
+    let mut r = with_type(StatusCode::OK, text, content_type);
     r.headers_mut()
         .insert(VARY, HeaderValue::from_static("accept"));
     r
@@ -430,16 +534,27 @@ pub fn wants_openmetrics(accept: &str) -> bool {
     openmetrics > 0.0 && openmetrics >= text
 }
 
+/// 503 while [`MAX_ENCODINGS`] texts are being written: retry in a second.
+fn busy() -> Response<Full<Bytes>> {
+    let mut r = plain(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("{MAX_ENCODINGS} answers of /metrics or /status are being written; retry\n"),
+    );
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
 fn plain(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
     with_type(status, body.into(), "text/plain; charset=utf-8")
 }
 
 fn with_type(
     status: StatusCode,
-    body: String,
+    body: impl Into<Bytes>,
     content_type: &'static str,
 ) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));

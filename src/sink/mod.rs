@@ -72,6 +72,12 @@ pub trait Sink: Send {
     fn retryable(&self, e: &SinkError) -> bool {
         e.retryable()
     }
+    /// How long the destination asked to be left alone after the last failed send (an HTTP
+    /// `Retry-After`), if it said so: no retry comes sooner, nor after the batch's window.
+    /// Default: never said.
+    fn retry_after(&self) -> Option<Duration> {
+        None
+    }
     /// The batch in hand ended (sent, or given up): forget it; for a sent one, a line for its
     /// record (what a partial success said). Default: nothing.
     fn settle(&mut self) -> Option<String> {
@@ -262,10 +268,12 @@ impl Drop for SinkQueue {
 /// get one short line, never a dump.
 pub const MAX_ERROR_BYTES: usize = 1024;
 
-/// `s` on one line (whitespace runs collapsed to one space), cut at [`MAX_ERROR_BYTES`] on a
-/// character boundary with `…` (pure).
+/// `s` on one line (whitespace runs collapsed to one space, every other control character
+/// escaped: a peer's words cannot drive the terminal that shows the log), cut at
+/// [`MAX_ERROR_BYTES`] on a character boundary with `…` (pure).
 pub fn bounded_line(s: &str) -> String {
     let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = crate::config::escape_controls(&flat).into_owned();
     if flat.len() <= MAX_ERROR_BYTES {
         return flat;
     }
@@ -316,10 +324,10 @@ async fn send_batch(sink: &mut dyn Sink, batch: &Queued) -> SinkReport {
             }
             Err(e) => e,
         };
-        let pause = backoff(window, tries);
+        let pause = backoff(window, tries).max(sink.retry_after().unwrap_or_default());
         if sink.retryable(&e) && tries < sink.max_tries() && Instant::now() + pause < batch.deadline
         {
-            tracing::debug!(sink = sink.name(), error = %e, "publish failed, retrying");
+            tracing::debug!(sink = sink.name(), error = %bounded_line(&e.message), "publish failed, retrying");
             tokio::time::sleep(pause).await;
             continue;
         }
@@ -652,6 +660,23 @@ mod queue_tests {
         );
         assert!(got.starts_with("Error { kind: Io, source: \"é\", }") && got.ends_with('…'));
         assert_eq!(bounded_line(" a\n\tb "), "a b");
+    }
+
+    /// A collector's or service's words reach the text log: control characters in them are
+    /// escaped, so they cannot recolour, retitle or erase what an operator's terminal shows (a
+    /// collector answered `\x1b[31m`, `\x1b]0;title\x07`, backspaces over the class).
+    #[test]
+    fn error_messages_carry_no_control_character() {
+        let said = "answered 400: \x1b[31mRED\x1b]0;t\x07 \x08\x08ok\x00\u{202e}x";
+        let got = bounded_line(said);
+        assert_eq!(
+            got,
+            "answered 400: \\u{1b}[31mRED\\u{1b}]0;t\\u{7} \\u{8}\\u{8}ok\\0\\u{202e}x"
+        );
+        assert!(!got.chars().any(char::is_control), "{got:?}");
+        // Escaping happens before the cut: the line stays within the bound.
+        let long = "\x1b".repeat(2 * MAX_ERROR_BYTES);
+        assert!(bounded_line(&long).len() <= MAX_ERROR_BYTES);
     }
 
     /// Whatever a sink says, its report carries one line of at most 1 KiB.

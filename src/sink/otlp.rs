@@ -301,6 +301,8 @@ pub struct OtlpSink {
     final_status: bool,
     /// The batch in hand, while it is.
     progress: Option<Progress>,
+    /// The `Retry-After` of the last answer, if a refusal carried one.
+    retry_after: Option<Duration>,
 }
 
 impl OtlpSink {
@@ -311,6 +313,7 @@ impl OtlpSink {
             origin,
             final_status: false,
             progress: None,
+            retry_after: None,
         }
     }
 }
@@ -326,6 +329,10 @@ impl Sink for OtlpSink {
 
     fn retryable(&self, e: &SinkError) -> bool {
         e.retryable() && !self.final_status
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
     }
 
     fn send<'a>(&'a mut self, datums: &'a [Datum]) -> SendFuture<'a> {
@@ -405,8 +412,10 @@ impl OtlpSink {
             })
         });
         self.final_status = false;
+        self.retry_after = None;
         answer.and_then(|(status, headers, body)| {
             self.final_status = !status.is_success() && !retry_status(status);
+            self.retry_after = retry_after(status, &headers);
             judge(status, &headers, &body, points)
         })
     }
@@ -471,7 +480,8 @@ async fn connect(s: &OtlpSettings) -> Result<Box<dyn Io>, SinkError> {
     Ok(Box::new(tls))
 }
 
-/// What the collector answered: status, headers, body (at most [`MAX_RESPONSE_BYTES`]).
+/// What the collector answered: status, headers, body (at most [`MAX_RESPONSE_BYTES`]; empty for
+/// a refusal whose body could not be read whole, which its status judges).
 type Answer = (http::StatusCode, http::HeaderMap, Bytes);
 
 /// POST `body` to the endpoint on a connection of its own; the collector's answer.
@@ -537,6 +547,20 @@ impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// The longest `Retry-After` taken as said: longer is as good as "not within this window".
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// How long a refusal (429, 503, any non-2xx) asks the sink to wait by its `Retry-After` in
+/// seconds (pure); `None` for a 2xx, without the header, or with an HTTP date (not read here).
+pub fn retry_after(status: http::StatusCode, headers: &http::HeaderMap) -> Option<Duration> {
+    if status.is_success() {
+        return None;
+    }
+    let v = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
+    let secs = v.trim().parse::<u64>().ok()?;
+    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
 }
 
 /// The class of a refused export by its status, the rule every sink follows: 408, 429, any

@@ -114,6 +114,11 @@ impl<S: Clone + Hash + Eq + Ord, M, C: MetricConstructor<M>> Ordered<S, M, C> {
         self.family.get_or_create(labels)
     }
 
+    /// The series of `labels`, if there is one.
+    pub fn get(&self, labels: &S) -> Option<impl Deref<Target = M> + '_> {
+        self.family.get(labels)
+    }
+
     /// Remove the series of `labels`; whether there was one.
     pub fn remove(&self, labels: &S) -> bool {
         let removed = self.family.remove(labels);

@@ -338,3 +338,31 @@ fn step_duration_bounds_are_the_contracts_in_ms() {
     assert_eq!((ms[0], ms[1], ms[ms.len() - 1]), (1.0, 2.5, 30_000.0));
     assert!(ms.windows(2).all(|w| w[0] < w[1]));
 }
+
+#[test]
+fn a_refusals_retry_after_in_seconds_is_read() {
+    use http::StatusCode as S;
+    let with = |v: &str| {
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_str(v).unwrap(),
+        );
+        h
+    };
+    let secs = |s| Some(std::time::Duration::from_secs(s));
+    assert_eq!(retry_after(S::TOO_MANY_REQUESTS, &with("30")), secs(30));
+    assert_eq!(retry_after(S::SERVICE_UNAVAILABLE, &with(" 2 ")), secs(2));
+    assert_eq!(
+        retry_after(S::TOO_MANY_REQUESTS, &with("99999999")),
+        secs(3600)
+    );
+    assert_eq!(retry_after(S::OK, &with("30")), None);
+    let date = with("Wed, 21 Oct 2026 07:28:00 GMT");
+    assert_eq!(retry_after(S::TOO_MANY_REQUESTS, &date), None);
+    assert_eq!(retry_after(S::TOO_MANY_REQUESTS, &with("-1")), None);
+    assert_eq!(
+        retry_after(S::TOO_MANY_REQUESTS, &http::HeaderMap::new()),
+        None
+    );
+}

@@ -96,6 +96,11 @@ impl ConfigBuilder {
         self.set_text(table, key, value.into().to_string())
     }
 
+    /// Set `key` in `[table]` to `value`, TOML text as written (an inline table, say).
+    pub fn set_raw(self, table: &str, key: &str, value: &str) -> Self {
+        self.set_text(table, key, value.to_string())
+    }
+
     /// Set `key` in `[table]` to a value written as TOML text.
     fn set_text(mut self, table: &str, key: &str, value: String) -> Self {
         let keys = match self.tables.iter_mut().find(|(t, _)| t == table) {
