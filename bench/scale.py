@@ -5,11 +5,14 @@ sampling and the summary of one run. Standard library only.
   scale.py listen BASE N                  accept on 127.0.0.1:BASE..BASE+N-1, close each connection
   scale.py drive URL N BASE INTERVAL OUT  ask the exporter to probe every target once per INTERVAL s,
                                           spread over the interval; OUT gets "ms ok failed late"
+  scale.py scrape URL EVERY OUT           GET URL (/metrics) every EVERY s as Prometheus does; OUT
+                                          gets one JSON line per answer (bytes, series, seconds)
   scale.py sample PID                     one line: ms utime+stime(ticks) VmRSS VmHWM Threads (kB)
   scale.py summary DIR                    print the run's figures (and DIR/result.json)
 """
 import asyncio
 import collections
+import http.client
 import json
 import os
 import sys
@@ -96,6 +99,48 @@ def drive(url, module, targets, interval, out, connections):
     asyncio.run(main())
 
 
+# The Accept header Prometheus sends (OpenMetrics first, the 0.0.4 text as a fallback).
+PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+
+
+def scrape(url, every, out):
+    """GET `url` every `every` s from now on (a slot missed by a slow answer is skipped, as
+    Prometheus does) and append one JSON line per answer to `out`: status, content type, bytes,
+    series (lines not starting with `#`), whether the text ends with `# EOF`, and the seconds from
+    the connect to the first byte of the answer and to its last byte. No timeout below 120 s: a slow
+    answer is measured, not cut (Prometheus's default scrape_timeout is 10 s)."""
+    host_port, _, path = url.split("//", 1)[1].partition("/")
+    host, port = host_port.split(":")
+    start = time.monotonic()
+    k = 0
+    while True:
+        at = int(time.time() * 1000)
+        t0 = time.monotonic()
+        rec = {"at_ms": at}
+        try:
+            conn = http.client.HTTPConnection(host, int(port), timeout=120)
+            conn.request("GET", "/" + path, headers={"Accept": PROMETHEUS_ACCEPT})
+            resp = conn.getresponse()
+            t1 = time.monotonic()
+            body = resp.read()
+            t2 = time.monotonic()
+            conn.close()
+            rec |= {
+                "status": resp.status,
+                "content_type": resp.getheader("Content-Type"),
+                "bytes": len(body),
+                "series": sum(1 for l in body.split(b"\n") if l and not l.startswith(b"#")),
+                "eof": body.endswith(b"# EOF\n"),
+                "first_byte_s": round(t1 - t0, 4),
+                "last_byte_s": round(t2 - t0, 4),
+            }
+        except (OSError, http.client.HTTPException) as e:
+            rec |= {"error": repr(e), "last_byte_s": round(time.monotonic() - t0, 4)}
+        with open(out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        k = max(k + 1, int((time.monotonic() - start) / every) + 1)
+        time.sleep(max(0.0, start + k * every - time.monotonic()))
+
 
 def sample(pid):
     with open(f"/proc/{pid}/stat") as f:
@@ -112,6 +157,24 @@ def sample(pid):
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def scrape_summary(path):
+    """The figures of the steady window's scrapes: counts, answer sizes and times (s)."""
+    recs = [json.loads(l) for l in open(path).read().splitlines()]
+    ok = [r for r in recs if r.get("status") == 200]
+    times = [r["last_byte_s"] for r in ok]
+    return {
+        "scrapes": len(recs),
+        "ok": len(ok),
+        "errors": [r.get("error") or r.get("status") for r in recs if r not in ok],
+        "without_eof": sum(1 for r in ok if not r["eof"]),
+        "content_type": sorted({r["content_type"] for r in ok}),
+        "bytes": {"min": min((r["bytes"] for r in ok), default=None), "max": max((r["bytes"] for r in ok), default=None)},
+        "series": {"min": min((r["series"] for r in ok), default=None), "max": max((r["series"] for r in ok), default=None)},
+        "first_byte_s": {"p50": pct([r["first_byte_s"] for r in ok], .5), "max": max((r["first_byte_s"] for r in ok), default=None)},
+        "last_byte_s": {"p50": pct(times, .5), "max": max(times, default=None)},
+    }
 
 
 def summary(d):
@@ -194,6 +257,9 @@ def summary(d):
         }
         if probes and attempts and bb_cpu:
             res["ratio_cpu_per_attempt"] = round(res["cpu_ms_per_attempt"] / res["blackbox"]["cpu_ms_per_probe"], 3)
+    res["serve"] = meta.get("serve", False)
+    if os.path.exists(f"{d}/scrapes.jsonl"):
+        res["scrapes"] = scrape_summary(f"{d}/scrapes.jsonl")
     json.dump(res, open(f"{d}/result.json", "w"), indent=1)
     print(json.dumps(res))
 
@@ -206,6 +272,8 @@ if __name__ == "__main__":
         n, base = int(args[1]), int(args[2])
         targets = [f"127.0.0.1:{base + i}" for i in range(n)]
         drive(args[0], "tcp", targets, float(args[3]), args[4], min(32, max(2, n // 100)))
+    elif cmd == "scrape":
+        scrape(args[0], float(args[1]), args[2])
     elif cmd == "sample":
         sample(args[0])
     elif cmd == "summary":

@@ -5,11 +5,15 @@
 # CPU per attempt (utime+stime from /proc/<pid>/stat ÷ attempts started in the window, counted from
 # the evidence), RSS, VmHWM, threads, schedule jitter per branch (|gap between consecutive attempt
 # starts − interval|) and the datums of each publish tick's batch (`publish` evidence records).
-# Results: $OUT/<kind>-<N>/result.json, and one line per size on stdout. See BENCHMARKS.md.
+# With SERVE=1 the config has `[serve]` and, through the steady window, a scraper GETs `/metrics`
+# every SCRAPE s with Prometheus's Accept header and records each answer's bytes, series and time
+# to the last byte (its CPU is not counted).
+# Results: $OUT/<kind>-<N>[-serve]/result.json, and one line per size on stdout. See BENCHMARKS.md.
 #
 #   bench/scale.sh                                   # tcp: 10, 100, 1000, 10000 branches
 #   SIZES="10 100" KIND=mysql bench/scale.sh         # mysql with TLS on two throwaway MariaDB servers
 #   SIZES=1000 WARMUP=15 STEADY=60 bench/scale.sh    # a shorter one
+#   SIZES="1000 10000" SERVE=1 bench/scale.sh        # with /metrics scraped every 15 s
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES=${SIZES:-10 100 1000 10000}
@@ -19,6 +23,9 @@ WARMUP=${WARMUP:-30}              # seconds from the `start` record to the stead
 STEADY=${STEADY:-120}             # seconds of the steady window (publish ticks are every 60 s)
 JITTER=${JITTER:-}                # probe.jitter (spread of the first attempts); empty: the default
 SAMPLE=${SAMPLE:-5}               # seconds between /proc samples
+SERVE=${SERVE:-}                  # non-empty: [serve] on SERVE_PORT, /metrics scraped every SCRAPE s
+SERVE_PORT=${SERVE_PORT:-20116}
+SCRAPE=${SCRAPE:-15}              # Prometheus's scrape_interval in docs/prometheus.md
 OUT=${OUT:-/tmp/readyprobe-bench}
 BASE_PORT=${BASE_PORT:-10000}     # tcp targets: BASE_PORT .. BASE_PORT + N - 1
 BB_PORT=${BB_PORT:-20115}         # blackbox_exporter's HTTP port
@@ -75,6 +82,9 @@ initial = "ready"
 interval = "60s"
 sinks = ["emf"]
 
+EOF
+  if [ -n "$SERVE" ]; then printf '[serve]\nlisten = "127.0.0.1:%d"\n\n' "$SERVE_PORT" >> "$dir/bench.toml"; fi
+  cat >> "$dir/bench.toml" <<EOF
 [probe]
 kind = "$KIND"
 interval = "${INTERVAL}s"
@@ -110,7 +120,7 @@ EOF
 }
 
 run_size() {
-  local n=$1 dir=$OUT/$KIND-$1
+  local n=$1 dir=$OUT/$KIND-$1${SERVE:+-serve}
   rm -rf "$dir"; mkdir -p "$dir"
   write_config "$n" "$dir"
   local rp bb="" drv="" t
@@ -139,8 +149,15 @@ run_size() {
     kill -0 "$rp" 2>/dev/null || { echo "scale: readyprobe exited: $(tail -3 "$dir/readyprobe.log")" >&2; exit 1; }
     sleep 0.5
   done
+  if [ -n "$SERVE" ]; then
+    grep -q "serving /metrics on" "$dir/readyprobe.log" || { echo "scale: no 'serving /metrics' line: $(tail -3 "$dir/readyprobe.log")" >&2; exit 1; }
+  fi
   sleep "$WARMUP"
-  echo "scale: $KIND, $n branches: steady window of ${STEADY}s starts; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+  echo "scale: $KIND, $n branches${SERVE:+, serve}: steady window of ${STEADY}s starts; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+  if [ -n "$SERVE" ]; then
+    python3 bench/scale.py scrape "http://127.0.0.1:$SERVE_PORT/metrics" "$SCRAPE" "$dir/scrapes.jsonl" 2>"$dir/scrape.log" &
+    pids+=("$!")
+  fi
   local load=("$(cut -d' ' -f1-3 /proc/loadavg)")
   t=0
   while :; do
@@ -155,8 +172,8 @@ run_size() {
   done
   [ -n "$bb" ] && { head -1 "$dir/driver.marks.all"; tail -1 "$dir/driver.marks.all"; } > "$dir/driver.marks"
   stop_all
-  printf '{"kind": "%s", "branches": %d, "interval_s": %d, "jitter": "%s", "load": [%s]}\n' \
-    "$KIND" "$n" "$INTERVAL" "${JITTER:-default}" \
+  printf '{"kind": "%s", "branches": %d, "interval_s": %d, "jitter": "%s", "serve": %s, "load": [%s]}\n' \
+    "$KIND" "$n" "$INTERVAL" "${JITTER:-default}" "$([ -n "$SERVE" ] && echo true || echo false)" \
     "$(printf '"%s",' "${load[@]}" | sed 's/,$//')" > "$dir/meta.json"
   python3 bench/scale.py summary "$dir"
 }
