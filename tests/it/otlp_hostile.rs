@@ -4,7 +4,7 @@
 //! Each export must end as an `otlp` publish record with the class its answer deserves, within
 //! the publish window, the `emf` sink unaffected, the run ending cleanly.
 
-use crate::publish_faults::{config_builder, run_binary, target};
+use crate::publish_faults::{Run, config_builder, run_binary, target};
 use crate::support::dns::DnsServer;
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
@@ -194,24 +194,40 @@ fn otlp_records(text: &str) -> Vec<Json> {
         .collect()
 }
 
+/// Run the binary against a raw collector answering as `script`, `max_tries` tries a batch, at
+/// most `secs` seconds, until `done` holds for the otlp records written so far and the count of
+/// connections served.
+async fn run_hostile(
+    script: Vec<Answer>,
+    max_tries: i64,
+    secs: u64,
+    done: impl Fn(&[Json], usize) -> bool,
+) -> Run {
+    let (url, served) = raw_collector(script).await;
+    let (port, _t) = target().await;
+    let dns = DnsServer::start("orders.internal.example").await;
+    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = otlp_run(dir.path(), &dns, port, &url, max_tries);
+    let ev = dir.path().join("evidence.jsonl");
+    run_binary(&cfg, secs, &[], &[], |_| {
+        let recs = otlp_records(&std::fs::read_to_string(&ev).unwrap_or_default());
+        done(&recs, served.load(Ordering::SeqCst))
+    })
+    .await
+}
+
+/// At least three failed records.
+fn three_failed(recs: &[Json], _served: usize) -> bool {
+    recs.iter().filter(|p| p["outcome"] == "failed").count() >= 3
+}
+
 /// A refusal whose page is longer than the sink reads is still a refusal: judged by its
 /// status (`publish_rejected`, the status in the message), never retried as if the collector
 /// were unreachable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_refusal_is_judged_by_its_status() {
-    let (url, _served) = raw_collector(vec![Answer::BigRefusal]).await;
-    let (port, _t) = target().await;
-    let dns = DnsServer::start("orders.internal.example").await;
-    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = otlp_run(dir.path(), &dns, port, &url, 3);
-    let ev = dir.path().join("evidence.jsonl");
-    let run = run_binary(&cfg, 30, &[], &[], |_| {
-        let text = std::fs::read_to_string(&ev).unwrap_or_default();
-        let failed = otlp_records(&text);
-        failed.iter().filter(|p| p["outcome"] == "failed").count() >= 3
-    })
-    .await;
+    let run = run_hostile(vec![Answer::BigRefusal], 3, 30, three_failed).await;
     let failed: Vec<_> = run
         .publishes("otlp")
         .into_iter()
@@ -255,21 +271,14 @@ async fn every_hostile_answer_ends_in_a_classed_record() {
         ("slow body", ("publish_timeout", "")),
         ("429", ("publish_throttled", "429 Too Many Requests")),
     ]);
-    let (url, served) = raw_collector(script.clone()).await;
-    let (port, _t) = target().await;
-    let dns = DnsServer::start("orders.internal.example").await;
-    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = otlp_run(dir.path(), &dns, port, &url, 1);
-    let ev = dir.path().join("evidence.jsonl");
     let seen = |recs: &[Json], (class, part): (&str, &str)| {
         recs.iter()
             .any(|p| p["class"] == class && p["error"].as_str().is_some_and(|e| e.contains(part)))
     };
-    let run = run_binary(&cfg, 60, &[], &[], |_| {
-        let recs = otlp_records(&std::fs::read_to_string(&ev).unwrap_or_default());
-        served.load(Ordering::SeqCst) > 2 * script.len()
-            && want.values().all(|w| seen(&recs, *w))
+    let connections = 2 * script.len();
+    let run = run_hostile(script, 1, 60, |recs, served| {
+        served > connections
+            && want.values().all(|w| seen(recs, *w))
             && recs.iter().any(|p| p["outcome"] == "sent")
     })
     .await;
@@ -367,19 +376,7 @@ async fn check_tries_the_otlp_sinks_secret_and_ca() {
 /// one try, `publish_throttled`, where the sink used to try twice more at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_beyond_the_window_is_honoured() {
-    let (url, _served) = raw_collector(vec![Answer::Throttled]).await;
-    let (port, _t) = target().await;
-    let dns = DnsServer::start("orders.internal.example").await;
-    dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = otlp_run(dir.path(), &dns, port, &url, 3);
-    let ev = dir.path().join("evidence.jsonl");
-    let run = run_binary(&cfg, 30, &[], &[], |_| {
-        let text = std::fs::read_to_string(&ev).unwrap_or_default();
-        let recs = otlp_records(&text);
-        recs.iter().filter(|p| p["outcome"] == "failed").count() >= 3
-    })
-    .await;
+    let run = run_hostile(vec![Answer::Throttled], 3, 30, three_failed).await;
     let failed: Vec<_> = run
         .publishes("otlp")
         .into_iter()
