@@ -6,6 +6,7 @@
 
 use crate::publish_faults::{Run, config_builder, run_binary, target};
 use crate::support::dns::DnsServer;
+use crate::support::publish_records::assert_each_one_try;
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -228,21 +229,13 @@ fn three_failed(recs: &[Json], _served: usize) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_refusal_is_judged_by_its_status() {
     let run = run_hostile(vec![Answer::BigRefusal], 3, 30, three_failed).await;
-    let failed: Vec<_> = run
-        .publishes("otlp")
-        .into_iter()
-        .filter(|p| p["outcome"] == "failed")
-        .collect();
-    assert!(failed.len() >= 3, "{failed:?}");
-    for p in failed {
-        assert_eq!(
-            (&p["class"], &p["tries"]),
-            (&"publish_rejected".into(), &1.into()),
-            "{p}"
-        );
-        let e = p["error"].as_str().unwrap();
-        assert!(e.contains("400 Bad Request"), "{e}");
-    }
+    assert_each_one_try(
+        &run.publishes("otlp"),
+        ("outcome", "failed"),
+        3,
+        ("class", "publish_rejected"),
+        "400 Bad Request",
+    );
 }
 
 /// Each hostile answer, one connection a batch (`max_tries = 1`): the class it deserves, the
@@ -377,17 +370,11 @@ async fn check_tries_the_otlp_sinks_secret_and_ca() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_beyond_the_window_is_honoured() {
     let run = run_hostile(vec![Answer::Throttled], 3, 30, three_failed).await;
-    let failed: Vec<_> = run
-        .publishes("otlp")
-        .into_iter()
-        .filter(|p| p["outcome"] == "failed")
-        .collect();
-    assert!(failed.len() >= 3, "{failed:?}");
-    for p in &failed {
-        assert_eq!(
-            (&p["class"], &p["tries"]),
-            (&"publish_throttled".into(), &1.into()),
-            "{p}"
-        );
-    }
+    assert_each_one_try(
+        &run.publishes("otlp"),
+        ("outcome", "failed"),
+        3,
+        ("class", "publish_throttled"),
+        "",
+    );
 }

@@ -12,6 +12,7 @@ use crate::support::config::secret_env;
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{ConfigOpts, Pipeline};
 use crate::support::otlp_receiver::{Mode, Received, Receiver};
+use crate::support::publish_records::assert_each_one_try;
 use crate::support::tls::TestCa;
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{AggregationTemporality, Metric, metric};
@@ -307,20 +308,13 @@ async fn a_503_is_retried_and_a_400_is_not() {
     );
     let statuses: Vec<Option<u16>> = receiver.received().iter().map(|r| r.status).collect();
     assert_eq!(&statuses[..2], [Some(503), Some(200)], "{statuses:?}");
-    let rejected: Vec<_> = recs
-        .iter()
-        .filter(|p| p["class"] == "publish_rejected")
-        .collect();
-    assert!(rejected.len() >= 2);
-    for p in rejected {
-        assert_eq!(
-            (&p["outcome"], &p["tries"]),
-            (&"failed".into(), &1.into()),
-            "{p}"
-        );
-        let e = p["error"].as_str().unwrap();
-        assert!(e.contains("400 Bad Request: bad resource"), "{e}");
-    }
+    assert_each_one_try(
+        &recs,
+        ("class", "publish_rejected"),
+        2,
+        ("outcome", "failed"),
+        "400 Bad Request: bad resource",
+    );
 }
 
 /// A collector that accepts connections and never answers: each otlp batch ends as

@@ -14,6 +14,7 @@ pub mod mariadb;
 pub mod otlp_receiver;
 pub mod postgres;
 pub mod proxy;
+pub mod publish_records;
 pub mod rcode_dns;
 pub mod run;
 pub mod sts_front;
