@@ -18,20 +18,54 @@ fn series(x: &Exposition, needle: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_cleared_override_on_an_unknown_branch_leaves_no_readiness() {
-    let p = Policy {
+/// The default policy, but every branch starting unknown.
+fn unknown_first() -> Policy {
+    Policy {
         initial: ReadinessState::Unknown,
         ..policy()
-    };
+    }
+}
+
+/// A fresh exposition and a fold on `orders-db` under `p`, its start already shown.
+fn shown_start(p: &Policy) -> (Exposition, Fold) {
     let x = Exposition::new();
-    let (mut f, e) = start_with(&ControlDoc::new("orders-db"), &p);
+    let (f, e) = start_with(&ControlDoc::new("orders-db"), p);
     show(&x, &e);
+    (x, f)
+}
+
+/// Force `primary` to `value` until `until` (synced at 1 s, a tick at 2 s shown); the doc.
+fn overridden(x: &Exposition, f: &mut Fold, value: Forced, until: Millis) -> ControlDoc {
     let mut doc = ControlDoc::new("orders-db");
-    doc.overrides
-        .insert("primary".into(), forced(Forced::Ready, 60_000));
-    show(&x, &sync(&mut f, &mut doc, 1000));
-    show(&x, &f.handle(Input::Tick { last: false }, 2000));
+    doc.overrides.insert("primary".into(), forced(value, until));
+    show(x, &sync(f, &mut doc, 1000));
+    show(x, &f.handle(Input::Tick { last: false }, 2000));
+    doc
+}
+
+/// The shell's input when a reload leaves `orders-db` with `branches` under `p`.
+fn change(p: &Policy, branches: &[&str]) -> Input {
+    let change = ServiceChange {
+        sinks: DEFAULT_SINKS.to_vec(),
+        id: 0,
+        namespace: "Readyprobe".into(),
+        policy: p.clone(),
+        branches: branches
+            .iter()
+            .map(|n| BranchChange {
+                name: (*n).into(),
+                reset: false,
+            })
+            .collect(),
+    };
+    Input::ChangeService(Box::new(change))
+}
+
+#[test]
+fn a_cleared_override_on_an_unknown_branch_leaves_no_readiness() {
+    let p = unknown_first();
+    let (x, mut f) = shown_start(&p);
+    let mut doc = overridden(&x, &mut f, Forced::Ready, 60_000);
     let r = series(
         &x,
         "readyprobe_readiness{service=\"orders-db\",branch=\"primary\"}",
@@ -52,18 +86,9 @@ fn a_cleared_override_on_an_unknown_branch_leaves_no_readiness() {
 /// Likewise an override that expires on an unknown branch: its forced value leaves /metrics.
 #[test]
 fn an_expired_override_on_an_unknown_branch_leaves_no_readiness() {
-    let p = Policy {
-        initial: ReadinessState::Unknown,
-        ..policy()
-    };
-    let x = Exposition::new();
-    let (mut f, e) = start_with(&ControlDoc::new("orders-db"), &p);
-    show(&x, &e);
-    let mut doc = ControlDoc::new("orders-db");
-    doc.overrides
-        .insert("primary".into(), forced(Forced::Unready, 10_000));
-    show(&x, &sync(&mut f, &mut doc, 1000));
-    show(&x, &f.handle(Input::Tick { last: false }, 2000));
+    let p = unknown_first();
+    let (x, mut f) = shown_start(&p);
+    overridden(&x, &mut f, Forced::Unready, 10_000);
     let r = series(&x, "readyprobe_readiness{");
     assert_eq!(
         r,
@@ -91,17 +116,7 @@ fn a_branch_a_reload_removes_loses_its_series() {
     show(&x, &drive(&mut f, "secondary", 500, 5000, false));
     show(&x, &f.handle(Input::Tick { last: false }, 5000));
     assert!(!series(&x, "branch=\"secondary\"").is_empty());
-    let change = ServiceChange {
-        sinks: DEFAULT_SINKS.to_vec(),
-        id: 0,
-        namespace: "Readyprobe".into(),
-        policy: policy(),
-        branches: vec![BranchChange {
-            name: "primary".into(),
-            reset: false,
-        }],
-    };
-    show(&x, &f.handle(Input::ChangeService(Box::new(change)), 5500));
+    show(&x, &f.handle(change(&policy(), &["primary"]), 5500));
     let e = f.handle(reloaded(&["orders-db"]), 5500);
     let r = of_kind(&e, "reload");
     let named = serde_json::json!([{"service": "orders-db", "branch": "secondary"}]);
@@ -121,20 +136,10 @@ fn a_branch_a_reload_removes_loses_its_series() {
     );
     assert!(!series(&x, "branch=\"primary\"").is_empty());
     // A later reload brings it back: its counted attempts show again.
-    let change = ServiceChange {
-        sinks: DEFAULT_SINKS.to_vec(),
-        id: 0,
-        namespace: "Readyprobe".into(),
-        policy: policy(),
-        branches: ["primary", "secondary"]
-            .iter()
-            .map(|n| BranchChange {
-                name: (*n).into(),
-                reset: false,
-            })
-            .collect(),
-    };
-    show(&x, &f.handle(Input::ChangeService(Box::new(change)), 7000));
+    show(
+        &x,
+        &f.handle(change(&policy(), &["primary", "secondary"]), 7000),
+    );
     show(&x, &f.handle(reloaded(&["orders-db"]), 7000));
     show(&x, &f.handle(attempt("secondary", 1, 7100, true), 7100));
     let r = series(
@@ -163,13 +168,8 @@ fn reloaded(changed: &[&str]) -> Input {
 
 #[test]
 fn fail_open_flag_once_a_branch_is_unknown_again() {
-    let p = Policy {
-        initial: ReadinessState::Unknown,
-        ..policy()
-    };
-    let x = Exposition::new();
-    let (mut f, e) = start_with(&ControlDoc::new("orders-db"), &p);
-    show(&x, &e);
+    let p = unknown_first();
+    let (x, mut f) = shown_start(&p);
     show(&x, &drive(&mut f, "primary", 500, 5000, false));
     show(&x, &drive(&mut f, "secondary", 500, 5000, false));
     show(&x, &f.handle(Input::Tick { last: false }, 5000));
@@ -179,20 +179,8 @@ fn fail_open_flag_once_a_branch_is_unknown_again() {
         "{}",
         x.encode()
     );
-    let change = ServiceChange {
-        sinks: DEFAULT_SINKS.to_vec(),
-        id: 0,
-        namespace: "Readyprobe".into(),
-        policy: p.clone(),
-        branches: ["primary", "secondary", "tertiary"]
-            .iter()
-            .map(|n| BranchChange {
-                name: (*n).into(),
-                reset: false,
-            })
-            .collect(),
-    };
-    show(&x, &f.handle(Input::ChangeService(Box::new(change)), 5500));
+    let to_three = change(&p, &["primary", "secondary", "tertiary"]);
+    show(&x, &f.handle(to_three, 5500));
     let e = f.handle(Input::Tick { last: false }, 6000);
     let sent = batches(&e)
         .iter()
