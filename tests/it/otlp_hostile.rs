@@ -4,6 +4,7 @@
 //! Each export must end as an `otlp` publish record with the class its answer deserves, within
 //! the publish window, the `emf` sink unaffected, the run ending cleanly.
 
+use crate::otlp_sink::otlp_rig;
 use crate::publish_faults::{Run, config_builder, run_binary, target};
 use crate::support::dns::DnsServer;
 use crate::support::publish_records::assert_each_one_try;
@@ -167,26 +168,6 @@ async fn raw_collector(script: Vec<Answer>) -> (String, Arc<AtomicUsize>) {
     (url, served)
 }
 
-/// The tcp rig of the publish tests with sinks `emf` and `otlp` to `endpoint`, `max_tries` tries.
-fn otlp_run(
-    dir: &std::path::Path,
-    dns: &DnsServer,
-    port: u16,
-    endpoint: &str,
-    max_tries: i64,
-) -> std::path::PathBuf {
-    config_builder(dir, dns, port, "http://127.0.0.1:9")
-        .set("readiness", "initial", "ready")
-        .set(
-            "publish",
-            "sinks",
-            toml::Value::Array(vec!["emf".into(), "otlp".into()]),
-        )
-        .set("publish.otlp", "endpoint", endpoint)
-        .set("publish.otlp", "max_tries", max_tries)
-        .write(&dir.join("run.toml"))
-}
-
 /// The `otlp` publish records of an evidence file's text, failed or sent.
 fn otlp_records(text: &str) -> Vec<Json> {
     text.lines()
@@ -209,7 +190,9 @@ async fn run_hostile(
     let dns = DnsServer::start("orders.internal.example").await;
     dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = otlp_run(dir.path(), &dns, port, &url, max_tries);
+    let cfg = otlp_rig(dir.path(), &dns, port, &url)
+        .set("publish.otlp", "max_tries", max_tries)
+        .write(&dir.path().join("run.toml"));
     let ev = dir.path().join("evidence.jsonl");
     run_binary(&cfg, secs, &[], &[], |_| {
         let recs = otlp_records(&std::fs::read_to_string(&ev).unwrap_or_default());

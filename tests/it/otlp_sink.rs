@@ -8,7 +8,7 @@
 
 use crate::publish_faults::{Run, config_builder, run_binary, target};
 use crate::support::cloudwatch::{self as ls, cloudwatch_or_skip, unique_namespace};
-use crate::support::config::secret_env;
+use crate::support::config::{ConfigBuilder, secret_env};
 use crate::support::dns::DnsServer;
 use crate::support::fixture::{ConfigOpts, Pipeline};
 use crate::support::otlp_receiver::{Mode, Received, Receiver};
@@ -241,8 +241,9 @@ async fn otlp_gets_every_metric_while_control_limits_cloudwatch() {
     assert!(!all_evidence.contains("otlp-T0ken"), "the token leaked");
 }
 
-/// The tcp rig of the publish tests with sinks `emf` and `otlp` to `endpoint`.
-fn otlp_run(dir: &Path, dns: &DnsServer, port: u16, endpoint: &str) -> std::path::PathBuf {
+/// The tcp rig of the publish tests, ready from the start, with sinks `emf` and `otlp` to
+/// `endpoint` (the OTLP tests add their keys, then write it).
+pub(crate) fn otlp_rig(dir: &Path, dns: &DnsServer, port: u16, endpoint: &str) -> ConfigBuilder {
     config_builder(dir, dns, port, "http://127.0.0.1:9")
         .set("readiness", "initial", "ready")
         .set(
@@ -251,7 +252,6 @@ fn otlp_run(dir: &Path, dns: &DnsServer, port: u16, endpoint: &str) -> std::path
             toml::Value::Array(vec!["emf".into(), "otlp".into()]),
         )
         .set("publish.otlp", "endpoint", endpoint)
-        .write(&dir.join("run.toml"))
 }
 
 /// The `otlp` publish records of a run.
@@ -270,7 +270,7 @@ async fn a_503_is_retried_and_a_400_is_not() {
     let dns = DnsServer::start("orders.internal.example").await;
     dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = otlp_run(dir.path(), &dns, port, &receiver.url());
+    let cfg = otlp_rig(dir.path(), &dns, port, &receiver.url()).write(&dir.path().join("run.toml"));
     let ev = dir.path().join("evidence.jsonl");
     let mut switched = false;
     let run = run_binary(&cfg, 30, &[], &[], |_| {
@@ -479,14 +479,7 @@ async fn a_collector_echoing_the_token_leaks_no_part_of_it() {
     let dns = DnsServer::start("orders.internal.example").await;
     dns.set_a("gw-primary", Ipv4Addr::LOCALHOST, 5).await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config_builder(dir.path(), &dns, port, "http://127.0.0.1:9")
-        .set("readiness", "initial", "ready")
-        .set(
-            "publish",
-            "sinks",
-            toml::Value::Array(vec!["emf".into(), "otlp".into()]),
-        )
-        .set("publish.otlp", "endpoint", receiver.url())
+    let cfg = otlp_rig(dir.path(), &dns, port, &receiver.url())
         .set("publish.otlp", "headers", {
             let mut h = toml::Table::new();
             h.insert("authorization".into(), secret_env("OTLP_TOKEN"));
