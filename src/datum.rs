@@ -164,13 +164,10 @@ pub fn tick_datums(service: &str, branches: &[BranchTick], now: Millis) -> Vec<D
 /// The datums of `datums` that `profile` sends to a metric sink, in order (pure). The others
 /// never were for a sink: they are not drops.
 pub fn for_profile(datums: Vec<Datum>, profile: contract::MetricsProfile) -> Vec<Datum> {
-    match profile {
-        contract::MetricsProfile::Full => datums,
-        contract::MetricsProfile::Control => datums
-            .into_iter()
-            .filter(|d| profile.sends(d.metric))
-            .collect(),
-    }
+    datums
+        .into_iter()
+        .filter(|d| profile.sends(d.metric))
+        .collect()
 }
 
 /// The `ServiceUnavailable` datum of a service `run` could not prepare: 1, every tick (pure).

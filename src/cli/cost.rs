@@ -255,20 +255,13 @@ fn this_prober(cfg: &Config, profile: MetricsProfile) -> Tick<'_> {
     for ((ns, ids), (kinds, datums)) in &batches {
         tick.datums += datums.len() as u64;
         for (id, kind) in ids.iter().zip(kinds) {
-            if *kind == SinkKind::Otlp {
-                continue; // no CloudWatch cost: its collector is no AWS bill
-            }
-            let series = datums.iter().map(|d| (*ns, d.metric, d.dimensions.clone()));
-            tick.series
-                .entry(id.target.clone())
-                .or_default()
-                .extend(series);
             match kind {
+                // No CloudWatch cost: its collector is no AWS bill.
+                SinkKind::Otlp => continue,
                 SinkKind::CloudWatch => {
                     let n = cloudwatch::batches(datums, AT).0.len() as u64;
                     *tick.requests.entry(id.target.clone()).or_default() += n;
                 }
-                SinkKind::Otlp => {}
                 SinkKind::Emf => {
                     tick.bytes += datums
                         .iter()
@@ -277,6 +270,11 @@ fn this_prober(cfg: &Config, profile: MetricsProfile) -> Tick<'_> {
                         .sum::<u64>();
                 }
             }
+            let series = datums.iter().map(|d| (*ns, d.metric, d.dimensions.clone()));
+            tick.series
+                .entry(id.target.clone())
+                .or_default()
+                .extend(series);
         }
     }
     tick

@@ -300,11 +300,11 @@ fn plan_readiness(s: &mut String, svc: &ServiceConfig) -> std::fmt::Result {
     Ok(())
 }
 
-/// Where the `otlp` sink sends: the URL without its query, the try's limits, the headers by
-/// name (never a value).
+/// Where the `otlp` sink sends (config refuses a query or fragment in the URL), the try's
+/// limits, the headers by name (never a value).
 fn plan_otlp(s: &mut String, o: &crate::config::OtlpSink) -> std::fmt::Result {
     use std::fmt::Write;
-    let url = o.endpoint.split('?').next().unwrap_or_default();
+    let url = &o.endpoint;
     let names: Vec<String> = o
         .headers
         .iter()

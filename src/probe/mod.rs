@@ -28,6 +28,7 @@ pub use attempt::{Attempt, DnsMeta, Learned, Outcome, StepRecord};
 pub use ctx::{Deadline, StepBudget, StepCtx, StepError, StepFailure, Steps, new_marker};
 pub use target::{BranchProbe, Redactor, Target};
 
+pub(crate) use prepare::local_secret;
 pub use prepare::{
     InputsDigest, PrepareError, PrepareProblem, branches, branches_and_digest, prepare,
     prepare_service, resolver, short_secret_warning,

@@ -591,6 +591,17 @@ fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
     read_capped(path, MAX_FILE_BYTES)
 }
 
+/// The value of a secret `run` reads itself (a file, read capped at [`MAX_SECRET_BYTES`] as
+/// probe targets read theirs, or an environment variable), or why not; for the otlp sink's
+/// headers.
+pub(crate) fn local_secret(r: &SecretRef) -> Result<String, String> {
+    let value = match r {
+        SecretRef::File(path) => r.value_of_file_contents(read_capped(path, MAX_SECRET_BYTES)?),
+        _ => r.resolve(),
+    };
+    value.map_err(|e| e.reason)
+}
+
 /// A regular file's contents, refused when over `max` bytes. Opened once without blocking (a
 /// FIFO's `open` returns at once), checked to be a regular file on the open descriptor, and read
 /// through a `max + 1` cap: a file whose reported size is 0 (`/proc/kallsyms`) or that grows is
@@ -821,6 +832,18 @@ mod tests {
                 big.display()
             )
         );
+    }
+
+    /// The otlp sink's file secrets are read under the same cap as a probe target's.
+    #[test]
+    fn a_local_secret_file_is_read_capped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (big, small) = (dir.path().join("big"), dir.path().join("small"));
+        std::fs::write(&big, vec![b'x'; 65 * 1024]).unwrap();
+        std::fs::write(&small, "tok\n").unwrap();
+        let got = local_secret(&SecretRef::File(big));
+        assert_eq!(got, Err("is larger than 64 KiB".to_string()));
+        assert_eq!(local_secret(&SecretRef::File(small)).as_deref(), Ok("tok"));
     }
 
     /// A /proc file reports size 0 whatever it holds: the cap is on the bytes read, not on the

@@ -326,9 +326,7 @@ fn otlp_settings(
             }
             HeaderValueSource::Secret(SecretRef::SecretsManager(r)) => (secrets.cell(r), true),
             HeaderValueSource::Secret(r) => (
-                r.resolve()
-                    .map(crate::secrets::SecretCell::fixed)
-                    .map_err(|e| e.reason),
+                crate::probe::local_secret(r).map(crate::secrets::SecretCell::fixed),
                 true,
             ),
         };

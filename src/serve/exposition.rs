@@ -243,12 +243,12 @@ impl Exposition {
         let f = &self.families;
         for service in &ticked {
             if !told.contains(service) {
-                f.both_branches_unready.remove(&service_labels(service));
+                self.remove_flag(&f.both_branches_unready, &service_labels(service));
             }
             let branches = self.services().branches.get(service).cloned();
             for branch in branches.into_iter().flatten() {
                 if !known.contains(&(service.clone(), branch.clone())) {
-                    f.readiness.remove(&branch_labels(service, &branch));
+                    self.remove_flag(&f.readiness, &branch_labels(service, &branch));
                 }
             }
         }
@@ -304,7 +304,7 @@ impl Exposition {
                 if matches!(o.action, OverrideAction::Cleared | OverrideAction::Expired) =>
             {
                 let l = branch_labels(service, &o.branch);
-                self.families.readiness.remove(&l);
+                self.remove_flag(&self.families.readiness, &l);
             }
             Record::Start(_) => self.started(service),
             Record::Reload(r) if r.applied => self.reloaded(r),

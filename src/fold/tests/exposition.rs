@@ -101,9 +101,12 @@ fn an_expired_override_on_an_unknown_branch_leaves_no_readiness() {
         .iter()
         .position(|e| matches!(e, Effect::Record(_, _, Record::Override(_))))
         .unwrap();
+    let changes = x.changes();
     show(&x, &e[..=at]);
     let r = series(&x, "readyprobe_readiness{");
     assert!(r.is_empty(), "{r:?}");
+    // A removal is a change: a shared /metrics text made before it is not served after it.
+    assert!(x.changes() > changes);
     show(&x, &e[at + 1..]);
     assert!(series(&x, "readyprobe_readiness{").is_empty());
 }
